@@ -1,0 +1,223 @@
+"""The YAML config: schema, validation and the one-line errors users see.
+
+Relative paths in a config are resolved against the folder holding the
+config file, so a config and its repository can move together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import string
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import ConfigError
+
+PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port"})
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class CandidatesConfig(_Strict):
+    """Where the candidates come from: a local clone and the two ends."""
+
+    repo: str
+    """Path to a local git clone (relative to the config file)."""
+    good: str
+    """A ref that tests good (in --find-fix mode: the newer build that works)."""
+    bad: str
+    """A ref that tests bad (in --find-fix mode: the older build that is broken)."""
+
+
+class ServerConfig(_Strict):
+    """How one candidate is started as an OpenAI-compatible server."""
+
+    launcher: Literal["process"] = "process"
+    """How the server is started: `process` (a local command)."""
+    command: list[str] = Field(min_length=1)
+    """argv template; `{commit}`, `{short}`, `{port}` are filled in. Never run through a shell."""
+    ready_timeout: float = Field(default=600.0, gt=0)
+    """Seconds to wait for /health and /v1/models before the build is untestable."""
+    request_timeout: float = Field(default=120.0, gt=0)
+    """Seconds one request to the server may take."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment; `${VAR}` takes VAR from the caller. Values are never written out."""
+    cwd: str | None = None
+    """Working folder of the server (relative to the config file); default: the config's folder."""
+    model: str | None = None
+    """Model name for requests; default: the first one /v1/models lists."""
+
+    @field_validator("command")
+    @classmethod
+    def _placeholders(cls, command: list[str]) -> list[str]:
+        for i, arg in enumerate(command):
+            for field in template_fields(arg, f"server.command.{i}"):
+                if field not in PROCESS_PLACEHOLDERS:
+                    allowed = ", ".join("{" + p + "}" for p in sorted(PROCESS_PLACEHOLDERS))
+                    raise ValueError(f"unknown placeholder '{{{field}}}' (known: {allowed})")
+        return command
+
+
+class CanaryConfig(_Strict):
+    """Degeneration canary on content and reasoning."""
+
+    type: Literal["canary"]
+    prompts: list[str] = Field(
+        default_factory=lambda: [
+            "hello how are you",
+            "Write two sentences about the sea.",
+            "Explain in a few sentences why the sky is blue.",
+        ],
+        min_length=1,
+    )
+    """Short fixed prompts sent with greedy sampling."""
+    max_tokens: int = Field(default=256, gt=0)
+    """Completion length per prompt."""
+
+
+class ExpectCase(_Strict):
+    """A prompt and a regular expression its content must match."""
+
+    prompt: str
+    match: str
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression ({exc})") from exc
+        return pattern
+
+
+class ExpectConfig(_Strict):
+    """Prompts with known answers."""
+
+    type: Literal["expect"]
+    cases: list[ExpectCase] = Field(
+        default_factory=lambda: [
+            ExpectCase(prompt="What is 2+2? Reply with the number only.", match=r"^\s*4\b")
+        ],
+        min_length=1,
+    )
+    max_tokens: int = Field(default=64, gt=0)
+
+
+CheckConfig = Annotated[CanaryConfig | ExpectConfig, Field(discriminator="type")]
+
+
+class ProbeConfig(_Strict):
+    """How each candidate is judged."""
+
+    repeats: int = Field(default=1, ge=1, le=10)
+    """Runs of the check suite per probe; disagreeing runs make the verdict `unsure`."""
+
+
+def _default_checks() -> list[CanaryConfig | ExpectConfig]:
+    return [CanaryConfig(type="canary"), ExpectConfig(type="expect")]
+
+
+class Config(_Strict):
+    """A whole llm-bisect config."""
+
+    candidates: CandidatesConfig
+    server: ServerConfig
+    checks: list[CheckConfig] = Field(default_factory=_default_checks, min_length=1)
+    probe: ProbeConfig = Field(default_factory=ProbeConfig)
+
+
+def template_fields(template: str, key: str) -> list[str]:
+    """The placeholder names in a `{...}` template; `{{` and `}}` are literal braces."""
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise ValueError(f"malformed template {template!r} ({exc})") from exc
+
+
+def fill(template: str, values: Mapping[str, str]) -> str:
+    """Fill a template validated by `template_fields`."""
+    return template.format_map(dict(values))
+
+
+def expand_env(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """Expand `${VAR}` in env values from the caller's environment."""
+    out: dict[str, str] = {}
+    for key, value in env.items():
+
+        def sub(m: re.Match[str], key: str = key) -> str:
+            name = m.group(1)
+            if name not in environ:
+                raise ConfigError(f"server.env.{key}: ${{{name}}} is not set in the environment")
+            return environ[name]
+
+        out[key] = _ENV_REF.sub(sub, value)
+    return out
+
+
+def _loc(loc: tuple[int | str, ...]) -> str:
+    # pydantic puts the discriminator value into the location; users never wrote it.
+    parts = [str(p) for p in loc if p not in ("canary", "expect")]
+    return ".".join(parts)
+
+
+def _one_line(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = _loc(tuple(err["loc"]))
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"{loc}: unknown key"
+    if kind == "missing":
+        return f"{loc}: required key is missing"
+    if kind == "union_tag_invalid":
+        tag = err.get("ctx", {}).get("tag", err.get("input"))
+        return f"{loc}: unknown check type {tag!r} (known: canary, expect)"
+    if kind == "union_tag_not_found":
+        return f"{loc}: a check needs a 'type' (canary, expect)"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    value = err.get("input")
+    if isinstance(value, dict | list) or value is None:
+        return f"{loc}: {msg}"
+    return f"{loc}: {msg}, got {value!r}"
+
+
+def parse_config(data: Any) -> Config:
+    """Validate parsed YAML; raise ConfigError with one line naming the key."""
+    if not isinstance(data, dict):
+        raise ConfigError("config: expected a mapping at the top level")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc)) from None
+
+
+def load_config(path: Path) -> Config:
+    """Read and validate a YAML config file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}") from None
+    return parse_config(data)
+
+
+def config_digest(config: Config) -> str:
+    """A stable digest of what decides verdicts; env values are left out (secrets)."""
+    data = config.model_dump(mode="json")
+    data["server"]["env"] = sorted(data["server"]["env"])
+    blob = json.dumps(data, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()

@@ -1,0 +1,128 @@
+"""`llm-bisect demo`: a real bisection of a made-up engine history on the simulated server.
+
+The history has 40 commits after the good nightly. One of them makes the
+reasoning channel degenerate (`G now now now ...`) while /health stays green;
+one earlier commit does not start at all (untestable, fixed by the next one).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import git
+import yaml
+
+CULPRIT_SUBJECT = "[Kernel] Bump FlashInfer to 0.5.3, enable TRTLLM-gen attention for FP4"
+_SUBJECTS = [
+    "[Bugfix] Fix tokenizer warm-up for long prompts",
+    "[CI] Split the entrypoints test job",
+    "[Doc] Explain the --enforce-eager trade-off",
+    "[Model] Add rope scaling to the Llama loader",
+    "[Core] Cache block hashes across requests",
+    "[Frontend] Accept reasoning_effort in chat requests",
+    "[Perf] Fuse the RMSNorm and quantization epilogue",
+    "[Misc] Tidy the scheduler's logging",
+]
+N_COMMITS = 40
+CULPRIT_INDEX = 27
+UNBUILDABLE_INDEX = 20
+
+
+def build_history(
+    repo_dir: Path,
+    faults: Mapping[int, str],
+    *,
+    n_commits: int = N_COMMITS,
+    subjects: Mapping[int, str] | None = None,
+    settings: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """Create a linear history of n_commits + 1 commits; return their shas, oldest first.
+
+    Commit i carries `sim-engine.json` with `faults[j]` of the highest j <= i
+    that `faults` names (a fault persists until a later entry says "none"),
+    merged over `settings`.
+    """
+    repo = git.Repo.init(repo_dir)
+    actor = git.Actor("Demo Maintainer", "maintainer@example.com")
+    start = datetime(2026, 8, 9, 9, 0, tzinfo=timezone.utc)
+    engine = repo_dir / "sim-engine.json"
+    notes = repo_dir / "CHANGELOG.md"
+    shas: list[str] = []
+    fault = "none"
+    for i in range(n_commits + 1):
+        fault = faults.get(i, fault)
+        engine.write_text(json.dumps({**(settings or {}), "fault": fault}) + "\n")
+        subject = (subjects or {}).get(i) or (
+            "Nightly 2026-08-09" if i == 0 else f"{_SUBJECTS[i % len(_SUBJECTS)]} (#{24000 + i})"
+        )
+        with notes.open("a") as f:
+            f.write(f"- {subject}\n")
+        repo.index.add([str(engine), str(notes)])
+        date = f"{int((start + timedelta(hours=3 * i)).timestamp())} +0000"
+        commit = repo.index.commit(
+            subject, author=actor, committer=actor, author_date=date, commit_date=date
+        )
+        shas.append(commit.hexsha)
+    repo.close()
+    return shas
+
+
+def build_demo_history(repo_dir: Path) -> tuple[str, str, str]:
+    """The demo's repository; return (good sha, bad sha, culprit sha)."""
+    shas = build_history(
+        repo_dir,
+        {
+            UNBUILDABLE_INDEX: "crash-on-start",
+            UNBUILDABLE_INDEX + 1: "none",
+            CULPRIT_INDEX: "degenerate-reasoning",
+        },
+        subjects={
+            CULPRIT_INDEX: CULPRIT_SUBJECT,
+            UNBUILDABLE_INDEX: "[Build] Require CUDA 13.1 kernels (breaks the image)",
+            UNBUILDABLE_INDEX + 1: "[Build] Revert the CUDA 13.1 kernel requirement",
+        },
+    )
+    repo = git.Repo(repo_dir)
+    repo.create_tag("nightly-2026-08-09", ref=shas[0])
+    repo.create_tag("v0.27.0", ref=shas[-1])
+    repo.close()
+    return shas[0], shas[-1], shas[CULPRIT_INDEX]
+
+
+def write_config(workdir: Path, repo_dir: Path) -> Path:
+    """The demo's config, a plain file the user can read and copy."""
+    config = {
+        "candidates": {"repo": str(repo_dir), "good": "nightly-2026-08-09", "bad": "v0.27.0"},
+        "server": {
+            "launcher": "process",
+            "command": [
+                sys.executable,
+                "-m",
+                "llm_bisect.sim",
+                "--repo",
+                str(repo_dir),
+                "--commit",
+                "{commit}",
+                "--port",
+                "{port}",
+            ],
+            "ready_timeout": 30,
+        },
+        "checks": [
+            {"type": "canary"},
+            {
+                "type": "expect",
+                "cases": [
+                    {"prompt": "What is 2+2? Reply with the number only.", "match": r"^\s*4\b"},
+                ],
+            },
+        ],
+    }
+    path = workdir / "demo.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path

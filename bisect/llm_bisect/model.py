@@ -1,0 +1,139 @@
+"""Values shared by the core: verdicts, candidates, check results.
+
+Everything here is a frozen value with no I/O, so the search, the verdict
+policy and the report can be tested without a server.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+class Verdict(str, enum.Enum):
+    """What one probe says about one candidate."""
+
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+    """Untestable (no artifact, failed start, timeout, crash): never evidence of badness."""
+    UNSURE = "unsure"
+    """The checks disagreed across repeats."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One testable build: a commit (40 hex) and what a maintainer reads about it."""
+
+    commit: str
+    """The full 40-hex commit id."""
+    subject: str = ""
+    """First line of the commit message."""
+    author: str = ""
+    """Author as `Name <email>`."""
+    date: str = ""
+    """Author date, ISO 8601."""
+
+    def __post_init__(self) -> None:
+        if not _SHA_RE.match(self.commit):
+            raise ValueError(f"a commit is 40 lowercase hex digits, got {self.commit!r}")
+
+    @property
+    def short(self) -> str:
+        """The 12-hex form, for display and folder names only."""
+        return self.commit[:12]
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "commit": self.commit,
+            "subject": self.subject,
+            "author": self.author,
+            "date": self.date,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Candidate:
+        return cls(
+            commit=str(data["commit"]),
+            subject=str(data.get("subject", "")),
+            author=str(data.get("author", "")),
+            date=str(data.get("date", "")),
+        )
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What one check concluded about one endpoint."""
+
+    name: str
+    """The check's name, e.g. `canary` or `expect`."""
+    passed: bool
+    """True when the endpoint behaved like a healthy build."""
+    score: float
+    """A number in [0, 1]: the share of the check's cases that passed."""
+    evidence: str
+    """A short, human-readable excerpt: what the model said and why it failed or passed."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Per-case facts (prompts, outputs, metrics), JSON-serialisable."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "score": self.score,
+            "evidence": self.evidence,
+            "details": self.details,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CheckResult:
+        return cls(
+            name=str(data["name"]),
+            passed=bool(data["passed"]),
+            score=float(data["score"]),
+            evidence=str(data.get("evidence", "")),
+            details=dict(data.get("details", {})),
+        )
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """One candidate launched and checked: the verdict and why."""
+
+    commit: str
+    """The candidate's 40-hex commit."""
+    verdict: Verdict
+    """good, bad, skip or unsure."""
+    reason: str = ""
+    """Why: the failing check, or what made the build untestable."""
+    checks: tuple[CheckResult, ...] = ()
+    """The check results of the (last) repeat."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds spent per phase: `launch`, `ready`, `checks`, `total`."""
+    log_tail: str = ""
+    """Last lines of the server log, kept when the build was untestable."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "commit": self.commit,
+            "verdict": self.verdict.value,
+            "reason": self.reason,
+            "checks": [c.to_json() for c in self.checks],
+            "timings": self.timings,
+            "log_tail": self.log_tail,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProbeOutcome:
+        return cls(
+            commit=str(data["commit"]),
+            verdict=Verdict(data["verdict"]),
+            reason=str(data.get("reason", "")),
+            checks=tuple(CheckResult.from_json(c) for c in data.get("checks", [])),
+            timings={str(k): float(v) for k, v in data.get("timings", {}).items()},
+            log_tail=str(data.get("log_tail", "")),
+        )

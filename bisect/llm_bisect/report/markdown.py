@@ -1,0 +1,104 @@
+"""report.md: what a maintainer reads. Pure: result.json in, markdown out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _cell(text: str, limit: int = 90) -> str:
+    flat = " ".join(str(text).split()).replace("|", "\\|")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _probe(result: dict[str, Any], commit: str | None) -> dict[str, Any] | None:
+    for p in result["probes"]:
+        if p["commit"] == commit:
+            found: dict[str, Any] = p
+            return found
+    return None
+
+
+def _evidence(result: dict[str, Any]) -> list[str]:
+    """The bad side's failing checks next to the good side's output for the same check."""
+    rng = result["range"]
+    if len(rng) < 2:
+        return []
+    old, new = _probe(result, rng[0]), _probe(result, rng[-1])
+    if old is None or new is None:
+        return []
+    if result["mode"] == "regression":
+        (bad_label, bad), (good_label, good) = ("first bad", new), ("last good", old)
+    else:
+        (bad_label, bad), (good_label, good) = ("last bad", old), ("first good", new)
+    good_checks = {c["name"]: c for c in good["checks"]}
+    lines: list[str] = []
+    for check in (c for c in bad["checks"] if not c["passed"]):
+        other = good_checks.get(check["name"])
+        lines += [
+            f"### `{check['name']}`",
+            "",
+            f"- **{bad_label}** `{bad['commit'][:12]}`: {_cell(check['evidence'], 400)}",
+            f"- **{good_label}** `{good['commit'][:12]}`: "
+            f"{_cell(other['evidence'] if other else '(not run)', 400)}",
+            "",
+        ]
+    return ["## Evidence", "", *lines] if lines else []
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    """The report of a run."""
+    status = result["status"]
+    lines = ["# llm-bisect report", ""]
+    what = "first bad commit" if result["mode"] == "regression" else "first good commit (fix)"
+    lines.append(f"**Status:** {status} — {result['message']}")
+    lines.append("")
+    lines.append(f"- good: `{result['good']}`")
+    lines.append(f"- bad: `{result['bad']}`")
+    if result.get("merge_base"):
+        lines.append(f"- merge base: `{result['merge_base']}`")
+    lines.append(f"- candidates: {result['candidates']}, probes run: {len(result['probes'])}")
+    lines.append("")
+    culprit = result["culprit"]
+    if culprit:
+        lines += [
+            f"## Culprit: {what}",
+            "",
+            f"`{culprit['commit']}` {culprit['subject']}",
+            "",
+            f"- author: {culprit['author']}",
+            f"- date: {culprit['date']}",
+            "",
+        ]
+    if status == "ambiguous":
+        lines += ["## Could be any of", ""]
+        lines += [f"- `{c}`" for c in result["range"][1:]]
+        lines += ["", f"(after the last tested `{result['range'][0][:12]}`)", ""]
+    if result.get("fix_range"):
+        base, ref = result["fix_range"]
+        lines += [
+            "## Where to look instead",
+            "",
+            f"The change is older than the branch point. The range `{base[:12]}..{ref[:12]}` "
+            "holds the commit that undid it; bisect it with `--find-fix`.",
+            "",
+        ]
+    lines += _evidence(result)
+    lines += [
+        "## Probes",
+        "",
+        "| # | commit | subject | verdict | reason | seconds |",
+        "|---|--------|---------|---------|--------|---------|",
+    ]
+    for i, p in enumerate(result["probes"], 1):
+        seconds = p["timings"].get("total")
+        lines.append(
+            f"| {i} | `{p['commit'][:12]}` | {_cell(p.get('subject', ''), 60)} "
+            f"| {p['verdict']} | {_cell(p['reason'])} "
+            f"| {'' if seconds is None else f'{seconds:.1f}'} |"
+        )
+    skipped = [p for p in result["probes"] if p["verdict"] == "skip" and p.get("log_tail")]
+    if skipped:
+        lines += ["", "## Untestable builds", ""]
+        for p in skipped:
+            lines += [f"`{p['commit'][:12]}`: {p['reason']}", "", "```", p["log_tail"], "```", ""]
+    return "\n".join(lines).rstrip() + "\n"

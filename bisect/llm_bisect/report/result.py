@@ -1,0 +1,34 @@
+"""result.json: the contract users script against. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ..model import Candidate, ProbeOutcome
+from ..search import Answer, Plan
+
+
+def build_result(plan: Plan, answer: Answer, probes: Sequence[ProbeOutcome]) -> dict[str, Any]:
+    """The result.json document of a finished (or stopped) search."""
+    by_commit: Mapping[str, Candidate] = {c.commit: c for c in plan.candidates}
+    culprit = answer.culprit
+    return {
+        "status": answer.status.value,
+        "message": answer.message,
+        "mode": plan.mode.value,
+        "good": plan.good.commit,
+        "bad": plan.bad.commit,
+        "culprit": culprit.to_json() if culprit else None,
+        "range": list(answer.range),
+        "fix_range": list(answer.fix_range) if answer.fix_range else None,
+        "merge_base": plan.sequence[0].commit if plan.anchor else None,
+        "candidates": len(plan.candidates),
+        "probes": [
+            {
+                **p.to_json(),
+                "subject": by_commit[p.commit].subject if p.commit in by_commit else "",
+            }
+            for p in probes
+        ],
+    }

@@ -1,0 +1,49 @@
+"""Retry policies, declared once. Each names the exceptions it retries and logs attempts."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    wait_exponential,
+)
+
+log = logging.getLogger("llm_bisect.retry")
+
+
+class NotYetReady(Exception):
+    """The server is alive but not ready yet; the readiness policy retries this."""
+
+
+class _Deadline:
+    """Stop once the injected clock passes a deadline (not after a count of tries)."""
+
+    def __init__(self, clock: Callable[[], float], deadline: float) -> None:
+        self.clock = clock
+        self.deadline = deadline
+
+    def __call__(self, state: RetryCallState) -> bool:
+        return self.clock() >= self.deadline
+
+
+def _log_attempt(state: RetryCallState) -> None:
+    if state.outcome is not None and state.attempt_number % 20 == 0:
+        log.debug("not ready after %d polls: %s", state.attempt_number, state.outcome.exception())
+
+
+def readiness(
+    timeout: float, *, clock: Callable[[], float], sleep: Callable[[float], None]
+) -> Retrying:
+    """Poll until ready: retries NotYetReady only, every 0.05 s growing to 2 s, until a deadline."""
+    return Retrying(
+        stop=_Deadline(clock, clock() + timeout),
+        wait=wait_exponential(multiplier=0.05, min=0.05, max=2.0),
+        retry=retry_if_exception_type(NotYetReady),
+        sleep=sleep,
+        after=_log_attempt,
+        reraise=True,
+    )

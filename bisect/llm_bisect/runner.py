@@ -1,0 +1,267 @@
+"""The runner: drives the search, one probe at a time, through the seams it is given.
+
+    plan ─► search.plan_step ─► probe (launcher → checks → verdict) ─► journal ─┐
+      ▲                                                                          │
+      └──────────────────────── verdicts so far ◄────────────────────────────────┘
+
+Every finished probe is in the journal before the next begins, so a run
+killed at any moment resumes without repeating one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .checks import Check
+from .client import OpenAIClient
+from .errors import ConfigError, EndpointError, JournalError, LaunchError
+from .journal import FILENAME, Journal, read_events
+from .launchers import Launcher, Server
+from .model import Candidate, CheckResult, ProbeOutcome, Verdict
+from .report.markdown import render_markdown
+from .report.result import build_result
+from .search import Answer, Mode, Plan, plan_step
+from .sources import Source
+from .verdict import combine_repeats, judge
+
+JOURNAL_VERSION = 1
+CRASH_WAIT_S = 3.0
+"""After a failed request, how long to wait for the server to exit before calling it a crash."""
+
+
+class Progress(Protocol):
+    """Hears what the runner does, for a person watching."""
+
+    def planned(self, plan: Plan, finished: int) -> None: ...
+
+    def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None: ...
+
+    def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None: ...
+
+
+class SilentProgress:
+    """A Progress that says nothing."""
+
+    def planned(self, plan: Plan, finished: int) -> None:
+        pass
+
+    def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None:
+        pass
+
+    def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None:
+        pass
+
+
+def build_plan(source: Source, good_ref: str, bad_ref: str, mode: Mode) -> Plan:
+    """Resolve the two ends and list the candidates between them."""
+    good = source.resolve(good_ref, "candidates.good")
+    bad = source.resolve(bad_ref, "candidates.bad")
+    old, new = (good, bad) if mode is Mode.REGRESSION else (bad, good)
+    old_key, new_key = (
+        ("candidates.good", "candidates.bad")
+        if mode is Mode.REGRESSION
+        else ("candidates.bad", "candidates.good")
+    )
+    if old.commit == new.commit:
+        raise ConfigError(f"candidates: good and bad are the same commit {good.short}")
+    if source.is_ancestor(old.commit, new.commit):
+        return Plan(mode, (old, *source.between(old.commit, new.commit)))
+    if source.is_ancestor(new.commit, old.commit):
+        hint = " (looking for a fix? use --find-fix)" if mode is Mode.REGRESSION else ""
+        raise ConfigError(
+            f"{new_key}: {new_key.split('.')[1]} {new.short} is older than "
+            f"{old_key.split('.')[1]} {old.short}{hint}"
+        )
+    base = source.merge_base(old.commit, new.commit)
+    return Plan(mode, (base, *source.between(old.commit, new.commit)), anchor=old)
+
+
+def _plan_json(plan: Plan) -> dict[str, Any]:
+    return {
+        "mode": plan.mode.value,
+        "anchor": plan.anchor.to_json() if plan.anchor else None,
+        "sequence": [c.to_json() for c in plan.sequence],
+    }
+
+
+def _plan_from_json(data: dict[str, Any]) -> Plan:
+    anchor = data.get("anchor")
+    return Plan(
+        Mode(data["mode"]),
+        tuple(Candidate.from_json(c) for c in data["sequence"]),
+        Candidate.from_json(anchor) if anchor else None,
+    )
+
+
+def probe(
+    candidate: Candidate,
+    *,
+    launcher: Launcher,
+    checks: Sequence[Check],
+    probe_dir: Path,
+    repeats: int = 1,
+    client: Callable[[Server], OpenAIClient],
+    progress: Progress,
+    clock: Callable[[], float] = time.monotonic,
+) -> ProbeOutcome:
+    """Launch one candidate, check it, and say good, bad, skip or unsure."""
+    t0 = clock()
+    timings: dict[str, float] = {}
+
+    def outcome(
+        verdict: Verdict, reason: str, results: tuple[CheckResult, ...] = (), tail: str = ""
+    ) -> ProbeOutcome:
+        timings["total"] = clock() - t0
+        return ProbeOutcome(candidate.commit, verdict, reason, results, dict(timings), tail)
+
+    try:
+        with launcher.launch(candidate, probe_dir) as server:
+            progress.phase(candidate, "starting", 0.0)
+            server.wait_ready()
+            timings["ready"] = clock() - t0
+            progress.phase(candidate, "checking", timings["ready"])
+            runs: list[tuple[Verdict, str]] = []
+            results: tuple[CheckResult, ...] = ()
+            t_checks = clock()
+            try:
+                with client(server) as api:
+                    for _ in range(repeats):
+                        results = tuple(check.run(api) for check in checks)
+                        runs.append(judge(results))
+            except EndpointError as exc:
+                try:  # a dropped connection is often the server dying: give it a moment
+                    server.check_alive(wait=CRASH_WAIT_S)
+                except LaunchError as died:
+                    return outcome(
+                        Verdict.SKIP, f"crashed during checks: {died}", (), died.log_tail
+                    )
+                return outcome(Verdict.SKIP, f"checks could not run: {exc}", (), server.log_tail())
+            timings["checks"] = clock() - t_checks
+            verdict, reason = combine_repeats(runs)
+            return outcome(verdict, reason, results)
+    except LaunchError as exc:
+        return outcome(Verdict.SKIP, str(exc), (), exc.log_tail)
+
+
+@dataclass
+class RunResult:
+    """What `run` returns: the answer and the documents it wrote."""
+
+    answer: Answer
+    result: dict[str, Any]
+    out_dir: Path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def write_outputs(out_dir: Path, result: dict[str, Any]) -> None:
+    """result.json and report.md, each replaced atomically."""
+    _write_atomic(out_dir / "result.json", json.dumps(result, indent=2) + "\n")
+    _write_atomic(out_dir / "report.md", render_markdown(result))
+
+
+@dataclass(frozen=True)
+class JournalState:
+    """What a journal says about a run so far."""
+
+    digest: str
+    plan: Plan
+    probes: tuple[ProbeOutcome, ...]
+
+
+def read_state(out_dir: Path) -> JournalState | None:
+    """The state recorded in DIR's journal; None when DIR holds none."""
+    events = read_events(out_dir / FILENAME)
+    if not events:
+        return None
+    head = events[0]
+    if head.get("event") != "run" or head.get("version") != JOURNAL_VERSION:
+        raise JournalError(
+            f"{out_dir / FILENAME}: not an llm-bisect journal (version {JOURNAL_VERSION})"
+        )
+    probes = tuple(ProbeOutcome.from_json(e["outcome"]) for e in events if e["event"] == "probe")
+    return JournalState(
+        digest=head["digest"],
+        plan=_plan_from_json(head["plan"]),
+        probes=probes,
+    )
+
+
+def result_of(state: JournalState) -> tuple[Answer | Candidate, dict[str, Any] | None]:
+    """The search's next step for a journal state, and result.json once it has an answer."""
+    verdicts = {p.commit: p.verdict for p in state.probes}
+    step = plan_step(state.plan, verdicts)
+    if isinstance(step, Answer):
+        return step, build_result(state.plan, step, state.probes)
+    return step, None
+
+
+def run(
+    plan: Plan,
+    *,
+    digest: str,
+    out_dir: Path,
+    launcher: Launcher,
+    checks: Sequence[Check],
+    client: Callable[[Server], OpenAIClient],
+    repeats: int = 1,
+    progress: Progress | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> RunResult:
+    """Bisect `plan` to an answer, resuming from DIR's journal when there is one."""
+    progress = progress or SilentProgress()
+    state = read_state(out_dir)
+    if state is not None and (state.digest != digest or state.plan != plan):
+        raise JournalError(
+            f"{out_dir}: holds a run of another config or range; "
+            "resume it with the same config, or pick a new --out"
+        )
+    with Journal(out_dir / FILENAME) as journal:
+        if state is None:
+            journal.append(
+                "run",
+                version=JOURNAL_VERSION,
+                digest=digest,
+                plan=_plan_json(plan),
+                good=plan.good.commit,
+                bad=plan.bad.commit,
+                time=time.time(),
+            )
+            state = JournalState(digest, plan, ())
+        progress.planned(plan, len(state.probes))
+        probes = list(state.probes)
+        while True:
+            step, result = result_of(JournalState(digest, plan, tuple(probes)))
+            if isinstance(step, Answer):
+                break
+            journal.append("probe-start", commit=step.commit, time=time.time())
+            outcome = probe(
+                step,
+                launcher=launcher,
+                checks=checks,
+                probe_dir=out_dir / "probes" / step.short,
+                repeats=repeats,
+                client=client,
+                progress=progress,
+                clock=clock,
+            )
+            journal.append("probe", outcome=outcome.to_json(), time=time.time())
+            probes.append(outcome)
+            progress.finished(step, outcome)
+        assert result is not None
+        journal.append("done", status=step.status.value, time=time.time())
+    write_outputs(out_dir, result)
+    return RunResult(step, result, out_dir)

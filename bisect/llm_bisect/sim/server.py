@@ -1,0 +1,253 @@
+"""The simulated engine: an OpenAI-compatible HTTP server on the standard library.
+
+It plays one build of a serving engine. What the build does wrong is read
+from the commit it serves: `git show COMMIT:sim-engine.json` in the repo,
+e.g. `{"fault": "degenerate-reasoning"}`. So a temporary git history with a
+fault introduced by one commit is a real bisection problem.
+
+Faults (FAULTS): output faults keep /health green, as in the real reports;
+`crash-on-start`, `never-ready` and `crash-on-request` make a build untestable;
+`bad-warmup` is broken for its first requests only (checks disagree across repeats).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+FAULTS = (
+    "none",
+    "degenerate-reasoning",
+    "degenerate-content",
+    "null-content",
+    "garbled-math",
+    "crash-on-start",
+    "never-ready",
+    "crash-on-request",
+    "bad-warmup",
+)
+WARMUP_REQUESTS = 4
+"""`bad-warmup` answers its first this-many chat requests with degenerate content."""
+ENGINE_FILE = "sim-engine.json"
+MODEL = "sim/tiny-chat"
+
+_DEGENERATE = (
+    "G now now now now now now now now now now now now now [ how are now } [ are now now "
+    "now now now now now now now now now now now now now now now now now now now now now"
+)
+_ARITH = re.compile(r"(-?\d+)\s*([-+*x\u00d7])\s*(-?\d+)")
+
+
+def _arith(prompt: str) -> tuple[str, str] | None:
+    """(expression, value) of the first `A op B` in a prompt."""
+    m = _ARITH.search(prompt)
+    if not m:
+        return None
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    value = a + b if op == "+" else a - b if op == "-" else a * b
+    return m.group(0), str(value)
+
+
+def answer(prompt: str) -> tuple[str, str]:
+    """The healthy build's (content, reasoning) for a prompt. Deterministic."""
+    text = prompt.strip().lower()
+    arith = _arith(prompt)
+    if arith is not None:
+        expression, value = arith
+        return value, f"The question asks for {expression}. That is {value}."
+    if text.startswith(("hello", "hi ", "hey")):
+        return (
+            "I'm doing well, thank you for asking! How can I help you today?",
+            "The user greets me and asks how I am. I should reply warmly and offer help.",
+        )
+    words = [w for w in re.findall(r"[a-z]+", text) if len(w) > 3][:4]
+    topic = " ".join(words) or "this"
+    return (
+        f"Here is a short answer about {topic}. It depends on a few simple ideas, "
+        "which I explain in plain words, one step at a time, with an example at the end.",
+        f"The user wants to know about {topic}. I will keep it short and clear.",
+    )
+
+
+def respond(prompt: str, fault: str) -> tuple[str | None, str]:
+    """(content, reasoning) of this build, fault applied."""
+    content, reasoning = answer(prompt)
+    if fault == "degenerate-reasoning":
+        return content[:12], _DEGENERATE
+    if fault == "degenerate-content":
+        return _DEGENERATE, reasoning
+    if fault == "null-content":
+        return None, f"{reasoning} {content}"
+    if fault == "garbled-math" and _arith(prompt) is not None:
+        return " What is2 +", reasoning
+    return content, reasoning
+
+
+def _truncate(text: str | None, max_tokens: int) -> str | None:
+    if text is None:
+        return None
+    words = text.split(" ")
+    return " ".join(words[:max_tokens])
+
+
+class Engine:
+    """What one build is: its commit, fault and reasoning field name."""
+
+    def __init__(self, commit: str, fault: str, reasoning_field: str) -> None:
+        self.commit = commit
+        self.fault = fault
+        self.reasoning_field = reasoning_field
+        self.ready = fault != "never-ready"
+        self.requests = 0
+        self._lock = threading.Lock()
+
+    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
+        messages = body.get("messages") or [{}]
+        prompt = str(messages[-1].get("content", ""))
+        max_tokens = int(body.get("max_tokens") or 256)
+        with self._lock:
+            self.requests += 1
+            warming = self.requests <= WARMUP_REQUESTS
+        fault = "degenerate-content" if self.fault == "bad-warmup" and warming else self.fault
+        content, reasoning = respond(prompt, fault)
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": _truncate(content, max_tokens),
+            self.reasoning_field: _truncate(reasoning, max_tokens),
+        }
+        return {
+            "id": f"chatcmpl-{self.commit[:8]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", MODEL),
+            "system_fingerprint": f"sim-0.1.0-{self.commit[:12]}",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": 0},
+        }
+
+
+def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            # Headers and body go out in two writes; without this, Nagle's
+            # algorithm and delayed ACKs add ~40 ms to every response.
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            sys.stderr.write(
+                f"sim: {self.command} {self.path} {args[1] if len(args) > 1 else ''}\n"
+            )
+
+        def _send(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._send(200 if engine.ready else 503, {})
+            elif self.path == "/v1/models":
+                data = [{"id": MODEL, "object": "model"}] if engine.ready else []
+                self._send(200, {"object": "list", "data": data})
+            elif self.path == "/version":
+                self._send(200, {"version": f"0.1.0+g{engine.commit[:12]}"})
+            else:
+                self._send(404, {"error": "not found"})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+            except json.JSONDecodeError:
+                self._send(400, {"error": "invalid JSON"})
+                return
+            if self.path != "/v1/chat/completions":
+                self._send(404, {"error": "not found"})
+                return
+            if engine.fault == "crash-on-request":
+                sys.stderr.write("sim: illegal memory access (simulated), aborting\n")
+                sys.stderr.flush()
+                os._exit(134)
+            self._send(200, engine.chat(body))
+
+    return Handler
+
+
+def serve(engine: Engine, port: int) -> ThreadingHTTPServer:
+    """An HTTP server for one engine on 127.0.0.1 (port 0: any free port); not yet serving."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(engine))
+    server.daemon_threads = True
+    return server
+
+
+def engine_settings(repo: Path, commit: str) -> dict[str, Any]:
+    """The sim-engine.json of a commit; {} when the commit has none."""
+    result = subprocess.run(
+        ["git", "-C", str(repo), "show", f"{commit}:{ENGINE_FILE}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        return {}
+    settings = json.loads(result.stdout or "{}")
+    return settings if isinstance(settings, dict) else {}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llm_bisect.sim", description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--commit", required=True)
+    parser.add_argument("--repo", type=Path, help="read the fault from COMMIT:sim-engine.json")
+    parser.add_argument("--fault", choices=FAULTS, help="override the commit's fault")
+    parser.add_argument("--startup-delay", type=float, help="seconds before listening")
+    parser.add_argument("--launch-log", type=Path, help="append the commit here on start")
+    args = parser.parse_args(argv)
+
+    settings = engine_settings(args.repo, args.commit) if args.repo else {}
+    fault = args.fault or str(settings.get("fault", "none"))
+    delay = (
+        args.startup_delay
+        if args.startup_delay is not None
+        else float(settings.get("startup_delay", 0.0))
+    )
+    if args.launch_log:
+        with args.launch_log.open("a") as f:
+            f.write(args.commit + "\n")
+    print(f"sim: serving {args.commit[:12]} (fault: {fault}) on port {args.port}", flush=True)
+    for name in settings.get("print_env", []):  # a server that logs its environment
+        print(f"sim: {name}={os.environ.get(name, '')}", flush=True)
+    time.sleep(delay)
+    if fault == "crash-on-start":
+        print("sim: RuntimeError: CUDA error: no kernel image is available (simulated)", flush=True)
+        return 3
+    engine = Engine(args.commit, fault, str(settings.get("reasoning_field", "reasoning")))
+    server = serve(engine, args.port)
+    print(f"sim: listening at {time.time():.6f}", flush=True)
+    try:
+        server.serve_forever(poll_interval=0.1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,62 @@
+"""A local git clone as a source of candidates (GitPython)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import git
+
+from ..errors import ConfigError
+from ..model import Candidate
+
+_FORMAT = "%H%x1f%s%x1f%an <%ae>%x1f%aI"
+
+
+def _parse(line: str) -> Candidate:
+    sha, subject, author, date = line.split("\x1f")
+    return Candidate(commit=sha, subject=subject, author=author, date=date)
+
+
+class GitSource:
+    """Candidates from a local clone, in topological order."""
+
+    def __init__(self, path: Path, key: str = "candidates.repo") -> None:
+        try:
+            self._repo = git.Repo(path)
+        except (git.NoSuchPathError, git.InvalidGitRepositoryError) as exc:
+            raise ConfigError(f"{key}: not a git repository '{path}'") from exc
+        self.path = path
+
+    def _log(self, *args: str) -> list[Candidate]:
+        out: str = self._repo.git.log(f"--format={_FORMAT}", *args)
+        return [_parse(line) for line in out.splitlines() if line]
+
+    def resolve(self, ref: str, key: str) -> Candidate:
+        if not ref or ref.startswith("-"):
+            raise ConfigError(f"{key}: no such ref {ref!r}")
+        try:
+            sha: str = self._repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
+        except git.GitCommandError as exc:
+            raise ConfigError(f"{key}: no such ref {ref!r}") from exc
+        return self._log("-1", sha)[0]
+
+    def is_ancestor(self, older: str, newer: str) -> bool:
+        try:
+            self._repo.git.merge_base("--is-ancestor", older, newer)
+        except git.GitCommandError as exc:
+            if exc.status == 1:
+                return False
+            raise ConfigError(
+                f"candidates.repo: git merge-base failed: {exc.stderr.strip()}"
+            ) from exc
+        return True
+
+    def merge_base(self, a: str, b: str) -> Candidate:
+        try:
+            sha: str = self._repo.git.merge_base(a, b)
+        except git.GitCommandError as exc:
+            raise ConfigError(f"candidates: {a[:12]} and {b[:12]} share no history") from exc
+        return self._log("-1", sha.strip())[0]
+
+    def between(self, old: str, new: str) -> list[Candidate]:
+        return self._log("--topo-order", "--reverse", f"{old}..{new}")

@@ -1,0 +1,137 @@
+"""The search, exhaustively: every culprit position, random skip sets, both modes."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llm_bisect.model import Candidate, Verdict
+from llm_bisect.search import Mode, Outcome, Plan, Status, max_probes, next_step, plan_step
+
+
+def drive(
+    n: int, oracle: dict[int, Verdict], mode: Mode = Mode.REGRESSION
+) -> tuple[Outcome, list[int]]:
+    verdicts: dict[int, Verdict] = {}
+    order: list[int] = []
+    while True:
+        step = next_step(n, verdicts, mode)
+        if isinstance(step, Outcome):
+            return step, order
+        assert step not in verdicts, "a candidate was probed twice"
+        order.append(step)
+        verdicts[step] = oracle[step]
+
+
+def world(n: int, culprit: int, skips: frozenset[int], mode: Mode) -> dict[int, Verdict]:
+    return {
+        i: Verdict.SKIP if i in skips else (mode.new_state if i >= culprit else mode.old_state)
+        for i in range(n)
+    }
+
+
+@given(st.data())
+@settings(max_examples=400)
+def test_finds_every_culprit_within_the_probe_bound(data: st.DataObject) -> None:
+    n = data.draw(st.integers(2, 200))
+    culprit = data.draw(st.integers(1, n - 1))
+    mode = data.draw(st.sampled_from(Mode))
+    outcome, order = drive(n, world(n, culprit, frozenset(), mode), mode)
+    assert outcome.status is Status.FOUND
+    assert outcome.culprit == culprit
+    assert outcome.range == (culprit - 1, culprit)
+    assert len(order) <= math.ceil(math.log2(n)) + 2
+    assert len(order) <= max_probes(n)
+    assert order[:2] == [0, n - 1], "the ends are verified first"
+
+
+@given(st.data())
+@settings(max_examples=400)
+def test_skips_never_give_a_wrong_culprit(data: st.DataObject) -> None:
+    n = data.draw(st.integers(3, 200))
+    culprit = data.draw(st.integers(1, n - 1))
+    skips = frozenset(data.draw(st.sets(st.integers(1, n - 2), max_size=n)))
+    skips -= {culprit} if data.draw(st.booleans()) else set()
+    mode = data.draw(st.sampled_from(Mode))
+    outcome, _order = drive(n, world(n, culprit, skips, mode), mode)
+    if outcome.status is Status.FOUND:
+        assert outcome.culprit == culprit
+        assert culprit not in skips and culprit - 1 not in skips
+    else:
+        assert outcome.status is Status.AMBIGUOUS
+        last_old, *maybe = outcome.range
+        assert culprit in maybe
+        assert last_old < culprit and last_old not in skips
+        assert all(i in skips for i in maybe[:-1]), "only skipped candidates widen the range"
+        assert maybe[-1] not in skips
+        assert maybe == list(range(last_old + 1, maybe[-1] + 1))
+
+
+def test_ambiguous_when_a_skip_borders_the_culprit() -> None:
+    outcome, _ = drive(10, world(10, 5, frozenset({4}), Mode.REGRESSION))
+    assert outcome.status is Status.AMBIGUOUS
+    assert outcome.range == (3, 4, 5)
+
+
+def test_a_skipped_midpoint_is_stepped_around() -> None:
+    outcome, order = drive(9, world(9, 7, frozenset({4}), Mode.REGRESSION))
+    assert outcome.status is Status.FOUND and outcome.culprit == 7
+    assert order[2] == 4 and order[3] in (3, 5)
+
+
+@pytest.mark.parametrize(
+    ("ends", "status", "words"),
+    [
+        ((Verdict.BAD, Verdict.BAD), Status.ERROR, "good end is already bad"),
+        ((Verdict.GOOD, Verdict.GOOD), Status.NO_REGRESSION, "no change"),
+        ((Verdict.SKIP, Verdict.BAD), Status.ERROR, "could not be tested"),
+        ((Verdict.GOOD, Verdict.UNSURE), Status.ERROR, "bad end could not be tested"),
+    ],
+)
+def test_ends_are_verified(ends: tuple[Verdict, Verdict], status: Status, words: str) -> None:
+    outcome, order = drive(20, {0: ends[0], 19: ends[1]})
+    assert outcome.status is status
+    assert words in outcome.message
+    assert len(order) <= 2
+
+
+def test_find_fix_names_the_first_good_commit() -> None:
+    outcome, _ = drive(30, world(30, 12, frozenset(), Mode.FIX), Mode.FIX)
+    assert outcome.culprit == 12
+    oracle = world(30, 12, frozenset(), Mode.FIX)
+    assert oracle[11] is Verdict.BAD and oracle[12] is Verdict.GOOD
+
+
+def _c(i: int) -> Candidate:
+    return Candidate(f"{i:040x}", subject=f"commit {i}")
+
+
+def test_a_branch_whose_merge_base_is_bad_points_at_the_fix_range() -> None:
+    anchor, base = _c(100), _c(0)
+    plan = Plan(Mode.REGRESSION, (base, _c(1), _c(2)), anchor=anchor)
+    assert plan_step(plan, {}) == anchor
+    assert plan_step(plan, {anchor.commit: Verdict.GOOD}) == base
+    answer = plan_step(plan, {anchor.commit: Verdict.GOOD, base.commit: Verdict.BAD})
+    assert not isinstance(answer, Candidate)
+    assert answer.status is Status.NO_REGRESSION
+    assert answer.fix_range == (base.commit, anchor.commit)
+    assert "predates the branch point" in answer.message
+    assert plan.good == anchor and plan.bad == plan.sequence[-1]
+
+
+def test_a_branch_whose_merge_base_is_good_bisects_the_bad_side() -> None:
+    anchor, seq = _c(100), tuple(_c(i) for i in range(8))
+    plan = Plan(Mode.REGRESSION, seq, anchor=anchor)
+    verdicts = {anchor.commit: Verdict.GOOD}
+    culprit = 5
+    while True:
+        step = plan_step(plan, verdicts)
+        if not isinstance(step, Candidate):
+            break
+        i = int(step.commit, 16)
+        verdicts[step.commit] = Verdict.BAD if 0 < i < 100 and i >= culprit else Verdict.GOOD
+    assert step.status is Status.FOUND and step.culprit == seq[culprit]
+    assert plan.max_probes() == 1 + max_probes(8)
