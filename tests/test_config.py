@@ -55,7 +55,7 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
         ),
         (
             {"server": {"command": ["x"], "launcher": "slurm"}},
-            "server.launcher: Input should be 'process', got 'slurm'",
+            "server.launcher: unknown launcher 'slurm' (known: process, docker)",
         ),
         ({"checks": [{"type": "vibes"}]}, "checks.0: unknown check type 'vibes'"),
         ({"checks": [{"prompts": ["hi"]}]}, "checks.0: a check needs a 'type'"),

@@ -25,7 +25,7 @@ def launcher(
     return ProcessLauncher(
         command,
         env=env or {},
-        secrets=list((env or {}).values()),
+        secret_names=list(env or {}),
         cwd=tmp_path,
         ready_timeout=ready_timeout,
     )
@@ -79,7 +79,7 @@ def test_ctrl_c_inside_the_probe_stops_the_server(tmp_path: Path) -> None:
 
 def test_a_missing_program_is_untestable_not_bad(tmp_path: Path) -> None:
     lau = ProcessLauncher(
-        ["/nonexistent/serve", "{port}"], env={}, secrets=[], cwd=tmp_path, ready_timeout=5
+        ["/nonexistent/serve", "{port}"], env={}, secret_names=[], cwd=tmp_path, ready_timeout=5
     )
     with (
         pytest.raises(ServerExited, match="code 127") as err,
@@ -90,8 +90,6 @@ def test_a_missing_program_is_untestable_not_bad(tmp_path: Path) -> None:
 
 
 def test_secrets_never_reach_the_log_tail(tmp_path: Path) -> None:
-    repo_settings = tmp_path / "x"
-    del repo_settings
     lau = ProcessLauncher(
         [
             sys.executable,
@@ -99,7 +97,7 @@ def test_secrets_never_reach_the_log_tail(tmp_path: Path) -> None:
             "import os; print('token is', os.environ['HF_TOKEN']); raise SystemExit(1)",
         ],
         env={"HF_TOKEN": "hf_supersecret123"},
-        secrets=["hf_supersecret123"],
+        secret_names=["HF_TOKEN"],
         cwd=tmp_path,
         ready_timeout=5,
     )
@@ -109,4 +107,4 @@ def test_secrets_never_reach_the_log_tail(tmp_path: Path) -> None:
     ):
         server.wait_ready()
     assert "token is ***" in err.value.log_tail
-    assert "hf_supersecret123" not in err.value.log_tail
+    assert "hf_supersecret123" not in (tmp_path / "probe" / "server.log").read_text()

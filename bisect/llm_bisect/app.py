@@ -6,21 +6,34 @@ everything below takes them as arguments.
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .checks import Check, build_checks
 from .client import OpenAIClient
-from .config import Config, config_digest, expand_env, load_config
+from .config import (
+    Config,
+    DockerServerConfig,
+    ProcessServerConfig,
+    config_digest,
+    expand_env,
+    expand_value,
+    load_config,
+    secret_names,
+)
 from .errors import ConfigError
 from .launchers import Launcher, Server
 from .launchers.process import ProcessLauncher
 from .model import Candidate, ProbeOutcome
+from .registry import parse_image_ref
 from .runner import Progress, RunResult, build_plan, probe, run
 from .search import Mode, Plan
 from .sources.git import GitSource
+from .sources.images import WHERE, commit_of_image, env_map
 
 
 @dataclass(frozen=True)
@@ -30,9 +43,15 @@ class Setup:
     config: Config
     base_dir: Path
     source: GitSource
-    launcher: Launcher
     checks: list[Check]
-    secrets: list[str]
+    env: dict[str, str]
+    """The config's server.env, expanded."""
+    environ: Mapping[str, str]
+    """The caller's environment (a process server inherits it)."""
+    secret_names: list[str]
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    report: Callable[[str], None] = lambda _: None
 
     def client(self, server: Server) -> OpenAIClient:
         return OpenAIClient(
@@ -41,6 +60,77 @@ class Setup:
             timeout=self.config.server.request_timeout,
         )
 
+    @contextmanager
+    def launcher(self, run_id: str) -> Iterator[Launcher]:
+        """The config's launcher, closed (background pulls ended) on the way out."""
+        server = self.config.server
+        made: Launcher
+        if isinstance(server, DockerServerConfig):
+            from .launchers.docker import DockerLauncher
+
+            made = DockerLauncher(
+                server,
+                env=self.env,
+                secret_names=self.secret_names,
+                base_dir=self.base_dir,
+                run_id=run_id,
+                report=self.report,
+                clock=self.clock,
+                sleep=self.sleep,
+            )
+        else:
+            cwd = self.base_dir / server.cwd if server.cwd else self.base_dir
+            made = ProcessLauncher(
+                server.command,
+                env=self.env,
+                base_env=self.environ,
+                secret_names=self.secret_names,
+                cwd=cwd,
+                ready_timeout=server.ready_timeout,
+                clock=self.clock,
+                sleep=self.sleep,
+            )
+        try:
+            yield made
+        finally:
+            made.close()
+
+    def resolve(self, ref: str, key: str) -> Candidate:
+        """A git ref, or (docker launcher) an image reference whose metadata names a commit."""
+        try:
+            return self.source.resolve(ref, key)
+        except ConfigError:
+            if not isinstance(self.config.server, DockerServerConfig):
+                raise
+        return resolve_image_end(self, ref, key)
+
+
+def resolve_image_end(s: Setup, ref: str, key: str) -> Candidate:
+    """The candidate an image names: its commit from labels, env, tag or version."""
+    from .launchers.docker import DockerLauncher
+
+    assert isinstance(s.config.server, DockerServerConfig)
+    with s.launcher("resolve") as launcher:
+        assert isinstance(launcher, DockerLauncher)
+        labels, env = launcher.image_metadata(ref)
+    if labels is None:
+        raise ConfigError(f"{key}: no such ref or image {ref!r}")
+    try:
+        tag = parse_image_ref(ref).tag
+    except ValueError:
+        tag = None
+    found = commit_of_image(tag, labels, env_map(env))
+    if found is None:
+        raise ConfigError(f"{key}: image {ref!r} names no commit (looked at {WHERE})")
+    commit, where = found
+    try:
+        candidate = s.source.resolve(commit, key)
+    except ConfigError:
+        raise ConfigError(
+            f"{key}: image {ref!r} is commit {commit} ({where}), not in candidates.repo"
+        ) from None
+    return replace(candidate, artifact=ref)
+
 
 def setup(
     config_path: Path,
@@ -48,27 +138,36 @@ def setup(
     *,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    report: Callable[[str], None] = lambda _: None,
 ) -> Setup:
-    """Load and validate a config, open its repository, build launcher and checks."""
+    """Load and validate a config and open its repository; nothing is started."""
     config = load_config(config_path)
     base_dir = config_path.resolve().parent
     source = GitSource(base_dir / config.candidates.repo)
     env = expand_env(config.server.env, environ)
-    cwd = base_dir / config.server.cwd if config.server.cwd else base_dir
-    if not cwd.is_dir():
-        raise ConfigError(f"server.cwd: not a folder '{config.server.cwd}'")
-    launcher = ProcessLauncher(
-        config.server.command,
-        env=env,
-        secrets=list(env.values()),
-        cwd=cwd,
-        ready_timeout=config.server.ready_timeout,
-        base_env=environ,
-        clock=clock,
-        sleep=sleep,
-    )
+    server = config.server
+    if isinstance(server, DockerServerConfig) and server.registry.password:
+        password = expand_value(server.registry.password, environ, "server.registry.password")
+        registry = server.registry.model_copy(update={"password": password})
+        server = server.model_copy(update={"registry": registry})
+        config = config.model_copy(update={"server": server})
+    if (
+        isinstance(server, ProcessServerConfig)
+        and server.cwd
+        and not (base_dir / server.cwd).is_dir()
+    ):
+        raise ConfigError(f"server.cwd: not a folder '{server.cwd}'")
     return Setup(
-        config, base_dir, source, launcher, build_checks(config.checks), list(env.values())
+        config,
+        base_dir,
+        source,
+        build_checks(config.checks),
+        env,
+        environ,
+        secret_names(config.server.env),
+        clock,
+        sleep,
+        report,
     )
 
 
@@ -85,7 +184,15 @@ def with_ends(config: Config, good: str | None, bad: str | None) -> Config:
 def plan_of(s: Setup, good: str | None, bad: str | None, find_fix: bool) -> tuple[Config, Plan]:
     config = with_ends(s.config, good, bad)
     mode = Mode.FIX if find_fix else Mode.REGRESSION
-    return config, build_plan(s.source, config.candidates.good, config.candidates.bad, mode)
+    plan = build_plan(
+        s.source, config.candidates.good, config.candidates.bad, mode, resolve=s.resolve
+    )
+    return config, plan
+
+
+def run_id_of(out_dir: Path, digest: str) -> str:
+    """Stable for one output folder and config, so a resumed run finds its orphans."""
+    return hashlib.sha256(f"{out_dir.resolve()}\0{digest}".encode()).hexdigest()[:12]
 
 
 def run_bisect(
@@ -99,31 +206,34 @@ def run_bisect(
 ) -> RunResult:
     config, plan = plan_of(s, good, bad, find_fix)
     digest = config_digest(config) + (":fix" if find_fix else "")
-    return run(
-        plan,
-        digest=digest,
-        out_dir=out_dir,
-        launcher=s.launcher,
-        checks=s.checks,
-        client=s.client,
-        repeats=config.probe.repeats,
-        progress=progress,
-    )
+    with s.launcher(run_id_of(out_dir, digest)) as launcher:
+        return run(
+            plan,
+            digest=digest,
+            out_dir=out_dir,
+            launcher=launcher,
+            checks=s.checks,
+            client=s.client,
+            repeats=config.probe.repeats,
+            progress=progress,
+        )
 
 
 def check_one(
     s: Setup, ref: str, out_dir: Path, progress: Progress
 ) -> tuple[Candidate, ProbeOutcome]:
     """Probe one candidate (the `check` command)."""
-    candidate = s.source.resolve(ref, "--candidate")
-    outcome = probe(
-        candidate,
-        launcher=s.launcher,
-        checks=s.checks,
-        probe_dir=out_dir / "probes" / candidate.short,
-        repeats=s.config.probe.repeats,
-        client=s.client,
-        progress=progress,
-    )
+    candidate = s.resolve(ref, "--candidate")
+    with s.launcher(run_id_of(out_dir, "check")) as launcher:
+        launcher.reap()
+        outcome = probe(
+            candidate,
+            launcher=launcher,
+            checks=s.checks,
+            probe_dir=out_dir / "probes" / candidate.short,
+            repeats=s.config.probe.repeats,
+            client=s.client,
+            progress=progress,
+        )
     progress.finished(candidate, outcome)
     return candidate, outcome

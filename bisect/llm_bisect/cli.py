@@ -16,6 +16,7 @@ import typer
 
 from . import __version__, app
 from .errors import ConfigError, JournalError, LlmBisectError
+from .launchers import Artifact
 from .model import Candidate, ProbeOutcome, Verdict
 from .runner import read_state, result_of, write_outputs
 from .search import Answer, Plan, Status
@@ -92,6 +93,11 @@ class TerminalProgress:
         self.clock = clock
         self.step = 0
         self.total = 0
+        self.current = ""
+
+    def note(self, text: str) -> None:
+        """A line from a launcher (pull progress)."""
+        _say(f"    {text}")
 
     def planned(self, plan: Plan, finished: int) -> None:
         self.step = finished
@@ -102,14 +108,20 @@ class TerminalProgress:
             f"({plan.mode.value}){resumed}"
         )
 
-    def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None:
-        if phase == "starting":
+    def _count(self, candidate: Candidate) -> None:
+        if candidate.commit != self.current:
+            self.current = candidate.commit
             self.step += 1
+
+    def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None:
+        self._count(candidate)
         _say(
             f"[{self.step}] {candidate.short} {phase:<9} {elapsed:6.1f}s  {candidate.subject[:60]}"
         )
 
     def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None:
+        self._count(candidate)
+        self.current = ""
         total = outcome.timings.get("total", 0.0)
         _say(
             f"[{self.step}] {candidate.short} {outcome.verdict.value.upper():<9} {total:6.1f}s  "
@@ -128,6 +140,16 @@ FixOpt = Annotated[
         help="Look for the fix: good names the newer build that works, bad the older broken one.",
     ),
 ]
+
+
+def _artifact_cell(art: Artifact) -> str:
+    if art.available is None:
+        return "unknown "
+    if not art.available:
+        return "MISSING "
+    if art.local:
+        return "local   "
+    return f"{art.size / 1e9:5.1f} GB"
 
 
 def _print_answer(answer: Answer, out_dir: Path) -> None:
@@ -153,10 +175,9 @@ def run_cmd(
     """Bisect the config's range to the first bad commit (resumes from --out's journal)."""
 
     def body() -> int:
-        s = app.setup(config, os.environ)
-        done = app.run_bisect(
-            s, out, good=good, bad=bad, find_fix=find_fix, progress=TerminalProgress()
-        )
+        progress = TerminalProgress()
+        s = app.setup(config, os.environ, report=progress.note)
+        done = app.run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
         _print_answer(done.answer, out)
         return STATUS_EXIT[done.answer.status]
 
@@ -175,9 +196,10 @@ def check_cmd(
     """Probe one candidate: exit 0 good, 1 bad, 125 skip (a `git bisect run` script)."""
 
     def body() -> int:
-        s = app.setup(config, os.environ)
+        progress = TerminalProgress()
+        s = app.setup(config, os.environ, report=progress.note)
         out_dir = out or Path(tempfile.mkdtemp(prefix="llm-bisect-check-"))
-        cand, outcome = app.check_one(s, candidate, out_dir, TerminalProgress())
+        cand, outcome = app.check_one(s, candidate, out_dir, progress)
         print(f"{outcome.verdict.value}: {cand.commit} {outcome.reason}")
         print(f"server log: {out_dir / 'probes' / cand.short / 'server.log'}")
         return CHECK_EXIT[outcome.verdict]
@@ -199,10 +221,14 @@ def candidates_cmd(
         print(f"bad:  {plan.bad.commit} {plan.bad.subject}")
         if plan.anchor is not None:
             print(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
-        for i, c in enumerate(plan.candidates):
-            print(f"{i:4d}  {c.short}  {c.date[:10]}  {c.subject}")
+        missing = 0
+        with s.launcher("candidates") as launcher:
+            for i, c in enumerate(plan.candidates):
+                art = launcher.artifact(c)
+                missing += art.available is False
+                print(f"{i:4d}  {c.short}  {c.date[:10]}  {_artifact_cell(art)}  {c.subject}")
         n, most = len(plan.candidates), plan.max_probes()
-        print(f"{n} candidates; at most {most} probes if none is skipped")
+        print(f"{n} candidates, {n - missing} with an artifact; at most {most} probes if none skip")
         return 0
 
     raise typer.Exit(guarded(body))
@@ -245,7 +271,8 @@ def demo_cmd(
         out_dir = out or work / "out"
         _say(f"demo: a {demo.N_COMMITS}-commit history in {repo_dir}; config {config}")
         t0 = time.monotonic()
-        done = app.run_bisect(app.setup(config, os.environ), out_dir, progress=TerminalProgress())
+        progress = TerminalProgress()
+        done = app.run_bisect(app.setup(config, os.environ), out_dir, progress=progress)
         _print_answer(done.answer, out_dir)
         probes = len(done.result["probes"])
         _say(f"demo: {probes} probes in {time.monotonic() - t0:.1f}s")

@@ -52,6 +52,8 @@ class OpenAIClient:
     ) -> None:
         self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
         self._model = model
+        self.system_fingerprint: str | None = None
+        """The last `system_fingerprint` a completion carried (vLLM: `vllm-<version>-<commit>`)."""
 
     def __enter__(self) -> OpenAIClient:
         return self
@@ -84,6 +86,15 @@ class OpenAIClient:
             raise EndpointError("GET /v1/models: no 'data' list in the response")
         return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
 
+    def version(self) -> str | None:
+        """What /version says (vLLM serves it); None when the server has no such route."""
+        try:
+            body = self._request("GET", "/version")
+        except EndpointError:
+            return None
+        value = body.get("version") if isinstance(body, dict) else None
+        return str(value) if value is not None else None
+
     @property
     def model(self) -> str:
         if self._model is None:
@@ -111,6 +122,8 @@ class OpenAIClient:
         except (KeyError, IndexError, TypeError) as exc:
             raise EndpointError("POST /v1/chat/completions: no choices[0].message") from exc
         content = message.get("content")
+        if isinstance(body.get("system_fingerprint"), str):
+            self.system_fingerprint = body["system_fingerprint"]
         return ChatReply(
             content=content if isinstance(content, str) else None,
             reasoning=reasoning_of(message),

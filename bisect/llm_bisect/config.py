@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .errors import ConfigError
 
 PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port"})
+IMAGE_PLACEHOLDERS = frozenset({"commit", "short"})
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -38,33 +39,107 @@ class CandidatesConfig(_Strict):
     """A ref that tests bad (in --find-fix mode: the older build that is broken)."""
 
 
-class ServerConfig(_Strict):
-    """How one candidate is started as an OpenAI-compatible server."""
+def _check_placeholders(templates: list[str], key: str, allowed: frozenset[str]) -> None:
+    for i, arg in enumerate(templates):
+        for field in template_fields(arg, f"{key}.{i}"):
+            if field not in allowed:
+                known = ", ".join("{" + p + "}" for p in sorted(allowed))
+                raise ValueError(f"unknown placeholder '{{{field}}}' (known: {known})")
 
-    launcher: Literal["process"] = "process"
-    """How the server is started: `process` (a local command)."""
-    command: list[str] = Field(min_length=1)
-    """argv template; `{commit}`, `{short}`, `{port}` are filled in. Never run through a shell."""
+
+class _ServerBase(_Strict):
     ready_timeout: float = Field(default=600.0, gt=0)
     """Seconds to wait for /health and /v1/models before the build is untestable."""
     request_timeout: float = Field(default=120.0, gt=0)
     """Seconds one request to the server may take."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment; `${VAR}` takes VAR from the caller. Values are never written out."""
-    cwd: str | None = None
-    """Working folder of the server (relative to the config file); default: the config's folder."""
     model: str | None = None
     """Model name for requests; default: the first one /v1/models lists."""
+
+
+class ProcessServerConfig(_ServerBase):
+    """A local command per candidate."""
+
+    launcher: Literal["process"] = "process"
+    command: list[str] = Field(min_length=1)
+    """argv template; `{commit}`, `{short}`, `{port}` are filled in. Never run through a shell."""
+    cwd: str | None = None
+    """Working folder of the server (relative to the config file); default: the config's folder."""
 
     @field_validator("command")
     @classmethod
     def _placeholders(cls, command: list[str]) -> list[str]:
-        for i, arg in enumerate(command):
-            for field in template_fields(arg, f"server.command.{i}"):
-                if field not in PROCESS_PLACEHOLDERS:
-                    allowed = ", ".join("{" + p + "}" for p in sorted(PROCESS_PLACEHOLDERS))
-                    raise ValueError(f"unknown placeholder '{{{field}}}' (known: {allowed})")
+        _check_placeholders(command, "server.command", PROCESS_PLACEHOLDERS)
         return command
+
+
+class UlimitConfig(_Strict):
+    soft: int
+    hard: int
+
+
+class PrefetchConfig(_Strict):
+    """Pulling the images that could be probed next while one probe runs."""
+
+    enabled: bool = True
+    disk_budget_gb: float = Field(default=100.0, ge=0)
+    """Prefetched images may take at most this much disk at a time."""
+
+
+class RegistryConfig(_Strict):
+    """Credentials for the registry's manifest API (Docker Hub works anonymously)."""
+
+    username: str | None = None
+    password: str | None = None
+    """`${VAR}` takes VAR from the caller; never written out."""
+
+
+class DockerServerConfig(_ServerBase):
+    """One container image per candidate, through the Docker engine."""
+
+    launcher: Literal["docker"]
+    image: str
+    """Image template, e.g. `vllm/vllm-openai:nightly-{commit}` (`{commit}`, `{short}`)."""
+    args: list[str] = Field(default_factory=list)
+    """Arguments after the entrypoint (`vllm serve` flags); `{commit}`, `{short}`, `{port}`."""
+    port: int = Field(default=8000, gt=0, lt=65536)
+    """The port the server listens on inside the container."""
+    gpus: Literal["all"] | int | list[str] | None = None
+    """`all`, a count, or device ids: becomes the container's device requests."""
+    ipc: str | None = None
+    """IPC mode, usually `host` for vLLM's shared memory."""
+    shm_size: str | None = None
+    """Size of /dev/shm, e.g. `16g`."""
+    volumes: list[str] = Field(default_factory=list)
+    """`HOST:CONTAINER[:ro]`; relative host paths are relative to the config file."""
+    entrypoint: list[str] | None = None
+    user: str | None = None
+    ulimits: dict[str, int | UlimitConfig] = Field(default_factory=dict)
+    """e.g. `{memlock: -1, stack: 67108864}`."""
+    network_mode: str | None = None
+    """`host` publishes nothing: the server then listens on `{port}`, a free port on the node."""
+    pull: Literal["missing", "always", "never"] = "missing"
+    """When to pull an image: only when not in the engine, always, or never."""
+    stop_timeout: float = Field(default=30.0, ge=0)
+    """Seconds between SIGTERM and SIGKILL when a container is stopped."""
+    prefetch: PrefetchConfig = Field(default_factory=PrefetchConfig)
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
+
+    @field_validator("image")
+    @classmethod
+    def _image_placeholders(cls, image: str) -> str:
+        _check_placeholders([image], "server.image", IMAGE_PLACEHOLDERS)
+        return image
+
+    @field_validator("args")
+    @classmethod
+    def _args_placeholders(cls, args: list[str]) -> list[str]:
+        _check_placeholders(args, "server.args", PROCESS_PLACEHOLDERS)
+        return args
+
+
+ServerConfig = Annotated[ProcessServerConfig | DockerServerConfig, Field(discriminator="launcher")]
 
 
 class CanaryConfig(_Strict):
@@ -149,24 +224,37 @@ def fill(template: str, values: Mapping[str, str]) -> str:
     return template.format_map(dict(values))
 
 
+def expand_value(value: str, environ: Mapping[str, str], key: str) -> str:
+    """Expand `${VAR}` in one value from the caller's environment; `key` names it in errors."""
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name not in environ:
+            raise ConfigError(f"{key}: ${{{name}}} is not set in the environment")
+        return environ[name]
+
+    return _ENV_REF.sub(sub, value)
+
+
 def expand_env(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    """Expand `${VAR}` in env values from the caller's environment."""
-    out: dict[str, str] = {}
-    for key, value in env.items():
+    """Expand `${VAR}` in server.env values from the caller's environment."""
+    return {k: expand_value(v, environ, f"server.env.{k}") for k, v in env.items()}
 
-        def sub(m: re.Match[str], key: str = key) -> str:
-            name = m.group(1)
-            if name not in environ:
-                raise ConfigError(f"server.env.{key}: ${{{name}}} is not set in the environment")
-            return environ[name]
 
-        out[key] = _ENV_REF.sub(sub, value)
-    return out
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|CREDENTIAL", re.I)
+
+
+def secret_names(env: Mapping[str, str]) -> list[str]:
+    """Env entries whose values are secrets: taken from the caller (`${VAR}`) or named like one.
+
+    Literal values such as `VLLM_ATTENTION_BACKEND: FLASHINFER` stay readable in logs.
+    """
+    return sorted(k for k, v in env.items() if _ENV_REF.search(v) or _SECRET_NAME.search(k))
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
     # pydantic puts the discriminator value into the location; users never wrote it.
-    parts = [str(p) for p in loc if p not in ("canary", "expect")]
+    parts = [str(p) for p in loc if p not in ("canary", "expect", "process", "docker")]
     return ".".join(parts)
 
 
@@ -179,7 +267,10 @@ def _one_line(exc: ValidationError) -> str:
     if kind == "missing":
         return f"{loc}: required key is missing"
     if kind == "union_tag_invalid":
-        tag = err.get("ctx", {}).get("tag", err.get("input"))
+        ctx = err.get("ctx", {})
+        tag = ctx.get("tag", err.get("input"))
+        if ctx.get("discriminator") == "'launcher'":
+            return f"{loc}.launcher: unknown launcher {tag!r} (known: process, docker)"
         return f"{loc}: unknown check type {tag!r} (known: canary, expect)"
     if kind == "union_tag_not_found":
         return f"{loc}: a check needs a 'type' (canary, expect)"
@@ -194,6 +285,9 @@ def parse_config(data: Any) -> Config:
     """Validate parsed YAML; raise ConfigError with one line naming the key."""
     if not isinstance(data, dict):
         raise ConfigError("config: expected a mapping at the top level")
+    server = data.get("server")
+    if isinstance(server, dict) and "launcher" not in server:
+        data = {**data, "server": {**server, "launcher": "process"}}
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
@@ -219,5 +313,7 @@ def config_digest(config: Config) -> str:
     """A stable digest of what decides verdicts; env values are left out (secrets)."""
     data = config.model_dump(mode="json")
     data["server"]["env"] = sorted(data["server"]["env"])
+    if "registry" in data["server"]:
+        data["server"]["registry"].pop("password", None)
     blob = json.dumps(data, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()

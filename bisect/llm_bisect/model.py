@@ -37,6 +37,8 @@ class Candidate:
     """Author as `Name <email>`."""
     date: str = ""
     """Author date, ISO 8601."""
+    artifact: str = ""
+    """What runs this commit when it is not the launcher's template: an image named as an end."""
 
     def __post_init__(self) -> None:
         if not _SHA_RE.match(self.commit):
@@ -48,12 +50,15 @@ class Candidate:
         return self.commit[:12]
 
     def to_json(self) -> dict[str, str]:
-        return {
+        data = {
             "commit": self.commit,
             "subject": self.subject,
             "author": self.author,
             "date": self.date,
         }
+        if self.artifact:
+            data["artifact"] = self.artifact
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Candidate:
@@ -62,6 +67,7 @@ class Candidate:
             subject=str(data.get("subject", "")),
             author=str(data.get("author", "")),
             date=str(data.get("date", "")),
+            artifact=str(data.get("artifact", "")),
         )
 
 
@@ -116,6 +122,8 @@ class ProbeOutcome:
     """Seconds spent per phase: `launch`, `ready`, `checks`, `total`."""
     log_tail: str = ""
     """Last lines of the server log, kept when the build was untestable."""
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    """What the build really was: image, server version, packages, kernels (fingerprint.py)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -125,6 +133,7 @@ class ProbeOutcome:
             "checks": [c.to_json() for c in self.checks],
             "timings": self.timings,
             "log_tail": self.log_tail,
+            "fingerprint": self.fingerprint,
         }
 
     @classmethod
@@ -136,4 +145,5 @@ class ProbeOutcome:
             checks=tuple(CheckResult.from_json(c) for c in data.get("checks", [])),
             timings={str(k): float(v) for k, v in data.get("timings", {}).items()},
             log_tail=str(data.get("log_tail", "")),
+            fingerprint=dict(data.get("fingerprint", {})),
         )

@@ -5,10 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import httpx
 from tenacity import (
     RetryCallState,
     Retrying,
     retry_if_exception_type,
+    stop_after_attempt,
     wait_exponential,
 )
 
@@ -45,5 +47,21 @@ def readiness(
         retry=retry_if_exception_type(NotYetReady),
         sleep=sleep,
         after=_log_attempt,
+        reraise=True,
+    )
+
+
+def _log_retry(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome else None
+    log.info("registry: attempt %d failed (%s), retrying", state.attempt_number, error)
+
+
+def transient() -> Retrying:
+    """Network hiccups talking to a registry: retries httpx.TransportError 3 times, backing off."""
+    return Retrying(
+        stop=stop_after_attempt(3),
+        wait=wait_exponential(multiplier=0.5, max=4.0),
+        retry=retry_if_exception_type(httpx.TransportError),
+        before_sleep=_log_retry,
         reraise=True,
     )

@@ -21,12 +21,13 @@ from typing import Any, Protocol
 from .checks import Check
 from .client import OpenAIClient
 from .errors import ConfigError, EndpointError, JournalError, LaunchError
+from .fingerprint import parse_startup_log
 from .journal import FILENAME, Journal, read_events
 from .launchers import Launcher, Server
 from .model import Candidate, CheckResult, ProbeOutcome, Verdict
 from .report.markdown import render_markdown
 from .report.result import build_result
-from .search import Answer, Mode, Plan, plan_step
+from .search import Answer, Mode, Plan, lookahead, plan_step
 from .sources import Source
 from .verdict import combine_repeats, judge
 
@@ -58,10 +59,17 @@ class SilentProgress:
         pass
 
 
-def build_plan(source: Source, good_ref: str, bad_ref: str, mode: Mode) -> Plan:
-    """Resolve the two ends and list the candidates between them."""
-    good = source.resolve(good_ref, "candidates.good")
-    bad = source.resolve(bad_ref, "candidates.bad")
+def build_plan(
+    source: Source,
+    good_ref: str,
+    bad_ref: str,
+    mode: Mode,
+    resolve: Callable[[str, str], Candidate] | None = None,
+) -> Plan:
+    """Resolve the two ends (`resolve`, default the source's) and list the candidates between."""
+    resolve = resolve or source.resolve
+    good = resolve(good_ref, "candidates.good")
+    bad = resolve(bad_ref, "candidates.bad")
     old, new = (good, bad) if mode is Mode.REGRESSION else (bad, good)
     old_key, new_key = (
         ("candidates.good", "candidates.bad")
@@ -70,8 +78,10 @@ def build_plan(source: Source, good_ref: str, bad_ref: str, mode: Mode) -> Plan:
     )
     if old.commit == new.commit:
         raise ConfigError(f"candidates: good and bad are the same commit {good.short}")
+    # The ends keep what resolved them (an image named as an end runs that image).
+    between = [*source.between(old.commit, new.commit)[:-1], new]
     if source.is_ancestor(old.commit, new.commit):
-        return Plan(mode, (old, *source.between(old.commit, new.commit)))
+        return Plan(mode, (old, *between))
     if source.is_ancestor(new.commit, old.commit):
         hint = " (looking for a fix? use --find-fix)" if mode is Mode.REGRESSION else ""
         raise ConfigError(
@@ -79,7 +89,7 @@ def build_plan(source: Source, good_ref: str, bad_ref: str, mode: Mode) -> Plan:
             f"{old_key.split('.')[1]} {old.short}{hint}"
         )
     base = source.merge_base(old.commit, new.commit)
-    return Plan(mode, (base, *source.between(old.commit, new.commit)), anchor=old)
+    return Plan(mode, (base, *between), anchor=old)
 
 
 def _plan_json(plan: Plan) -> dict[str, Any]:
@@ -113,16 +123,27 @@ def probe(
     """Launch one candidate, check it, and say good, bad, skip or unsure."""
     t0 = clock()
     timings: dict[str, float] = {}
+    facts: dict[str, Any] = {}
 
     def outcome(
         verdict: Verdict, reason: str, results: tuple[CheckResult, ...] = (), tail: str = ""
     ) -> ProbeOutcome:
         timings["total"] = clock() - t0
-        return ProbeOutcome(candidate.commit, verdict, reason, results, dict(timings), tail)
+        log = probe_dir / "server.log"
+        kernels = parse_startup_log(log.read_text(errors="replace")) if log.exists() else {}
+        if kernels:
+            facts["kernels"] = kernels
+        return ProbeOutcome(candidate.commit, verdict, reason, results, dict(timings), tail, facts)
 
+    artifact = launcher.artifact(candidate)
+    if artifact.digest or artifact.ref:
+        facts["image"] = {"ref": artifact.ref, "digest": artifact.digest}
+    if artifact.available is False:
+        return outcome(Verdict.SKIP, artifact.reason or f"no artifact: {artifact.ref}")
     try:
+        progress.phase(candidate, "starting", 0.0)
         with launcher.launch(candidate, probe_dir) as server:
-            progress.phase(candidate, "starting", 0.0)
+            timings["launch"] = clock() - t0
             server.wait_ready()
             timings["ready"] = clock() - t0
             progress.phase(candidate, "checking", timings["ready"])
@@ -130,10 +151,15 @@ def probe(
             results: tuple[CheckResult, ...] = ()
             t_checks = clock()
             try:
-                with client(server) as api:
+                with client(server) as api, launcher.quiet():
                     for _ in range(repeats):
                         results = tuple(check.run(api) for check in checks)
                         runs.append(judge(results))
+                    facts["server"] = {
+                        "version": api.version(),
+                        "system_fingerprint": api.system_fingerprint,
+                    }
+                facts.update(server.fingerprint())
             except EndpointError as exc:
                 try:  # a dropped connection is often the server dying: give it a moment
                     server.check_alive(wait=CRASH_WAIT_S)
@@ -242,12 +268,15 @@ def run(
             )
             state = JournalState(digest, plan, ())
         progress.planned(plan, len(state.probes))
+        launcher.reap()
         probes = list(state.probes)
         while True:
             step, result = result_of(JournalState(digest, plan, tuple(probes)))
             if isinstance(step, Answer):
                 break
             journal.append("probe-start", commit=step.commit, time=time.time())
+            verdicts = {p.commit: p.verdict for p in probes}
+            launcher.prefetch(lookahead(plan, verdicts, step))
             outcome = probe(
                 step,
                 launcher=launcher,

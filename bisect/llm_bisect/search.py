@@ -224,3 +224,13 @@ def plan_step(plan: Plan, verdicts: Mapping[str, Verdict]) -> Candidate | Answer
         tuple(seq[i].commit for i in step.range),
         step.message,
     )
+
+
+def lookahead(plan: Plan, verdicts: Mapping[str, Verdict], current: Candidate) -> list[Candidate]:
+    """The candidates probed right after `current`, for each verdict it may get (for prefetch)."""
+    found: list[Candidate] = []
+    for verdict in (plan.mode.new_state, plan.mode.old_state, Verdict.SKIP):
+        step = plan_step(plan, {**verdicts, current.commit: verdict})
+        if isinstance(step, Candidate) and step not in found:
+            found.append(step)
+    return found

@@ -2,11 +2,31 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..model import Candidate
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """Whether what a candidate needs exists, checked before anything is pulled or started."""
+
+    ref: str
+    """What runs the candidate: an image reference, or the command."""
+    available: bool | None
+    """True: it exists; False: it does not (the probe is `skip`); None: could not tell."""
+    local: bool = False
+    """True when it is already on this node (an image in the engine, a command)."""
+    digest: str = ""
+    """`sha256:...` of the manifest (registry) or the image id (engine)."""
+    size: int = 0
+    """Bytes a pull downloads at most (registry) or the image's size (engine)."""
+    reason: str = ""
+    """Why it is not available, for the probe's `skip` reason."""
 
 
 class Server(Protocol):
@@ -36,8 +56,32 @@ class Server(Protocol):
         """The last lines of the server's output, secrets removed."""
         ...
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What the launcher knows of the build (image digest, labels, packages)."""
+        ...
+
 
 class Launcher(Protocol):
     """Makes a Server for a candidate; its output goes to `probe_dir`."""
 
+    def artifact(self, candidate: Candidate) -> Artifact:
+        """Whether the candidate can be started at all, without starting it."""
+        ...
+
     def launch(self, candidate: Candidate, probe_dir: Path) -> Server: ...
+
+    def prefetch(self, candidates: list[Candidate]) -> None:
+        """Prepare candidates that may come next, in the background (may do nothing)."""
+        ...
+
+    def quiet(self) -> AbstractContextManager[None]:
+        """Inside, background work must not slow the running probe's checks."""
+        ...
+
+    def reap(self) -> int:
+        """Remove what an earlier, killed run of this run id left behind; how many."""
+        ...
+
+    def close(self) -> None:
+        """End background work."""
+        ...

@@ -10,8 +10,11 @@ and every process the server forks. It ends the group when
 - the server exits (stray workers are not left behind).
 Then it exits with the server's code (128+N for a signal N).
 
-Run as a file with `python -I guard.py GRACE -- ARGV...`; stdlib only, so it
-starts fast and needs nothing installed.
+The server's output passes through the guard, which masks the values of
+the environment variables named with --redact (secrets never reach a log).
+
+Run as a file with `python -I guard.py GRACE [--redact NAME,...] -- ARGV...`;
+stdlib only, so it starts fast and needs nothing installed.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import threading
 import types
+from typing import IO
 
 
 def _end_group(child: subprocess.Popen[bytes], grace: float) -> None:
@@ -36,11 +40,29 @@ def _end_group(child: subprocess.Popen[bytes], grace: float) -> None:
     os.killpg(0, signal.SIGKILL)
 
 
+def _copy_output(source: IO[bytes], secrets: list[bytes]) -> None:
+    out = sys.stdout.buffer
+    for line in source:
+        for secret in secrets:
+            line = line.replace(secret, b"***")
+        out.write(line)
+        out.flush()
+
+
 def main(argv: list[str]) -> int:
+    names: list[str] = []
+    if len(argv) > 2 and argv[1] == "--redact":
+        names = [n for n in argv[2].split(",") if n]
+        argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: guard.py GRACE -- ARGV...", file=sys.stderr)
+        print("usage: guard.py GRACE [--redact NAME,...] -- ARGV...", file=sys.stderr)
         return 2
     grace = float(argv[0])
+    secrets = sorted(
+        (os.environ[n].encode() for n in names if len(os.environ.get(n, "")) >= 4),
+        key=len,
+        reverse=True,
+    )
     ending = threading.Event()
 
     def on_signal(signum: int, frame: types.FrameType | None) -> None:
@@ -51,10 +73,15 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
     try:
-        child = subprocess.Popen(argv[2:], stdin=subprocess.DEVNULL)
+        child = subprocess.Popen(
+            argv[2:], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
     except OSError as exc:
         print(f"llm-bisect guard: cannot start {argv[2]!r}: {exc.strerror}", file=sys.stderr)
         return 127
+    assert child.stdout is not None
+    copier = threading.Thread(target=_copy_output, args=(child.stdout, secrets), daemon=True)
+    copier.start()
 
     def watch_stdin() -> None:
         while os.read(0, 4096):
@@ -70,6 +97,7 @@ def main(argv: list[str]) -> int:
     # The server is gone; take down anything it forked.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.killpg(0, signal.SIGTERM)
+    copier.join(timeout=2)
     return 128 - code if code < 0 else code
 
 

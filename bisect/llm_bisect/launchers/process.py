@@ -9,76 +9,23 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from types import TracebackType
-from typing import IO
-
-import httpx
+from typing import IO, Any
 
 from ..config import fill
-from ..errors import LaunchError, NotReady, ServerExited
+from ..errors import LaunchError, ServerExited
 from ..model import Candidate
-from ..redact import redact
-from ..retry import NotYetReady, readiness
-from . import guard
+from . import Artifact, guard
+from .common import free_port, signals_deferred, tail, wait_ready
 
 GRACE_S = 5.0
 """Seconds a server gets between SIGTERM and SIGKILL."""
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while cleaning up, so a second Ctrl-C cannot cut it short."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (ValueError, OSError):  # not the main thread's business here
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def tail(path: Path, lines: int, secrets: list[str]) -> str:
-    """The last lines of a log file, secrets removed."""
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    return redact("\n".join(text.splitlines()[-lines:]), secrets)
-
-
-def ready_once(http: httpx.Client) -> None:
-    """One readiness poll: /health answers 200 and /v1/models lists a model."""
-    try:
-        health = http.get("/health")
-        if health.status_code != 200:
-            raise NotYetReady(f"/health answered {health.status_code}")
-        models = http.get("/v1/models")
-        data = models.json().get("data") if models.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError) as exc:
-        raise NotYetReady(f"{type(exc).__name__}: {exc}") from exc
-    if not data:
-        raise NotYetReady("/v1/models lists no model yet")
 
 
 class ProcessServer:
@@ -92,7 +39,7 @@ class ProcessServer:
         cwd: Path,
         log_path: Path,
         ready_timeout: float,
-        secrets: list[str],
+        secret_names: list[str],
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         port: int,
@@ -102,7 +49,8 @@ class ProcessServer:
         self.cwd = cwd
         self.log_path = log_path
         self.ready_timeout = ready_timeout
-        self.secrets = secrets
+        self.secret_names = secret_names
+        self.secrets = [self.env[n] for n in secret_names if n in self.env]
         self.clock = clock
         self.sleep = sleep
         self.base_url = f"http://127.0.0.1:{port}"
@@ -114,7 +62,16 @@ class ProcessServer:
         self._log = self.log_path.open("ab")
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", guard.__file__, str(GRACE_S), "--", *self.argv],
+                [
+                    sys.executable,
+                    "-I",
+                    guard.__file__,
+                    str(GRACE_S),
+                    "--redact",
+                    ",".join(self.secret_names),
+                    "--",
+                    *self.argv,
+                ],
                 stdin=subprocess.PIPE,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
@@ -171,30 +128,15 @@ class ProcessServer:
             raise ServerExited(f"server exited with code {code}", code, self.log_tail())
 
     def wait_ready(self) -> None:
-        started = self.clock()
-        with httpx.Client(base_url=self.base_url, timeout=2.0) as http:
-
-            def poll() -> None:
-                self.check_alive()
-                ready_once(http)
-
-            try:
-                for attempt in readiness(self.ready_timeout, clock=self.clock, sleep=self.sleep):
-                    with attempt:
-                        poll()
-            except ServerExited as exc:
-                raise ServerExited(f"{exc} before ready", exc.returncode, exc.log_tail) from None
-            except NotYetReady as exc:
-                waited = self.clock() - started
-                raise NotReady(
-                    f"not ready after {waited:.0f}s (ready_timeout {self.ready_timeout:g}s): {exc}",
-                    self.log_tail(),
-                ) from None
+        wait_ready(self, self.ready_timeout, clock=self.clock, sleep=self.sleep)
 
     def log_tail(self, lines: int = 20) -> str:
         if self._log is not None:
             self._log.flush()
         return tail(self.log_path, lines, self.secrets)
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {}
 
 
 class ProcessLauncher:
@@ -205,7 +147,7 @@ class ProcessLauncher:
         command: list[str],
         *,
         env: Mapping[str, str],
-        secrets: list[str],
+        secret_names: list[str],
         cwd: Path,
         ready_timeout: float,
         base_env: Mapping[str, str] | None = None,
@@ -214,11 +156,26 @@ class ProcessLauncher:
     ) -> None:
         self.command = command
         self.env = {**(os.environ if base_env is None else base_env), **env}
-        self.secrets = secrets
+        self.secret_names = secret_names
         self.cwd = cwd
         self.ready_timeout = ready_timeout
         self.clock = clock
         self.sleep = sleep
+
+    def artifact(self, candidate: Candidate) -> Artifact:
+        return Artifact(ref=" ".join(self.command), available=True, local=True)
+
+    def prefetch(self, candidates: list[Candidate]) -> None:
+        pass
+
+    def quiet(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def reap(self) -> int:
+        return 0  # the guard ends a killed run's servers itself
+
+    def close(self) -> None:
+        pass
 
     def launch(self, candidate: Candidate, probe_dir: Path) -> ProcessServer:
         port = free_port()
@@ -229,7 +186,7 @@ class ProcessLauncher:
             cwd=self.cwd,
             log_path=probe_dir / "server.log",
             ready_timeout=self.ready_timeout,
-            secrets=self.secrets,
+            secret_names=self.secret_names,
             clock=self.clock,
             sleep=self.sleep,
             port=port,

@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -189,9 +190,26 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def serve(engine: Engine, port: int) -> ThreadingHTTPServer:
-    """An HTTP server for one engine on 127.0.0.1 (port 0: any free port); not yet serving."""
-    server = ThreadingHTTPServer(("127.0.0.1", port), _handler(engine))
+def startup_log(commit: str, settings: dict[str, Any]) -> list[str]:
+    """Kernel-selection lines in the formats vLLM prints, so fingerprints have something to read."""
+    attention = settings.get("attention_backend", "FLASH_ATTN")
+    moe = settings.get("moe_backend", "TRITON")
+    gemm = settings.get("gemm_kernel", "CutlassFP8ScaledMMLinearKernel")
+    graphs = settings.get("cudagraph_mode", "FULL_AND_PIECEWISE")
+    prefix = "INFO 08-09 09:00:00 [%s]"
+    return [
+        f"{prefix % 'api_server.py:1'} vLLM API server version 0.1.0+g{commit[:12]}",
+        f"{prefix % 'config.py:2'} compilation_config: {{'cudagraph_mode': "
+        f"<CUDAGraphMode.{graphs}: 2>}}",
+        f"{prefix % 'cuda.py:3'} Using AttentionBackendEnum.{attention} backend.",
+        f"{prefix % 'fp8.py:4'} Using {gemm} for Fp8LinearMethod",
+        f"{prefix % 'fused_moe.py:5'} Using {moe} MoE backend.",
+    ]
+
+
+def serve(engine: Engine, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """An HTTP server for one engine (port 0: any free port); not yet serving."""
+    server = ThreadingHTTPServer((host, port), _handler(engine))
     server.daemon_threads = True
     return server
 
@@ -213,14 +231,20 @@ def engine_settings(repo: Path, commit: str) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m llm_bisect.sim", description=__doc__)
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 inside a container")
     parser.add_argument("--commit", required=True)
     parser.add_argument("--repo", type=Path, help="read the fault from COMMIT:sim-engine.json")
+    parser.add_argument("--engine-file", type=Path, help="read the fault from this file instead")
     parser.add_argument("--fault", choices=FAULTS, help="override the commit's fault")
     parser.add_argument("--startup-delay", type=float, help="seconds before listening")
     parser.add_argument("--launch-log", type=Path, help="append the commit here on start")
     args = parser.parse_args(argv)
 
-    settings = engine_settings(args.repo, args.commit) if args.repo else {}
+    settings: dict[str, Any] = {}
+    if args.engine_file:
+        settings = json.loads(args.engine_file.read_text())
+    elif args.repo:
+        settings = engine_settings(args.repo, args.commit)
     fault = args.fault or str(settings.get("fault", "none"))
     delay = (
         args.startup_delay
@@ -233,12 +257,19 @@ def main(argv: list[str]) -> int:
     print(f"sim: serving {args.commit[:12]} (fault: {fault}) on port {args.port}", flush=True)
     for name in settings.get("print_env", []):  # a server that logs its environment
         print(f"sim: {name}={os.environ.get(name, '')}", flush=True)
+    for line in startup_log(args.commit, settings):
+        print(line, flush=True)
     time.sleep(delay)
     if fault == "crash-on-start":
         print("sim: RuntimeError: CUDA error: no kernel image is available (simulated)", flush=True)
         return 3
     engine = Engine(args.commit, fault, str(settings.get("reasoning_field", "reasoning")))
-    server = serve(engine, args.port)
+    server = serve(engine, args.port, args.host)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # PID 1 in a container ignores SIGTERM unless handled
+
+    signal.signal(signal.SIGTERM, stop)
     print(f"sim: listening at {time.time():.6f}", flush=True)
     try:
         server.serve_forever(poll_interval=0.1)

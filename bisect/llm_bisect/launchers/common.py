@@ -1,0 +1,98 @@
+"""What every launcher shares: free ports, readiness, log tails, uninterruptible cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+import httpx
+
+from ..errors import NotReady, ServerExited
+from ..redact import redact
+from ..retry import NotYetReady, readiness
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while cleaning up, so a second Ctrl-C cannot cut it short."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (ValueError, OSError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def tail(path: Path, lines: int, secrets: list[str]) -> str:
+    """The last lines of a log file, secrets removed."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return redact("\n".join(text.splitlines()[-lines:]), secrets)
+
+
+def ready_once(http: httpx.Client) -> None:
+    """One readiness poll: /health answers 200 and /v1/models lists a model."""
+    try:
+        health = http.get("/health")
+        if health.status_code != 200:
+            raise NotYetReady(f"/health answered {health.status_code}")
+        models = http.get("/v1/models")
+        data = models.json().get("data") if models.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        raise NotYetReady(f"{type(exc).__name__}: {exc}") from exc
+    if not data:
+        raise NotYetReady("/v1/models lists no model yet")
+
+
+class _Alive(Protocol):
+    base_url: str
+
+    def check_alive(self, wait: float = 0.0) -> None: ...
+
+    def log_tail(self, lines: int = 20) -> str: ...
+
+
+def wait_ready(
+    server: _Alive,
+    timeout: float,
+    *,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> None:
+    """Poll until ready; ServerExited when it ends first, NotReady at the deadline."""
+    started = clock()
+    with httpx.Client(base_url=server.base_url, timeout=2.0) as http:
+        try:
+            for attempt in readiness(timeout, clock=clock, sleep=sleep):
+                with attempt:
+                    server.check_alive()
+                    ready_once(http)
+        except ServerExited as exc:
+            raise ServerExited(f"{exc} before ready", exc.returncode, exc.log_tail) from None
+        except NotYetReady as exc:
+            raise NotReady(
+                f"not ready after {clock() - started:.0f}s (ready_timeout {timeout:g}s): {exc}",
+                server.log_tail(),
+            ) from None

@@ -1,0 +1,202 @@
+"""Image references and a registry's manifest API over httpx.
+
+Used to tell whether an image exists before anything is pulled or started,
+to learn its digest and size (for the prefetch disk budget), and to read the
+labels of an image named as an end of the range without pulling it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from .errors import LlmBisectError
+from .retry import transient
+
+DOCKER_HUB = "registry-1.docker.io"
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+        "application/vnd.oci.image.index.v1+json",
+    ]
+)
+_INDEX_TYPES = (
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+)
+
+
+class RegistryError(LlmBisectError):
+    """The registry could not be asked (network, auth, unexpected answer)."""
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A parsed image reference: `[registry/]repository[:tag][@digest]`."""
+
+    registry: str
+    repository: str
+    tag: str | None
+    digest: str | None
+
+    @property
+    def reference(self) -> str:
+        """What the manifest API is asked for: the digest when there is one, else the tag."""
+        return self.digest or self.tag or "latest"
+
+    def pinned(self, digest: str) -> str:
+        """`repository@digest`, as the engine names it (Docker Hub without its host)."""
+        host = "" if self.registry == DOCKER_HUB else self.registry + "/"
+        repo = self.repository.removeprefix("library/") if not host else self.repository
+        return f"{host}{repo}@{digest}"
+
+
+def parse_image_ref(ref: str) -> ImageRef:
+    """Parse an image reference the way the Docker engine does."""
+    name, _, digest = ref.partition("@")
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        registry, path = first, rest
+    else:
+        registry, path = DOCKER_HUB, name
+    tag = None
+    last = path.rsplit("/", 1)[-1]
+    if ":" in last:
+        path, tag = path.rsplit(":", 1)
+    if registry == DOCKER_HUB and "/" not in path:
+        path = "library/" + path
+    if not path or not re.fullmatch(r"[a-z0-9]+(?:[._\-/][a-z0-9]+)*", path):
+        raise ValueError(f"not an image reference: {ref!r}")
+    if digest and not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise ValueError(f"not an image digest: {digest!r}")
+    return ImageRef(registry, path, tag if tag or digest else "latest", digest or None)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a registry says about one image (for linux/amd64 when it is multi-arch)."""
+
+    digest: str
+    """The digest the reference resolves to (the index's digest for multi-arch images)."""
+    size: int
+    """Compressed bytes of config and layers: what a pull downloads at most."""
+    config_digest: str
+    repository: str
+
+
+def _challenge(header: str) -> dict[str, str]:
+    return dict(re.findall(r'(\w+)="([^"]*)"', header))
+
+
+class Registry:
+    """The distribution API of any registry; Docker Hub's anonymous tokens included."""
+
+    def __init__(
+        self,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self._auth = (username, password) if username and password else None
+        self._http = httpx.Client(transport=transport, timeout=timeout, follow_redirects=True)
+        self._tokens: dict[tuple[str, str], str] = {}
+
+    def close(self) -> None:
+        self._http.close()
+
+    @staticmethod
+    def _base(ref: ImageRef) -> str:
+        host = ref.registry.split(":")[0]
+        local = host in ("localhost", "::1") or host.startswith("127.")
+        return f"{'http' if local else 'https'}://{ref.registry}/v2/{ref.repository}"
+
+    def _get(self, ref: ImageRef, path: str, accept: str | None = None) -> httpx.Response:
+        headers = {"Accept": accept} if accept else {}
+        key = (ref.registry, ref.repository)
+        for attempt in transient():
+            with attempt:
+                try:
+                    if key in self._tokens:
+                        headers["Authorization"] = f"Bearer {self._tokens[key]}"
+                    response = self._http.get(self._base(ref) + path, headers=headers)
+                    if response.status_code == 401 and key not in self._tokens:
+                        challenge = response.headers.get("WWW-Authenticate", "")
+                        self._tokens[key] = self._token(challenge)
+                        headers["Authorization"] = f"Bearer {self._tokens[key]}"
+                        response = self._http.get(self._base(ref) + path, headers=headers)
+                except httpx.TransportError:
+                    raise
+                except httpx.HTTPError as exc:
+                    raise RegistryError(f"{ref.registry}: {exc}") from exc
+        return response
+
+    def _token(self, header: str) -> str:
+        if not header.lower().startswith("bearer"):
+            raise RegistryError("registry asks for credentials it does not say how to send")
+        c = _challenge(header)
+        params: dict[str, str] = {k: c[k] for k in ("service", "scope") if k in c}
+        try:
+            r = self._http.get(c["realm"], params=params, auth=self._auth)
+            r.raise_for_status()
+            body = r.json()
+        except (KeyError, ValueError, httpx.HTTPError) as exc:
+            raise RegistryError(f"registry token request failed: {exc}") from exc
+        token = body.get("token") or body.get("access_token")
+        if not isinstance(token, str):
+            raise RegistryError("registry token response holds no token")
+        return token
+
+    def manifest(self, ref: ImageRef) -> Manifest | None:
+        """The image's manifest; None when the registry says it does not exist."""
+        try:
+            r = self._get(ref, f"/manifests/{ref.reference}", MANIFEST_TYPES)
+        except httpx.TransportError as exc:
+            raise RegistryError(f"{ref.registry}: {type(exc).__name__}: {exc}") from exc
+        if r.status_code in (404, 401, 403):
+            # Docker Hub answers 401 for a repository that does not exist.
+            return None
+        if r.status_code != 200:
+            raise RegistryError(f"{ref.registry}: manifest answered HTTP {r.status_code}")
+        digest = r.headers.get("Docker-Content-Digest") or (
+            "sha256:" + hashlib.sha256(r.content).hexdigest()
+        )
+        body: dict[str, Any] = r.json()
+        if body.get("mediaType") in _INDEX_TYPES or "manifests" in body:
+            chosen = next(
+                (
+                    m
+                    for m in body.get("manifests", [])
+                    if m.get("platform", {}).get("os") == "linux"
+                    and m.get("platform", {}).get("architecture") == "amd64"
+                ),
+                None,
+            )
+            if chosen is None:
+                raise RegistryError(f"{ref.repository}: no linux/amd64 image in the index")
+            inner = self.manifest(ImageRef(ref.registry, ref.repository, None, chosen["digest"]))
+            if inner is None:
+                return None
+            return Manifest(digest, inner.size, inner.config_digest, ref.repository)
+        config = body.get("config", {})
+        layers = body.get("layers", [])
+        size = int(config.get("size", 0)) + sum(int(layer.get("size", 0)) for layer in layers)
+        return Manifest(digest, size, str(config.get("digest", "")), ref.repository)
+
+    def image_config(self, ref: ImageRef, manifest: Manifest) -> dict[str, Any]:
+        """The image's config blob (labels, env) without pulling the image."""
+        try:
+            r = self._get(ref, f"/blobs/{manifest.config_digest}")
+        except httpx.TransportError as exc:
+            raise RegistryError(f"{ref.registry}: {type(exc).__name__}: {exc}") from exc
+        if r.status_code != 200:
+            raise RegistryError(f"{ref.registry}: config blob answered HTTP {r.status_code}")
+        body: dict[str, Any] = r.json()
+        return body
