@@ -16,9 +16,17 @@ from llm_bisect.demo import build_history
 
 def sim_command(repo: Path, *extra: str) -> list[str]:
     return [
-        sys.executable, "-m", "llm_bisect.sim",
-        "--repo", str(repo), "--commit", "{commit}", "--port", "{port}", *extra,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "llm_bisect.sim",
+        "--repo",
+        str(repo),
+        "--commit",
+        "{commit}",
+        "--port",
+        "{port}",
+        *extra,
+    ]
 
 
 def write_config(path: Path, data: Mapping[str, Any]) -> Path:

@@ -192,8 +192,15 @@ def test_secrets_from_env_reach_no_file(tmp_path: Path, history: Any) -> None:
     out = tmp_path / "out"
     code, output = invoke("run", str(config), "--out", str(out), env={"MY_HF_TOKEN": secret})
     assert code == 4, output
-    skip_probes = invoke("check", str(config), "--candidate", h.shas[3], "--out", str(out / "c"),
-                         env={"MY_HF_TOKEN": secret})  # fmt: skip
+    skip_probes = invoke(
+        "check",
+        str(config),
+        "--candidate",
+        h.shas[3],
+        "--out",
+        str(out / "c"),
+        env={"MY_HF_TOKEN": secret},
+    )
     assert skip_probes[0] == 125 and secret not in skip_probes[1]
     for name in ("journal.jsonl", "result.json", "report.md"):
         assert secret not in (out / name).read_text(), name
@@ -231,8 +238,14 @@ def test_sigkill_mid_probe_resumes_without_repeating_and_leaves_no_server(tmp_pa
     proc = start_run(config, out)
     try:
         # Kill once three probes are finished and the fourth server is starting.
-        assert wait_until(lambda: len(probes_in(out)) >= 3 and launches.exists()
-                          and len(launches.read_text().split()) >= 4, timeout=60)  # fmt: skip
+        assert wait_until(
+            lambda: (
+                len(probes_in(out)) >= 3
+                and launches.exists()
+                and len(launches.read_text().split()) >= 4
+            ),
+            timeout=60,
+        )
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:

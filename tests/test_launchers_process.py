@@ -20,8 +20,18 @@ def launcher(
     tmp_path: Path, *extra: str, ready_timeout: float = 20, env: dict[str, str] | None = None
 ) -> ProcessLauncher:
     marker = str(tmp_path)
-    command = [sys.executable, "-m", "llm_bisect.sim", "--commit", "{commit}", "--port", "{port}",
-               "--launch-log", f"{marker}/launches", *extra]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "llm_bisect.sim",
+        "--commit",
+        "{commit}",
+        "--port",
+        "{port}",
+        "--launch-log",
+        f"{marker}/launches",
+        *extra,
+    ]
     return ProcessLauncher(
         command,
         env=env or {},

@@ -16,10 +16,18 @@ from llm_bisect.sources.git import GitSource
 
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(
-        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-        env={"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "T",
-             "GIT_COMMITTER_EMAIL": "t@x", "PATH": "/usr/bin:/bin"},
-    ).stdout.strip()  # fmt: skip
+        ["git", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            "GIT_AUTHOR_NAME": "T",
+            "GIT_AUTHOR_EMAIL": "t@x",
+            "GIT_COMMITTER_NAME": "T",
+            "GIT_COMMITTER_EMAIL": "t@x",
+            "PATH": "/usr/bin:/bin",
+        },
+    ).stdout.strip()
 
 
 def commit(repo: Path, subject: str, fault: str = "none") -> str:

@@ -25,7 +25,7 @@ from .config import (
     load_config,
     secret_names,
 )
-from .errors import ConfigError
+from .errors import ConfigError, LaunchError
 from .launchers import Launcher, Server
 from .launchers.process import ProcessLauncher
 from .model import Candidate, ProbeOutcome
@@ -112,7 +112,10 @@ def resolve_image_end(s: Setup, ref: str, key: str) -> Candidate:
     assert isinstance(s.config.server, DockerServerConfig)
     with s.launcher("resolve") as launcher:
         assert isinstance(launcher, DockerLauncher)
-        labels, env = launcher.image_metadata(ref)
+        try:
+            labels, env = launcher.image_metadata(ref)
+        except LaunchError as exc:
+            raise ConfigError(f"{key}: no such ref {ref!r}, and no image found: {exc}") from None
     if labels is None:
         raise ConfigError(f"{key}: no such ref or image {ref!r}")
     try:

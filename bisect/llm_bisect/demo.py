@@ -40,12 +40,14 @@ def build_history(
     n_commits: int = N_COMMITS,
     subjects: Mapping[int, str] | None = None,
     settings: Mapping[str, Any] | None = None,
+    changes: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> list[str]:
     """Create a linear history of n_commits + 1 commits; return their shas, oldest first.
 
     Commit i carries `sim-engine.json` with `faults[j]` of the highest j <= i
     that `faults` names (a fault persists until a later entry says "none"),
-    merged over `settings`.
+    merged over `settings` and every `changes[j]` with j <= i (e.g. a kernel
+    backend switched by commit j).
     """
     repo = git.Repo.init(repo_dir)
     actor = git.Actor("Demo Maintainer", "maintainer@example.com")
@@ -54,9 +56,11 @@ def build_history(
     notes = repo_dir / "CHANGELOG.md"
     shas: list[str] = []
     fault = "none"
+    current = dict(settings or {})
     for i in range(n_commits + 1):
         fault = faults.get(i, fault)
-        engine.write_text(json.dumps({**(settings or {}), "fault": fault}) + "\n")
+        current.update((changes or {}).get(i, {}))
+        engine.write_text(json.dumps({**current, "fault": fault}) + "\n")
         subject = (subjects or {}).get(i) or (
             "Nightly 2026-08-09" if i == 0 else f"{_SUBJECTS[i % len(_SUBJECTS)]} (#{24000 + i})"
         )
@@ -81,6 +85,7 @@ def build_demo_history(repo_dir: Path) -> tuple[str, str, str]:
             UNBUILDABLE_INDEX + 1: "none",
             CULPRIT_INDEX: "degenerate-reasoning",
         },
+        changes={CULPRIT_INDEX: {"attention_backend": "FLASHINFER"}},
         subjects={
             CULPRIT_INDEX: CULPRIT_SUBJECT,
             UNBUILDABLE_INDEX: "[Build] Require CUDA 13.1 kernels (breaks the image)",

@@ -136,7 +136,7 @@ def probe(
         return ProbeOutcome(candidate.commit, verdict, reason, results, dict(timings), tail, facts)
 
     artifact = launcher.artifact(candidate)
-    if artifact.digest or artifact.ref:
+    if artifact.digest:
         facts["image"] = {"ref": artifact.ref, "digest": artifact.digest}
     if artifact.available is False:
         return outcome(Verdict.SKIP, artifact.reason or f"no artifact: {artifact.ref}")

@@ -359,6 +359,8 @@ class DockerLauncher:
             pass
         except docker.errors.DockerException as exc:
             raise LaunchError(f"docker: {_docker_message(exc)}") from exc
+        if self.cfg.pull == "never":
+            return None, []
         try:
             parsed = parse_image_ref(ref)
         except ValueError:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..fingerprint import flatten
+
 
 def _cell(text: str, limit: int = 90) -> str:
     flat = " ".join(str(text).split()).replace("|", "\\|")
@@ -45,6 +47,48 @@ def _evidence(result: dict[str, Any]) -> list[str]:
     return ["## Evidence", "", *lines] if lines else []
 
 
+_IDENTITY = ("image.id", "image.digest", "image.ref", "server.", "kernels.engine_version")
+
+
+def _identity(key: str) -> bool:
+    """Keys that differ between any two commits (ids, versions), so they do not stand out."""
+    return key.startswith(_IDENTITY) or (key.startswith("image.labels.") and "commit" in key)
+
+
+def _fingerprints(result: dict[str, Any]) -> list[str]:
+    """The two builds either side of the change, side by side; differences marked."""
+    sides = result.get("fingerprints")
+    if not sides:
+        return []
+    old, new = sides["old"], sides["new"]
+    strip = ("commit", "verdict")
+    fo = flatten({k: v for k, v in old.items() if k not in strip})
+    fn = flatten({k: v for k, v in new.items() if k not in strip})
+    keys = sorted(fo.keys() | fn.keys(), key=lambda k: (k.startswith("image.labels"), k))
+    if not keys:
+        return []
+    old_label, new_label = (
+        ("last good", "first bad") if result["mode"] == "regression" else ("last bad", "first good")
+    )
+    differ = set(sides["differences"])
+    lines = [
+        "## Builds compared",
+        "",
+        f"| | {old_label} `{old['commit'][:12]}` | {new_label} `{new['commit'][:12]}` |",
+        "|---|---|---|",
+    ]
+    for key in keys:
+        mark = "**⚠ " + key + "**" if key in differ else key
+        lines.append(f"| {mark} | {_cell(fo.get(key, '—'), 70)} | {_cell(fn.get(key, '—'), 70)} |")
+    changed = [k for k in keys if k in differ and not _identity(k)]
+    if changed:
+        lines += [
+            "",
+            "Changed besides the build's identity: " + ", ".join(f"`{k}`" for k in changed),
+        ]
+    return [*lines, ""]
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """The report of a run."""
     status = result["status"]
@@ -83,6 +127,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             "",
         ]
     lines += _evidence(result)
+    lines += _fingerprints(result)
     lines += [
         "## Probes",
         "",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..fingerprint import differences
 from ..model import Candidate, ProbeOutcome
 from ..search import Answer, Plan
 
@@ -13,6 +14,15 @@ def build_result(plan: Plan, answer: Answer, probes: Sequence[ProbeOutcome]) -> 
     """The result.json document of a finished (or stopped) search."""
     by_commit: Mapping[str, Candidate] = {c.commit: c for c in plan.candidates}
     culprit = answer.culprit
+    last = {p.commit: p for p in probes}  # a commit probed again: its latest outcome counts
+    sides = None
+    if len(answer.range) >= 2 and answer.range[0] in last and answer.range[-1] in last:
+        old, new = last[answer.range[0]], last[answer.range[-1]]
+        sides = {
+            "old": {"commit": old.commit, "verdict": old.verdict.value, **old.fingerprint},
+            "new": {"commit": new.commit, "verdict": new.verdict.value, **new.fingerprint},
+            "differences": differences(old.fingerprint, new.fingerprint),
+        }
     return {
         "status": answer.status.value,
         "message": answer.message,
@@ -24,6 +34,7 @@ def build_result(plan: Plan, answer: Answer, probes: Sequence[ProbeOutcome]) -> 
         "fix_range": list(answer.fix_range) if answer.fix_range else None,
         "merge_base": plan.sequence[0].commit if plan.anchor else None,
         "candidates": len(plan.candidates),
+        "fingerprints": sides,
         "probes": [
             {
                 **p.to_json(),

@@ -1,0 +1,379 @@
+"""The Docker launcher against a real Docker engine, with images built here from nothing pulled."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from helpers import History, wait_until, write_config
+from llm_bisect.cli import cli
+from llm_bisect.config import DockerServerConfig
+from llm_bisect.journal import read_events
+from llm_bisect.launchers.docker import COMMIT_LABEL, RUN_LABEL, container_spec
+from llm_bisect.model import Candidate
+from llm_bisect.registry import Registry, parse_image_ref
+from llm_bisect.sim.docker import SimRegistry, containers_of, import_image, sim_server
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def client() -> docker.DockerClient:
+    """The Docker engine; skip without one, but fail under CI, which must start one."""
+    try:
+        engine = docker.from_env()
+        engine.ping()
+        return engine
+    except docker.errors.DockerException as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must start a Docker engine: {exc}")
+        pytest.skip(f"no Docker engine: {exc}")
+
+
+@pytest.fixture
+def repo_name(client: docker.DockerClient) -> Iterator[str]:
+    name = f"llm-bisect-test-{uuid.uuid4().hex[:8]}"
+    yield name
+    for image in client.images.list(name=name):
+        for tag in image.tags:
+            client.images.remove(tag, force=True)
+
+
+def build_images(
+    client: docker.DockerClient, h: History, repo: str, missing: frozenset[int] = frozenset()
+) -> None:
+    """One image per commit, tagged with the full sha, except the `missing` ones."""
+    for i, sha in enumerate(h.shas):
+        if i in missing:
+            continue
+        settings = json.loads(
+            subprocess.run(
+                ["git", "-C", str(h.repo), "show", f"{sha}:sim-engine.json"],
+                capture_output=True,
+                check=True,
+                text=True,
+            ).stdout
+        )
+        import_image(client, f"{repo}:{sha}", settings, labels={"ai.vllm.build.commit": sha})
+
+
+def docker_config(h: History, server: dict[str, Any], **candidates: str) -> Path:
+    h.configs += 1
+    data = {
+        "candidates": {"repo": str(h.repo), "good": h.shas[0], "bad": h.shas[-1], **candidates},
+        "server": server,
+    }
+    return write_config(h.root / f"docker-{h.configs}.yaml", data)
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
+    cfg = DockerServerConfig.model_validate(
+        {
+            "launcher": "docker",
+            "image": "vllm/vllm-openai:nightly-{commit}",
+            "args": ["--model", "m", "--port", "{port}", "--served-model-name", "{short}"],
+            "gpus": ["0", "3"],
+            "ipc": "host",
+            "shm_size": "16g",
+            "volumes": ["./hf:/root/.cache/huggingface", "models:/models"],
+            "ulimits": {"memlock": -1, "stack": {"soft": 67108864, "hard": 67108864}},
+            "user": "1000:1000",
+        }
+    )
+    cand = Candidate("ab" * 20)
+    spec = container_spec(
+        cfg,
+        image="img",
+        candidate=cand,
+        port=8000,
+        host_port=12345,
+        env={"A": "1"},
+        run_id="r1",
+        base_dir=tmp_path,
+    )
+    assert spec["command"] == ["--model", "m", "--port", "8000", "--served-model-name", cand.short]
+    assert spec["ports"] == {"8000/tcp": ("127.0.0.1", 12345)}
+    assert spec["device_requests"][0]["DeviceIDs"] == ["0", "3"]
+    assert spec["volumes"] == [f"{tmp_path}/hf:/root/.cache/huggingface", "models:/models"]
+    assert [(u["Name"], u["Soft"]) for u in spec["ulimits"]] == [
+        ("memlock", -1),
+        ("stack", 67108864),
+    ]
+    assert spec["labels"] == {RUN_LABEL: "r1", COMMIT_LABEL: cand.commit}
+    host = cfg.model_copy(update={"network_mode": "host"})
+    spec = container_spec(
+        host,
+        image="img",
+        candidate=cand,
+        port=40000,
+        host_port=40000,
+        env={},
+        run_id="r1",
+        base_dir=tmp_path,
+    )
+    assert spec["network_mode"] == "host" and "ports" not in spec
+    assert "--port" in spec["command"] and "40000" in spec["command"]
+
+
+def test_gpu_options_reach_the_engine(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    import_image(client, f"{repo_name}:gpu", {"fault": "none"})
+    cfg = DockerServerConfig.model_validate(
+        sim_server(
+            f"{repo_name}:gpu",
+            gpus="all",
+            ipc="host",
+            shm_size="1g",
+            ulimits={"memlock": -1},
+            user="1000:1000",
+        )
+    )
+    spec = container_spec(
+        cfg,
+        image=f"{repo_name}:gpu",
+        candidate=Candidate("cd" * 20),
+        port=8000,
+        host_port=23456,
+        env={},
+        run_id="gpu",
+        base_dir=tmp_path,
+    )
+    container = client.containers.create(**spec)  # created, not started: no GPU on this machine
+    try:
+        host = client.api.inspect_container(container.id)["HostConfig"]
+        [request] = host["DeviceRequests"]  # what `docker run --gpus all` sets
+        assert request["Count"] == -1 and request["Capabilities"] == [["gpu"]]
+        assert not request["DeviceIDs"]
+        assert host["IpcMode"] == "host"
+        assert host["ShmSize"] == 1024**3
+        assert host["Ulimits"] == [{"Name": "memlock", "Soft": -1, "Hard": -1}]
+        assert host["PortBindings"] == {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "23456"}]}
+        assert client.api.inspect_container(container.id)["Config"]["User"] == "1000:1000"
+    finally:
+        container.remove(force=True)
+
+
+def test_bisects_images_skips_a_missing_one_and_marks_the_kernel_change(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h: History = history({6: "degenerate-reasoning"}, n=8, changes={6: {"moe_backend": "CUTLASS"}})
+    build_images(client, h, repo_name, missing=frozenset({4}))
+    config = docker_config(h, sim_server(repo_name + ":{commit}", pull="never"))
+    code, output = invoke("candidates", str(config))
+    assert code == 0, output
+    assert output.count("MISSING") == 1 and "8 with an artifact" in output
+    out = h.root / "out"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[6]
+    probes = {p["commit"]: p for p in result["probes"]}
+    assert probes[h.shas[4]]["verdict"] == "skip"
+    assert probes[h.shas[4]]["reason"].startswith("no artifact")
+    assert not (out / "probes" / h.shas[4][:12]).exists(), "nothing started for a missing image"
+    sides = result["fingerprints"]
+    assert sides["old"]["image"]["id"].startswith("sha256:")
+    assert sides["old"]["image"]["labels"]["ai.vllm.build.commit"] == h.shas[5]
+    assert "kernels.moe_backend" in sides["differences"]
+    assert sides["new"]["kernels"]["moe_backend"] == "CUTLASS"
+    report = (out / "report.md").read_text()
+    assert "**⚠ kernels.moe_backend**" in report
+    assert containers_of(client, h.shas[6], COMMIT_LABEL) == []
+
+
+def test_images_as_ends_resolve_to_their_commits(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h: History = history({3: "null-content"}, n=5)
+    build_images(client, h, repo_name)
+    import_image(client, f"{repo_name}:nightly-{h.shas[0]}", {"fault": "none"})
+    import_image(
+        client,
+        f"{repo_name}:v0.27.0",
+        {"fault": "null-content"},
+        env={"VLLM_VERSION": f"0.27.0+g{h.shas[-1][:9]}"},
+    )
+    import_image(client, f"{repo_name}:mystery", {"fault": "none"})
+    server = sim_server(repo_name + ":{commit}")
+    config = docker_config(
+        h, server, good=f"{repo_name}:nightly-{h.shas[0]}", bad=f"{repo_name}:v0.27.0"
+    )
+    code, output = invoke("run", str(config), "--out", str(h.root / "out"))
+    assert code == 0, output
+    result = json.loads((h.root / "out" / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[3]
+    assert result["good"] == h.shas[0] and result["bad"] == h.shas[-1]
+    bad_probe = next(p for p in result["probes"] if p["commit"] == h.shas[-1])
+    assert bad_probe["fingerprint"]["image"]["ref"] == f"{repo_name}:v0.27.0"
+    mystery = docker_config(h, server, bad=f"{repo_name}:mystery")
+    code, output = invoke("candidates", str(mystery))
+    assert code == 2
+    assert f"candidates.bad: image '{repo_name}:mystery' names no commit" in output
+    local_only = {**server, "pull": "never"}
+    absent = docker_config(h, local_only, bad=f"{repo_name}:absent")
+    code, output = invoke("candidates", str(absent))
+    assert code == 2 and f"candidates.bad: no such ref or image '{repo_name}:absent'" in output
+
+
+def test_a_container_that_dies_before_ready_is_skip_with_its_exit(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h: History = history({1: "crash-on-start"}, n=1)
+    build_images(client, h, repo_name)
+    config = docker_config(h, sim_server(repo_name + ":{commit}"))
+    code, output = invoke(
+        "check", str(config), "--candidate", h.shas[1], "--out", str(h.root / "c")
+    )
+    assert code == 125, output
+    assert "container exited with code 3 before ready" in output
+    log = (h.root / "c" / "probes" / h.shas[1][:12] / "server.log").read_text()
+    assert "no kernel image is available" in log
+    assert containers_of(client, h.shas[1], COMMIT_LABEL) == []
+
+
+def test_secrets_in_env_never_reach_the_container_log_file(
+    client: docker.DockerClient, repo_name: str, history: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h: History = history({}, n=1, settings={"print_env": ["HF_TOKEN"]})
+    build_images(client, h, repo_name)
+    server = sim_server(repo_name + ":{commit}")
+    server["env"]["HF_TOKEN"] = "${TEST_HF_TOKEN}"
+    monkeypatch.setenv("TEST_HF_TOKEN", "hf_dockerSecret9")
+    code, output = invoke(
+        "check", str(docker_config(h, server)), "--candidate", h.shas[1], "--out", str(h.root / "c")
+    )
+    assert code == 0, output
+    log = (h.root / "c" / "probes" / h.shas[1][:12] / "server.log").read_text()
+    assert "HF_TOKEN=***" in log and "hf_dockerSecret9" not in log
+
+
+def _start_run(config: Path, out: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", "run", str(config), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def test_a_killed_run_leaves_a_container_that_resume_removes(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h: History = history({5: "degenerate-content"}, n=8, settings={"startup_delay": 1.0})
+    build_images(client, h, repo_name)
+    config = docker_config(h, sim_server(repo_name + ":{commit}"))
+    out = h.root / "out"
+    proc = _start_run(config, out)
+
+    def mid_probe() -> bool:
+        events = read_events(out / "journal.jsonl")
+        return (
+            sum(e["event"] == "probe" for e in events) >= 2 and events[-1]["event"] == "probe-start"
+        )
+
+    try:
+        assert wait_until(mid_probe, timeout=90)
+        assert wait_until(lambda: len(client.containers.list(filters={"label": RUN_LABEL})) > 0, 30)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+    run_id = client.containers.list(filters={"label": RUN_LABEL})[0].labels[RUN_LABEL]
+    assert containers_of(client, run_id, RUN_LABEL), (
+        "SIGKILL leaves the container (nothing can stop it)"
+    )
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    assert json.loads((out / "result.json").read_text())["culprit"]["commit"] == h.shas[5]
+    assert containers_of(client, run_id, RUN_LABEL) == [], "the resumed run removed the orphan"
+
+
+def test_ctrl_c_removes_the_container(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h: History = history({}, n=4, settings={"startup_delay": 2.0})
+    build_images(client, h, repo_name)
+    config = docker_config(h, sim_server(repo_name + ":{commit}"))
+    proc = _start_run(config, h.root / "out")
+    try:
+        assert wait_until(
+            lambda: any(c.labels.get(COMMIT_LABEL) in h.shas for c in client.containers.list()), 60
+        )
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=60)[0].decode()
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, output
+    assert all(containers_of(client, sha, COMMIT_LABEL) == [] for sha in h.shas)
+
+
+def test_registry_images_are_checked_pulled_by_digest_and_prefetched(
+    client: docker.DockerClient, history: Any
+) -> None:
+    h: History = history({5: "garbled-math"}, n=8)
+    registry = SimRegistry(bytes_per_s=4e6)
+    repo = f"sim/engine-{uuid.uuid4().hex[:6]}"
+    digests = {}
+    for i, sha in enumerate(h.shas):
+        if i == 2:
+            continue  # never published
+        fault = "garbled-math" if i >= 5 else "none"
+        digests[sha] = registry.add_image(
+            repo, sha, {"fault": fault}, pad_bytes=1_500_000, labels={"ai.vllm.build.commit": sha}
+        )
+    with registry.running():
+        config = docker_config(h, sim_server(f"{registry.host}/{repo}:{{commit}}"))
+        try:
+            code, output = invoke("candidates", str(config))
+            assert code == 0, output
+            assert output.count("MISSING") == 1 and "GB" in output
+            out = h.root / "out"
+            code, output = invoke("run", str(config), "--out", str(out))
+            assert code == 0, output
+            result = json.loads((out / "result.json").read_text())
+            assert result["culprit"]["commit"] == h.shas[5]
+            for p in result["probes"]:
+                if p["verdict"] in ("good", "bad"):
+                    assert p["fingerprint"]["image"]["digest"].endswith(digests[p["commit"]])
+            pulled = {
+                r.split("/manifests/")[1] for r in registry.requests if "/manifests/sha256:" in r
+            }
+            assert pulled, "images were pulled by digest"
+            assert "prefetch" in output
+        finally:
+            for image in client.images.list(name=f"{registry.host}/{repo}"):
+                client.images.remove(image.id, force=True)
+
+
+def test_registry_client_follows_a_bearer_challenge() -> None:
+    registry = SimRegistry(token="t0k3n")
+    digest = registry.add_image("org/img", "v1", {"fault": "none"}, labels={"a": "b"})
+    with registry.running():
+        reg = Registry()
+        ref = parse_image_ref(f"{registry.host}/org/img:v1")
+        manifest = reg.manifest(ref)
+        assert manifest is not None and manifest.digest == digest and manifest.size > 0
+        assert reg.image_config(ref, manifest)["config"]["Labels"] == {"a": "b"}
+        assert reg.manifest(parse_image_ref(f"{registry.host}/org/img:v2")) is None
+        reg.close()
+    assert any(r.startswith("GET /token") for r in registry.requests)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://{registry.host}/v2/", timeout=1)
