@@ -9,7 +9,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm_bisect.model import Candidate, Verdict
-from llm_bisect.search import Mode, Outcome, Plan, Status, max_probes, next_step, plan_step
+from llm_bisect.search import (
+    Mode,
+    Outcome,
+    Plan,
+    Status,
+    lookahead,
+    max_probes,
+    next_step,
+    plan_step,
+)
 
 
 def drive(
@@ -135,3 +144,13 @@ def test_a_branch_whose_merge_base_is_good_bisects_the_bad_side() -> None:
         verdicts[step.commit] = Verdict.BAD if 0 < i < 100 and i >= culprit else Verdict.GOOD
     assert step.status is Status.FOUND and step.culprit == seq[culprit]
     assert plan.max_probes() == 1 + max_probes(8)
+
+
+def test_lookahead_names_the_next_probe_for_either_verdict() -> None:
+    seq = tuple(_c(i) for i in range(17))
+    plan = Plan(Mode.REGRESSION, seq)
+    verdicts = {seq[0].commit: Verdict.GOOD, seq[16].commit: Verdict.BAD}
+    assert plan_step(plan, verdicts) == seq[8]
+    nxt = lookahead(plan, verdicts, seq[8])
+    assert nxt[:2] == [seq[4], seq[12]]  # if 8 is bad, then 4; if good, then 12
+    assert seq[7] in nxt or seq[9] in nxt  # and if 8 cannot be tested, a neighbour

@@ -58,7 +58,10 @@ _KERNEL_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("engine_version", re.compile(r"\bvLLM version:? v?([\w.+\-]+)")),
     ("moe_backend", re.compile(r"\b(?:Fp8|Mxfp4|NvFp4|Fp4)MoeBackend\.(\w+)")),
     ("moe_backend", re.compile(r"Using ([\w\- ]+?) (?:MoE|moe) backend", re.I)),
-    ("moe_backend", re.compile(r"Using ([\w\- ]+?) (?:kernels? )?for (?:fused )?MoE", re.I)),
+    (
+        "moe_backend",
+        re.compile(r"Using ([\w\- ]+?) (?:backend |kernels? )?for (?:fused )?MoE", re.I),
+    ),
     ("moe_backend", re.compile(r"Using (FlashInfer [\w\-]+|Marlin|CUTLASS|DeepGEMM)\b.*\bMoE")),
     (
         "attention_backend",
