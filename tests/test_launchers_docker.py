@@ -25,7 +25,13 @@ from llm_bisect.journal import read_events
 from llm_bisect.launchers.docker import COMMIT_LABEL, RUN_LABEL, container_spec
 from llm_bisect.model import Candidate
 from llm_bisect.registry import Registry, parse_image_ref
-from llm_bisect.sim.docker import SimRegistry, containers_of, import_image, sim_server
+from llm_bisect.sim.docker import (
+    SimRegistry,
+    containers_of,
+    import_history,
+    import_image,
+    sim_server,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -55,19 +61,7 @@ def repo_name(client: docker.DockerClient) -> Iterator[str]:
 def build_images(
     client: docker.DockerClient, h: History, repo: str, missing: frozenset[int] = frozenset()
 ) -> None:
-    """One image per commit, tagged with the full sha, except the `missing` ones."""
-    for i, sha in enumerate(h.shas):
-        if i in missing:
-            continue
-        settings = json.loads(
-            subprocess.run(
-                ["git", "-C", str(h.repo), "show", f"{sha}:sim-engine.json"],
-                capture_output=True,
-                check=True,
-                text=True,
-            ).stdout
-        )
-        import_image(client, f"{repo}:{sha}", settings, labels={"ai.vllm.build.commit": sha})
+    import_history(client, h.repo, h.shas, repo, missing)
 
 
 def docker_config(h: History, server: dict[str, Any], **candidates: str) -> Path:

@@ -259,6 +259,10 @@ def demo_cmd(
     out: Annotated[
         Path | None, typer.Option("--out", "-o", help="Output folder (default: a temp folder).")
     ] = None,
+    docker: Annotated[
+        bool,
+        typer.Option("--docker", help="One container image per commit, through the local engine."),
+    ] = False,
 ) -> None:
     """Bisect a made-up 40-commit history on the built-in simulated server."""
     from . import demo
@@ -266,18 +270,24 @@ def demo_cmd(
     def body() -> int:
         work = Path(tempfile.mkdtemp(prefix="llm-bisect-demo-"))
         repo_dir = work / "engine"
-        _, _, culprit = demo.build_demo_history(repo_dir)
-        config = demo.write_config(work, repo_dir)
+        shas = demo.build_demo_history(repo_dir)
+        images = demo.build_demo_images(repo_dir, shas) if docker else []
+        config = demo.write_config(work, repo_dir, docker=docker)
         out_dir = out or work / "out"
-        _say(f"demo: a {demo.N_COMMITS}-commit history in {repo_dir}; config {config}")
+        how = f", {len(images)} images" if docker else ""
+        _say(f"demo: a {demo.N_COMMITS}-commit history in {repo_dir}{how}; config {config}")
         t0 = time.monotonic()
         progress = TerminalProgress()
-        done = app.run_bisect(app.setup(config, os.environ), out_dir, progress=progress)
+        try:
+            s = app.setup(config, os.environ, report=progress.note)
+            done = app.run_bisect(s, out_dir, progress=progress)
+        finally:
+            demo.remove_images(images)
         _print_answer(done.answer, out_dir)
         probes = len(done.result["probes"])
         _say(f"demo: {probes} probes in {time.monotonic() - t0:.1f}s")
         found = done.answer.culprit
-        if found is None or found.commit != culprit:
+        if found is None or found.commit != shas[demo.CULPRIT_INDEX]:
             _say("demo: the bisection did not land on the planted culprit")
             return EXIT_FAILED
         return EXIT_FOUND

@@ -76,8 +76,8 @@ def build_history(
     return shas
 
 
-def build_demo_history(repo_dir: Path) -> tuple[str, str, str]:
-    """The demo's repository; return (good sha, bad sha, culprit sha)."""
+def build_demo_history(repo_dir: Path) -> list[str]:
+    """The demo's repository; returns its shas, oldest first (culprit at CULPRIT_INDEX)."""
     shas = build_history(
         repo_dir,
         {
@@ -96,14 +96,40 @@ def build_demo_history(repo_dir: Path) -> tuple[str, str, str]:
     repo.create_tag("nightly-2026-08-09", ref=shas[0])
     repo.create_tag("v0.27.0", ref=shas[-1])
     repo.close()
-    return shas[0], shas[-1], shas[CULPRIT_INDEX]
+    return shas
 
 
-def write_config(workdir: Path, repo_dir: Path) -> Path:
+DOCKER_REPOSITORY = "llm-bisect-demo"
+MISSING_IMAGE_INDEX = 34
+"""With --docker, the commit whose image was never built (an untestable candidate)."""
+
+
+def build_demo_images(repo_dir: Path, shas: list[str]) -> list[str]:
+    """The demo's images in the local engine, one per commit but one; returns their refs."""
+    from .sim.docker import engine_client, import_history
+
+    return import_history(
+        engine_client(), repo_dir, shas, DOCKER_REPOSITORY, frozenset({MISSING_IMAGE_INDEX})
+    )
+
+
+def remove_images(refs: list[str]) -> None:
+    from .sim.docker import engine_client
+
+    client = engine_client()
+    for ref in refs:
+        client.images.remove(ref, force=True)
+
+
+def write_config(workdir: Path, repo_dir: Path, *, docker: bool = False) -> Path:
     """The demo's config, a plain file the user can read and copy."""
-    config = {
-        "candidates": {"repo": str(repo_dir), "good": "nightly-2026-08-09", "bad": "v0.27.0"},
-        "server": {
+    server: dict[str, Any]
+    if docker:
+        from .sim.docker import sim_server
+
+        server = sim_server(DOCKER_REPOSITORY + ":{commit}", pull="never")
+    else:
+        server = {
             "launcher": "process",
             "command": [
                 sys.executable,
@@ -117,7 +143,10 @@ def write_config(workdir: Path, repo_dir: Path) -> Path:
                 "{port}",
             ],
             "ready_timeout": 30,
-        },
+        }
+    config = {
+        "candidates": {"repo": str(repo_dir), "good": "nightly-2026-08-09", "bad": "v0.27.0"},
+        "server": server,
         "checks": [
             {"type": "canary"},
             {

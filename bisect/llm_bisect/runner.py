@@ -109,6 +109,16 @@ def _plan_from_json(data: dict[str, Any]) -> Plan:
     )
 
 
+@dataclass
+class _Probe:
+    """What one probe found out so far; becomes a ProbeOutcome once the server is gone."""
+
+    verdict: Verdict = Verdict.SKIP
+    reason: str = ""
+    results: tuple[CheckResult, ...] = ()
+    log_tail: str = ""
+
+
 def probe(
     candidate: Candidate,
     *,
@@ -120,59 +130,81 @@ def probe(
     progress: Progress,
     clock: Callable[[], float] = time.monotonic,
 ) -> ProbeOutcome:
-    """Launch one candidate, check it, and say good, bad, skip or unsure."""
+    """Launch one candidate, check it, and say good, bad, skip or unsure.
+
+    `timings` holds seconds since the probe began: `launch` (image pulled,
+    server started), `ready`, then `checks` (their own duration) and `total`
+    (teardown included).
+    """
     t0 = clock()
     timings: dict[str, float] = {}
     facts: dict[str, Any] = {}
-
-    def outcome(
-        verdict: Verdict, reason: str, results: tuple[CheckResult, ...] = (), tail: str = ""
-    ) -> ProbeOutcome:
-        timings["total"] = clock() - t0
-        log = probe_dir / "server.log"
-        kernels = parse_startup_log(log.read_text(errors="replace")) if log.exists() else {}
-        if kernels:
-            facts["kernels"] = kernels
-        return ProbeOutcome(candidate.commit, verdict, reason, results, dict(timings), tail, facts)
-
+    found = _Probe()
     artifact = launcher.artifact(candidate)
     if artifact.digest:
         facts["image"] = {"ref": artifact.ref, "digest": artifact.digest}
     if artifact.available is False:
-        return outcome(Verdict.SKIP, artifact.reason or f"no artifact: {artifact.ref}")
-    try:
+        found.reason = artifact.reason or f"no artifact: {artifact.ref}"
+    else:
         progress.phase(candidate, "starting", 0.0)
-        with launcher.launch(candidate, probe_dir) as server:
-            timings["launch"] = clock() - t0
-            server.wait_ready()
-            timings["ready"] = clock() - t0
-            progress.phase(candidate, "checking", timings["ready"])
-            runs: list[tuple[Verdict, str]] = []
-            results: tuple[CheckResult, ...] = ()
-            t_checks = clock()
-            try:
-                with client(server) as api, launcher.quiet():
-                    for _ in range(repeats):
-                        results = tuple(check.run(api) for check in checks)
-                        runs.append(judge(results))
-                    facts["server"] = {
-                        "version": api.version(),
-                        "system_fingerprint": api.system_fingerprint,
-                    }
-                facts.update(server.fingerprint())
-            except EndpointError as exc:
-                try:  # a dropped connection is often the server dying: give it a moment
-                    server.check_alive(wait=CRASH_WAIT_S)
-                except LaunchError as died:
-                    return outcome(
-                        Verdict.SKIP, f"crashed during checks: {died}", (), died.log_tail
-                    )
-                return outcome(Verdict.SKIP, f"checks could not run: {exc}", (), server.log_tail())
-            timings["checks"] = clock() - t_checks
-            verdict, reason = combine_repeats(runs)
-            return outcome(verdict, reason, results)
-    except LaunchError as exc:
-        return outcome(Verdict.SKIP, str(exc), (), exc.log_tail)
+        try:
+            with launcher.launch(candidate, probe_dir) as server:
+                timings["launch"] = clock() - t0
+                server.wait_ready()
+                timings["ready"] = clock() - t0
+                progress.phase(candidate, "checking", timings["ready"])
+                t_checks = clock()
+                _check(server, checks, repeats, client, launcher, facts, found)
+                timings["checks"] = clock() - t_checks
+        except LaunchError as exc:
+            found.reason, found.log_tail = str(exc), exc.log_tail
+    timings["total"] = clock() - t0
+    log = probe_dir / "server.log"
+    kernels = parse_startup_log(log.read_text(errors="replace")) if log.exists() else {}
+    if kernels:
+        facts["kernels"] = kernels
+    return ProbeOutcome(
+        candidate.commit,
+        found.verdict,
+        found.reason,
+        found.results,
+        timings,
+        found.log_tail,
+        facts,
+    )
+
+
+def _check(
+    server: Server,
+    checks: Sequence[Check],
+    repeats: int,
+    client: Callable[[Server], OpenAIClient],
+    launcher: Launcher,
+    facts: dict[str, Any],
+    found: _Probe,
+) -> None:
+    """Run the check suite `repeats` times on a ready server; fill in `found` and `facts`."""
+    runs: list[tuple[Verdict, str]] = []
+    try:
+        with client(server) as api, launcher.quiet():
+            for _ in range(repeats):
+                found.results = tuple(check.run(api) for check in checks)
+                runs.append(judge(found.results))
+            facts["server"] = {
+                "version": api.version(),
+                "system_fingerprint": api.system_fingerprint,
+            }
+        facts.update(server.fingerprint())
+    except EndpointError as exc:
+        found.results = ()
+        try:  # a dropped connection is often the server dying: give it a moment
+            server.check_alive(wait=CRASH_WAIT_S)
+        except LaunchError as died:
+            found.reason, found.log_tail = f"crashed during checks: {died}", died.log_tail
+            return
+        found.reason, found.log_tail = f"checks could not run: {exc}", server.log_tail()
+        return
+    found.verdict, found.reason = combine_repeats(runs)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import subprocess
 import sys
 import tarfile
 import threading
@@ -30,6 +31,18 @@ SRC = Path(__file__).resolve().parents[2]
 """The source root holding llm_bisect, bind-mounted into containers as /src."""
 PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def engine_client() -> docker.DockerClient:
+    """The local Docker engine, or a LaunchError that says why not."""
+    from ..errors import LaunchError
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise LaunchError(f"docker: cannot reach the engine: {exc}") from exc
+    return client
 
 
 def layer_tar(files: Mapping[str, bytes]) -> bytes:
@@ -65,6 +78,30 @@ def import_image(
         layer_tar(engine_files(settings)), repository=repo, tag=tag, changes=changes
     )
     return str(json.loads(out.strip().splitlines()[-1])["status"])
+
+
+def import_history(
+    client: docker.DockerClient,
+    repo_dir: Path,
+    shas: list[str],
+    repository: str,
+    missing: frozenset[int] = frozenset(),
+) -> list[str]:
+    """One image per commit, `repository:<sha>`, from its sim-engine.json; not the `missing`."""
+    refs = []
+    for i, sha in enumerate(shas):
+        if i in missing:
+            continue
+        shown = subprocess.run(
+            ["git", "-C", str(repo_dir), "show", f"{sha}:sim-engine.json"],
+            capture_output=True,
+            check=True,
+            text=True,
+        )
+        ref = f"{repository}:{sha}"
+        import_image(client, ref, json.loads(shown.stdout), labels={"ai.vllm.build.commit": sha})
+        refs.append(ref)
+    return refs
 
 
 def sim_server(image: str, **over: Any) -> dict[str, Any]:
