@@ -132,15 +132,16 @@ def probe(
 ) -> ProbeOutcome:
     """Launch one candidate, check it, and say good, bad, skip or unsure.
 
-    `timings` holds seconds since the probe began: `launch` (image pulled,
-    server started), `ready`, then `checks` (their own duration) and `total`
-    (teardown included).
+    `timings` holds seconds since the probe began: `artifact` (checked),
+    `launch` (image pulled, server started), `ready`, then `checks` (their
+    own duration) and `total` (teardown included).
     """
     t0 = clock()
     timings: dict[str, float] = {}
     facts: dict[str, Any] = {}
     found = _Probe()
     artifact = launcher.artifact(candidate)
+    timings["artifact"] = clock() - t0
     if artifact.digest:
         facts["image"] = {"ref": artifact.ref, "digest": artifact.digest}
     if artifact.available is False:

@@ -229,6 +229,7 @@ def engine_settings(repo: Path, commit: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    started = time.time()
     parser = argparse.ArgumentParser(prog="python -m llm_bisect.sim", description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 inside a container")
@@ -255,6 +256,7 @@ def main(argv: list[str]) -> int:
         with args.launch_log.open("a") as f:
             f.write(args.commit + "\n")
     print(f"sim: serving {args.commit[:12]} (fault: {fault}) on port {args.port}", flush=True)
+    print(f"sim: started at {started:.6f}", flush=True)
     for name in settings.get("print_env", []):  # a server that logs its environment
         print(f"sim: {name}={os.environ.get(name, '')}", flush=True)
     for line in startup_log(args.commit, settings):
