@@ -16,6 +16,7 @@ import docker
 import docker.errors
 import httpx
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from helpers import History, wait_until, write_config
@@ -83,7 +84,16 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
         {
             "launcher": "docker",
             "image": "vllm/vllm-openai:nightly-{commit}",
-            "args": ["--model", "m", "--port", "{port}", "--served-model-name", "{short}"],
+            "args": [
+                "--model",
+                "m",
+                "--port",
+                "{port}",
+                "--served-model-name",
+                "{short}",
+                "--revision",
+                "{image}",
+            ],
             "gpus": ["0", "3"],
             "ipc": "host",
             "shm_size": "16g",
@@ -95,7 +105,8 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
     cand = Candidate("ab" * 20)
     spec = container_spec(
         cfg,
-        image="img",
+        image="sha256:abc",
+        ref="vllm/vllm-openai:nightly-" + cand.commit,
         candidate=cand,
         port=8000,
         host_port=12345,
@@ -103,7 +114,17 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
         run_id="r1",
         base_dir=tmp_path,
     )
-    assert spec["command"] == ["--model", "m", "--port", "8000", "--served-model-name", cand.short]
+    assert spec["command"] == [
+        "--model",
+        "m",
+        "--port",
+        "8000",
+        "--served-model-name",
+        cand.short,
+        "--revision",
+        f"vllm/vllm-openai:nightly-{cand.commit}",
+    ]
+    assert spec["image"] == "sha256:abc"
     assert spec["ports"] == {"8000/tcp": ("127.0.0.1", 12345)}
     assert spec["device_requests"][0]["DeviceIDs"] == ["0", "3"]
     assert spec["volumes"] == [f"{tmp_path}/hf:/root/.cache/huggingface", "models:/models"]
@@ -371,3 +392,55 @@ def test_registry_client_follows_a_bearer_challenge() -> None:
     assert any(r.startswith("GET /token") for r in registry.requests)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://{registry.host}/v2/", timeout=1)
+
+
+def test_the_laptop_config_bisects_images_built_by_the_script(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    # No image can be pulled here, so the base is an empty image and Python comes from
+    # this machine (bind mounts); on a laptop the base is python:3.12-slim.
+    base = f"{repo_name}:base"
+    import_image(client, base, {"fault": "none"})
+    built = subprocess.run(
+        [
+            sys.executable,
+            "scripts/build_demo_images.py",
+            "--base",
+            base,
+            "--dir",
+            str(tmp_path / ".demo"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent.parent,
+    )
+    assert built.returncode == 0, built.stderr
+    try:
+        shipped = Path(__file__).parent.parent / "configs" / "laptop-docker.yaml"
+        data = yaml.safe_load(shipped.read_text())
+        here = sim_server(data["server"]["image"])
+        data["server"].update(entrypoint=here["entrypoint"], volumes=here["volumes"][:-1])
+        config = write_config(tmp_path / "laptop-docker.yaml", data)
+        code, output = invoke("run", str(config), "--out", str(tmp_path / "out"))
+        assert code == 0, output
+        result = json.loads((tmp_path / "out" / "result.json").read_text())
+        assert "Bump FlashInfer" in result["culprit"]["subject"]
+    finally:
+        for image in client.images.list(name="llm-bisect-demo"):
+            client.images.remove(str(image.id), force=True)
+
+
+def test_a_multi_arch_image_is_sized_for_this_node() -> None:
+    registry = SimRegistry()
+    amd = registry.add_image("org/img", "amd", {"fault": "none"}, pad_bytes=1000)
+    arm = registry.add_image("org/img", "arm", {"fault": "none"}, pad_bytes=50_000)
+    index = registry.add_index("org/img", "v1", {"amd64": amd, "arm64": arm})
+    with registry.running():
+        ref = parse_image_ref(f"{registry.host}/org/img:v1")
+        on_gb200, on_x86 = Registry(architecture="arm64"), Registry(architecture="amd64")
+        arm_m, amd_m = on_gb200.manifest(ref), on_x86.manifest(ref)
+        assert arm_m is not None and amd_m is not None
+        assert arm_m.digest == amd_m.digest == index  # the reference's own digest
+        assert arm_m.size > 50_000 > amd_m.size
+        on_gb200.close()
+        on_x86.close()

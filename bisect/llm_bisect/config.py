@@ -21,6 +21,7 @@ from .errors import ConfigError
 
 PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port"})
 IMAGE_PLACEHOLDERS = frozenset({"commit", "short"})
+DOCKER_ARG_PLACEHOLDERS = PROCESS_PLACEHOLDERS | {"image"}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -102,7 +103,8 @@ class DockerServerConfig(_ServerBase):
     image: str
     """Image template, e.g. `vllm/vllm-openai:nightly-{commit}` (`{commit}`, `{short}`)."""
     args: list[str] = Field(default_factory=list)
-    """Arguments after the entrypoint (`vllm serve` flags); `{commit}`, `{short}`, `{port}`."""
+    """Arguments after the entrypoint (`vllm serve` flags); `{commit}`, `{short}`, `{port}`,
+    `{image}` (the image reference the candidate runs)."""
     port: int = Field(default=8000, gt=0, lt=65536)
     """The port the server listens on inside the container."""
     gpus: Literal["all"] | int | list[str] | None = None
@@ -135,7 +137,7 @@ class DockerServerConfig(_ServerBase):
     @field_validator("args")
     @classmethod
     def _args_placeholders(cls, args: list[str]) -> list[str]:
-        _check_placeholders(args, "server.args", PROCESS_PLACEHOLDERS)
+        _check_placeholders(args, "server.args", DOCKER_ARG_PLACEHOLDERS)
         return args
 
 

@@ -8,6 +8,7 @@ labels of an image named as an end of the range without pulling it.
 from __future__ import annotations
 
 import hashlib
+import platform
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -80,7 +81,7 @@ def parse_image_ref(ref: str) -> ImageRef:
 
 @dataclass(frozen=True)
 class Manifest:
-    """What a registry says about one image (for linux/amd64 when it is multi-arch)."""
+    """What a registry says about one image (this node's platform when it is multi-arch)."""
 
     digest: str
     """The digest the reference resolves to (the index's digest for multi-arch images)."""
@@ -94,6 +95,15 @@ def _challenge(header: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', header))
 
 
+_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def node_architecture() -> str:
+    """This node's architecture as image indexes name it (GB200 nodes are arm64)."""
+    machine = platform.machine().lower()
+    return _ARCH.get(machine, machine)
+
+
 class Registry:
     """The distribution API of any registry; Docker Hub's anonymous tokens included."""
 
@@ -104,7 +114,9 @@ class Registry:
         password: str | None = None,
         transport: httpx.BaseTransport | None = None,
         timeout: float = 30.0,
+        architecture: str | None = None,
     ) -> None:
+        self.architecture = architecture or node_architecture()
         self._auth = (username, password) if username and password else None
         self._http = httpx.Client(transport=transport, timeout=timeout, follow_redirects=True)
         self._tokens: dict[tuple[str, str], str] = {}
@@ -175,12 +187,13 @@ class Registry:
                     m
                     for m in body.get("manifests", [])
                     if m.get("platform", {}).get("os") == "linux"
-                    and m.get("platform", {}).get("architecture") == "amd64"
+                    and m.get("platform", {}).get("architecture") == self.architecture
                 ),
                 None,
             )
             if chosen is None:
-                raise RegistryError(f"{ref.repository}: no linux/amd64 image in the index")
+                arch = self.architecture
+                raise RegistryError(f"{ref.repository}: no linux/{arch} image in the index")
             inner = self.manifest(ImageRef(ref.registry, ref.repository, None, chosen["digest"]))
             if inner is None:
                 return None

@@ -85,6 +85,7 @@ def container_spec(
     cfg: DockerServerConfig,
     *,
     image: str,
+    ref: str | None = None,
     candidate: Candidate,
     port: int,
     host_port: int,
@@ -92,8 +93,16 @@ def container_spec(
     run_id: str,
     base_dir: Path,
 ) -> dict[str, Any]:
-    """The keyword arguments of `containers.create` for one probe. Pure."""
-    values = {"commit": candidate.commit, "short": candidate.short, "port": str(port)}
+    """The keyword arguments of `containers.create` for one probe. Pure.
+
+    `image` is what runs (an image id pins it); `ref` is the reference `{image}` names.
+    """
+    values = {
+        "commit": candidate.commit,
+        "short": candidate.short,
+        "port": str(port),
+        "image": ref or image,
+    }
     spec: dict[str, Any] = {
         "image": image,
         "command": [fill(a, values) for a in cfg.args],
@@ -144,6 +153,7 @@ class DockerServer:
             spec = container_spec(
                 self.launcher.cfg,
                 image=str(self.image.id),
+                ref=self.launcher.image_ref(self.candidate),
                 candidate=self.candidate,
                 port=self.port,
                 host_port=self.host_port,

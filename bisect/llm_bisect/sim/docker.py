@@ -31,6 +31,7 @@ SRC = Path(__file__).resolve().parents[2]
 """The source root holding llm_bisect, bind-mounted into containers as /src."""
 PYTHON = str(Path(sys.base_prefix) / "bin" / "python3")
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 
 
 def engine_client() -> docker.DockerClient:
@@ -212,6 +213,28 @@ class SimRegistry:
         self.manifests[(repository, digest)] = manifest
         return digest
 
+    def add_index(self, repository: str, tag: str, platforms: Mapping[str, str]) -> str:
+        """A multi-arch index: architecture → digest of a manifest added before."""
+        index = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": MANIFEST_LIST,
+                "manifests": [
+                    {
+                        "mediaType": MANIFEST_V2,
+                        "digest": digest,
+                        "size": len(self.manifests[(repository, digest)]),
+                        "platform": {"os": "linux", "architecture": arch},
+                    }
+                    for arch, digest in platforms.items()
+                ],
+            }
+        ).encode()
+        digest = _digest(index)
+        self.manifests[(repository, tag)] = index
+        self.manifests[(repository, digest)] = index
+        return digest
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         registry = self
 
@@ -277,10 +300,9 @@ class SimRegistry:
                     if body is None:
                         self._reply(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}')
                         return
+                    kind = MANIFEST_LIST if b'"manifests"' in body else MANIFEST_V2
                     self._reply(
-                        200,
-                        body,
-                        {"Content-Type": MANIFEST_V2, "Docker-Content-Digest": _digest(body)},
+                        200, body, {"Content-Type": kind, "Docker-Content-Digest": _digest(body)}
                     )
                     return
                 blob = registry.blobs.get(ref)

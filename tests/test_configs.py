@@ -1,0 +1,31 @@
+"""Every shipped config validates, and names what its case needs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from llm_bisect.config import DockerServerConfig, load_config
+
+CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_shipped_configs_validate(path: Path) -> None:
+    config = load_config(path)
+    assert isinstance(config.server, DockerServerConfig)
+
+
+def test_the_gpu_cases_carry_their_deployment_flags() -> None:
+    kimi = load_config(Path(__file__).parent.parent / "configs/kimi-k3-nvfp4-tp8-b300.yaml")
+    glm = load_config(Path(__file__).parent.parent / "configs/glm-5.3-mxfp4-dp8-ep8-gb200.yaml")
+    assert isinstance(kimi.server, DockerServerConfig) and isinstance(
+        glm.server, DockerServerConfig
+    )
+    assert kimi.candidates.bad.endswith("v0.27.0") and "8" in kimi.server.args
+    assert kimi.server.gpus == "all" and kimi.server.ipc == "host"
+    assert glm.candidates.bad == "v0.30.0"
+    assert "--enable-expert-parallel" in glm.server.args
+    assert glm.server.args[glm.server.args.index("--data-parallel-size") + 1] == "8"
+    assert kimi.server.env["HF_TOKEN"] == "${HF_TOKEN}"
