@@ -8,7 +8,8 @@ import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol
+from types import TracebackType
+from typing import IO, Protocol
 
 import httpx
 
@@ -96,3 +97,31 @@ def wait_ready(
                 f"not ready after {clock() - started:.0f}s (ready_timeout {timeout:g}s): {exc}",
                 server.log_tail(),
             ) from None
+
+
+class LoggedServer:
+    """What both servers share: a log file in the probe folder, and a stop that always runs.
+
+    Subclasses set `log_path`, `secrets` and `_log`, and implement `stop()`.
+    """
+
+    log_path: Path
+    secrets: list[str]
+    _log: IO[bytes] | None = None
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        with signals_deferred():
+            self.stop()
+
+    def log_tail(self, lines: int = 20) -> str:
+        if self._log is not None:
+            self._log.flush()
+        return tail(self.log_path, lines, self.secrets)

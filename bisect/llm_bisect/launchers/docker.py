@@ -20,7 +20,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 import docker
@@ -35,7 +34,7 @@ from ..fingerprint import package_probe_source
 from ..model import Candidate
 from ..registry import Registry, RegistryError, parse_image_ref
 from . import Artifact
-from .common import free_port, signals_deferred, tail, wait_ready
+from .common import LoggedServer, free_port, wait_ready
 
 RUN_LABEL = "llm-bisect.run"
 COMMIT_LABEL = "llm-bisect.commit"
@@ -131,13 +130,14 @@ def container_spec(
     return spec
 
 
-class DockerServer:
+class DockerServer(LoggedServer):
     """One container. Enter pulls, creates and starts it; exit stops and removes it."""
 
     def __init__(self, launcher: DockerLauncher, candidate: Candidate, probe_dir: Path) -> None:
         self.launcher = launcher
         self.candidate = candidate
         self.log_path = probe_dir / "server.log"
+        self.secrets = launcher.secrets
         cfg = launcher.cfg
         self.host_port = free_port()
         self.port = self.host_port if cfg.network_mode == "host" else cfg.port
@@ -174,15 +174,6 @@ class DockerServer:
         self._log_thread = threading.Thread(target=self._follow_logs, daemon=True)
         self._log_thread.start()
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        with signals_deferred():
-            self.stop()
 
     def _follow_logs(self) -> None:
         container, log = self.container, self._log
@@ -238,11 +229,6 @@ class DockerServer:
     def wait_ready(self) -> None:
         cfg = self.launcher.cfg
         wait_ready(self, cfg.ready_timeout, clock=self.launcher.clock, sleep=self.launcher.sleep)
-
-    def log_tail(self, lines: int = 20) -> str:
-        if self._log is not None:
-            self._log.flush()
-        return tail(self.log_path, lines, self.launcher.secrets)
 
     def fingerprint(self) -> dict[str, Any]:
         """Image digest and labels, and the package versions inside the running container."""

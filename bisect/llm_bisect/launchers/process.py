@@ -15,20 +15,19 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any
 
 from ..config import fill
 from ..errors import LaunchError, ServerExited
 from ..model import Candidate
 from . import Artifact, guard
-from .common import free_port, signals_deferred, tail, wait_ready
+from .common import LoggedServer, free_port, wait_ready
 
 GRACE_S = 5.0
 """Seconds a server gets between SIGTERM and SIGKILL."""
 
 
-class ProcessServer:
+class ProcessServer(LoggedServer):
     """One server process group. Enter starts it; exit ends the whole group."""
 
     def __init__(
@@ -84,15 +83,6 @@ class ProcessServer:
             raise LaunchError(f"cannot start the guard: {exc.strerror}") from exc
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        with signals_deferred():
-            self.stop()
-
     @property
     def pid(self) -> int:
         """The process-group id (the guard's pid)."""
@@ -129,11 +119,6 @@ class ProcessServer:
 
     def wait_ready(self) -> None:
         wait_ready(self, self.ready_timeout, clock=self.clock, sleep=self.sleep)
-
-    def log_tail(self, lines: int = 20) -> str:
-        if self._log is not None:
-            self._log.flush()
-        return tail(self.log_path, lines, self.secrets)
 
     def fingerprint(self) -> dict[str, Any]:
         return {}
