@@ -146,20 +146,34 @@ def test_branch_whose_merge_base_is_bad_reports_the_fix_range(tmp_path: Path) ->
 def test_check_exit_codes_work_for_git_bisect_run(tmp_path: Path, history: Any) -> None:
     h: History = history({2: "degenerate-content", 3: "crash-on-start", 4: "crash-on-request"}, n=4)
     config = str(h.config())
+    golden = str(tmp_path / "golden.json")
+    code, output = invoke("check", config, "--candidate", h.shas[0], "--golden", golden)
+    assert code == 2 and "record one with `llm-bisect golden`" in output
+    code, output = invoke("golden", config, "--candidate", h.shas[0], "-o", golden)
+    assert code == 0 and f"golden of {h.shas[0]}" in output, output
     expected = {0: 0, 2: 1, 3: 125, 4: 125}
     for index, exit_code in expected.items():
         code, output = invoke(
-            "check", config, "--candidate", h.shas[index], "--out", str(tmp_path / "c")
+            "check",
+            config,
+            "--candidate",
+            h.shas[index],
+            "--out",
+            str(tmp_path / "c"),
+            "--golden",
+            golden,
         )
         assert code == exit_code, output
-    code, output = invoke("check", config, "--candidate", h.shas[4], "--out", str(tmp_path / "c"))
+    code, output = invoke(
+        "check", config, "--candidate", h.shas[4], "--out", str(tmp_path / "c"), "--golden", golden
+    )
     assert "crashed during checks" in output
     assert live_processes(str(h.repo)) == []
 
 
 def test_repeats_that_disagree_are_unsure(tmp_path: Path, history: Any) -> None:
     h: History = history({1: "bad-warmup"}, n=1)
-    config = str(h.config(probe={"repeats": 2}))
+    config = str(h.config(probe={"repeats": 2}, checks=[{"type": "canary"}, {"type": "expect"}]))
     code, output = invoke("check", config, "--candidate", h.shas[1])
     assert code == 125, output
     assert "unsure" in output and "1 of 2 bad" in output
@@ -199,10 +213,12 @@ def test_secrets_from_env_reach_no_file(tmp_path: Path, history: Any) -> None:
         h.shas[3],
         "--out",
         str(out / "c"),
+        "--golden",
+        str(out / "golden.json"),
         env={"MY_HF_TOKEN": secret},
     )
     assert skip_probes[0] == 125 and secret not in skip_probes[1]
-    for name in ("journal.jsonl", "result.json", "report.md"):
+    for name in ("journal.jsonl", "result.json", "report.md", "golden.json"):
         assert secret not in (out / name).read_text(), name
     # The server got it (its log shows the variable), but the log holds only the mask.
     logs = "".join(p.read_text() for p in out.rglob("server.log"))

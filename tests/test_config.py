@@ -10,7 +10,14 @@ from typer.testing import CliRunner
 
 from helpers import live_processes, write_config
 from llm_bisect.cli import cli
-from llm_bisect.config import CanaryConfig, ExpectConfig, expand_env, parse_config
+from llm_bisect.config import (
+    CanaryConfig,
+    EvalConfig,
+    ExpectConfig,
+    LogprobsConfig,
+    expand_env,
+    parse_config,
+)
 from llm_bisect.errors import ConfigError
 
 
@@ -23,7 +30,12 @@ def base() -> dict[str, Any]:
 
 def test_a_minimal_config_gets_the_default_checks() -> None:
     config = parse_config(base())
-    assert [type(c) for c in config.checks] == [CanaryConfig, ExpectConfig]
+    assert [type(c) for c in config.checks] == [
+        CanaryConfig,
+        ExpectConfig,
+        LogprobsConfig,
+        EvalConfig,
+    ]
     assert config.server.ready_timeout == 600
     assert config.probe.repeats == 1
 
@@ -57,7 +69,10 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
             {"server": {"command": ["x"], "launcher": "slurm"}},
             "server.launcher: unknown launcher 'slurm' (known: process, docker)",
         ),
-        ({"checks": [{"type": "vibes"}]}, "checks.0: unknown check type 'vibes'"),
+        (
+            {"checks": [{"type": "vibes"}]},
+            "checks.0: unknown check type 'vibes' (known: canary, expect, logprobs, eval)",
+        ),
         ({"checks": [{"prompts": ["hi"]}]}, "checks.0: a check needs a 'type'"),
         ({"checks": [{"type": "canary", "prompt": ["hi"]}]}, "checks.0.prompt: unknown key"),
         (

@@ -65,12 +65,20 @@ def build_images(
     import_history(client, h.repo, h.shas, repo, missing)
 
 
-def docker_config(h: History, server: dict[str, Any], **candidates: str) -> Path:
+SIMPLE_CHECKS = [{"type": "canary"}, {"type": "expect"}]
+"""Checks that need no golden, for `check` runs that test the launcher."""
+
+
+def docker_config(
+    h: History, server: dict[str, Any], checks: list[Any] | None = None, **candidates: str
+) -> Path:
     h.configs += 1
-    data = {
+    data: dict[str, Any] = {
         "candidates": {"repo": str(h.repo), "good": h.shas[0], "bad": h.shas[-1], **candidates},
         "server": server,
     }
+    if checks is not None:
+        data["checks"] = checks
     return write_config(h.root / f"docker-{h.configs}.yaml", data)
 
 
@@ -254,7 +262,7 @@ def test_a_container_that_dies_before_ready_is_skip_with_its_exit(
 ) -> None:
     h: History = history({1: "crash-on-start"}, n=1)
     build_images(client, h, repo_name)
-    config = docker_config(h, sim_server(repo_name + ":{commit}"))
+    config = docker_config(h, sim_server(repo_name + ":{commit}"), SIMPLE_CHECKS)
     code, output = invoke(
         "check", str(config), "--candidate", h.shas[1], "--out", str(h.root / "c")
     )
@@ -274,7 +282,12 @@ def test_secrets_in_env_never_reach_the_container_log_file(
     server["env"]["HF_TOKEN"] = "${TEST_HF_TOKEN}"
     monkeypatch.setenv("TEST_HF_TOKEN", "hf_dockerSecret9")
     code, output = invoke(
-        "check", str(docker_config(h, server)), "--candidate", h.shas[1], "--out", str(h.root / "c")
+        "check",
+        str(docker_config(h, server, SIMPLE_CHECKS)),
+        "--candidate",
+        h.shas[1],
+        "--out",
+        str(h.root / "c"),
     )
     assert code == 0, output
     log = (h.root / "c" / "probes" / h.shas[1][:12] / "server.log").read_text()

@@ -12,8 +12,15 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
-from .checks import Check, build_checks
+from .checks import Check
+from .checks.build import build_checks
+from .checks.golden import GoldenStore, golden_checks
+from .checks.golden import apply as golden_apply
+from .checks.golden import record as golden_record
+from .checks.golden import save as golden_save
+from .checks.golden import thresholds as golden_thresholds
 from .client import OpenAIClient
 from .config import (
     Config,
@@ -95,6 +102,10 @@ class Setup:
         finally:
             made.close()
 
+    def golden_path(self) -> Path | None:
+        """The golden the config names, relative to the config's folder."""
+        return self.base_dir / self.config.golden if self.config.golden else None
+
     def resolve(self, ref: str, key: str) -> Candidate:
         """A git ref, or (docker launcher) an image reference whose metadata names a commit."""
         try:
@@ -164,7 +175,7 @@ def setup(
         config,
         base_dir,
         source,
-        build_checks(config.checks),
+        build_checks(config.checks, base_dir),
         env,
         environ,
         secret_names(config.server.env),
@@ -209,6 +220,10 @@ def run_bisect(
 ) -> RunResult:
     config, plan = plan_of(s, good, bad, find_fix)
     digest = config_digest(config) + (":fix" if find_fix else "")
+    named = s.golden_path()
+    golden = GoldenStore(
+        named or out_dir / "golden.json", s.checks, None if named else plan.good.commit
+    )
     with s.launcher(run_id_of(out_dir, digest)) as launcher:
         return run(
             plan,
@@ -219,13 +234,16 @@ def run_bisect(
             client=s.client,
             repeats=config.probe.repeats,
             progress=progress,
+            golden=golden,
         )
 
 
 def check_one(
-    s: Setup, ref: str, out_dir: Path, progress: Progress
+    s: Setup, ref: str, out_dir: Path, progress: Progress, golden_file: Path | None = None
 ) -> tuple[Candidate, ProbeOutcome]:
     """Probe one candidate (the `check` command)."""
+    path = golden_file or s.golden_path() or Path("golden.json")
+    golden = GoldenStore(path, s.checks)
     candidate = s.resolve(ref, "--candidate")
     with s.launcher(run_id_of(out_dir, "check")) as launcher:
         launcher.reap()
@@ -237,6 +255,62 @@ def check_one(
             repeats=s.config.probe.repeats,
             client=s.client,
             progress=progress,
+            golden=golden,
         )
     progress.finished(candidate, outcome)
     return candidate, outcome
+
+
+@contextmanager
+def serving(s: Setup, candidate: Candidate, out_dir: Path, run_id: str) -> Iterator[OpenAIClient]:
+    """One ready server for a candidate (golden, calibrate); untestable is an error here."""
+    with s.launcher(run_id) as launcher:
+        launcher.reap()
+        with launcher.launch(candidate, out_dir / "probes" / candidate.short) as server:
+            try:
+                server.wait_ready()
+            except LaunchError as exc:
+                tail = f"\n{exc.log_tail}" if exc.log_tail else ""
+                raise LaunchError(f"{candidate.short} could not be tested: {exc}{tail}") from None
+            with s.client(server) as api:
+                yield api
+
+
+def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> dict[str, object]:
+    """The `golden` command: record the golden checks' references from one build."""
+    candidate = s.resolve(ref, "--candidate")
+    if not golden_checks(s.checks):
+        raise ConfigError("checks: no check compares with a golden (logprobs, eval)")
+    with serving(s, candidate, out_dir, run_id_of(out_dir, "golden")) as api:
+        data = golden_record(api, s.checks, candidate.commit)
+    golden_save(path, data)
+    return data
+
+
+def calibrate(
+    s: Setup, ref: str, path: Path, out_dir: Path, runs: int, restarts: int
+) -> dict[str, Any]:
+    """The `calibrate` command: the good build's checks against its own golden, `runs` times per
+    server start, over 1 + `restarts` starts; the spread becomes the default thresholds."""
+    candidate = s.resolve(ref, "--candidate")
+    checks = golden_checks(s.checks)
+    if not checks:
+        raise ConfigError("checks: no check compares with a golden (logprobs, eval)")
+    store = GoldenStore(path, s.checks, record_on=candidate.commit)
+    metrics: dict[str, list[dict[str, Any]]] = {c.name: [] for c in checks}
+    for start in range(1 + restarts):
+        with serving(s, candidate, out_dir, run_id_of(out_dir, f"calibrate-{start}")) as api:
+            store.ensure(api, candidate.commit)
+            for _ in range(runs):
+                for check in checks:
+                    result = check.run(api)
+                    metrics[check.name].append(result.details["metrics"])
+    assert store.data is not None
+    store.data["calibration"] = {
+        "runs": runs * (1 + restarts),
+        "restarts": restarts,
+        **{c.name: c.noise(metrics[c.name]) for c in checks},
+    }
+    golden_save(path, store.data)
+    golden_apply(store.data, s.checks)
+    return golden_thresholds(store.data, s.checks)

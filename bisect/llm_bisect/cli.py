@@ -192,6 +192,10 @@ def check_cmd(
         Path | None,
         typer.Option("--out", "-o", help="Folder for the server log (default: a temp folder)."),
     ] = None,
+    golden: Annotated[
+        Path | None,
+        typer.Option("--golden", help="The golden to compare with (default: the config's)."),
+    ] = None,
 ) -> None:
     """Probe one candidate: exit 0 good, 1 bad, 125 skip (a `git bisect run` script)."""
 
@@ -199,10 +203,71 @@ def check_cmd(
         progress = TerminalProgress()
         s = app.setup(config, os.environ, report=progress.note)
         out_dir = out or Path(tempfile.mkdtemp(prefix="llm-bisect-check-"))
-        cand, outcome = app.check_one(s, candidate, out_dir, progress)
+        cand, outcome = app.check_one(s, candidate, out_dir, progress, golden)
         print(f"{outcome.verdict.value}: {cand.commit} {outcome.reason}")
         print(f"server log: {out_dir / 'probes' / cand.short / 'server.log'}")
         return CHECK_EXIT[outcome.verdict]
+
+    raise typer.Exit(guarded(body))
+
+
+GoldenOut = Annotated[
+    Path | None,
+    typer.Option(
+        "--output", "-o", help="The golden file (default: the config's golden, else ./golden.json)."
+    ),
+]
+ProbeDir = Annotated[
+    Path | None, typer.Option("--out", help="Folder for server logs (default: a temp folder).")
+]
+
+
+@cli.command("golden")
+def golden_cmd(
+    config: ConfigArg,
+    candidate: Annotated[str, typer.Option("--candidate", help="The good build.")],
+    output: GoldenOut = None,
+    out: ProbeDir = None,
+) -> None:
+    """Record the golden from one (good) build: token ids, logprobs, texts, eval answers."""
+
+    def body() -> int:
+        s = app.setup(config, os.environ)
+        path = output or s.golden_path() or Path("golden.json")
+        data = app.record_golden(
+            s, candidate, path, out or Path(tempfile.mkdtemp(prefix="llm-bisect-"))
+        )
+        print(f"golden of {data['commit']}: {path}")
+        return 0
+
+    raise typer.Exit(guarded(body))
+
+
+@cli.command("calibrate")
+def calibrate_cmd(
+    config: ConfigArg,
+    candidate: Annotated[str, typer.Option("--candidate", help="The good build.")],
+    runs: Annotated[int, typer.Option("--runs", min=1, help="Check runs per server start.")] = 3,
+    restarts: Annotated[int, typer.Option("--restarts", min=0, help="Extra server starts.")] = 1,
+    output: GoldenOut = None,
+    out: ProbeDir = None,
+) -> None:
+    """Check the good build against itself; its spread becomes the default thresholds."""
+
+    def body() -> int:
+        s = app.setup(config, os.environ)
+        path = output or s.golden_path() or Path("golden.json")
+        work = out or Path(tempfile.mkdtemp(prefix="llm-bisect-"))
+        limits = app.calibrate(s, candidate, path, work, runs, restarts)
+        print(
+            f"calibrated over {runs * (1 + restarts)} runs, {1 + restarts} server start(s): {path}"
+        )
+        for check, values in limits.items():
+            if check == "calibration":
+                continue
+            for key, limit in values.items():
+                print(f"  {check}.{key} <= {limit['value']:.4g}  ({limit['from']})")
+        return 0
 
     raise typer.Exit(guarded(body))
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from .checks.compare import Step
 from .errors import EndpointError
 
 SEED = 1234
@@ -28,6 +29,30 @@ class ChatReply:
     finish_reason: str | None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
     """The whole response body."""
+    steps: tuple[Step, ...] = ()
+    """Per generated token, when logprobs were asked for: token (id when known), logprob, top-k."""
+    token_ids: tuple[int, ...] = ()
+    """Generated token ids (vLLM's `return_token_ids`)."""
+    prompt_token_ids: tuple[int, ...] = ()
+    """The prompt as the server tokenized it, chat template applied."""
+
+
+def _key(token: str) -> str:
+    """`token_id:123` (vLLM's return_tokens_as_token_ids) → `123`; other tokens as they are."""
+    return token.removeprefix("token_id:")
+
+
+def steps_of(choice: dict[str, Any]) -> tuple[Step, ...]:
+    """The per-token logprobs of a chat choice, in OpenAI's format."""
+    content = (choice.get("logprobs") or {}).get("content") or []
+    return tuple(
+        Step(
+            token=_key(str(entry["token"])),
+            logprob=float(entry["logprob"]),
+            top={_key(str(t["token"])): float(t["logprob"]) for t in entry.get("top_logprobs", [])},
+        )
+        for entry in content
+    )
 
 
 def reasoning_of(message: dict[str, Any]) -> str | None:
@@ -124,9 +149,42 @@ class OpenAIClient:
         content = message.get("content")
         if isinstance(body.get("system_fingerprint"), str):
             self.system_fingerprint = body["system_fingerprint"]
+        try:
+            steps = steps_of(choice)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EndpointError(f"POST /v1/chat/completions: malformed logprobs ({exc})") from exc
         return ChatReply(
             content=content if isinstance(content, str) else None,
             reasoning=reasoning_of(message),
             finish_reason=choice.get("finish_reason"),
             raw=body,
+            steps=steps,
+            token_ids=tuple(int(t) for t in choice.get("token_ids") or ()),
+            prompt_token_ids=tuple(int(t) for t in body.get("prompt_token_ids") or ()),
         )
+
+    def score(self, token_ids: list[int]) -> list[float | None]:
+        """Teacher forcing: each given token's logprob under this server (None for the first).
+
+        Uses vLLM's `prompt_logprobs` on /v1/completions with the prompt as token ids.
+        """
+        body = self._request(
+            "POST",
+            "/v1/completions",
+            json={
+                "model": self.model,
+                "prompt": token_ids,
+                "max_tokens": 1,
+                "temperature": 0.0,
+                "prompt_logprobs": 0,
+            },
+        )
+        try:
+            rows = body["choices"][0]["prompt_logprobs"]
+            out: list[float | None] = []
+            for tid, row in zip(token_ids, rows, strict=False):
+                entry = row.get(str(tid)) if isinstance(row, dict) else None
+                out.append(float(entry["logprob"]) if entry else None)
+        except (KeyError, IndexError, TypeError) as exc:
+            raise EndpointError("POST /v1/completions: no prompt_logprobs in the response") from exc
+        return out

@@ -190,7 +190,45 @@ class ExpectConfig(_Strict):
     max_tokens: int = Field(default=64, gt=0)
 
 
-CheckConfig = Annotated[CanaryConfig | ExpectConfig, Field(discriminator="type")]
+class LogprobsConfig(_Strict):
+    """Token ids and top-k logprobs against the golden; thresholds from calibration."""
+
+    type: Literal["logprobs"]
+    prompts: list[str] = Field(
+        default_factory=lambda: [
+            "hello how are you",
+            "Write two sentences about the sea.",
+            "Explain in a few sentences why the sky is blue.",
+            "Name three colours.",
+        ],
+        min_length=1,
+    )
+    max_tokens: int = Field(default=32, gt=0)
+    top_k: int = Field(default=5, ge=1, le=20)
+    max_abs_delta: float | None = Field(default=None, gt=0)
+    """|Δlogprob| allowed on agreeing tokens; default: from calibration."""
+    teacher_mean_abs_delta: float | None = Field(default=None, gt=0)
+    """Mean |Δlogprob| allowed on the teacher-forced golden text; default: from calibration."""
+
+
+class EvalConfig(_Strict):
+    """A small GSM8K-format accuracy eval against the golden's accuracy."""
+
+    type: Literal["eval"]
+    path: str | None = None
+    """GSM8K-format JSONL (`question`, `answer` ending in `#### N`); default: the bundled set."""
+    limit: int | None = Field(default=None, gt=0)
+    concurrency: int = Field(default=8, ge=1, le=256)
+    max_tokens: int = Field(default=256, gt=0)
+    tolerance: float | None = Field(default=None, ge=0, le=1)
+    """Accuracy drop allowed; default: the binomial chance band, or calibration's spread."""
+    null_share_jump: float = Field(default=0.1, ge=0, le=1)
+    """Rise allowed in the share of answers with null content."""
+
+
+CheckConfig = Annotated[
+    CanaryConfig | ExpectConfig | LogprobsConfig | EvalConfig, Field(discriminator="type")
+]
 
 
 class ProbeConfig(_Strict):
@@ -200,8 +238,13 @@ class ProbeConfig(_Strict):
     """Runs of the check suite per probe; disagreeing runs make the verdict `unsure`."""
 
 
-def _default_checks() -> list[CanaryConfig | ExpectConfig]:
-    return [CanaryConfig(type="canary"), ExpectConfig(type="expect")]
+def _default_checks() -> list[CanaryConfig | ExpectConfig | LogprobsConfig | EvalConfig]:
+    return [
+        CanaryConfig(type="canary"),
+        ExpectConfig(type="expect"),
+        LogprobsConfig(type="logprobs"),
+        EvalConfig(type="eval"),
+    ]
 
 
 class Config(_Strict):
@@ -211,6 +254,8 @@ class Config(_Strict):
     server: ServerConfig
     checks: list[CheckConfig] = Field(default_factory=_default_checks, min_length=1)
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
+    golden: str | None = None
+    """A golden file (relative to the config); default for `run`: recorded from the good end."""
 
 
 def template_fields(template: str, key: str) -> list[str]:
@@ -243,6 +288,7 @@ def expand_env(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, 
     return {k: expand_value(v, environ, f"server.env.{k}") for k, v in env.items()}
 
 
+CHECK_TYPES = "canary, expect, logprobs, eval"
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|CREDENTIAL", re.I)
 
 
@@ -256,7 +302,8 @@ def secret_names(env: Mapping[str, str]) -> list[str]:
 
 def _loc(loc: tuple[int | str, ...]) -> str:
     # pydantic puts the discriminator value into the location; users never wrote it.
-    parts = [str(p) for p in loc if p not in ("canary", "expect", "process", "docker")]
+    tags = ("canary", "expect", "logprobs", "eval", "process", "docker")
+    parts = [str(p) for p in loc if p not in tags]
     return ".".join(parts)
 
 
@@ -273,9 +320,9 @@ def _one_line(exc: ValidationError) -> str:
         tag = ctx.get("tag", err.get("input"))
         if ctx.get("discriminator") == "'launcher'":
             return f"{loc}.launcher: unknown launcher {tag!r} (known: process, docker)"
-        return f"{loc}: unknown check type {tag!r} (known: canary, expect)"
+        return f"{loc}: unknown check type {tag!r} (known: {CHECK_TYPES})"
     if kind == "union_tag_not_found":
-        return f"{loc}: a check needs a 'type' (canary, expect)"
+        return f"{loc}: a check needs a 'type' ({CHECK_TYPES})"
     msg = str(err["msg"]).removeprefix("Value error, ")
     value = err.get("input")
     if isinstance(value, dict | list) or value is None:

@@ -122,7 +122,7 @@ def remove_images(refs: list[str]) -> None:
 
 
 def write_config(workdir: Path, repo_dir: Path, *, docker: bool = False) -> Path:
-    """The demo's config, a plain file the user can read and copy."""
+    """The demo's config, a plain file the user can read and copy (the default checks)."""
     server: dict[str, Any]
     if docker:
         from .sim.docker import sim_server
@@ -147,15 +147,6 @@ def write_config(workdir: Path, repo_dir: Path, *, docker: bool = False) -> Path
     config = {
         "candidates": {"repo": str(repo_dir), "good": "nightly-2026-08-09", "bad": "v0.27.0"},
         "server": server,
-        "checks": [
-            {"type": "canary"},
-            {
-                "type": "expect",
-                "cases": [
-                    {"prompt": "What is 2+2? Reply with the number only.", "match": r"^\s*4\b"},
-                ],
-            },
-        ],
     }
     path = workdir / "demo.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .checks import Check
+from .checks.golden import GoldenStore
 from .client import OpenAIClient
 from .errors import ConfigError, EndpointError, JournalError, LaunchError
 from .fingerprint import parse_startup_log
@@ -128,6 +129,7 @@ def probe(
     repeats: int = 1,
     client: Callable[[Server], OpenAIClient],
     progress: Progress,
+    golden: GoldenStore | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> ProbeOutcome:
     """Launch one candidate, check it, and say good, bad, skip or unsure.
@@ -155,7 +157,7 @@ def probe(
                 timings["ready"] = clock() - t0
                 progress.phase(candidate, "checking", timings["ready"])
                 t_checks = clock()
-                _check(server, checks, repeats, client, launcher, facts, found)
+                _check(server, checks, repeats, client, launcher, facts, found, golden, candidate)
                 timings["checks"] = clock() - t_checks
         except LaunchError as exc:
             found.reason, found.log_tail = str(exc), exc.log_tail
@@ -183,11 +185,15 @@ def _check(
     launcher: Launcher,
     facts: dict[str, Any],
     found: _Probe,
+    golden: GoldenStore | None,
+    candidate: Candidate,
 ) -> None:
     """Run the check suite `repeats` times on a ready server; fill in `found` and `facts`."""
     runs: list[tuple[Verdict, str]] = []
     try:
         with client(server) as api, launcher.quiet():
+            if golden is not None:
+                golden.ensure(api, candidate.commit)
             for _ in range(repeats):
                 found.results = tuple(check.run(api) for check in checks)
                 runs.append(judge(found.results))
@@ -278,6 +284,7 @@ def run(
     client: Callable[[Server], OpenAIClient],
     repeats: int = 1,
     progress: Progress | None = None,
+    golden: GoldenStore | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
     """Bisect `plan` to an answer, resuming from DIR's journal when there is one."""
@@ -318,6 +325,7 @@ def run(
                 repeats=repeats,
                 client=client,
                 progress=progress,
+                golden=golden,
                 clock=clock,
             )
             journal.append("probe", outcome=outcome.to_json(), time=time.time())

@@ -190,8 +190,13 @@ class Answer:
 
 
 def plan_step(plan: Plan, verdicts: Mapping[str, Verdict]) -> Candidate | Answer:
-    """The next candidate to probe, or the Answer. `verdicts` is keyed by commit."""
+    """The next candidate to probe, or the Answer. `verdicts` is keyed by commit.
+
+    The good end goes first in both modes: the golden is recorded from it.
+    """
     mode, seq = plan.mode, plan.sequence
+    if plan.good.commit not in verdicts:
+        return plan.good
     if plan.anchor is not None:
         base = seq[0]
         for cand, name in ((plan.anchor, _end_name(mode, False)), (base, "the merge base")):

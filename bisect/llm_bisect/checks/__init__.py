@@ -6,11 +6,12 @@ only sends prompts through the client it is given.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..client import ChatReply
-from ..config import CanaryConfig, CheckConfig, ExpectConfig
 from ..model import CheckResult
+
+if TYPE_CHECKING:  # the simulator imports checks.gsm8k: keep this package stdlib-only
+    from ..client import ChatReply
 
 
 class ChatEndpoint(Protocol):
@@ -25,17 +26,3 @@ class Check(Protocol):
     name: str
 
     def run(self, endpoint: ChatEndpoint) -> CheckResult: ...
-
-
-def build_checks(configs: list[CheckConfig]) -> list[Check]:
-    """The checks a config asks for, in its order."""
-    from .canary import CanaryCheck
-    from .expect import ExpectCheck
-
-    checks: list[Check] = []
-    for cfg in configs:
-        if isinstance(cfg, CanaryConfig):
-            checks.append(CanaryCheck(cfg.prompts, max_tokens=cfg.max_tokens))
-        elif isinstance(cfg, ExpectConfig):
-            checks.append(ExpectCheck([(c.prompt, c.match) for c in cfg.cases], cfg.max_tokens))
-    return checks

@@ -89,6 +89,19 @@ def _fingerprints(result: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _thresholds(result: dict[str, Any]) -> list[str]:
+    limits = result.get("thresholds") or {}
+    rows = [
+        f"| {check} | {key} | {limit['value']:.4g} | {limit['from']} |"
+        for check, values in limits.items()
+        for key, limit in values.items()
+    ]
+    if not rows:
+        return []
+    head = ["## Thresholds", "", "| check | limit | value | from |", "|---|---|---|---|"]
+    return [*head, *rows, ""]
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """The report of a run."""
     status = result["status"]
@@ -128,6 +141,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         ]
     lines += _evidence(result)
     lines += _fingerprints(result)
+    lines += _thresholds(result)
     lines += [
         "## Probes",
         "",

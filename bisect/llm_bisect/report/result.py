@@ -10,6 +10,16 @@ from ..model import Candidate, ProbeOutcome
 from ..search import Answer, Plan
 
 
+def thresholds_of(probes: Sequence[ProbeOutcome]) -> dict[str, Any]:
+    """The thresholds each golden check judged by (value and where it came from)."""
+    found: dict[str, Any] = {}
+    for p in probes:
+        for check in p.checks:
+            if "thresholds" in check.details and check.name not in found:
+                found[check.name] = check.details["thresholds"]
+    return found
+
+
 def build_result(plan: Plan, answer: Answer, probes: Sequence[ProbeOutcome]) -> dict[str, Any]:
     """The result.json document of a finished (or stopped) search."""
     by_commit: Mapping[str, Candidate] = {c.commit: c for c in plan.candidates}
@@ -35,6 +45,7 @@ def build_result(plan: Plan, answer: Answer, probes: Sequence[ProbeOutcome]) -> 
         "merge_base": plan.sequence[0].commit if plan.anchor else None,
         "candidates": len(plan.candidates),
         "fingerprints": sides,
+        "thresholds": thresholds_of(probes),
         "probes": [
             {
                 **p.to_json(),

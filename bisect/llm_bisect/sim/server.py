@@ -5,7 +5,8 @@ from the commit it serves: `git show COMMIT:sim-engine.json` in the repo,
 e.g. `{"fault": "degenerate-reasoning"}`. So a temporary git history with a
 fault introduced by one commit is a real bisection problem.
 
-Faults (FAULTS): output faults keep /health green, as in the real reports;
+Faults (FAULTS; what each does to the output is in sim/model.py): output
+faults keep /health green, as in the real reports;
 `crash-on-start`, `never-ready` and `crash-on-request` make a build untestable;
 `bad-warmup` is broken for its first requests only (checks disagree across repeats).
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -25,6 +25,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from . import model
 
 FAULTS = (
     "none",
@@ -36,69 +38,18 @@ FAULTS = (
     "never-ready",
     "crash-on-request",
     "bad-warmup",
+    "numerics",
+    "kernel-noise",
+    "reasoning-parser",
 )
 WARMUP_REQUESTS = 4
 """`bad-warmup` answers its first this-many chat requests with degenerate content."""
 ENGINE_FILE = "sim-engine.json"
 MODEL = "sim/tiny-chat"
 
-_DEGENERATE = (
-    "G now now now now now now now now now now now now now [ how are now } [ are now now "
-    "now now now now now now now now now now now now now now now now now now now now now"
-)
-_ARITH = re.compile(r"(-?\d+)\s*([-+*x\u00d7])\s*(-?\d+)")
 
-
-def _arith(prompt: str) -> tuple[str, str] | None:
-    """(expression, value) of the first `A op B` in a prompt."""
-    m = _ARITH.search(prompt)
-    if not m:
-        return None
-    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
-    value = a + b if op == "+" else a - b if op == "-" else a * b
-    return m.group(0), str(value)
-
-
-def answer(prompt: str) -> tuple[str, str]:
-    """The healthy build's (content, reasoning) for a prompt. Deterministic."""
-    text = prompt.strip().lower()
-    arith = _arith(prompt)
-    if arith is not None:
-        expression, value = arith
-        return value, f"The question asks for {expression}. That is {value}."
-    if text.startswith(("hello", "hi ", "hey")):
-        return (
-            "I'm doing well, thank you for asking! How can I help you today?",
-            "The user greets me and asks how I am. I should reply warmly and offer help.",
-        )
-    words = [w for w in re.findall(r"[a-z]+", text) if len(w) > 3][:4]
-    topic = " ".join(words) or "this"
-    return (
-        f"Here is a short answer about {topic}. It depends on a few simple ideas, "
-        "which I explain in plain words, one step at a time, with an example at the end.",
-        f"The user wants to know about {topic}. I will keep it short and clear.",
-    )
-
-
-def respond(prompt: str, fault: str) -> tuple[str | None, str]:
-    """(content, reasoning) of this build, fault applied."""
-    content, reasoning = answer(prompt)
-    if fault == "degenerate-reasoning":
-        return content[:12], _DEGENERATE
-    if fault == "degenerate-content":
-        return _DEGENERATE, reasoning
-    if fault == "null-content":
-        return None, f"{reasoning} {content}"
-    if fault == "garbled-math" and _arith(prompt) is not None:
-        return " What is2 +", reasoning
-    return content, reasoning
-
-
-def _truncate(text: str | None, max_tokens: int) -> str | None:
-    if text is None:
-        return None
-    words = text.split(" ")
-    return " ".join(words[:max_tokens])
+def _token_text(tid: int, as_ids: bool, text: str) -> str:
+    return f"token_id:{tid}" if as_ids else text
 
 
 class Engine:
@@ -112,6 +63,16 @@ class Engine:
         self.requests = 0
         self._lock = threading.Lock()
 
+    def _envelope(self, kind: str, body: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": f"{kind}-{self.commit[:8]}",
+            "object": kind,
+            "created": int(time.time()),
+            "model": body.get("model", MODEL),
+            "system_fingerprint": f"sim-0.1.0-{self.commit[:12]}",
+            "choices": [choice],
+        }
+
     def chat(self, body: dict[str, Any]) -> dict[str, Any]:
         messages = body.get("messages") or [{}]
         prompt = str(messages[-1].get("content", ""))
@@ -120,21 +81,55 @@ class Engine:
             self.requests += 1
             warming = self.requests <= WARMUP_REQUESTS
         fault = "degenerate-content" if self.fault == "bad-warmup" and warming else self.fault
-        content, reasoning = respond(prompt, fault)
+        k = int(body.get("top_logprobs") or 1)
+        gen = model.generate(prompt, fault, max_tokens, k)
+        prompt_ids = [model.token_id(t) for t in model.tokens(prompt)]
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": _truncate(content, max_tokens),
-            self.reasoning_field: _truncate(reasoning, max_tokens),
+            "content": gen.content,
+            self.reasoning_field: gen.reasoning,
         }
-        return {
-            "id": f"chatcmpl-{self.commit[:8]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", MODEL),
-            "system_fingerprint": f"sim-0.1.0-{self.commit[:12]}",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": 0},
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": gen.finish_reason,
         }
+        as_ids = bool(body.get("return_tokens_as_token_ids"))
+        if body.get("logprobs"):
+            texts = [*model.tokens(gen.content or ""), "</s>"]
+            choice["logprobs"] = {
+                "content": [
+                    {
+                        "token": _token_text(step[0][0], as_ids, texts[i]),
+                        "logprob": step[0][1],
+                        "top_logprobs": [
+                            {"token": _token_text(tid, as_ids, f"alt{j}"), "logprob": lp}
+                            for j, (tid, lp) in enumerate(step[:k])
+                        ],
+                    }
+                    for i, step in enumerate(gen.steps)
+                ]
+            }
+        if body.get("return_token_ids"):
+            choice["token_ids"] = gen.token_ids
+        reply = self._envelope("chat.completion", body, choice)
+        if body.get("return_token_ids"):
+            reply["prompt_token_ids"] = prompt_ids
+        return reply
+
+    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Teacher forcing: a prompt of token ids scored with `prompt_logprobs`."""
+        prompt = body.get("prompt")
+        if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
+            raise ValueError("the simulator scores prompts given as token ids only")
+        choice: dict[str, Any] = {"index": 0, "text": "", "finish_reason": "length"}
+        if body.get("prompt_logprobs") is not None:
+            scores = model.score(prompt, self.fault)
+            choice["prompt_logprobs"] = [
+                None if lp is None else {str(tid): {"logprob": lp, "rank": 1}}
+                for tid, lp in zip(prompt, scores, strict=True)
+            ]
+        return self._envelope("text_completion", body, choice)
 
 
 def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
@@ -178,13 +173,19 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._send(400, {"error": "invalid JSON"})
                 return
-            if self.path != "/v1/chat/completions":
+            if self.path not in ("/v1/chat/completions", "/v1/completions"):
                 self._send(404, {"error": "not found"})
                 return
             if engine.fault == "crash-on-request":
                 sys.stderr.write("sim: illegal memory access (simulated), aborting\n")
                 sys.stderr.flush()
                 os._exit(134)
+            if self.path == "/v1/completions":
+                try:
+                    self._send(200, engine.completion(body))
+                except ValueError as exc:
+                    self._send(400, {"error": str(exc)})
+                return
             self._send(200, engine.chat(body))
 
     return Handler

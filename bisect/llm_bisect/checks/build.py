@@ -1,0 +1,49 @@
+"""The checks a config asks for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..config import CanaryConfig, CheckConfig, EvalConfig, ExpectConfig, LogprobsConfig
+from ..errors import ConfigError
+from . import Check
+from .canary import CanaryCheck
+from .eval import EvalCheck
+from .expect import ExpectCheck
+from .logprobs import LogprobsCheck
+
+
+def build_checks(configs: list[CheckConfig], base_dir: Path) -> list[Check]:
+    """The checks a config asks for, in its order; files relative to `base_dir`."""
+    checks: list[Check] = []
+    for i, cfg in enumerate(configs):
+        if isinstance(cfg, CanaryConfig):
+            checks.append(CanaryCheck(cfg.prompts, max_tokens=cfg.max_tokens))
+        elif isinstance(cfg, ExpectConfig):
+            checks.append(ExpectCheck([(c.prompt, c.match) for c in cfg.cases], cfg.max_tokens))
+        elif isinstance(cfg, LogprobsConfig):
+            checks.append(
+                LogprobsCheck(
+                    cfg.prompts,
+                    max_tokens=cfg.max_tokens,
+                    top_k=cfg.top_k,
+                    max_abs_delta=cfg.max_abs_delta,
+                    teacher_mean_abs_delta=cfg.teacher_mean_abs_delta,
+                )
+            )
+        elif isinstance(cfg, EvalConfig):
+            path = base_dir / cfg.path if cfg.path else None
+            try:
+                checks.append(
+                    EvalCheck(
+                        path,
+                        limit=cfg.limit,
+                        concurrency=cfg.concurrency,
+                        max_tokens=cfg.max_tokens,
+                        tolerance=cfg.tolerance,
+                        null_share_jump=cfg.null_share_jump,
+                    )
+                )
+            except (OSError, ValueError, KeyError) as exc:
+                raise ConfigError(f"checks.{i}.path: cannot read '{cfg.path}' ({exc})") from None
+    return checks

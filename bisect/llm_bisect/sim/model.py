@@ -1,0 +1,167 @@
+"""The simulated model: what a healthy build answers, and what each fault does to it. Pure.
+
+Text is split into word tokens (leading space kept, as BPE does); a token's
+id is a hash of it and its logprob a function of (id, position), so a golden
+recorded from one process is reproduced exactly by another, and teacher
+forcing (scoring given token ids) agrees with generation. Faults:
+
+    numerics        the text leaves the golden after 3 tokens; every logprob shifts by -0.8
+    kernel-noise    logprobs move by at most 0.004 (benign kernel noise: must pass)
+    null-content    content null, the answer left in the reasoning channel
+    ...             (see FAULTS in server.py)
+
+GSM8K questions from the bundled set are answered right 90% of the time by a
+healthy build, as a capable model would.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+from functools import cache
+
+from ..checks.gsm8k import load_problems
+
+EOS_ID = 1
+_WORD = re.compile(r"\s*\S+")
+
+
+_DEGENERATE = (
+    "G now now now now now now now now now now now now now [ how are now } [ are now now "
+    "now now now now now now now now now now now now now now now now now now now now now"
+)
+_ARITH = re.compile(r"(-?\d+)\s*([-+*x\u00d7])\s*(-?\d+)")
+
+
+def _arith(prompt: str) -> tuple[str, str] | None:
+    """(expression, value) of the first `A op B` in a prompt."""
+    m = _ARITH.search(prompt)
+    if not m:
+        return None
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    value = a + b if op == "+" else a - b if op == "-" else a * b
+    return m.group(0), str(value)
+
+
+def answer(prompt: str) -> tuple[str, str]:
+    """The healthy build's (content, reasoning) for a prompt. Deterministic."""
+    text = prompt.strip().lower()
+    arith = _arith(prompt)
+    if arith is not None:
+        expression, value = arith
+        return value, f"The question asks for {expression}. That is {value}."
+    if text.startswith(("hello", "hi ", "hey")):
+        return (
+            "I'm doing well, thank you for asking! How can I help you today?",
+            "The user greets me and asks how I am. I should reply warmly and offer help.",
+        )
+    words = [w for w in re.findall(r"[a-z]+", text) if len(w) > 3][:4]
+    topic = " ".join(words) or "this"
+    return (
+        f"Here is a short answer about {topic}. It depends on a few simple ideas, "
+        "which I explain in plain words, one step at a time, with an example at the end.",
+        f"The user wants to know about {topic}. I will keep it short and clear.",
+    )
+
+
+def respond(prompt: str, fault: str) -> tuple[str | None, str]:
+    """(content, reasoning) of this build, fault applied."""
+    worked = gsm8k_answer(prompt, fault)
+    content, reasoning = answer(prompt) if worked is None else (worked, "I add and subtract.")
+    if fault == "degenerate-reasoning":
+        return content[:12], _DEGENERATE
+    if fault == "degenerate-content":
+        return _DEGENERATE, reasoning
+    if fault in ("null-content", "reasoning-parser"):
+        return None, f"{reasoning} {content}"
+    if fault == "garbled-math" and _arith(prompt) is not None:
+        return " What is2 +", reasoning
+    return content, reasoning
+
+
+def _truncate(text: str | None, max_tokens: int) -> str | None:
+    if text is None:
+        return None
+    words = text.split(" ")
+    return " ".join(words[:max_tokens])
+
+
+def tokens(text: str) -> list[str]:
+    """Word tokens, each with its leading whitespace."""
+    return _WORD.findall(text)
+
+
+def token_id(token: str) -> int:
+    return zlib.crc32(token.encode()) % 30000 + 10
+
+
+def logprob(tid: int, position: int, fault: str = "none") -> float:
+    """The logprob of token `tid` at absolute `position` (prompt included)."""
+    base = -(0.01 + ((tid * 7 + position * 13) % 50) / 200)
+    if fault == "numerics":
+        return base - 0.8
+    if fault == "kernel-noise":
+        return base + (((tid + position) % 9) - 4) / 1000
+    return base
+
+
+def top_k(tid: int, position: int, k: int, fault: str) -> list[tuple[int, float]]:
+    """The chosen token first, then k-1 unlikely alternatives."""
+    lp = logprob(tid, position, fault)
+    return [(tid, lp)] + [((tid + j) % 30000 + 10, lp - 2.0 - j) for j in range(1, k)]
+
+
+@cache
+def _gsm8k() -> dict[str, str]:
+    return {p.question: p.answer for p in load_problems()}
+
+
+def gsm8k_answer(prompt: str, fault: str) -> str | None:
+    """A worked answer when the prompt holds a bundled GSM8K question; else None."""
+    for question, answer in _gsm8k().items():
+        if question in prompt:
+            h = zlib.crc32(question.encode()) % 10
+            wrong = h == 0 or (fault == "numerics" and h < 6)
+            value = int(answer) + 1 if wrong else int(answer)
+            return f"Let me work through it step by step. The answer is {value}."
+    return None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One completion: text per channel and the content's tokens with logprobs."""
+
+    content: str | None
+    reasoning: str | None
+    token_ids: list[int]
+    """Content tokens, EOS last (when the text ended within max_tokens)."""
+    steps: list[list[tuple[int, float]]]
+    """Per generated token: top-k (id, logprob), the chosen token first."""
+    finish_reason: str
+
+
+def generate(
+    prompt: str, fault: str, max_tokens: int, top: int = 5, prompt_len: int | None = None
+) -> Generation:
+    """What this build answers, cut to max_tokens, with token ids and top-k logprobs."""
+    content, reasoning = respond(prompt, fault)
+    if fault == "numerics" and content is not None and gsm8k_answer(prompt, fault) is None:
+        head = tokens(content)[:3]
+        content = "".join(head) + " but then the water falls down into the quiet valley below."
+    start = len(tokens(prompt)) if prompt_len is None else prompt_len
+    toks = tokens(content or "")
+    finish = "stop"
+    if len(toks) >= max_tokens:
+        toks, finish = toks[:max_tokens], "length"
+    ids = [token_id(t) for t in toks] + ([EOS_ID] if finish == "stop" else [])
+    steps = [top_k(tid, start + i, max(top, 1), fault) for i, tid in enumerate(ids)]
+    text = "".join(toks) if content is not None else None
+    if reasoning is not None:
+        reasoning = "".join(tokens(reasoning)[:max_tokens])
+    return Generation(text.strip() if text else text, reasoning, ids, steps, finish)
+
+
+def score(token_ids: list[int], fault: str) -> list[float | None]:
+    """Teacher forcing: the logprob of each given token (None for the first)."""
+    return [None, *[logprob(tid, i, fault) for i, tid in enumerate(token_ids)][1:]]
