@@ -287,9 +287,20 @@ def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> dict[str, ob
     return data
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """What `calibrate` found."""
+
+    thresholds: dict[str, Any]
+    """The thresholds now in force, and where each came from."""
+    runs: int
+    flagged: int
+    """Good-vs-good runs in which a golden check failed (by the thresholds in force then)."""
+
+
 def calibrate(
     s: Setup, ref: str, path: Path, out_dir: Path, runs: int, restarts: int
-) -> dict[str, Any]:
+) -> Calibration:
     """The `calibrate` command: the good build's checks against its own golden, `runs` times per
     server start, over 1 + `restarts` starts; the spread becomes the default thresholds."""
     candidate = s.resolve(ref, "--candidate")
@@ -298,12 +309,14 @@ def calibrate(
         raise ConfigError("checks: no check compares with a golden (logprobs, eval)")
     store = GoldenStore(path, s.checks, record_on=candidate.commit)
     metrics: dict[str, list[dict[str, Any]]] = {c.name: [] for c in checks}
+    flagged = 0
     for start in range(1 + restarts):
         with serving(s, candidate, out_dir, run_id_of(out_dir, f"calibrate-{start}")) as api:
             store.ensure(api, candidate.commit)
             for _ in range(runs):
-                for check in checks:
-                    result = check.run(api)
+                results = [check.run(api) for check in checks]
+                flagged += not all(r.passed for r in results)
+                for check, result in zip(checks, results, strict=True):
                     metrics[check.name].append(result.details["metrics"])
     assert store.data is not None
     store.data["calibration"] = {
@@ -313,4 +326,4 @@ def calibrate(
     }
     golden_save(path, store.data)
     golden_apply(store.data, s.checks)
-    return golden_thresholds(store.data, s.checks)
+    return Calibration(golden_thresholds(store.data, s.checks), runs * (1 + restarts), flagged)

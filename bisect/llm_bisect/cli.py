@@ -205,6 +205,13 @@ def check_cmd(
         out_dir = out or Path(tempfile.mkdtemp(prefix="llm-bisect-check-"))
         cand, outcome = app.check_one(s, candidate, out_dir, progress, golden)
         print(f"{outcome.verdict.value}: {cand.commit} {outcome.reason}")
+        for result in outcome.checks:
+            print(
+                f"  {result.name}: {'pass' if result.passed else 'FAIL'} — {result.evidence[:160]}"
+            )
+        t = outcome.timings
+        if "checks" in t:
+            print(f"ready in {t['ready']:.1f}s, checks took {t['checks']:.1f}s")
         print(f"server log: {out_dir / 'probes' / cand.short / 'server.log'}")
         return CHECK_EXIT[outcome.verdict]
 
@@ -258,11 +265,12 @@ def calibrate_cmd(
         s = app.setup(config, os.environ)
         path = output or s.golden_path() or Path("golden.json")
         work = out or Path(tempfile.mkdtemp(prefix="llm-bisect-"))
-        limits = app.calibrate(s, candidate, path, work, runs, restarts)
+        found = app.calibrate(s, candidate, path, work, runs, restarts)
+        print(f"calibrated over {found.runs} runs, {1 + restarts} server start(s): {path}")
         print(
-            f"calibrated over {runs * (1 + restarts)} runs, {1 + restarts} server start(s): {path}"
+            f"good-vs-good: {found.flagged} of {found.runs} runs flagged (by the thresholds then)"
         )
-        for check, values in limits.items():
+        for check, values in found.thresholds.items():
             if check == "calibration":
                 continue
             for key, limit in values.items():

@@ -28,7 +28,7 @@ CHAT = [
     ),
     (
         "Explain in a few sentences why the sky is blue.",
-        "Sunlight is scattered by the air. Blue light is scattered the most, so the sky looks blue.",
+        "Sunlight is scattered by the air. Blue light is scattered most, so the sky looks blue.",
     ),
     ("What is 2+2? Reply with the number only.", "4"),
     ("What is the capital of France? One word.", "Paris"),
@@ -109,14 +109,16 @@ def train(out: Path) -> None:
     labels[batch["attention_mask"] == 0] = -100
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
     model.train()
-    for step in range(400):
+    steps = 0
+    while steps < 600:
         loss = model(**batch, labels=labels).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if loss.item() < 0.01:
+        steps += 1
+        if loss.item() < 0.02:
             break
-    print(f"trained {step + 1} steps, loss {loss.item():.4f}", flush=True)
+    print(f"trained {steps} steps, loss {loss.item():.4f}", flush=True)
     model.generation_config.eos_token_id = tok.eos_token_id
     model.save_pretrained(out)
 

@@ -1,0 +1,87 @@
+"""Golden, calibration and the detection table on the simulator: each fault, each check."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from helpers import History
+from llm_bisect import app
+from llm_bisect.cli import TerminalProgress, cli
+
+FAULTS = [
+    "none",
+    "kernel-noise",
+    "numerics",
+    "reasoning-parser",
+    "degenerate-reasoning",
+    "degenerate-content",
+    "garbled-math",
+]
+CAUGHT = {
+    # fault: the checks that must fail (all others must pass)
+    "none": set(),
+    "kernel-noise": set(),
+    "numerics": {"logprobs", "eval"},
+    "reasoning-parser": {"canary", "expect", "logprobs", "eval"},
+    "degenerate-reasoning": {"canary", "logprobs", "eval"},
+    "degenerate-content": {"canary", "expect", "logprobs", "eval"},
+    "garbled-math": {"expect"},
+}
+
+
+def faulty_history(history: Any) -> History:
+    """Commit i serves FAULTS[i] (commit 0 the good build)."""
+    h: History = history({i: f for i, f in enumerate(FAULTS)}, n=len(FAULTS) - 1)
+    return h
+
+
+def test_calibrate_records_the_golden_and_the_noise_floor(tmp_path: Path, history: Any) -> None:
+    h = faulty_history(history)
+    golden = tmp_path / "golden.json"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "calibrate",
+            str(h.config()),
+            "--candidate",
+            h.shas[0],
+            "-o",
+            str(golden),
+            "--runs",
+            "2",
+            "--restarts",
+            "1",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "calibrated over 4 runs, 2 server start(s)" in result.output
+    data = json.loads(golden.read_text())
+    assert data["commit"] == h.shas[0]
+    case = data["checks"]["logprobs"]["cases"][0]
+    assert (
+        case["token_ids"]
+        and case["prompt_token_ids"]
+        and len(case["teacher"]) == len(case["token_ids"])
+    )
+    assert data["checks"]["eval"]["n"] == 64 and 0.8 < data["checks"]["eval"]["accuracy"] < 1
+    assert data["calibration"]["runs"] == 4
+    assert data["calibration"]["logprobs"]["max_abs_delta"] == 0.0  # the simulator is deterministic
+    assert "logprobs.max_abs_delta <= 0.1  (calibration (0.0000 x 3))" in result.output
+
+
+def test_detection_table_on_the_simulator(tmp_path: Path, history: Any) -> None:
+    h = faulty_history(history)
+    s = app.setup(h.config(), {})
+    golden = tmp_path / "golden.json"
+    app.record_golden(s, h.shas[0], golden, tmp_path / "g")
+    table = {}
+    for i, fault in enumerate(FAULTS):
+        s = app.setup(h.config(), {})
+        _, outcome = app.check_one(s, h.shas[i], tmp_path / fault, TerminalProgress(), golden)
+        table[fault] = {c.name for c in outcome.checks if not c.passed}
+        assert table[fault] == CAUGHT[fault], (fault, outcome.reason)
+        assert (outcome.verdict.value == "good") == (not CAUGHT[fault])
