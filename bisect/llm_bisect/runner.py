@@ -311,11 +311,11 @@ def run(
         launcher.reap()
         probes = list(state.probes)
         while True:
-            step, result = result_of(JournalState(digest, plan, tuple(probes)))
+            verdicts = {p.commit: p.verdict for p in probes}
+            step = plan_step(plan, verdicts)
             if isinstance(step, Answer):
                 break
             journal.append("probe-start", commit=step.commit, time=time.time())
-            verdicts = {p.commit: p.verdict for p in probes}
             launcher.prefetch(lookahead(plan, verdicts, step))
             outcome = probe(
                 step,
@@ -331,7 +331,7 @@ def run(
             journal.append("probe", outcome=outcome.to_json(), time=time.time())
             probes.append(outcome)
             progress.finished(step, outcome)
-        assert result is not None
         journal.append("done", status=step.status.value, time=time.time())
+    result = build_result(plan, step, probes)
     write_outputs(out_dir, result)
     return RunResult(step, result, out_dir)
