@@ -238,12 +238,16 @@ def run_bisect(
         )
 
 
+def golden_file_of(s: Setup, given: Path | None) -> Path:
+    """The golden file a command uses: given, else the config's, else ./golden.json."""
+    return given or s.golden_path() or Path("golden.json")
+
+
 def check_one(
     s: Setup, ref: str, out_dir: Path, progress: Progress, golden_file: Path | None = None
 ) -> tuple[Candidate, ProbeOutcome]:
     """Probe one candidate (the `check` command)."""
-    path = golden_file or s.golden_path() or Path("golden.json")
-    golden = GoldenStore(path, s.checks)
+    golden = GoldenStore(golden_file_of(s, golden_file), s.checks)
     candidate = s.resolve(ref, "--candidate")
     with s.launcher(run_id_of(out_dir, "check")) as launcher:
         launcher.reap()

@@ -229,6 +229,15 @@ ProbeDir = Annotated[
 ]
 
 
+def _golden_target(
+    config: Path, output: Path | None, out: Path | None
+) -> tuple[app.Setup, Path, Path]:
+    """The setup, the golden file and the folder for server logs of `golden` / `calibrate`."""
+    s = app.setup(config, os.environ)
+    work = out or Path(tempfile.mkdtemp(prefix="llm-bisect-"))
+    return s, app.golden_file_of(s, output), work
+
+
 @cli.command("golden")
 def golden_cmd(
     config: ConfigArg,
@@ -239,11 +248,8 @@ def golden_cmd(
     """Record the golden from one (good) build: token ids, logprobs, texts, eval answers."""
 
     def body() -> int:
-        s = app.setup(config, os.environ)
-        path = output or s.golden_path() or Path("golden.json")
-        data = app.record_golden(
-            s, candidate, path, out or Path(tempfile.mkdtemp(prefix="llm-bisect-"))
-        )
+        s, path, work = _golden_target(config, output, out)
+        data = app.record_golden(s, candidate, path, work)
         print(f"golden of {data['commit']}: {path}")
         return 0
 
@@ -262,9 +268,7 @@ def calibrate_cmd(
     """Check the good build against itself; its spread becomes the default thresholds."""
 
     def body() -> int:
-        s = app.setup(config, os.environ)
-        path = output or s.golden_path() or Path("golden.json")
-        work = out or Path(tempfile.mkdtemp(prefix="llm-bisect-"))
+        s, path, work = _golden_target(config, output, out)
         found = app.calibrate(s, candidate, path, work, runs, restarts)
         print(f"calibrated over {found.runs} runs, {1 + restarts} server start(s): {path}")
         print(
