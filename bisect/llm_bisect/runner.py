@@ -287,8 +287,12 @@ def run(
     golden: GoldenStore | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
-    """Bisect `plan` to an answer, resuming from DIR's journal when there is one."""
+    """Bisect `plan` to an answer, resuming from DIR's journal when there is one.
+
+    Without a `golden`, one is recorded from the good end into DIR/golden.json.
+    """
     progress = progress or SilentProgress()
+    golden = golden or GoldenStore(out_dir / "golden.json", checks, plan.good.commit)
     state = read_state(out_dir)
     if state is not None and (state.digest != digest or state.plan != plan):
         raise JournalError(
