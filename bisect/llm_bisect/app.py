@@ -220,10 +220,8 @@ def run_bisect(
 ) -> RunResult:
     config, plan = plan_of(s, good, bad, find_fix)
     digest = config_digest(config) + (":fix" if find_fix else "")
-    named = s.golden_path()
-    golden = GoldenStore(
-        named or out_dir / "golden.json", s.checks, None if named else plan.good.commit
-    )
+    named = s.golden_path()  # else runner.run records one from the good end into DIR
+    golden = GoldenStore(named, s.checks) if named else None
     with s.launcher(run_id_of(out_dir, digest)) as launcher:
         return run(
             plan,

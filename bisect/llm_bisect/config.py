@@ -144,18 +144,19 @@ class DockerServerConfig(_ServerBase):
 ServerConfig = Annotated[ProcessServerConfig | DockerServerConfig, Field(discriminator="launcher")]
 
 
+CHAT_PROMPTS = (
+    "hello how are you",
+    "Write two sentences about the sea.",
+    "Explain in a few sentences why the sky is blue.",
+)
+"""Short everyday prompts the canary and the logprobs check send by default."""
+
+
 class CanaryConfig(_Strict):
     """Degeneration canary on content and reasoning."""
 
     type: Literal["canary"]
-    prompts: list[str] = Field(
-        default_factory=lambda: [
-            "hello how are you",
-            "Write two sentences about the sea.",
-            "Explain in a few sentences why the sky is blue.",
-        ],
-        min_length=1,
-    )
+    prompts: list[str] = Field(default_factory=lambda: list(CHAT_PROMPTS), min_length=1)
     """Short fixed prompts sent with greedy sampling."""
     max_tokens: int = Field(default=256, gt=0)
     """Completion length per prompt."""
@@ -195,13 +196,7 @@ class LogprobsConfig(_Strict):
 
     type: Literal["logprobs"]
     prompts: list[str] = Field(
-        default_factory=lambda: [
-            "hello how are you",
-            "Write two sentences about the sea.",
-            "Explain in a few sentences why the sky is blue.",
-            "Name three colours.",
-        ],
-        min_length=1,
+        default_factory=lambda: [*CHAT_PROMPTS, "Name three colours."], min_length=1
     )
     max_tokens: int = Field(default=32, gt=0)
     top_k: int = Field(default=5, ge=1, le=20)

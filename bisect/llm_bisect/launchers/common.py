@@ -112,6 +112,11 @@ class LoggedServer:
     def stop(self) -> None:
         raise NotImplementedError
 
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,

@@ -201,9 +201,7 @@ class DockerServer(LoggedServer):
         if self._log_thread is not None:
             self._log_thread.join(timeout=5)
             self._log_thread = None
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._close_log()
 
     def check_alive(self, wait: float = 0.0) -> None:
         if self.container is None:

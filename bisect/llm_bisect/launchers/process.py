@@ -79,7 +79,7 @@ class ProcessServer(LoggedServer):
                 start_new_session=True,
             )
         except OSError as exc:
-            self._log.close()
+            self._close_log()
             raise LaunchError(f"cannot start the guard: {exc.strerror}") from exc
         return self
 
@@ -103,9 +103,7 @@ class ProcessServer(LoggedServer):
             proc.wait()
             if proc.stdin is not None:
                 proc.stdin.close()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._close_log()
 
     def check_alive(self, wait: float = 0.0) -> None:
         if self._proc is None:
