@@ -12,6 +12,8 @@ from typing import Any
 import yaml
 
 from llm_bisect.demo import build_history
+from llm_bisect.model import Verdict
+from llm_bisect.search import next_step
 
 
 def sim_command(repo: Path, *extra: str) -> list[str]:
@@ -87,3 +89,13 @@ class History:
                 data[key] = value
         self.configs += 1
         return write_config(self.root / f"config-{self.configs}.yaml", data)
+
+
+def probe_order(n: int, culprit: int) -> list[int]:
+    """The indices a bisection of n+1 commits probes, in order, when `culprit` is first bad."""
+    verdicts: dict[int, Verdict] = {}
+    order = []
+    while isinstance(step := next_step(n + 1, verdicts), int):
+        order.append(step)
+        verdicts[step] = Verdict.BAD if step >= culprit else Verdict.GOOD
+    return order

@@ -9,13 +9,15 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from helpers import History, live_processes, wait_until
+from helpers import History, live_processes, probe_order, wait_until, write_config
 from llm_bisect.cli import cli
 from llm_bisect.journal import read_events
 from test_sources_git import branched
@@ -74,7 +76,7 @@ def test_skipped_neighbours_make_it_ambiguous(tmp_path: Path, history: Any) -> N
 def test_untestable_builds_are_never_bad(tmp_path: Path, history: Any) -> None:
     h: History = history({3: "crash-on-request", 5: "never-ready", 7: "degenerate-content"}, n=9)
     out = tmp_path / "out"
-    code, _output = invoke("run", str(h.config(server={"ready_timeout": 1.5})), "--out", str(out))
+    code, _output = invoke("run", str(h.config(server={"ready_timeout": 10})), "--out", str(out))
     result = result_of(out)
     verdicts = {p["commit"]: p for p in result["probes"]}
     for i in range(3, 7):
@@ -148,7 +150,7 @@ def test_check_exit_codes_work_for_git_bisect_run(tmp_path: Path, history: Any) 
     config = str(h.config())
     golden = str(tmp_path / "golden.json")
     code, output = invoke("check", config, "--candidate", h.shas[0], "--golden", golden)
-    assert code == 2 and "record one with `llm-bisect golden`" in output
+    assert code == 128 and "record one with `llm-bisect golden`" in output
     code, output = invoke("golden", config, "--candidate", h.shas[0], "-o", golden)
     assert code == 0 and f"golden of {h.shas[0]}" in output, output
     expected = {0: 0, 2: 1, 3: 125, 4: 125}
@@ -229,6 +231,19 @@ def test_secrets_from_env_reach_no_file(tmp_path: Path, history: Any) -> None:
 # --- killed runs: a real harness process, signalled from outside -------------------------
 
 
+def cli_run(
+    *args: str, env: dict[str, str], timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a process of its own."""
+    return subprocess.run(
+        [sys.executable, "-m", "llm_bisect.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
 def start_run(config: Path, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "llm_bisect.cli", "run", str(config), "--out", str(out)],
@@ -241,39 +256,53 @@ def probes_in(out: Path) -> list[dict[str, Any]]:
     return [e for e in read_events(out / "journal.jsonl") if e["event"] == "probe"]
 
 
-def slow_history(tmp_path: Path, culprit: int, n: int = 24) -> tuple[History, Path, Path]:
-    h = History(tmp_path, {culprit: "degenerate-reasoning"}, n, settings={"startup_delay": 0.6})
+def held_history(
+    tmp_path: Path, culprit: int, held: int, n: int = 24
+) -> tuple[History, Path, Path, Path]:
+    """A history whose server for commit `held` does not start while the hold file exists."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    h = History(
+        tmp_path,
+        {culprit: "degenerate-reasoning"},
+        n,
+        changes={held: {"hold_file": str(hold)}, held + 1: {"hold_file": ""}},
+    )
     launches = tmp_path / "launches"
-    config = h.config(server={"command": [*h.config_command(), "--launch-log", str(launches)]})
-    return h, config, launches
+    config = h.config(
+        server={
+            "command": [*h.config_command(), "--launch-log", str(launches)],
+            "ready_timeout": 600,
+        }
+    )
+    return h, config, launches, hold
+
+
+def launched(launches: Path) -> list[str]:
+    return launches.read_text().split() if launches.exists() else []
 
 
 def test_sigkill_mid_probe_resumes_without_repeating_and_leaves_no_server(tmp_path: Path) -> None:
-    h, config, launches = slow_history(tmp_path, culprit=17)
+    fourth = probe_order(24, culprit=17)[3]
+    h, config, launches, hold = held_history(tmp_path, culprit=17, held=fourth)
     out = tmp_path / "out"
     proc = start_run(config, out)
     try:
-        # Kill once three probes are finished and the fourth server is starting.
-        assert wait_until(
-            lambda: (
-                len(probes_in(out)) >= 3
-                and launches.exists()
-                and len(launches.read_text().split()) >= 4
-            ),
-            timeout=60,
-        )
+        # Three probes are finished and the fourth server is held before it listens.
+        assert wait_until(lambda: h.shas[fourth] in launched(launches), timeout=120)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
         proc.kill()
     finished = {e["outcome"]["commit"] for e in probes_in(out)}
-    assert len(finished) >= 3
+    assert len(finished) == 3
     assert wait_until(lambda: live_processes(str(h.repo)) == [], timeout=15), "server left behind"
 
+    hold.unlink()
     code, output = invoke("run", str(config), "--out", str(out))
     assert code == 0, output
     assert result_of(out)["culprit"]["commit"] == h.shas[17]
-    counts = Counter(launches.read_text().split())
+    counts = Counter(launched(launches))
     for commit in finished:
         assert counts[commit] == 1, "a finished probe ran again"
     commits = [p["commit"] for p in result_of(out)["probes"]]
@@ -281,19 +310,26 @@ def test_sigkill_mid_probe_resumes_without_repeating_and_leaves_no_server(tmp_pa
     assert live_processes(str(h.repo)) == []
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_ctrl_c_and_sigterm_stop_the_server(tmp_path: Path, sig: signal.Signals) -> None:
-    h, config, launches = slow_history(tmp_path, culprit=5, n=8)
-    out = tmp_path / "out"
-    proc = start_run(config, out)
+@contextmanager
+def run_held_at_the_bad_end(
+    tmp_path: Path,
+) -> Iterator[tuple[History, Path, subprocess.Popen[bytes]]]:
+    """A real run whose second probe (the bad end) is held before its server listens."""
+    bad_end = probe_order(8, culprit=5)[1]
+    h, config, launches, _hold = held_history(tmp_path, culprit=5, held=bad_end, n=8)
+    proc = start_run(config, tmp_path / "out")
     try:
-        assert wait_until(
-            lambda: launches.exists() and len(launches.read_text().split()) >= 2, timeout=60
-        )
-        proc.send_signal(sig)
-        output = proc.communicate(timeout=30)[0].decode()
+        assert wait_until(lambda: h.shas[bad_end] in launched(launches), timeout=120)
+        yield h, config, proc
     finally:
         proc.kill()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_stop_the_server(tmp_path: Path, sig: signal.Signals) -> None:
+    with run_held_at_the_bad_end(tmp_path) as (h, _config, proc):
+        proc.send_signal(sig)
+        output = proc.communicate(timeout=60)[0].decode()
     assert proc.returncode == 130, output
     assert "the journal keeps every finished probe" in output
     assert "Traceback" not in output
@@ -313,3 +349,260 @@ def test_the_demo_finds_its_planted_culprit(tmp_path: Path) -> None:
     assert "found:" in done.stdout and "Bump FlashInfer" in done.stdout
     report = Path(done.stdout.split("report: ")[1].strip())
     assert report.exists()
+
+
+# --- git bisect run: errors stop git, they never blame a commit ---------------------------
+
+SIMPLE_CHECKS = [{"type": "canary"}, {"type": "expect"}]
+
+
+def git_bisect_run(h: History, config: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", "-C", str(h.repo), *args], capture_output=True, text=True, check=False
+        )
+
+    git("bisect", "start", h.shas[-1], h.shas[0])
+    try:
+        return git(
+            "bisect",
+            "run",
+            sys.executable,
+            "-m",
+            "llm_bisect.cli",
+            "check",
+            str(config),
+            "--candidate",
+            "HEAD",
+            *extra,
+        )
+    finally:
+        git("bisect", "reset")
+
+
+def test_git_bisect_run_finds_the_culprit_and_stops_on_errors(tmp_path: Path) -> None:
+    h = History(tmp_path, {5: "degenerate-content"}, 8)
+    found = git_bisect_run(h, h.config(checks=SIMPLE_CHECKS))
+    assert f"{h.shas[5]} is the first bad commit" in found.stdout, found.stdout + found.stderr
+    # Default checks compare with a golden, and there is none: git must stop, not blame.
+    stopped = git_bisect_run(h, h.config())
+    assert "is the first bad commit" not in stopped.stdout, stopped.stdout
+    assert stopped.returncode != 0
+    assert "exit code 128" in stopped.stdout + stopped.stderr
+    assert live_processes(str(h.repo)) == []
+
+
+def test_check_exit_codes_for_errors_that_are_not_about_the_candidate(
+    tmp_path: Path, history: Any
+) -> None:
+    h: History = history({2: "none"}, n=3, changes={2: {"hostile": {"reply": '{"choices": 1}'}}})
+    config = str(h.config(checks=SIMPLE_CHECKS))
+    code, output = invoke("check", config)  # --candidate missing: a usage error
+    assert code == 128, output
+    code, output = invoke("check", config, "--candidate", "no-such-ref")
+    assert code == 128 and "--candidate: no such ref 'no-such-ref'" in output, output
+    docker = write_config(
+        tmp_path / "docker.yaml",
+        {
+            "candidates": {"repo": str(h.repo), "good": h.shas[0], "bad": h.shas[-1]},
+            "server": {"launcher": "docker", "image": "sim:{commit}"},
+            "checks": SIMPLE_CHECKS,
+        },
+    )
+    code, output = invoke(
+        "check",
+        str(docker),
+        "--candidate",
+        h.shas[1],
+        env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+    )
+    assert code == 129 and "docker: cannot reach the engine" in output, output
+    # A malformed reply is the candidate's: untestable, so skip (git skips the commit).
+    code, output = invoke("check", config, "--candidate", h.shas[2])
+    assert code == 125, output
+    assert "checks could not run" in output and "malformed reply (choices" in output
+
+
+# --- hostile servers: malformed, oversized, echoing secrets, hanging ----------------------
+
+
+def test_a_malformed_reply_is_skip_and_the_run_goes_on(tmp_path: Path, history: Any) -> None:
+    nested = '{"choices": ' + "[" * 50_000 + "]" * 50_000 + "}"
+    h: History = history(
+        {6: "degenerate-content"},
+        n=8,
+        changes={4: {"hostile": {"reply": nested}}, 5: {"hostile": {}}},
+    )
+    out = tmp_path / "out"
+    code, output = invoke("run", str(h.config(checks=SIMPLE_CHECKS)), "--out", str(out))
+    assert code == 0, output
+    result = result_of(out)
+    assert result["culprit"]["commit"] == h.shas[6]
+    skipped = next(p for p in result["probes"] if p["commit"] == h.shas[4])
+    assert skipped["verdict"] == "skip" and "malformed reply" in skipped["reason"]
+
+
+def test_an_oversized_reply_fails_its_check_and_long_texts_are_cut(
+    tmp_path: Path, history: Any
+) -> None:
+    h: History = history(
+        {}, n=3, changes={2: {"hostile": {"pad": 3_000_000}}, 3: {"hostile": {"pad": 60_000}}}
+    )
+    config = h.config(checks=SIMPLE_CHECKS, server={"max_reply_mb": 1})
+    code, output = invoke("check", str(config), "--candidate", h.shas[2])
+    assert code == 1, output
+    assert "canary: FAIL — reply too large" in output and "over the cap of 1048576" in output
+    out = tmp_path / "out"
+    code, output = invoke("check", str(config), "--candidate", h.shas[3], "--out", str(out))
+    code, output = invoke("run", str(config), "--out", str(out))
+    journal = (out / "journal.jsonl").read_text()
+    assert "characters in all, sha256 " in journal
+    assert (out / "journal.jsonl").stat().st_size < 400_000
+    assert "x" * 60_000 not in (out / "result.json").read_text()
+
+
+def test_secrets_reach_no_file_and_no_terminal_whatever_the_server_echoes(
+    tmp_path: Path,
+) -> None:
+    secret, literal = "hf_EchoedBackSecret77", "literal-pass-1234"
+    names = ["HF_TOKEN", "DB_PASSWORD", "GITHUB_TOKEN"]
+    h = History(
+        tmp_path,
+        {6: "degenerate-content"},
+        8,
+        settings={"hostile": {"echo_env": names}, "print_env": names},
+        changes={4: {"hostile": {"error_env": names}}, 5: {"hostile": {"echo_env": names}}},
+    )
+    config = h.config(server={"env": {"HF_TOKEN": "${MY_HF_TOKEN}", "DB_PASSWORD": literal}})
+    out = tmp_path / "out"
+    env = {**os.environ, "MY_HF_TOKEN": secret, "GITHUB_TOKEN": "ghp_CallerTokenValue9"}
+    done = cli_run("run", str(config), "--out", str(out), env=env)
+    assert done.returncode == 0, done.stderr
+    said = done.stdout + done.stderr
+    files = {p: p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()}
+    assert {"journal.jsonl", "result.json", "report.md", "golden.json"} <= {p.name for p in files}
+    for value in (secret, literal, "ghp_CallerTokenValue9"):
+        assert value not in said
+        for path, text in files.items():
+            assert value not in text, path
+    # The echoes happened, and were masked where they landed.
+    assert "HF_TOKEN=***" in files[out / "journal.jsonl"]
+    assert "HTTP 500" in said
+    masked = "HF_TOKEN=*** DB_PASSWORD=*** GITHUB_TOKEN=***"  # the 500 body, in a reason
+    assert masked in files[out / "result.json"] and masked in files[out / "report.md"]
+
+
+def test_ctrl_c_during_eval_on_a_hanging_server_is_prompt(tmp_path: Path) -> None:
+    h = History(tmp_path, {}, 2, changes={2: {"hostile": {"hang": True}}})
+    config = h.config(
+        checks=[{"type": "eval", "limit": 8, "concurrency": 4}], server={"request_timeout": 600}
+    )
+    golden = tmp_path / "golden.json"
+    assert invoke("golden", str(config), "--candidate", h.shas[0], "-o", str(golden))[0] == 0
+    out = tmp_path / "out"
+    args = ["check", str(config), "--candidate", h.shas[2], "--golden", str(golden)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", *args, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    log = out / "probes" / h.shas[2][:12] / "server.log"
+    try:
+        held = wait_until(lambda: log.exists() and "holding request" in log.read_text(), 120)
+        assert held, "the eval never reached the server"
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=60)[0].decode()  # request_timeout is 600 s
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output
+    assert live_processes(str(h.repo)) == []
+
+
+# --- one run per DIR; nothing left behind ------------------------------------------------
+
+
+def test_a_second_run_on_the_same_dir_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with run_held_at_the_bad_end(tmp_path) as (h, config, first):
+        code, output = invoke("run", str(config), "--out", str(out))
+        assert code == 2, output
+        assert output.strip() == (
+            f"llm-bisect: error: {out}: in use by another llm-bisect run (pid {first.pid}); "
+            "wait for it, or pick another --out"
+        )
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    started = [
+        e["commit"] for e in read_events(out / "journal.jsonl") if e["event"] == "probe-start"
+    ]
+    assert started == [h.shas[0], h.shas[-1]]  # the second run started nothing
+    assert launched(tmp_path / "launches") == [h.shas[0], h.shas[-1]]
+
+
+def test_check_and_demo_leave_no_folder_behind(tmp_path: Path, history: Any) -> None:
+    h: History = history({}, n=2)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    config = str(h.config(checks=SIMPLE_CHECKS))
+    done = cli_run("check", config, "--candidate", h.shas[1], env=env)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "demo-out"
+    done = cli_run("demo", "--out", str(out), env=env)
+    assert done.returncode == 0, done.stderr
+    assert list(tmp.iterdir()) == []
+    assert (out / "report.md").exists() and (out / "demo" / "engine" / ".git").is_dir()
+    again = cli_run("demo", "--out", str(out), env=env)  # the finished run is read back
+    assert again.returncode == 0, again.stderr
+    assert "probes resumed from the journal" in again.stderr or "finished probe" in again.stderr
+
+
+def test_a_server_child_that_escapes_with_setsid_is_ended(tmp_path: Path, history: Any) -> None:
+    h: History = history({}, n=2, changes={2: {"hostile": {"escape": True}}})
+    out = tmp_path / "out"
+    code, output = invoke(
+        "check", str(h.config(checks=SIMPLE_CHECKS)), "--candidate", h.shas[2], "--out", str(out)
+    )
+    assert code == 0, output
+    log = (out / "probes" / h.shas[2][:12] / "server.log").read_text()
+    assert "sim: escaped as" in log
+    assert wait_until(lambda: live_processes(f"escaped-{h.shas[2]}") == [], timeout=15)
+
+
+def test_the_demo_needs_no_docker_engine_and_says_when_docker_is_asked_for(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path), "DOCKER_HOST": "unix:///nonexistent.sock"}
+    done = cli_run("demo", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Bump FlashInfer" in done.stdout
+    docker = cli_run("demo", "--docker", env=env)
+    assert docker.returncode == 1
+    lines = docker.stderr.strip().splitlines()
+    assert len(lines) == 1 and "demo --docker: no Docker engine answers" in lines[0]
+    assert "without --docker" in lines[0]
+
+
+def test_report_and_resume_survive_a_damaged_last_line(tmp_path: Path, history: Any) -> None:
+    h: History = history({3: "null-content"}, n=6)
+    config = h.config(checks=SIMPLE_CHECKS)
+    out = tmp_path / "out"
+    assert invoke("run", str(config), "--out", str(out))[0] == 0
+    with (out / "journal.jsonl").open("a") as f:
+        f.write("this line was damaged\n")
+    code, output = invoke("report", str(out))
+    assert code == 0, output
+    assert "left out its line" in output and "damaged" in output
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0 and f"found: {h.shas[3]}" in output, output
+    assert "journal: cut off its line" in output
+    lines = (out / "journal.jsonl").read_text().splitlines()
+    lines.insert(1, '{"event": "probe", "outcome": {"commit": 7}}')
+    (out / "journal.jsonl").write_text("\n".join(lines) + "\n")
+    code, output = invoke("report", str(out))
+    assert code == 2, output
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: {out / 'journal.jsonl'}:2: malformed 'probe' event "
+        "(KeyError: 'verdict'); the journal cannot be resumed (move it away to start the run over)"
+    ]

@@ -5,19 +5,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import httpx
 import pytest
 
 from llm_bisect.client import OpenAIClient
-from llm_bisect.errors import EndpointError
+from llm_bisect.errors import EndpointError, ReplyTooLarge
 from llm_bisect.sim.server import Engine, serve
 
 COMMIT = "cd" * 20
 
 
 @contextmanager
-def sim(fault: str = "none", reasoning_field: str = "reasoning") -> Iterator[str]:
-    server = serve(Engine(COMMIT, fault, reasoning_field), 0)
+def sim(fault: str = "none", reasoning_field: str = "reasoning", **hostile: Any) -> Iterator[str]:
+    server = serve(Engine(COMMIT, fault, reasoning_field, hostile), 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
@@ -32,9 +34,10 @@ def sim(fault: str = "none", reasoning_field: str = "reasoning") -> Iterator[str
 def test_reads_the_reasoning_channel_under_either_name(field: str) -> None:
     with sim(reasoning_field=field) as url, OpenAIClient(url) as client:
         reply = client.chat("hello how are you", max_tokens=64)
+        assert client.system_fingerprint is not None
+        assert client.system_fingerprint.endswith(COMMIT[:12])
     assert reply.content is not None and reply.content.startswith("I'm doing well")
     assert reply.reasoning is not None and "greets me" in reply.reasoning
-    assert reply.raw["system_fingerprint"].endswith(COMMIT[:12])
 
 
 def test_null_content_is_none_and_the_answer_sits_in_reasoning() -> None:
@@ -61,3 +64,61 @@ def test_errors_are_endpoint_errors() -> None:
         client.chat("hi", max_tokens=1)
     with sim() as url, OpenAIClient(url) as client, pytest.raises(EndpointError, match="HTTP 404"):
         client._request("GET", "/nope")
+
+
+NESTED = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("reply", "where"),
+    [
+        ('{"choices": [{"message": "hello"}]}', "choices.0.message"),
+        ('{"choices": [{"message": {"content": "4"}, "token_ids": ["abc"]}]}', "token_ids.0"),
+        (
+            '{"choices": [{"message": {"content": "4"}, "logprobs": {"content": '
+            '[{"token": "4", "logprob": "x"}]}}]}',
+            "logprobs.content.0.logprob",
+        ),
+        ('{"choices": []}', "choices"),
+        ('{"choices": ' + NESTED + "}", "body"),
+        ("not json at all", "body"),
+        ("[1, 2]", "body"),
+    ],
+)
+def test_a_reply_that_does_not_fit_is_an_endpoint_error(reply: str, where: str) -> None:
+    with (
+        sim(reply=reply) as url,
+        OpenAIClient(url, model="m") as client,
+        pytest.raises(EndpointError, match="malformed reply") as err,
+    ):
+        client.chat("What is 2+2?", max_tokens=8)
+    assert where in str(err.value) or where == "body"
+
+
+def test_a_models_list_nested_past_sense_is_an_endpoint_error() -> None:
+    with (
+        sim(models='{"data": ' + NESTED + "}") as url,
+        OpenAIClient(url) as client,
+        pytest.raises(EndpointError, match="GET /v1/models: malformed reply"),
+    ):
+        client.models()
+
+
+def test_replies_are_read_up_to_a_cap_whatever_they_declare() -> None:
+    with (
+        sim(pad=2_000_000) as url,
+        OpenAIClient(url, model="m", max_reply_bytes=1_000_000) as client,
+        pytest.raises(ReplyTooLarge, match="over the cap of 1000000 bytes"),
+    ):
+        client.chat("hello how are you", max_tokens=8)
+
+    def endless(request: httpx.Request) -> httpx.Response:
+        chunks = (b"x" * 65536 for _ in range(10_000))  # 655 MB, if anyone read it all
+        return httpx.Response(200, content=chunks)
+
+    transport = httpx.MockTransport(endless)
+    with (
+        OpenAIClient("http://sim", model="m", max_reply_bytes=1_000_000, transport=transport) as c,
+        pytest.raises(ReplyTooLarge, match="reply of more is over the cap"),
+    ):
+        c.chat("hi", max_tokens=8)

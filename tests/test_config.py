@@ -129,12 +129,56 @@ def test_cli_bad_input_is_one_line_exit_2_and_starts_nothing(
     bad_yaml.write_text("candidates: [unclosed\n")
     cases.append((bad_yaml, "not valid YAML at line"))
     cases.append((tmp_path / "missing.yaml", "cannot read config"))
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes(h.config().read_bytes() + b"# caf\xe9\n")
+    cases.append((latin, "not UTF-8 text (byte"))
+    cases += [
+        (h.config(server={"ready_timeout": float("inf")}), "server.ready_timeout: Input should"),
+        (
+            h.config(checks=[{"type": "canary", "max_tokens": 10**12}]),
+            "checks.0.max_tokens: Input should be less than or equal to 1048576",
+        ),
+        (
+            h.config(server={"command": ["/nonexistent/vllm-serve", "{port}"]}),
+            "server.command.0: no executable file '/nonexistent/vllm-serve'",
+        ),
+        (
+            h.config(server={"command": ["no-such-server-xyz", "{port}"]}),
+            "server.command.0: 'no-such-server-xyz' is not on PATH",
+        ),
+    ]
+    for name, text, message in [
+        ("rows.jsonl", "[1, 2]\n", "line 1: not a JSON object"),
+        ("empty.jsonl", "\n", "holds no problems"),
+        ("half.jsonl", '{"question": "q"}\n', "line 1: needs 'question' and 'answer' strings"),
+    ]:
+        (tmp_path / name).write_text(text)
+        cases.append((h.config(checks=[{"type": "eval", "path": str(tmp_path / name)}]), message))
+    shaped = tmp_path / "shaped.json"
+    shaped.write_text(
+        '{"version": 1, "commit": "' + h.shas[0] + '", "checks": {"eval": {"n": "many"}}}'
+    )
+    cases.append((h.config(golden=str(shaped)), "golden: '" + str(shaped) + "' checks.eval.n"))
+    flat = tmp_path / "flat.json"
+    flat.write_text("[1, 2, 3]")
+    cases.append((h.config(golden=str(flat)), "is not an llm-bisect golden"))
+    if command == "run":
+        other = tmp_path / "other.json"
+        other.write_text(
+            '{"version": 1, "commit": "' + h.shas[1] + '", "checks": {}, "calibration": null}'
+        )
+        cases.append((h.config(golden=str(other)), f"was recorded from {h.shas[1][:12]}"))
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
     for config, message in cases:
+        out = tmp_path / "o"
+        if command == "run" and message.endswith("'--out'"):
+            out = tmp_path / "a-file" / "o"
         code, output = _cli(
             tmp_path,
             command,
             str(config),
-            *(["--out", str(tmp_path / "o")] if command == "run" else []),
+            *(["--out", str(out)] if command == "run" else []),
         )
         assert code == 2, output
         lines = output.strip().splitlines()
@@ -142,6 +186,28 @@ def test_cli_bad_input_is_one_line_exit_2_and_starts_nothing(
         assert "Traceback" not in output
     assert live_processes(str(h.repo)) == []
     assert not (tmp_path / "o" / "journal.jsonl").exists()
+
+
+def test_an_out_folder_that_cannot_be_made_is_one_line(tmp_path: Path, history: Any) -> None:
+    h = history({}, n=4)
+    (tmp_path / "a-file").write_text("")
+    code, output = _cli(tmp_path, "run", str(h.config()), "--out", str(tmp_path / "a-file" / "o"))
+    assert code == 2, output
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: --out: cannot make folder '{tmp_path / 'a-file' / 'o'}' "
+        "(Not a directory)"
+    ]
+    assert live_processes(str(h.repo)) == []
+
+
+def test_a_subject_with_control_characters_is_shown_not_obeyed(
+    tmp_path: Path, history: Any
+) -> None:
+    h = history({3: "null-content"}, n=5, subjects={3: "evil\x1b[2J\x1f\rsubject (#1)"})
+    code, output = _cli(tmp_path, "run", str(h.config()), "--out", str(tmp_path / "o"))
+    assert code == 0, output
+    assert f"found: {h.shas[3]} evil\\x1b[2J\\x1f\\rsubject (#1)" in output
+    assert "\x1b" not in output and "\r" not in output
 
 
 def test_the_older_bad_end_suggests_find_fix(tmp_path: Path, history: Any) -> None:

@@ -1,34 +1,112 @@
-"""The journal: durable lines, torn tails tolerated."""
+"""The journal: durable lines; one rule for a damaged tail; damage in the middle named."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from llm_bisect.errors import JournalError
-from llm_bisect.journal import Journal, read_events
+from llm_bisect.journal import Journal, plan_json, read_events, read_journal
+from llm_bisect.model import Candidate, ProbeOutcome, Verdict
+from llm_bisect.redact import Scrub
+from llm_bisect.search import Mode, Plan
+
+A, B, C = "a" * 40, "b" * 40, "c" * 40
+PLAN = Plan(Mode.REGRESSION, (Candidate(A), Candidate(B), Candidate(C)))
 
 
-def test_events_round_trip_and_a_torn_last_line_is_dropped(tmp_path: Path) -> None:
+def started(path: Path, scrub: Scrub | None = None) -> None:
+    with Journal(path, scrub) as j:
+        j.append("run", version=1, digest="d", plan=plan_json(PLAN))
+        j.append("probe-start", commit=A)
+        j.append("probe", outcome=ProbeOutcome(A, Verdict.GOOD, "ok").to_json())
+
+
+def test_events_round_trip_into_the_runs_state(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
+    started(path)
+    reading = read_journal(path)
+    assert [e["event"] for e in reading.events] == ["run", "probe-start", "probe"]
+    assert reading.state is not None and reading.state.plan == PLAN
+    assert reading.state.probes == (ProbeOutcome(A, Verdict.GOOD, "ok"),)
+    assert reading.dropped is None
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        '{"event": "probe", "outc',  # killed mid-write
+        "garbage\n",  # newline-terminated garbage
+        '{"event": "probe", "outcome": {"commit": 5}}\n',  # whole JSON, malformed fields
+        '{"event": "probe", "outcome": {"commit": "' + B + '", "verdict": "maybe"}}\n',
+        b"\xff\xfe\n".decode("latin-1"),  # not UTF-8
+    ],
+)
+def test_a_damaged_last_line_is_dropped_and_cut_on_resume(tmp_path: Path, tail: str) -> None:
+    path = tmp_path / "journal.jsonl"
+    started(path)
+    with path.open("a", encoding="latin-1") as f:
+        f.write(tail)
+    reading = read_journal(path)
+    assert [e["event"] for e in reading.events] == ["run", "probe-start", "probe"]
+    assert reading.dropped is not None and reading.dropped.startswith("line 4")
+    with Journal(path) as j:  # resuming cuts it and appends on a clean line
+        assert j.reading.dropped == reading.dropped
+        j.append("probe-start", commit=B)
+    again = read_journal(path)
+    assert [e["event"] for e in again.events] == ["run", "probe-start", "probe", "probe-start"]
+    assert again.dropped is None
+
+
+def test_a_last_event_that_lost_its_newline_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    started(path)
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
     with Journal(path) as j:
-        j.append("run", digest="d")
-        j.append("probe", outcome={"commit": "c"})
-    with path.open("a") as f:
-        f.write('{"event": "probe", "outc')  # killed mid-write
-    assert [e["event"] for e in read_events(path)] == ["run", "probe"]
-    with Journal(path) as j:  # resuming appends on a fresh line
-        j.append("probe-start", commit="x")
-    assert [e["event"] for e in read_events(path)] == ["run", "probe", "probe-start"]
+        j.append("done", status="found")
+    assert [e["event"] for e in read_events(path)] == ["run", "probe-start", "probe", "done"]
 
 
-def test_a_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("middle", "why"),
+    [
+        ("not json\n", "not JSON"),
+        ('{"event": "probe", "outcome": {"verdict": "good"}}\n', "malformed 'probe' event"),
+        ('{"event": "probe-start", "commit": "HEAD"}\n', "malformed 'probe-start' event"),
+        ('{"event": "party"}\n', "not a journal event"),
+    ],
+)
+def test_damage_in_the_middle_is_a_clear_error(tmp_path: Path, middle: str, why: str) -> None:
     path = tmp_path / "journal.jsonl"
-    path.write_text('{"event": "run"}\nnot json\n{"event": "done"}\n')
-    with pytest.raises(JournalError, match=":2: not a journal event"):
-        read_events(path)
+    started(path)
+    with path.open("a") as f:
+        f.write(middle + '{"event": "done", "status": "found"}\n')
+    with pytest.raises(JournalError, match=f":4: {why}.*cannot be resumed"):
+        read_journal(path)
+
+
+def test_a_journal_that_does_not_start_with_its_run_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_text('{"event": "done", "status": "found"}\n{"event": "done", "status": "x"}\n')
+    with pytest.raises(JournalError, match=":1: the first event is not 'run'"):
+        read_journal(path)
 
 
 def test_no_journal_reads_as_empty(tmp_path: Path) -> None:
     assert read_events(tmp_path / "journal.jsonl") == []
+    assert read_journal(tmp_path / "journal.jsonl").state is None
+
+
+def test_what_goes_in_is_scrubbed(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    scrub = Scrub(max_text=100).with_secrets(["hf_secret_value"])
+    started(path, scrub)
+    long: dict[str, Any] = {"reason": "token hf_secret_value echoed " + "y" * 500}  # 517 masked
+    with Journal(path, scrub) as j:
+        j.append("probe", outcome=ProbeOutcome(B, Verdict.SKIP, long["reason"]).to_json())
+    text = path.read_text()
+    assert "hf_secret_value" not in text and "token *** echoed" in text
+    assert "[cut: 517 characters in all, sha256 " in text
+    assert read_journal(path).state is not None

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,11 +21,19 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from helpers import History, wait_until, write_config
+from helpers import History, probe_order, wait_until, write_config
+from llm_bisect import app
 from llm_bisect.cli import cli
 from llm_bisect.config import DockerServerConfig
 from llm_bisect.journal import read_events
-from llm_bisect.launchers.docker import COMMIT_LABEL, RUN_LABEL, container_spec
+from llm_bisect.launchers.docker import (
+    COMMIT_LABEL,
+    OWNER_LABEL,
+    RUN_LABEL,
+    DockerLauncher,
+    container_spec,
+    owner_label,
+)
 from llm_bisect.model import Candidate
 from llm_bisect.registry import Registry, parse_image_ref
 from llm_bisect.sim.docker import (
@@ -140,7 +150,12 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
         ("memlock", -1),
         ("stack", 67108864),
     ]
-    assert spec["labels"] == {RUN_LABEL: "r1", COMMIT_LABEL: cand.commit}
+    assert spec["labels"] == {
+        RUN_LABEL: "r1",
+        COMMIT_LABEL: cand.commit,
+        OWNER_LABEL: owner_label(),
+    }
+    assert spec["init"] is True
     host = cfg.model_copy(update={"network_mode": "host"})
     spec = container_spec(
         host,
@@ -302,32 +317,47 @@ def _start_run(config: Path, out: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def test_a_killed_run_leaves_a_container_that_resume_removes(
-    client: docker.DockerClient, repo_name: str, history: Any
-) -> None:
-    h: History = history({5: "degenerate-content"}, n=8, settings={"startup_delay": 1.0})
+def held_images(
+    client: docker.DockerClient, repo_name: str, h_root: Path, faults: dict[int, str], held: int
+) -> tuple[History, Path, Path]:
+    """Images whose commit `held` does not start while a hold file (mounted in) exists."""
+    hold = h_root / "hold"
+    hold.touch()
+    h = History(
+        h_root, faults, 8, changes={held: {"hold_file": str(hold)}, held + 1: {"hold_file": ""}}
+    )
     build_images(client, h, repo_name)
-    config = docker_config(h, sim_server(repo_name + ":{commit}"))
+    server = sim_server(repo_name + ":{commit}", ready_timeout=600)
+    server["volumes"].append(f"{h_root}:{h_root}:ro")
+    return h, docker_config(h, server), hold
+
+
+def held_container(client: docker.DockerClient, commit: str) -> bool:
+    return any(
+        c.labels.get(COMMIT_LABEL) == commit and "sim: held" in c.logs().decode()
+        for c in client.containers.list()
+    )
+
+
+def test_a_killed_run_leaves_a_container_that_resume_removes(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    third = probe_order(8, culprit=5)[2]
+    h, config, hold = held_images(client, repo_name, tmp_path, {5: "degenerate-content"}, third)
     out = h.root / "out"
     proc = _start_run(config, out)
-
-    def mid_probe() -> bool:
-        events = read_events(out / "journal.jsonl")
-        return (
-            sum(e["event"] == "probe" for e in events) >= 2 and events[-1]["event"] == "probe-start"
-        )
-
     try:
-        assert wait_until(mid_probe, timeout=90)
-        assert wait_until(lambda: len(client.containers.list(filters={"label": RUN_LABEL})) > 0, 30)
+        assert wait_until(lambda: held_container(client, h.shas[third]), timeout=120)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     finally:
         proc.kill()
-    run_id = client.containers.list(filters={"label": RUN_LABEL})[0].labels[RUN_LABEL]
+    run_id = containers_of(client, h.shas[third], COMMIT_LABEL)[0].labels[RUN_LABEL]
     assert containers_of(client, run_id, RUN_LABEL), (
         "SIGKILL leaves the container (nothing can stop it)"
     )
+    assert sum(e["event"] == "probe" for e in read_events(out / "journal.jsonl")) == 2
+    hold.unlink()
     code, output = invoke("run", str(config), "--out", str(out))
     assert code == 0, output
     assert json.loads((out / "result.json").read_text())["culprit"]["commit"] == h.shas[5]
@@ -335,22 +365,103 @@ def test_a_killed_run_leaves_a_container_that_resume_removes(
 
 
 def test_ctrl_c_removes_the_container(
-    client: docker.DockerClient, repo_name: str, history: Any
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
 ) -> None:
-    h: History = history({}, n=4, settings={"startup_delay": 2.0})
-    build_images(client, h, repo_name)
-    config = docker_config(h, sim_server(repo_name + ":{commit}"))
+    second = probe_order(8, culprit=5)[1]
+    h, config, _hold = held_images(client, repo_name, tmp_path, {5: "null-content"}, second)
     proc = _start_run(config, h.root / "out")
     try:
-        assert wait_until(
-            lambda: any(c.labels.get(COMMIT_LABEL) in h.shas for c in client.containers.list()), 60
-        )
+        assert wait_until(lambda: held_container(client, h.shas[second]), timeout=120)
         proc.send_signal(signal.SIGINT)
         output = proc.communicate(timeout=60)[0].decode()
     finally:
         proc.kill()
     assert proc.returncode == 130, output
     assert all(containers_of(client, sha, COMMIT_LABEL) == [] for sha in h.shas)
+
+
+def die_codes(client: docker.DockerClient, run_id: str, since: int) -> list[str]:
+    """The exit codes the engine reported for this run's containers."""
+    events = client.events(
+        since=since,
+        until=int(time.time()) + 1,
+        filters={"event": "die", "label": f"{RUN_LABEL}={run_id}"},
+        decode=True,
+    )
+    return [e["Actor"]["Attributes"]["exitCode"] for e in events]
+
+
+def test_an_init_stops_a_server_that_leaves_sigterm_to_pid_1(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h: History = history({}, n=1, settings={"hostile": {"default_sigterm": True}})
+    build_images(client, h, repo_name)
+    codes = {}
+    for init in (True, False):
+        cfg = DockerServerConfig.model_validate(
+            sim_server(repo_name + ":{commit}", init=init, stop_timeout=2)
+        )
+        run_id = f"init-{init}-{uuid.uuid4().hex[:6]}"
+        launcher = DockerLauncher(
+            cfg, env=cfg.env, secret_names=[], base_dir=h.root, run_id=run_id, client=client
+        )
+        since = int(time.time()) - 1
+        with launcher.launch(Candidate(h.shas[1]), h.root / run_id) as server:
+            server.wait_ready()
+        launcher.close()
+        codes[init] = die_codes(client, run_id, since)
+    assert codes[True] == ["143"], "with an init, SIGTERM reaches the server and it stops"
+    assert codes[False] == ["137"], "as PID 1 it ignores SIGTERM and is killed at stop_timeout"
+
+
+def test_reap_spares_the_containers_of_a_live_run(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    import_image(client, f"{repo_name}:x", {"fault": "none"})
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    run_id = f"reap-{uuid.uuid4().hex[:6]}"
+    alive = client.containers.create(
+        f"{repo_name}:x", ["x"], labels={RUN_LABEL: run_id, OWNER_LABEL: owner_label()}
+    )
+    orphan = client.containers.create(
+        f"{repo_name}:x", ["x"], labels={RUN_LABEL: run_id, OWNER_LABEL: owner_label(ended.pid)}
+    )
+    cfg = DockerServerConfig.model_validate(sim_server(repo_name + ":{commit}"))
+    launcher = DockerLauncher(
+        cfg, env={}, secret_names=[], base_dir=tmp_path, run_id=run_id, client=client
+    )
+    try:
+        assert launcher.reap() == 1
+        left = {c.id for c in containers_of(client, run_id, RUN_LABEL)}
+        assert left == {alive.id} and orphan.id not in left
+    finally:
+        launcher.close()
+        alive.remove(force=True)
+
+
+def test_docker_login_opens_a_private_registry_and_is_a_secret(
+    client: docker.DockerClient, history: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h: History = history({}, n=2)
+    registry = SimRegistry(token="t0k3n", login=("ci-bot", "s3cret-pass-77"))
+    repo = f"sim/private-{uuid.uuid4().hex[:6]}"
+    for sha in h.shas:
+        registry.add_image(repo, sha, {"fault": "none"})
+    folder = h.root / "docker-config"
+    folder.mkdir()
+    auth = base64.b64encode(b"ci-bot:s3cret-pass-77").decode()
+    with registry.running():
+        (folder / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
+        config = docker_config(h, sim_server(f"{registry.host}/{repo}:{{commit}}"))
+        code, output = invoke("candidates", str(config))
+        assert code == 0 and output.count("MISSING") + output.count("unknown") == 3, output
+        monkeypatch.setenv("DOCKER_CONFIG", str(folder))
+        code, output = invoke("candidates", str(config))
+        assert code == 0, output
+        assert "MISSING" not in output and "unknown" not in output, output
+        assert "3 candidates, 3 with an artifact" in output
+        assert "s3cret-pass-77" in app.setup(config, os.environ).scrub.secrets
 
 
 def test_registry_images_are_checked_pulled_by_digest_and_prefetched(

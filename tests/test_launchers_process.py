@@ -89,7 +89,7 @@ def test_ctrl_c_inside_the_probe_stops_the_server(tmp_path: Path) -> None:
 
 def test_a_missing_program_is_untestable_not_bad(tmp_path: Path) -> None:
     lau = ProcessLauncher(
-        ["/nonexistent/serve", "{port}"], env={}, secret_names=[], cwd=tmp_path, ready_timeout=5
+        ["/nonexistent/serve", "{port}"], env={}, secret_names=[], cwd=tmp_path, ready_timeout=60
     )
     with (
         pytest.raises(ServerExited, match="code 127") as err,
@@ -109,7 +109,7 @@ def test_secrets_never_reach_the_log_tail(tmp_path: Path) -> None:
         env={"HF_TOKEN": "hf_supersecret123"},
         secret_names=["HF_TOKEN"],
         cwd=tmp_path,
-        ready_timeout=5,
+        ready_timeout=60,
     )
     with (
         pytest.raises(ServerExited) as err,

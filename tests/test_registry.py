@@ -1,10 +1,18 @@
-"""Image references, parsed the way the Docker engine does."""
+"""Image references, parsed the way the Docker engine does; registry credentials."""
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from llm_bisect.registry import DOCKER_HUB, ImageRef, parse_image_ref
+from llm_bisect.launchers.docker import docker_logins
+from llm_bisect.registry import DOCKER_HUB, ImageRef, Registry, RegistryError, parse_image_ref
+from llm_bisect.sim.docker import SimRegistry
 
 DIGEST = "sha256:" + "a" * 64
 
@@ -36,3 +44,68 @@ def test_pinned_names_as_the_engine_does() -> None:
 def test_malformed_references_are_rejected(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_image_ref(bad)
+
+
+# --- credentials: the config's, else what `docker login` stored ---------------------------
+
+
+def docker_config_dir(tmp_path: Path, data: dict[str, Any]) -> Path:
+    folder = tmp_path / "docker-config"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(data))
+    return folder
+
+
+def test_docker_login_credentials_open_a_private_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = SimRegistry(token="t0k3n", login=("ci-bot", "s3cret-pass"))
+    registry.add_image("org/img", "v1", {"fault": "none"})
+    with registry.running():
+        ref = parse_image_ref(f"{registry.host}/org/img:v1")
+        anonymous = Registry()
+        with pytest.raises(RegistryError, match="refused an anonymous request; `docker login"):
+            anonymous.manifest(ref)
+        anonymous.close()
+        auth = base64.b64encode(b"ci-bot:s3cret-pass").decode()
+        monkeypatch.setenv(
+            "DOCKER_CONFIG",
+            str(docker_config_dir(tmp_path, {"auths": {registry.host: {"auth": auth}}})),
+        )
+        logins = docker_logins([registry.host, "other.example:5000"])
+        assert logins == {registry.host: ("ci-bot", "s3cret-pass")}
+        reg = Registry(logins=logins)
+        assert reg.manifest(ref) is not None
+        reg.close()
+
+
+def test_a_credential_helper_answers_for_its_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = SimRegistry(login=("helper-user", "helper-secret-1"))  # Basic, no token service
+    registry.add_image("org/img", "v1", {"fault": "none"})
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    helper = bin_dir / "docker-credential-llmtest"
+    helper.write_text(
+        "#!/bin/sh\n"
+        'read url\necho "{\\"ServerURL\\": \\"$url\\", \\"Username\\": \\"helper-user\\", '
+        '\\"Secret\\": \\"helper-secret-1\\"}"\n'
+    )
+    helper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    with registry.running():
+        monkeypatch.setenv(
+            "DOCKER_CONFIG",
+            str(docker_config_dir(tmp_path, {"credHelpers": {registry.host: "llmtest"}})),
+        )
+        logins = docker_logins([registry.host])
+        assert logins == {registry.host: ("helper-user", "helper-secret-1")}
+        reg = Registry(logins=logins)
+        ref = parse_image_ref(f"{registry.host}/org/img:v1")
+        assert reg.manifest(ref) is not None
+        reg.close()
+        no_login = Registry()
+        with pytest.raises(RegistryError, match="asks for a login; `docker login"):
+            no_login.manifest(ref)
+        no_login.close()

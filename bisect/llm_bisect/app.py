@@ -7,10 +7,12 @@ everything below takes them as arguments.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +20,7 @@ from .checks import Check
 from .checks.build import build_checks
 from .checks.golden import GoldenStore, golden_checks
 from .checks.golden import apply as golden_apply
+from .checks.golden import load as golden_load
 from .checks.golden import record as golden_record
 from .checks.golden import save as golden_save
 from .checks.golden import thresholds as golden_thresholds
@@ -25,10 +28,11 @@ from .client import OpenAIClient
 from .config import (
     Config,
     DockerServerConfig,
-    ProcessServerConfig,
+    caller_secret_names,
     config_digest,
     expand_env,
     expand_value,
+    fill,
     load_config,
     secret_names,
 )
@@ -36,6 +40,8 @@ from .errors import ConfigError, LaunchError
 from .launchers import Launcher, Server
 from .launchers.process import ProcessLauncher
 from .model import Candidate, ProbeOutcome
+from .outdir import hold, prepare
+from .redact import Scrub
 from .registry import parse_image_ref
 from .runner import Progress, RunResult, build_plan, probe, run
 from .search import Mode, Plan
@@ -56,6 +62,11 @@ class Setup:
     environ: Mapping[str, str]
     """The caller's environment (a process server inherits it)."""
     secret_names: list[str]
+    """Variables whose values a server log must not show: the config's and the caller's."""
+    scrub: Scrub = field(default_factory=Scrub)
+    """Every secret value (env, registry credentials, `docker login`), masked in all output."""
+    logins: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Registry host → what `docker login` stored for it."""
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     report: Callable[[str], None] = lambda _: None
@@ -65,6 +76,7 @@ class Setup:
             server.base_url,
             model=self.config.server.model,
             timeout=self.config.server.request_timeout,
+            max_reply_bytes=int(self.config.server.max_reply_mb * 2**20),
         )
 
     @contextmanager
@@ -81,6 +93,7 @@ class Setup:
                 secret_names=self.secret_names,
                 base_dir=self.base_dir,
                 run_id=run_id,
+                logins=self.logins,
                 report=self.report,
                 clock=self.clock,
                 sleep=self.sleep,
@@ -160,17 +173,27 @@ def setup(
     source = GitSource(base_dir / config.candidates.repo)
     env = expand_env(config.server.env, environ)
     server = config.server
-    if isinstance(server, DockerServerConfig) and server.registry.password:
-        password = expand_value(server.registry.password, environ, "server.registry.password")
-        registry = server.registry.model_copy(update={"password": password})
-        server = server.model_copy(update={"registry": registry})
-        config = config.model_copy(update={"server": server})
-    if (
-        isinstance(server, ProcessServerConfig)
-        and server.cwd
-        and not (base_dir / server.cwd).is_dir()
-    ):
-        raise ConfigError(f"server.cwd: not a folder '{server.cwd}'")
+    names = sorted({*secret_names(server.env), *caller_secret_names(environ)})
+    secrets = [{**environ, **env}[n] for n in names]
+    logins: dict[str, tuple[str, str]] = {}
+    if isinstance(server, DockerServerConfig):
+        if server.registry.password:
+            password = expand_value(server.registry.password, environ, "server.registry.password")
+            registry = server.registry.model_copy(update={"password": password})
+            server = server.model_copy(update={"registry": registry})
+            config = config.model_copy(update={"server": server})
+            secrets.append(password)
+        from .launchers.docker import docker_logins
+
+        logins = docker_logins(_registry_hosts(config))
+        secrets += [password for _, password in logins.values()]
+    else:
+        cwd = base_dir / server.cwd if server.cwd else base_dir
+        if server.cwd and not cwd.is_dir():
+            raise ConfigError(f"server.cwd: not a folder '{server.cwd}'")
+        _check_executable(server.command[0], cwd, {**environ, **env})
+    if config.golden and (base_dir / config.golden).exists():
+        golden_load(base_dir / config.golden)  # its shape, before anything starts
     return Setup(
         config,
         base_dir,
@@ -178,11 +201,36 @@ def setup(
         build_checks(config.checks, base_dir),
         env,
         environ,
-        secret_names(config.server.env),
+        names,
+        Scrub().with_secrets(secrets),
+        logins,
         clock,
         sleep,
         report,
     )
+
+
+def _registry_hosts(config: Config) -> list[str]:
+    """The registries a docker config's images come from: the template's, and image ends'."""
+    assert isinstance(config.server, DockerServerConfig)
+    filled = fill(config.server.image, {"commit": "0" * 40, "short": "0" * 12})
+    hosts = []
+    for ref in (filled, config.candidates.good, config.candidates.bad):
+        with suppress(ValueError):
+            hosts.append(parse_image_ref(ref).registry)
+    return hosts
+
+
+def _check_executable(program: str, cwd: Path, env: Mapping[str, str]) -> None:
+    """server.command's program exists and can run (before anything starts)."""
+    if "{" in program:
+        return  # a placeholder: known per candidate only
+    if os.sep in program:
+        path = cwd / Path(program).expanduser()
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise ConfigError(f"server.command.0: no executable file '{program}'")
+    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise ConfigError(f"server.command.0: '{program}' is not on PATH")
 
 
 def with_ends(config: Config, good: str | None, bad: str | None) -> Config:
@@ -221,8 +269,8 @@ def run_bisect(
     config, plan = plan_of(s, good, bad, find_fix)
     digest = config_digest(config) + (":fix" if find_fix else "")
     named = s.golden_path()  # else runner.run records one from the good end into DIR
-    golden = GoldenStore(named, s.checks) if named else None
-    with s.launcher(run_id_of(out_dir, digest)) as launcher:
+    golden = GoldenStore(named, s.checks, of=plan.good.commit, scrub=s.scrub) if named else None
+    with hold(out_dir), s.launcher(run_id_of(out_dir, digest)) as launcher:
         return run(
             plan,
             digest=digest,
@@ -233,6 +281,7 @@ def run_bisect(
             repeats=config.probe.repeats,
             progress=progress,
             golden=golden,
+            scrub=s.scrub,
         )
 
 
@@ -245,9 +294,9 @@ def check_one(
     s: Setup, ref: str, out_dir: Path, progress: Progress, golden_file: Path | None = None
 ) -> tuple[Candidate, ProbeOutcome]:
     """Probe one candidate (the `check` command)."""
-    golden = GoldenStore(golden_file_of(s, golden_file), s.checks)
+    golden = GoldenStore(golden_file_of(s, golden_file), s.checks, scrub=s.scrub)
     candidate = s.resolve(ref, "--candidate")
-    with s.launcher(run_id_of(out_dir, "check")) as launcher:
+    with hold(out_dir), s.launcher(run_id_of(out_dir, "check")) as launcher:
         launcher.reap()
         outcome = probe(
             candidate,
@@ -266,7 +315,7 @@ def check_one(
 @contextmanager
 def serving(s: Setup, candidate: Candidate, out_dir: Path, run_id: str) -> Iterator[OpenAIClient]:
     """One ready server for a candidate (golden, calibrate); untestable is an error here."""
-    with s.launcher(run_id) as launcher:
+    with hold(out_dir), s.launcher(run_id) as launcher:
         launcher.reap()
         with launcher.launch(candidate, out_dir / "probes" / candidate.short) as server:
             try:
@@ -283,9 +332,10 @@ def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> dict[str, ob
     candidate = s.resolve(ref, "--candidate")
     if not golden_checks(s.checks):
         raise ConfigError("checks: no check compares with a golden (logprobs, eval)")
+    prepare(path.parent, "--output")
     with serving(s, candidate, out_dir, run_id_of(out_dir, "golden")) as api:
         data = golden_record(api, s.checks, candidate.commit)
-    golden_save(path, data)
+    golden_save(path, data, s.scrub)
     return data
 
 
@@ -309,7 +359,8 @@ def calibrate(
     checks = golden_checks(s.checks)
     if not checks:
         raise ConfigError("checks: no check compares with a golden (logprobs, eval)")
-    store = GoldenStore(path, s.checks, record_on=candidate.commit)
+    prepare(path.parent, "--output")
+    store = GoldenStore(path, s.checks, record_on=candidate.commit, scrub=s.scrub)
     metrics: dict[str, list[dict[str, Any]]] = {c.name: [] for c in checks}
     flagged = 0
     for start in range(1 + restarts):
@@ -326,6 +377,6 @@ def calibrate(
         "restarts": restarts,
         **{c.name: c.noise(metrics[c.name]) for c in checks},
     }
-    golden_save(path, store.data)
+    golden_save(path, store.data, s.scrub)
     golden_apply(store.data, s.checks)
     return Calibration(golden_thresholds(store.data, s.checks), runs * (1 + restarts), flagged)

@@ -7,31 +7,43 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, Any, NoReturn, TextIO, TypeVar
 
 import typer
+import typer.core
 
 from . import __version__, app
 from .errors import ConfigError, JournalError, LlmBisectError
+from .journal import FILENAME, read_journal
 from .launchers import Artifact
 from .model import Candidate, ProbeOutcome, Verdict
-from .runner import read_state, result_of, write_outputs
+from .outdir import hold, prepare
+from .redact import Scrub
+from .runner import result_of, write_outputs
 from .search import Answer, Plan, Status
 
 EXIT_FOUND = 0
 EXIT_FAILED = 1
 """An error while running (a journal that cannot resume, a search that contradicts itself)."""
 EXIT_USAGE = 2
-"""Bad config, unknown ref, bad argument: nothing was started."""
+"""Bad config, unknown ref, bad argument, a folder in use: nothing was started."""
 EXIT_AMBIGUOUS = 3
 EXIT_NO_REGRESSION = 4
 EXIT_INTERRUPTED = 130
 
 CHECK_EXIT = {Verdict.GOOD: 0, Verdict.BAD: 1, Verdict.SKIP: 125, Verdict.UNSURE: 125}
-"""`check` exit codes, as `git bisect run` reads them."""
+"""`check` exit codes for verdicts, as `git bisect run` reads them."""
+CHECK_EXIT_USAGE = 128
+"""`check`: bad input (config, ref, argument, golden); 128 or more makes `git bisect run` stop
+instead of blaming the commit it is on."""
+CHECK_EXIT_FAILED = 129
+"""`check`: an error that is not about the candidate (engine unreachable, a bug)."""
 STATUS_EXIT = {
     Status.FOUND: EXIT_FOUND,
     Status.AMBIGUOUS: EXIT_AMBIGUOUS,
@@ -50,13 +62,27 @@ cli = typer.Typer(
 T = TypeVar("T")
 
 
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+class Terminal:
+    """What a command prints: lines on stdout (answers) and stderr (progress, errors).
 
+    Every line passes through the run's Scrub, so a secret a server echoed
+    never reaches the screen or a CI log.
+    """
 
-def _fail(message: str, code: int) -> NoReturn:
-    _say(f"llm-bisect: error: {message}")
-    raise typer.Exit(code)
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self._out = out
+        self._err = err
+        self.scrub = Scrub()
+
+    def mask(self, scrub: Scrub) -> None:
+        """From now on, mask these secrets too."""
+        self.scrub = self.scrub.with_secrets(scrub.secrets)
+
+    def out(self, text: str) -> None:
+        print(self.scrub.text(text), file=self._out or sys.stdout, flush=True)
+
+    def say(self, text: str) -> None:
+        print(self.scrub.text(text), file=self._err or sys.stderr, flush=True)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -67,43 +93,87 @@ def _on_sigterm(signum: int, frame: types.FrameType | None) -> None:
     raise _Terminated()
 
 
-def guarded(fn: Callable[[], T]) -> T:
+@dataclass(frozen=True)
+class ExitCodes:
+    """How a command reports errors: `run` and friends, or `check` under `git bisect run`."""
+
+    usage: int = EXIT_USAGE
+    failed: int = EXIT_FAILED
+    bug: int | None = None
+    """Exit code for an unexpected exception (its traceback is printed); None: Python's 1."""
+
+
+CHECK_CODES = ExitCodes(CHECK_EXIT_USAGE, CHECK_EXIT_FAILED, CHECK_EXIT_FAILED)
+
+
+def guarded(fn: Callable[[Terminal], T], codes: ExitCodes = ExitCodes()) -> T:
     """Run a command body; map the error tree to exit codes in one place."""
+    term = Terminal()
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+
+    def fail(message: str, code: int) -> NoReturn:
+        term.say(f"llm-bisect: error: {message}")
+        raise typer.Exit(code)
+
     try:
-        return fn()
-    except ConfigError as exc:
-        _fail(str(exc), EXIT_USAGE)
-    except JournalError as exc:
-        _fail(str(exc), EXIT_USAGE)
+        return fn(term)
+    except (ConfigError, JournalError) as exc:
+        fail(str(exc), codes.usage)
     except LlmBisectError as exc:
-        _fail(str(exc), EXIT_FAILED)
+        fail(str(exc), codes.failed)
     except KeyboardInterrupt as exc:
         sig = "terminated" if isinstance(exc, _Terminated) else "interrupted"
-        _say(f"llm-bisect: {sig}; servers stopped; the journal keeps every finished probe")
+        term.say(f"llm-bisect: {sig}; servers stopped; the journal keeps every finished probe")
         raise typer.Exit(EXIT_INTERRUPTED) from None
+    except Exception:
+        if codes.bug is None:
+            raise
+        term.say("llm-bisect: internal error (a bug in llm-bisect, not a verdict):")
+        term.say(traceback.format_exc().rstrip())
+        raise typer.Exit(codes.bug) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class _GitBisectCommand(typer.core.TyperCommand):
+    """A command whose usage errors exit 128 (git bisect run stops) instead of click's 2."""
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: Any = None,
+        **extra: Any,
+    ) -> Any:  # click's Context; typer vendors click privately
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except Exception as exc:
+            if hasattr(exc, "exit_code") and hasattr(exc, "show"):  # click's usage errors
+                exc.exit_code = CHECK_EXIT_USAGE
+            raise
 
 
 class TerminalProgress:
     """One line per phase of each probe, on stderr."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, term: Terminal | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.term = term or Terminal()
         self.clock = clock
         self.step = 0
         self.total = 0
         self.current = ""
 
     def note(self, text: str) -> None:
-        """A line from a launcher (pull progress)."""
-        _say(f"    {text}")
+        """A line from a launcher (pull progress) or the journal."""
+        self.term.say(f"    {text}")
 
     def planned(self, plan: Plan, finished: int) -> None:
         self.step = finished
         self.total = plan.max_probes()
         resumed = f", {finished} finished probe(s) resumed from the journal" if finished else ""
-        _say(
+        self.term.say(
             f"{len(plan.candidates)} candidates, at most ~{self.total} probes "
             f"({plan.mode.value}){resumed}"
         )
@@ -115,18 +185,24 @@ class TerminalProgress:
 
     def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None:
         self._count(candidate)
-        _say(
-            f"[{self.step}] {candidate.short} {phase:<9} {elapsed:6.1f}s  {candidate.subject[:60]}"
+        self.term.say(
+            f"[{self.step}] {candidate.short} {phase:<9} {elapsed:6.1f}s  "
+            f"{_printable(candidate.subject)[:60]}"
         )
 
     def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None:
         self._count(candidate)
         self.current = ""
         total = outcome.timings.get("total", 0.0)
-        _say(
+        self.term.say(
             f"[{self.step}] {candidate.short} {outcome.verdict.value.upper():<9} {total:6.1f}s  "
-            f"{outcome.reason[:100]}"
+            f"{_printable(outcome.reason)[:100]}"
         )
+
+
+def _printable(text: str) -> str:
+    """A text for one terminal line: control characters (escapes, CR) shown, not obeyed."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 ConfigArg = Annotated[Path, typer.Argument(help="The YAML config.", show_default=False)]
@@ -152,16 +228,16 @@ def _artifact_cell(art: Artifact) -> str:
     return f"{art.size / 1e9:5.1f} GB"
 
 
-def _print_answer(answer: Answer, out_dir: Path) -> None:
+def _print_answer(term: Terminal, answer: Answer, out_dir: Path) -> None:
     if answer.culprit is not None:
         c = answer.culprit
-        print(f"{answer.status.value}: {c.commit} {c.subject}")
+        term.out(f"{answer.status.value}: {c.commit} {_printable(c.subject)}")
     else:
-        print(f"{answer.status.value}: {answer.message}")
+        term.out(f"{answer.status.value}: {_printable(answer.message)}")
         if answer.status is Status.AMBIGUOUS:
             for commit in answer.range[1:]:
-                print(f"  could be {commit}")
-    print(f"report: {out_dir / 'report.md'}")
+                term.out(f"  could be {commit}")
+    term.out(f"report: {out_dir / 'report.md'}")
 
 
 @cli.command("run")
@@ -174,48 +250,69 @@ def run_cmd(
 ) -> None:
     """Bisect the config's range to the first bad commit (resumes from --out's journal)."""
 
-    def body() -> int:
-        progress = TerminalProgress()
+    def body(term: Terminal) -> int:
+        progress = TerminalProgress(term)
         s = app.setup(config, os.environ, report=progress.note)
+        term.mask(s.scrub)
         done = app.run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
-        _print_answer(done.answer, out)
+        _print_answer(term, done.answer, out)
         return STATUS_EXIT[done.answer.status]
 
     raise typer.Exit(guarded(body))
 
 
-@cli.command("check")
+@cli.command("check", cls=_GitBisectCommand)
 def check_cmd(
     config: ConfigArg,
     candidate: Annotated[str, typer.Option("--candidate", help="The ref to probe.")],
     out: Annotated[
         Path | None,
-        typer.Option("--out", "-o", help="Folder for the server log (default: a temp folder)."),
+        typer.Option(
+            "--out", "-o", help="Folder that keeps the server log (default: none is kept)."
+        ),
     ] = None,
     golden: Annotated[
         Path | None,
         typer.Option("--golden", help="The golden to compare with (default: the config's)."),
     ] = None,
 ) -> None:
-    """Probe one candidate: exit 0 good, 1 bad, 125 skip (a `git bisect run` script)."""
+    """Probe one candidate, as a `git bisect run` script.
 
-    def body() -> int:
-        progress = TerminalProgress()
+    Exit 0 good, 1 bad, 125 skip or unsure (git skips the commit); 128 bad input
+    and 129 any other error, 130 interrupted: git bisect run stops rather than
+    blame the commit for them.
+    """
+
+    def body(term: Terminal) -> int:
+        progress = TerminalProgress(term)
         s = app.setup(config, os.environ, report=progress.note)
-        out_dir = out or Path(tempfile.mkdtemp(prefix="llm-bisect-check-"))
-        cand, outcome = app.check_one(s, candidate, out_dir, progress, golden)
-        print(f"{outcome.verdict.value}: {cand.commit} {outcome.reason}")
-        for result in outcome.checks:
-            print(
-                f"  {result.name}: {'pass' if result.passed else 'FAIL'} — {result.evidence[:160]}"
-            )
-        t = outcome.timings
-        if "checks" in t:
-            print(f"ready in {t['ready']:.1f}s, checks took {t['checks']:.1f}s")
-        print(f"server log: {out_dir / 'probes' / cand.short / 'server.log'}")
+        term.mask(s.scrub)
+        with _work_dir(out, "llm-bisect-check-") as out_dir:
+            cand, outcome = app.check_one(s, candidate, out_dir, progress, golden)
+            term.out(f"{outcome.verdict.value}: {cand.commit} {_printable(outcome.reason)}")
+            for result in outcome.checks:
+                verdict = "pass" if result.passed else "FAIL"
+                term.out(f"  {result.name}: {verdict} — {_printable(result.evidence)[:160]}")
+            t = outcome.timings
+            if "checks" in t:
+                term.out(f"ready in {t['ready']:.1f}s, checks took {t['checks']:.1f}s")
+            if out is not None:
+                term.out(f"server log: {out_dir / 'probes' / cand.short / 'server.log'}")
+            elif outcome.log_tail:
+                term.out(f"server log (last lines; --out DIR keeps it whole):\n{outcome.log_tail}")
         return CHECK_EXIT[outcome.verdict]
 
-    raise typer.Exit(guarded(body))
+    raise typer.Exit(guarded(body, CHECK_CODES))
+
+
+@contextmanager
+def _work_dir(given: Path | None, prefix: str) -> Iterator[Path]:
+    """The folder the user gave, else a temporary one removed afterwards."""
+    if given is not None:
+        yield given
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield Path(tmp)
 
 
 GoldenOut = Annotated[
@@ -225,17 +322,8 @@ GoldenOut = Annotated[
     ),
 ]
 ProbeDir = Annotated[
-    Path | None, typer.Option("--out", help="Folder for server logs (default: a temp folder).")
+    Path | None, typer.Option("--out", help="Folder that keeps server logs (default: none kept).")
 ]
-
-
-def _golden_target(
-    config: Path, output: Path | None, out: Path | None
-) -> tuple[app.Setup, Path, Path]:
-    """The setup, the golden file and the folder for server logs of `golden` / `calibrate`."""
-    s = app.setup(config, os.environ)
-    work = out or Path(tempfile.mkdtemp(prefix="llm-bisect-"))
-    return s, app.golden_file_of(s, output), work
 
 
 @cli.command("golden")
@@ -247,10 +335,13 @@ def golden_cmd(
 ) -> None:
     """Record the golden from one (good) build: token ids, logprobs, texts, eval answers."""
 
-    def body() -> int:
-        s, path, work = _golden_target(config, output, out)
-        data = app.record_golden(s, candidate, path, work)
-        print(f"golden of {data['commit']}: {path}")
+    def body(term: Terminal) -> int:
+        s = app.setup(config, os.environ)
+        term.mask(s.scrub)
+        path = app.golden_file_of(s, output)
+        with _work_dir(out, "llm-bisect-golden-") as work:
+            data = app.record_golden(s, candidate, path, work)
+        term.out(f"golden of {data['commit']}: {path}")
         return 0
 
     raise typer.Exit(guarded(body))
@@ -267,18 +358,21 @@ def calibrate_cmd(
 ) -> None:
     """Check the good build against itself; its spread becomes the default thresholds."""
 
-    def body() -> int:
-        s, path, work = _golden_target(config, output, out)
-        found = app.calibrate(s, candidate, path, work, runs, restarts)
-        print(f"calibrated over {found.runs} runs, {1 + restarts} server start(s): {path}")
-        print(
+    def body(term: Terminal) -> int:
+        s = app.setup(config, os.environ)
+        term.mask(s.scrub)
+        path = app.golden_file_of(s, output)
+        with _work_dir(out, "llm-bisect-calibrate-") as work:
+            found = app.calibrate(s, candidate, path, work, runs, restarts)
+        term.out(f"calibrated over {found.runs} runs, {1 + restarts} server start(s): {path}")
+        term.out(
             f"good-vs-good: {found.flagged} of {found.runs} runs flagged (by the thresholds then)"
         )
         for check, values in found.thresholds.items():
             if check == "calibration":
                 continue
             for key, limit in values.items():
-                print(f"  {check}.{key} <= {limit['value']:.4g}  ({limit['from']})")
+                term.out(f"  {check}.{key} <= {limit['value']:.4g}  ({limit['from']})")
         return 0
 
     raise typer.Exit(guarded(body))
@@ -290,22 +384,28 @@ def candidates_cmd(
 ) -> None:
     """List the candidates between good and bad and the plan (a dry run: nothing starts)."""
 
-    def body() -> int:
+    def body(term: Terminal) -> int:
         s = app.setup(config, os.environ)
+        term.mask(s.scrub)
         _, plan = app.plan_of(s, good, bad, find_fix)
-        print(f"mode: {plan.mode.value}")
-        print(f"good: {plan.good.commit} {plan.good.subject}")
-        print(f"bad:  {plan.bad.commit} {plan.bad.subject}")
+        term.out(f"mode: {plan.mode.value}")
+        term.out(f"good: {plan.good.commit} {_printable(plan.good.subject)}")
+        term.out(f"bad:  {plan.bad.commit} {_printable(plan.bad.subject)}")
         if plan.anchor is not None:
-            print(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
+            term.out(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
         missing = 0
         with s.launcher("candidates") as launcher:
             for i, c in enumerate(plan.candidates):
                 art = launcher.artifact(c)
                 missing += art.available is False
-                print(f"{i:4d}  {c.short}  {c.date[:10]}  {_artifact_cell(art)}  {c.subject}")
+                term.out(
+                    f"{i:4d}  {c.short}  {c.date[:10]}  {_artifact_cell(art)}  "
+                    f"{_printable(c.subject)}"
+                )
         n, most = len(plan.candidates), plan.max_probes()
-        print(f"{n} candidates, {n - missing} with an artifact; at most {most} probes if none skip")
+        term.out(
+            f"{n} candidates, {n - missing} with an artifact; at most {most} probes if none skip"
+        )
         return 0
 
     raise typer.Exit(guarded(body))
@@ -317,15 +417,22 @@ def report_cmd(
 ) -> None:
     """Write result.json and report.md again from a run's journal."""
 
-    def body() -> int:
-        state = read_state(out)
-        if state is None:
+    def body(term: Terminal) -> int:
+        if not (out / FILENAME).is_file():
             raise ConfigError(f"DIR: no journal in '{out}'")
-        step, result = result_of(state)
-        if result is None or not isinstance(step, Answer):
-            raise JournalError(f"{out}: the run has not finished; resume it with `llm-bisect run`")
-        write_outputs(out, result)
-        _print_answer(step, out)
+        with hold(out, "DIR"):
+            reading = read_journal(out / FILENAME)
+            if reading.dropped:
+                term.say(f"    journal: left out its {reading.dropped}")
+            if reading.state is None:
+                raise ConfigError(f"DIR: the journal in '{out}' holds no run")
+            step, result = result_of(reading.state)
+            if result is None or not isinstance(step, Answer):
+                raise JournalError(
+                    f"{out}: the run has not finished; resume it with `llm-bisect run`"
+                )
+            write_outputs(out, result)
+        _print_answer(term, step, out)
         return STATUS_EXIT[step.status]
 
     raise typer.Exit(guarded(body))
@@ -334,7 +441,10 @@ def report_cmd(
 @cli.command("demo")
 def demo_cmd(
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Output folder (default: a temp folder).")
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Output folder; the demo's repository and config go in it too."
+        ),
     ] = None,
     docker: Annotated[
         bool,
@@ -344,28 +454,31 @@ def demo_cmd(
     """Bisect a made-up 40-commit history on the built-in simulated server."""
     from . import demo
 
-    def body() -> int:
-        work = Path(tempfile.mkdtemp(prefix="llm-bisect-demo-"))
+    def body(term: Terminal) -> int:
+        if docker:
+            demo.require_engine()
+        work = (prepare(out) / "demo") if out else Path(tempfile.mkdtemp(prefix="llm-bisect-demo-"))
         repo_dir = work / "engine"
         shas = demo.build_demo_history(repo_dir)
         images = demo.build_demo_images(repo_dir, shas) if docker else []
         config = demo.write_config(work, repo_dir, docker=docker)
         out_dir = out or work / "out"
         how = f", {len(images)} images" if docker else ""
-        _say(f"demo: a {demo.N_COMMITS}-commit history in {repo_dir}{how}; config {config}")
+        term.say(f"demo: a {demo.N_COMMITS}-commit history in {repo_dir}{how}; config {config}")
         t0 = time.monotonic()
-        progress = TerminalProgress()
+        progress = TerminalProgress(term)
         try:
             s = app.setup(config, os.environ, report=progress.note)
             done = app.run_bisect(s, out_dir, progress=progress)
         finally:
-            demo.remove_images(images)
-        _print_answer(done.answer, out_dir)
+            if images:
+                demo.remove_images(images)
+        _print_answer(term, done.answer, out_dir)
         probes = len(done.result["probes"])
-        _say(f"demo: {probes} probes in {time.monotonic() - t0:.1f}s")
+        term.say(f"demo: {probes} probes in {time.monotonic() - t0:.1f}s")
         found = done.answer.culprit
         if found is None or found.commit != shas[demo.CULPRIT_INDEX]:
-            _say("demo: the bisection did not land on the planted culprit")
+            term.say("demo: the bisection did not land on the planted culprit")
             return EXIT_FAILED
         return EXIT_FOUND
 

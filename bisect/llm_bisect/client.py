@@ -1,21 +1,108 @@
 """A small OpenAI-compatible client over httpx, with pinned greedy sampling.
 
+Every reply is read with a byte cap and validated against pydantic models of
+the parts of the OpenAI responses the checks use, here at the boundary: a
+reply that does not fit (a `message` that is a string, `token_ids: ["abc"]`,
+JSON nested past any sense) is an `EndpointError`, never a crash further in.
+
 The transport is passed in (httpx's one seam), so tests can point it at a
 real server on loopback or at `httpx.MockTransport`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .checks.compare import Step
-from .errors import EndpointError
+from .errors import EndpointError, ReplyTooLarge
 
 SEED = 1234
 """The sampling seed sent with every request."""
+MAX_REPLY_BYTES = 32 * 2**20
+"""Default cap on the bytes read of one reply (`server.max_reply_mb`)."""
+ERROR_BODY_BYTES = 4096
+"""Bytes of a non-200 reply's body kept for its error message."""
+
+
+class _Reply(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _TopLogprob(_Reply):
+    token: str
+    logprob: float
+
+
+class _TokenLogprob(_Reply):
+    token: str
+    logprob: float
+    top_logprobs: list[_TopLogprob] = Field(default_factory=list)
+
+
+class _ChoiceLogprobs(_Reply):
+    content: list[_TokenLogprob] | None = None
+
+
+class _Message(_Reply):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+class _ChatChoice(_Reply):
+    message: _Message
+    finish_reason: str | None = None
+    logprobs: _ChoiceLogprobs | None = None
+    token_ids: list[int] | None = None
+
+
+class _ChatCompletion(_Reply):
+    choices: list[_ChatChoice] = Field(min_length=1)
+    system_fingerprint: str | None = None
+    prompt_token_ids: list[int] | None = None
+
+
+class _ModelEntry(_Reply):
+    id: str
+
+
+class ModelList(_Reply):
+    """`GET /v1/models`."""
+
+    data: list[_ModelEntry]
+
+
+class _PromptLogprob(_Reply):
+    logprob: float
+
+
+class _CompletionChoice(_Reply):
+    prompt_logprobs: list[dict[str, _PromptLogprob] | None]
+
+
+class _Completion(_Reply):
+    choices: list[_CompletionChoice] = Field(min_length=1)
+
+
+class _Version(_Reply):
+    version: str | None = None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse_reply(model: type[M], body: bytes, what: str) -> M:
+    """A reply body validated against `model`; EndpointError naming the first misfit."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "body"
+        raise EndpointError(f"{what}: malformed reply ({where}: {err['msg']})") from None
 
 
 @dataclass(frozen=True)
@@ -27,8 +114,6 @@ class ChatReply:
     reasoning: str | None
     """The reasoning channel, under `reasoning_content` or `reasoning`."""
     finish_reason: str | None
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-    """The whole response body."""
     steps: tuple[Step, ...] = ()
     """Per generated token, when logprobs were asked for: token (id when known), logprob, top-k."""
     token_ids: tuple[int, ...] = ()
@@ -42,26 +127,16 @@ def _key(token: str) -> str:
     return token.removeprefix("token_id:")
 
 
-def steps_of(choice: dict[str, Any]) -> tuple[Step, ...]:
-    """The per-token logprobs of a chat choice, in OpenAI's format."""
-    content = (choice.get("logprobs") or {}).get("content") or []
+def _steps(logprobs: _ChoiceLogprobs | None) -> tuple[Step, ...]:
+    entries = (logprobs.content if logprobs else None) or []
     return tuple(
         Step(
-            token=_key(str(entry["token"])),
-            logprob=float(entry["logprob"]),
-            top={_key(str(t["token"])): float(t["logprob"]) for t in entry.get("top_logprobs", [])},
+            token=_key(e.token),
+            logprob=e.logprob,
+            top={_key(t.token): t.logprob for t in e.top_logprobs},
         )
-        for entry in content
+        for e in entries
     )
-
-
-def reasoning_of(message: dict[str, Any]) -> str | None:
-    """The reasoning channel of a message; both names exist in the wild."""
-    for key in ("reasoning_content", "reasoning"):
-        value = message.get(key)
-        if isinstance(value, str):
-            return value
-    return None
 
 
 class OpenAIClient:
@@ -73,10 +148,12 @@ class OpenAIClient:
         *,
         model: str | None = None,
         timeout: float = 120.0,
+        max_reply_bytes: int = MAX_REPLY_BYTES,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
         self._model = model
+        self.max_reply_bytes = max_reply_bytes
         self.system_fingerprint: str | None = None
         """The last `system_fingerprint` a completion carried (vLLM: `vllm-<version>-<commit>`)."""
 
@@ -89,36 +166,30 @@ class OpenAIClient:
     def close(self) -> None:
         self._http.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def _request(self, method: str, path: str, **kwargs: Any) -> bytes:
+        """The body of a 200 reply, read up to the cap; EndpointError for anything else."""
+        what = f"{method} {path}"
         try:
-            response = self._http.request(method, path, **kwargs)
+            with self._http.stream(method, path, **kwargs) as response:
+                if response.status_code != 200:
+                    head = _read(response, ERROR_BODY_BYTES, what, cut=True)
+                    text = head.decode("utf-8", "replace")
+                    raise EndpointError(f"{what}: HTTP {response.status_code}: {text[:200]}")
+                return _read(response, self.max_reply_bytes, what)
         except httpx.HTTPError as exc:
-            raise EndpointError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
-        if response.status_code != 200:
-            raise EndpointError(
-                f"{method} {path}: HTTP {response.status_code}: {response.text[:200]}"
-            )
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise EndpointError(f"{method} {path}: response is not JSON") from exc
+            raise EndpointError(f"{what}: {type(exc).__name__}: {exc}") from exc
 
     def models(self) -> list[str]:
         """The model ids /v1/models lists."""
         body = self._request("GET", "/v1/models")
-        data = body.get("data") if isinstance(body, dict) else None
-        if not isinstance(data, list):
-            raise EndpointError("GET /v1/models: no 'data' list in the response")
-        return [str(m["id"]) for m in data if isinstance(m, dict) and "id" in m]
+        return [m.id for m in parse_reply(ModelList, body, "GET /v1/models").data]
 
     def version(self) -> str | None:
         """What /version says (vLLM serves it); None when the server has no such route."""
         try:
-            body = self._request("GET", "/version")
+            return parse_reply(_Version, self._request("GET", "/version"), "GET /version").version
         except EndpointError:
             return None
-        value = body.get("version") if isinstance(body, dict) else None
-        return str(value) if value is not None else None
 
     @property
     def model(self) -> str:
@@ -140,27 +211,23 @@ class OpenAIClient:
             "seed": SEED,
             **extra,
         }
-        body = self._request("POST", "/v1/chat/completions", json=payload)
-        try:
-            choice = body["choices"][0]
-            message = choice["message"]
-        except (KeyError, IndexError, TypeError) as exc:
-            raise EndpointError("POST /v1/chat/completions: no choices[0].message") from exc
-        content = message.get("content")
-        if isinstance(body.get("system_fingerprint"), str):
-            self.system_fingerprint = body["system_fingerprint"]
-        try:
-            steps = steps_of(choice)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise EndpointError(f"POST /v1/chat/completions: malformed logprobs ({exc})") from exc
+        what = "POST /v1/chat/completions"
+        body = parse_reply(
+            _ChatCompletion, self._request("POST", "/v1/chat/completions", json=payload), what
+        )
+        if body.system_fingerprint is not None:
+            self.system_fingerprint = body.system_fingerprint
+        choice = body.choices[0]
+        message = choice.message
         return ChatReply(
-            content=content if isinstance(content, str) else None,
-            reasoning=reasoning_of(message),
-            finish_reason=choice.get("finish_reason"),
-            raw=body,
-            steps=steps,
-            token_ids=tuple(int(t) for t in choice.get("token_ids") or ()),
-            prompt_token_ids=tuple(int(t) for t in body.get("prompt_token_ids") or ()),
+            content=message.content,
+            reasoning=message.reasoning_content
+            if message.reasoning_content is not None
+            else message.reasoning,
+            finish_reason=choice.finish_reason,
+            steps=_steps(choice.logprobs),
+            token_ids=tuple(choice.token_ids or ()),
+            prompt_token_ids=tuple(body.prompt_token_ids or ()),
         )
 
     def score(self, token_ids: list[int]) -> list[float | None]:
@@ -168,6 +235,7 @@ class OpenAIClient:
 
         Uses vLLM's `prompt_logprobs` on /v1/completions with the prompt as token ids.
         """
+        what = "POST /v1/completions"
         body = self._request(
             "POST",
             "/v1/completions",
@@ -179,12 +247,26 @@ class OpenAIClient:
                 "prompt_logprobs": 0,
             },
         )
-        try:
-            rows = body["choices"][0]["prompt_logprobs"]
-            out: list[float | None] = []
-            for tid, row in zip(token_ids, rows, strict=False):
-                entry = row.get(str(tid)) if isinstance(row, dict) else None
-                out.append(float(entry["logprob"]) if entry else None)
-        except (KeyError, IndexError, TypeError) as exc:
-            raise EndpointError("POST /v1/completions: no prompt_logprobs in the response") from exc
+        rows = parse_reply(_Completion, body, what).choices[0].prompt_logprobs
+        out: list[float | None] = []
+        for tid, row in zip(token_ids, rows, strict=False):
+            entry = row.get(str(tid)) if row is not None else None
+            out.append(entry.logprob if entry is not None else None)
         return out
+
+
+def _read(response: httpx.Response, cap: int, what: str, *, cut: bool = False) -> bytes:
+    """At most `cap` bytes of a streamed body: cut there (`cut`), else ReplyTooLarge past it."""
+    declared = response.headers.get("Content-Length", "")
+    if not cut and declared.isdigit() and int(declared) > cap:
+        raise ReplyTooLarge(what, cap, int(declared))
+    chunks: list[bytes] = []
+    size = 0
+    for chunk in response.iter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > cap:
+            if cut:
+                break
+            raise ReplyTooLarge(what, cap, None)
+    return b"".join(chunks)[:cap]

@@ -49,10 +49,12 @@ def _check_placeholders(templates: list[str], key: str, allowed: frozenset[str])
 
 
 class _ServerBase(_Strict):
-    ready_timeout: float = Field(default=600.0, gt=0)
+    ready_timeout: float = Field(default=600.0, gt=0, allow_inf_nan=False)
     """Seconds to wait for /health and /v1/models before the build is untestable."""
-    request_timeout: float = Field(default=120.0, gt=0)
+    request_timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
     """Seconds one request to the server may take."""
+    max_reply_mb: float = Field(default=32.0, gt=0, le=4096, allow_inf_nan=False)
+    """The most MiB read of one reply; a longer reply fails its check, with that as evidence."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment; `${VAR}` takes VAR from the caller. Values are never written out."""
     model: str | None = None
@@ -84,7 +86,7 @@ class PrefetchConfig(_Strict):
     """Pulling the images that could be probed next while one probe runs."""
 
     enabled: bool = True
-    disk_budget_gb: float = Field(default=100.0, ge=0)
+    disk_budget_gb: float = Field(default=100.0, ge=0, allow_inf_nan=False)
     """Prefetched images may take at most this much disk at a time."""
 
 
@@ -123,8 +125,11 @@ class DockerServerConfig(_ServerBase):
     """`host` publishes nothing: the server then listens on `{port}`, a free port on the node."""
     pull: Literal["missing", "always", "never"] = "missing"
     """When to pull an image: only when not in the engine, always, or never."""
-    stop_timeout: float = Field(default=30.0, ge=0)
+    stop_timeout: float = Field(default=30.0, ge=0, allow_inf_nan=False)
     """Seconds between SIGTERM and SIGKILL when a container is stopped."""
+    init: bool = True
+    """Run an init as PID 1 (Docker's `--init`), so a server that ignores SIGTERM as PID 1
+    still stops when the container is stopped."""
     prefetch: PrefetchConfig = Field(default_factory=PrefetchConfig)
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
 
@@ -144,6 +149,9 @@ class DockerServerConfig(_ServerBase):
 ServerConfig = Annotated[ProcessServerConfig | DockerServerConfig, Field(discriminator="launcher")]
 
 
+MAX_TOKENS = 2**20
+"""No completion budget above this: past any model's context, so a typo, not a wish."""
+
 CHAT_PROMPTS = (
     "hello how are you",
     "Write two sentences about the sea.",
@@ -158,7 +166,7 @@ class CanaryConfig(_Strict):
     type: Literal["canary"]
     prompts: list[str] = Field(default_factory=lambda: list(CHAT_PROMPTS), min_length=1)
     """Short fixed prompts sent with greedy sampling."""
-    max_tokens: int = Field(default=256, gt=0)
+    max_tokens: int = Field(default=256, gt=0, le=MAX_TOKENS)
     """Completion length per prompt."""
 
 
@@ -188,7 +196,7 @@ class ExpectConfig(_Strict):
         ],
         min_length=1,
     )
-    max_tokens: int = Field(default=64, gt=0)
+    max_tokens: int = Field(default=64, gt=0, le=MAX_TOKENS)
 
 
 class LogprobsConfig(_Strict):
@@ -198,7 +206,7 @@ class LogprobsConfig(_Strict):
     prompts: list[str] = Field(
         default_factory=lambda: [*CHAT_PROMPTS, "Name three colours."], min_length=1
     )
-    max_tokens: int = Field(default=32, gt=0)
+    max_tokens: int = Field(default=32, gt=0, le=MAX_TOKENS)
     top_k: int = Field(default=5, ge=1, le=20)
     max_abs_delta: float | None = Field(default=None, gt=0)
     """|Δlogprob| allowed on agreeing tokens; default: from calibration."""
@@ -214,7 +222,7 @@ class EvalConfig(_Strict):
     """GSM8K-format JSONL (`question`, `answer` ending in `#### N`); default: the bundled set."""
     limit: int | None = Field(default=None, gt=0)
     concurrency: int = Field(default=8, ge=1, le=256)
-    max_tokens: int = Field(default=256, gt=0)
+    max_tokens: int = Field(default=256, gt=0, le=MAX_TOKENS)
     tolerance: float | None = Field(default=None, ge=0, le=1)
     """Accuracy drop allowed; default: the binomial chance band, or calibration's spread."""
     null_share_jump: float = Field(default=0.1, ge=0, le=1)
@@ -284,7 +292,10 @@ def expand_env(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, 
 
 
 CHECK_TYPES = "canary, expect, logprobs, eval"
-_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|CREDENTIAL", re.I)
+_SECRET_NAME = re.compile(
+    r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|KEY|CREDENTIALS?|AUTH)(?:$|_)", re.I
+)
+"""Names of secrets: HF_TOKEN, AWS_SECRET_ACCESS_KEY, OPENAI_API_KEY; not TOKENIZERS_PARALLELISM."""
 
 
 def secret_names(env: Mapping[str, str]) -> list[str]:
@@ -293,6 +304,18 @@ def secret_names(env: Mapping[str, str]) -> list[str]:
     Literal values such as `VLLM_ATTENTION_BACKEND: FLASHINFER` stay readable in logs.
     """
     return sorted(k for k, v in env.items() if _ENV_REF.search(v) or _SECRET_NAME.search(k))
+
+
+CALLER_SECRET_MIN = 8
+"""A caller's variable named like a secret is masked from this length: real tokens are long,
+while `HF_HUB_DISABLE_IMPLICIT_TOKEN=true` must not mask every `true`."""
+
+
+def caller_secret_names(environ: Mapping[str, str]) -> list[str]:
+    """The caller's variables named like secrets (a process server inherits them)."""
+    return sorted(
+        k for k, v in environ.items() if _SECRET_NAME.search(k) and len(v) >= CALLER_SECRET_MIN
+    )
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
@@ -344,8 +367,12 @@ def load_config(path: Path) -> Config:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid YAML (nested too deep)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

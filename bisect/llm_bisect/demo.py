@@ -77,7 +77,15 @@ def build_history(
 
 
 def build_demo_history(repo_dir: Path) -> list[str]:
-    """The demo's repository; returns its shas, oldest first (culprit at CULPRIT_INDEX)."""
+    """The demo's repository; returns its shas, oldest first (culprit at CULPRIT_INDEX).
+
+    A repository an earlier demo left in `repo_dir` is used as it is (a resumed demo).
+    """
+    if (repo_dir / ".git").is_dir():
+        repo = git.Repo(repo_dir)
+        listed: str = repo.git.rev_list("--reverse", "v0.27.0")
+        repo.close()
+        return listed.split()
     shas = build_history(
         repo_dir,
         {
@@ -102,6 +110,20 @@ def build_demo_history(repo_dir: Path) -> list[str]:
 DOCKER_REPOSITORY = "llm-bisect-demo"
 MISSING_IMAGE_INDEX = 34
 """With --docker, the commit whose image was never built (an untestable candidate)."""
+
+
+def require_engine() -> None:
+    """A LaunchError that says how to go on when no Docker engine answers."""
+    from .errors import LaunchError
+    from .sim.docker import engine_client
+
+    try:
+        engine_client().close()
+    except LaunchError as exc:
+        raise LaunchError(
+            f"demo --docker: no Docker engine answers ({exc}); start one (dockerd), "
+            "or run `llm-bisect demo` without --docker"
+        ) from None
 
 
 def build_demo_images(repo_dir: Path, shas: list[str]) -> list[str]:

@@ -3,10 +3,12 @@
     LlmBisectError                 base: every error the tool raises on purpose
     ├── ConfigError                the config, a ref or a CLI argument is wrong (exit 2)
     ├── JournalError               DIR holds a journal that cannot be resumed
+    │   └── DirInUse               another live llm-bisect holds DIR
     ├── LaunchError                a server could not be started or became unusable
     │   ├── ServerExited           the server process ended before it was ready
     │   └── NotReady               the server did not get ready before its deadline
-    ├── EndpointError              a request to a running server failed
+    ├── EndpointError              a request to a running server failed or its reply did not fit
+    │   └── ReplyTooLarge          a reply was longer than the cap (itself evidence)
     └── SearchError                the verdicts contradict the search (e.g. good end is bad)
 
 Adapters translate library errors at their boundary (`raise X(...) from exc`);
@@ -26,6 +28,10 @@ class ConfigError(LlmBisectError):
 
 class JournalError(LlmBisectError):
     """The output folder holds a journal that cannot be resumed."""
+
+
+class DirInUse(JournalError):
+    """Another live llm-bisect process holds the output folder."""
 
 
 class LaunchError(LlmBisectError):
@@ -50,6 +56,17 @@ class NotReady(LaunchError):
 
 class EndpointError(LlmBisectError):
     """A request to a running server failed (connection, HTTP status, bad JSON)."""
+
+
+class ReplyTooLarge(EndpointError):
+    """A reply was longer than the cap on the bytes read per reply (`server.max_reply_mb`)."""
+
+    def __init__(self, what: str, cap: int, declared: int | None) -> None:
+        size = f"{declared} bytes" if declared is not None else "more"
+        super().__init__(
+            f"{what}: reply of {size} is over the cap of {cap} bytes (server.max_reply_mb)"
+        )
+        self.cap = cap
 
 
 class SearchError(LlmBisectError):

@@ -1,68 +1,207 @@
-"""The journal: an append-only JSONL record of a run, fsynced per event.
+"""The journal: an append-only JSONL record of a run, fsynced per event, and what it says.
 
-    {"event": "run", ...}            once: the config digest, mode, candidates
+    {"event": "run", ...}            once, first: the version, config digest, plan
     {"event": "probe-start", ...}    a probe began (a kill may follow)
     {"event": "probe", ...}          a probe finished: verdict, checks, timings
     {"event": "done", ...}           the search ended
 
 A run resumes from it: finished probes are read back and never run again.
-A line cut short by a kill is ignored.
+Every line is checked as it is read back, by the same rule everywhere:
+
+    line 1 .. n-1   must each be a whole, well-formed event, else JournalError (damage
+                    in the middle: nothing is guessed)
+    line n (last)   when torn or damaged (a kill mid-write, a disk that lost its tail)
+                    it is dropped; resuming cuts it off the file, and says so
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import JournalError
+from .model import Candidate, ProbeOutcome
+from .redact import Scrub
+from .search import Mode, Plan
 
 FILENAME = "journal.jsonl"
+VERSION = 1
+_SHA = re.compile(r"^[0-9a-f]{40}$")
+
+
+def plan_json(plan: Plan) -> dict[str, Any]:
+    return {
+        "mode": plan.mode.value,
+        "anchor": plan.anchor.to_json() if plan.anchor else None,
+        "sequence": [c.to_json() for c in plan.sequence],
+    }
+
+
+def plan_from_json(data: dict[str, Any]) -> Plan:
+    anchor = data.get("anchor")
+    return Plan(
+        Mode(data["mode"]),
+        tuple(Candidate.from_json(c) for c in data["sequence"]),
+        Candidate.from_json(anchor) if anchor else None,
+    )
+
+
+def _commit(value: Any) -> str:
+    if not isinstance(value, str) or not _SHA.match(value):
+        raise ValueError(f"commit {value!r} is not 40 hex digits")
+    return value
+
+
+def _run(e: dict[str, Any]) -> None:
+    if e.get("version") != VERSION:
+        raise ValueError(f"version {e.get('version')!r}, this llm-bisect writes {VERSION}")
+    if not isinstance(e["digest"], str):
+        raise ValueError("digest is not a string")
+    plan_from_json(e["plan"])
+
+
+def _probe(e: dict[str, Any]) -> None:
+    _commit(ProbeOutcome.from_json(e["outcome"]).commit)
+
+
+def _probe_start(e: dict[str, Any]) -> None:
+    _commit(e["commit"])
+
+
+def _done(e: dict[str, Any]) -> None:
+    if not isinstance(e["status"], str):
+        raise ValueError("status is not a string")
+
+
+_EVENTS: dict[str, Callable[[dict[str, Any]], None]] = {
+    "run": _run,
+    "probe-start": _probe_start,
+    "probe": _probe,
+    "done": _done,
+}
+
+
+def _event(line: bytes) -> dict[str, Any]:
+    """One line as an event; ValueError saying what is wrong with it."""
+    try:
+        event = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError("not JSON") from exc
+    if not isinstance(event, dict) or event.get("event") not in _EVENTS:
+        raise ValueError("not a journal event")
+    try:
+        _EVENTS[event["event"]](event)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(
+            f"malformed {event['event']!r} event ({type(exc).__name__}: {exc})"
+        ) from exc
+    return event
+
+
+@dataclass(frozen=True)
+class JournalState:
+    """What a journal says about a run so far."""
+
+    digest: str
+    plan: Plan
+    probes: tuple[ProbeOutcome, ...]
+
+
+@dataclass(frozen=True)
+class Reading:
+    """A journal as read back."""
+
+    events: list[dict[str, Any]]
+    """Every whole, well-formed event, in order."""
+    state: JournalState | None
+    """The run they record; None for an empty (or absent) journal."""
+    sound_bytes: int
+    """The file's length up to the end of its last sound line."""
+    dropped: str | None
+    """What was wrong with a last line that was dropped; None when there was none."""
+
+
+def read_journal(path: Path) -> Reading:
+    """Read and check a journal (see the module docstring for the rule)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return Reading([], None, 0, None)
+    except OSError as exc:
+        raise JournalError(f"{path}: cannot read journal ({exc.strerror})") from exc
+    events: list[dict[str, Any]] = []
+    sound, dropped, offset = 0, None, 0
+    lines = data.split(b"\n")
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for number, line in enumerate(lines, 1):
+        end = offset + len(line) + (1 if number < len(lines) else 0)
+        if line.strip():
+            try:
+                event = _event(line)
+                if not events and event["event"] != "run":
+                    raise ValueError("the first event is not 'run'")
+            except ValueError as exc:
+                if number - 1 == last:
+                    torn = not data.endswith(b"\n")
+                    dropped = f"line {number} {'torn' if torn else 'damaged'} ({exc})"
+                    break
+                raise JournalError(
+                    f"{path}:{number}: {exc}; the journal cannot be resumed "
+                    "(move it away to start the run over)"
+                ) from None
+            events.append(event)
+            sound = min(end, len(data))
+        offset = end
+    return Reading(events, _state(events), sound, dropped)
+
+
+def _state(events: list[dict[str, Any]]) -> JournalState | None:
+    if not events:
+        return None
+    head = events[0]
+    return JournalState(
+        digest=head["digest"],
+        plan=plan_from_json(head["plan"]),
+        probes=tuple(ProbeOutcome.from_json(e["outcome"]) for e in events if e["event"] == "probe"),
+    )
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """Every complete event of a journal; a torn last line is dropped."""
-    events: list[dict[str, Any]] = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return events
-    except OSError as exc:
-        raise JournalError(f"{path}: cannot read journal ({exc.strerror})") from exc
-    lines = text.split("\n")
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError as exc:
-            if number >= len(lines) - 1:  # the last line, cut by a kill
-                break
-            raise JournalError(f"{path}:{number}: not a journal event") from exc
-        if not isinstance(event, dict) or "event" not in event:
-            raise JournalError(f"{path}:{number}: not a journal event")
-        events.append(event)
-    return events
+    """Every sound event of a journal; a torn or damaged last line is left out."""
+    return read_journal(path).events
 
 
 class Journal:
-    """Appends events durably: each line is flushed and fsynced before `append` returns."""
+    """Appends events durably: each line is flushed and fsynced before `append` returns.
 
-    def __init__(self, path: Path) -> None:
+    Opening reads the journal back (`reading`) and cuts a torn or damaged last
+    line off the file, so the next event starts a clean line. Every event goes
+    through `scrub` first: no secret, no megabyte text reaches the file.
+    """
+
+    def __init__(self, path: Path, scrub: Scrub | None = None) -> None:
         self.path = path
+        self.scrub = scrub or Scrub()
+        self.reading = Reading([], None, 0, None)
         self._file: TextIO | None = None
 
     def __enter__(self) -> Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # A line torn by a kill is cut off, so the next event starts a clean line.
+        self.reading = read_journal(self.path)
         if self.path.exists():
-            data = self.path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                with self.path.open("r+b") as f:
-                    f.truncate(data.rfind(b"\n") + 1)
+            with self.path.open("r+b") as f:
+                f.truncate(self.reading.sound_bytes)
+                if self.reading.sound_bytes:
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":  # a whole last event whose newline was lost
+                        f.write(b"\n")
+                os.fsync(f.fileno())
         self._file = self.path.open("a", encoding="utf-8")
         return self
 
@@ -75,10 +214,7 @@ class Journal:
     def append(self, event: str, **fields: Any) -> None:
         if self._file is None:
             raise JournalError(f"{self.path}: journal is not open")
-        line = json.dumps({"event": event, **fields}, sort_keys=True)
+        line = json.dumps(self.scrub.doc({"event": event, **fields}), sort_keys=True)
         self._file.write(line + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
-
-    def events(self) -> Iterator[dict[str, Any]]:
-        yield from read_events(self.path)

@@ -7,9 +7,11 @@ labels of an image named as an end of the range without pulling it.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import platform
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +93,16 @@ class Manifest:
     repository: str
 
 
+def _json(r: httpx.Response, registry: str) -> dict[str, Any]:
+    try:
+        body = r.json()
+    except (ValueError, RecursionError) as exc:
+        raise RegistryError(f"{registry}: answered with no JSON object") from exc
+    if not isinstance(body, dict):
+        raise RegistryError(f"{registry}: answered with no JSON object")
+    return body
+
+
 def _challenge(header: str) -> dict[str, str]:
     return dict(re.findall(r'(\w+)="([^"]*)"', header))
 
@@ -112,14 +124,21 @@ class Registry:
         *,
         username: str | None = None,
         password: str | None = None,
+        logins: Mapping[str, tuple[str, str]] | None = None,
         transport: httpx.BaseTransport | None = None,
         timeout: float = 30.0,
         architecture: str | None = None,
     ) -> None:
+        """`username`/`password` (the config's) serve every registry; else `logins`, the
+        credentials `docker login` stored, by registry host."""
         self.architecture = architecture or node_architecture()
         self._auth = (username, password) if username and password else None
+        self._logins = dict(logins or {})
         self._http = httpx.Client(transport=transport, timeout=timeout, follow_redirects=True)
         self._tokens: dict[tuple[str, str], str] = {}
+
+    def _credentials(self, registry: str) -> tuple[str, str] | None:
+        return self._auth or self._logins.get(registry)
 
     def close(self) -> None:
         self._http.close()
@@ -137,12 +156,12 @@ class Registry:
             with attempt:
                 try:
                     if key in self._tokens:
-                        headers["Authorization"] = f"Bearer {self._tokens[key]}"
+                        headers["Authorization"] = self._tokens[key]
                     response = self._http.get(self._base(ref) + path, headers=headers)
                     if response.status_code == 401 and key not in self._tokens:
                         challenge = response.headers.get("WWW-Authenticate", "")
-                        self._tokens[key] = self._token(challenge)
-                        headers["Authorization"] = f"Bearer {self._tokens[key]}"
+                        self._tokens[key] = self._authorization(challenge, ref.registry)
+                        headers["Authorization"] = self._tokens[key]
                         response = self._http.get(self._base(ref) + path, headers=headers)
                 except httpx.TransportError:
                     raise
@@ -150,21 +169,32 @@ class Registry:
                     raise RegistryError(f"{ref.registry}: {exc}") from exc
         return response
 
-    def _token(self, header: str) -> str:
+    def _authorization(self, header: str, registry: str) -> str:
+        """The Authorization header a 401's challenge asks for: a bearer token, or basic auth."""
+        credentials = self._credentials(registry)
+        login_hint = f"`docker login {registry}` or set server.registry.username/password"
+        if header.lower().startswith("basic"):
+            if credentials is None:
+                raise RegistryError(f"{registry}: asks for a login; {login_hint}")
+            user, password = credentials
+            return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
         if not header.lower().startswith("bearer"):
             raise RegistryError("registry asks for credentials it does not say how to send")
         c = _challenge(header)
         params: dict[str, str] = {k: c[k] for k in ("service", "scope") if k in c}
         try:
-            r = self._http.get(c["realm"], params=params, auth=self._auth)
+            r = self._http.get(c["realm"], params=params, auth=credentials)
+            if r.status_code == 401:
+                who = "the login it was given" if credentials else "an anonymous request"
+                raise RegistryError(f"{registry}: the token service refused {who}; {login_hint}")
             r.raise_for_status()
             body = r.json()
-        except (KeyError, ValueError, httpx.HTTPError) as exc:
+        except (KeyError, ValueError, RecursionError, httpx.HTTPError) as exc:
             raise RegistryError(f"registry token request failed: {exc}") from exc
         token = body.get("token") or body.get("access_token")
         if not isinstance(token, str):
             raise RegistryError("registry token response holds no token")
-        return token
+        return f"Bearer {token}"
 
     def manifest(self, ref: ImageRef) -> Manifest | None:
         """The image's manifest; None when the registry says it does not exist."""
@@ -180,7 +210,7 @@ class Registry:
         digest = r.headers.get("Docker-Content-Digest") or (
             "sha256:" + hashlib.sha256(r.content).hexdigest()
         )
-        body: dict[str, Any] = r.json()
+        body = _json(r, ref.registry)
         if body.get("mediaType") in _INDEX_TYPES or "manifests" in body:
             chosen = next(
                 (
@@ -211,5 +241,4 @@ class Registry:
             raise RegistryError(f"{ref.registry}: {type(exc).__name__}: {exc}") from exc
         if r.status_code != 200:
             raise RegistryError(f"{ref.registry}: config blob answered HTTP {r.status_code}")
-        body: dict[str, Any] = r.json()
-        return body
+        return _json(r, ref.registry)

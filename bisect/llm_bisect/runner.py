@@ -21,24 +21,26 @@ from typing import Any, Protocol
 from .checks import Check
 from .checks.golden import GoldenStore
 from .client import OpenAIClient
-from .errors import ConfigError, EndpointError, JournalError, LaunchError
+from .errors import ConfigError, EndpointError, JournalError, LaunchError, ReplyTooLarge
 from .fingerprint import parse_startup_log
-from .journal import FILENAME, Journal, read_events
+from .journal import FILENAME, VERSION, Journal, JournalState, plan_json
 from .launchers import Launcher, Server
 from .model import Candidate, CheckResult, ProbeOutcome, Verdict
+from .redact import Scrub
 from .report.markdown import render_markdown
 from .report.result import build_result
 from .search import Answer, Mode, Plan, lookahead, plan_step
 from .sources import Source
 from .verdict import combine_repeats, judge
 
-JOURNAL_VERSION = 1
 CRASH_WAIT_S = 3.0
 """After a failed request, how long to wait for the server to exit before calling it a crash."""
 
 
 class Progress(Protocol):
     """Hears what the runner does, for a person watching."""
+
+    def note(self, text: str) -> None: ...
 
     def planned(self, plan: Plan, finished: int) -> None: ...
 
@@ -49,6 +51,9 @@ class Progress(Protocol):
 
 class SilentProgress:
     """A Progress that says nothing."""
+
+    def note(self, text: str) -> None:
+        pass
 
     def planned(self, plan: Plan, finished: int) -> None:
         pass
@@ -91,23 +96,6 @@ def build_plan(
         )
     base = source.merge_base(old.commit, new.commit)
     return Plan(mode, (base, *between), anchor=old)
-
-
-def _plan_json(plan: Plan) -> dict[str, Any]:
-    return {
-        "mode": plan.mode.value,
-        "anchor": plan.anchor.to_json() if plan.anchor else None,
-        "sequence": [c.to_json() for c in plan.sequence],
-    }
-
-
-def _plan_from_json(data: dict[str, Any]) -> Plan:
-    anchor = data.get("anchor")
-    return Plan(
-        Mode(data["mode"]),
-        tuple(Candidate.from_json(c) for c in data["sequence"]),
-        Candidate.from_json(anchor) if anchor else None,
-    )
 
 
 @dataclass
@@ -195,7 +183,7 @@ def _check(
             if golden is not None:
                 golden.ensure(api, candidate.commit)
             for _ in range(repeats):
-                found.results = tuple(check.run(api) for check in checks)
+                found.results = tuple(_run_check(check, api) for check in checks)
                 runs.append(judge(found.results))
             facts["server"] = {
                 "version": api.version(),
@@ -212,6 +200,26 @@ def _check(
         found.reason, found.log_tail = f"checks could not run: {exc}", server.log_tail()
         return
     found.verdict, found.reason = combine_repeats(runs)
+
+
+def _run_check(check: Check, api: OpenAIClient) -> CheckResult:
+    """One check; a reply over the byte cap fails it, with that as its evidence."""
+    try:
+        return check.run(api)
+    except ReplyTooLarge as exc:
+        return CheckResult(
+            name=check.name,
+            passed=False,
+            score=0.0,
+            evidence=f"reply too large: {exc}",
+            details={"reply_too_large": {"cap_bytes": exc.cap}},
+        )
+
+
+def _commits(plan: Plan) -> tuple[object, ...]:
+    """What identifies a plan (its texts are scrubbed on the way into the journal)."""
+    anchor = plan.anchor.commit if plan.anchor else None
+    return (plan.mode, anchor, *(c.commit for c in plan.sequence))
 
 
 @dataclass
@@ -232,37 +240,11 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def write_outputs(out_dir: Path, result: dict[str, Any]) -> None:
-    """result.json and report.md, each replaced atomically."""
-    _write_atomic(out_dir / "result.json", json.dumps(result, indent=2) + "\n")
-    _write_atomic(out_dir / "report.md", render_markdown(result))
-
-
-@dataclass(frozen=True)
-class JournalState:
-    """What a journal says about a run so far."""
-
-    digest: str
-    plan: Plan
-    probes: tuple[ProbeOutcome, ...]
-
-
-def read_state(out_dir: Path) -> JournalState | None:
-    """The state recorded in DIR's journal; None when DIR holds none."""
-    events = read_events(out_dir / FILENAME)
-    if not events:
-        return None
-    head = events[0]
-    if head.get("event") != "run" or head.get("version") != JOURNAL_VERSION:
-        raise JournalError(
-            f"{out_dir / FILENAME}: not an llm-bisect journal (version {JOURNAL_VERSION})"
-        )
-    probes = tuple(ProbeOutcome.from_json(e["outcome"]) for e in events if e["event"] == "probe")
-    return JournalState(
-        digest=head["digest"],
-        plan=_plan_from_json(head["plan"]),
-        probes=probes,
-    )
+def write_outputs(out_dir: Path, result: dict[str, Any], scrub: Scrub | None = None) -> None:
+    """result.json and report.md, each replaced atomically, secrets masked and long texts cut."""
+    clean = (scrub or Scrub()).doc(result)
+    _write_atomic(out_dir / "result.json", json.dumps(clean, indent=2) + "\n")
+    _write_atomic(out_dir / "report.md", render_markdown(clean))
 
 
 def result_of(state: JournalState) -> tuple[Answer | Candidate, dict[str, Any] | None]:
@@ -285,27 +267,32 @@ def run(
     repeats: int = 1,
     progress: Progress | None = None,
     golden: GoldenStore | None = None,
+    scrub: Scrub | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
     """Bisect `plan` to an answer, resuming from DIR's journal when there is one.
 
     Without a `golden`, one is recorded from the good end into DIR/golden.json.
+    Everything written to DIR passes through `scrub`.
     """
     progress = progress or SilentProgress()
-    golden = golden or GoldenStore(out_dir / "golden.json", checks, plan.good.commit)
-    state = read_state(out_dir)
-    if state is not None and (state.digest != digest or state.plan != plan):
-        raise JournalError(
-            f"{out_dir}: holds a run of another config or range; "
-            "resume it with the same config, or pick a new --out"
-        )
-    with Journal(out_dir / FILENAME) as journal:
+    scrub = scrub or Scrub()
+    golden = golden or GoldenStore(out_dir / "golden.json", checks, plan.good.commit, scrub=scrub)
+    with Journal(out_dir / FILENAME, scrub) as journal:
+        state = journal.reading.state
+        if journal.reading.dropped:
+            progress.note(f"journal: cut off its {journal.reading.dropped}")
+        if state is not None and (state.digest != digest or _commits(state.plan) != _commits(plan)):
+            raise JournalError(
+                f"{out_dir}: holds a run of another config or range; "
+                "resume it with the same config, or pick a new --out"
+            )
         if state is None:
             journal.append(
                 "run",
-                version=JOURNAL_VERSION,
+                version=VERSION,
                 digest=digest,
-                plan=_plan_json(plan),
+                plan=plan_json(plan),
                 good=plan.good.commit,
                 bad=plan.bad.commit,
                 time=time.time(),
@@ -337,5 +324,5 @@ def run(
             progress.finished(step, outcome)
         journal.append("done", status=step.status.value, time=time.time())
     result = build_result(plan, step, probes)
-    write_outputs(out_dir, result)
-    return RunResult(step, result, out_dir)
+    write_outputs(out_dir, result, scrub)
+    return RunResult(step, scrub.doc(result), out_dir)

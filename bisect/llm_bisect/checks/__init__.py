@@ -6,7 +6,9 @@ only sends prompts through the client it is given.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..model import CheckResult
 
@@ -26,3 +28,24 @@ class Check(Protocol):
     name: str
 
     def run(self, endpoint: ChatEndpoint) -> CheckResult: ...
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def map_concurrent(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+    """`fn` over `items` on up to `workers` threads, results in order.
+
+    Ctrl-C or SIGTERM does not wait for requests in flight (they can hang up
+    to the request timeout): the caller goes straight on to stop the server,
+    which ends them.
+    """
+    pool = ThreadPoolExecutor(max_workers=max(1, min(workers, len(items))))
+    try:
+        results = list(pool.map(fn, items))
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return results

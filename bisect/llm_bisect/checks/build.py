@@ -44,6 +44,14 @@ def build_checks(configs: list[CheckConfig], base_dir: Path) -> list[Check]:
                         null_share_jump=cfg.null_share_jump,
                     )
                 )
-            except (OSError, ValueError, KeyError) as exc:
-                raise ConfigError(f"checks.{i}.path: cannot read '{cfg.path}' ({exc})") from None
+            except OSError as exc:
+                raise ConfigError(
+                    f"checks.{i}.path: cannot read '{cfg.path}' ({exc.strerror})"
+                ) from None
+            except UnicodeDecodeError as exc:
+                raise ConfigError(
+                    f"checks.{i}.path: '{cfg.path}' is not UTF-8 text (byte {exc.start})"
+                ) from None
+            except ValueError as exc:
+                raise ConfigError(f"checks.{i}.path: '{cfg.path}' {exc}") from None
     return checks

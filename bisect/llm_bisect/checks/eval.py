@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from ..model import CheckResult
-from . import ChatEndpoint
+from . import ChatEndpoint, map_concurrent
 from .gsm8k import Problem, default_tolerance, extract, load_problems, wilson
 from .metrics import excerpt
 
@@ -71,8 +70,7 @@ class EvalCheck:
             reply = endpoint.chat(p.question + INSTRUCTION, max_tokens=self.max_tokens)
             return reply.content, reply.reasoning
 
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(ask, self.problems))
+        return map_concurrent(ask, self.problems, self.concurrency)
 
     def record(self, endpoint: ChatEndpoint) -> dict[str, Any]:
         return score_answers(self.problems, self._answers(endpoint))

@@ -60,11 +60,21 @@ def load_problems(path: Path | None = None, limit: int | None = None) -> list[Pr
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        row = json.loads(line)
-        ref = extract(str(row["answer"]).split("####")[-1]) if "####" in row["answer"] else None
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError):
+            raise ValueError(f"line {number}: not a JSON object") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"line {number}: not a JSON object")
+        question, answer = row.get("question"), row.get("answer")
+        if not isinstance(question, str) or not isinstance(answer, str):
+            raise ValueError(f"line {number}: needs 'question' and 'answer' strings")
+        ref = extract(answer.split("####")[-1]) if "####" in answer else None
         if ref is None:
             raise ValueError(f"line {number}: the answer does not end in '#### N'")
-        problems.append(Problem(str(row["question"]), ref))
+        problems.append(Problem(question, ref))
+    if not problems:
+        raise ValueError("holds no problems")
     return problems[:limit] if limit else problems
 
 

@@ -13,7 +13,8 @@ from typing import IO, Protocol
 
 import httpx
 
-from ..errors import NotReady, ServerExited
+from ..client import ModelList, parse_reply
+from ..errors import EndpointError, NotReady, ServerExited
 from ..redact import redact
 from ..retry import NotYetReady, readiness
 
@@ -60,10 +61,15 @@ def ready_once(http: httpx.Client) -> None:
         if health.status_code != 200:
             raise NotYetReady(f"/health answered {health.status_code}")
         models = http.get("/v1/models")
-        data = models.json().get("data") if models.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError) as exc:
+    except httpx.HTTPError as exc:
         raise NotYetReady(f"{type(exc).__name__}: {exc}") from exc
-    if not data:
+    if models.status_code != 200:
+        raise NotYetReady(f"/v1/models answered {models.status_code}")
+    try:
+        listed = parse_reply(ModelList, models.content, "GET /v1/models").data
+    except EndpointError as exc:
+        raise NotYetReady(str(exc)) from exc
+    if not listed:
         raise NotYetReady("/v1/models lists no model yet")
 
 

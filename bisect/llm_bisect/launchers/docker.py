@@ -13,6 +13,8 @@ Library errors (docker.errors) are translated here, at the boundary.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import threading
 import time
 import uuid
@@ -23,6 +25,8 @@ from pathlib import Path
 from typing import IO, Any
 
 import docker
+import docker.auth
+import docker.credentials.errors
 import docker.errors
 import docker.types
 from docker.models.containers import Container
@@ -32,12 +36,61 @@ from ..config import DockerServerConfig, fill
 from ..errors import LaunchError, ServerExited
 from ..fingerprint import package_probe_source
 from ..model import Candidate
-from ..registry import Registry, RegistryError, parse_image_ref
+from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
 from . import Artifact
 from .common import LoggedServer, free_port, wait_ready
 
 RUN_LABEL = "llm-bisect.run"
 COMMIT_LABEL = "llm-bisect.commit"
+OWNER_LABEL = "llm-bisect.owner"
+"""`host:pid:start` of the llm-bisect process that made a container: reap() spares live owners."""
+
+
+def _start_time(pid: int) -> str | None:
+    """When a process started (clock ticks since boot), to tell it from a later one with its pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_label(pid: int | None = None) -> str:
+    """This process as a container's owner."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid) or ''}"
+
+
+def owner_alive(label: str) -> bool:
+    """Whether the owner a label names still runs; another host's owners are taken as alive."""
+    host, _, rest = label.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname():
+        return True
+    if not pid.isdigit():
+        return False
+    return _start_time(int(pid)) == started and started != ""
+
+
+def docker_logins(hosts: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """What `docker login` stored for these registry hosts (config.json, credential helpers)."""
+    try:
+        auth = docker.auth.load_config()
+    except (docker.errors.DockerException, OSError, ValueError):
+        return {}
+    found: dict[str, tuple[str, str]] = {}
+    for host in dict.fromkeys(hosts):
+        try:
+            entry = auth.resolve_authconfig(None if host == DOCKER_HUB else host)
+        except (docker.errors.DockerException, docker.credentials.errors.StoreError, OSError):
+            continue
+        if not entry:
+            continue
+        user = entry.get("Username") or entry.get("username")
+        password = entry.get("Password") or entry.get("password")
+        if user and password:
+            found[host] = (str(user), str(password))
+    return found
 
 
 @dataclass
@@ -106,12 +159,13 @@ def container_spec(
         "image": image,
         "command": [fill(a, values) for a in cfg.args],
         "environment": dict(env),
-        "labels": {RUN_LABEL: run_id, COMMIT_LABEL: candidate.commit},
+        "labels": {RUN_LABEL: run_id, COMMIT_LABEL: candidate.commit, OWNER_LABEL: owner_label()},
         "name": f"llm-bisect-{candidate.short}-{uuid.uuid4().hex[:6]}",
         "detach": True,
         "device_requests": device_requests(cfg.gpus),
         "volumes": volume_binds(cfg.volumes, base_dir),
         "ulimits": ulimit_list(cfg.ulimits),
+        "init": cfg.init,
     }
     if cfg.network_mode == "host":
         spec["network_mode"] = "host"
@@ -276,6 +330,7 @@ class DockerLauncher:
         run_id: str,
         client: docker.DockerClient | None = None,
         registry: Registry | None = None,
+        logins: Mapping[str, tuple[str, str]] | None = None,
         report: Callable[[str], None] = lambda _: None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
@@ -293,7 +348,7 @@ class DockerLauncher:
         except docker.errors.DockerException as exc:
             raise LaunchError(f"docker: cannot reach the engine: {_docker_message(exc)}") from exc
         self.registry = registry or Registry(
-            username=cfg.registry.username, password=cfg.registry.password
+            username=cfg.registry.username, password=cfg.registry.password, logins=logins
         )
         self.report = report
         self.clock = clock
@@ -519,12 +574,18 @@ class DockerLauncher:
         return DockerServer(self, candidate, probe_dir)
 
     def reap(self) -> int:
-        """Remove the containers of this run that a killed harness left behind."""
+        """Remove the containers of this run that a killed harness left behind.
+
+        A container whose owner still runs is spared: it belongs to a live run.
+        """
         removed = 0
         try:
             for container in self.client.containers.list(
                 all=True, filters={"label": f"{RUN_LABEL}={self.run_id}"}
             ):
+                owner = (container.labels or {}).get(OWNER_LABEL, "")
+                if owner and owner_alive(owner):
+                    continue
                 with suppress(docker.errors.NotFound):
                     container.remove(force=True)
                     removed += 1

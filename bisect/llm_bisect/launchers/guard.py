@@ -1,10 +1,14 @@
-"""The guard: runs a server command and takes its whole process group down with it.
+"""The guard: runs a server command and takes everything it started down with it.
 
-    harness ──stdin pipe──► guard (session + process-group leader)
+    harness ──stdin pipe──► guard (session + process-group leader, child subreaper)
                               └── server command (same group) └── its workers
+                                    └── a worker that called setsid() (own session)
 
 The guard is started in a new session, so its process group holds the server
-and every process the server forks. It ends the group when
+and every process the server forks. It is also a child subreaper (Linux
+prctl PR_SET_CHILD_SUBREAPER): a process that leaves the group with setsid()
+and loses its parent is adopted by the guard, not by init. The guard ends
+all of them, the group and every descendant, when
 - its stdin reaches EOF: the harness closed the pipe or died, even by SIGKILL;
 - it receives SIGTERM or SIGINT;
 - the server exits (stray workers are not left behind).
@@ -25,19 +29,80 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import types
 from typing import IO
 
+PR_SET_CHILD_SUBREAPER = 36
 
-def _end_group(child: subprocess.Popen[bytes], grace: float) -> None:
-    try:
-        os.killpg(0, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        child.wait(timeout=grace)
-    # Whatever ignored SIGTERM, the guard included, ends here.
-    os.killpg(0, signal.SIGKILL)
+
+def _become_subreaper() -> None:
+    """Adopt orphaned descendants (Linux); elsewhere the process group must do."""
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _ours() -> list[int]:
+    """Every live process below the guard or in its process group (not the guard), from /proc."""
+    me = os.getpid()
+    parent: dict[int, int] = {}
+    group: set[int] = set()
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    state, ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
+            except (OSError, ValueError):
+                continue
+            if state != "Z":
+                parent[int(entry)] = int(ppid)
+                if int(pgrp) == me:
+                    group.add(int(entry))
+    found: set[int] = set()
+    frontier = [me]
+    while frontier:
+        pid = frontier.pop()
+        children = [p for p, pp in parent.items() if pp == pid and p not in found]
+        found.update(children)
+        frontier += children
+    return sorted((found | group) - {me})
+
+
+def _signal_all(sig: int) -> int:
+    """Send `sig` to every process of ours; how many there were."""
+    pids = _ours()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+    return len(pids)
+
+
+def _reap_adopted() -> None:
+    """Collect the exit status of adopted orphans, so they leave no zombie."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+def _end_all(child: subprocess.Popen[bytes], grace: float) -> None:
+    """SIGTERM everything, give it `grace` seconds to end, then SIGKILL whatever is left."""
+    deadline = time.monotonic() + grace
+    if _signal_all(signal.SIGTERM):
+        while _ours() and time.monotonic() < deadline:
+            time.sleep(0.05)  # exited processes show as zombies, which _ours() leaves out
+    for _ in range(100):
+        if child.poll() is None:
+            os.kill(child.pid, signal.SIGKILL)
+            child.wait()
+        if not _signal_all(signal.SIGKILL):
+            break
+        _reap_adopted()
+        time.sleep(0.01)
+    _reap_adopted()
 
 
 def _copy_output(source: IO[bytes], secrets: list[bytes]) -> None:
@@ -72,6 +137,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, on_signal)
+    _become_subreaper()
     try:
         child = subprocess.Popen(
             argv[2:], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -91,12 +157,11 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=watch_stdin, daemon=True).start()
     while child.poll() is None and not ending.wait(0.05):
         pass
-    if child.poll() is None:
-        _end_group(child, grace)
-    code = child.wait()
-    # The server is gone; take down anything it forked.
+    # Ending, or the server is gone: take down the group and anything it forked or orphaned.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    os.killpg(0, signal.SIGTERM)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_all(child, grace)
+    code = child.wait()
     copier.join(timeout=2)
     return 128 - code if code < 0 else code
 

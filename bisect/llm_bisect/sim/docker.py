@@ -8,6 +8,7 @@ the tests and the benchmarks run on any machine with a Docker engine.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -154,11 +155,20 @@ class SimRegistry:
     so a pull takes measurable time; `token` requires Bearer auth.
     """
 
-    def __init__(self, *, bytes_per_s: float | None = None, token: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        bytes_per_s: float | None = None,
+        token: str | None = None,
+        login: tuple[str, str] | None = None,
+    ) -> None:
+        """`login`: the user and password the token endpoint asks for (Basic auth); without a
+        `token`, every request asks for them directly, as a registry behind htpasswd does."""
         self.blobs: dict[str, bytes] = {}
         self.manifests: dict[tuple[str, str], bytes] = {}
         self.bytes_per_s = bytes_per_s
         self.token = token
+        self.login = login
         self.requests: list[str] = []
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
@@ -262,9 +272,19 @@ class SimRegistry:
                     self.wfile.write(body[i : i + chunk])
                     time.sleep(chunk / registry.bytes_per_s)
 
+            def _basic_ok(self) -> bool:
+                if registry.login is None:
+                    return True
+                user, password = registry.login
+                expected = base64.b64encode(f"{user}:{password}".encode()).decode()
+                return self.headers.get("Authorization") == f"Basic {expected}"
+
             def _authorized(self, name: str) -> bool:
                 if registry.token is None:
-                    return True
+                    if self._basic_ok():
+                        return True
+                    self._reply(401, b"{}", {"WWW-Authenticate": 'Basic realm="sim"'})
+                    return False
                 if self.headers.get("Authorization") == f"Bearer {registry.token}":
                     return True
                 realm = f"http://{registry.host}/token"
@@ -281,6 +301,9 @@ class SimRegistry:
                 registry.requests.append(f"{self.command} {self.path}")
                 path = self.path.split("?")[0]
                 if path.startswith("/token"):
+                    if not self._basic_ok():
+                        self._reply(401, b'{"errors":[{"code":"UNAUTHORIZED"}]}')
+                        return
                     self._reply(200, json.dumps({"token": registry.token}).encode())
                     return
                 if path in ("/v2/", "/v2"):

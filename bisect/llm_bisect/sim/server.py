@@ -9,6 +9,16 @@ Faults (FAULTS; what each does to the output is in sim/model.py): output
 faults keep /health green, as in the real reports;
 `crash-on-start`, `never-ready` and `crash-on-request` make a build untestable;
 `bad-warmup` is broken for its first requests only (checks disagree across repeats).
+
+A commit's `hostile` settings (HOSTILE) make a server misbehave in ways no
+real engine should, to show the harness survives them: a raw `reply` body,
+a raw `models` list, `pad` characters of content, `echo_env` (values of these
+variables in the content), `error_env` (a 500 whose body holds them), `hang`
+(POST requests never answered), `default_sigterm` (no handler: as PID 1 in a
+container, SIGTERM is then ignored), `escape` (a child that
+leaves the process group with setsid and outlives its parent). A commit's
+`hold_file` keeps its server from listening while that file exists, so a test
+can stop a run at a known probe without guessing how long anything takes.
 """
 
 from __future__ import annotations
@@ -52,13 +62,23 @@ def _token_text(tid: int, as_ids: bool, text: str) -> str:
     return f"token_id:{tid}" if as_ids else text
 
 
+HOSTILE = ("reply", "models", "pad", "echo_env", "error_env", "hang", "default_sigterm", "escape")
+
+
 class Engine:
     """What one build is: its commit, fault and reasoning field name."""
 
-    def __init__(self, commit: str, fault: str, reasoning_field: str) -> None:
+    def __init__(
+        self,
+        commit: str,
+        fault: str,
+        reasoning_field: str,
+        hostile: dict[str, Any] | None = None,
+    ) -> None:
         self.commit = commit
         self.fault = fault
         self.reasoning_field = reasoning_field
+        self.hostile = hostile or {}
         self.ready = fault != "never-ready"
         self.requests = 0
         self._lock = threading.Lock()
@@ -84,9 +104,14 @@ class Engine:
         k = int(body.get("top_logprobs") or 1)
         gen = model.generate(prompt, fault, max_tokens, k)
         prompt_ids = [model.token_id(t) for t in model.tokens(prompt)]
+        content = gen.content
+        if content is not None and self.hostile.get("pad"):
+            content += "x" * int(self.hostile["pad"])
+        if content is not None and self.hostile.get("echo_env"):
+            content += "".join(f" {n}={os.environ.get(n, '')}" for n in self.hostile["echo_env"])
         message: dict[str, Any] = {
             "role": "assistant",
-            "content": gen.content,
+            "content": content,
             self.reasoning_field: gen.reasoning,
         }
         choice: dict[str, Any] = {
@@ -147,8 +172,8 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 f"sim: {self.command} {self.path} {args[1] if len(args) > 1 else ''}\n"
             )
 
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
+        def _send(self, status: int, body: dict[str, Any] | str) -> None:
+            data = (body if isinstance(body, str) else json.dumps(body)).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -158,6 +183,8 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             if self.path == "/health":
                 self._send(200 if engine.ready else 503, {})
+            elif self.path == "/v1/models" and "models" in engine.hostile:
+                self._send(200, str(engine.hostile["models"]))
             elif self.path == "/v1/models":
                 data = [{"id": MODEL, "object": "model"}] if engine.ready else []
                 self._send(200, {"object": "list", "data": data})
@@ -175,6 +202,19 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 return
             if self.path not in ("/v1/chat/completions", "/v1/completions"):
                 self._send(404, {"error": "not found"})
+                return
+            hostile = engine.hostile
+            if hostile.get("hang"):
+                sys.stderr.write("sim: holding request (hang)\n")
+                sys.stderr.flush()
+                threading.Event().wait()
+            if hostile.get("error_env"):
+                names = hostile["error_env"]
+                text = " ".join(f"{n}={os.environ.get(n, '')}" for n in names)
+                self._send(500, {"error": f"internal error, env: {text}"})
+                return
+            if "reply" in hostile:
+                self._send(200, str(hostile["reply"]))
                 return
             if engine.fault == "crash-on-request":
                 sys.stderr.write("sim: illegal memory access (simulated), aborting\n")
@@ -229,6 +269,18 @@ def engine_settings(repo: Path, commit: str) -> dict[str, Any]:
     return settings if isinstance(settings, dict) else {}
 
 
+def _escape(commit: str) -> None:
+    """Leave behind a process in a session of its own whose parent is gone (double fork)."""
+    script = (
+        "import os, sys, time\n"
+        "if os.fork(): os._exit(0)\n"
+        "os.setsid()\n"
+        "print('sim: escaped as', os.getpid(), flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    subprocess.run([sys.executable, "-c", script, f"escaped-{commit}"], check=True)
+
+
 def main(argv: list[str]) -> int:
     started = time.time()
     parser = argparse.ArgumentParser(prog="python -m llm_bisect.sim", description=__doc__)
@@ -263,16 +315,25 @@ def main(argv: list[str]) -> int:
     for line in startup_log(args.commit, settings):
         print(line, flush=True)
     time.sleep(delay)
+    hold = settings.get("hold_file")
+    if hold and Path(hold).exists():
+        print(f"sim: held until {hold} is gone", flush=True)
+        while Path(hold).exists():
+            time.sleep(0.05)
     if fault == "crash-on-start":
         print("sim: RuntimeError: CUDA error: no kernel image is available (simulated)", flush=True)
         return 3
-    engine = Engine(args.commit, fault, str(settings.get("reasoning_field", "reasoning")))
+    hostile = dict(settings.get("hostile", {}))
+    engine = Engine(args.commit, fault, str(settings.get("reasoning_field", "reasoning")), hostile)
     server = serve(engine, args.port, args.host)
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # PID 1 in a container ignores SIGTERM unless handled
 
-    signal.signal(signal.SIGTERM, stop)
+    if not hostile.get("default_sigterm"):
+        signal.signal(signal.SIGTERM, stop)
+    if hostile.get("escape"):
+        _escape(args.commit)
     print(f"sim: listening at {time.time():.6f}", flush=True)
     try:
         server.serve_forever(poll_interval=0.1)

@@ -9,12 +9,19 @@ import git
 from ..errors import ConfigError
 from ..model import Candidate
 
-_FORMAT = "%H%x1f%s%x1f%an <%ae>%x1f%aI"
+_FIELDS = 4
+_FORMAT = "%H%x00%s%x00%an <%ae>%x00%aI%x00"
+"""NUL ends each field: the one byte no commit message can hold (a subject may hold any other,
+control characters included)."""
 
 
-def _parse(line: str) -> Candidate:
-    sha, subject, author, date = line.split("\x1f")
-    return Candidate(commit=sha, subject=subject, author=author, date=date)
+def _parse(out: str) -> list[Candidate]:
+    fields = out.strip("\n").split("\x00")
+    records = [
+        [f.lstrip("\n") for f in fields[i : i + _FIELDS]]
+        for i in range(0, len(fields) - 1, _FIELDS)
+    ]
+    return [Candidate(commit=sha, subject=s, author=a, date=d) for sha, s, a, d in records]
 
 
 class GitSource:
@@ -29,7 +36,7 @@ class GitSource:
 
     def _log(self, *args: str) -> list[Candidate]:
         out: str = self._repo.git.log(f"--format={_FORMAT}", *args)
-        return [_parse(line) for line in out.splitlines() if line]
+        return _parse(out)
 
     def resolve(self, ref: str, key: str) -> Candidate:
         if not ref or ref.startswith("-"):
