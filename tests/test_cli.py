@@ -90,6 +90,55 @@ def test_untestable_builds_are_never_bad(tmp_path: Path, history: Any) -> None:
     assert code in (0, 3)
 
 
+CRASHES = {  # from commit 3 on: a server that answers 500, or one that dies, during checks
+    "http-500": ({}, {3: {"hostile": {"error_env": ["HOME"]}}}),
+    "dies": ({3: "crash-on-request"}, {}),
+}
+
+
+@pytest.mark.parametrize("kind", CRASHES)
+@pytest.mark.parametrize(
+    ("regress", "status", "found"),
+    [("crash", "found", True), ("any", "found", True), ("semantic", "error", False)],
+)
+def test_crashes_during_checks_are_the_regression_only_when_asked(
+    tmp_path: Path, history: Any, kind: str, regress: str, status: str, found: bool
+) -> None:
+    faults, changes = CRASHES[kind]
+    h: History = history(faults, n=6, changes=changes)
+    out = tmp_path / "out"
+    code, output = invoke("run", str(h.config(regress=regress)), "--out", str(out))
+    result = result_of(out)
+    assert result["status"] == status and result["regress"] == regress, output
+    assert code == (0 if found else 1)
+    if found:
+        assert result["culprit"]["commit"] == h.shas[3]
+        bad = next(p for p in result["probes"] if p["commit"] == h.shas[3])
+        assert bad["reason"].startswith(f"crashed during checks (regress: {regress})")
+    else:  # semantic: a crash is untestable, never bad
+        assert "the bad end could not be tested (skip)" in result["message"]
+    assert f"`regress: {regress}`" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("regress", "status"), [("crash", "no-regression"), ("any", "found"), ("semantic", "found")]
+)
+def test_failed_checks_are_no_regression_when_only_crashes_count(
+    tmp_path: Path, history: Any, regress: str, status: str
+) -> None:
+    h: History = history({4: "null-content"}, n=6)
+    out = tmp_path / "out"
+    code, output = invoke("run", str(h.config(regress=regress)), "--out", str(out))
+    result = result_of(out)
+    assert result["status"] == status, output
+    if regress == "crash":
+        assert code == 4
+        bad_end = next(p for p in result["probes"] if p["commit"] == h.shas[-1])
+        assert bad_end["verdict"] == "good" and "regress: crash" in bad_end["reason"]
+    else:
+        assert code == 0 and result["culprit"]["commit"] == h.shas[4]
+
+
 def test_no_regression_and_good_end_already_bad(tmp_path: Path, history: Any) -> None:
     h: History = history({}, n=6)
     code, output = invoke("run", str(h.config()), "--out", str(tmp_path / "a"))

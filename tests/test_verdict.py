@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from llm_bisect.model import CheckResult, Verdict
+import pytest
+
+from llm_bisect.model import CheckResult, Regress, Verdict
 from llm_bisect.redact import redact
-from llm_bisect.verdict import combine_repeats, judge
+from llm_bisect.verdict import combine_repeats, decide, judge
 
 
 def test_any_failing_check_makes_it_bad_and_names_it() -> None:
@@ -26,3 +28,22 @@ def test_repeats_agree_or_are_unsure() -> None:
 
 def test_redact_masks_secrets_but_not_short_values() -> None:
     assert redact("token=hf_abcdef and hf_abc", ["hf_abcdef", "ab"]) == "token=*** and hf_abc"
+
+
+@pytest.mark.parametrize(
+    ("regress", "passed", "failed", "crashed"),
+    [
+        (Regress.SEMANTIC, Verdict.GOOD, Verdict.BAD, Verdict.SKIP),
+        (Regress.CRASH, Verdict.GOOD, Verdict.GOOD, Verdict.BAD),
+        (Regress.ANY, Verdict.GOOD, Verdict.BAD, Verdict.BAD),
+    ],
+)
+def test_the_regress_policy_decides_what_a_crash_and_a_failed_check_mean(
+    regress: Regress, passed: Verdict, failed: Verdict, crashed: Verdict
+) -> None:
+    assert decide(regress, (Verdict.GOOD, "4 check(s) passed"), None)[0] is passed
+    assert decide(regress, (Verdict.BAD, "failed: canary"), None)[0] is failed
+    verdict, reason = decide(regress, None, "server exited with code 134")
+    assert verdict is crashed and "crashed during checks" in reason
+    assert "server exited with code 134" in reason
+    assert decide(regress, (Verdict.UNSURE, "disagree"), None)[0] is Verdict.UNSURE

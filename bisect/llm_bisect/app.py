@@ -39,7 +39,7 @@ from .config import (
 from .errors import ConfigError, LaunchError
 from .launchers import Launcher, Server
 from .launchers.process import ProcessLauncher
-from .model import Candidate, ProbeOutcome
+from .model import Candidate, ProbeOutcome, Regress
 from .outdir import hold, prepare
 from .redact import Scrub
 from .registry import parse_image_ref
@@ -282,6 +282,7 @@ def run_bisect(
             progress=progress,
             golden=golden,
             scrub=s.scrub,
+            regress=Regress(config.regress),
         )
 
 
@@ -307,6 +308,7 @@ def check_one(
             client=s.client,
             progress=progress,
             golden=golden,
+            regress=Regress(s.config.regress),
         )
     progress.finished(candidate, outcome)
     return candidate, outcome

@@ -18,7 +18,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .checks.compare import Step
-from .errors import EndpointError, ReplyTooLarge
+from .errors import EndpointError, ReplyTooLarge, ServerFault
 
 SEED = 1234
 """The sampling seed sent with every request."""
@@ -174,8 +174,14 @@ class OpenAIClient:
                 if response.status_code != 200:
                     head = _read(response, ERROR_BODY_BYTES, what, cut=True)
                     text = head.decode("utf-8", "replace")
-                    raise EndpointError(f"{what}: HTTP {response.status_code}: {text[:200]}")
+                    status = response.status_code
+                    error = ServerFault if status >= 500 else EndpointError
+                    raise error(f"{what}: HTTP {status}: {text[:200]}")
                 return _read(response, self.max_reply_bytes, what)
+        except httpx.TimeoutException as exc:
+            raise EndpointError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        except httpx.TransportError as exc:  # reset, refused, dropped mid-reply
+            raise ServerFault(f"{what}: {type(exc).__name__}: {exc}") from exc
         except httpx.HTTPError as exc:
             raise EndpointError(f"{what}: {type(exc).__name__}: {exc}") from exc
 

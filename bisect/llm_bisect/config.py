@@ -257,6 +257,9 @@ class Config(_Strict):
     server: ServerConfig
     checks: list[CheckConfig] = Field(default_factory=_default_checks, min_length=1)
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
+    regress: Literal["semantic", "crash", "any"] = "semantic"
+    """What counts as a regression: failed checks (semantic), a crash, 5xx or reset during
+    checks (crash), or both (any). A build that never starts is skip under every policy."""
     golden: str | None = None
     """A golden file (relative to the config); default for `run`: recorded from the good end."""
 

@@ -8,7 +8,8 @@
     │   ├── ServerExited           the server process ended before it was ready
     │   └── NotReady               the server did not get ready before its deadline
     ├── EndpointError              a request to a running server failed or its reply did not fit
-    │   └── ReplyTooLarge          a reply was longer than the cap (itself evidence)
+    │   ├── ReplyTooLarge          a reply was longer than the cap (itself evidence)
+    │   └── ServerFault            the server answered 5xx, reset or dropped the connection
     └── SearchError                the verdicts contradict the search (e.g. good end is bad)
 
 Adapters translate library errors at their boundary (`raise X(...) from exc`);
@@ -67,6 +68,10 @@ class ReplyTooLarge(EndpointError):
             f"{what}: reply of {size} is over the cap of {cap} bytes (server.max_reply_mb)"
         )
         self.cap = cap
+
+
+class ServerFault(EndpointError):
+    """The server failed a request: HTTP 5xx, a reset or dropped connection (crash-like)."""
 
 
 class SearchError(LlmBisectError):

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import JournalError
-from .model import Candidate, ProbeOutcome
+from .model import Candidate, ProbeOutcome, Regress
 from .redact import Scrub
 from .search import Mode, Plan
 
@@ -64,6 +64,7 @@ def _run(e: dict[str, Any]) -> None:
     if not isinstance(e["digest"], str):
         raise ValueError("digest is not a string")
     plan_from_json(e["plan"])
+    Regress(e.get("regress", Regress.SEMANTIC.value))
 
 
 def _probe(e: dict[str, Any]) -> None:
@@ -111,6 +112,8 @@ class JournalState:
     digest: str
     plan: Plan
     probes: tuple[ProbeOutcome, ...]
+    regress: Regress = Regress.SEMANTIC
+    """What counted as a regression (journals older than `regress` hold none: semantic)."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,7 @@ def _state(events: list[dict[str, Any]]) -> JournalState | None:
         digest=head["digest"],
         plan=plan_from_json(head["plan"]),
         probes=tuple(ProbeOutcome.from_json(e["outcome"]) for e in events if e["event"] == "probe"),
+        regress=Regress(head.get("regress", Regress.SEMANTIC.value)),
     )
 
 

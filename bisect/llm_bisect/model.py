@@ -25,6 +25,17 @@ class Verdict(str, enum.Enum):
     """The checks disagreed across repeats."""
 
 
+class Regress(str, enum.Enum):
+    """What counts as a regression: the user's choice, as cargo-bisect-rustc's `--regress`."""
+
+    SEMANTIC = "semantic"
+    """Failed checks are bad; a crash, 5xx or reset during checks is skip (the default)."""
+    CRASH = "crash"
+    """A crash, 5xx or reset during checks is bad; failed checks are not a regression."""
+    ANY = "any"
+    """Both are bad."""
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One testable build: a commit (40 hex) and what a maintainer reads about it."""

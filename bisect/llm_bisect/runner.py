@@ -21,17 +21,24 @@ from typing import Any, Protocol
 from .checks import Check
 from .checks.golden import GoldenStore
 from .client import OpenAIClient
-from .errors import ConfigError, EndpointError, JournalError, LaunchError, ReplyTooLarge
+from .errors import (
+    ConfigError,
+    EndpointError,
+    JournalError,
+    LaunchError,
+    ReplyTooLarge,
+    ServerFault,
+)
 from .fingerprint import parse_startup_log
 from .journal import FILENAME, VERSION, Journal, JournalState, plan_json
 from .launchers import Launcher, Server
-from .model import Candidate, CheckResult, ProbeOutcome, Verdict
+from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
 from .redact import Scrub
 from .report.markdown import render_markdown
 from .report.result import build_result
 from .search import Answer, Mode, Plan, lookahead, plan_step
 from .sources import Source
-from .verdict import combine_repeats, judge
+from .verdict import combine_repeats, decide, judge
 
 CRASH_WAIT_S = 3.0
 """After a failed request, how long to wait for the server to exit before calling it a crash."""
@@ -118,9 +125,10 @@ def probe(
     client: Callable[[Server], OpenAIClient],
     progress: Progress,
     golden: GoldenStore | None = None,
+    regress: Regress = Regress.SEMANTIC,
     clock: Callable[[], float] = time.monotonic,
 ) -> ProbeOutcome:
-    """Launch one candidate, check it, and say good, bad, skip or unsure.
+    """Launch one candidate, check it, and say good, bad, skip or unsure (under `regress`).
 
     `timings` holds seconds since the probe began: `artifact` (checked),
     `launch` (image pulled, server started), `ready`, then `checks` (their
@@ -145,7 +153,18 @@ def probe(
                 timings["ready"] = clock() - t0
                 progress.phase(candidate, "checking", timings["ready"])
                 t_checks = clock()
-                _check(server, checks, repeats, client, launcher, facts, found, golden, candidate)
+                _check(
+                    server,
+                    checks,
+                    repeats,
+                    client,
+                    launcher,
+                    facts,
+                    found,
+                    golden,
+                    candidate,
+                    regress,
+                )
                 timings["checks"] = clock() - t_checks
         except LaunchError as exc:
             found.reason, found.log_tail = str(exc), exc.log_tail
@@ -175,6 +194,7 @@ def _check(
     found: _Probe,
     golden: GoldenStore | None,
     candidate: Candidate,
+    regress: Regress,
 ) -> None:
     """Run the check suite `repeats` times on a ready server; fill in `found` and `facts`."""
     runs: list[tuple[Verdict, str]] = []
@@ -192,14 +212,19 @@ def _check(
         facts.update(server.fingerprint())
     except EndpointError as exc:
         found.results = ()
+        crash: str | None = None
         try:  # a dropped connection is often the server dying: give it a moment
             server.check_alive(wait=CRASH_WAIT_S)
         except LaunchError as died:
-            found.reason, found.log_tail = f"crashed during checks: {died}", died.log_tail
+            crash, found.log_tail = str(died), died.log_tail
+        if crash is None and isinstance(exc, ServerFault):
+            crash, found.log_tail = str(exc), server.log_tail()
+        if crash is None:
+            found.reason, found.log_tail = f"checks could not run: {exc}", server.log_tail()
             return
-        found.reason, found.log_tail = f"checks could not run: {exc}", server.log_tail()
+        found.verdict, found.reason = decide(regress, None, crash)
         return
-    found.verdict, found.reason = combine_repeats(runs)
+    found.verdict, found.reason = decide(regress, combine_repeats(runs), None)
 
 
 def _run_check(check: Check, api: OpenAIClient) -> CheckResult:
@@ -252,7 +277,7 @@ def result_of(state: JournalState) -> tuple[Answer | Candidate, dict[str, Any] |
     verdicts = {p.commit: p.verdict for p in state.probes}
     step = plan_step(state.plan, verdicts)
     if isinstance(step, Answer):
-        return step, build_result(state.plan, step, state.probes)
+        return step, build_result(state.plan, step, state.probes, state.regress)
     return step, None
 
 
@@ -268,6 +293,7 @@ def run(
     progress: Progress | None = None,
     golden: GoldenStore | None = None,
     scrub: Scrub | None = None,
+    regress: Regress = Regress.SEMANTIC,
     clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
     """Bisect `plan` to an answer, resuming from DIR's journal when there is one.
@@ -295,9 +321,10 @@ def run(
                 plan=plan_json(plan),
                 good=plan.good.commit,
                 bad=plan.bad.commit,
+                regress=regress.value,
                 time=time.time(),
             )
-            state = JournalState(digest, plan, ())
+            state = JournalState(digest, plan, (), regress)
         progress.planned(plan, len(state.probes))
         launcher.reap()
         probes = list(state.probes)
@@ -317,12 +344,13 @@ def run(
                 client=client,
                 progress=progress,
                 golden=golden,
+                regress=regress,
                 clock=clock,
             )
             journal.append("probe", outcome=outcome.to_json(), time=time.time())
             probes.append(outcome)
             progress.finished(step, outcome)
         journal.append("done", status=step.status.value, time=time.time())
-    result = build_result(plan, step, probes)
+    result = build_result(plan, step, probes, regress)
     write_outputs(out_dir, result, scrub)
     return RunResult(step, scrub.doc(result), out_dir)

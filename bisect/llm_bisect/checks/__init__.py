@@ -33,6 +33,10 @@ class Check(Protocol):
 T = TypeVar("T")
 R = TypeVar("R")
 
+PROMPTS_AT_ONCE = 16
+"""Requests a check keeps in flight at once (eval has its own `concurrency`): a probe's checks
+take about as long as their slowest prompt, not the sum of all."""
+
 
 def map_concurrent(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
     """`fn` over `items` on up to `workers` threads, results in order.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..model import CheckResult
-from . import ChatEndpoint
+from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
 from .metrics import degeneration, excerpt
 
 
@@ -39,14 +39,19 @@ class CanaryCheck:
     def run(self, endpoint: ChatEndpoint) -> CheckResult:
         cases: list[dict[str, Any]] = []
         failures: list[str] = []
-        for prompt in self.prompts:
-            reply = endpoint.chat(prompt, max_tokens=self.max_tokens)
+        replies = map_concurrent(
+            lambda prompt: endpoint.chat(prompt, max_tokens=self.max_tokens),
+            self.prompts,
+            PROMPTS_AT_ONCE,
+        )
+        for prompt, reply in zip(self.prompts, replies, strict=True):
             problems = judge_reply(reply.content, reply.reasoning)
             cases.append(
                 {
                     "prompt": prompt,
                     "content": reply.content,
                     "reasoning": reply.reasoning,
+                    "finish_reason": reply.finish_reason,
                     "problems": [p for _, p in problems],
                 }
             )

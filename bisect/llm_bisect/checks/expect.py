@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from ..model import CheckResult
-from . import ChatEndpoint
+from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
 from .metrics import excerpt
 
 
@@ -22,8 +22,12 @@ class ExpectCheck:
     def run(self, endpoint: ChatEndpoint) -> CheckResult:
         details: list[dict[str, Any]] = []
         failures: list[str] = []
-        for prompt, pattern in self.cases:
-            reply = endpoint.chat(prompt, max_tokens=self.max_tokens)
+        replies = map_concurrent(
+            lambda case: endpoint.chat(case[0], max_tokens=self.max_tokens),
+            self.cases,
+            PROMPTS_AT_ONCE,
+        )
+        for (prompt, pattern), reply in zip(self.cases, replies, strict=True):
             ok = reply.content is not None and pattern.search(reply.content) is not None
             details.append(
                 {
@@ -31,6 +35,7 @@ class ExpectCheck:
                     "match": pattern.pattern,
                     "content": reply.content,
                     "reasoning": reply.reasoning,
+                    "finish_reason": reply.finish_reason,
                     "passed": ok,
                 }
             )

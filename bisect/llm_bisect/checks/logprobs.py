@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import EndpointError
 from ..model import CheckResult
-from . import ChatEndpoint
+from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
 from .compare import Step, diverge, teacher_deltas
 from .metrics import excerpt
 
@@ -65,23 +65,22 @@ class LogprobsCheck:
             return []
         return list(score([*prompt_ids, *ids])[len(prompt_ids) :])
 
+    def _case(self, endpoint: ChatEndpoint, prompt: str) -> dict[str, Any]:
+        reply = self._ask(endpoint, prompt)
+        if not reply.steps:
+            raise EndpointError("the server returned no logprobs (logprobs=true)")
+        return {
+            "prompt": prompt,
+            "content": reply.content,
+            "reasoning": reply.reasoning,
+            "steps": [[s.token, s.logprob, dict(s.top)] for s in reply.steps],
+            "token_ids": list(reply.token_ids),
+            "prompt_token_ids": list(reply.prompt_token_ids),
+            "teacher": self._teacher(endpoint, reply.prompt_token_ids, reply.token_ids),
+        }
+
     def record(self, endpoint: ChatEndpoint) -> dict[str, Any]:
-        cases = []
-        for prompt in self.prompts:
-            reply = self._ask(endpoint, prompt)
-            if not reply.steps:
-                raise EndpointError("the server returned no logprobs (logprobs=true)")
-            cases.append(
-                {
-                    "prompt": prompt,
-                    "content": reply.content,
-                    "reasoning": reply.reasoning,
-                    "steps": [[s.token, s.logprob, dict(s.top)] for s in reply.steps],
-                    "token_ids": list(reply.token_ids),
-                    "prompt_token_ids": list(reply.prompt_token_ids),
-                    "teacher": self._teacher(endpoint, reply.prompt_token_ids, reply.token_ids),
-                }
-            )
+        cases = map_concurrent(lambda p: self._case(endpoint, p), self.prompts, PROMPTS_AT_ONCE)
         return {"top_k": self.top_k, "max_tokens": self.max_tokens, "cases": cases}
 
     def use(self, section: Mapping[str, Any], calibration: Mapping[str, Any] | None) -> None:
@@ -125,12 +124,15 @@ class LogprobsCheck:
             raise ValueError("the logprobs check needs a golden")
         cases, problems = [], []
         worst_teacher, worst_delta, not_close, agree = 0.0, 0.0, 0, []
-        for g in self._golden:
+
+        def ask(g: Mapping[str, Any]) -> tuple[Any, list[float | None]]:
             reply = self._ask(endpoint, g["prompt"])
+            return reply, self._teacher(endpoint, g["prompt_token_ids"], g["token_ids"])
+
+        answers = map_concurrent(ask, self._golden, PROMPTS_AT_ONCE)
+        for g, (reply, teacher) in zip(self._golden, answers, strict=True):
             d = diverge(_steps(g["steps"]), list(reply.steps))
-            deltas = teacher_deltas(
-                g["teacher"], self._teacher(endpoint, g["prompt_token_ids"], g["token_ids"])
-            )
+            deltas = teacher_deltas(g["teacher"], teacher)
             teacher_mean = sum(deltas) / len(deltas) if deltas else 0.0
             worst_teacher, worst_delta = (
                 max(worst_teacher, teacher_mean),

@@ -114,6 +114,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     if result.get("merge_base"):
         lines.append(f"- merge base: `{result['merge_base']}`")
     lines.append(f"- candidates: {result['candidates']}, probes run: {len(result['probes'])}")
+    lines.append(f"- what counts as a regression: `regress: {result.get('regress', 'semantic')}`")
     lines.append("")
     culprit = result["culprit"]
     if culprit:

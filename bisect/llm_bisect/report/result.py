@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..fingerprint import differences
-from ..model import Candidate, ProbeOutcome
+from ..model import Candidate, ProbeOutcome, Regress
 from ..search import Answer, Plan
 
 
@@ -20,7 +20,12 @@ def thresholds_of(probes: Sequence[ProbeOutcome]) -> dict[str, Any]:
     return found
 
 
-def build_result(plan: Plan, answer: Answer, probes: Sequence[ProbeOutcome]) -> dict[str, Any]:
+def build_result(
+    plan: Plan,
+    answer: Answer,
+    probes: Sequence[ProbeOutcome],
+    regress: Regress = Regress.SEMANTIC,
+) -> dict[str, Any]:
     """The result.json document of a finished (or stopped) search."""
     by_commit: Mapping[str, Candidate] = {c.commit: c for c in plan.candidates}
     culprit = answer.culprit
@@ -37,6 +42,7 @@ def build_result(plan: Plan, answer: Answer, probes: Sequence[ProbeOutcome]) -> 
         "status": answer.status.value,
         "message": answer.message,
         "mode": plan.mode.value,
+        "regress": regress.value,
         "good": plan.good.commit,
         "bad": plan.bad.commit,
         "culprit": culprit.to_json() if culprit else None,
