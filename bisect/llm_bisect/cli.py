@@ -200,6 +200,13 @@ class TerminalProgress:
         )
 
 
+def _setup(term: Terminal, config: Path, progress: TerminalProgress | None = None) -> app.Setup:
+    """The config's setup; from here on the terminal masks its secrets."""
+    s = app.setup(config, os.environ, report=progress.note if progress else lambda _: None)
+    term.mask(s.scrub)
+    return s
+
+
 def _printable(text: str) -> str:
     """A text for one terminal line: control characters (escapes, CR) shown, not obeyed."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
@@ -252,8 +259,7 @@ def run_cmd(
 
     def body(term: Terminal) -> int:
         progress = TerminalProgress(term)
-        s = app.setup(config, os.environ, report=progress.note)
-        term.mask(s.scrub)
+        s = _setup(term, config, progress)
         done = app.run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
         _print_answer(term, done.answer, out)
         return STATUS_EXIT[done.answer.status]
@@ -285,8 +291,7 @@ def check_cmd(
 
     def body(term: Terminal) -> int:
         progress = TerminalProgress(term)
-        s = app.setup(config, os.environ, report=progress.note)
-        term.mask(s.scrub)
+        s = _setup(term, config, progress)
         with _work_dir(out, "llm-bisect-check-") as out_dir:
             cand, outcome = app.check_one(s, candidate, out_dir, progress, golden)
             term.out(f"{outcome.verdict.value}: {cand.commit} {_printable(outcome.reason)}")
@@ -336,8 +341,7 @@ def golden_cmd(
     """Record the golden from one (good) build: token ids, logprobs, texts, eval answers."""
 
     def body(term: Terminal) -> int:
-        s = app.setup(config, os.environ)
-        term.mask(s.scrub)
+        s = _setup(term, config)
         path = app.golden_file_of(s, output)
         with _work_dir(out, "llm-bisect-golden-") as work:
             data = app.record_golden(s, candidate, path, work)
@@ -359,8 +363,7 @@ def calibrate_cmd(
     """Check the good build against itself; its spread becomes the default thresholds."""
 
     def body(term: Terminal) -> int:
-        s = app.setup(config, os.environ)
-        term.mask(s.scrub)
+        s = _setup(term, config)
         path = app.golden_file_of(s, output)
         with _work_dir(out, "llm-bisect-calibrate-") as work:
             found = app.calibrate(s, candidate, path, work, runs, restarts)
@@ -385,8 +388,7 @@ def candidates_cmd(
     """List the candidates between good and bad and the plan (a dry run: nothing starts)."""
 
     def body(term: Terminal) -> int:
-        s = app.setup(config, os.environ)
-        term.mask(s.scrub)
+        s = _setup(term, config)
         _, plan = app.plan_of(s, good, bad, find_fix)
         term.out(f"mode: {plan.mode.value}")
         term.out(f"good: {plan.good.commit} {_printable(plan.good.subject)}")
@@ -468,7 +470,7 @@ def demo_cmd(
         t0 = time.monotonic()
         progress = TerminalProgress(term)
         try:
-            s = app.setup(config, os.environ, report=progress.note)
+            s = _setup(term, config, progress)
             done = app.run_bisect(s, out_dir, progress=progress)
         finally:
             if images:
