@@ -131,6 +131,7 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
         env={"A": "1"},
         run_id="r1",
         base_dir=tmp_path,
+        owner="node-1:4242:99",
     )
     assert spec["command"] == [
         "--model",
@@ -153,7 +154,7 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
     assert spec["labels"] == {
         RUN_LABEL: "r1",
         COMMIT_LABEL: cand.commit,
-        OWNER_LABEL: owner_label(),
+        OWNER_LABEL: "node-1:4242:99",
     }
     assert spec["init"] is True
     host = cfg.model_copy(update={"network_mode": "host"})
@@ -166,6 +167,7 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
         env={},
         run_id="r1",
         base_dir=tmp_path,
+        owner="node-1:4242:99",
     )
     assert spec["network_mode"] == "host" and "ports" not in spec
     assert "--port" in spec["command"] and "40000" in spec["command"]

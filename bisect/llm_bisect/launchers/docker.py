@@ -144,10 +144,12 @@ def container_spec(
     env: Mapping[str, str],
     run_id: str,
     base_dir: Path,
+    owner: str = "",
 ) -> dict[str, Any]:
     """The keyword arguments of `containers.create` for one probe. Pure.
 
-    `image` is what runs (an image id pins it); `ref` is the reference `{image}` names.
+    `image` is what runs (an image id pins it); `ref` is the reference `{image}` names;
+    `owner` is the harness process (`owner_label()`), so reap() can tell live runs.
     """
     values = {
         "commit": candidate.commit,
@@ -159,7 +161,7 @@ def container_spec(
         "image": image,
         "command": [fill(a, values) for a in cfg.args],
         "environment": dict(env),
-        "labels": {RUN_LABEL: run_id, COMMIT_LABEL: candidate.commit, OWNER_LABEL: owner_label()},
+        "labels": {RUN_LABEL: run_id, COMMIT_LABEL: candidate.commit, OWNER_LABEL: owner},
         "name": f"llm-bisect-{candidate.short}-{uuid.uuid4().hex[:6]}",
         "detach": True,
         "device_requests": device_requests(cfg.gpus),
@@ -214,6 +216,7 @@ class DockerServer(LoggedServer):
                 env=self.launcher.env,
                 run_id=self.launcher.run_id,
                 base_dir=self.launcher.base_dir,
+                owner=self.launcher.owner,
             )
             self.container = self.launcher.client.containers.create(**spec)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -342,6 +345,7 @@ class DockerLauncher:
             self.secrets.append(cfg.registry.password)
         self.base_dir = base_dir
         self.run_id = run_id
+        self.owner = owner_label()
         try:
             self.client = client or docker.from_env()
             self.client.ping()
