@@ -62,3 +62,23 @@ def test_merge_base_bad_names_the_fix_range() -> None:
     assert result["merge_base"] == SEQ[0].commit
     assert result["fix_range"] == [SEQ[0].commit, anchor.commit]
     assert "--find-fix" in render_markdown(result)
+
+
+def test_the_report_says_how_small_a_drop_the_eval_could_see() -> None:
+    from llm_bisect.checks.gsm8k import detectable_drop
+
+    assert round(detectable_drop(0.92, 64), 3) == 0.119  # 92% → 87% passes unseen
+    assert round(detectable_drop(0.92, 1319), 3) == 0.026
+    assert detectable_drop(1.0, 64) > 0 and detectable_drop(0.5, 0) == 1.0
+    plan = Plan(Mode.REGRESSION, SEQ)
+    answer = Answer(Status.NO_REGRESSION, None, (), "no change")
+    for n, warned in ((64, True), (1319, False)):
+        power = {"n": n, "golden_accuracy": 0.92, "alpha": 0.05, "power": 0.8}
+        power["detectable_drop"] = detectable_drop(0.92, n)
+        check = CheckResult("eval", True, 0.92, "fine", {"power": power})
+        probe = ProbeOutcome(SEQ[0].commit, Verdict.GOOD, "ok", (check,), {"total": 1.0})
+        result = build_result(plan, answer, [probe])
+        assert result["eval_power"] == power
+        md = render_markdown(result)
+        assert f"The eval's {n} problems detect an accuracy drop of" in md
+        assert ("⚠" in md and "passes unseen" in md) is warned

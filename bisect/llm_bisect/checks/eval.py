@@ -8,7 +8,14 @@ from typing import Any
 
 from ..model import CheckResult
 from . import ChatEndpoint, map_concurrent
-from .gsm8k import Problem, default_tolerance, extract, load_problems, wilson
+from .gsm8k import (
+    Problem,
+    default_tolerance,
+    detectable_drop,
+    extract,
+    load_problems,
+    wilson,
+)
 from .metrics import excerpt
 
 INSTRUCTION = "\nSolve it step by step, then end with 'The answer is N.'"
@@ -145,5 +152,12 @@ class EvalCheck:
                 "metrics": metrics,
                 "thresholds": self._limits,
                 "answers": got["answers"],
+                "power": {
+                    "n": got["n"],
+                    "golden_accuracy": float(gold["accuracy"]),
+                    "detectable_drop": detectable_drop(float(gold["accuracy"]), got["n"]),
+                    "alpha": 0.05,
+                    "power": 0.8,
+                },
             },
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..checks.gsm8k import DETECTABLE_WARN
 from ..fingerprint import flatten
 
 
@@ -89,6 +90,25 @@ def _fingerprints(result: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _power(result: dict[str, Any]) -> list[str]:
+    """How small an accuracy drop the eval could see; a warning when it is coarse."""
+    power = result.get("eval_power")
+    if not power:
+        return []
+    drop, n = power["detectable_drop"], power["n"]
+    line = (
+        f"The eval's {n} problems detect an accuracy drop of {drop:.1%} or more from the "
+        f"golden's {power['golden_accuracy']:.0%} (one-sided alpha {power['alpha']}, "
+        f"power {power['power']})."
+    )
+    if drop > DETECTABLE_WARN:
+        line = (
+            f"⚠ {line} A smaller regression passes unseen: give the eval more problems "
+            "(`path:` to a larger set, or a higher `limit`)."
+        )
+    return ["## Eval power", "", line, ""]
+
+
 def _thresholds(result: dict[str, Any]) -> list[str]:
     limits = result.get("thresholds") or {}
     rows = [
@@ -143,6 +163,7 @@ def render_markdown(result: dict[str, Any]) -> str:
     lines += _evidence(result)
     lines += _fingerprints(result)
     lines += _thresholds(result)
+    lines += _power(result)
     lines += [
         "## Probes",
         "",

@@ -20,6 +20,16 @@ def thresholds_of(probes: Sequence[ProbeOutcome]) -> dict[str, Any]:
     return found
 
 
+def power_of(probes: Sequence[ProbeOutcome]) -> dict[str, Any] | None:
+    """What the eval could detect: n, the golden's accuracy, the smallest detectable drop."""
+    for p in probes:
+        for check in p.checks:
+            if "power" in check.details:
+                found: dict[str, Any] = check.details["power"]
+                return found
+    return None
+
+
 def build_result(
     plan: Plan,
     answer: Answer,
@@ -52,6 +62,7 @@ def build_result(
         "candidates": len(plan.candidates),
         "fingerprints": sides,
         "thresholds": thresholds_of(probes),
+        "eval_power": power_of(probes),
         "probes": [
             {
                 **p.to_json(),
