@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
@@ -32,7 +31,6 @@ from .search import Mode, Plan
 
 FILENAME = "journal.jsonl"
 VERSION = 1
-_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
@@ -52,12 +50,6 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
     )
 
 
-def _commit(value: Any) -> str:
-    if not isinstance(value, str) or not _SHA.match(value):
-        raise ValueError(f"commit {value!r} is not 40 hex digits")
-    return value
-
-
 def _run(e: dict[str, Any]) -> None:
     if e.get("version") != VERSION:
         raise ValueError(f"version {e.get('version')!r}, this llm-bisect writes {VERSION}")
@@ -68,11 +60,11 @@ def _run(e: dict[str, Any]) -> None:
 
 
 def _probe(e: dict[str, Any]) -> None:
-    _commit(ProbeOutcome.from_json(e["outcome"]).commit)
+    Candidate(ProbeOutcome.from_json(e["outcome"]).commit)  # validates the commit
 
 
 def _probe_start(e: dict[str, Any]) -> None:
-    _commit(e["commit"])
+    Candidate(e["commit"])  # validates the commit
 
 
 def _done(e: dict[str, Any]) -> None:

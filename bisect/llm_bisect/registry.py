@@ -135,7 +135,8 @@ class Registry:
         self._auth = (username, password) if username and password else None
         self._logins = dict(logins or {})
         self._http = httpx.Client(transport=transport, timeout=timeout, follow_redirects=True)
-        self._tokens: dict[tuple[str, str], str] = {}
+        self._authorizations: dict[tuple[str, str], str] = {}
+        """(registry, repository) → the Authorization header that opened it."""
 
     def _credentials(self, registry: str) -> tuple[str, str] | None:
         return self._auth or self._logins.get(registry)
@@ -155,13 +156,13 @@ class Registry:
         for attempt in transient():
             with attempt:
                 try:
-                    if key in self._tokens:
-                        headers["Authorization"] = self._tokens[key]
+                    if key in self._authorizations:
+                        headers["Authorization"] = self._authorizations[key]
                     response = self._http.get(self._base(ref) + path, headers=headers)
-                    if response.status_code == 401 and key not in self._tokens:
+                    if response.status_code == 401 and key not in self._authorizations:
                         challenge = response.headers.get("WWW-Authenticate", "")
-                        self._tokens[key] = self._authorization(challenge, ref.registry)
-                        headers["Authorization"] = self._tokens[key]
+                        self._authorizations[key] = self._authorization(challenge, ref.registry)
+                        headers["Authorization"] = self._authorizations[key]
                         response = self._http.get(self._base(ref) + path, headers=headers)
                 except httpx.TransportError:
                     raise

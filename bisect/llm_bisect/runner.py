@@ -265,11 +265,15 @@ def _write_atomic(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def write_outputs(out_dir: Path, result: dict[str, Any], scrub: Scrub | None = None) -> None:
-    """result.json and report.md, each replaced atomically, secrets masked and long texts cut."""
-    clean = (scrub or Scrub()).doc(result)
+def write_outputs(
+    out_dir: Path, result: dict[str, Any], scrub: Scrub | None = None
+) -> dict[str, Any]:
+    """result.json and report.md, each replaced atomically, secrets masked and long texts cut;
+    returns the document as written."""
+    clean: dict[str, Any] = (scrub or Scrub()).doc(result)
     _write_atomic(out_dir / "result.json", json.dumps(clean, indent=2) + "\n")
     _write_atomic(out_dir / "report.md", render_markdown(clean))
+    return clean
 
 
 def result_of(state: JournalState) -> tuple[Answer | Candidate, dict[str, Any] | None]:
@@ -351,6 +355,5 @@ def run(
             probes.append(outcome)
             progress.finished(step, outcome)
         journal.append("done", status=step.status.value, time=time.time())
-    result = build_result(plan, step, probes, regress)
-    write_outputs(out_dir, result, scrub)
-    return RunResult(step, scrub.doc(result), out_dir)
+    written = write_outputs(out_dir, build_result(plan, step, probes, regress), scrub)
+    return RunResult(step, written, out_dir)
