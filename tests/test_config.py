@@ -156,7 +156,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_starts_nothing(
         cases.append((h.config(checks=[{"type": "eval", "path": str(tmp_path / name)}]), message))
     shaped = tmp_path / "shaped.json"
     shaped.write_text(
-        '{"version": 1, "commit": "' + h.shas[0] + '", "checks": {"eval": {"n": "many"}}}'
+        '{"version": 2, "commit": "' + h.shas[0] + '", "checks": {"eval": {"n": "many"}}}'
     )
     cases.append((h.config(golden=str(shaped)), "golden: '" + str(shaped) + "' checks.eval.n"))
     flat = tmp_path / "flat.json"
@@ -165,7 +165,7 @@ def test_cli_bad_input_is_one_line_exit_2_and_starts_nothing(
     if command == "run":
         other = tmp_path / "other.json"
         other.write_text(
-            '{"version": 1, "commit": "' + h.shas[1] + '", "checks": {}, "calibration": null}'
+            '{"version": 2, "commit": "' + h.shas[1] + '", "checks": {}, "calibration": null}'
         )
         cases.append((h.config(golden=str(other)), f"was recorded from {h.shas[1][:12]}"))
         blocker = tmp_path / "a-file"

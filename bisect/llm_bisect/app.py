@@ -18,8 +18,8 @@ from typing import Any
 
 from .checks import Check
 from .checks.build import build_checks
-from .checks.golden import GoldenStore, golden_checks
-from .checks.golden import apply as golden_apply
+from .checks.golden import Calibration as GoldenCalibration
+from .checks.golden import Golden, GoldenStore
 from .checks.golden import load as golden_load
 from .checks.golden import record as golden_record
 from .checks.golden import save as golden_save
@@ -39,7 +39,7 @@ from .config import (
 from .errors import ConfigError, LaunchError
 from .launchers import Launcher, Server
 from .launchers.process import ProcessLauncher
-from .model import Candidate, ProbeOutcome, Regress
+from .model import Candidate, CheckResult, ProbeOutcome, Regress
 from .outdir import hold, prepare
 from .redact import Scrub
 from .registry import parse_image_ref
@@ -329,11 +329,9 @@ def serving(s: Setup, candidate: Candidate, out_dir: Path, run_id: str) -> Itera
                 yield api
 
 
-def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> dict[str, object]:
-    """The `golden` command: record the golden checks' references from one build."""
+def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> Golden:
+    """The `golden` command: record every check's reference from one (good) build."""
     candidate = s.resolve(ref, "--candidate")
-    if not golden_checks(s.checks):
-        raise ConfigError("checks: no check compares with a golden (logprobs, eval)")
     prepare(path.parent, "--output")
     with serving(s, candidate, out_dir, run_id_of(out_dir, "golden")) as api:
         data = golden_record(api, s.checks, candidate.commit)
@@ -358,27 +356,22 @@ def calibrate(
     """The `calibrate` command: the good build's checks against its own golden, `runs` times per
     server start, over 1 + `restarts` starts; the spread becomes the default thresholds."""
     candidate = s.resolve(ref, "--candidate")
-    checks = golden_checks(s.checks)
-    if not checks:
-        raise ConfigError("checks: no check compares with a golden (logprobs, eval)")
     prepare(path.parent, "--output")
     store = GoldenStore(path, s.checks, record_on=candidate.commit, scrub=s.scrub)
-    metrics: dict[str, list[dict[str, Any]]] = {c.name: [] for c in checks}
+    results: dict[str, list[CheckResult]] = {c.name: [] for c in s.checks}
     flagged = 0
     for start in range(1 + restarts):
         with serving(s, candidate, out_dir, run_id_of(out_dir, f"calibrate-{start}")) as api:
-            store.ensure(api, candidate.commit)
+            golden = store.ensure(api, candidate.commit)
             for _ in range(runs):
-                results = [check.run(api) for check in checks]
-                flagged += not all(r.passed for r in results)
-                for check, result in zip(checks, results, strict=True):
-                    metrics[check.name].append(result.details["metrics"])
+                found = [check.run(api, golden) for check in s.checks]
+                flagged += not all(r.passed for r in found)
+                for check, result in zip(s.checks, found, strict=True):
+                    results[check.name].append(result)
     assert store.data is not None
-    store.data["calibration"] = {
-        "runs": runs * (1 + restarts),
-        "restarts": restarts,
-        **{c.name: c.noise(metrics[c.name]) for c in checks},
-    }
-    golden_save(path, store.data, s.scrub)
-    golden_apply(store.data, s.checks)
+    noise = {c.name: n for c in s.checks if (n := c.noise(results[c.name])) is not None}
+    calibration = GoldenCalibration.model_validate(
+        {"runs": runs * (1 + restarts), "restarts": restarts, **noise}
+    )
+    store.update(store.data.model_copy(update={"calibration": calibration}))
     return Calibration(golden_thresholds(store.data, s.checks), runs * (1 + restarts), flagged)

@@ -345,7 +345,7 @@ def golden_cmd(
         path = app.golden_file_of(s, output)
         with _work_dir(out, "llm-bisect-golden-") as work:
             data = app.record_golden(s, candidate, path, work)
-        term.out(f"golden of {data['commit']}: {path}")
+        term.out(f"golden of {data.commit}: {path}")
         return 0
 
     raise typer.Exit(guarded(body))

@@ -18,7 +18,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .checks.compare import Step
-from .errors import EndpointError, ReplyTooLarge, ServerFault
+from .errors import EndpointError, ReplyTooLarge, RequestRejected, ServerFault
 
 SEED = 1234
 """The sampling seed sent with every request."""
@@ -60,10 +60,15 @@ class _ChatChoice(_Reply):
     token_ids: list[int] | None = None
 
 
+class _Usage(_Reply):
+    completion_tokens: int | None = None
+
+
 class _ChatCompletion(_Reply):
     choices: list[_ChatChoice] = Field(min_length=1)
     system_fingerprint: str | None = None
     prompt_token_ids: list[int] | None = None
+    usage: _Usage | None = None
 
 
 class _ModelEntry(_Reply):
@@ -86,6 +91,10 @@ class _CompletionChoice(_Reply):
 
 class _Completion(_Reply):
     choices: list[_CompletionChoice] = Field(min_length=1)
+
+
+class _Detokenized(_Reply):
+    prompt: str
 
 
 class _Version(_Reply):
@@ -120,6 +129,13 @@ class ChatReply:
     """Generated token ids (vLLM's `return_token_ids`)."""
     prompt_token_ids: tuple[int, ...] = ()
     """The prompt as the server tokenized it, chat template applied."""
+    completion_tokens: int | None = None
+    """Tokens generated, reasoning included (`usage.completion_tokens`), when the server says."""
+
+    @property
+    def cut(self) -> bool:
+        """The budget ended the answer (`finish_reason: length`), not the model."""
+        return self.finish_reason == "length"
 
 
 def _key(token: str) -> str:
@@ -175,7 +191,13 @@ class OpenAIClient:
                     head = _read(response, ERROR_BODY_BYTES, what, cut=True)
                     text = head.decode("utf-8", "replace")
                     status = response.status_code
-                    error = ServerFault if status >= 500 else EndpointError
+                    error = (
+                        ServerFault
+                        if status >= 500
+                        else RequestRejected
+                        if 400 <= status < 500
+                        else EndpointError
+                    )
                     raise error(f"{what}: HTTP {status}: {text[:200]}")
                 return _read(response, self.max_reply_bytes, what)
         except httpx.TimeoutException as exc:
@@ -234,7 +256,19 @@ class OpenAIClient:
             steps=_steps(choice.logprobs),
             token_ids=tuple(choice.token_ids or ()),
             prompt_token_ids=tuple(body.prompt_token_ids or ()),
+            completion_tokens=body.usage.completion_tokens if body.usage else None,
         )
+
+    def detokenize(self, token_ids: list[int]) -> str | None:
+        """The text of these token ids (vLLM's `/detokenize`); None where the server has none."""
+        what = "POST /detokenize"
+        try:
+            body = self._request(
+                "POST", "/detokenize", json={"model": self.model, "tokens": token_ids}
+            )
+        except RequestRejected:
+            return None
+        return parse_reply(_Detokenized, body, what).prompt
 
     def score(self, token_ids: list[int]) -> list[float | None]:
         """Teacher forcing: each given token's logprob under this server (None for the first).

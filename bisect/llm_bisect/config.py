@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .errors import ConfigError
 
@@ -160,14 +167,68 @@ CHAT_PROMPTS = (
 """Short everyday prompts the canary and the logprobs check send by default."""
 
 
-class CanaryConfig(_Strict):
+RESERVED_BODY = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "seed",
+        "logprobs",
+        "top_logprobs",
+        "return_token_ids",
+        "return_tokens_as_token_ids",
+        "stream",
+    }
+)
+"""Request fields a check sets itself; `extra_body` may not override them."""
+MAX_TOKENS_CAP = 16384
+"""Default budget cap: the good build's answers are asked again, doubling, up to this."""
+
+
+class _Asks(_Strict):
+    """How a check's requests are shaped (every check has these)."""
+
+    max_tokens: int = Field(default=256, gt=0, le=MAX_TOKENS)
+    """The first token budget per prompt (reasoning and content share it)."""
+    max_tokens_cap: int = Field(default=MAX_TOKENS_CAP, gt=0, le=MAX_TOKENS)
+    """While the good build's answer is cut, the budget doubles up to this."""
+    chat_template_kwargs: dict[str, Any] | None = None
+    """Passed to vLLM's chat template, e.g. {"enable_thinking": false}."""
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    """More request fields, sent as they are (e.g. {"reasoning_effort": "low"})."""
+
+    @field_validator("extra_body")
+    @classmethod
+    def _not_reserved(cls, body: dict[str, Any]) -> dict[str, Any]:
+        taken = sorted(RESERVED_BODY & body.keys())
+        if taken:
+            raise ValueError(f"'{taken[0]}' is set by the check itself")
+        return body
+
+    @model_validator(mode="after")
+    def _cap_above_start(self) -> _Asks:
+        if self.max_tokens_cap < self.max_tokens:
+            raise ValueError(
+                f"max_tokens_cap {self.max_tokens_cap} is below max_tokens {self.max_tokens}"
+            )
+        return self
+
+    def extra(self) -> dict[str, Any]:
+        """The fields every request of this check carries beside the prompt."""
+        fields = dict(self.extra_body)
+        if self.chat_template_kwargs is not None:
+            fields["chat_template_kwargs"] = self.chat_template_kwargs
+        return fields
+
+
+class CanaryConfig(_Asks):
     """Degeneration canary on content and reasoning."""
 
     type: Literal["canary"]
     prompts: list[str] = Field(default_factory=lambda: list(CHAT_PROMPTS), min_length=1)
     """Short fixed prompts sent with greedy sampling."""
-    max_tokens: int = Field(default=256, gt=0, le=MAX_TOKENS)
-    """Completion length per prompt."""
 
 
 class ExpectCase(_Strict):
@@ -186,7 +247,7 @@ class ExpectCase(_Strict):
         return pattern
 
 
-class ExpectConfig(_Strict):
+class ExpectConfig(_Asks):
     """Prompts with known answers."""
 
     type: Literal["expect"]
@@ -197,24 +258,30 @@ class ExpectConfig(_Strict):
         min_length=1,
     )
     max_tokens: int = Field(default=64, gt=0, le=MAX_TOKENS)
+    """The first token budget per prompt (reasoning and content share it)."""
 
 
-class LogprobsConfig(_Strict):
-    """Token ids and top-k logprobs against the golden; thresholds from calibration."""
+class LogprobsConfig(_Asks):
+    """Token ids and top-k logprobs against the golden; thresholds from calibration.
+
+    Its budget never grows: it compares the first `max_tokens` tokens, reasoning included."""
 
     type: Literal["logprobs"]
     prompts: list[str] = Field(
         default_factory=lambda: [*CHAT_PROMPTS, "Name three colours."], min_length=1
     )
     max_tokens: int = Field(default=32, gt=0, le=MAX_TOKENS)
+    """Tokens compared per prompt."""
     top_k: int = Field(default=5, ge=1, le=20)
     max_abs_delta: float | None = Field(default=None, gt=0)
     """|Δlogprob| allowed on agreeing tokens; default: from calibration."""
     teacher_mean_abs_delta: float | None = Field(default=None, gt=0)
     """Mean |Δlogprob| allowed on the teacher-forced golden text; default: from calibration."""
+    topk_max_abs_delta: float | None = Field(default=None, gt=0)
+    """|Δlogprob| allowed on top-k alternatives where the chosen tokens agree."""
 
 
-class EvalConfig(_Strict):
+class EvalConfig(_Asks):
     """A small GSM8K-format accuracy eval against the golden's accuracy."""
 
     type: Literal["eval"]
@@ -222,7 +289,6 @@ class EvalConfig(_Strict):
     """GSM8K-format JSONL (`question`, `answer` ending in `#### N`); default: the bundled set."""
     limit: int | None = Field(default=None, gt=0)
     concurrency: int = Field(default=8, ge=1, le=256)
-    max_tokens: int = Field(default=256, gt=0, le=MAX_TOKENS)
     tolerance: float | None = Field(default=None, ge=0, le=1)
     """Accuracy drop allowed; default: the binomial chance band, or calibration's spread."""
     null_share_jump: float = Field(default=0.1, ge=0, le=1)

@@ -9,6 +9,7 @@
     │   └── NotReady               the server did not get ready before its deadline
     ├── EndpointError              a request to a running server failed or its reply did not fit
     │   ├── ReplyTooLarge          a reply was longer than the cap (itself evidence)
+    │   ├── RequestRejected        the server refused the request (HTTP 4xx)
     │   └── ServerFault            the server answered 5xx, reset or dropped the connection
     └── SearchError                the verdicts contradict the search (e.g. good end is bad)
 
@@ -68,6 +69,10 @@ class ReplyTooLarge(EndpointError):
             f"{what}: reply of {size} is over the cap of {cap} bytes (server.max_reply_mb)"
         )
         self.cap = cap
+
+
+class RequestRejected(EndpointError):
+    """The server refused a request as invalid (HTTP 4xx), e.g. a budget past its context."""
 
 
 class ServerFault(EndpointError):

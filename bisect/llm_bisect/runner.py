@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .checks import Check
-from .checks.golden import GoldenStore
+from .checks.golden import Golden, GoldenStore
+from .checks.golden import warnings as golden_warnings
 from .client import OpenAIClient
 from .errors import (
     ConfigError,
@@ -200,10 +201,9 @@ def _check(
     runs: list[tuple[Verdict, str]] = []
     try:
         with client(server) as api, launcher.quiet():
-            if golden is not None:
-                golden.ensure(api, candidate.commit)
+            baseline = golden.ensure(api, candidate.commit) if golden is not None else None
             for _ in range(repeats):
-                found.results = tuple(_run_check(check, api) for check in checks)
+                found.results = tuple(_run_check(check, api, baseline) for check in checks)
                 runs.append(judge(found.results))
             facts["server"] = {
                 "version": api.version(),
@@ -227,10 +227,10 @@ def _check(
     found.verdict, found.reason = decide(regress, combine_repeats(runs), None)
 
 
-def _run_check(check: Check, api: OpenAIClient) -> CheckResult:
+def _run_check(check: Check, api: OpenAIClient, golden: Golden | None) -> CheckResult:
     """One check; a reply over the byte cap fails it, with that as its evidence."""
     try:
-        return check.run(api)
+        return check.run(api, golden)
     except ReplyTooLarge as exc:
         return CheckResult(
             name=check.name,
@@ -355,5 +355,8 @@ def run(
             probes.append(outcome)
             progress.finished(step, outcome)
         journal.append("done", status=step.status.value, time=time.time())
-    written = write_outputs(out_dir, build_result(plan, step, probes, regress), scrub)
+    said = golden_warnings(golden.data) if golden.data else []
+    for warning in said:
+        progress.note(f"warning: {warning}")
+    written = write_outputs(out_dir, build_result(plan, step, probes, regress, said), scrub)
     return RunResult(step, written, out_dir)

@@ -1,7 +1,9 @@
 """Checks: talk to an endpoint, return a CheckResult.
 
 A check's metrics are pure functions (checks/metrics.py); the check itself
-only sends prompts through the client it is given.
+only sends prompts through the client it is given. Each check records its
+section of the golden from the good build, and is handed the golden when it
+runs: rules are judged against what the good build did on the same prompt.
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from ..model import CheckResult
 
 if TYPE_CHECKING:  # the simulator imports checks.gsm8k: keep this package stdlib-only
+    from pydantic import BaseModel
+
     from ..client import ChatReply
+    from .golden import Golden
 
 
 class ChatEndpoint(Protocol):
@@ -26,8 +31,24 @@ class Check(Protocol):
     """One kind of semantic test of an endpoint."""
 
     name: str
+    needs_golden: bool
+    """False: without a golden, the check judges by absolute rules (canary, expect)."""
 
-    def run(self, endpoint: ChatEndpoint) -> CheckResult: ...
+    def record(self, endpoint: ChatEndpoint) -> BaseModel:
+        """This check's golden section, from the good build."""
+        ...
+
+    def run(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
+        """Judge this endpoint, against `golden` when there is one."""
+        ...
+
+    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+        """The thresholds in force with this golden, and where each came from; {} if none."""
+        ...
+
+    def noise(self, results: Sequence[CheckResult]) -> BaseModel | None:
+        """Calibration figures from good-vs-good results; None for a check without thresholds."""
+        ...
 
 
 T = TypeVar("T")

@@ -7,6 +7,7 @@ from pathlib import Path
 from ..config import CanaryConfig, CheckConfig, EvalConfig, ExpectConfig, LogprobsConfig
 from ..errors import ConfigError
 from . import Check
+from .budget import Budget
 from .canary import CanaryCheck
 from .eval import EvalCheck
 from .expect import ExpectCheck
@@ -17,10 +18,11 @@ def build_checks(configs: list[CheckConfig], base_dir: Path) -> list[Check]:
     """The checks a config asks for, in its order; files relative to `base_dir`."""
     checks: list[Check] = []
     for i, cfg in enumerate(configs):
+        budget = Budget(cfg.max_tokens, cfg.max_tokens_cap, cfg.extra())
         if isinstance(cfg, CanaryConfig):
-            checks.append(CanaryCheck(cfg.prompts, max_tokens=cfg.max_tokens))
+            checks.append(CanaryCheck(cfg.prompts, budget=budget))
         elif isinstance(cfg, ExpectConfig):
-            checks.append(ExpectCheck([(c.prompt, c.match) for c in cfg.cases], cfg.max_tokens))
+            checks.append(ExpectCheck([(c.prompt, c.match) for c in cfg.cases], budget))
         elif isinstance(cfg, LogprobsConfig):
             checks.append(
                 LogprobsCheck(
@@ -29,6 +31,8 @@ def build_checks(configs: list[CheckConfig], base_dir: Path) -> list[Check]:
                     top_k=cfg.top_k,
                     max_abs_delta=cfg.max_abs_delta,
                     teacher_mean_abs_delta=cfg.teacher_mean_abs_delta,
+                    topk_max_abs_delta=cfg.topk_max_abs_delta,
+                    extra=cfg.extra(),
                 )
             )
         elif isinstance(cfg, EvalConfig):
@@ -39,7 +43,7 @@ def build_checks(configs: list[CheckConfig], base_dir: Path) -> list[Check]:
                         path,
                         limit=cfg.limit,
                         concurrency=cfg.concurrency,
-                        max_tokens=cfg.max_tokens,
+                        budget=budget,
                         tolerance=cfg.tolerance,
                         null_share_jump=cfg.null_share_jump,
                     )

@@ -1,18 +1,55 @@
-"""The degeneration canary: short fixed prompts, both channels inspected."""
+"""The degeneration canary: short fixed prompts, both channels inspected.
+
+With a golden, each prompt is judged against the good build's answer to it:
+
+    rule                         counts when
+    content null or empty        the good build had content there, and the answer was not cut
+    content/reasoning degenerate the good build's text was not, or this one is clearly worse
+
+Without one (`check` with no golden) the rules are absolute, and a failure
+says how to tell a bad build from a prompt the model never answers well.
+A cut answer (`finish_reason: length`) is never by itself evidence.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..model import CheckResult
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
-from .metrics import degeneration, excerpt
+from .budget import Budget, ask
+from .golden import Answer, CanarySection
+from .metrics import degeneration, excerpt, measure
+
+if TYPE_CHECKING:
+    from ..client import ChatReply
+    from .golden import Golden
+
+WORSE_COMPRESSION = 0.5
+"""Where the good build's text was degenerate too, the candidate's counts only when its
+compression ratio is under this fraction of the good build's (clearly worse)."""
+NO_GOLDEN_HINT = (
+    "judged without a golden: if the good build does this too, raise max_tokens, set "
+    "chat_template_kwargs, pick other prompts, or record a golden (`llm-bisect golden`)"
+)
 
 
-def judge_reply(content: str | None, reasoning: str | None) -> list[tuple[str, str]]:
-    """Why one reply is unhealthy, as (channel to show, problem); empty when healthy. Pure."""
+def judge_reply(
+    content: str | None,
+    reasoning: str | None,
+    finish_reason: str | None = "stop",
+    baseline: Answer | None = None,
+) -> list[tuple[str, str]]:
+    """Why one reply is unhealthy, as (channel to show, problem); empty when healthy. Pure.
+
+    With `baseline` (the good build's answer to the same prompt) only what the good
+    build did not do counts; a cut answer's missing content never counts.
+    """
     problems = []
-    if content is None or not content.strip():
+    cut = finish_reason == "length"
+    had_content = baseline is None or bool(baseline.content and baseline.content.strip())
+    if (content is None or not content.strip()) and not cut and had_content:
         state = "null" if content is None else "empty"
         if reasoning:
             problems.append(
@@ -22,53 +59,92 @@ def judge_reply(content: str | None, reasoning: str | None) -> list[tuple[str, s
             problems.append(("content", f"content is {state}"))
     for channel, text in (("content", content), ("reasoning", reasoning)):
         reasons = degeneration(text)
-        if reasons:
-            problems.append((channel, f"{channel} degenerate: {'; '.join(reasons)}"))
+        if not reasons or not _worse(text, channel, baseline):
+            continue
+        problems.append((channel, f"{channel} degenerate: {'; '.join(reasons)}"))
     return problems
 
 
+def _worse(text: str | None, channel: str, baseline: Answer | None) -> bool:
+    """Degenerate `text` counts unless the good build's was degenerate too and no better."""
+    if baseline is None or text is None:
+        return True
+    base = baseline.content if channel == "content" else baseline.reasoning
+    if not degeneration(base):
+        return True
+    assert base is not None
+    return measure(text).compression < WORSE_COMPRESSION * measure(base).compression
+
+
+def answer_of(prompt: str, reply: ChatReply, max_tokens: int) -> Answer:
+    return Answer(
+        prompt=prompt,
+        content=reply.content,
+        reasoning=reply.reasoning,
+        finish_reason=reply.finish_reason,
+        max_tokens=max_tokens,
+    )
+
+
 class CanaryCheck:
-    """Bad when content or reasoning degenerates, or content is null/empty."""
+    """Bad when content or reasoning degenerates, or content is null/empty, where the good
+    build's did not."""
 
     name = "canary"
+    needs_golden = False
 
-    def __init__(self, prompts: list[str], *, max_tokens: int = 256) -> None:
+    def __init__(self, prompts: list[str], *, budget: Budget | None = None) -> None:
         self.prompts = prompts
-        self.max_tokens = max_tokens
+        self.budget = budget or Budget(256)
 
-    def run(self, endpoint: ChatEndpoint) -> CheckResult:
+    def record(self, endpoint: ChatEndpoint) -> CanarySection:
+        def one(prompt: str) -> Answer:
+            asked = ask(endpoint, prompt, self.budget)
+            return answer_of(prompt, asked.reply, asked.max_tokens)
+
+        return CanarySection(cases=map_concurrent(one, self.prompts, PROMPTS_AT_ONCE))
+
+    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+        return {}
+
+    def noise(self, results: Sequence[CheckResult]) -> None:
+        return None
+
+    def run(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
+        section = golden.checks.canary if golden else None
+        baselines = {a.prompt: a for a in section.cases} if section else {}
+
+        def one(prompt: str) -> tuple[Answer | None, Answer]:
+            base = baselines.get(prompt)
+            budget = self.budget.from_golden(base.max_tokens) if base else self.budget
+            asked = ask(endpoint, prompt, budget)
+            return base, answer_of(prompt, asked.reply, asked.max_tokens)
+
         cases: list[dict[str, Any]] = []
         failures: list[str] = []
-        replies = map_concurrent(
-            lambda prompt: endpoint.chat(prompt, max_tokens=self.max_tokens),
-            self.prompts,
-            PROMPTS_AT_ONCE,
-        )
-        for prompt, reply in zip(self.prompts, replies, strict=True):
-            problems = judge_reply(reply.content, reply.reasoning)
+        for base, got in map_concurrent(one, self.prompts, PROMPTS_AT_ONCE):
+            problems = judge_reply(got.content, got.reasoning, got.finish_reason, base)
             cases.append(
                 {
-                    "prompt": prompt,
-                    "content": reply.content,
-                    "reasoning": reply.reasoning,
-                    "finish_reason": reply.finish_reason,
+                    **got.model_dump(),
+                    "golden": base.model_dump() if base else None,
                     "problems": [p for _, p in problems],
                 }
             )
             if problems:
                 channel, problem = problems[0]
-                shown = reply.reasoning if channel == "reasoning" else reply.content
-                failures.append(f"{prompt!r}: {problem} — {channel}: {excerpt(shown)}")
+                shown = got.reasoning if channel == "reasoning" else got.content
+                failures.append(f"{got.prompt!r}: {problem} — {channel}: {excerpt(shown)}")
         passed = not failures
         if passed:
             first = cases[0]
             evidence = f"{first['prompt']!r} → {excerpt(first['content'])}"
         else:
-            evidence = failures[0]
+            evidence = failures[0] + ("" if section else f" ({NO_GOLDEN_HINT})")
         return CheckResult(
             name=self.name,
             passed=passed,
             score=1.0 - len(failures) / len(self.prompts),
             evidence=evidence,
-            details={"cases": cases},
+            details={"cases": cases, "judged_against": "golden" if section else "absolute rules"},
         )

@@ -7,7 +7,9 @@
 
 That rule stops at the first divergence and forgives one plausible swap, so
 the golden's own continuation is also scored under the candidate (teacher
-forcing): a Δlogprob at every position, even after the texts part ways.
+forcing): a Δlogprob at every position, even after the texts part ways. And
+at each agreeing position the top-k alternatives are compared too, so a
+change that moves the runners-up but leaves the greedy text intact still shows.
 """
 
 from __future__ import annotations
@@ -38,19 +40,32 @@ class Divergence:
     max_abs_delta: float
     """Largest |Δlogprob| over agreeing positions."""
     mean_abs_delta: float
+    topk_max_abs_delta: float = 0.0
+    """Largest |Δlogprob| of an alternative in both top-k lists, over agreeing positions."""
+    topk_overlap: float = 1.0
+    """Mean share of the top-k alternatives both sides list, over agreeing positions."""
+    at: tuple[Step, Step] | None = None
+    """The golden's and the candidate's steps at the first divergence, when both have one."""
 
 
 def diverge(golden: Sequence[Step], candidate: Sequence[Step]) -> Divergence:
     """Compare two greedy outputs position by position."""
     deltas: list[float] = []
+    top_deltas: list[float] = []
+    overlaps: list[float] = []
     first: int | None = None
+    at: tuple[Step, Step] | None = None
     close = True
     for i, (g, c) in enumerate(zip(golden, candidate, strict=False)):
         if g.token != c.token:
-            first = i
+            first, at = i, (g, c)
             close = g.token in c.top and c.token in g.top
             break
         deltas.append(abs(g.logprob - c.logprob))
+        shared = g.top.keys() & c.top.keys()
+        top_deltas += [abs(g.top[t] - c.top[t]) for t in shared]
+        if g.top or c.top:
+            overlaps.append(len(shared) / max(len(g.top), len(c.top)))
     else:
         if len(golden) != len(candidate):
             first = min(len(golden), len(candidate))  # one stopped early: the stop differs
@@ -61,9 +76,18 @@ def diverge(golden: Sequence[Step], candidate: Sequence[Step]) -> Divergence:
         agreement=agreeing / len(golden) if golden else 1.0,
         max_abs_delta=max(deltas, default=0.0),
         mean_abs_delta=sum(deltas) / len(deltas) if deltas else 0.0,
+        topk_max_abs_delta=max(top_deltas, default=0.0),
+        topk_overlap=sum(overlaps) / len(overlaps) if overlaps else 1.0,
+        at=at,
     )
 
 
-def teacher_deltas(golden: Sequence[float], candidate: Sequence[float | None]) -> list[float]:
+def teacher_deltas(
+    golden: Sequence[float | None], candidate: Sequence[float | None]
+) -> list[float]:
     """|Δlogprob| of the golden continuation's tokens, golden vs candidate, per position."""
-    return [abs(g - c) for g, c in zip(golden, candidate, strict=False) if c is not None]
+    return [
+        abs(g - c)
+        for g, c in zip(golden, candidate, strict=False)
+        if g is not None and c is not None
+    ]

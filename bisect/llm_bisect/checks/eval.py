@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ..errors import ConfigError
 from ..model import CheckResult
 from . import ChatEndpoint, map_concurrent
+from .budget import Asked, Budget, ask
+from .golden import EvalNoise, EvalSection
 from .gsm8k import (
     Problem,
     default_tolerance,
@@ -16,7 +19,10 @@ from .gsm8k import (
     load_problems,
     wilson,
 )
-from .metrics import excerpt
+from .metrics import degeneration, excerpt
+
+if TYPE_CHECKING:
+    from .golden import Golden
 
 INSTRUCTION = "\nSolve it step by step, then end with 'The answer is N.'"
 NULL_SHARE_JUMP = 0.1
@@ -24,9 +30,11 @@ NULL_SHARE_JUMP = 0.1
 
 
 def score_answers(
-    problems: Sequence[Problem], replies: Sequence[tuple[str | None, str | None]]
+    problems: Sequence[Problem],
+    replies: Sequence[tuple[str | None, str | None]],
+    cut: Sequence[bool] | None = None,
 ) -> dict[str, Any]:
-    """Accuracy, Wilson interval, invalid and null-content shares of (content, reasoning)."""
+    """Accuracy, Wilson interval, invalid, null-content and cut shares of (content, reasoning)."""
     n = len(problems)
     correct = invalid = null = 0
     answers = []
@@ -45,14 +53,38 @@ def score_answers(
         "wilson95": [low, high],
         "invalid_share": invalid / n if n else 0.0,
         "null_share": null / n if n else 0.0,
+        "cut_share": sum(cut or ()) / n if n else 0.0,
         "answers": answers,
     }
+
+
+def _unjudged(asked: Asked) -> bool:
+    """Cut by the budget, and not degenerate: such an answer is neither right nor wrong."""
+    reply = asked.reply
+    return reply.cut and not (degeneration(reply.content) or degeneration(reply.reasoning))
+
+
+def paired(
+    problems: Sequence[Problem],
+    golden: Sequence[str | None],
+    got: Sequence[str | None],
+    cut: Sequence[bool],
+) -> tuple[int, float, float]:
+    """(n, golden accuracy, candidate accuracy) over the problems whose answer was not cut:
+    an answer the budget cut is not a wrong answer. Pure."""
+    kept = [i for i, c in enumerate(cut) if not c]
+    if not kept:
+        return 0, 0.0, 0.0
+    g = sum(golden[i] == problems[i].answer for i in kept) / len(kept)
+    c = sum(got[i] == problems[i].answer for i in kept) / len(kept)
+    return len(kept), g, c
 
 
 class EvalCheck:
     """Bad when accuracy falls below the golden's beyond chance, or null content jumps."""
 
     name = "eval"
+    needs_golden = True
 
     def __init__(
         self,
@@ -60,89 +92,104 @@ class EvalCheck:
         *,
         limit: int | None = None,
         concurrency: int = 8,
-        max_tokens: int = 256,
+        budget: Budget | None = None,
         tolerance: float | None = None,
         null_share_jump: float = NULL_SHARE_JUMP,
     ) -> None:
         self.problems = load_problems(path, limit)
         self.concurrency = concurrency
-        self.max_tokens = max_tokens
+        self.budget = budget or Budget(256)
         self._configured_tolerance = tolerance
         self.null_share_jump = null_share_jump
-        self._golden: Mapping[str, Any] | None = None
-        self._limits: dict[str, Any] = {}
 
-    def _answers(self, endpoint: ChatEndpoint) -> list[tuple[str | None, str | None]]:
-        def ask(p: Problem) -> tuple[str | None, str | None]:
-            reply = endpoint.chat(p.question + INSTRUCTION, max_tokens=self.max_tokens)
-            return reply.content, reply.reasoning
+    def _answers(self, endpoint: ChatEndpoint, budgets: Sequence[Budget]) -> list[Asked]:
+        return map_concurrent(
+            lambda pb: ask(endpoint, pb[0].question + INSTRUCTION, pb[1]),
+            list(zip(self.problems, budgets, strict=True)),
+            self.concurrency,
+        )
 
-        return map_concurrent(ask, self.problems, self.concurrency)
+    def record(self, endpoint: ChatEndpoint) -> EvalSection:
+        asked = self._answers(endpoint, [self.budget] * len(self.problems))
+        scored = score_answers(
+            self.problems,
+            [(a.reply.content, a.reply.reasoning) for a in asked],
+            [_unjudged(a) for a in asked],
+        )
+        return EvalSection(**scored, budgets=[a.max_tokens for a in asked])
 
-    def record(self, endpoint: ChatEndpoint) -> dict[str, Any]:
-        return score_answers(self.problems, self._answers(endpoint))
-
-    def use(self, section: Mapping[str, Any], calibration: Mapping[str, Any] | None) -> None:
-        self._golden = section
-        n, acc = int(section["n"]), float(section["accuracy"])
+    def _tolerance(self, golden: Golden, n: int) -> dict[str, Any]:
+        section = golden.checks.eval
+        assert section is not None
         if self._configured_tolerance is not None:
-            tol = {"value": self._configured_tolerance, "from": "config"}
-        else:
-            chance = default_tolerance(acc, n)
-            spread = float((calibration or {}).get("accuracy_spread", 0.0))
-            tol = (
-                {"value": 2 * spread, "from": f"calibration (spread {spread:.3f} x 2)"}
-                if 2 * spread > chance
-                else {"value": chance, "from": f"binomial, n={n}"}
-            )
-        self._limits = {
-            "accuracy_drop": tol,
+            return {"value": self._configured_tolerance, "from": "config"}
+        chance = default_tolerance(section.accuracy, n)
+        noise = golden.calibration.eval if golden.calibration else None
+        spread = noise.accuracy_spread if noise else 0.0
+        if 2 * spread > chance:
+            return {"value": 2 * spread, "from": f"calibration (spread {spread:.3f} x 2)"}
+        return {"value": chance, "from": f"binomial, n={n}"}
+
+    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+        if golden is None or golden.checks.eval is None:
+            return {}
+        return {
+            "accuracy_drop": self._tolerance(golden, golden.checks.eval.n),
             "null_share_jump": {"value": self.null_share_jump, "from": "config/default"},
         }
 
-    def thresholds(self) -> dict[str, Any]:
-        return self._limits
+    def noise(self, results: Sequence[CheckResult]) -> EvalNoise:
+        accs = [float(r.details["metrics"]["accuracy"]) for r in results if "metrics" in r.details]
+        return EvalNoise(accuracy_spread=(max(accs) - min(accs)) if accs else 0.0, accuracies=accs)
 
-    def noise(self, metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        accs = [float(m["accuracy"]) for m in metrics]
-        return {"accuracy_spread": (max(accs) - min(accs)) if accs else 0.0, "accuracies": accs}
-
-    def run(self, endpoint: ChatEndpoint) -> CheckResult:
-        if self._golden is None:
+    def run(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
+        gold = golden.checks.eval if golden else None
+        if golden is None or gold is None:
             raise ValueError("the eval check needs a golden")
-        replies = self._answers(endpoint)
-        got = score_answers(self.problems, replies)
-        gold = self._golden
-        drop = float(gold["accuracy"]) - got["accuracy"]
-        jump = got["null_share"] - float(gold["null_share"])
-        tol = float(self._limits["accuracy_drop"]["value"])
+        if len(gold.answers) != len(self.problems):
+            raise ConfigError(
+                f"golden: its eval has {len(gold.answers)} problems, the config's "
+                f"{len(self.problems)}; record it anew"
+            )
+        recorded = gold.budgets or [self.budget.start] * len(self.problems)
+        asked = self._answers(endpoint, [self.budget.from_golden(b) for b in recorded])
+        replies = [(a.reply.content, a.reply.reasoning) for a in asked]
+        cut = [_unjudged(a) for a in asked]
+        got = score_answers(self.problems, replies, cut)
+        n, gold_acc, acc = paired(self.problems, gold.answers, got["answers"], cut)
+        drop = gold_acc - acc
+        jump = got["null_share"] - gold.null_share
+        tol_doc = self._tolerance(golden, n)
+        tol = float(tol_doc["value"])
         failed = []
-        if drop > tol:
+        if n and drop > tol:
             failed.append(
-                f"accuracy {got['accuracy']:.0%} vs golden {gold['accuracy']:.0%} "
+                f"accuracy {acc:.0%} vs golden {gold_acc:.0%} on the {n} answers that finished "
                 f"(drop {drop:.0%} > {tol:.0%})"
             )
         if jump > self.null_share_jump:
             failed.append(
                 f"{got['null_share']:.0%} of answers have null content with the answer "
-                f"in reasoning (golden {gold['null_share']:.0%})"
+                f"in reasoning (golden {gold.null_share:.0%})"
             )
         low, high = got["wilson95"]
         head = f"accuracy {got['accuracy']:.0%} [{low:.0%}, {high:.0%}] on {got['n']}"
+        if got["cut_share"]:
+            head += f" ({got['cut_share']:.0%} cut by the budget, not counted)"
         example = next(
             (
                 f"{p.question[:50]!r} → {excerpt(c, 60)}"
-                for p, (c, _), a in zip(self.problems, replies, got["answers"], strict=True)
-                if a != p.answer
+                for p, (c, _), a, k in zip(self.problems, replies, got["answers"], cut, strict=True)
+                if a != p.answer and not k
             ),
             "",
         )
         evidence = (
-            f"{'; '.join(failed)} — {example}"
-            if failed
-            else f"{head}, golden {gold['accuracy']:.0%}"
+            f"{'; '.join(failed)} — {example}" if failed else f"{head}, golden {gold.accuracy:.0%}"
         )
-        metrics = {k: got[k] for k in ("accuracy", "null_share", "invalid_share", "wilson95")}
+        metrics = {
+            k: got[k] for k in ("accuracy", "null_share", "invalid_share", "cut_share", "wilson95")
+        }
         return CheckResult(
             name=self.name,
             passed=not failed,
@@ -150,12 +197,13 @@ class EvalCheck:
             evidence=evidence,
             details={
                 "metrics": metrics,
-                "thresholds": self._limits,
+                "thresholds": {**self.thresholds(golden), "accuracy_drop": tol_doc},
                 "answers": got["answers"],
+                "budgets": [a.max_tokens for a in asked],
                 "power": {
                     "n": got["n"],
-                    "golden_accuracy": float(gold["accuracy"]),
-                    "detectable_drop": detectable_drop(float(gold["accuracy"]), got["n"]),
+                    "golden_accuracy": gold.accuracy,
+                    "detectable_drop": detectable_drop(gold.accuracy, got["n"]),
                     "alpha": 0.05,
                     "power": 0.8,
                 },

@@ -1,55 +1,103 @@
-"""Known answers: a prompt and a regex its content must match."""
+"""Known answers: a prompt and a regex its content must match.
+
+With a golden, a case counts only where the good build's answer matched, and
+an answer cut by its budget is not a miss.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..model import CheckResult
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
+from .budget import Budget, ask
+from .canary import NO_GOLDEN_HINT
+from .golden import ExpectAnswer, ExpectSection
 from .metrics import excerpt
+
+if TYPE_CHECKING:
+    from .golden import Golden
+
+
+def _matches(pattern: re.Pattern[str], content: str | None) -> bool:
+    return content is not None and pattern.search(content) is not None
 
 
 class ExpectCheck:
-    """Bad when any case's content does not match its pattern."""
+    """Bad when a case's finished content does not match its pattern where the good build's did."""
 
     name = "expect"
+    needs_golden = False
 
-    def __init__(self, cases: list[tuple[str, str]], max_tokens: int = 64) -> None:
+    def __init__(self, cases: list[tuple[str, str]], budget: Budget | None = None) -> None:
         self.cases = [(prompt, re.compile(pattern)) for prompt, pattern in cases]
-        self.max_tokens = max_tokens
+        self.budget = budget or Budget(64)
 
-    def run(self, endpoint: ChatEndpoint) -> CheckResult:
-        details: list[dict[str, Any]] = []
-        failures: list[str] = []
-        replies = map_concurrent(
-            lambda case: endpoint.chat(case[0], max_tokens=self.max_tokens),
+    def _answer(
+        self, endpoint: ChatEndpoint, prompt: str, pattern: re.Pattern[str], budget: Budget
+    ) -> ExpectAnswer:
+        asked = ask(endpoint, prompt, budget)
+        reply = asked.reply
+        return ExpectAnswer(
+            prompt=prompt,
+            content=reply.content,
+            reasoning=reply.reasoning,
+            finish_reason=reply.finish_reason,
+            max_tokens=asked.max_tokens,
+            match=pattern.pattern,
+            matched=_matches(pattern, reply.content),
+        )
+
+    def record(self, endpoint: ChatEndpoint) -> ExpectSection:
+        cases = map_concurrent(
+            lambda case: self._answer(endpoint, case[0], case[1], self.budget),
             self.cases,
             PROMPTS_AT_ONCE,
         )
-        for (prompt, pattern), reply in zip(self.cases, replies, strict=True):
-            ok = reply.content is not None and pattern.search(reply.content) is not None
+        return ExpectSection(cases=cases)
+
+    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+        return {}
+
+    def noise(self, results: Sequence[CheckResult]) -> None:
+        return None
+
+    def run(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
+        section = golden.checks.expect if golden else None
+        baselines = {(a.prompt, a.match): a for a in section.cases} if section else {}
+
+        def one(case: tuple[str, re.Pattern[str]]) -> tuple[ExpectAnswer | None, ExpectAnswer]:
+            base = baselines.get((case[0], case[1].pattern))
+            budget = self.budget.from_golden(base.max_tokens) if base else self.budget
+            return base, self._answer(endpoint, case[0], case[1], budget)
+
+        details: list[dict[str, Any]] = []
+        failures: list[str] = []
+        for base, got in map_concurrent(one, self.cases, PROMPTS_AT_ONCE):
+            counts = not got.cut and (base is None or base.matched)
+            ok = got.matched or not counts
             details.append(
                 {
-                    "prompt": prompt,
-                    "match": pattern.pattern,
-                    "content": reply.content,
-                    "reasoning": reply.reasoning,
-                    "finish_reason": reply.finish_reason,
+                    **got.model_dump(),
+                    "golden": base.model_dump() if base else None,
                     "passed": ok,
+                    "judged": counts,
                 }
             )
             if not ok:
-                failures.append(
-                    f"{prompt!r} → {excerpt(reply.content)} (expected /{pattern.pattern}/)"
-                )
+                failures.append(f"{got.prompt!r} → {excerpt(got.content)} (expected /{got.match}/)")
         passed = not failures
         first = details[0]
-        evidence = f"{first['prompt']!r} → {excerpt(first['content'])}" if passed else failures[0]
+        if passed:
+            evidence = f"{first['prompt']!r} → {excerpt(first['content'])}"
+        else:
+            evidence = failures[0] + ("" if section else f" ({NO_GOLDEN_HINT})")
         return CheckResult(
             name=self.name,
             passed=passed,
             score=1.0 - len(failures) / len(self.cases),
             evidence=evidence,
-            details={"cases": details},
+            details={"cases": details, "judged_against": "golden" if section else "absolute rules"},
         )

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import EndpointError
 from ..model import CheckResult
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
-from .compare import Step, diverge, teacher_deltas
+from .compare import Divergence, Step, diverge, teacher_deltas
+from .golden import LogprobsCase, LogprobsNoise, LogprobsSection
 from .metrics import excerpt
+
+if TYPE_CHECKING:
+    from .golden import Golden
 
 FLOOR_MAX_DELTA = 0.1
 """Least |Δlogprob| allowed on agreeing positions, whatever calibration saw (bf16 noise)."""
 FLOOR_TEACHER_MEAN = 0.05
 """Least mean |Δlogprob| allowed on the teacher-forced golden continuation."""
+FLOOR_TOPK_DELTA = 0.2
+"""Least |Δlogprob| allowed on a top-k alternative where the chosen tokens agree."""
 NOISE_FACTOR = 3.0
 """Thresholds are this many times the noise calibration observed, above the floors."""
 
@@ -23,10 +29,31 @@ def _steps(rows: Sequence[Sequence[Any]]) -> list[Step]:
     return [Step(str(t), float(lp), dict(top)) for t, lp, top in rows]
 
 
+def _token(key: str, logprob: float, texts: Mapping[str, str | None]) -> dict[str, Any]:
+    return {"token": key, "text": texts.get(key), "logprob": logprob}
+
+
+def divergence_of(d: Divergence, texts: Mapping[str, str | None]) -> dict[str, Any] | None:
+    """Both sides at the first divergence: token (id), its text, logprob and the top-k. Pure."""
+    if d.first is None or d.at is None:
+        return None
+    sides = {}
+    for side, step in zip(("golden", "candidate"), d.at, strict=True):
+        sides[side] = {
+            **_token(step.token, step.logprob, texts),
+            "top": [
+                _token(k, v, texts) for k, v in sorted(step.top.items(), key=lambda kv: -kv[1])
+            ],
+        }
+    return {"position": d.first, **sides}
+
+
 class LogprobsCheck:
-    """Bad when greedy tokens part from the golden's in a way kernel noise cannot explain."""
+    """Bad when greedy tokens or their top-k part from the golden's in a way kernel noise
+    cannot explain."""
 
     name = "logprobs"
+    needs_golden = True
 
     def __init__(
         self,
@@ -36,21 +63,24 @@ class LogprobsCheck:
         top_k: int = 5,
         max_abs_delta: float | None = None,
         teacher_mean_abs_delta: float | None = None,
+        topk_max_abs_delta: float | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
         self.prompts = prompts
         self.max_tokens = max_tokens
         self.top_k = top_k
+        self.extra = dict(extra or {})
         self._configured = {
             "max_abs_delta": max_abs_delta,
             "teacher_mean_abs_delta": teacher_mean_abs_delta,
+            "topk_max_abs_delta": topk_max_abs_delta,
         }
-        self._golden: list[dict[str, Any]] | None = None
-        self._limits: dict[str, Any] = {}
 
     def _ask(self, endpoint: ChatEndpoint, prompt: str) -> Any:
         return endpoint.chat(
             prompt,
             max_tokens=self.max_tokens,
+            **self.extra,
             logprobs=True,
             top_logprobs=self.top_k,
             return_token_ids=True,
@@ -65,122 +95,150 @@ class LogprobsCheck:
             return []
         return list(score([*prompt_ids, *ids])[len(prompt_ids) :])
 
-    def _case(self, endpoint: ChatEndpoint, prompt: str) -> dict[str, Any]:
+    def _case(self, endpoint: ChatEndpoint, prompt: str) -> LogprobsCase:
         reply = self._ask(endpoint, prompt)
         if not reply.steps:
             raise EndpointError("the server returned no logprobs (logprobs=true)")
-        return {
-            "prompt": prompt,
-            "content": reply.content,
-            "reasoning": reply.reasoning,
-            "steps": [[s.token, s.logprob, dict(s.top)] for s in reply.steps],
-            "token_ids": list(reply.token_ids),
-            "prompt_token_ids": list(reply.prompt_token_ids),
-            "teacher": self._teacher(endpoint, reply.prompt_token_ids, reply.token_ids),
-        }
+        return LogprobsCase(
+            prompt=prompt,
+            content=reply.content,
+            reasoning=reply.reasoning,
+            steps=[(s.token, s.logprob, dict(s.top)) for s in reply.steps],
+            token_ids=list(reply.token_ids),
+            prompt_token_ids=list(reply.prompt_token_ids),
+            teacher=self._teacher(endpoint, reply.prompt_token_ids, reply.token_ids),
+        )
 
-    def record(self, endpoint: ChatEndpoint) -> dict[str, Any]:
+    def record(self, endpoint: ChatEndpoint) -> LogprobsSection:
         cases = map_concurrent(lambda p: self._case(endpoint, p), self.prompts, PROMPTS_AT_ONCE)
-        return {"top_k": self.top_k, "max_tokens": self.max_tokens, "cases": cases}
+        return LogprobsSection(top_k=self.top_k, max_tokens=self.max_tokens, cases=cases)
 
-    def use(self, section: Mapping[str, Any], calibration: Mapping[str, Any] | None) -> None:
-        self._golden = list(section["cases"])
-        self.prompts = [c["prompt"] for c in self._golden]
-        noise = calibration or {}
+    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+        calibration = golden.calibration if golden else None
+        noise = calibration.logprobs if calibration else None
         limits: dict[str, Any] = {}
         for key, floor in (
             ("max_abs_delta", FLOOR_MAX_DELTA),
             ("teacher_mean_abs_delta", FLOOR_TEACHER_MEAN),
+            ("topk_max_abs_delta", FLOOR_TOPK_DELTA),
         ):
+            seen = getattr(noise, key, None) if noise else None
             if self._configured[key] is not None:
                 limits[key] = {"value": self._configured[key], "from": "config"}
-            elif key in noise:
-                value = max(floor, NOISE_FACTOR * float(noise[key]))
+            elif seen is not None:
+                value = max(floor, NOISE_FACTOR * float(seen))
                 limits[key] = {
                     "value": value,
-                    "from": f"calibration ({noise[key]:.4f} x {NOISE_FACTOR:g})",
+                    "from": f"calibration ({seen:.4f} x {NOISE_FACTOR:g})",
                 }
             else:
                 limits[key] = {"value": floor, "from": "default"}
-        allowed = int(noise.get("not_close", 0))
+        allowed = noise.not_close if noise else 0
         limits["not_close"] = {"value": allowed, "from": "calibration" if noise else "default"}
-        self._limits = limits
+        return limits
 
-    def thresholds(self) -> dict[str, Any]:
-        return self._limits
+    def noise(self, results: Sequence[CheckResult]) -> LogprobsNoise:
+        metrics = [r.details["metrics"] for r in results if "metrics" in r.details]
+        return LogprobsNoise(
+            max_abs_delta=max((m["max_abs_delta"] for m in metrics), default=0.0),
+            teacher_mean_abs_delta=max((m["teacher_mean_abs_delta"] for m in metrics), default=0.0),
+            topk_max_abs_delta=max((m["topk_max_abs_delta"] for m in metrics), default=0.0),
+            not_close=max((m["not_close"] for m in metrics), default=0),
+            min_agreement=min((m["agreement"] for m in metrics), default=1.0),
+        )
 
-    def noise(self, metrics: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return {
-            "max_abs_delta": max((m["max_abs_delta"] for m in metrics), default=0.0),
-            "teacher_mean_abs_delta": max(
-                (m["teacher_mean_abs_delta"] for m in metrics), default=0.0
-            ),
-            "not_close": max((m["not_close"] for m in metrics), default=0),
-            "min_agreement": min((m["agreement"] for m in metrics), default=1.0),
+    def _texts(
+        self, endpoint: ChatEndpoint, divergences: Sequence[Divergence]
+    ) -> dict[str, str | None]:
+        """The text of every token id shown at a divergence (vLLM's /detokenize), when served."""
+        detokenize = getattr(endpoint, "detokenize", None)
+        keys = {
+            k
+            for d in divergences
+            if d.at is not None
+            for step in d.at
+            for k in (step.token, *step.top)
         }
+        if detokenize is None:
+            return {}
+        return {k: detokenize([int(k)]) if k.isdigit() else k for k in sorted(keys)}
 
-    def run(self, endpoint: ChatEndpoint) -> CheckResult:
-        if self._golden is None:
+    def run(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
+        section = golden.checks.logprobs if golden else None
+        if section is None:
             raise ValueError("the logprobs check needs a golden")
-        cases, problems = [], []
-        worst_teacher, worst_delta, not_close, agree = 0.0, 0.0, 0, []
+        limits_doc = self.thresholds(golden)
+        cases, problems, divergences = [], [], []
+        worst_teacher, worst_delta, worst_top, not_close, agree = 0.0, 0.0, 0.0, 0, []
 
-        def ask(g: Mapping[str, Any]) -> tuple[Any, list[float | None]]:
-            reply = self._ask(endpoint, g["prompt"])
-            return reply, self._teacher(endpoint, g["prompt_token_ids"], g["token_ids"])
+        def ask(g: LogprobsCase) -> tuple[Any, list[float | None]]:
+            reply = self._ask(endpoint, g.prompt)
+            return reply, self._teacher(endpoint, g.prompt_token_ids, g.token_ids)
 
-        answers = map_concurrent(ask, self._golden, PROMPTS_AT_ONCE)
-        for g, (reply, teacher) in zip(self._golden, answers, strict=True):
-            d = diverge(_steps(g["steps"]), list(reply.steps))
-            deltas = teacher_deltas(g["teacher"], teacher)
+        answers = map_concurrent(ask, section.cases, PROMPTS_AT_ONCE)
+        for g, (reply, teacher) in zip(section.cases, answers, strict=True):
+            d = diverge(_steps(g.steps), list(reply.steps))
+            divergences.append(d)
+            deltas = teacher_deltas(g.teacher, teacher)
             teacher_mean = sum(deltas) / len(deltas) if deltas else 0.0
-            worst_teacher, worst_delta = (
-                max(worst_teacher, teacher_mean),
-                max(worst_delta, d.max_abs_delta),
-            )
+            worst_teacher = max(worst_teacher, teacher_mean)
+            worst_delta = max(worst_delta, d.max_abs_delta)
+            worst_top = max(worst_top, d.topk_max_abs_delta)
             not_close += not d.close
             agree.append(d.agreement)
             cases.append(
                 {
-                    "prompt": g["prompt"],
+                    "prompt": g.prompt,
                     "first_divergence": d.first,
                     "close": d.close,
                     "agreement": d.agreement,
                     "max_abs_delta": d.max_abs_delta,
                     "mean_abs_delta": d.mean_abs_delta,
+                    "topk_max_abs_delta": d.topk_max_abs_delta,
+                    "topk_overlap": d.topk_overlap,
                     "teacher_mean_abs_delta": teacher_mean,
-                    "golden": g["content"],
-                    "content": reply.content,
+                    "golden": g.content if g.content is not None else g.reasoning,
+                    "content": reply.content if reply.content is not None else reply.reasoning,
                 }
             )
             if not d.close:
                 problems.append(
-                    f"{g['prompt']!r}: tokens part at position {d.first} and neither is in the "
-                    f"other's top-{self.top_k} — golden: {excerpt(g['content'], 60)} / "
-                    f"now: {excerpt(reply.content, 60)}"
+                    f"{g.prompt!r}: tokens part at position {d.first} and neither is in the "
+                    f"other's top-{self.top_k} — golden: {excerpt(cases[-1]['golden'], 60)} / "
+                    f"now: {excerpt(cases[-1]['content'], 60)}"
                 )
+        texts = self._texts(endpoint, divergences)
+        for case, d in zip(cases, divergences, strict=True):
+            case["divergence"] = divergence_of(d, texts)
         metrics = {
             "max_abs_delta": worst_delta,
             "teacher_mean_abs_delta": worst_teacher,
+            "topk_max_abs_delta": worst_top,
             "not_close": not_close,
             "agreement": min(agree, default=1.0),
         }
-        limits = {k: v["value"] for k, v in self._limits.items()}
+        limits = {k: v["value"] for k, v in limits_doc.items()}
         failed = []
-        if not_close > limits.get("not_close", 0):
+        if not_close > limits["not_close"]:
             failed.append(f"{not_close} of {len(cases)} prompts not close")
-        if worst_teacher > limits.get("teacher_mean_abs_delta", FLOOR_TEACHER_MEAN):
+        if worst_teacher > limits["teacher_mean_abs_delta"]:
             failed.append(
                 f"teacher-forced mean |Δlogprob| {worst_teacher:.3f} > "
                 f"{limits['teacher_mean_abs_delta']:.3f}"
             )
-        if worst_delta > limits.get("max_abs_delta", FLOOR_MAX_DELTA):
+        if worst_delta > limits["max_abs_delta"]:
             limit = limits["max_abs_delta"]
             failed.append(f"max |Δlogprob| {worst_delta:.3f} > {limit:.3f} on agreeing tokens")
+        if worst_top > limits["topk_max_abs_delta"]:
+            limit = limits["topk_max_abs_delta"]
+            failed.append(
+                f"top-{self.top_k} alternatives' |Δlogprob| {worst_top:.3f} > {limit:.3f} "
+                "where the chosen tokens agree"
+            )
         if not failed:
             evidence = (
                 f"{len(cases)} prompts match the golden (max |Δ| {worst_delta:.3f}, "
-                f"teacher-forced mean |Δ| {worst_teacher:.3f})"
+                f"top-k |Δ| {worst_top:.3f}, teacher-forced mean |Δ| {worst_teacher:.3f})"
             )
         else:
             evidence = "; ".join(failed) + (f" — {problems[0]}" if problems else "")
@@ -189,5 +247,5 @@ class LogprobsCheck:
             passed=not failed,
             score=sum(agree) / len(agree) if agree else 1.0,
             evidence=evidence,
-            details={"cases": cases, "metrics": metrics, "thresholds": self._limits},
+            details={"cases": cases, "metrics": metrics, "thresholds": limits_doc},
         )

@@ -45,7 +45,59 @@ def _evidence(result: dict[str, Any]) -> list[str]:
             f"{_cell(other['evidence'] if other else '(not run)', 400)}",
             "",
         ]
-    return ["## Evidence", "", *lines] if lines else []
+    return ["## Evidence", "", *lines, *_divergences(bad)] if lines else []
+
+
+def _side(token: dict[str, Any]) -> str:
+    text = token.get("text")
+    shown = (
+        f"`{token['token']}` {_cell(repr(text), 24)}" if text is not None else f"`{token['token']}`"
+    )
+    return f"{shown} ({token['logprob']:.3f})"
+
+
+def _top(token: dict[str, Any]) -> str:
+    return ", ".join(
+        f"{_cell(repr(t['text']), 16) if t.get('text') is not None else t['token']} "
+        f"{t['logprob']:.2f}"
+        for t in token.get("top", [])
+    )
+
+
+def _divergences(probe: dict[str, Any]) -> list[str]:
+    """Where the bad side's greedy tokens first part from the golden's, prompt by prompt."""
+    rows = []
+    for check in probe["checks"]:
+        if check["name"] != "logprobs":
+            continue
+        for case in check["details"].get("cases", []):
+            d = case.get("divergence")
+            teacher = f"{case.get('teacher_mean_abs_delta', 0.0):.3f}"
+            if d is None:
+                rows.append(f"| {_cell(repr(case['prompt']), 40)} | — | — | — | {teacher} | |")
+                continue
+            rows.append(
+                f"| {_cell(repr(case['prompt']), 40)} | {d['position']} "
+                f"| {_side(d['golden'])} | {_side(d['candidate'])} | {teacher} "
+                f"| golden: {_top(d['golden'])}<br>now: {_top(d['candidate'])} |"
+            )
+    if not rows:
+        return []
+    return [
+        "#### First divergence from the golden (logprobs)",
+        "",
+        "| prompt | position | golden token (logprob) | now | teacher-forced mean abs Δ | top-k |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def _warnings(result: dict[str, Any]) -> list[str]:
+    said = result.get("warnings") or []
+    if not said:
+        return []
+    return ["## Warnings", "", *[f"- ⚠ {w}" for w in said], ""]
 
 
 _IDENTITY = ("image.id", "image.digest", "image.ref", "server.", "kernels.engine_version")
@@ -160,6 +212,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             "holds the commit that undid it; bisect it with `--find-fix`.",
             "",
         ]
+    lines += _warnings(result)
     lines += _evidence(result)
     lines += _fingerprints(result)
     lines += _thresholds(result)

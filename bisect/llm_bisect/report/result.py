@@ -7,7 +7,7 @@ from typing import Any
 
 from ..fingerprint import differences
 from ..model import Candidate, ProbeOutcome, Regress
-from ..search import Answer, Plan
+from ..search import Answer, Plan, Status
 
 
 def thresholds_of(probes: Sequence[ProbeOutcome]) -> dict[str, Any]:
@@ -35,8 +35,10 @@ def build_result(
     answer: Answer,
     probes: Sequence[ProbeOutcome],
     regress: Regress = Regress.SEMANTIC,
+    warnings: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The result.json document of a finished (or stopped) search."""
+    """The result.json document of a finished (or stopped) search; `warnings`: where the good
+    build fails a rule itself (from its golden)."""
     by_commit: Mapping[str, Candidate] = {c.commit: c for c in plan.candidates}
     culprit = answer.culprit
     last = {p.commit: p for p in probes}  # a commit probed again: its latest outcome counts
@@ -48,9 +50,13 @@ def build_result(
             "new": {"commit": new.commit, "verdict": new.verdict.value, **new.fingerprint},
             "differences": differences(old.fingerprint, new.fingerprint),
         }
+    message = answer.message
+    end = last.get(plan.good.commit)
+    if answer.status is Status.ERROR and end is not None and end.reason:
+        message += f" (the good end: {end.reason})"
     return {
         "status": answer.status.value,
-        "message": answer.message,
+        "message": message,
         "mode": plan.mode.value,
         "regress": regress.value,
         "good": plan.good.commit,
@@ -63,6 +69,7 @@ def build_result(
         "fingerprints": sides,
         "thresholds": thresholds_of(probes),
         "eval_power": power_of(probes),
+        "warnings": list(warnings),
         "probes": [
             {
                 **p.to_json(),

@@ -12,13 +12,21 @@ forcing (scoring given token ids) agrees with generation. Faults:
 
 GSM8K questions from the bundled set are answered right 90% of the time by a
 healthy build, as a capable model would.
+
+A thinking model (`thinking`: N words) first reasons N words of plain prose,
+then closes its reasoning and answers; reasoning and content share one token
+budget, as on vLLM, so a small budget cuts the answer off with content null.
+`enable_thinking: false` (chat_template_kwargs) skips the reasoning. On an
+`unclosed` prompt it reasons on and never answers, on every build. Logprobs
+then cover every generated token, reasoning first.
 """
 
 from __future__ import annotations
 
+import random
 import re
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 
 from ..checks.gsm8k import load_problems
@@ -135,16 +143,59 @@ class Generation:
     content: str | None
     reasoning: str | None
     token_ids: list[int]
-    """Content tokens, EOS last (when the text ended within max_tokens)."""
+    """Generated tokens (reasoning first for a thinking model), EOS last when the text ended
+    within max_tokens."""
     steps: list[list[tuple[int, float]]]
     """Per generated token: top-k (id, logprob), the chosen token first."""
     finish_reason: str
+    texts: list[str] = field(default_factory=list)
+    """Per generated token, its text."""
+
+
+_THOUGHT_TEXT = (
+    "the user wants a clear answer so I should first consider what they mean and then check "
+    "each part carefully before writing anything down because a careless reply could miss "
+    "an important detail about the question such as its scope or the words it uses maybe "
+    "there is a simpler way to explain this idea with an example from daily life like water "
+    "light weather animals cooking numbers maps trees rivers music letters colours stones "
+    "time money school friends travel gardens bridges clocks windows paper bread salt iron "
+    "glass wool rain snow wind fire earth moon stars sun sea hill road city village farm "
+    "first second third next then finally also however although therefore instead perhaps "
+    "likely surely rarely often always never sometimes quickly slowly gently plainly"
+)
+_THOUGHT_WORDS = _THOUGHT_TEXT.split()
+END_THINK = "</think>"
+
+
+def thoughts(prompt: str, words: int) -> str:
+    """`words` words of plain, varied reasoning prose for a prompt. Deterministic."""
+    rng = random.Random(zlib.crc32(prompt.encode()))
+    out: list[str] = []
+    while len(out) < words:
+        sentence = [rng.choice(_THOUGHT_WORDS) for _ in range(rng.randint(7, 14))]
+        sentence[0] = sentence[0].capitalize()
+        sentence[-1] += "."
+        out += sentence
+    return " ".join(out[:words])
 
 
 def generate(
-    prompt: str, fault: str, max_tokens: int, top: int = 5, prompt_len: int | None = None
+    prompt: str,
+    fault: str,
+    max_tokens: int,
+    top: int = 5,
+    prompt_len: int | None = None,
+    *,
+    thinking: int = 0,
+    unclosed: bool = False,
 ) -> Generation:
-    """What this build answers, cut to max_tokens, with token ids and top-k logprobs."""
+    """What this build answers, cut to max_tokens, with token ids and top-k logprobs.
+
+    `thinking`: words of reasoning before the answer (0: a model that does not think,
+    or thinking switched off); `unclosed`: it reasons on without end.
+    """
+    if thinking:
+        return _think(prompt, fault, max_tokens, top, prompt_len, thinking, unclosed)
     content, reasoning = respond(prompt, fault)
     if fault == "numerics" and content is not None and gsm8k_answer(prompt, fault) is None:
         head = tokens(content)[:3]
@@ -159,7 +210,44 @@ def generate(
     text = "".join(toks) if content is not None else None
     if reasoning is not None:
         reasoning = "".join(tokens(reasoning)[:max_tokens])
-    return Generation(text.strip() if text else text, reasoning, ids, steps, finish)
+    texts = [*toks, "</s>"][: len(ids)]
+    return Generation(text.strip() if text else text, reasoning, ids, steps, finish, texts)
+
+
+def _think(
+    prompt: str,
+    fault: str,
+    max_tokens: int,
+    top: int,
+    prompt_len: int | None,
+    words: int,
+    unclosed: bool,
+) -> Generation:
+    """A thinking model: reasoning, `</think>`, the answer; one budget for all of it."""
+    content, short = respond(prompt, fault)
+    if fault == "degenerate-reasoning" or unclosed:
+        # Never closes: degenerate loops, or plain prose that goes on and on.
+        endless = (
+            _DEGENERATE if fault == "degenerate-reasoning" else thoughts(prompt, max_tokens + 1)
+        )
+        reasoning_toks = tokens(" ".join([endless] * (max_tokens // len(tokens(endless)) + 1)))
+        answer_toks: list[str] = []
+    else:
+        reasoning_toks = tokens(thoughts(prompt, words) + " " + short)
+        # null-content / reasoning-parser: the answer stays in the reasoning channel
+        answer_toks = [" " + END_THINK, *(tokens(" " + content) if content is not None else [])]
+    stream = [*reasoning_toks, *answer_toks]
+    finish = "stop"
+    if len(stream) >= max_tokens:
+        stream, finish = stream[:max_tokens], "length"
+    n_reason = min(len(reasoning_toks), len(stream))
+    reasoning = "".join(stream[:n_reason]).strip()
+    closed = len(stream) > n_reason
+    text: str | None = "".join(stream[n_reason + 1 :]).strip() if closed else None
+    ids = [token_id(t) for t in stream] + ([EOS_ID] if finish == "stop" else [])
+    start = len(tokens(prompt)) if prompt_len is None else prompt_len
+    steps = [top_k(tid, start + i, max(top, 1), fault) for i, tid in enumerate(ids)]
+    return Generation(text or None, reasoning, ids, steps, finish, [*stream, "</s>"][: len(ids)])
 
 
 def score(token_ids: list[int], fault: str) -> list[float | None]:

@@ -10,6 +10,10 @@ faults keep /health green, as in the real reports;
 `crash-on-start`, `never-ready` and `crash-on-request` make a build untestable;
 `bad-warmup` is broken for its first requests only (checks disagree across repeats).
 
+A commit's `thinking` (words of reasoning before each answer) makes it a
+thinking model that honours `chat_template_kwargs: {"enable_thinking": false}`;
+`unclosed` lists prompts it reasons on without end, on every build.
+
 A commit's `hostile` settings (HOSTILE) make a server misbehave in ways no
 real engine should, to show the harness survives them: a raw `reply` body,
 a raw `models` list, `pad` characters of content, `echo_env` (values of these
@@ -74,11 +78,18 @@ class Engine:
         fault: str,
         reasoning_field: str,
         hostile: dict[str, Any] | None = None,
+        *,
+        thinking: int = 0,
+        unclosed: tuple[str, ...] = (),
     ) -> None:
         self.commit = commit
         self.fault = fault
         self.reasoning_field = reasoning_field
         self.hostile = hostile or {}
+        self.thinking = thinking
+        self.unclosed = unclosed
+        self.vocab: dict[int, str] = {model.EOS_ID: "</s>"}
+        """Every token id this engine produced or read, and its text (for /detokenize)."""
         self.ready = fault != "never-ready"
         self.requests = 0
         self._lock = threading.Lock()
@@ -102,8 +113,21 @@ class Engine:
             warming = self.requests <= WARMUP_REQUESTS
         fault = "degenerate-content" if self.fault == "bad-warmup" and warming else self.fault
         k = int(body.get("top_logprobs") or 1)
-        gen = model.generate(prompt, fault, max_tokens, k)
-        prompt_ids = [model.token_id(t) for t in model.tokens(prompt)]
+        template = body.get("chat_template_kwargs") or {}
+        thinks = self.thinking if template.get("enable_thinking", True) is not False else 0
+        gen = model.generate(
+            prompt,
+            fault,
+            max_tokens,
+            k,
+            thinking=thinks,
+            unclosed=bool(thinks) and any(u in prompt for u in self.unclosed),
+        )
+        prompt_toks = model.tokens(prompt)
+        prompt_ids = [model.token_id(t) for t in prompt_toks]
+        with self._lock:
+            self.vocab.update(zip(prompt_ids, prompt_toks, strict=True))
+            self.vocab.update(zip(gen.token_ids, gen.texts, strict=False))
         content = gen.content
         if content is not None and self.hostile.get("pad"):
             content += "x" * int(self.hostile["pad"])
@@ -112,7 +136,8 @@ class Engine:
         message: dict[str, Any] = {
             "role": "assistant",
             "content": content,
-            self.reasoning_field: gen.reasoning,
+            # a thinking model with thinking switched off says nothing in reasoning
+            self.reasoning_field: gen.reasoning if thinks or not self.thinking else None,
         }
         choice: dict[str, Any] = {
             "index": 0,
@@ -121,7 +146,7 @@ class Engine:
         }
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         if body.get("logprobs"):
-            texts = [*model.tokens(gen.content or ""), "</s>"]
+            texts = gen.texts
             choice["logprobs"] = {
                 "content": [
                     {
@@ -138,9 +163,17 @@ class Engine:
         if body.get("return_token_ids"):
             choice["token_ids"] = gen.token_ids
         reply = self._envelope("chat.completion", body, choice)
+        reply["usage"] = {"prompt_tokens": len(prompt_ids), "completion_tokens": len(gen.token_ids)}
         if body.get("return_token_ids"):
             reply["prompt_token_ids"] = prompt_ids
         return reply
+
+    def detokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        ids = body.get("tokens")
+        if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
+            raise ValueError("tokens: a list of token ids")
+        with self._lock:
+            return {"prompt": "".join(self.vocab.get(t, "") for t in ids)}
 
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """Teacher forcing: a prompt of token ids scored with `prompt_logprobs`."""
@@ -200,7 +233,7 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._send(400, {"error": "invalid JSON"})
                 return
-            if self.path not in ("/v1/chat/completions", "/v1/completions"):
+            if self.path not in ("/v1/chat/completions", "/v1/completions", "/detokenize"):
                 self._send(404, {"error": "not found"})
                 return
             hostile = engine.hostile
@@ -220,9 +253,10 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 sys.stderr.write("sim: illegal memory access (simulated), aborting\n")
                 sys.stderr.flush()
                 os._exit(134)
-            if self.path == "/v1/completions":
+            if self.path in ("/v1/completions", "/detokenize"):
+                serve = engine.completion if self.path == "/v1/completions" else engine.detokenize
                 try:
-                    self._send(200, engine.completion(body))
+                    self._send(200, serve(body))
                 except ValueError as exc:
                     self._send(400, {"error": str(exc)})
                 return
@@ -324,7 +358,14 @@ def main(argv: list[str]) -> int:
         print("sim: RuntimeError: CUDA error: no kernel image is available (simulated)", flush=True)
         return 3
     hostile = dict(settings.get("hostile", {}))
-    engine = Engine(args.commit, fault, str(settings.get("reasoning_field", "reasoning")), hostile)
+    engine = Engine(
+        args.commit,
+        fault,
+        str(settings.get("reasoning_field", "reasoning")),
+        hostile,
+        thinking=int(settings.get("thinking", 0)),
+        unclosed=tuple(settings.get("unclosed", ())),
+    )
     server = serve(engine, args.port, args.host)
 
     def stop(signum: int, frame: object) -> None:
