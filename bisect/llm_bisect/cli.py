@@ -19,6 +19,7 @@ import typer
 import typer.core
 
 from . import __version__, app
+from .checks.golden import warnings as golden_warnings
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
 from .launchers import Artifact
@@ -302,6 +303,7 @@ def check_cmd(
             if "checks" in t:
                 term.out(f"ready in {t['ready']:.1f}s, checks took {t['checks']:.1f}s")
             if out is not None:
+                term.out(f"probe: {out_dir / 'probe.json'}")
                 term.out(f"server log: {out_dir / 'probes' / cand.short / 'server.log'}")
             elif outcome.log_tail:
                 term.out(f"server log (last lines; --out DIR keeps it whole):\n{outcome.log_tail}")
@@ -346,6 +348,8 @@ def golden_cmd(
         with _work_dir(out, "llm-bisect-golden-") as work:
             data = app.record_golden(s, candidate, path, work)
         term.out(f"golden of {data.commit}: {path}")
+        for warning in golden_warnings(data):
+            term.say(f"warning: {_printable(warning)}")
         return 0
 
     raise typer.Exit(guarded(body))

@@ -256,7 +256,8 @@ class RunResult:
     out_dir: Path
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one step (fsync'd first)."""
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", encoding="utf-8") as f:
         f.write(text)
@@ -271,9 +272,15 @@ def write_outputs(
     """result.json and report.md, each replaced atomically, secrets masked and long texts cut;
     returns the document as written."""
     clean: dict[str, Any] = (scrub or Scrub()).doc(result)
-    _write_atomic(out_dir / "result.json", json.dumps(clean, indent=2) + "\n")
-    _write_atomic(out_dir / "report.md", render_markdown(clean))
+    write_atomic(out_dir / "result.json", json.dumps(clean, indent=2) + "\n")
+    write_atomic(out_dir / "report.md", render_markdown(clean))
     return clean
+
+
+def write_probe(out_dir: Path, outcome: ProbeOutcome, scrub: Scrub | None = None) -> None:
+    """probe.json: one probe's outcome (the `check` command), secrets masked, long texts cut."""
+    clean = (scrub or Scrub()).doc(outcome.to_json())
+    write_atomic(out_dir / "probe.json", json.dumps(clean, indent=2) + "\n")
 
 
 def result_of(state: JournalState) -> tuple[Answer | Candidate, dict[str, Any] | None]:

