@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,10 @@ from typing import Any
 import pytest
 
 from helpers import History
+
+# Tests never reach the network: Hugging Face datasets come from local files only.
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["HF_HUB_OFFLINE"] = "1"
 
 
 @pytest.fixture

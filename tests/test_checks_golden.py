@@ -6,11 +6,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from helpers import History
 from llm_bisect import app
+from llm_bisect.checks.golden import load, schema
 from llm_bisect.cli import TerminalProgress, cli
+from llm_bisect.errors import ConfigError
 
 FAULTS = [
     "none",
@@ -85,3 +88,35 @@ def test_detection_table_on_the_simulator(tmp_path: Path, history: Any) -> None:
         table[fault] = {c.name for c in outcome.checks if not c.passed}
         assert table[fault] == CAUGHT[fault], (fault, outcome.reason)
         assert (outcome.verdict.value == "good") == (not CAUGHT[fault])
+
+
+def test_the_golden_is_a_typed_document_with_a_published_schema(tmp_path: Path) -> None:
+    shipped = Path(__file__).parent.parent / "schemas" / "golden.schema.json"
+    assert json.loads(shipped.read_text()) == schema(), "regenerate schemas/golden.schema.json"
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"version": 1, "commit": "a" * 40, "checks": {}}))
+    with pytest.raises(ConfigError, match="is version 1, this llm-bisect reads version 2"):
+        load(old)
+
+
+def test_a_logprobs_failure_shows_where_and_how_the_tokens_part(
+    tmp_path: Path, history: Any
+) -> None:
+    h: History = history({0: "none", 3: "numerics"}, n=4)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        cli, ["run", str(h.config(checks=[{"type": "logprobs"}])), "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "result.json").read_text())
+    bad = next(p for p in doc["probes"] if p["commit"] == h.shas[3])
+    case = bad["checks"][0]["details"]["cases"][0]
+    d = case["divergence"]
+    assert d["position"] == 3
+    golden_text, now_text = d["golden"]["text"], d["candidate"]["text"]
+    assert golden_text and now_text and golden_text != now_text  # from /detokenize
+    assert d["golden"]["token"] != d["candidate"]["token"] and d["candidate"]["top"]
+    assert case["teacher_mean_abs_delta"] > 0.5
+    report = (out / "report.md").read_text()
+    assert "First divergence from the golden" in report
+    assert repr(now_text) in report

@@ -29,3 +29,24 @@ def test_the_gpu_cases_carry_their_deployment_flags() -> None:
     assert "--enable-expert-parallel" in glm.server.args
     assert glm.server.args[glm.server.args.index("--data-parallel-size") + 1] == "8"
     assert kimi.server.env["HF_TOKEN"] == "${HF_TOKEN}"
+
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.mark.parametrize("name", ["kimi-k3-nvfp4-tp8-b300", "glm-5.3-mxfp4-dp8-ep8-gb200"])
+def test_the_gpu_configs_name_real_parsers_budgets_and_a_repo_that_resolves(name: str) -> None:
+    path = ROOT / "configs" / f"{name}.yaml"
+    config = load_config(path)
+    assert isinstance(config.server, DockerServerConfig)
+    args = config.server.args
+    parser = args[args.index("--reasoning-parser") + 1]
+    # the parser names vLLM registers (vllm/reasoning/__init__.py, 0.32)
+    assert parser == {"kimi": "kimi_k3", "glm-": "glm47"}[name[:4]]
+    # the comment says: clone vllm beside the llm-bisect checkout
+    assert "beside your llm-bisect checkout" in path.read_text()
+    assert (path.parent / config.candidates.repo).resolve() == ROOT.resolve().parent / "vllm"
+    # budgets that fit a thinking model, growing to a cap
+    for check in config.checks:
+        if check.type in ("canary", "expect", "eval"):
+            assert check.max_tokens >= 1024 and check.max_tokens_cap >= 16384, check

@@ -286,13 +286,30 @@ class EvalConfig(_Asks):
 
     type: Literal["eval"]
     path: str | None = None
-    """GSM8K-format JSONL (`question`, `answer` ending in `#### N`); default: the bundled set."""
+    """GSM8K-format JSONL or parquet (`question`, `answer` ending in `#### N`), relative to the
+    config; default: the bundled set."""
+    dataset: str | None = None
+    """A Hugging Face dataset, e.g. `openai/gsm8k` (read through `datasets` and its cache)."""
+    dataset_config: str | None = None
+    """Its config name (`main` for openai/gsm8k, the default there)."""
+    split: str = "test"
+    format: Literal["instruct", "vllm"] = "instruct"
+    """Prompt and extraction: `instruct` ("... end with 'The answer is N.'") or `vllm`
+    (vLLM's own few-shot "Question: ...\nAnswer:" prompts, the last integer)."""
+    shots: int = Field(default=5, ge=0, le=32)
+    """Worked examples before each question in the `vllm` format."""
     limit: int | None = Field(default=None, gt=0)
     concurrency: int = Field(default=8, ge=1, le=256)
     tolerance: float | None = Field(default=None, ge=0, le=1)
     """Accuracy drop allowed; default: the binomial chance band, or calibration's spread."""
     null_share_jump: float = Field(default=0.1, ge=0, le=1)
     """Rise allowed in the share of answers with null content."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EvalConfig:
+        if self.path is not None and self.dataset is not None:
+            raise ValueError("give path or dataset, not both")
+        return self
 
 
 CheckConfig = Annotated[

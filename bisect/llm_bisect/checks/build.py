@@ -9,6 +9,7 @@ from ..errors import ConfigError
 from . import Check
 from .budget import Budget
 from .canary import CanaryCheck
+from .dataset import load as load_problems
 from .eval import EvalCheck
 from .expect import ExpectCheck
 from .logprobs import LogprobsCheck
@@ -38,15 +39,14 @@ def build_checks(configs: list[CheckConfig], base_dir: Path) -> list[Check]:
         elif isinstance(cfg, EvalConfig):
             path = base_dir / cfg.path if cfg.path else None
             try:
-                checks.append(
-                    EvalCheck(
-                        path,
-                        limit=cfg.limit,
-                        concurrency=cfg.concurrency,
-                        budget=budget,
-                        tolerance=cfg.tolerance,
-                        null_share_jump=cfg.null_share_jump,
-                    )
+                problems = load_problems(
+                    path=path,
+                    dataset=cfg.dataset,
+                    dataset_config=cfg.dataset_config,
+                    split=cfg.split,
+                    shots=cfg.shots if cfg.format == "vllm" else 0,
+                    limit=cfg.limit,
+                    key=f"checks.{i}",
                 )
             except OSError as exc:
                 raise ConfigError(
@@ -58,4 +58,14 @@ def build_checks(configs: list[CheckConfig], base_dir: Path) -> list[Check]:
                 ) from None
             except ValueError as exc:
                 raise ConfigError(f"checks.{i}.path: '{cfg.path}' {exc}") from None
+            checks.append(
+                EvalCheck(
+                    problems,
+                    prompt_format=cfg.format,
+                    concurrency=cfg.concurrency,
+                    budget=budget,
+                    tolerance=cfg.tolerance,
+                    null_share_jump=cfg.null_share_jump,
+                )
+            )
     return checks

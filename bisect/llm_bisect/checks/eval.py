@@ -1,22 +1,28 @@
-"""The eval check: a small GSM8K-format set, accuracy against the golden's."""
+"""The eval check: GSM8K-format problems, accuracy against the golden's.
+
+Prompt formats and answer extraction are in gsm8k.py (`instruct`, or vLLM's own
+few-shot `vllm`); where the problems come from is in dataset.py.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import ConfigError
 from ..model import CheckResult
 from . import ChatEndpoint, map_concurrent
 from .budget import Asked, Budget, ask
+from .dataset import Problems
 from .golden import EvalNoise, EvalSection
 from .gsm8k import (
     Problem,
     default_tolerance,
     detectable_drop,
     extract,
-    load_problems,
+    instruct_prompt,
+    last_integer,
+    vllm_prompt,
     wilson,
 )
 from .metrics import degeneration, excerpt
@@ -24,7 +30,6 @@ from .metrics import degeneration, excerpt
 if TYPE_CHECKING:
     from .golden import Golden
 
-INSTRUCTION = "\nSolve it step by step, then end with 'The answer is N.'"
 NULL_SHARE_JUMP = 0.1
 """Bad when the share of null/empty content rises by more than this over the golden's."""
 
@@ -33,6 +38,7 @@ def score_answers(
     problems: Sequence[Problem],
     replies: Sequence[tuple[str | None, str | None]],
     cut: Sequence[bool] | None = None,
+    extract: Callable[[str | None], str | None] = extract,
 ) -> dict[str, Any]:
     """Accuracy, Wilson interval, invalid, null-content and cut shares of (content, reasoning)."""
     n = len(problems)
@@ -88,15 +94,18 @@ class EvalCheck:
 
     def __init__(
         self,
-        path: Path | None = None,
+        problems: Problems,
         *,
-        limit: int | None = None,
+        prompt_format: Literal["instruct", "vllm"] = "instruct",
         concurrency: int = 8,
         budget: Budget | None = None,
         tolerance: float | None = None,
         null_share_jump: float = NULL_SHARE_JUMP,
     ) -> None:
-        self.problems = load_problems(path, limit)
+        self.problems = problems.asked
+        self.shots = problems.shots
+        self.prompt_format = prompt_format
+        self.extract = last_integer if prompt_format == "vllm" else extract
         self.concurrency = concurrency
         self.budget = budget or Budget(256)
         self._configured_tolerance = tolerance
@@ -104,10 +113,15 @@ class EvalCheck:
 
     def _answers(self, endpoint: ChatEndpoint, budgets: Sequence[Budget]) -> list[Asked]:
         return map_concurrent(
-            lambda pb: ask(endpoint, pb[0].question + INSTRUCTION, pb[1]),
+            lambda pb: ask(endpoint, self.prompt(pb[0]), pb[1]),
             list(zip(self.problems, budgets, strict=True)),
             self.concurrency,
         )
+
+    def prompt(self, problem: Problem) -> str:
+        if self.prompt_format == "vllm":
+            return vllm_prompt(problem.question, self.shots)
+        return instruct_prompt(problem.question)
 
     def record(self, endpoint: ChatEndpoint) -> EvalSection:
         asked = self._answers(endpoint, [self.budget] * len(self.problems))
@@ -115,6 +129,7 @@ class EvalCheck:
             self.problems,
             [(a.reply.content, a.reply.reasoning) for a in asked],
             [_unjudged(a) for a in asked],
+            self.extract,
         )
         return EvalSection(**scored, budgets=[a.max_tokens for a in asked])
 
@@ -155,7 +170,7 @@ class EvalCheck:
         asked = self._answers(endpoint, [self.budget.from_golden(b) for b in recorded])
         replies = [(a.reply.content, a.reply.reasoning) for a in asked]
         cut = [_unjudged(a) for a in asked]
-        got = score_answers(self.problems, replies, cut)
+        got = score_answers(self.problems, replies, cut, self.extract)
         n, gold_acc, acc = paired(self.problems, gold.answers, got["answers"], cut)
         drop = gold_acc - acc
         jump = got["null_share"] - gold.null_share

@@ -1,8 +1,17 @@
-"""GSM8K scoring, as the common harnesses do it. Pure.
+"""GSM8K problems, prompts and scoring, as the common harnesses do them.
 
-Answer extraction: `#### N`, else `The answer is N`, else the last number.
-Accuracy comes with a Wilson 95% interval, so 50 problems are not read as
-more certain than they are.
+Two prompt formats:
+  instruct  the question and "Solve it step by step, then end with 'The answer is N.'";
+            extraction: `#### N`, else `The answer is N`, else the last number
+  vllm      vLLM's own (tests/evals/gsm8k): k worked examples from the train split as
+            "Question: ...\nAnswer: ...\n\n", then "Question: ...\nAnswer:";
+            extraction: the last integer (no stop strings: a thinking model's
+            reasoning may say "Question")
+
+Problems come from the bundled set (offline), a local JSONL or parquet file, or
+a Hugging Face dataset (`openai/gsm8k`, via the `datasets` library and its cache).
+Accuracy comes with a Wilson 95% interval, so 50 problems are not read as more
+certain than they are. Everything but `load_dataset` is pure.
 """
 
 from __future__ import annotations
@@ -10,14 +19,18 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 _NUMBER = r"-?[\d,]*\.?\d+"
 _HASHES = re.compile(rf"####\s*\$?({_NUMBER})")
 _THE_ANSWER = re.compile(rf"[Tt]he (?:final )?answer is:?\s*\$?\\?(?:boxed\{{)?({_NUMBER})")
 _ANY = re.compile(_NUMBER)
+_INT = re.compile(r"\d+")
+INSTRUCTION = "\nSolve it step by step, then end with 'The answer is N.'"
 
 Z95 = 1.959964
 Z_ALPHA_05_ONE_SIDED = 1.644854
@@ -31,6 +44,8 @@ class Problem:
     question: str
     answer: str
     """The reference number, as text."""
+    solution: str = ""
+    """The worked answer, ending in `#### N` (shown in few-shot examples)."""
 
 
 def _norm(number: str) -> str:
@@ -54,6 +69,25 @@ def extract(text: str | None) -> str | None:
     return _norm(numbers[-1]) if numbers else None
 
 
+def last_integer(text: str | None) -> str | None:
+    """vLLM's GSM8K extraction: the last run of digits, commas removed."""
+    found = _INT.findall((text or "").replace(",", ""))
+    return str(int(found[-1])) if found else None
+
+
+def problem_of(row: Any, where: str) -> Problem:
+    """One GSM8K row (`question`, `answer` ending in `#### N`); ValueError naming `where`."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{where}: not a JSON object")
+    question, answer = row.get("question"), row.get("answer")
+    if not isinstance(question, str) or not isinstance(answer, str):
+        raise ValueError(f"{where}: needs 'question' and 'answer' strings")
+    ref = extract(answer.split("####")[-1]) if "####" in answer else None
+    if ref is None:
+        raise ValueError(f"{where}: the answer does not end in '#### N'")
+    return Problem(question, ref, answer)
+
+
 def load_problems(path: Path | None = None, limit: int | None = None) -> list[Problem]:
     """A GSM8K-format JSONL (`question`, `answer` ending in `#### N`); default: the bundled set."""
     if path is None:
@@ -68,18 +102,20 @@ def load_problems(path: Path | None = None, limit: int | None = None) -> list[Pr
             row = json.loads(line)
         except (ValueError, RecursionError):
             raise ValueError(f"line {number}: not a JSON object") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"line {number}: not a JSON object")
-        question, answer = row.get("question"), row.get("answer")
-        if not isinstance(question, str) or not isinstance(answer, str):
-            raise ValueError(f"line {number}: needs 'question' and 'answer' strings")
-        ref = extract(answer.split("####")[-1]) if "####" in answer else None
-        if ref is None:
-            raise ValueError(f"line {number}: the answer does not end in '#### N'")
-        problems.append(Problem(question, ref))
+        problems.append(problem_of(row, f"line {number}"))
     if not problems:
         raise ValueError("holds no problems")
     return problems[:limit] if limit else problems
+
+
+def vllm_prompt(question: str, shots: Sequence[Problem]) -> str:
+    """vLLM's few-shot GSM8K prompt (tests/evals/gsm8k/gsm8k_eval.py)."""
+    examples = "".join(f"Question: {s.question}\nAnswer: {s.solution}\n\n" for s in shots)
+    return f"{examples}Question: {question}\nAnswer:"
+
+
+def instruct_prompt(question: str) -> str:
+    return question + INSTRUCTION
 
 
 def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:

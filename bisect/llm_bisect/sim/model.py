@@ -126,9 +126,12 @@ def _gsm8k() -> dict[str, str]:
 
 
 def gsm8k_answer(prompt: str, fault: str) -> str | None:
-    """A worked answer when the prompt holds a bundled GSM8K question; else None."""
+    """A worked answer when the prompt holds a bundled GSM8K question; else None.
+
+    In a few-shot prompt only the last question is asked; the others are examples."""
+    asked = prompt.rsplit("Question:", 1)[-1]
     for question, answer in _gsm8k().items():
-        if question in prompt:
+        if question in asked:
             h = zlib.crc32(question.encode()) % 10
             wrong = h == 0 or (fault == "numerics" and h < 6)
             value = int(answer) + 1 if wrong else int(answer)

@@ -128,6 +128,9 @@ class Engine:
         with self._lock:
             self.vocab.update(zip(prompt_ids, prompt_toks, strict=True))
             self.vocab.update(zip(gen.token_ids, gen.texts, strict=False))
+            # every build shares one tokenizer: the healthy build's tokens are known too
+            healthy = model.generate(prompt, "none", max_tokens, k, thinking=thinks)
+            self.vocab.update(zip(healthy.token_ids, healthy.texts, strict=False))
         content = gen.content
         if content is not None and self.hostile.get("pad"):
             content += "x" * int(self.hostile["pad"])

@@ -1,0 +1,94 @@
+"""Where the eval's problems come from: the bundled set, a local file, a Hugging Face dataset.
+
+    (nothing)              the bundled GSM8K-format set (64 problems, offline)
+    path: x.jsonl          GSM8K-format JSONL: `question`, `answer` ending in `#### N`
+    path: x.parquet        the same columns in parquet (the Hub's own file format)
+    dataset: openai/gsm8k  `datasets.load_dataset(name, config, split)`, from the node's
+                           cache when offline (HF_DATASETS_OFFLINE=1); a local dataset
+                           folder works the same way
+
+Few-shot examples (the `vllm` prompt format) come from a dataset's train split, or
+else from the first rows of the file, which then are not asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .gsm8k import Problem, load_problems, problem_of
+
+HUB_CONFIGS = {"openai/gsm8k": "main", "gsm8k": "main"}
+"""Datasets whose config name is needed and known."""
+
+
+@dataclass(frozen=True)
+class Problems:
+    """The problems asked and the worked examples shown before each (may be empty)."""
+
+    asked: list[Problem]
+    shots: list[Problem]
+
+
+def _rows(rows: Sequence[Any], where: str) -> list[Problem]:
+    return [problem_of(row, f"{where} row {i}") for i, row in enumerate(rows, 1)]
+
+
+def _datasets() -> Any:
+    try:
+        import datasets  # type: ignore[import-untyped]
+    except ImportError:
+        raise ConfigError(
+            "eval: reading parquet files and Hugging Face datasets needs the `datasets` "
+            "package (pip install 'llm-bisect[gsm8k]')"
+        ) from None
+    return datasets
+
+
+def _hub(name: str, config: str | None, split: str, key: str) -> list[Problem]:
+    datasets = _datasets()
+    try:
+        table = datasets.load_dataset(name, config or HUB_CONFIGS.get(name), split=split)
+    except Exception as exc:  # datasets raises many kinds: name the dataset, not the kind
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{key}: cannot load '{name}' split '{split}' ({first[:200]})") from None
+    try:
+        return _rows(list(table), f"'{name}' {split}")
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+
+
+def _parquet(path: Path) -> list[Problem]:
+    datasets = _datasets()
+    table = datasets.load_dataset("parquet", data_files=str(path), split="train")
+    return _rows(list(table), path.name)
+
+
+def load(
+    *,
+    path: Path | None = None,
+    dataset: str | None = None,
+    dataset_config: str | None = None,
+    split: str = "test",
+    shots: int = 0,
+    limit: int | None = None,
+    key: str = "eval",
+) -> Problems:
+    """The problems an eval config names, and `shots` worked examples."""
+    if dataset is not None:
+        asked = _hub(dataset, dataset_config, split, f"{key}.dataset")
+        examples = _hub(dataset, dataset_config, "train", f"{key}.dataset")[:shots] if shots else []
+    else:
+        if path is not None and path.suffix == ".parquet":
+            every = _parquet(path)
+        else:
+            every = load_problems(path)
+        if shots >= len(every):
+            raise ConfigError(f"{key}.shots: {shots} examples leave none of {len(every)} to ask")
+        examples, asked = every[:shots], every[shots:]
+    if not asked:
+        raise ConfigError(f"{key}: holds no problems")
+    return Problems(asked[:limit] if limit else asked, examples)

@@ -1,0 +1,92 @@
+"""The eval's problems from local files and dataset folders, in vLLM's own prompt format."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import datasets  # type: ignore[import-untyped]
+import pytest
+from typer.testing import CliRunner
+
+from helpers import History
+from llm_bisect import app
+from llm_bisect.checks.dataset import load
+from llm_bisect.checks.gsm8k import Problem, last_integer, load_problems, vllm_prompt
+from llm_bisect.cli import TerminalProgress, cli
+
+ROWS = [
+    {"question": p.question, "answer": f"Work it out.\n#### {p.answer}"} for p in load_problems()
+]
+
+
+def test_vllm_format_is_few_shot_question_answer_and_the_last_integer() -> None:
+    shots = [Problem("1+1?", "2", "1+1=2\n#### 2"), Problem("2+3?", "5", "2+3=5\n#### 5")]
+    assert vllm_prompt("7*6?", shots) == (
+        "Question: 1+1?\nAnswer: 1+1=2\n#### 2\n\n"
+        "Question: 2+3?\nAnswer: 2+3=5\n#### 5\n\n"
+        "Question: 7*6?\nAnswer:"
+    )
+    assert last_integer("so 1,234 apples, then 42.") == "42"
+    assert last_integer("The answer is 1,234") == "1234" and last_integer("none") is None
+
+
+def test_a_parquet_file_and_a_dataset_folder_give_the_same_problems(tmp_path: Path) -> None:
+    datasets.Dataset.from_list(ROWS[:20]).to_parquet(str(tmp_path / "gsm8k.parquet"))
+    from_file = load(path=tmp_path / "gsm8k.parquet", shots=3, limit=10)
+    assert len(from_file.shots) == 3 and len(from_file.asked) == 10
+    assert from_file.asked[0].question == ROWS[3]["question"]
+    folder = tmp_path / "gsm8k-local"
+    folder.mkdir()
+    for split, rows in (("train", ROWS[:5]), ("test", ROWS[5:25])):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from_folder = load(dataset=str(folder), shots=2)
+    assert [p.question for p in from_folder.shots] == [r["question"] for r in ROWS[:2]]
+    assert len(from_folder.asked) == 20 and from_folder.asked[0].question == ROWS[5]["question"]
+
+
+def test_an_eval_in_vllm_format_records_and_judges(tmp_path: Path, history: Any) -> None:
+    h: History = history({0: "none", 1: "numerics"}, n=1)
+    datasets.Dataset.from_list(ROWS[:40]).to_parquet(str(h.root / "gsm8k.parquet"))
+    config = h.config(
+        checks=[{"type": "eval", "path": "gsm8k.parquet", "format": "vllm", "shots": 5}]
+    )
+    s = app.setup(config, {})
+    golden = app.record_golden(s, h.shas[0], tmp_path / "golden.json", tmp_path / "g")
+    assert golden.checks.eval is not None and golden.checks.eval.n == 35
+    assert 0.8 < golden.checks.eval.accuracy < 1
+    verdicts = {}
+    for i, name in enumerate(("good", "numerics")):
+        s = app.setup(config, {})
+        _, outcome = app.check_one(
+            s, h.shas[i], tmp_path / name, TerminalProgress(), tmp_path / "golden.json"
+        )
+        verdicts[name] = outcome.verdict.value
+    assert verdicts == {"good": "good", "numerics": "bad"}
+
+
+@pytest.mark.parametrize(
+    ("check", "message"),
+    [
+        (
+            {"dataset": "no-such-org/no-such-set"},
+            "checks.0.dataset: cannot load 'no-such-org/no-such-set'",
+        ),
+        ({"path": "x.jsonl", "dataset": "openai/gsm8k"}, "give path or dataset, not both"),
+        (
+            {"format": "vllm", "shots": 32, "limit": 5, "path": "small.jsonl"},
+            "checks.0.shots: 32 examples leave none",
+        ),
+    ],
+)
+def test_an_eval_source_that_cannot_be_read_is_one_line(
+    tmp_path: Path, history: Any, check: dict[str, Any], message: str
+) -> None:
+    h: History = history({}, n=1)
+    (h.root / "small.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS[:10]))
+    config = h.config(checks=[{"type": "eval", **check}])
+    result = CliRunner().invoke(cli, ["candidates", str(config)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.output
