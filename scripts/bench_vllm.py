@@ -98,7 +98,7 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="llm-bisect-bench-vllm-"))
     work.mkdir(parents=True, exist_ok=True)
     config, shas = make_bed(args.vllm_python, work)
-    s = app.setup(config, {})
+    s = app.setup(config, dict(os.environ))
     golden_file = work / "golden.json"
     t0 = time.monotonic()
     golden = app.record_golden(s, shas["base"], golden_file, work / "golden-probe")
@@ -132,7 +132,7 @@ def main() -> None:
     print("| build | " + " | ".join(c.name for c in s.checks) + " | verdict |")
     print("|---|" + "---|" * (len(s.checks) + 1))
     for build in BUGS:
-        s = app.setup(config, {})
+        s = app.setup(config, dict(os.environ))
         _, outcome = app.check_one(
             s, shas[build], work / f"det-{build}", TerminalProgress(), golden_file
         )

@@ -139,6 +139,9 @@ class CanaryCheck:
         if passed:
             first = cases[0]
             evidence = f"{first['prompt']!r} → {excerpt(first['content'])}"
+            cut = sum(c["finish_reason"] == "length" and not c["content"] for c in cases)
+            if cut:
+                evidence += f" ({cut} of {len(cases)} cut by their budget with no content)"
         else:
             evidence = failures[0] + ("" if section else f" ({NO_GOLDEN_HINT})")
         return CheckResult(
