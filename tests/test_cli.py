@@ -161,6 +161,10 @@ def test_no_regression_and_a_good_end_that_fails_a_rule_itself(
     assert "expect: the good build's answer to 'What is 2+2?" in warning, warning
     assert "warning: expect: the good build" in output
     assert "## Warnings" in (tmp_path / "b" / "out" / "report.md").read_text()
+    (tmp_path / "b" / "out" / "result.json").unlink()
+    code, output = invoke("report", str(tmp_path / "b" / "out"))
+    assert code == 4, output
+    assert result_of(tmp_path / "b" / "out")["warnings"] == [warning]
 
 
 def test_find_fix_names_the_first_good_commit(tmp_path: Path, history: Any) -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from llm_bisect.client import OpenAIClient
-from llm_bisect.errors import EndpointError, ReplyTooLarge
+from llm_bisect.errors import EndpointError, ReplyTooLarge, RequestRejected
 from llm_bisect.sim.server import Engine, serve
 
 COMMIT = "cd" * 20
@@ -122,3 +122,20 @@ def test_replies_are_read_up_to_a_cap_whatever_they_declare() -> None:
         pytest.raises(ReplyTooLarge, match="reply of more is over the cap"),
     ):
         c.chat("hi", max_tokens=8)
+
+
+def test_a_refused_request_is_request_rejected_and_detokenize_is_optional() -> None:
+    with sim() as url, OpenAIClient(url) as client:
+        reply = client.chat("hello how are you", max_tokens=64)
+        assert reply.completion_tokens == len(
+            client.chat("hello how are you", max_tokens=64, return_token_ids=True).token_ids
+        )
+        with pytest.raises(RequestRejected, match="HTTP 400"):
+            client._request("POST", "/v1/completions", json={"prompt": "words, not ids"})
+        assert client.detokenize([1]) == "</s>"
+
+    def no_route(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    with OpenAIClient("http://x", model="m", transport=httpx.MockTransport(no_route)) as client:
+        assert client.detokenize([1, 2]) is None

@@ -19,6 +19,7 @@ import typer
 import typer.core
 
 from . import __version__, app
+from .checks.golden import load as golden_load
 from .checks.golden import warnings as golden_warnings
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
@@ -417,6 +418,16 @@ def candidates_cmd(
     raise typer.Exit(guarded(body))
 
 
+def _golden_warnings(path: Path) -> list[str]:
+    """What the golden a run recorded into DIR says of the good build; none if unreadable."""
+    if not path.is_file():
+        return []
+    try:
+        return golden_warnings(golden_load(path))
+    except ConfigError:
+        return []
+
+
 @cli.command("report")
 def report_cmd(
     out: Annotated[Path, typer.Argument(help="A run's output folder.", show_default=False)],
@@ -432,7 +443,7 @@ def report_cmd(
                 term.say(f"    journal: left out its {reading.dropped}")
             if reading.state is None:
                 raise ConfigError(f"DIR: the journal in '{out}' holds no run")
-            step, result = result_of(reading.state)
+            step, result = result_of(reading.state, _golden_warnings(out / "golden.json"))
             if result is None or not isinstance(step, Answer):
                 raise JournalError(
                     f"{out}: the run has not finished; resume it with `llm-bisect run`"

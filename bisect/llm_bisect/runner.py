@@ -283,12 +283,14 @@ def write_probe(out_dir: Path, outcome: ProbeOutcome, scrub: Scrub | None = None
     write_atomic(out_dir / "probe.json", json.dumps(clean, indent=2) + "\n")
 
 
-def result_of(state: JournalState) -> tuple[Answer | Candidate, dict[str, Any] | None]:
+def result_of(
+    state: JournalState, warnings: Sequence[str] = ()
+) -> tuple[Answer | Candidate, dict[str, Any] | None]:
     """The search's next step for a journal state, and result.json once it has an answer."""
     verdicts = {p.commit: p.verdict for p in state.probes}
     step = plan_step(state.plan, verdicts)
     if isinstance(step, Answer):
-        return step, build_result(state.plan, step, state.probes, state.regress)
+        return step, build_result(state.plan, step, state.probes, state.regress, warnings)
     return step, None
 
 
