@@ -63,6 +63,8 @@ def test_a_thinking_model_gets_budgets_that_fit_and_its_faults_are_found(
         assert unclosed["finish_reason"] == "length"
         if fault == "none":
             assert unclosed["problems"] == []  # cut on every build: never evidence
+            evaluated = next(c for c in outcome.checks if c.name == "eval")
+            assert set(evaluated.details["finish_reasons"]) == {"stop"}
         if fault == "null-content":
             assert "content is null" in canary_result.evidence
 

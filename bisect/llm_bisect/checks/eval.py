@@ -215,6 +215,7 @@ class EvalCheck:
                 "thresholds": {**self.thresholds(golden), "accuracy_drop": tol_doc},
                 "answers": got["answers"],
                 "budgets": [a.max_tokens for a in asked],
+                "finish_reasons": [a.reply.finish_reason for a in asked],
                 "power": {
                     "n": got["n"],
                     "golden_accuracy": gold.accuracy,

@@ -199,6 +199,7 @@ class LogprobsCheck:
                     "teacher_mean_abs_delta": teacher_mean,
                     "golden": g.content if g.content is not None else g.reasoning,
                     "content": reply.content if reply.content is not None else reply.reasoning,
+                    "finish_reason": reply.finish_reason,
                 }
             )
             if not d.close:
