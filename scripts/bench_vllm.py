@@ -18,6 +18,7 @@ Usage: python scripts/bench_vllm.py [--vllm-python P] [--starts 2] [--runs 4] [-
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import subprocess
@@ -35,6 +36,18 @@ from llm_bisect.checks.eval import EvalCheck
 from llm_bisect.cli import TerminalProgress
 
 BED = Path(__file__).resolve().parent.parent / "tests" / "vllm"
+
+
+def bed_config(*args: Any) -> dict[str, Any]:
+    """tests/vllm/bed.py's config() (an llm-bisect config over the bed)."""
+    spec = importlib.util.spec_from_file_location("bed", BED / "bed.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    made: dict[str, Any] = module.config(*args)
+    return made
+
+
 BENIGN = ("base", "doc", "refactor", "doc2")
 BUGS = ("parser-alone", "rope-alone", "mlp-alone", "attn-alone")
 
@@ -45,26 +58,14 @@ def make_bed(python: str, work: Path) -> tuple[Path, dict[str, str]]:
         subprocess.run([python, str(BED / "make_model.py"), str(models)], check=True)
     shas_file = work / "shas.json"
     if not shas_file.exists():
-        serve = {"model": "thinker", "args": ["--reasoning-parser", "deepseek_r1"]}
         made = subprocess.run(
-            [python, str(BED / "bed.py"), str(repo), json.dumps(serve)],
-            check=True,
-            capture_output=True,
-            text=True,
+            [python, str(BED / "bed.py"), str(repo)], check=True, capture_output=True, text=True
         )
         shas_file.write_text(made.stdout)
     shas: dict[str, str] = json.loads(shas_file.read_text())
     config = work / "vllm.yaml"
-    command = [python, str(BED / "serve.py"), "--repo", str(repo), "--commit", "{commit}"]
-    command += ["--port", "{port}", "--models", str(models), "--builds", str(work / "builds")]
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "candidates": {"repo": str(repo), "good": shas["base"], "bad": shas["rope"]},
-                "server": {"command": command, "ready_timeout": 300, "request_timeout": 180},
-            }
-        )
-    )
+    venv = Path(python).parent.parent
+    config.write_text(yaml.safe_dump(bed_config(repo, shas, models, venv, work / "builds")))
     return config, shas
 
 

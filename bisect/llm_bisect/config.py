@@ -26,9 +26,11 @@ from pydantic import (
 
 from .errors import ConfigError
 
-PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port"})
+PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build"})
+BUILD_PLACEHOLDERS = frozenset({"python", "build"})
+"""Placeholders a build fills (the build's interpreter and folder); they need `build:`."""
 IMAGE_PLACEHOLDERS = frozenset({"commit", "short"})
-DOCKER_ARG_PLACEHOLDERS = PROCESS_PLACEHOLDERS | {"image"}
+DOCKER_ARG_PLACEHOLDERS = frozenset({"commit", "short", "port", "image"})
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -333,6 +335,100 @@ def _default_checks() -> list[CanaryConfig | ExpectConfig | LogprobsConfig | Eva
     ]
 
 
+COMPILED = (
+    "csrc/*",
+    "*.cu",
+    "*.cuh",
+    "*.cpp",
+    "*.cc",
+    "*.c",
+    "*.h",
+    "*.hpp",
+    "CMakeLists.txt",
+    "*.cmake",
+    "setup.py",
+    "pyproject.toml",
+    "requirements/*",
+)
+"""Paths whose change needs a compiled build: an overlay does not apply across them."""
+
+
+class ImageStrategy(_Strict):
+    """Today's behaviour: the launcher's image template (Docker launcher only)."""
+
+    type: Literal["image"]
+
+
+class OverlayStrategy(_Strict):
+    """The commit's Python written over a precompiled install of `package` in `venv`."""
+
+    type: Literal["overlay"]
+    venv: str
+    """A venv whose site-packages holds the precompiled package (relative to the config)."""
+    package: str = "vllm"
+    """The installed package; the repository's folder of the same name maps onto it."""
+    base_commit: str
+    """The commit the installed package was built from (a ref)."""
+    compiled: list[str] = Field(default_factory=lambda: list(COMPILED))
+    """Glob patterns of paths an overlay cannot carry: a change there means no overlay."""
+
+
+class WheelStrategy(_Strict):
+    """The commit's wheel from a per-commit PEP 503 index, installed by uv into a fresh venv."""
+
+    type: Literal["wheel"]
+    index: str
+    """URL template of the commit's index: `{commit}`, `{short}`."""
+    package: str = "vllm"
+    base_venv: str | None = None
+    """A venv whose packages the build reuses (a .pth file); only the package is installed."""
+    python: str | None = None
+    """The build venv's interpreter; default: base_venv's, else the one llm-bisect runs on."""
+    system_site_packages: bool = False
+    """Give the build venv the interpreter's own site-packages too."""
+
+    @field_validator("index")
+    @classmethod
+    def _index_placeholders(cls, index: str) -> str:
+        _check_placeholders([index], "index", IMAGE_PLACEHOLDERS)
+        return index
+
+
+class CommandStrategy(_Strict):
+    """Your own build: `run` once per commit; `{out}` is the build's folder."""
+
+    type: Literal["command"]
+    run: list[str] = Field(min_length=1)
+    """argv template: `{commit}`, `{short}`, `{out}`; never run through a shell."""
+    timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+
+    @field_validator("run")
+    @classmethod
+    def _placeholders(cls, run: list[str]) -> list[str]:
+        _check_placeholders(run, "run", frozenset({"commit", "short", "out"}))
+        return run
+
+
+Strategy = Annotated[
+    ImageStrategy | WheelStrategy | OverlayStrategy | CommandStrategy,
+    Field(discriminator="type"),
+]
+BUILD_TYPES = "image, wheel, overlay, command"
+
+
+class BuildCacheConfig(_Strict):
+    dir: str = "~/.cache/llm-bisect/builds"
+    disk_budget_gb: float = Field(default=200.0, gt=0, allow_inf_nan=False)
+    """Least recently used builds are removed past this; never the one in use."""
+
+
+class BuildConfig(_Strict):
+    """How a candidate becomes runnable: strategies tried in order, the first that applies."""
+
+    strategies: list[Strategy] = Field(min_length=1)
+    cache: BuildCacheConfig = Field(default_factory=BuildCacheConfig)
+
+
 class Config(_Strict):
     """A whole llm-bisect config."""
 
@@ -345,6 +441,27 @@ class Config(_Strict):
     checks (crash), or both (any). A build that never starts is skip under every policy."""
     golden: str | None = None
     """A golden file (relative to the config); default for `run`: recorded from the good end."""
+    build: BuildConfig | None = None
+    """How candidates become runnable (overlay, command); default: as the launcher starts them."""
+
+    @model_validator(mode="after")
+    def _build_fits_the_launcher(self) -> Config:
+        kinds = [s.type for s in self.build.strategies] if self.build else []
+        if isinstance(self.server, DockerServerConfig):
+            for i, kind in enumerate(kinds):
+                if kind != "image":
+                    raise ValueError(
+                        f"build.strategies.{i}: {kind} builds run with launcher: process "
+                        "(images derived from builds are not made yet)"
+                    )
+            return self
+        for i, kind in enumerate(kinds):
+            if kind == "image":
+                raise ValueError(f"build.strategies.{i}: image builds need launcher: docker")
+        used = {f for arg in self.server.command for f in template_fields(arg, "server.command")}
+        if used & BUILD_PLACEHOLDERS and not kinds:
+            raise ValueError("server.command: {python} and {build} need build.strategies")
+        return self
 
 
 def template_fields(template: str, key: str) -> list[str]:
@@ -424,8 +541,12 @@ def _one_line(exc: ValidationError) -> str:
         tag = ctx.get("tag", err.get("input"))
         if ctx.get("discriminator") == "'launcher'":
             return f"{loc}.launcher: unknown launcher {tag!r} (known: process, docker)"
+        if loc.startswith("build."):
+            return f"{loc}: unknown build type {tag!r} (known: {BUILD_TYPES})"
         return f"{loc}: unknown check type {tag!r} (known: {CHECK_TYPES})"
     if kind == "union_tag_not_found":
+        if loc.startswith("build."):
+            return f"{loc}: a build strategy needs a 'type' ({BUILD_TYPES})"
         return f"{loc}: a check needs a 'type' ({CHECK_TYPES})"
     msg = str(err["msg"]).removeprefix("Value error, ")
     value = err.get("input")

@@ -4,7 +4,7 @@
 
 writes a git repository REPO whose root commit is the installed package's .py files
 (`vllm/...`) and prints {name: commit} as JSON. Each build is a commit's Python over the
-installed package (serve.py). The main line, oldest first:
+installed package (llm-bisect's overlay build). The main line, oldest first:
 
     base ─ doc ─ refactor ─ doc2 ─ parser ─ rope                bisect: `parser` is first bad
 
@@ -17,6 +17,7 @@ and each bug alone on a branch off `refactor`, for the detection table:
             every answer stays in the reasoning channel, content null
     benign  a refactor of LlamaMLP.forward that changes nothing (`refactor`)
     doc     docstrings only (`doc`)
+    csrc    a change to a compiled source: no overlay can build it
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ SUBJECTS = {
     "rope": "[Perf] Compute rotary inverse frequencies once",
     "mlp": "[Perf] Fuse the gate and up projections' epilogue",
     "attn": "[Kernel] Fold the attention scale into the query",
+    "csrc": "[Kernel] Tune the CPU attention tile size",
 }
 
 
@@ -138,8 +140,8 @@ def installed_package() -> Path:
     return Path(spec.origin).parent
 
 
-def make_bed(repo: Path, serve: dict[str, object]) -> dict[str, str]:
-    """The repository and {build name: commit}; `serve` goes into serve.json (model, args)."""
+def make_bed(repo: Path) -> dict[str, str]:
+    """The repository and {build name: commit}."""
     package = installed_package()
     repo.mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
@@ -149,7 +151,6 @@ def make_bed(repo: Path, serve: dict[str, object]) -> dict[str, str]:
         target = repo / "vllm" / source.relative_to(package)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
-    (repo / "serve.json").write_text(json.dumps(serve) + "\n")
     shas: dict[str, str] = {}
     date = 1_786_000_000
     shas["base"] = _commit(repo, "base", date)
@@ -162,6 +163,11 @@ def make_bed(repo: Path, serve: dict[str, object]) -> dict[str, str]:
         _edit(repo, bug)
         shas[f"{bug}-alone"] = _commit(repo, bug, date + 60)
         _git(repo, "checkout", "-q", "main")
+    _git(repo, "checkout", "-q", "-b", "csrc", shas["refactor"])
+    (repo / "csrc" / "cpu").mkdir(parents=True)
+    (repo / "csrc" / "cpu" / "attention_tile.cpp").write_text("constexpr int TILE = 64;\n")
+    shas["csrc-alone"] = _commit(repo, "csrc", date + 120)
+    _git(repo, "checkout", "-q", "main")
     for name in ("doc2", "parser", "rope"):
         date += 3600
         _edit(repo, name)
@@ -169,6 +175,35 @@ def make_bed(repo: Path, serve: dict[str, object]) -> dict[str, str]:
     return shas
 
 
+def config(
+    repo: Path, shas: dict[str, str], models: Path, venv: Path, builds: Path
+) -> dict[str, object]:
+    """An llm-bisect config over the bed: overlay builds over `venv`, default checks."""
+    return {
+        "candidates": {"repo": str(repo), "good": shas["base"], "bad": shas["rope"]},
+        "build": {
+            "strategies": [
+                {"type": "overlay", "venv": str(venv), "package": "vllm",
+                 "base_commit": shas["base"]},
+            ],
+            "cache": {"dir": str(builds)},
+        },
+        "server": {
+            "command": [
+                "{python}", "-m", "vllm.entrypoints.openai.api_server",
+                "--model", str(models / "thinker"), "--served-model-name", "tiny",
+                "--host", "127.0.0.1", "--port", "{port}", "--enforce-eager",
+                "--max-model-len", "512", "--dtype", "bfloat16", "--seed", "0",
+                "--reasoning-parser", "deepseek_r1",
+            ],
+            "env": {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+                    "TOKENIZERS_PARALLELISM": "false"},
+            "ready_timeout": 300,
+            "request_timeout": 180,
+        },
+        # no `checks`: the defaults, as a new user runs it
+    }  # fmt: skip
+
+
 if __name__ == "__main__":
-    serve = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
-    print(json.dumps(make_bed(Path(sys.argv[1]), serve)))
+    print(json.dumps(make_bed(Path(sys.argv[1]))))

@@ -27,6 +27,8 @@ class Artifact:
     """Bytes a pull downloads at most (registry) or the image's size (engine)."""
     reason: str = ""
     """Why it is not available, for the probe's `skip` reason."""
+    route: str = ""
+    """How it will be built (a build strategy), or why it cannot be; empty without `build:`."""
 
 
 class Server(Protocol):

@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager, nullcontext, suppress
 from pathlib import Path
 from typing import IO, Any
 
+from ..builds import Builder
 from ..config import fill
 from ..errors import LaunchError, ServerExited
 from ..model import Candidate
@@ -42,7 +43,9 @@ class ProcessServer(LoggedServer):
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         port: int,
+        facts: Mapping[str, Any] | None = None,
     ) -> None:
+        self.facts = dict(facts or {})
         self.argv = argv
         self.env = dict(env)
         self.cwd = cwd
@@ -119,7 +122,7 @@ class ProcessServer(LoggedServer):
         wait_ready(self, self.ready_timeout, clock=self.clock, sleep=self.sleep)
 
     def fingerprint(self) -> dict[str, Any]:
-        return {}
+        return dict(self.facts)
 
 
 class ProcessLauncher:
@@ -134,9 +137,11 @@ class ProcessLauncher:
         cwd: Path,
         ready_timeout: float,
         base_env: Mapping[str, str] | None = None,
+        builder: Builder | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self.builder = builder
         self.command = command
         self.env = {**(os.environ if base_env is None else base_env), **env}
         self.secret_names = secret_names
@@ -146,7 +151,17 @@ class ProcessLauncher:
         self.sleep = sleep
 
     def artifact(self, candidate: Candidate) -> Artifact:
-        return Artifact(ref=" ".join(self.command), available=True, local=True)
+        if self.builder is None:
+            return Artifact(ref=" ".join(self.command), available=True, local=True)
+        route = self.builder.route(candidate)
+        ok = route.strategy is not None
+        return Artifact(
+            ref=" ".join(self.command),
+            available=ok,
+            local=True,
+            reason="" if ok else str(route),
+            route=str(route),
+        )
 
     def prefetch(self, candidates: list[Candidate]) -> None:
         pass
@@ -161,11 +176,24 @@ class ProcessLauncher:
         pass
 
     def launch(self, candidate: Candidate, probe_dir: Path) -> ProcessServer:
+        """A server for the candidate (built first, when there is a builder: a build that
+        fails is a LaunchError, so the probe is skip)."""
         port = free_port()
         values = {"commit": candidate.commit, "short": candidate.short, "port": str(port)}
+        env, facts = self.env, {}
+        if self.builder is not None:
+            build = self.builder.build(candidate, probe_dir)
+            values |= {"python": build.python, "build": str(build.folder)}
+            env = {**env, **build.env}
+            if "PYTHONPATH" in build.env and self.env.get("PYTHONPATH"):
+                env["PYTHONPATH"] = os.pathsep.join(
+                    [build.env["PYTHONPATH"], self.env["PYTHONPATH"]]
+                )
+            facts = {"build": dict(build.facts)}
         return ProcessServer(
             [fill(arg, values) for arg in self.command],
-            env=self.env,
+            facts=facts,
+            env=env,
             cwd=self.cwd,
             log_path=probe_dir / "server.log",
             ready_timeout=self.ready_timeout,

@@ -67,3 +67,17 @@ class GitSource:
 
     def between(self, old: str, new: str) -> list[Candidate]:
         return self._log("--topo-order", "--reverse", f"{old}..{new}")
+
+    def changed_files(self, old: str, new: str) -> list[str]:
+        """Paths that differ between two commits (added, changed, removed, renamed)."""
+        out: str = self._repo.git.diff("--name-only", "--no-renames", "-z", old, new)
+        return [p for p in out.split("\0") if p]
+
+    def read(self, commit: str, path: str) -> bytes | None:
+        """A file's bytes at a commit; None when the commit has no such file."""
+        try:
+            blob = self._repo.commit(commit).tree / path
+        except KeyError:
+            return None
+        data: bytes = blob.data_stream.read()
+        return data

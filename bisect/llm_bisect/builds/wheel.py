@@ -1,0 +1,179 @@
+"""Wheel builds: the commit's own wheel from a per-commit package index, installed by uv.
+
+    index: https://wheels.vllm.ai/{commit}/cpu/      a PEP 503 index per commit
+    GET {index}{package}/  ─ 404 ─► does not apply ("no wheel")
+             │ a .whl link
+             ▼
+    uv venv OUT [--system-site-packages]  (+ a .pth onto base_venv's packages)
+    uv pip install --python OUT/bin/python --extra-index-url {index} [--no-deps] {package}
+
+With `base_venv` the build reuses that venv's packages (torch and the rest) through a
+.pth file and installs only the package itself: seconds and a little disk per commit,
+not a 3 GB copy. uv keeps downloaded wheels in its own cache, so a build made again
+downloads nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+
+from ..config import fill
+from ..errors import ConfigError, LaunchError
+from ..model import Candidate
+from . import Build
+
+INDEX_TIMEOUT_S = 30.0
+
+
+def normalize(name: str) -> str:
+    """PEP 503's normalized project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            href = dict(attrs).get("href")
+            if href:
+                self.hrefs.append(href)
+
+
+def wheel_links(html: str, package: str) -> list[str]:
+    """The .whl links of a PEP 503 project page that belong to `package`. Pure."""
+    parser = _Links()
+    parser.feed(html)
+    prefix = normalize(package).replace("-", "_")
+    found = []
+    for href in parser.hrefs:
+        name = urlsplit(href).path.rsplit("/", 1)[-1]
+        if name.endswith(".whl") and normalize(name.split("-", 1)[0]).replace("-", "_") == prefix:
+            found.append(href)
+    return found
+
+
+def find_uv() -> str:
+    """The uv executable: on PATH, else the one the `uv` package ships."""
+    found = shutil.which("uv")
+    if found:
+        return found
+    try:
+        import uv  # type: ignore[import-not-found,import-untyped,unused-ignore]
+    except ImportError:
+        raise ConfigError("build: wheel builds need uv (pip install uv)") from None
+    path: str = uv.find_uv_bin()
+    return path
+
+
+class WheelStrategy:
+    """Install the commit's wheel into a fresh venv with uv."""
+
+    name = "wheel"
+
+    def __init__(
+        self,
+        *,
+        index: str,
+        package: str,
+        python: str,
+        uv: str,
+        base_venv: Path | None = None,
+        system_site_packages: bool = False,
+        env: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.index = index
+        self.package = package
+        self.python = python
+        self.uv = uv
+        self.base_venv = base_venv
+        self.system_site_packages = system_site_packages
+        self.env = dict(env or os.environ)
+        self._http = httpx.Client(timeout=INDEX_TIMEOUT_S, transport=transport)
+
+    def _index(self, candidate: Candidate) -> str:
+        url = fill(self.index, {"commit": candidate.commit, "short": candidate.short})
+        return url if url.endswith("/") else url + "/"
+
+    def _wheel(self, candidate: Candidate) -> tuple[str | None, str]:
+        """(the wheel's URL, what was found) from the commit's index page for the package."""
+        page = urljoin(self._index(candidate), normalize(self.package) + "/")
+        try:
+            reply = self._http.get(page, follow_redirects=True)
+        except httpx.HTTPError as exc:
+            return None, f"{page} cannot be read ({type(exc).__name__})"
+        if reply.status_code != 200:
+            return None, f"{page} answers {reply.status_code}"
+        links = wheel_links(reply.text, self.package)
+        if not links:
+            return None, f"{page} lists no {self.package} wheel"
+        return urljoin(page, links[-1]), ""
+
+    def applies(self, candidate: Candidate) -> tuple[bool, str]:
+        url, why = self._wheel(candidate)
+        if url is None:
+            return False, f"no wheel: {why}"
+        return True, urlsplit(url).path.rsplit("/", 1)[-1]
+
+    def _run(self, argv: list[str], log: Path, what: str) -> None:
+        with log.open("ab") as f:
+            f.write(("$ " + " ".join(argv) + "\n").encode())
+            f.flush()
+            done = subprocess.run(
+                argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env
+            )
+        if done.returncode != 0:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            raise LaunchError(f"wheel: {what} failed (exit {done.returncode}; build.log)", tail)
+
+    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+        url, why = self._wheel(candidate)
+        if url is None:
+            raise LaunchError(f"wheel: {why}")
+        venv = [self.uv, "venv", str(out), "--python", self.python, "--no-python-downloads"]
+        if self.system_site_packages:
+            venv.append("--system-site-packages")
+        self._run(venv, log, "uv venv")
+        python = out / "bin" / "python"
+        if self.base_venv is not None:
+            _link_base(python, self.base_venv)
+        install = [self.uv, "pip", "install", "--python", str(python)]
+        install += ["--extra-index-url", self._index(candidate), self.package]
+        if self.base_venv is not None:
+            install.append("--no-deps")  # the base venv has them
+        self._run(install, log, "uv pip install")
+        name = urlsplit(url).path.rsplit("/", 1)[-1]
+        digest = urlsplit(url).fragment.removeprefix("sha256=") if "sha256=" in url else ""
+        return {"wheel": name, "sha256": digest, "index": self._index(candidate)}
+
+    def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
+        return Build("wheel", folder, str(folder / "bin" / "python"), {}, dict(facts))
+
+
+def _site_packages(python: Path) -> Path:
+    done = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(done.stdout.strip())
+
+
+def _link_base(python: Path, base_venv: Path) -> None:
+    """The new venv sees the base venv's packages after its own (a .pth file)."""
+    base = _site_packages(base_venv / "bin" / "python")
+    (_site_packages(python) / "_llm_bisect_base.pth").write_text(str(base) + "\n")

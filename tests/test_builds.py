@@ -1,0 +1,411 @@
+"""Builds: overlays over a real venv, command builds, routes shown before anything runs, the cache.
+
+A toy engine package `toyengine` is installed in a real venv (its "compiled part" a file
+the server refuses to start without); a git history changes its Python, adds a compiled
+source, breaks the build once and plants a fault. Each build serves the simulator with
+the fault its own `toyengine/settings.py` names.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import subprocess
+import sys
+import threading
+import venv
+import zipfile
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from helpers import write_config
+from llm_bisect.builds.cache import BuildCache, disk_bytes
+from llm_bisect.builds.overlay import compiled_changes
+from llm_bisect.cli import cli
+
+SERVE = """\
+import os, sys
+from pathlib import Path
+from toyengine import settings
+here = Path(settings.__file__).parent
+if not (here / "_native.bin").exists():
+    sys.exit("toyengine: compiled part missing")
+print("toyengine: serving from", here, "fault", settings.FAULT, flush=True)
+os.execv(sys.executable, [sys.executable, "-m", "llm_bisect.sim", "--fault", settings.FAULT,
+                          *sys.argv[1:]])
+"""
+BUILD = """\
+import shutil, subprocess, sys, venv
+from pathlib import Path
+repo, commit, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+listed = subprocess.run(["git", "-C", repo, "ls-tree", "-r", "--name-only", commit],
+                        capture_output=True, text=True, check=True).stdout.split()
+if "BROKEN_BUILD" in listed:
+    sys.exit("build: the build is broken at this commit")
+venv.create(out, system_site_packages=True)
+site = Path(subprocess.run([str(out / "bin" / "python"), "-c",
+    "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    capture_output=True, text=True, check=True).stdout.strip())
+archive = subprocess.run(["git", "-C", repo, "archive", commit, "toyengine"],
+                         capture_output=True, check=True).stdout
+subprocess.run(["tar", "-x", "-C", str(site)], input=archive, check=True)
+(site / "toyengine" / "_native.bin").write_bytes(b"compiled from source")
+print("build: made", out)
+"""
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@x", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip()
+
+
+def commit(repo: Path, message: str, files: dict[str, str | None]) -> str:
+    for path, text in files.items():
+        target = repo / path
+        if text is None:
+            target.unlink()
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("toy")
+    repo = root / "engine"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    base = {
+        "toyengine/__init__.py": "",
+        "toyengine/settings.py": 'FAULT = "none"\n',
+        "toyengine/serve.py": SERVE,
+    }
+    shas = {"base": commit(repo, "base", base)}
+    shas["doc"] = commit(repo, "[Doc] readme", {"README.md": "toy\n"})
+    shas["refactor"] = commit(
+        repo, "[Refactor] settings", {"toyengine/settings.py": '# the fault\nFAULT = "none"\n'}
+    )
+    shas["fault"] = commit(
+        repo, "[Perf] the fault", {"toyengine/settings.py": 'FAULT = "degenerate-content"\n'}
+    )
+    shas["kernel"] = commit(repo, "[Kernel] a CUDA kernel", {"csrc/kernel.cu": "// kernel\n"})
+    shas["broken"] = commit(repo, "[CI] breaks the build", {"BROKEN_BUILD": "x"})
+    shas["fixed"] = commit(repo, "[CI] fixes the build", {"BROKEN_BUILD": None})
+    # the precompiled install: a real venv holding the base commit's package + its native part
+    env_dir = root / "venv"
+    venv.create(env_dir, system_site_packages=True)
+    python = env_dir / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    for path, text in base.items():
+        (site / path).parent.mkdir(parents=True, exist_ok=True)
+        (site / path).write_text(text)
+    (site / "toyengine" / "_native.bin").write_bytes(b"\0" * 4096)
+    (root / "build.py").write_text(BUILD)
+    return {"root": root, "repo": repo, "shas": shas, "venv": env_dir, "site": site}
+
+
+def config(toy: dict[str, Any], tmp: Path, *, command: bool = True, **over: Any) -> Path:
+    strategies: list[dict[str, Any]] = [
+        {"type": "overlay", "venv": str(toy["venv"]), "package": "toyengine",
+         "base_commit": toy["shas"]["base"]},
+    ]  # fmt: skip
+    if command:
+        strategies.append(
+            {
+                "type": "command",
+                "run": [sys.executable, str(toy["root"] / "build.py"), str(toy["repo"]),
+                        "{commit}", "{out}"],
+                "timeout": 300,
+            }
+        )  # fmt: skip
+    data: dict[str, Any] = {
+        "candidates": {
+            "repo": str(toy["repo"]),
+            "good": toy["shas"]["base"],
+            "bad": toy["shas"]["fixed"],
+        },
+        "server": {
+            "command": ["{python}", "-m", "toyengine.serve", "--commit", "{commit}", "--port",
+                        "{port}"],
+            "ready_timeout": 30,
+        },
+        "checks": [{"type": "canary"}, {"type": "expect"}],
+        "build": {"strategies": strategies, "cache": {"dir": str(tmp / "cache")}},
+        **over,
+    }  # fmt: skip
+    return write_config(tmp / "config.yaml", data)
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def test_candidates_shows_each_commits_route_before_anything_runs(
+    toy: dict[str, Any], tmp_path: Path
+) -> None:
+    code, output = invoke("candidates", str(config(toy, tmp_path)))
+    assert code == 0, output
+    rows = {line.split()[1]: line for line in output.splitlines() if line[:4].strip().isdigit()}
+    shas = toy["shas"]
+    assert "[overlay: 0 Python files over" in rows[shas["doc"][:12]]
+    assert "[overlay: 1 Python files over" in rows[shas["fault"][:12]]
+    assert "[command: " in rows[shas["kernel"][:12]]
+    code, output = invoke("candidates", str(config(toy, tmp_path, command=False)))
+    assert code == 0, output
+    kernel = next(line for line in output.splitlines() if shas["kernel"][:12] in line)
+    assert "MISSING" in kernel
+    assert "no build: overlay: csrc/kernel.cu changed since" in kernel
+    assert "(compiled sources)" in kernel
+    assert not (tmp_path / "cache").exists(), "a dry run builds nothing"
+
+
+def test_a_bisection_over_overlay_and_command_builds_finds_the_culprit(
+    toy: dict[str, Any], tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    code, output = invoke("run", str(config(toy, tmp_path)), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == toy["shas"]["fault"], output
+    for probe in result["probes"]:
+        build = probe["fingerprint"]["build"]
+        assert build["route"] in ("overlay", "command")
+        if build["route"] == "overlay":
+            assert build["base_commit"] == toy["shas"]["base"]
+    # the overlay shares the installed package's files: only what changed is its own
+    made = next(p for p in (tmp_path / "cache").iterdir() if p.name.endswith("-overlay"))
+    assert (made / "toyengine" / "_native.bin").stat().st_nlink >= 2
+    assert disk_bytes(made) < 64 * 1024
+
+
+def test_no_route_and_a_failed_build_are_skip_without_a_launch(
+    toy: dict[str, Any], tmp_path: Path
+) -> None:
+    shas = toy["shas"]
+    code, output = invoke(
+        "check", str(config(toy, tmp_path, command=False)), "--candidate", shas["kernel"],
+        "--out", str(tmp_path / "k"),
+    )  # fmt: skip
+    assert code == 125, output
+    assert "csrc/kernel.cu changed since" in output
+    assert not (tmp_path / "k" / "probes" / shas["kernel"][:12] / "server.log").exists()
+    code, output = invoke(
+        "check", str(config(toy, tmp_path)), "--candidate", shas["broken"],
+        "--out", str(tmp_path / "b"),
+    )  # fmt: skip
+    assert code == 125, output
+    assert "build command exited with 1" in output
+    log = tmp_path / "b" / "probes" / shas["broken"][:12] / "build.log"
+    assert "the build is broken at this commit" in log.read_text()
+    assert not log.with_name("server.log").exists()
+
+
+def test_a_finished_build_is_reused(toy: dict[str, Any], tmp_path: Path) -> None:
+    cfg = config(toy, tmp_path)
+    for n in (1, 2):
+        code, output = invoke(
+            "check",
+            str(cfg),
+            "--candidate",
+            toy["shas"]["refactor"],
+            "--out",
+            str(tmp_path / f"{n}"),
+        )
+        assert code == 0, output
+        probe = json.loads((tmp_path / f"{n}" / "probe.json").read_text())
+        assert probe["fingerprint"]["build"]["cached"] is (n == 2)
+
+
+def test_the_cache_evicts_the_least_recently_used_past_its_budget(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path / "cache", budget_bytes=3 * 64 * 1024)
+    for key in ("a", "b", "c", "d"):
+        with cache.making(key) as (out, facts):
+            (out / "blob").write_bytes(b"x" * 60 * 1024)
+            facts["made"] = key
+        if key == "b":
+            assert cache.get("a") is not None  # used again: now newer than b
+    assert sorted(cache.finished()) == ["a", "c", "d"]
+    got = cache.get("d")
+    assert got is not None and got[1]["made"] == "d" and got[1]["disk_bytes"] >= 60 * 1024
+    # a build killed halfway left a folder without its BUILD.json: not a build, made anew
+    (tmp_path / "cache" / "e" / "half").mkdir(parents=True)
+    assert cache.get("e") is None
+    with cache.making("e") as (out, _):
+        (out / "whole").write_text("done")
+    got_e = cache.get("e")
+    assert got_e is not None and sorted(p.name for p in got_e[0].iterdir()) == [
+        "BUILD.json",
+        "whole",
+    ]
+    tiny = BuildCache(tmp_path / "tiny", budget_bytes=1)
+    with tiny.making("only") as (out, _):
+        (out / "blob").write_bytes(b"x" * 8192)
+    assert list(tiny.finished()) == ["only"], "never the build just made"
+
+
+def test_compiled_changes_block_an_overlay() -> None:
+    patterns = ["csrc/*", "*.cu", "CMakeLists.txt", "requirements/*"]
+    paths = ["vllm/a.py", "csrc/attention/x.cu", "docs/x.md", "CMakeLists.txt", "kernels/y.cu"]
+    assert compiled_changes(paths, patterns) == [
+        "csrc/attention/x.cu",
+        "CMakeLists.txt",
+        "kernels/y.cu",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("over", "message"),
+    [
+        ({"server": {"command": ["{python}", "-m", "x", "{port}"]}, "build": None},
+         "{python} and {build} need build.strategies"),
+        ({"build": {"strategies": [{"type": "image"}]}}, "image builds need launcher: docker"),
+        ({"build": {"strategies": [{"type": "overlay", "venv": "nowhere", "base_commit": "HEAD"}]}},
+         "build.strategies.0.venv: no venv at 'nowhere'"),
+        ({"build": {"strategies": [{"type": "command", "run": ["x", "{bogus}"]}]}},
+         "unknown placeholder '{bogus}'"),
+    ],
+)  # fmt: skip
+def test_a_wrong_build_config_is_one_line(
+    toy: dict[str, Any], tmp_path: Path, over: dict[str, Any], message: str
+) -> None:
+    cfg = config(toy, tmp_path)
+    data = json.loads(json.dumps(__import__("yaml").safe_load(cfg.read_text())))
+    for key, value in over.items():
+        if value is None:
+            data.pop(key)
+        elif key == "server":
+            data["server"] = {**data["server"], **value}
+        else:
+            data[key] = value
+    code, output = invoke("candidates", str(write_config(tmp_path / "bad.yaml", data)))
+    assert code == 2, output
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], output
+
+
+def make_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
+    """A real wheel (zip, METADATA, WHEEL, RECORD with hashes) of these files."""
+    dist = f"{name}-{version}.dist-info"
+    meta = {
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    record = []
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, data in {**files, **meta}.items():
+            z.writestr(path, data)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+            record.append(f"{path},sha256={digest.decode()},{len(data)}")
+        z.writestr(f"{dist}/RECORD", "\n".join([*record, f"{dist}/RECORD,,"]) + "\n")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def index(toy: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """A PEP 503 index per commit on 127.0.0.1: one real wheel per commit, some commits none."""
+    repo, shas = toy["repo"], toy["shas"]
+    files = toy["root"] / "wheels"
+    files.mkdir()
+    without = {shas["doc"], shas["broken"]}
+    pages: dict[str, bytes] = {}
+    blobs: dict[str, bytes] = {}
+    for sha in set(shas.values()) - without:
+        listed = git(repo, "ls-tree", "-r", "--name-only", sha, "toyengine").split()
+        content = {p: git(repo, "show", f"{sha}:{p}").encode() + b"\n" for p in listed}
+        content["toyengine/_native.bin"] = b"compiled in CI"
+        wheel = make_wheel(files, "toyengine", f"0.1.0+g{sha[:12]}", content)
+        blobs[wheel.name] = wheel.read_bytes()
+        digest = hashlib.sha256(blobs[wheel.name]).hexdigest()
+        pages[f"/{sha}/toyengine/"] = (
+            f'<html><body><a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a>'
+            "</body></html>"
+        ).encode()
+    served: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            served.append(self.path)
+
+        def do_HEAD(self) -> None:
+            self.do_GET(head=True)
+
+        def do_GET(self, head: bool = False) -> None:
+            body = pages.get(self.path) or blobs.get(self.path.removeprefix("/files/"))
+            if body is None:
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            kind = "text/html" if self.path in pages else "application/octet-stream"
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if not head:
+                self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "without": without,
+               "served": served}  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_wheels_from_a_per_commit_index_are_installed_by_uv_and_bisected(
+    toy: dict[str, Any], index: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    wheel = {"type": "wheel", "index": index["url"] + "/{commit}/", "package": "toyengine",
+             "system_site_packages": True}  # fmt: skip
+    cfg = config(
+        toy, tmp_path, build={"strategies": [wheel], "cache": {"dir": str(tmp_path / "c")}}
+    )
+    code, output = invoke("candidates", str(cfg))
+    assert code == 0, output
+    doc = next(line for line in output.splitlines() if toy["shas"]["doc"][:12] in line)
+    assert "MISSING" in doc and "no build: wheel: no wheel:" in doc and "answers 404" in doc
+    assert "toyengine-0.1.0+g" in output
+    out = tmp_path / "out"
+    code, output = invoke("run", str(cfg), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == toy["shas"]["fault"], output
+    for probe in result["probes"]:
+        sha = probe["commit"]
+        if sha in index["without"]:
+            assert probe["verdict"] == "skip" and "no wheel" in probe["reason"]
+            assert not (out / "probes" / sha[:12] / "server.log").exists()
+        else:
+            build = probe["fingerprint"]["build"]
+            assert build["route"] == "wheel" and build["wheel"].startswith("toyengine-0.1.0+g")
+            assert len(build["sha256"]) == 64
+    assert any(p.startswith("/files/toyengine-") for p in index["served"]), "uv downloaded"
