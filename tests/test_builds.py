@@ -11,9 +11,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import threading
+import time
 import venv
 import zipfile
 from collections.abc import Iterator
@@ -24,10 +26,14 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from helpers import write_config
+from helpers import wait_until, write_config
+from llm_bisect.builds import Builder
 from llm_bisect.builds.cache import BuildCache, disk_bytes
+from llm_bisect.builds.command import CommandStrategy
 from llm_bisect.builds.overlay import compiled_changes
+from llm_bisect.builds.prefetch import BuildPrefetcher
 from llm_bisect.cli import cli
+from llm_bisect.sources.git import GitSource
 
 SERVE = """\
 import os, sys
@@ -340,10 +346,13 @@ def index(toy: dict[str, Any]) -> Iterator[dict[str, Any]]:
         wheel = make_wheel(files, "toyengine", f"0.1.0+g{sha[:12]}", content)
         blobs[wheel.name] = wheel.read_bytes()
         digest = hashlib.sha256(blobs[wheel.name]).hexdigest()
-        pages[f"/{sha}/toyengine/"] = (
+        page = (
             f'<html><body><a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a>'
             "</body></html>"
         ).encode()
+        pages[f"/{sha}/toyengine/"] = page
+        if sha in (shas["base"], shas["fault"], shas["fixed"]):
+            pages[f"/sparse/{sha}/toyengine/"] = page  # an index that kept few wheels
     served: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -409,3 +418,70 @@ def test_wheels_from_a_per_commit_index_are_installed_by_uv_and_bisected(
             assert build["route"] == "wheel" and build["wheel"].startswith("toyengine-0.1.0+g")
             assert len(build["sha256"]) == 64
     assert any(p.startswith("/files/toyengine-") for p in index["served"]), "uv downloaded"
+
+
+def test_prefetch_makes_the_next_builds_and_starts_none_while_checks_run(
+    toy: dict[str, Any], tmp_path: Path
+) -> None:
+    starts = tmp_path / "starts.log"
+    script = (
+        "import pathlib, sys, time\n"
+        "with open(sys.argv[1], 'a') as f: f.write(f'{time.time()} {sys.argv[2]}\\n')\n"
+        "pathlib.Path(sys.argv[3], 'made').write_text(sys.argv[2])\n"
+    )
+    (tmp_path / "build.py").write_text(script)
+    strategy = CommandStrategy(
+        [sys.executable, str(tmp_path / "build.py"), str(starts), "{commit}", "{out}"],
+        cwd=tmp_path,
+        timeout=60,
+        env=dict(os.environ),
+    )
+    builder = Builder([strategy], BuildCache(tmp_path / "cache", 10**9))
+    source = GitSource(toy["repo"])
+    first, second, third = (source.resolve(toy["shas"][k], k) for k in ("doc", "fault", "fixed"))
+    prefetcher = BuildPrefetcher(builder)
+    prefetcher.want([first, second])
+    assert wait_until(lambda: prefetcher.made == [first.commit, second.commit], timeout=120)
+    assert builder.cached(first) and builder.cached(second)
+    build = builder.build(second)  # what a probe then gets: the prefetched build
+    assert build.facts["cached"] is True and (build.folder / "made").read_text() == second.commit
+    with prefetcher.quiet():
+        prefetcher.want([third])
+        released = time.time()
+    assert wait_until(lambda: prefetcher.made[-1:] == [third.commit], timeout=120)
+    started = {line.split()[1]: float(line.split()[0]) for line in starts.read_text().splitlines()}
+    assert started[third.commit] >= released, "no build starts while checks run"
+    prefetcher.close()
+
+
+def test_coarse_then_fine_probes_published_wheels_first(
+    toy: dict[str, Any], index: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    wheel = {"type": "wheel", "index": index["url"] + "/{commit}/", "package": "toyengine",
+             "system_site_packages": True}  # fmt: skip
+    command = {
+        "type": "command",
+        "run": [sys.executable, str(toy["root"] / "build.py"), str(toy["repo"]), "{commit}",
+                "{out}"],
+    }  # fmt: skip
+    # only the ends and the fault kept a wheel: coarse steps narrow the range to
+    # (base, fault], fine steps build the rest with the command
+    wheel["index"] = index["url"] + "/sparse/{commit}/"
+    shas = toy["shas"]
+    candidates = {"repo": str(toy["repo"]), "good": shas["base"], "bad": shas["fixed"],
+                  "coarse": True}  # fmt: skip
+    cfg = config(
+        toy,
+        tmp_path,
+        candidates=candidates,
+        build={"strategies": [wheel, command], "cache": {"dir": str(tmp_path / "c")}},
+    )
+    out = tmp_path / "out"
+    code, output = invoke("run", str(cfg), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == shas["fault"]
+    routes = [p["fingerprint"]["build"]["route"] for p in result["probes"]]
+    assert routes[:3] == ["wheel"] * 3 and "command" in routes, routes
+    assert "wheel" not in routes[routes.index("command") :], "coarse steps come first"

@@ -22,12 +22,15 @@ from llm_bisect.search import (
 
 
 def drive(
-    n: int, oracle: dict[int, Verdict], mode: Mode = Mode.REGRESSION
+    n: int,
+    oracle: dict[int, Verdict],
+    mode: Mode = Mode.REGRESSION,
+    prefer: frozenset[int] = frozenset(),
 ) -> tuple[Outcome, list[int]]:
     verdicts: dict[int, Verdict] = {}
     order: list[int] = []
     while True:
-        step = next_step(n, verdicts, mode)
+        step = next_step(n, verdicts, mode, prefer)
         if isinstance(step, Outcome):
             return step, order
         assert step not in verdicts, "a candidate was probed twice"
@@ -154,3 +157,32 @@ def test_lookahead_names_the_next_probe_for_either_verdict() -> None:
     nxt = lookahead(plan, verdicts, seq[8])
     assert nxt[:2] == [seq[4], seq[12]]  # if 8 is bad, then 4; if good, then 12
     assert seq[7] in nxt or seq[9] in nxt  # and if 8 cannot be tested, a neighbour
+
+
+@given(st.data())
+@settings(max_examples=400)
+def test_coarse_then_fine_finds_the_same_culprit_probing_ready_ones_first(
+    data: st.DataObject,
+) -> None:
+    n = data.draw(st.integers(3, 200))
+    culprit = data.draw(st.integers(1, n - 1))
+    ready = frozenset(data.draw(st.sets(st.integers(1, n - 2), max_size=n)))
+    skips = frozenset(data.draw(st.sets(st.integers(1, n - 2), max_size=n // 4)))
+    mode = data.draw(st.sampled_from(Mode))
+    oracle = world(n, culprit, skips, mode)
+    coarse, order = drive(n, oracle, mode, ready)
+    fine, _ = drive(n, oracle, mode)
+    assert (coarse.status, coarse.culprit) == (fine.status, fine.culprit)
+    if coarse.status is Status.FOUND:
+        assert coarse.culprit == culprit
+    else:
+        assert culprit in coarse.range[1:]
+    # every probe of a candidate not ready came when no ready one was left in the interval
+    verdicts: dict[int, Verdict] = {}
+    for step in order:
+        if step not in ready and step not in (0, n - 1):
+            known = sorted(verdicts)
+            lo = max(i for i in known if verdicts[i] is mode.old_state and i < step)
+            hi = min(i for i in known if verdicts[i] is mode.new_state and i > step)
+            assert not [i for i in ready if lo < i < hi and i not in verdicts], (step, ready)
+        verdicts[step] = oracle[step]

@@ -345,6 +345,7 @@ def run_bisect(
             golden=golden,
             scrub=s.scrub,
             regress=Regress(config.regress),
+            coarse=config.candidates.coarse,
         )
 
 

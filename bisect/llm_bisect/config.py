@@ -47,6 +47,9 @@ class CandidatesConfig(_Strict):
     """A ref that tests good (in --find-fix mode: the newer build that works)."""
     bad: str
     """A ref that tests bad (in --find-fix mode: the older build that is broken)."""
+    coarse: bool = False
+    """Coarse then fine: bisect first among candidates whose artifact is ready (an image, a
+    published wheel, a cached build), then within the range left with any build."""
 
 
 def _check_placeholders(templates: list[str], key: str, allowed: frozenset[str]) -> None:

@@ -307,9 +307,13 @@ def run(
     golden: GoldenStore | None = None,
     scrub: Scrub | None = None,
     regress: Regress = Regress.SEMANTIC,
+    coarse: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
     """Bisect `plan` to an answer, resuming from DIR's journal when there is one.
+
+    `coarse`: candidates whose artifact is ready (an image, a published wheel, a
+    cached build) are probed first, then the rest within the range left.
 
     Without a `golden`, one is recorded from the good end into DIR/golden.json.
     Everything written to DIR passes through `scrub`.
@@ -340,14 +344,19 @@ def run(
             state = JournalState(digest, plan, (), regress)
         progress.planned(plan, len(state.probes))
         launcher.reap()
+        prefer = (
+            frozenset(c.commit for c in plan.candidates if launcher.artifact(c).ready)
+            if coarse
+            else frozenset()
+        )
         probes = list(state.probes)
         while True:
             verdicts = {p.commit: p.verdict for p in probes}
-            step = plan_step(plan, verdicts)
+            step = plan_step(plan, verdicts, prefer)
             if isinstance(step, Answer):
                 break
             journal.append("probe-start", commit=step.commit, time=time.time())
-            launcher.prefetch(lookahead(plan, verdicts, step))
+            launcher.prefetch(lookahead(plan, verdicts, step, prefer))
             outcome = probe(
                 step,
                 launcher=launcher,

@@ -77,9 +77,17 @@ def _end_name(mode: Mode, new: bool) -> str:
 
 
 def next_step(
-    n: int, verdicts: Mapping[int, Verdict], mode: Mode = Mode.REGRESSION
+    n: int,
+    verdicts: Mapping[int, Verdict],
+    mode: Mode = Mode.REGRESSION,
+    prefer: frozenset[int] = frozenset(),
 ) -> int | Outcome:
-    """Return the index to probe next, or the Outcome when the search is over."""
+    """Return the index to probe next, or the Outcome when the search is over.
+
+    `prefer` (coarse then fine): while the open interval holds preferred indices
+    (a ready artifact: an image, a published wheel, a cached build), the one
+    nearest the midpoint is probed; then any. Every probe still halves what it can.
+    """
     if n < 2:
         raise ValueError("a search needs at least the two ends")
     last = n - 1
@@ -126,7 +134,8 @@ def next_step(
             f"any of {len(between) + 1} could be the first {mode.new_state.value}",
         )
     mid = (lo + hi) // 2
-    return min(untested, key=lambda i: (abs(i - mid), i))
+    pool = [i for i in untested if i in prefer] or untested
+    return min(pool, key=lambda i: (abs(i - mid), i))
 
 
 def max_probes(n: int) -> int:
@@ -189,8 +198,11 @@ class Answer:
     """When the change predates the branch point: (merge base, old-end ref) holds its undoing."""
 
 
-def plan_step(plan: Plan, verdicts: Mapping[str, Verdict]) -> Candidate | Answer:
-    """The next candidate to probe, or the Answer. `verdicts` is keyed by commit.
+def plan_step(
+    plan: Plan, verdicts: Mapping[str, Verdict], prefer: frozenset[str] = frozenset()
+) -> Candidate | Answer:
+    """The next candidate to probe, or the Answer. `verdicts` and `prefer` (commits with a
+    ready artifact, probed first: coarse then fine) are keyed by commit.
 
     The good end goes first in both modes: the golden is recorded from it.
     """
@@ -220,7 +232,8 @@ def plan_step(plan: Plan, verdicts: Mapping[str, Verdict]) -> Candidate | Answer
                     fix_range=(base.commit, plan.anchor.commit),
                 )
     known = {i: verdicts[c.commit] for i, c in enumerate(seq) if c.commit in verdicts}
-    step = next_step(len(seq), known, mode)
+    preferred = frozenset(i for i, c in enumerate(seq) if c.commit in prefer)
+    step = next_step(len(seq), known, mode, preferred)
     if isinstance(step, int):
         return seq[step]
     return Answer(
@@ -231,11 +244,16 @@ def plan_step(plan: Plan, verdicts: Mapping[str, Verdict]) -> Candidate | Answer
     )
 
 
-def lookahead(plan: Plan, verdicts: Mapping[str, Verdict], current: Candidate) -> list[Candidate]:
+def lookahead(
+    plan: Plan,
+    verdicts: Mapping[str, Verdict],
+    current: Candidate,
+    prefer: frozenset[str] = frozenset(),
+) -> list[Candidate]:
     """The candidates probed right after `current`, for each verdict it may get (for prefetch)."""
     found: list[Candidate] = []
     for verdict in (plan.mode.new_state, plan.mode.old_state, Verdict.SKIP):
-        step = plan_step(plan, {**verdicts, current.commit: verdict})
+        step = plan_step(plan, {**verdicts, current.commit: verdict}, prefer)
         if isinstance(step, Candidate) and step not in found:
             found.append(step)
     return found

@@ -15,12 +15,19 @@ makes the build (`make`). A build that fails is a LaunchError: the probe is
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import threading
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import LaunchError
+from ..launchers import guard
 from ..model import Candidate
 from .cache import BuildCache
 
@@ -73,11 +80,17 @@ class Strategy(Protocol):
 
 
 class Builder:
-    """The strategies of a config, in order, over one cache."""
+    """The strategies of a config, in order, over one cache.
+
+    Safe to call from the prefetch thread and the probe at once: a build of one
+    commit is made once, and a second caller waits for it.
+    """
 
     def __init__(self, strategies: Sequence[Strategy], cache: BuildCache) -> None:
         self.strategies = list(strategies)
         self.cache = cache
+        self._lock = threading.Lock()
+        self._making: dict[str, threading.Event] = {}
 
     def route(self, candidate: Candidate) -> Route:
         why = []
@@ -88,21 +101,112 @@ class Builder:
             why.append(f"{strategy.name}: {detail}")
         return Route(None, "; ".join(why))
 
-    def build(self, candidate: Candidate, log_dir: Path) -> Build:
-        """The candidate's build, from the cache or made now (its log in `log_dir`)."""
+    def log_of(self, candidate: Candidate) -> Path:
+        """Where the build of this candidate logs (kept beside the cache)."""
+        return self.cache.root / "logs" / f"{candidate.commit}.log"
+
+    def cached(self, candidate: Candidate) -> bool:
+        route = self.route(candidate)
+        return route.strategy is not None and (
+            self.cache.get(f"{candidate.commit}-{route.strategy}") is not None
+        )
+
+    def build(self, candidate: Candidate) -> Build:
+        """The candidate's build, from the cache or made now; LaunchError when it cannot be."""
         route = self.route(candidate)
         strategy = next((s for s in self.strategies if s.name == route.strategy), None)
         if strategy is None:
             raise LaunchError(str(route))
         key = f"{candidate.commit}-{strategy.name}"
-        found = self.cache.get(key)
-        cached = found is not None
-        if found is None:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            with self.cache.making(key) as (out, facts):
-                facts.update(strategy.make(candidate, out, log_dir / "build.log"))
+        while True:
+            with self._lock:
+                making = self._making.get(key)
+                if making is None:
+                    self._making[key] = threading.Event()
+                    break
+            making.wait()  # the prefetch thread is making it: use what it made
+        try:
             found = self.cache.get(key)
-            assert found is not None
+            cached = found is not None
+            if found is None:
+                log = self.log_of(candidate)
+                log.parent.mkdir(parents=True, exist_ok=True)
+                log.write_text("")
+                with self.cache.making(key) as (out, facts):
+                    facts.update(strategy.make(candidate, out, log))
+                found = self.cache.get(key)
+                assert found is not None
+        finally:
+            with self._lock:
+                self._making.pop(key).set()
         folder, facts = found
         build = strategy.load(candidate, folder, facts)
         return replace(build, facts={"route": build.route, **build.facts, "cached": cached})
+
+
+GRACE_S = 5.0
+"""Seconds a build step gets between SIGTERM and SIGKILL."""
+
+
+def run_logged(
+    argv: Sequence[str],
+    log: Path,
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    timeout: float | None = None,
+    what: str,
+) -> None:
+    """Run a build step under the guard (launchers/guard.py), output appended to `log`.
+
+    A non-zero exit or a timeout is a LaunchError (the candidate is skip). The
+    guard ends the step and everything it started when this process stops
+    waiting: a timeout, Ctrl-C, the run ending, even a SIGKILL of llm-bisect.
+    """
+    with log.open("ab") as f:
+        f.write(("$ " + " ".join(argv) + "\n").encode())
+        f.flush()
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", guard.__file__, str(GRACE_S), "--", *argv],
+                cwd=cwd,
+                env=dict(env),
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise LaunchError(f"{what} could not run: {exc.strerror}") from None
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _end(proc)
+            raise LaunchError(f"{what} ran past {timeout:g}s (build log)", tail(log)) from None
+        except BaseException:
+            _end(proc)
+            raise
+        finally:
+            if proc.stdin is not None:
+                proc.stdin.close()
+    if code != 0:
+        raise LaunchError(f"{what} exited with {code}", tail(log))
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    """The guard ends its group when stdin closes; SIGKILL after the grace if it lingers."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    try:
+        proc.wait(timeout=GRACE_S + 2)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def tail(log: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -9,19 +9,14 @@ venv there, else the Python llm-bisect runs on.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 from ..config import fill
-from ..errors import LaunchError
 from ..model import Candidate
-from . import Build
+from . import Build, run_logged
 
 
 class CommandStrategy:
@@ -41,51 +36,14 @@ class CommandStrategy:
         return True, " ".join(self.run)
 
     def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
-        argv = [
-            fill(a, {"commit": candidate.commit, "short": candidate.short, "out": str(out)})
-            for a in self.run
-        ]
-        with log.open("ab") as f:
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    cwd=self.cwd,
-                    env=self.env,
-                    stdout=f,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise LaunchError(f"build command could not run: {exc.strerror}") from None
-            try:
-                code = proc.wait(timeout=self.timeout)
-            except subprocess.TimeoutExpired:
-                _end(proc)
-                raise LaunchError(
-                    f"build command ran past {self.timeout:g}s (build.log)", _tail(log)
-                ) from None
-            except BaseException:
-                _end(proc)  # Ctrl-C: the build's whole process group goes too
-                raise
-        if code != 0:
-            raise LaunchError(f"build command exited with {code}", _tail(log))
+        values = {"commit": candidate.commit, "short": candidate.short, "out": str(out)}
+        argv = [fill(a, values) for a in self.run]
+        run_logged(
+            argv, log, env=self.env, cwd=self.cwd, timeout=self.timeout, what="build command"
+        )
         return {"command": argv}
 
     def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
         venv = folder / "bin" / "python"
         python = str(venv) if venv.exists() else sys.executable
         return Build("command", folder, python, {}, dict(facts))
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def _tail(log: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""

@@ -30,7 +30,7 @@ import httpx
 from ..config import fill
 from ..errors import ConfigError, LaunchError
 from ..model import Candidate
-from . import Build
+from . import Build, run_logged
 
 INDEX_TIMEOUT_S = 30.0
 
@@ -129,15 +129,7 @@ class WheelStrategy:
         return True, urlsplit(url).path.rsplit("/", 1)[-1]
 
     def _run(self, argv: list[str], log: Path, what: str) -> None:
-        with log.open("ab") as f:
-            f.write(("$ " + " ".join(argv) + "\n").encode())
-            f.flush()
-            done = subprocess.run(
-                argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env
-            )
-        if done.returncode != 0:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-            raise LaunchError(f"wheel: {what} failed (exit {done.returncode}; build.log)", tail)
+        run_logged(argv, log, env=self.env, what=f"wheel: {what}")
 
     def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
         url, why = self._wheel(candidate)

@@ -29,6 +29,9 @@ class Artifact:
     """Why it is not available, for the probe's `skip` reason."""
     route: str = ""
     """How it will be built (a build strategy), or why it cannot be; empty without `build:`."""
+    ready: bool = False
+    """Runnable without a build of our own: an image, a published wheel, a cached build
+    (`candidates.coarse` probes these first)."""
 
 
 class Server(Protocol):

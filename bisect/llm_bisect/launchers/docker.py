@@ -392,6 +392,7 @@ class DockerLauncher:
                 ref,
                 True,
                 local=True,
+                ready=True,
                 digest=digests[0].split("@")[-1] if digests else str(image.id),
                 size=int(image.attrs.get("Size", 0)),
             )
@@ -439,7 +440,7 @@ class DockerLauncher:
         if manifest is None:
             where = f"in neither the engine nor {parsed.registry}"
             return Artifact(ref, False, reason=f"no artifact: image {ref} is {where}")
-        return Artifact(ref, True, digest=manifest.digest, size=manifest.size)
+        return Artifact(ref, True, digest=manifest.digest, size=manifest.size, ready=True)
 
     # -- pulls -------------------------------------------------------------------------
 

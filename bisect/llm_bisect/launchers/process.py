@@ -8,6 +8,7 @@ leaves no server behind.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..builds import Builder
+from ..builds.prefetch import BuildPrefetcher
 from ..config import fill
 from ..errors import LaunchError, ServerExited
 from ..model import Candidate
@@ -142,6 +144,7 @@ class ProcessLauncher:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.builder = builder
+        self.prefetcher = BuildPrefetcher(builder) if builder is not None else None
         self.command = command
         self.env = {**(os.environ if base_env is None else base_env), **env}
         self.secret_names = secret_names
@@ -152,7 +155,7 @@ class ProcessLauncher:
 
     def artifact(self, candidate: Candidate) -> Artifact:
         if self.builder is None:
-            return Artifact(ref=" ".join(self.command), available=True, local=True)
+            return Artifact(ref=" ".join(self.command), available=True, local=True, ready=True)
         route = self.builder.route(candidate)
         ok = route.strategy is not None
         return Artifact(
@@ -161,19 +164,22 @@ class ProcessLauncher:
             local=True,
             reason="" if ok else str(route),
             route=str(route),
+            ready=route.strategy == "wheel" or (ok and self.builder.cached(candidate)),
         )
 
     def prefetch(self, candidates: list[Candidate]) -> None:
-        pass
+        if self.prefetcher is not None:
+            self.prefetcher.want(candidates)
 
     def quiet(self) -> AbstractContextManager[None]:
-        return nullcontext()
+        return self.prefetcher.quiet() if self.prefetcher is not None else nullcontext()
 
     def reap(self) -> int:
         return 0  # the guard ends a killed run's servers itself
 
     def close(self) -> None:
-        pass
+        if self.prefetcher is not None:
+            self.prefetcher.close()
 
     def launch(self, candidate: Candidate, probe_dir: Path) -> ProcessServer:
         """A server for the candidate (built first, when there is a builder: a build that
@@ -182,7 +188,13 @@ class ProcessLauncher:
         values = {"commit": candidate.commit, "short": candidate.short, "port": str(port)}
         env, facts = self.env, {}
         if self.builder is not None:
-            build = self.builder.build(candidate, probe_dir)
+            try:
+                build = self.builder.build(candidate)
+            finally:
+                log = self.builder.log_of(candidate)
+                if log.exists():  # the probe keeps its build's log, made now or before
+                    probe_dir.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(log, probe_dir / "build.log")
             values |= {"python": build.python, "build": str(build.folder)}
             env = {**env, **build.env}
             if "PYTHONPATH" in build.env and self.env.get("PYTHONPATH"):
