@@ -14,7 +14,7 @@ CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_shipped_configs_validate(path: Path) -> None:
     config = load_config(path)
-    assert isinstance(config.server, DockerServerConfig)
+    assert isinstance(config.server, DockerServerConfig) or config.build is not None
 
 
 def test_the_gpu_cases_carry_their_deployment_flags() -> None:
@@ -50,3 +50,12 @@ def test_the_gpu_configs_name_real_parsers_budgets_and_a_repo_that_resolves(name
     for check in config.checks:
         if check.type in ("canary", "expect", "eval"):
             assert check.max_tokens >= 1024 and check.max_tokens_cap >= 16384, check
+
+
+def test_the_cpu_config_builds_wheels_then_overlays_past_image_retention() -> None:
+    config = load_config(ROOT / "configs" / "vllm-cpu-builds.yaml")
+    assert config.build is not None and config.candidates.coarse
+    kinds = [s.type for s in config.build.strategies]
+    assert kinds == ["wheel", "overlay"]
+    assert not isinstance(config.server, DockerServerConfig)
+    assert config.server.command[0] == "{python}"

@@ -59,6 +59,7 @@ class BuildCache:
     def making(self, key: str) -> Iterator[tuple[Path, dict[str, Any]]]:
         """A fresh folder and a facts dict to fill; moved into place when the block succeeds."""
         self.root.mkdir(parents=True, exist_ok=True)
+        self.sweep()
         tmp = self.root / f".tmp-{os.getpid()}-{key}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
@@ -75,6 +76,16 @@ class BuildCache:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self.evict(keep=key)
+
+    def sweep(self) -> list[str]:
+        """Remove what builds killed halfway left (`.tmp-<pid>-...` of a process now gone)."""
+        removed = []
+        for entry in self.root.glob(".tmp-*"):
+            pid = entry.name.split("-")[1]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry.name)
+        return removed
 
     def finished(self) -> Mapping[str, float]:
         """Every finished build's key and last use (the mark's mtime)."""
@@ -102,3 +113,13 @@ class BuildCache:
             total -= sizes[key]
             removed.append(key)
         return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
