@@ -27,12 +27,13 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import wait_until, write_config
-from llm_bisect.builds import Builder
+from llm_bisect.builds import Builder, run_logged
 from llm_bisect.builds.cache import BuildCache, disk_bytes
 from llm_bisect.builds.command import CommandStrategy
 from llm_bisect.builds.overlay import compiled_changes
 from llm_bisect.builds.prefetch import BuildPrefetcher
 from llm_bisect.cli import cli
+from llm_bisect.errors import LaunchError
 from llm_bisect.sources.git import GitSource
 
 SERVE = """\
@@ -495,3 +496,20 @@ def test_coarse_then_fine_probes_published_wheels_first(
     routes = [p["fingerprint"]["build"]["route"] for p in result["probes"]]
     assert routes[:3] == ["wheel"] * 3 and "command" in routes, routes
     assert "wheel" not in routes[routes.index("command") :], "coarse steps come first"
+
+
+def test_a_build_step_never_writes_a_secret_and_a_failure_keeps_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    secret = "hf_abcdefghijklmnop123456"
+    script = "import os, sys; print('token', os.environ['HF_TOKEN']); sys.exit(3)"
+    with pytest.raises(LaunchError, match="exited with 3") as caught:
+        run_logged(
+            [sys.executable, "-c", script],
+            log,
+            env={**os.environ, "HF_TOKEN": secret},
+            what="build command",
+            redact=["HF_TOKEN"],
+        )
+    text = log.read_text()
+    assert "token ***" in text and secret not in text
+    assert "token ***" in caught.value.log_tail

@@ -206,7 +206,7 @@ def setup(
         _check_executable(server.command[0], cwd, {**environ, **env})
     if config.golden and (base_dir / config.golden).exists():
         golden_load(base_dir / config.golden)  # its shape, before anything starts
-    builder = _builder(config, base_dir, source, {**environ, **env})
+    builder = _builder(config, base_dir, source, {**environ, **env}, names)
     return Setup(
         config,
         base_dir,
@@ -225,7 +225,11 @@ def setup(
 
 
 def _builder(
-    config: Config, base_dir: Path, source: GitSource, environ: Mapping[str, str]
+    config: Config,
+    base_dir: Path,
+    source: GitSource,
+    environ: Mapping[str, str],
+    secret_names: list[str],
 ) -> Builder | None:
     """The config's build strategies over its cache; every path and ref checked now."""
     if config.build is None or isinstance(config.server, DockerServerConfig):
@@ -262,11 +266,18 @@ def _builder(
                     base_venv=base,
                     system_site_packages=cfg.system_site_packages,
                     env=environ,
+                    secret_names=secret_names,
                 )
             )
         elif isinstance(cfg, CommandStrategyConfig):
             strategies.append(
-                CommandStrategy(cfg.run, cwd=base_dir, timeout=cfg.timeout, env=environ)
+                CommandStrategy(
+                    cfg.run,
+                    cwd=base_dir,
+                    timeout=cfg.timeout,
+                    env=environ,
+                    secret_names=secret_names,
+                )
             )
     root = base_dir / Path(config.build.cache.dir).expanduser()
     return Builder(strategies, BuildCache(root, int(config.build.cache.disk_budget_gb * 1e9)))

@@ -156,10 +156,12 @@ def run_logged(
     cwd: Path | None = None,
     timeout: float | None = None,
     what: str,
+    redact: Sequence[str] = (),
 ) -> None:
     """Run a build step under the guard (launchers/guard.py), output appended to `log`.
 
-    A non-zero exit or a timeout is a LaunchError (the candidate is skip). The
+    The values of the `redact` variables never reach the log. A non-zero exit or
+    a timeout is a LaunchError (the candidate is skip). The
     guard ends the step and everything it started when this process stops
     waiting: a timeout, Ctrl-C, the run ending, even a SIGKILL of llm-bisect.
     """
@@ -168,7 +170,16 @@ def run_logged(
         f.flush()
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-I", guard.__file__, str(GRACE_S), "--", *argv],
+                [
+                    sys.executable,
+                    "-I",
+                    guard.__file__,
+                    str(GRACE_S),
+                    "--redact",
+                    ",".join(redact),
+                    "--",
+                    *argv,
+                ],
                 cwd=cwd,
                 env=dict(env),
                 stdout=f,

@@ -25,8 +25,15 @@ class CommandStrategy:
     name = "command"
 
     def __init__(
-        self, run: Sequence[str], *, cwd: Path, timeout: float, env: Mapping[str, str]
+        self,
+        run: Sequence[str],
+        *,
+        cwd: Path,
+        timeout: float,
+        env: Mapping[str, str],
+        secret_names: Sequence[str] = (),
     ) -> None:
+        self.secret_names = list(secret_names)
         self.run = list(run)
         self.cwd = cwd
         self.timeout = timeout
@@ -39,7 +46,13 @@ class CommandStrategy:
         values = {"commit": candidate.commit, "short": candidate.short, "out": str(out)}
         argv = [fill(a, values) for a in self.run]
         run_logged(
-            argv, log, env=self.env, cwd=self.cwd, timeout=self.timeout, what="build command"
+            argv,
+            log,
+            env=self.env,
+            cwd=self.cwd,
+            timeout=self.timeout,
+            what="build command",
+            redact=self.secret_names,
         )
         return {"command": argv}
 

@@ -19,7 +19,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -93,8 +93,10 @@ class WheelStrategy:
         base_venv: Path | None = None,
         system_site_packages: bool = False,
         env: Mapping[str, str] | None = None,
+        secret_names: Sequence[str] = (),
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        self.secret_names = list(secret_names)
         self.index = index
         self.package = package
         self.python = python
@@ -129,7 +131,7 @@ class WheelStrategy:
         return True, urlsplit(url).path.rsplit("/", 1)[-1]
 
     def _run(self, argv: list[str], log: Path, what: str) -> None:
-        run_logged(argv, log, env=self.env, what=f"wheel: {what}")
+        run_logged(argv, log, env=self.env, what=f"wheel: {what}", redact=self.secret_names)
 
     def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
         url, why = self._wheel(candidate)
