@@ -3,14 +3,16 @@
     candidate ─► Builder.route ─► first strategy that applies (or why none does)
                       │                       shown by `candidates` before anything runs
                       ▼
-               Builder.build ─► cache/<commit>/<route>/  (made once, reused, LRU-evicted)
+               Builder.build ─► cache/<commit>-<route>/  (made once, reused, LRU-evicted)
                       │
                       ▼
                Build: the folder, its interpreter (`{python}`), env, facts for result.json
 
-A strategy says whether it applies without building anything (`route`), then
-makes the build (`make`). A build that fails is a LaunchError: the probe is
-`skip`, never bad.
+Strategies: wheel.py (uv, a per-commit index), overlay.py (Python over a
+precompiled install), command.py (yours); cache.py keeps what they made,
+prefetch.py makes the next ones in the background. A strategy says whether it
+applies without building anything (`applies`), then makes the build (`make`).
+A build that fails is a LaunchError: the probe is `skip`, never bad.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class Build:
     """A runnable candidate."""
 
     route: str
-    """The strategy that made it: overlay, command."""
+    """The strategy that made it: wheel, overlay, command."""
     folder: Path
     """`{build}` in server.command."""
     python: str
