@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import argparse
 import base64
+import csv
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -58,7 +60,7 @@ def make_wheel(package_dir: Path, out: Path, version: str) -> Path:
     """A wheel of an installed package folder (compiled parts included)."""
     dist = f"vllm-{version}.dist-info"
     wheel = out / f"vllm-{version}-py3-none-any.whl"
-    record = []
+    record: list[list[str]] = []
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
         for path in sorted(package_dir.rglob("*")):
             if path.is_dir() or "__pycache__" in path.parts:
@@ -67,15 +69,17 @@ def make_wheel(package_dir: Path, out: Path, version: str) -> Path:
             data = path.read_bytes()
             z.writestr(name, data)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-            record.append(f"{name},sha256={digest.decode()},{len(data)}")
+            record.append([name, f"sha256={digest.decode()}", str(len(data))])
         for name, text in (
             (f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"),
             (f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: bench\nRoot-Is-Purelib: false\n"
              "Tag: py3-none-any\n"),
         ):  # fmt: skip
             z.writestr(name, text)
-            record.append(f"{name},,")
-        z.writestr(f"{dist}/RECORD", "\n".join([*record, f"{dist}/RECORD,,"]) + "\n")
+            record.append([name, "", ""])
+        rows = io.StringIO()
+        csv.writer(rows, lineterminator="\n").writerows([*record, [f"{dist}/RECORD", "", ""]])
+        z.writestr(f"{dist}/RECORD", rows.getvalue())
     return wheel
 
 
@@ -84,10 +88,11 @@ def serve_index(root: Path, commits: list[str], wheel: Path) -> tuple[str, Threa
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     for commit in commits:
         page = root / commit / "vllm"
-        page.mkdir(parents=True)
+        page.mkdir(parents=True, exist_ok=True)
         (page / "index.html").write_text(
             f'<a href="/{wheel.name}#sha256={digest}">{wheel.name}</a>\n'
         )
+    (root / wheel.name).unlink(missing_ok=True)
     (root / wheel.name).symlink_to(wheel)
 
     class Quiet(SimpleHTTPRequestHandler):
