@@ -73,7 +73,9 @@ def find_uv() -> str:
     try:
         import uv  # type: ignore[import-not-found,import-untyped,unused-ignore]
     except ImportError:
-        raise ConfigError("build: wheel builds need uv (pip install uv)") from None
+        raise ConfigError(
+            "build: wheel builds need uv (pip install 'llm-bisect[builds]')"
+        ) from None
     path: str = uv.find_uv_bin()
     return path
 
