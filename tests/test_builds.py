@@ -132,20 +132,29 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "repo": repo, "shas": shas, "venv": env_dir, "site": site}
 
 
+def command_strategy(toy: dict[str, Any]) -> dict[str, Any]:
+    """Build a commit from source with build.py (a venv, the package, its native part)."""
+    return {
+        "type": "command",
+        "run": [sys.executable, str(toy["root"] / "build.py"), str(toy["repo"]), "{commit}",
+                "{out}"],
+        "timeout": 300,
+    }  # fmt: skip
+
+
+def wheel_strategy(index_url: str) -> dict[str, Any]:
+    """toyengine wheels from the per-commit index at `index_url`/{commit}/."""
+    return {"type": "wheel", "index": index_url + "/{commit}/", "package": "toyengine",
+            "system_site_packages": True}  # fmt: skip
+
+
 def config(toy: dict[str, Any], tmp: Path, *, command: bool = True, **over: Any) -> Path:
     strategies: list[dict[str, Any]] = [
         {"type": "overlay", "venv": str(toy["venv"]), "package": "toyengine",
          "base_commit": toy["shas"]["base"]},
     ]  # fmt: skip
     if command:
-        strategies.append(
-            {
-                "type": "command",
-                "run": [sys.executable, str(toy["root"] / "build.py"), str(toy["repo"]),
-                        "{commit}", "{out}"],
-                "timeout": 300,
-            }
-        )  # fmt: skip
+        strategies.append(command_strategy(toy))
     data: dict[str, Any] = {
         "candidates": {
             "repo": str(toy["repo"]),
@@ -404,8 +413,7 @@ def test_wheels_from_a_per_commit_index_are_installed_by_uv_and_bisected(
     toy: dict[str, Any], index: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
-    wheel = {"type": "wheel", "index": index["url"] + "/{commit}/", "package": "toyengine",
-             "system_site_packages": True}  # fmt: skip
+    wheel = wheel_strategy(index["url"])
     cfg = config(
         toy, tmp_path, build={"strategies": [wheel], "cache": {"dir": str(tmp_path / "c")}}
     )
@@ -469,16 +477,9 @@ def test_coarse_then_fine_probes_published_wheels_first(
     toy: dict[str, Any], index: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
-    wheel = {"type": "wheel", "index": index["url"] + "/{commit}/", "package": "toyengine",
-             "system_site_packages": True}  # fmt: skip
-    command = {
-        "type": "command",
-        "run": [sys.executable, str(toy["root"] / "build.py"), str(toy["repo"]), "{commit}",
-                "{out}"],
-    }  # fmt: skip
     # only the ends and the fault kept a wheel: coarse steps narrow the range to
     # (base, fault], fine steps build the rest with the command
-    wheel["index"] = index["url"] + "/sparse/{commit}/"
+    wheel = wheel_strategy(index["url"] + "/sparse")
     shas = toy["shas"]
     candidates = {"repo": str(toy["repo"]), "good": shas["base"], "bad": shas["fixed"],
                   "coarse": True}  # fmt: skip
@@ -486,7 +487,7 @@ def test_coarse_then_fine_probes_published_wheels_first(
         toy,
         tmp_path,
         candidates=candidates,
-        build={"strategies": [wheel, command], "cache": {"dir": str(tmp_path / "c")}},
+        build={"strategies": [wheel, command_strategy(toy)], "cache": {"dir": str(tmp_path / "c")}},
     )
     out = tmp_path / "out"
     code, output = invoke("run", str(cfg), "--out", str(out))

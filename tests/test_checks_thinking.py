@@ -90,31 +90,14 @@ def test_without_a_golden_the_rules_are_absolute_and_budgets_still_grow(
 ) -> None:
     h = thinking_history(history, ["none", "null-content"])
     checks = [{"type": "canary", "prompts": [CHAT_PROMPTS[0]]}, {"type": "expect"}]
-    runner = CliRunner()
-    good = runner.invoke(
-        cli,
-        [
-            "check",
-            str(h.config(checks=checks)),
-            "--candidate",
-            h.shas[0],
-            "--out",
-            str(tmp_path / "a"),
-        ],
-    )
-    assert good.exit_code == 0, good.output
-    bad = runner.invoke(
-        cli,
-        [
-            "check",
-            str(h.config(checks=checks)),
-            "--candidate",
-            h.shas[1],
-            "--out",
-            str(tmp_path / "b"),
-        ],
-    )
-    assert bad.exit_code == 1, bad.output
+    config = str(h.config(checks=checks))
+    said = {}
+    for sha, name in zip(h.shas, ("good", "bad"), strict=True):
+        out = str(tmp_path / name)
+        said[name] = CliRunner().invoke(cli, ["check", config, "--candidate", sha, "--out", out])
+    assert said["good"].exit_code == 0, said["good"].output
+    assert said["bad"].exit_code == 1, said["bad"].output
+    bad = said["bad"]
     assert "judged without a golden" in bad.output and "chat_template_kwargs" in bad.output
 
 

@@ -107,11 +107,10 @@ class Builder:
         """Where the build of this candidate logs (kept beside the cache)."""
         return self.cache.root / "logs" / f"{candidate.commit}.log"
 
-    def cached(self, candidate: Candidate) -> bool:
-        route = self.route(candidate)
-        return route.strategy is not None and (
-            self.cache.get(f"{candidate.commit}-{route.strategy}") is not None
-        )
+    def cached(self, candidate: Candidate, route: Route | None = None) -> bool:
+        """Whether the candidate's build is in the cache (`route`: already worked out)."""
+        route = route or self.route(candidate)
+        return route.strategy is not None and self.cache.has(f"{candidate.commit}-{route.strategy}")
 
     def build(self, candidate: Candidate) -> Build:
         """The candidate's build, from the cache or made now; LaunchError when it cannot be."""

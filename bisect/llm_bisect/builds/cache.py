@@ -55,6 +55,10 @@ class BuildCache:
         os.utime(mark)
         return self.path(key), facts
 
+    def has(self, key: str) -> bool:
+        """Whether a finished build is there; a query, so its last use stays as it was."""
+        return (self.path(key) / MARK).is_file()
+
     @contextmanager
     def making(self, key: str) -> Iterator[tuple[Path, dict[str, Any]]]:
         """A fresh folder and a facts dict to fill; moved into place when the block succeeds."""

@@ -74,9 +74,10 @@ class BuildPrefetcher:
     def _work(self) -> None:
         while (candidate := self._next()) is not None:
             try:
-                if self.builder.route(candidate).strategy is None:
+                route = self.builder.route(candidate)
+                if route.strategy is None:
                     continue
-                if not self.builder.cached(candidate):
+                if not self.builder.cached(candidate, route):
                     self.builder.build(candidate)
                     self.made.append(candidate.commit)
             except Exception:  # the probe that needs it builds again, and says why

@@ -164,7 +164,7 @@ class ProcessLauncher:
             local=True,
             reason="" if ok else str(route),
             route=str(route),
-            ready=route.strategy == "wheel" or (ok and self.builder.cached(candidate)),
+            ready=route.strategy == "wheel" or self.builder.cached(candidate, route),
         )
 
     def prefetch(self, candidates: list[Candidate]) -> None:
