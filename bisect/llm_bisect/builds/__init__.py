@@ -10,7 +10,8 @@
 
 Strategies: wheel.py (uv, a per-commit index), overlay.py (Python over a
 precompiled install), command.py (yours); cache.py keeps what they made,
-prefetch.py makes the next ones in the background. A strategy says whether it
+prefetch.py makes the next ones in the background; images.py turns a wheel or
+overlay build into an image derived from a base image (Docker launcher). A strategy says whether it
 applies without building anything (`applies`), then makes the build (`make`).
 A build that fails is a LaunchError: the probe is `skip`, never bad.
 """
@@ -22,7 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -51,6 +52,17 @@ class Build:
 
 
 @dataclass(frozen=True)
+class ImageTarget:
+    """What a wheel or overlay build is applied to with the Docker launcher (images.py)."""
+
+    base: str
+    """The base image: a reference in the engine or a registry."""
+    python: str = "python3"
+    """The base image's interpreter (on its PATH, or a path)."""
+    package: str = "vllm"
+
+
+@dataclass(frozen=True)
 class Route:
     """How a candidate would be built, or why it cannot be."""
 
@@ -67,6 +79,10 @@ class Strategy(Protocol):
     """One way to build a candidate."""
 
     name: str
+    """The route it gives: image, wheel, overlay, command."""
+    cache_name: str
+    """Its builds' name in the cache (`<commit>-<cache_name>`): a stage for an image
+    differs from a build run in place."""
 
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
         """Whether it can build this candidate, and what it will do or why not. Cheap."""
@@ -81,6 +97,31 @@ class Strategy(Protocol):
         ...
 
 
+class ImageStrategy:
+    """The `image` route: the launcher's image template, as it has always been."""
+
+    name = "image"
+    cache_name = "image"
+
+    def __init__(self) -> None:
+        self.lookup: Callable[[Candidate], tuple[bool | None, str]] | None = None
+        """Set by the Docker launcher: (exists?, the image or why not) without pulling."""
+
+    def applies(self, candidate: Candidate) -> tuple[bool, str]:
+        if self.lookup is None:
+            return False, "images run with launcher: docker"
+        found, detail = self.lookup(candidate)
+        if found is None:  # a pull would fail as the lookup did: let the next route try
+            return False, f"could not tell whether it exists: {detail}"
+        return found, detail
+
+    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+        raise LaunchError("image: pulled by the Docker launcher, not built")
+
+    def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
+        raise LaunchError("image: pulled by the Docker launcher, not built")
+
+
 class Builder:
     """The strategies of a config, in order, over one cache.
 
@@ -88,9 +129,16 @@ class Builder:
     commit is made once, and a second caller waits for it.
     """
 
-    def __init__(self, strategies: Sequence[Strategy], cache: BuildCache) -> None:
+    def __init__(
+        self,
+        strategies: Sequence[Strategy],
+        cache: BuildCache,
+        targets: Mapping[str, ImageTarget] | None = None,
+    ) -> None:
         self.strategies = list(strategies)
         self.cache = cache
+        self.targets = dict(targets or {})
+        """Route → the base image its builds are applied to (Docker launcher only)."""
         self._lock = threading.Lock()
         self._making: dict[str, threading.Event] = {}
 
@@ -110,7 +158,8 @@ class Builder:
     def cached(self, candidate: Candidate, route: Route | None = None) -> bool:
         """Whether the candidate's build is in the cache (`route`: already worked out)."""
         route = route or self.route(candidate)
-        return route.strategy is not None and self.cache.has(f"{candidate.commit}-{route.strategy}")
+        strategy = next((s for s in self.strategies if s.name == route.strategy), None)
+        return strategy is not None and self.cache.has(f"{candidate.commit}-{strategy.cache_name}")
 
     def build(self, candidate: Candidate) -> Build:
         """The candidate's build, from the cache or made now; LaunchError when it cannot be."""
@@ -118,7 +167,7 @@ class Builder:
         strategy = next((s for s in self.strategies if s.name == route.strategy), None)
         if strategy is None:
             raise LaunchError(str(route))
-        key = f"{candidate.commit}-{strategy.name}"
+        key = f"{candidate.commit}-{strategy.cache_name}"
         while True:
             with self._lock:
                 making = self._making.get(key)

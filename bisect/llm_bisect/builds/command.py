@@ -23,6 +23,7 @@ class CommandStrategy:
     """Run the user's build command."""
 
     name = "command"
+    cache_name = "command"
 
     def __init__(
         self,

@@ -4,6 +4,10 @@
     git diff base..commit -- vllm/ ──────────► those files written over (links broken first)
     server: {python} = venv/bin/python, PYTHONPATH = build/
 
+For the Docker launcher (no venv: `package_dir` None) the build is only a stage,
+files/<repo path> plus the removed paths in its facts; images.py writes it over the
+package inside a base image.
+
 Applies only when nothing between the base commit and the candidate touches a
 compiled source (`compiled` globs: csrc/, *.cu, CMakeLists.txt, setup.py, ...);
 else the route says which file stops it. What `applies` decides is pure
@@ -73,7 +77,7 @@ class OverlayStrategy:
         tree: Tree,
         *,
         python: str,
-        package_dir: Path,
+        package_dir: Path | None,
         package: str,
         base_commit: str,
         compiled: Sequence[str],
@@ -84,6 +88,7 @@ class OverlayStrategy:
         self.package = package
         self.base_commit = base_commit
         self.compiled = list(compiled)
+        self.cache_name = "overlay" if package_dir is not None else "overlay-stage"
 
     def _changes(self, candidate: Candidate) -> tuple[list[str], list[str]]:
         """(the package's changed files, changed files an overlay cannot carry)."""
@@ -103,6 +108,8 @@ class OverlayStrategy:
         mine, blocked = self._changes(candidate)
         if blocked:
             raise LaunchError(f"overlay: {blocked[0]} changed (compiled sources)")
+        if self.package_dir is None:
+            return self._stage(candidate, mine, out, log)
         target = out / self.package
         shutil.copytree(self.package_dir, target, copy_function=os.link)
         written = removed = 0
@@ -126,5 +133,29 @@ class OverlayStrategy:
         )
         return {"base_commit": self.base_commit, "written": written, "removed": removed}
 
+    def _stage(self, candidate: Candidate, mine: list[str], out: Path, log: Path) -> dict[str, Any]:
+        """The changed files under out/files, for an image (images.py applies them)."""
+        removed = []
+        for path in mine:
+            data = self.tree.read(candidate.commit, path)
+            if data is None:
+                removed.append(path)
+                continue
+            dest = out / "files" / path
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(data)
+        log.write_text(
+            f"overlay stage of {candidate.commit} over {self.base_commit}: "
+            f"{len(mine) - len(removed)} to write, {len(removed)} to remove\n"
+        )
+        return {
+            "base_commit": self.base_commit,
+            "written": len(mine) - len(removed),
+            "removed": len(removed),
+            "removed_paths": removed,
+        }
+
     def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
+        if self.package_dir is None:
+            return Build("overlay", folder, "", {}, dict(facts))
         return Build("overlay", folder, self.python, {"PYTHONPATH": str(folder)}, dict(facts))

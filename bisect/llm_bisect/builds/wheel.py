@@ -11,10 +11,14 @@ With `base_venv` the build reuses that venv's packages (torch and the rest) thro
 .pth file and installs only the package itself: seconds and a little disk per commit,
 not a 3 GB copy. uv keeps downloaded wheels in its own cache, so a build made again
 downloads nothing.
+
+For the Docker launcher (`download_only`) the build is the wheel file alone, checked
+against the index's sha256; images.py installs it into a base image.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -94,6 +98,7 @@ class WheelStrategy:
         uv: str,
         base_venv: Path | None = None,
         system_site_packages: bool = False,
+        download_only: bool = False,
         env: Mapping[str, str] | None = None,
         secret_names: Sequence[str] = (),
         transport: httpx.BaseTransport | None = None,
@@ -105,6 +110,8 @@ class WheelStrategy:
         self.uv = uv
         self.base_venv = base_venv
         self.system_site_packages = system_site_packages
+        self.download_only = download_only
+        self.cache_name = "wheel-file" if download_only else "wheel"
         self.env = dict(env or os.environ)
         self._http = httpx.Client(timeout=INDEX_TIMEOUT_S, transport=transport)
 
@@ -139,6 +146,8 @@ class WheelStrategy:
         url, why = self._wheel(candidate)
         if url is None:
             raise LaunchError(f"wheel: {why}")
+        if self.download_only:
+            return self._download(candidate, url, out, log)
         venv = [self.uv, "venv", str(out), "--python", self.python, "--no-python-downloads"]
         if self.system_site_packages:
             venv.append("--system-site-packages")
@@ -155,7 +164,31 @@ class WheelStrategy:
         digest = urlsplit(url).fragment.removeprefix("sha256=") if "sha256=" in url else ""
         return {"wheel": name, "sha256": digest, "index": self._index(candidate)}
 
+    def _download(self, candidate: Candidate, url: str, out: Path, log: Path) -> dict[str, Any]:
+        """The wheel file into `out`, its sha256 checked against the index's."""
+        name = urlsplit(url).path.rsplit("/", 1)[-1]
+        want = urlsplit(url).fragment.removeprefix("sha256=") if "sha256=" in url else ""
+        digest = hashlib.sha256()
+        with log.open("a") as f:
+            f.write(f"GET {url.split('#', 1)[0]}\n")
+        try:
+            with self._http.stream("GET", url, follow_redirects=True) as reply:
+                if reply.status_code != 200:
+                    raise LaunchError(f"wheel: {name} answers {reply.status_code}")
+                with (out / name).open("wb") as f:
+                    for chunk in reply.iter_bytes():
+                        digest.update(chunk)
+                        f.write(chunk)
+        except httpx.HTTPError as exc:
+            why = type(exc).__name__
+            raise LaunchError(f"wheel: {name} cannot be downloaded ({why})") from None
+        if want and digest.hexdigest() != want:
+            raise LaunchError(f"wheel: {name} does not match the index's sha256")
+        return {"wheel": name, "sha256": digest.hexdigest(), "index": self._index(candidate)}
+
     def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
+        if self.download_only:
+            return Build("wheel", folder, "", {}, dict(facts))
         return Build("wheel", folder, str(folder / "bin" / "python"), {}, dict(facts))
 
 

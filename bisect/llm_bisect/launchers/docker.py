@@ -7,6 +7,10 @@
     prefetch(cs) pull the images that could come next, in the background, within a
                  disk budget; no new pull starts while checks run
 
+With `build:` a candidate's route is image (the template, as above), or wheel or
+overlay: an image derived from a base image (builds/images.py), made before the
+probe or by prefetch, reused while the base is the same.
+
 Library errors (docker.errors) are translated here, at the boundary.
 """
 
@@ -14,13 +18,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -32,6 +37,8 @@ import docker.types
 from docker.models.containers import Container
 from docker.models.images import Image
 
+from ..builds import Builder, ImageStrategy, Route
+from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref
 from ..config import DockerServerConfig, fill
 from ..errors import LaunchError, ServerExited
 from ..fingerprint import package_probe_source
@@ -205,7 +212,10 @@ class DockerServer(LoggedServer):
 
     def __enter__(self) -> DockerServer:
         try:
-            self.image = self.launcher.ensure_image(self.candidate)
+            try:
+                self.image = self.launcher.ensure_image(self.candidate)
+            finally:
+                self.launcher.keep_build_log(self.candidate, self.log_path.parent)
             spec = container_spec(
                 self.launcher.cfg,
                 image=str(self.image.id),
@@ -297,6 +307,9 @@ class DockerServer(LoggedServer):
                 "id": self.image.id,
                 "labels": dict((attrs.get("Config") or {}).get("Labels") or {}),
             }
+        build = self.launcher.build_facts.get(self.candidate.commit)
+        if build is not None:
+            facts["build"] = dict(build)
         if self.container is not None:
             facts["packages"] = self._packages()
         return facts
@@ -333,6 +346,7 @@ class DockerLauncher:
         run_id: str,
         client: docker.DockerClient | None = None,
         registry: Registry | None = None,
+        builder: Builder | None = None,
         logins: Mapping[str, tuple[str, str]] | None = None,
         report: Callable[[str], None] = lambda _: None,
         clock: Callable[[], float] = time.monotonic,
@@ -368,18 +382,72 @@ class DockerLauncher:
         self._prefetched: set[str] = set()
         self._probed: set[str] = set()
         self._closed = threading.Event()
+        self.builder = builder
+        self.deriver = ImageDeriver(
+            self.client,
+            volumes=volume_binds(cfg.volumes, base_dir),
+            labels={RUN_LABEL: run_id, OWNER_LABEL: self.owner},
+            cache=str(builder.cache.root) if builder is not None else "",
+        )
+        self.build_facts: dict[str, dict[str, Any]] = {}
+        """Commit → what result.json records of its derived image's build."""
+        self._routes: dict[str, Route] = {}
+        if builder is not None:
+            for strategy in builder.strategies:
+                if isinstance(strategy, ImageStrategy):
+                    strategy.lookup = self._template_lookup
 
     # -- artifacts ---------------------------------------------------------------------
 
-    def image_ref(self, candidate: Candidate) -> str:
-        """The image a candidate runs: an end's own image, else the template filled in."""
+    def template_ref(self, candidate: Candidate) -> str:
+        """An end's own image, else the image template filled in."""
         return candidate.artifact or fill(
             self.cfg.image, {"commit": candidate.commit, "short": candidate.short}
         )
 
+    def image_ref(self, candidate: Candidate) -> str:
+        """The image a candidate runs: derived from its build, or `template_ref`."""
+        route = self._routes.get(candidate.commit)
+        if candidate.artifact or route is None or route.strategy in (None, "image"):
+            return self.template_ref(candidate)
+        return derived_ref(candidate, route.strategy)
+
+    def route(self, candidate: Candidate) -> Route | None:
+        """How the candidate becomes an image (None without `build:`); an end's own image
+        is always its route."""
+        if self.builder is None or candidate.artifact:
+            return None
+        found = self._routes[candidate.commit] = self.builder.route(candidate)
+        return found
+
+    def _template_lookup(self, candidate: Candidate) -> tuple[bool | None, str]:
+        art = self._lookup(self.template_ref(candidate))
+        return art.available, art.ref if art.available is not False else art.reason
+
     def artifact(self, candidate: Candidate) -> Artifact:
-        """Whether the candidate's image exists, from the engine, then the registry."""
-        ref = self.image_ref(candidate)
+        """Whether the candidate's image exists (engine, then registry) or can be built."""
+        route = self.route(candidate)
+        if route is None:
+            return self._lookup(self.template_ref(candidate))
+        if route.strategy == "image":
+            found = self._lookup(self.template_ref(candidate))
+            return replace(found, route=str(route))
+        if route.strategy is None:
+            ref = self.template_ref(candidate)
+            return Artifact(ref, False, reason=f"no build: {route.detail}", route=str(route))
+        ref = derived_ref(candidate, route.strategy)
+        made = self._has(ref)
+        assert self.builder is not None
+        return Artifact(
+            ref,
+            True,
+            local=made,
+            route=str(route),
+            ready=made or route.strategy == "wheel" or self.builder.cached(candidate, route),
+        )
+
+    def _lookup(self, ref: str) -> Artifact:
+        """Whether an image exists, from the engine, then the registry (nothing pulled)."""
         try:
             image = self.client.images.get(ref)
         except docker.errors.ImageNotFound:
@@ -445,10 +513,20 @@ class DockerLauncher:
     # -- pulls -------------------------------------------------------------------------
 
     def ensure_image(self, candidate: Candidate) -> Image:
-        """The candidate's image in the engine, pulled by digest when the registry named one."""
-        ref = self.image_ref(candidate)
+        """The candidate's image in the engine: pulled (by digest when the registry named
+        one), or derived from its build."""
+        route = self._routes.get(candidate.commit) if not candidate.artifact else None
+        route = route or self.route(candidate)
+        if route is None or route.strategy == "image":
+            return self._ensure(self.template_ref(candidate))
+        if route.strategy is None:
+            raise LaunchError(f"no build: {route.detail}")
+        return self._derived(candidate, route.strategy)
+
+    def _ensure(self, ref: str) -> Image:
+        """An image in the engine, pulled when missing (as `pull` says)."""
         self._probed.add(ref)
-        art = self._artifacts.get(ref) or self.artifact(candidate)
+        art = self._artifacts.get(ref) or self._lookup(ref)
         t0 = self.clock()
         with self._pulling(ref) as mine:
             if not mine:  # a prefetch of this image was under way; it is done now
@@ -462,6 +540,47 @@ class DockerLauncher:
             return self.client.images.get(ref)
         except docker.errors.DockerException as exc:
             raise LaunchError(f"docker: {_docker_message(exc)}") from exc
+
+    def _derived(self, candidate: Candidate, route: str) -> Image:
+        """The image derived from the candidate's build: found, or built now."""
+        assert self.builder is not None
+        target = self.builder.targets[route]
+        ref = derived_ref(candidate, route)
+        with self._pulling(ref):
+            base = self._ensure(target.base)
+            image = self.deriver.find(ref, str(base.id))
+            cached = image is not None
+            if image is None:
+                build = self.builder.build(candidate)
+                log = self.builder.log_of(candidate)
+                image = self.deriver.derive(candidate, build, target, base, log)
+                facts = {
+                    k: v for k, v in build.facts.items() if k not in ("removed_paths", "cached")
+                }
+            else:
+                self.deriver.touch(image, ref)
+                labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+                facts = {"route": route, **json.loads(labels.get(BUILD_LABEL, "{}"))}
+            self.build_facts[candidate.commit] = {
+                **facts,
+                "image": ref,
+                "image_id": str(image.id),
+                "base_image": target.base,
+                "base_id": str(base.id),
+                "cached": cached,
+            }
+            for gone in self.deriver.sweep(self.builder.cache.budget_bytes, keep=ref):
+                self.report(f"build cache: removed {gone} (over the disk budget)")
+        return image
+
+    def keep_build_log(self, candidate: Candidate, probe_dir: Path) -> None:
+        """The probe keeps its build's log, made now or before."""
+        if self.builder is None:
+            return
+        log = self.builder.log_of(candidate)
+        if log.exists():
+            probe_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(log, probe_dir / "build.log")
 
     def _has(self, ref: str) -> bool:
         try:
@@ -554,9 +673,21 @@ class DockerLauncher:
                 candidate = self._prefetch_queue.pop(0)
             while self._quiet.is_set() and not self._closed.is_set():
                 time.sleep(0.1)
-            ref = self.image_ref(candidate)
+            if self._closed.is_set():
+                return
+            ref = self.template_ref(candidate)
             try:
-                art = self._artifacts.get(ref) or self.artifact(candidate)
+                route = self.route(candidate)
+                if route is not None and route.strategy not in (None, "image"):
+                    ref = derived_ref(candidate, route.strategy)
+                    if not self._has(ref):
+                        t0 = self.clock()
+                        self._derived(candidate, route.strategy)
+                        self.stats.prefetched[ref] = self.clock() - t0
+                    continue
+                if route is not None and route.strategy is None:
+                    continue
+                art = self._artifacts.get(ref) or self._lookup(ref)
                 if not art.available or art.local or self._has(ref):
                     continue
                 if self._prefetched_bytes + art.size > budget:
