@@ -32,9 +32,7 @@ def test_the_gpu_cases_carry_their_deployment_flags() -> None:
     # past image retention: wheels and overlays become images derived from the good one
     assert kimi.build is not None
     assert [s.type for s in kimi.build.strategies] == ["image", "wheel", "overlay"]
-    assert {getattr(s, "image", None) for s in kimi.build.strategies[1:]} == {
-        kimi.candidates.good
-    }
+    assert {getattr(s, "image", None) for s in kimi.build.strategies[1:]} == {kimi.candidates.good}
 
 
 ROOT = Path(__file__).parent.parent
