@@ -158,6 +158,7 @@ def test_candidates_shows_image_wheel_overlay_and_no_build_routes(
     kernel = rows[shas["kernel"][:12]]
     assert "no build: image: no artifact" in kernel and "wheel: no wheel" in kernel, output
     assert "overlay: csrc/kernel.cu changed since" in kernel, output
+    print(f"\n{output}")
     derived = client.images.list(filters={"label": ROUTE_LABEL})
     made = [i for i in derived if i.labels.get("llm-bisect.commit") in shas.values()]
     assert not made, "a dry run makes nothing"

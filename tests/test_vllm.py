@@ -99,6 +99,15 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(bed: dict[str, Any]) -> 
     for probe in result["probes"]:  # every build an overlay of the installed package
         build = probe["fingerprint"]["build"]
         assert build["route"] == "overlay" and build["base_commit"] == shas["base"]
+        # the worker extension is never in a normal probe
+        log = (out / "probes" / probe["commit"][:12] / "server.log").read_text()
+        assert "worker_extension_cls" not in log
+    # the reasoning parser is not in the model: the same model code gives the same outputs
+    found = result["localization"]
+    assert found["good"] == shas["doc2"] and found["bad"] == shas["parser"], found
+    assert found["module"] is None and found["line"].startswith("no divergence"), found
+    log = (out / "localize" / shas["parser"][:12] / "server.log").read_text()
+    assert "llm_bisect_worker.Extension" in log
     print(f"\nrun: {len(result['probes'])} probes in {time.monotonic() - t0:.0f}s")
 
 
@@ -161,3 +170,28 @@ def test_calibrate_on_real_vllm_flags_no_good_run(bed: dict[str, Any]) -> None:
     case = golden["checks"]["logprobs"]["cases"][0]
     assert case["token_ids"] and case["prompt_token_ids"], "return_token_ids was honoured"
     assert len(case["teacher"]) == len(case["token_ids"]), "prompt_logprobs scored the golden"
+
+
+def test_localize_names_the_one_mlp_that_reads_the_wrong_channels(bed: dict[str, Any]) -> None:
+    shas, root = bed["shas"], bed["root"]
+    out = root / "localize"
+    config = yaml.safe_load(bed["config"].read_text())
+    config["localize"] = {"save_tensors": True}
+    (root / "save.yaml").write_text(yaml.safe_dump(config))
+    code, output = invoke(
+        "localize", str(root / "save.yaml"), "--good", shas["refactor"],
+        "--bad", shas["mlp1-alone"], "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, output
+    found = json.loads((out / "localization.json").read_text())
+    assert found["module"] == "model.layers.1.mlp", output
+    assert found["before_max"] == 0.0, "every module before it matched exactly"
+    assert found["relative_difference"] > 0.1
+    [rank] = found["ranks"]
+    curve = dict(rank["curve"])
+    assert curve["model.layers.0.mlp"] == 0.0 and curve["model.layers.1.mlp"] > 0.1
+    # the full tensors, when asked for: one file per module input and output
+    saved = sorted((out / "localize" / shas["mlp1-alone"][:12] / "tensors" / "rank0").iterdir())
+    assert len(saved) == rank["events"], (len(saved), rank["events"])
+    assert any(p.name == "model.layers.1.mlp.gate_up_proj.input.pt" for p in saved)
+    print(f"\n{output.strip()}")

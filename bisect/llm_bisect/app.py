@@ -7,6 +7,7 @@ everything below takes them as arguments.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import sys
@@ -46,14 +47,24 @@ from .config import (
 from .config import ImageStrategy as ImageStrategyConfig
 from .config import OverlayStrategy as OverlayStrategyConfig
 from .config import WheelStrategy as WheelStrategyConfig
-from .errors import ConfigError, LaunchError
-from .launchers import Launcher, Server
+from .errors import ConfigError, EndpointError, LaunchError, LocalizeError, RequestRejected
+from .launchers import Instrument, Launcher, Server
 from .launchers.process import ProcessLauncher
+from .localize import localize as localize_results
 from .model import Candidate, CheckResult, ProbeOutcome, Regress
 from .outdir import hold, prepare
 from .redact import Scrub
 from .registry import parse_image_ref
-from .runner import Progress, RunResult, build_plan, probe, run, write_probe
+from .runner import (
+    Progress,
+    RunResult,
+    build_plan,
+    probe,
+    run,
+    write_atomic,
+    write_outputs,
+    write_probe,
+)
 from .search import Mode, Plan
 from .sources.git import GitSource
 from .sources.images import WHERE, commit_of_image, env_map
@@ -386,21 +397,29 @@ def run_bisect(
     digest = config_digest(config) + (":fix" if find_fix else "")
     named = s.golden_path()  # else runner.run records one from the good end into DIR
     golden = GoldenStore(named, s.checks, of=plan.good.commit, scrub=s.scrub) if named else None
-    with hold(out_dir), s.launcher(run_id_of(out_dir, digest)) as launcher:
-        return run(
-            plan,
-            digest=digest,
-            out_dir=out_dir,
-            launcher=launcher,
-            checks=s.checks,
-            client=s.client,
-            repeats=config.probe.repeats,
-            progress=progress,
-            golden=golden,
-            scrub=s.scrub,
-            regress=Regress(config.regress),
-            coarse=config.candidates.coarse,
-        )
+    with hold(out_dir):
+        with s.launcher(run_id_of(out_dir, digest)) as launcher:
+            done = run(
+                plan,
+                digest=digest,
+                out_dir=out_dir,
+                launcher=launcher,
+                checks=s.checks,
+                client=s.client,
+                repeats=config.probe.repeats,
+                progress=progress,
+                golden=golden,
+                scrub=s.scrub,
+                regress=Regress(config.regress),
+                coarse=config.candidates.coarse,
+            )
+        note = progress.note if progress is not None else (lambda _: None)
+        known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
+        found = localize_after_run(s, done.result, out_dir, note, known)
+        if found is not None:
+            note(found["line"])
+            done.result = write_outputs(out_dir, {**done.result, "localization": found}, s.scrub)
+        return done
 
 
 def golden_file_of(s: Setup, given: Path | None) -> Path:
@@ -493,3 +512,171 @@ def calibrate(
     )
     store.update(store.data.model_copy(update={"calibration": calibration}))
     return Calibration(golden_thresholds(store.data, s.checks), runs * (1 + restarts), flagged)
+
+
+WORKER_DIR = Path(__file__).parent / "data" / "worker"
+"""Holds llm_bisect_worker.py, put first on a localisation probe's PYTHONPATH."""
+EXTENSION = "llm_bisect_worker.Extension"
+LOCALIZATION = "localization.json"
+
+
+def localize_instrument() -> Instrument:
+    """What a localisation probe adds to a vLLM server: eager mode (hooks do not fire in
+    compiled graphs), no prefix cache (both runs compute every token), the extension."""
+    return Instrument(
+        args=(
+            "--enforce-eager",
+            "--no-enable-prefix-caching",
+            "--worker-extension-cls",
+            EXTENSION,
+        ),
+        env={"VLLM_SERVER_DEV_MODE": "1"},
+        paths=(WORKER_DIR,),
+    )
+
+
+def _capture(api: OpenAIClient, token_ids: list[int], spec: str) -> tuple[list[Any], int]:
+    """One teacher-forced forward over `token_ids` with hooks on every module: what each
+    rank recorded, and its size in bytes."""
+    try:
+        api.rpc("llm_bisect_install", spec)
+    except RequestRejected as exc:
+        raise LocalizeError(
+            f"the server has no /collective_rpc for the worker extension ({exc})"
+        ) from None
+    api.continuation(token_ids, 1)
+    results = api.rpc("llm_bisect_collect")
+    if not all(isinstance(r, dict) and "events" in r for r in results):
+        raise LocalizeError(f"the worker extension answered {str(results)[:200]}")
+    return results, len(json.dumps(results))
+
+
+def localize_builds(
+    s: Setup,
+    good: Candidate,
+    bad: Candidate,
+    out_dir: Path,
+    *,
+    prompt: str | None = None,
+    note: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Run the last good and the first bad build with the worker extension on the same
+    tokens and say where their outputs first differ (localize.py). LocalizeError when a
+    build cannot be instrumented."""
+    cfg = s.config.localize
+    text = prompt or cfg.prompt
+    note(
+        f"localize: {good.short} (good) and {bad.short} (bad) with the worker extension; "
+        "eager mode and no prefix cache for these two probes only"
+    )
+    token_ids: list[int] = []
+    runs: dict[str, list[Any]] = {}
+    seconds: dict[str, float] = {}
+    collected = 0
+    with s.launcher(run_id_of(out_dir, "localize")) as launcher:
+        launcher.reap()
+        for role, candidate in (("good", good), ("bad", bad)):
+            t0 = s.clock()
+            probe_dir = out_dir / "localize" / candidate.short
+            save = probe_dir / "tensors" if cfg.save_tensors else None
+            spec = json.dumps({"sample": cfg.sample, "save": str(save) if save else None})
+            try:
+                with launcher.launch(candidate, probe_dir, localize_instrument()) as server:
+                    server.wait_ready()
+                    with s.client(server) as api:
+                        if not token_ids:
+                            token_ids = api.tokenize(text)
+                            token_ids += api.continuation(token_ids, cfg.tokens)
+                        runs[role], size = _capture(api, token_ids, spec)
+                        collected += size
+                        if role == "good":  # the good build against itself: the noise
+                            runs["again"], _ = _capture(api, token_ids, spec)
+            except (LaunchError, EndpointError) as exc:
+                raise LocalizeError(f"{role} build {candidate.short}: {exc}") from None
+            seconds[role] = round(s.clock() - t0, 1)
+    found = localize_results(
+        runs["good"],
+        runs["bad"],
+        runs["again"],
+        floor=cfg.tolerance,
+        tokens=len(token_ids),
+        collected_bytes=collected,
+    )
+    return {
+        "good": good.commit,
+        "bad": bad.commit,
+        "prompt": text,
+        "seconds": seconds,
+        "forced": list(localize_instrument().args),
+        **found.to_json(),
+    }
+
+
+def localize_after_run(
+    s: Setup,
+    result: dict[str, Any],
+    out_dir: Path,
+    note: Callable[[str], None],
+    known: Mapping[str, Candidate] | None = None,
+) -> dict[str, Any] | None:
+    """After a run that found its culprit: localise it (unless `localize: false`), into
+    DIR/localization.json; a resumed run reads what it wrote. None when there is nothing
+    to localise."""
+    if not s.config.localize.enabled or result.get("status") != "found":
+        return None
+    span = result.get("range") or []
+    if len(span) < 2:
+        return None
+    old, new = span[0], span[-1]
+    good, bad = (new, old) if result.get("mode") == Mode.FIX.value else (old, new)
+    path = out_dir / LOCALIZATION
+    if path.is_file():
+        with suppress(ValueError, OSError):
+            done: dict[str, Any] = json.loads(path.read_text())
+            if done.get("good") == good and done.get("bad") == bad:
+                return done
+    try:
+        known = known or {}
+        doc = localize_builds(
+            s,
+            known.get(good) or s.source.resolve(good, "localize"),
+            known.get(bad) or s.source.resolve(bad, "localize"),
+            out_dir,
+            note=note,
+        )
+    except LocalizeError as exc:
+        doc = {"good": good, "bad": bad, "error": str(exc), "line": f"not localised: {exc}"}
+    write_atomic(path, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
+    return doc
+
+
+def with_localization(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """result.json with what DIR/localization.json says of its culprit (`report DIR`)."""
+    path = out_dir / LOCALIZATION
+    span = result.get("range") or []
+    if result.get("status") != "found" or len(span) < 2 or not path.is_file():
+        return result
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, OSError):
+        return result
+    if isinstance(doc, dict) and {doc.get("good"), doc.get("bad")} == {span[0], span[-1]}:
+        return {**result, "localization": doc}
+    return result
+
+
+def localize_refs(
+    s: Setup,
+    good: str,
+    bad: str,
+    out_dir: Path,
+    *,
+    prompt: str | None,
+    note: Callable[[str], None],
+) -> dict[str, Any]:
+    """The `localize` command: two refs (or images), localised; DIR/localization.json."""
+    good_c, bad_c = s.resolve(good, "--good"), s.resolve(bad, "--bad")
+    with hold(out_dir):
+        doc = localize_builds(s, good_c, bad_c, out_dir, prompt=prompt, note=note)
+        write_atomic(out_dir / LOCALIZATION, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
+    return doc

@@ -234,6 +234,8 @@ def _artifact_cell(art: Artifact) -> str:
         return "MISSING "
     if art.local:
         return "local   "
+    if not art.size:
+        return "to build"  # a build route: nothing to pull, made before its probe
     return f"{art.size / 1e9:5.1f} GB"
 
 
@@ -448,9 +450,48 @@ def report_cmd(
                 raise JournalError(
                     f"{out}: the run has not finished; resume it with `llm-bisect run`"
                 )
-            write_outputs(out, result)
+            write_outputs(out, app.with_localization(result, out))
         _print_answer(term, step, out)
         return STATUS_EXIT[step.status]
+
+    raise typer.Exit(guarded(body))
+
+
+@cli.command("localize")
+def localize_cmd(
+    config: ConfigArg,
+    good: Annotated[str, typer.Option("--good", help="The last good build (a ref or image).")],
+    bad: Annotated[str, typer.Option("--bad", help="The first bad build (a ref or image).")],
+    prompt: Annotated[
+        str | None, typer.Option("--prompt", help="The text both builds run (default: config's).")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Folder for localization.json and the server logs."),
+    ] = None,
+) -> None:
+    """Where in the model two builds first differ: each runs the same tokens with
+    llm-bisect's worker extension (vLLM; eager mode for these two probes).
+
+    Exit 0 when both ran (a divergence found or not), 1 when a build could not run.
+    """
+
+    def body(term: Terminal) -> int:
+        progress = TerminalProgress(term)
+        s = _setup(term, config, progress)
+        with _work_dir(out, "llm-bisect-localize-") as out_dir:
+            doc = app.localize_refs(s, good, bad, out_dir, prompt=prompt, note=progress.note)
+            term.out(doc["line"])
+            if doc.get("why"):
+                term.out(f"  ({doc['why']})")
+            seconds = ", ".join(f"{k} {v:.0f}s" for k, v in doc["seconds"].items())
+            term.out(
+                f"  {doc['tokens']} tokens; probes: {seconds}; "
+                f"collected {doc['collected_bytes'] / 1e6:.1f} MB"
+            )
+            if out is not None:
+                term.out(f"localization: {out_dir / app.LOCALIZATION}")
+        return 0
 
     raise typer.Exit(guarded(body))
 

@@ -97,6 +97,23 @@ class _Detokenized(_Reply):
     prompt: str
 
 
+class _Tokenized(_Reply):
+    tokens: list[int]
+
+
+class _GeneratedChoice(_Reply):
+    text: str = ""
+    token_ids: list[int] | None = None
+
+
+class _Generated(_Reply):
+    choices: list[_GeneratedChoice] = Field(min_length=1)
+
+
+class _RpcReply(_Reply):
+    results: list[Any]
+
+
 class _Version(_Reply):
     version: str | None = None
 
@@ -182,7 +199,7 @@ class OpenAIClient:
     def close(self) -> None:
         self._http.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> bytes:
+    def _request(self, method: str, path: str, *, cap: int | None = None, **kwargs: Any) -> bytes:
         """The body of a 200 reply, read up to the cap; EndpointError for anything else."""
         what = f"{method} {path}"
         try:
@@ -199,7 +216,7 @@ class OpenAIClient:
                         else EndpointError
                     )
                     raise error(f"{what}: HTTP {status}: {text[:200]}")
-                return _read(response, self.max_reply_bytes, what)
+                return _read(response, cap or self.max_reply_bytes, what)
         except httpx.TimeoutException as exc:
             raise EndpointError(f"{what}: {type(exc).__name__}: {exc}") from exc
         except httpx.TransportError as exc:  # reset, refused, dropped mid-reply
@@ -269,6 +286,41 @@ class OpenAIClient:
         except RequestRejected:
             return None
         return parse_reply(_Detokenized, body, what).prompt
+
+    def tokenize(self, text: str) -> list[int]:
+        """The token ids of a text, as the server's tokenizer makes them (vLLM's `/tokenize`)."""
+        body = self._request("POST", "/tokenize", json={"model": self.model, "prompt": text})
+        return parse_reply(_Tokenized, body, "POST /tokenize").tokens
+
+    def continuation(self, token_ids: list[int], max_tokens: int) -> list[int]:
+        """The greedy continuation of these tokens, as token ids (`return_token_ids`)."""
+        what = "POST /v1/completions"
+        body = self._request(
+            "POST",
+            "/v1/completions",
+            json={
+                "model": self.model,
+                "prompt": token_ids,
+                "max_tokens": max_tokens,
+                "temperature": 0.0,
+                "return_token_ids": True,
+            },
+        )
+        choice = parse_reply(_Generated, body, what).choices[0]
+        if choice.token_ids is not None:
+            return choice.token_ids
+        return self.tokenize(choice.text) if choice.text else []
+
+    def rpc(self, method: str, *args: str, cap_bytes: int = 2**30) -> list[Any]:
+        """vLLM's `/collective_rpc` (VLLM_SERVER_DEV_MODE=1): `method` in every worker, one
+        result per worker."""
+        body = self._request(
+            "POST",
+            "/collective_rpc",
+            cap=cap_bytes,
+            json={"method": method, "args": list(args)},
+        )
+        return parse_reply(_RpcReply, body, "POST /collective_rpc").results
 
     def score(self, token_ids: list[int]) -> list[float | None]:
         """Teacher forcing: each given token's logprob under this server (None for the first).

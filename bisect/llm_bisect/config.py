@@ -329,6 +329,33 @@ class ProbeConfig(_Strict):
     """Runs of the check suite per probe; disagreeing runs make the verdict `unsure`."""
 
 
+LOCALIZE_PROMPT = "The capital of France is Paris. The capital of Italy is"
+
+
+class LocalizeConfig(_Strict):
+    """Where in the model: after a run finds its culprit, the last good and first bad builds
+    run once more with llm-bisect's worker extension (vLLM, eager mode)."""
+
+    enabled: bool = True
+    prompt: str = Field(default=LOCALIZE_PROMPT, min_length=1)
+    """Its tokens and the good build's greedy continuation are fed to both builds."""
+    tokens: int = Field(default=16, ge=0, le=512)
+    """How many tokens the good build continues the prompt with (teacher-forced in both)."""
+    sample: int = Field(default=32, ge=1, le=4096)
+    """Values kept per module and token position (the same indices in both builds)."""
+    tolerance: float = Field(default=1e-3, gt=0, lt=1, allow_inf_nan=False)
+    """The least relative difference that counts (more where the good build differs from
+    itself on a second run)."""
+    save_tensors: bool = False
+    """Also save every module's full input and output (process launcher: under
+    DIR/localize/<short>/tensors)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_bool(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
+
+
 def _default_checks() -> list[CanaryConfig | ExpectConfig | LogprobsConfig | EvalConfig]:
     return [
         CanaryConfig(type="canary"),
@@ -467,12 +494,16 @@ class Config(_Strict):
     """A golden file (relative to the config); default for `run`: recorded from the good end."""
     build: BuildConfig | None = None
     """How candidates become runnable (overlay, command); default: as the launcher starts them."""
+    localize: LocalizeConfig = Field(default_factory=LocalizeConfig)
+    """`false`: no localisation probes after a run finds its culprit."""
 
     @model_validator(mode="after")
     def _build_fits_the_launcher(self) -> Config:
         kinds = [s.type for s in self.build.strategies] if self.build else []
         strategies = self.build.strategies if self.build else []
         docker = isinstance(self.server, DockerServerConfig)
+        if docker and self.localize.save_tensors:
+            raise ValueError("localize.save_tensors: the process launcher's only")
         for i, strategy in enumerate(strategies):
             key = f"build.strategies.{i}"
             if isinstance(strategy, CommandStrategy) and docker:
@@ -622,6 +653,7 @@ def load_config(path: Path) -> Config:
 def config_digest(config: Config) -> str:
     """A stable digest of what decides verdicts; env values are left out (secrets)."""
     data = config.model_dump(mode="json")
+    data.pop("localize", None)  # after the search: never a reason to start it again
     data["server"]["env"] = sorted(data["server"]["env"])
     if "registry" in data["server"]:
         data["server"]["registry"].pop("password", None)

@@ -11,7 +11,8 @@
     │   ├── ReplyTooLarge          a reply was longer than the cap (itself evidence)
     │   ├── RequestRejected        the server refused the request (HTTP 4xx)
     │   └── ServerFault            the server answered 5xx, reset or dropped the connection
-    └── SearchError                the verdicts contradict the search (e.g. good end is bad)
+    ├── SearchError                the verdicts contradict the search (e.g. good end is bad)
+    └── LocalizeError              a build could not be instrumented or read (localize)
 
 Adapters translate library errors at their boundary (`raise X(...) from exc`);
 the CLI maps this tree to exit codes in one place.
@@ -81,3 +82,8 @@ class ServerFault(EndpointError):
 
 class SearchError(LlmBisectError):
     """The verdicts contradict the search, e.g. the good end tests bad."""
+
+
+class LocalizeError(LlmBisectError):
+    """A localisation probe could not run: the server did not start with the worker
+    extension, or has no /collective_rpc (not vLLM, or no VLLM_SERVER_DEV_MODE)."""

@@ -11,6 +11,7 @@ installed package (llm-bisect's overlay build). The main line, oldest first:
 and each bug alone on a branch off `refactor`, for the detection table:
 
     mlp     LlamaMLP.forward skips the activation (gate and up halves, no SiLU)
+    mlp1    layer 1's MLP reads its input channels shifted by one (layer 0's is right)
     rope    rotary inverse frequencies over rotary_dim - 2, not rotary_dim
     attn    attention scaled by sqrt(head_dim), not 1/sqrt(head_dim)
     parser  the reasoning parser looks for the start token where the end token belongs:
@@ -73,6 +74,21 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
             "        activated = gate_up[..., :half] * gate_up[..., half:]\n",
         ),
     ],
+    "mlp1": [
+        (
+            LLAMA,
+            "        self.act_fn = SiluAndMul()\n",
+            "        self.act_fn = SiluAndMul()\n"
+            '        self.shifted = prefix.endswith("layers.1.mlp")\n',
+        ),
+        (
+            LLAMA,
+            "        gate_up, _ = self.gate_up_proj(x)\n",
+            "        if self.shifted:\n"
+            "            x = x.roll(1, dims=-1)\n"
+            "        gate_up, _ = self.gate_up_proj(x)\n",
+        ),
+    ],
     "rope": [
         (
             ROPE,
@@ -97,6 +113,7 @@ SUBJECTS = {
     "parser": "[Bugfix] Handle models that omit the start token in the reasoning parser",
     "rope": "[Perf] Compute rotary inverse frequencies once",
     "mlp": "[Perf] Fuse the gate and up projections' epilogue",
+    "mlp1": "[Perf] Reuse the input buffer of the second layer's MLP",
     "attn": "[Kernel] Fold the attention scale into the query",
     "csrc": "[Kernel] Tune the CPU attention tile size",
 }
@@ -158,7 +175,7 @@ def make_bed(repo: Path) -> dict[str, str]:
         date += 3600
         _edit(repo, name)
         shas[name] = _commit(repo, name, date)
-    for bug in ("mlp", "rope", "attn", "parser"):
+    for bug in ("mlp", "mlp1", "rope", "attn", "parser"):
         _git(repo, "checkout", "-q", "-b", f"bug-{bug}", shas["refactor"])
         _edit(repo, bug)
         shas[f"{bug}-alone"] = _commit(repo, bug, date + 60)

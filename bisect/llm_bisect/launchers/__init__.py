@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
@@ -32,6 +33,17 @@ class Artifact:
     ready: bool = False
     """Runnable without a build of our own: an image, a published wheel, a cached build
     (`candidates.coarse` probes these first)."""
+
+
+@dataclass(frozen=True)
+class Instrument:
+    """What a probe adds to a server beyond its config (the localisation probes)."""
+
+    args: tuple[str, ...] = ()
+    """Appended to the server's arguments."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    paths: tuple[Path, ...] = ()
+    """Folders put first on the server's PYTHONPATH (bind-mounted into a container)."""
 
 
 class Server(Protocol):
@@ -73,7 +85,9 @@ class Launcher(Protocol):
         """Whether the candidate can be started at all, without starting it."""
         ...
 
-    def launch(self, candidate: Candidate, probe_dir: Path) -> Server: ...
+    def launch(
+        self, candidate: Candidate, probe_dir: Path, instrument: Instrument | None = None
+    ) -> Server: ...
 
     def prefetch(self, candidates: list[Candidate]) -> None:
         """Prepare candidates that may come next, in the background (may do nothing)."""

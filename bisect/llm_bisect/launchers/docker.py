@@ -44,7 +44,7 @@ from ..errors import LaunchError, ServerExited
 from ..fingerprint import package_probe_source
 from ..model import Candidate
 from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
-from . import Artifact
+from . import Artifact, Instrument
 from .common import LoggedServer, free_port, wait_ready
 
 RUN_LABEL = "llm-bisect.run"
@@ -196,9 +196,16 @@ def container_spec(
 class DockerServer(LoggedServer):
     """One container. Enter pulls, creates and starts it; exit stops and removes it."""
 
-    def __init__(self, launcher: DockerLauncher, candidate: Candidate, probe_dir: Path) -> None:
+    def __init__(
+        self,
+        launcher: DockerLauncher,
+        candidate: Candidate,
+        probe_dir: Path,
+        instrument: Instrument | None = None,
+    ) -> None:
         self.launcher = launcher
         self.candidate = candidate
+        self.instrument = instrument
         self.log_path = probe_dir / "server.log"
         self.secrets = launcher.secrets
         cfg = launcher.cfg
@@ -228,6 +235,8 @@ class DockerServer(LoggedServer):
                 base_dir=self.launcher.base_dir,
                 owner=self.launcher.owner,
             )
+            if self.instrument is not None:
+                instrument_spec(spec, self.instrument, self.image)
             self.container = self.launcher.client.containers.create(**spec)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("ab")
@@ -326,6 +335,33 @@ class DockerServer(LoggedServer):
                     found: dict[str, str] = json.loads(out.decode().strip().splitlines()[-1])
                     return found
         return {}
+
+
+INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
+
+
+def instrument_spec(spec: dict[str, Any], instrument: Instrument, image: Image | None) -> None:
+    """A container spec with the instrument's arguments, environment and Python paths (each
+    folder bind-mounted read-only, first on PYTHONPATH before the image's own)."""
+    spec["command"] = [*spec["command"], *instrument.args]
+    env = {**spec["environment"], **instrument.env}
+    mounts = [f"{INSTRUMENT_DIR}/{i}" for i in range(len(instrument.paths))]
+    spec["volumes"] = [
+        *spec["volumes"],
+        *(f"{p}:{m}:ro" for p, m in zip(instrument.paths, mounts, strict=True)),
+    ]
+    image_env = (
+        dict(
+            e.split("=", 1)
+            for e in ((image.attrs.get("Config") or {}).get("Env") or [])
+            if "=" in e
+        )
+        if image is not None
+        else {}
+    )
+    before = env.get("PYTHONPATH") or image_env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = ":".join([*mounts, before]).rstrip(":")
+    spec["environment"] = env
 
 
 def _docker_message(exc: docker.errors.DockerException) -> str:
@@ -706,8 +742,10 @@ class DockerLauncher:
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    def launch(self, candidate: Candidate, probe_dir: Path) -> DockerServer:
-        return DockerServer(self, candidate, probe_dir)
+    def launch(
+        self, candidate: Candidate, probe_dir: Path, instrument: Instrument | None = None
+    ) -> DockerServer:
+        return DockerServer(self, candidate, probe_dir, instrument)
 
     def reap(self) -> int:
         """Remove the containers of this run that a killed harness left behind.

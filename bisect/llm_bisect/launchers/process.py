@@ -23,7 +23,7 @@ from ..builds.prefetch import BuildPrefetcher
 from ..config import fill
 from ..errors import LaunchError, ServerExited
 from ..model import Candidate
-from . import Artifact, guard
+from . import Artifact, Instrument, guard
 from .common import LoggedServer, free_port, wait_ready
 
 GRACE_S = 5.0
@@ -181,9 +181,12 @@ class ProcessLauncher:
         if self.prefetcher is not None:
             self.prefetcher.close()
 
-    def launch(self, candidate: Candidate, probe_dir: Path) -> ProcessServer:
+    def launch(
+        self, candidate: Candidate, probe_dir: Path, instrument: Instrument | None = None
+    ) -> ProcessServer:
         """A server for the candidate (built first, when there is a builder: a build that
-        fails is a LaunchError, so the probe is skip)."""
+        fails is a LaunchError, so the probe is skip); `instrument` adds arguments,
+        environment and Python paths."""
         port = free_port()
         values = {"commit": candidate.commit, "short": candidate.short, "port": str(port)}
         env, facts = self.env, {}
@@ -202,8 +205,16 @@ class ProcessLauncher:
                     [build.env["PYTHONPATH"], self.env["PYTHONPATH"]]
                 )
             facts = {"build": dict(build.facts)}
+        argv = [fill(arg, values) for arg in self.command]
+        if instrument is not None:
+            argv += instrument.args
+            env = {**env, **instrument.env}
+            paths = [str(p) for p in instrument.paths]
+            env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(
+                os.pathsep
+            )
         return ProcessServer(
-            [fill(arg, values) for arg in self.command],
+            argv,
             facts=facts,
             env=env,
             cwd=self.cwd,

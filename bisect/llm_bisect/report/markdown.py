@@ -174,6 +174,43 @@ def _thresholds(result: dict[str, Any]) -> list[str]:
     return [*head, *rows, ""]
 
 
+CURVE_ROWS = 12
+"""Module outputs shown around the first divergence."""
+
+
+def _localization(result: dict[str, Any]) -> list[str]:
+    """Where in the model the culprit's effect enters (the localisation probes)."""
+    found = result.get("localization")
+    if not found:
+        return []
+    lines = ["## Where in the model", "", found.get("line", ""), ""]
+    if found.get("error"):
+        return lines
+    if found.get("why"):
+        lines += [f"({found['why']})", ""]
+    seconds = found.get("seconds") or {}
+    lines.append(
+        f"Last good `{found['good'][:12]}` and first bad `{found['bad'][:12]}`, teacher-forced "
+        f"on the same {found.get('tokens', 0)} tokens with the worker extension "
+        f"({' '.join(found.get('forced', []))}); "
+        + ", ".join(f"{role} {s:.0f}s" for role, s in seconds.items())
+        + "."
+    )
+    lines.append("")
+    ranks = found.get("ranks") or []
+    rank = next(
+        (r for r in ranks if r.get("rank") == found.get("rank")), ranks[0] if ranks else None
+    )
+    curve = rank.get("curve", []) if rank else []
+    if curve:
+        at = next((i for i, (_, d) in enumerate(curve) if d > (found.get("tolerance") or 1.0)), 0)
+        shown = curve[max(0, at - 3) : max(0, at - 3) + CURVE_ROWS]
+        lines += ["| module output | relative difference |", "|---|---|"]
+        lines += [f"| `{m}` | {d:.3g} |" for m, d in shown]
+        lines.append("")
+    return lines
+
+
 def render_markdown(result: dict[str, Any]) -> str:
     """The report of a run."""
     status = result["status"]
@@ -213,6 +250,7 @@ def render_markdown(result: dict[str, Any]) -> str:
             "",
         ]
     lines += _warnings(result)
+    lines += _localization(result)
     lines += _evidence(result)
     lines += _fingerprints(result)
     lines += _thresholds(result)

@@ -23,11 +23,13 @@ then cover every generated token, reasoning first.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 import zlib
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Any
 
 from ..checks.gsm8k import load_problems
 
@@ -256,3 +258,61 @@ def _think(
 def score(token_ids: list[int], fault: str) -> list[float | None]:
     """Teacher forcing: the logprob of each given token (None for the first)."""
     return [None, *[logprob(tid, i, fault) for i, tid in enumerate(token_ids)][1:]]
+
+
+SIM_LAYERS = 4
+ENTERS = {
+    "garbled-math": "model.layers.0.mlp",
+    "degenerate-reasoning": "model.layers.1.self_attn",
+    "numerics": "model.layers.2.mlp",
+    "kernel-noise": "model.layers.2.self_attn",
+    "degenerate-content": "model.layers.3.mlp",
+}
+"""Where each model-side fault enters the simulated network (`localize`); the others
+(null content, the reasoning parser) are outside the model."""
+
+
+def module_calls() -> list[str]:
+    """The simulated network's modules in the order they finish (children first)."""
+    calls = ["model.embed_tokens"]
+    for i in range(SIM_LAYERS):
+        layer = f"model.layers.{i}"
+        calls += [f"{layer}.self_attn", f"{layer}.mlp", layer]
+    return [*calls, "model.norm", "model"]
+
+
+def _values(module: str, tid: int, position: int, width: int) -> list[float]:
+    seed = int.from_bytes(hashlib.sha256(f"{module}|{tid}|{position}".encode()).digest()[:8])
+    return [((seed >> (i % 48)) % 1000) / 500.0 - 1.0 + i * 1e-3 for i in range(width)]
+
+
+def module_events(token_ids: list[int], fault: str, sample: int = 8) -> list[dict[str, Any]]:
+    """What the worker extension records for one forward over `token_ids`: each module's
+    input and output, summarised per token position, in execution order. A model-side
+    fault changes the output of the module it enters and everything after it."""
+    enters = ENTERS.get(fault)
+    calls = module_calls()
+    changed_from = calls.index(enters) if enters in calls else len(calls)
+    events: list[dict[str, Any]] = []
+    for index, name in enumerate(calls):
+        for kind in ("input", "output"):
+            shifted = index > changed_from or (index == changed_from and kind == "output")
+            rows = []
+            for position, tid in enumerate(token_ids):
+                values = _values(f"{name}.{kind}", tid, position, sample)
+                if shifted:
+                    values = [v * 0.5 + 0.3 for v in values]
+                text = ",".join(f"{v:.6f}" for v in values)
+                rows.append(
+                    {
+                        "mean": sum(values) / len(values),
+                        "norm": sum(v * v for v in values) ** 0.5,
+                        "q": [min(values), max(values)],
+                        "sample": values,
+                        "hash": hashlib.sha1(text.encode()).hexdigest()[:16],
+                    }
+                )
+            events.append(
+                {"module": name, "kind": kind, "shape": [len(token_ids), 64], "rows": rows}
+            )
+    return events

@@ -93,6 +93,11 @@ class Engine:
         self.ready = fault != "never-ready"
         self.requests = 0
         self._lock = threading.Lock()
+        self.extension = False
+        """Started as vLLM with `--worker-extension-cls` and VLLM_SERVER_DEV_MODE=1: it
+        answers /collective_rpc as llm-bisect's worker extension does."""
+        self._armed: dict[str, Any] | None = None
+        self._recorded: list[dict[str, Any]] = []
 
     def _envelope(self, kind: str, body: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -178,12 +183,40 @@ class Engine:
         with self._lock:
             return {"prompt": "".join(self.vocab.get(t, "") for t in ids)}
 
+    def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+        toks = model.tokens(str(body.get("prompt", "")))
+        ids = [model.token_id(t) for t in toks]
+        with self._lock:
+            self.vocab.update(zip(ids, toks, strict=True))
+        return {"count": len(ids), "tokens": ids}
+
+    def rpc(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The worker extension's methods, for one simulated worker (rank 0)."""
+        method = body.get("method")
+        with self._lock:
+            if method == "llm_bisect_install":
+                spec = json.loads((body.get("args") or ["{}"])[0])
+                self._armed, self._recorded = spec, []
+                return {"results": [{"rank": 0, "modules": len(model.module_calls())}]}
+            if method == "llm_bisect_collect":
+                events, self._armed, self._recorded = self._recorded, None, []
+                return {"results": [{"rank": 0, "events": events}]}
+        raise ValueError(f"no method {method!r} on the workers")
+
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
         """Teacher forcing: a prompt of token ids scored with `prompt_logprobs`."""
         prompt = body.get("prompt")
         if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
             raise ValueError("the simulator scores prompts given as token ids only")
+        with self._lock:
+            if self._armed is not None:
+                sample = int(self._armed.get("sample", 8))
+                self._recorded = model.module_events(prompt, self.fault, min(sample, 16))
         choice: dict[str, Any] = {"index": 0, "text": "", "finish_reason": "length"}
+        wanted = int(body.get("max_tokens") or 1)
+        if body.get("return_token_ids"):  # a greedy continuation: the same on every build
+            seed = sum(prompt) % 997
+            choice["token_ids"] = [100 + (seed + 7 * i) % 50 for i in range(wanted)]
         if body.get("prompt_logprobs") is not None:
             scores = model.score(prompt, self.fault)
             choice["prompt_logprobs"] = [
@@ -236,7 +269,14 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._send(400, {"error": "invalid JSON"})
                 return
-            if self.path not in ("/v1/chat/completions", "/v1/completions", "/detokenize"):
+            served = ("/v1/chat/completions", "/v1/completions", "/detokenize", "/tokenize")
+            if self.path == "/collective_rpc" and engine.extension:
+                try:
+                    self._send(200, engine.rpc(body))
+                except ValueError as exc:
+                    self._send(500, {"error": str(exc)})
+                return
+            if self.path not in served:
                 self._send(404, {"error": "not found"})
                 return
             hostile = engine.hostile
@@ -256,8 +296,12 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 sys.stderr.write("sim: illegal memory access (simulated), aborting\n")
                 sys.stderr.flush()
                 os._exit(134)
-            if self.path in ("/v1/completions", "/detokenize"):
-                serve = engine.completion if self.path == "/v1/completions" else engine.detokenize
+            if self.path in ("/v1/completions", "/detokenize", "/tokenize"):
+                serve = {
+                    "/v1/completions": engine.completion,
+                    "/detokenize": engine.detokenize,
+                    "/tokenize": engine.tokenize,
+                }[self.path]
                 try:
                     self._send(200, serve(body))
                 except ValueError as exc:
@@ -329,6 +373,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--fault", choices=FAULTS, help="override the commit's fault")
     parser.add_argument("--startup-delay", type=float, help="seconds before listening")
     parser.add_argument("--launch-log", type=Path, help="append the commit here on start")
+    # vLLM's flags that `localize` adds: the worker extension answers /collective_rpc
+    parser.add_argument("--worker-extension-cls")
+    parser.add_argument("--enforce-eager", action="store_true")
+    parser.add_argument("--no-enable-prefix-caching", action="store_true")
     args = parser.parse_args(argv)
 
     settings: dict[str, Any] = {}
@@ -347,6 +395,8 @@ def main(argv: list[str]) -> int:
             f.write(args.commit + "\n")
     print(f"sim: serving {args.commit[:12]} (fault: {fault}) on port {args.port}", flush=True)
     print(f"sim: started at {started:.6f}", flush=True)
+    if args.worker_extension_cls:  # as vLLM logs them
+        print(f"sim: non-default args: worker_extension_cls={args.worker_extension_cls!r}")
     for name in settings.get("print_env", []):  # a server that logs its environment
         print(f"sim: {name}={os.environ.get(name, '')}", flush=True)
     for line in startup_log(args.commit, settings):
@@ -368,6 +418,11 @@ def main(argv: list[str]) -> int:
         hostile,
         thinking=int(settings.get("thinking", 0)),
         unclosed=tuple(settings.get("unclosed", ())),
+    )
+    engine.extension = (
+        bool(args.worker_extension_cls)
+        and os.environ.get("VLLM_SERVER_DEV_MODE") == "1"
+        and settings.get("rpc", True) is not False  # false: an engine that is not vLLM
     )
     server = serve(engine, args.port, args.host)
 
