@@ -669,3 +669,30 @@ def test_report_and_resume_survive_a_damaged_last_line(tmp_path: Path, history: 
         f"llm-bisect: error: {out / 'journal.jsonl'}:2: malformed 'probe' event "
         "(KeyError: 'verdict'); the journal cannot be resumed (move it away to start the run over)"
     ]
+
+
+def test_json_answers_go_to_stdout_alone(tmp_path: Path, history: Any) -> None:
+    h: History = history({3: "null-content"}, n=4)
+    config = h.config(checks=[{"type": "canary"}, {"type": "expect"}])
+    result = CliRunner().invoke(cli, ["candidates", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["mode"] == "regression" and plan["good"]["commit"] == h.shas[0]
+    assert [c["commit"] for c in plan["candidates"]] == h.shas
+    assert all(c["artifact"]["available"] for c in plan["candidates"])
+    result = CliRunner().invoke(cli, ["check", str(config), "--candidate", h.shas[3], "--json"])
+    assert result.exit_code == 1, result.output
+    probe = json.loads(result.stdout)
+    assert probe["verdict"] == "bad" and probe["commit"] == h.shas[3]
+    assert {c["name"] for c in probe["checks"]} == {"canary", "expect"}
+
+
+def test_schema_and_shell_completion() -> None:
+    code, output = invoke("schema")
+    assert code == 0
+    schema = json.loads(output)
+    assert {"candidates", "server", "checks", "build", "localize"} <= set(schema["properties"])
+    code, output = invoke("schema", "--golden")
+    assert code == 0 and "calibration" in json.loads(output)["properties"]
+    code, output = invoke("--show-completion", env={"SHELL": "/bin/bash"})
+    assert code == 0 and "_llm_bisect_completion" in output, output

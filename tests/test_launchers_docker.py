@@ -238,6 +238,9 @@ def test_bisects_images_skips_a_missing_one_and_marks_the_kernel_change(
     report = (out / "report.md").read_text()
     assert "**⚠ kernels.moe_backend**" in report
     assert containers_of(client, h.shas[6], COMMIT_LABEL) == []
+    # localised in containers: the extension bind-mounted, first on the PYTHONPATH
+    assert result["localization"]["module"] == "model.layers.1.self_attn", result["localization"]
+    assert "worker_extension_cls" in (out / "localize" / h.shas[6][:12] / "server.log").read_text()
 
 
 def test_images_as_ends_resolve_to_their_commits(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -20,7 +21,9 @@ import typer.core
 
 from . import __version__, app
 from .checks.golden import load as golden_load
+from .checks.golden import schema as golden_schema
 from .checks.golden import warnings as golden_warnings
+from .config import Config
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
 from .launchers import Artifact
@@ -57,7 +60,7 @@ cli = typer.Typer(
     name="llm-bisect",
     help="Find the commit that silently broke an LLM serving engine.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 
@@ -225,6 +228,36 @@ FixOpt = Annotated[
         help="Look for the fix: good names the newer build that works, bad the older broken one.",
     ),
 ]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print the answer as JSON on stdout (progress on stderr).")
+]
+
+
+def _plan_json(plan: Plan, rows: list[tuple[Candidate, Artifact]]) -> dict[str, Any]:
+    """`candidates --json`: the plan and each candidate's artifact or build route."""
+    return {
+        "mode": plan.mode.value,
+        "good": plan.good.to_json(),
+        "bad": plan.bad.to_json(),
+        "merge_base": plan.sequence[0].commit if plan.anchor is not None else None,
+        "max_probes": plan.max_probes(),
+        "candidates": [
+            {
+                **c.to_json(),
+                "artifact": {
+                    "ref": art.ref,
+                    "available": art.available,
+                    "local": art.local,
+                    "ready": art.ready,
+                    "digest": art.digest,
+                    "size": art.size,
+                    "reason": art.reason,
+                },
+                "route": art.route or None,
+            }
+            for c, art in rows
+        ],
+    }
 
 
 def _artifact_cell(art: Artifact) -> str:
@@ -285,6 +318,7 @@ def check_cmd(
         Path | None,
         typer.Option("--golden", help="The golden to compare with (default: the config's)."),
     ] = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Probe one candidate, as a `git bisect run` script.
 
@@ -298,6 +332,9 @@ def check_cmd(
         s = _setup(term, config, progress)
         with _work_dir(out, "llm-bisect-check-") as out_dir:
             cand, outcome = app.check_one(s, candidate, out_dir, progress, golden)
+            if as_json:  # what probe.json holds, on stdout
+                term.out(json.dumps(s.scrub.doc(outcome.to_json()), indent=2))
+                return CHECK_EXIT[outcome.verdict]
             term.out(f"{outcome.verdict.value}: {cand.commit} {_printable(outcome.reason)}")
             for result in outcome.checks:
                 verdict = "pass" if result.passed else "FAIL"
@@ -390,13 +427,22 @@ def calibrate_cmd(
 
 @cli.command("candidates")
 def candidates_cmd(
-    config: ConfigArg, good: GoodOpt = None, bad: BadOpt = None, find_fix: FixOpt = False
+    config: ConfigArg,
+    good: GoodOpt = None,
+    bad: BadOpt = None,
+    find_fix: FixOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """List the candidates between good and bad and the plan (a dry run: nothing starts)."""
 
     def body(term: Terminal) -> int:
         s = _setup(term, config)
         _, plan = app.plan_of(s, good, bad, find_fix)
+        if as_json:
+            with s.launcher("candidates") as launcher:
+                rows = [(c, launcher.artifact(c)) for c in plan.candidates]
+            term.out(json.dumps(_plan_json(plan, rows), indent=2))
+            return 0
         term.out(f"mode: {plan.mode.value}")
         term.out(f"good: {plan.good.commit} {_printable(plan.good.subject)}")
         term.out(f"bad:  {plan.bad.commit} {_printable(plan.bad.subject)}")
@@ -494,6 +540,17 @@ def localize_cmd(
         return 0
 
     raise typer.Exit(guarded(body))
+
+
+@cli.command("schema")
+def schema_cmd(
+    golden: Annotated[
+        bool, typer.Option("--golden", help="The schema of a golden file instead.")
+    ] = False,
+) -> None:
+    """Print the JSON Schema of a config (or of a golden file), for editors and CI."""
+    doc = golden_schema() if golden else Config.model_json_schema()
+    print(json.dumps(doc, indent=2))
 
 
 @cli.command("demo")
