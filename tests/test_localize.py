@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from helpers import History, live_processes
@@ -192,3 +193,18 @@ def test_a_container_gets_the_extension_mounted_first_on_its_pythonpath() -> Non
         "VLLM_SERVER_DEV_MODE": "1",
     }
     assert (WORKER_DIR / "llm_bisect_worker.py").is_file()
+
+
+def test_saved_tensors_with_docker_are_a_one_line_error(tmp_path: Path, history: Any) -> None:
+    h: History = history({2: "numerics"}, n=3)
+    config = h.config(
+        server={"launcher": "docker", "image": "x:{commit}", "command": None},
+        localize={"save_tensors": True},
+    )
+    data = yaml.safe_load(config.read_text())
+    data["server"].pop("command")
+    config.write_text(yaml.safe_dump(data))
+    code, output = invoke("candidates", str(config))
+    assert code == 2, output
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and "localize.save_tensors: the process launcher's only" in lines[0]
