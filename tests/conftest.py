@@ -7,6 +7,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import docker
+import docker.errors
 import pytest
 
 from helpers import History
@@ -23,3 +25,16 @@ def history(tmp_path: Path) -> Callable[..., History]:
         return History(tmp_path, faults, n, **kw)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def client() -> docker.DockerClient:
+    """The Docker engine; skip without one, but fail under CI, which must start one."""
+    try:
+        engine = docker.from_env()
+        engine.ping()
+        return engine
+    except docker.errors.DockerException as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must start a Docker engine: {exc}")
+        pytest.skip(f"no Docker engine: {exc}")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,19 +32,6 @@ from llm_bisect.sim.docker import PYTHON, layer_tar, sim_server
 def invoke(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, list(args))
     return result.exit_code, result.output
-
-
-@pytest.fixture(scope="module")
-def client() -> docker.DockerClient:
-    """The Docker engine; skip without one, but fail under CI, which must start one."""
-    try:
-        engine = docker.from_env()
-        engine.ping()
-        return engine
-    except docker.errors.DockerException as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must start a Docker engine: {exc}")
-        pytest.skip(f"no Docker engine: {exc}")
 
 
 def import_base(

@@ -47,19 +47,6 @@ from llm_bisect.sim.docker import (
 pytestmark = pytest.mark.docker
 
 
-@pytest.fixture(scope="module")
-def client() -> docker.DockerClient:
-    """The Docker engine; skip without one, but fail under CI, which must start one."""
-    try:
-        engine = docker.from_env()
-        engine.ping()
-        return engine
-    except docker.errors.DockerException as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must start a Docker engine: {exc}")
-        pytest.skip(f"no Docker engine: {exc}")
-
-
 @pytest.fixture
 def repo_name(client: docker.DockerClient) -> Iterator[str]:
     name = f"llm-bisect-test-{uuid.uuid4().hex[:8]}"

@@ -622,19 +622,13 @@ def localize_after_run(
     """After a run that found its culprit: localise it (unless `localize: false`), into
     DIR/localization.json; a resumed run reads what it wrote. None when there is nothing
     to localise."""
-    if not s.config.localize.enabled or result.get("status") != "found":
+    pair = culprit_pair(result)
+    if not s.config.localize.enabled or pair is None:
         return None
-    span = result.get("range") or []
-    if len(span) < 2:
-        return None
-    old, new = span[0], span[-1]
-    good, bad = (new, old) if result.get("mode") == Mode.FIX.value else (old, new)
-    path = out_dir / LOCALIZATION
-    if path.is_file():
-        with suppress(ValueError, OSError):
-            done: dict[str, Any] = json.loads(path.read_text())
-            if done.get("good") == good and done.get("bad") == bad:
-                return done
+    good, bad = pair
+    done = stored_localization(out_dir, good, bad)
+    if done is not None:
+        return done
     try:
         known = known or {}
         doc = localize_builds(
@@ -646,23 +640,37 @@ def localize_after_run(
         )
     except LocalizeError as exc:
         doc = {"good": good, "bad": bad, "error": str(exc), "line": f"not localised: {exc}"}
-    write_atomic(path, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
+    write_atomic(out_dir / LOCALIZATION, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
     return doc
+
+
+def culprit_pair(result: dict[str, Any]) -> tuple[str, str] | None:
+    """(good, bad) commits a found result's culprit lies between: the last good and the first
+    bad, or with --find-fix the fix and the commit before it. None unless found."""
+    span = result.get("range") or []
+    if result.get("status") != "found" or len(span) < 2:
+        return None
+    old, new = span[0], span[-1]
+    return (new, old) if result.get("mode") == Mode.FIX.value else (old, new)
+
+
+def stored_localization(out_dir: Path, good: str, bad: str) -> dict[str, Any] | None:
+    """What DIR/localization.json says of these two builds; None when it is of others or
+    cannot be read."""
+    try:
+        doc = json.loads((out_dir / LOCALIZATION).read_text())
+    except (ValueError, OSError):
+        return None
+    if isinstance(doc, dict) and doc.get("good") == good and doc.get("bad") == bad:
+        return doc
+    return None
 
 
 def with_localization(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     """result.json with what DIR/localization.json says of its culprit (`report DIR`)."""
-    path = out_dir / LOCALIZATION
-    span = result.get("range") or []
-    if result.get("status") != "found" or len(span) < 2 or not path.is_file():
-        return result
-    try:
-        doc = json.loads(path.read_text())
-    except (ValueError, OSError):
-        return result
-    if isinstance(doc, dict) and {doc.get("good"), doc.get("bad")} == {span[0], span[-1]}:
-        return {**result, "localization": doc}
-    return result
+    pair = culprit_pair(result)
+    doc = stored_localization(out_dir, *pair) if pair is not None else None
+    return result if doc is None else {**result, "localization": doc}
 
 
 def localize_refs(

@@ -287,6 +287,12 @@ class OpenAIClient:
             return None
         return parse_reply(_Detokenized, body, what).prompt
 
+    def _complete_ids(self, token_ids: list[int], max_tokens: int, **extra: Any) -> bytes:
+        """A greedy /v1/completions of a prompt given as token ids; the reply body."""
+        body = {"model": self.model, "prompt": token_ids, "max_tokens": max_tokens,
+                "temperature": 0.0, **extra}  # fmt: skip
+        return self._request("POST", "/v1/completions", json=body)
+
     def tokenize(self, text: str) -> list[int]:
         """The token ids of a text, as the server's tokenizer makes them (vLLM's `/tokenize`)."""
         body = self._request("POST", "/tokenize", json={"model": self.model, "prompt": text})
@@ -294,19 +300,8 @@ class OpenAIClient:
 
     def continuation(self, token_ids: list[int], max_tokens: int) -> list[int]:
         """The greedy continuation of these tokens, as token ids (`return_token_ids`)."""
-        what = "POST /v1/completions"
-        body = self._request(
-            "POST",
-            "/v1/completions",
-            json={
-                "model": self.model,
-                "prompt": token_ids,
-                "max_tokens": max_tokens,
-                "temperature": 0.0,
-                "return_token_ids": True,
-            },
-        )
-        choice = parse_reply(_Generated, body, what).choices[0]
+        body = self._complete_ids(token_ids, max_tokens, return_token_ids=True)
+        choice = parse_reply(_Generated, body, "POST /v1/completions").choices[0]
         if choice.token_ids is not None:
             return choice.token_ids
         return self.tokenize(choice.text) if choice.text else []
@@ -327,19 +322,8 @@ class OpenAIClient:
 
         Uses vLLM's `prompt_logprobs` on /v1/completions with the prompt as token ids.
         """
-        what = "POST /v1/completions"
-        body = self._request(
-            "POST",
-            "/v1/completions",
-            json={
-                "model": self.model,
-                "prompt": token_ids,
-                "max_tokens": 1,
-                "temperature": 0.0,
-                "prompt_logprobs": 0,
-            },
-        )
-        rows = parse_reply(_Completion, body, what).choices[0].prompt_logprobs
+        body = self._complete_ids(token_ids, 1, prompt_logprobs=0)
+        rows = parse_reply(_Completion, body, "POST /v1/completions").choices[0].prompt_logprobs
         out: list[float | None] = []
         for tid, row in zip(token_ids, rows, strict=False):
             entry = row.get(str(tid)) if row is not None else None

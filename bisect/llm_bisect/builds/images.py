@@ -48,6 +48,12 @@ STAGE = "/llm-bisect-stage"
 SCRIPT = Path(__file__).with_name("inimage.py")
 
 
+def recorded(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The build facts a derived image's label and result.json keep (not the removed
+    paths the stage needed, nor whether the stage came from the cache)."""
+    return {k: v for k, v in facts.items() if k not in ("removed_paths", "cached")}
+
+
 def derived_ref(candidate: Candidate, route: str) -> str:
     return f"{REPOSITORY}:{candidate.commit}-{route}"
 
@@ -139,10 +145,7 @@ class ImageDeriver:
             ROUTE_LABEL: build.route,
             BASE_LABEL: str(base.id),
             CACHE_LABEL: self.cache,
-            BUILD_LABEL: json.dumps(
-                {k: v for k, v in build.facts.items() if k not in ("removed_paths", "cached")},
-                sort_keys=True,
-            ),
+            BUILD_LABEL: json.dumps(recorded(build.facts), sort_keys=True),
         }
         source = SCRIPT.read_text()
         with log.open("a") as f:

@@ -38,7 +38,7 @@ from docker.models.containers import Container
 from docker.models.images import Image
 
 from ..builds import Builder, ImageStrategy, Route
-from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref
+from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..config import DockerServerConfig, fill
 from ..errors import LaunchError, ServerExited
 from ..fingerprint import package_probe_source
@@ -590,9 +590,7 @@ class DockerLauncher:
                 build = self.builder.build(candidate)
                 log = self.builder.log_of(candidate)
                 image = self.deriver.derive(candidate, build, target, base, log)
-                facts = {
-                    k: v for k, v in build.facts.items() if k not in ("removed_paths", "cached")
-                }
+                facts = recorded(build.facts)
             else:
                 self.deriver.touch(image, ref)
                 labels = (image.attrs.get("Config") or {}).get("Labels") or {}
