@@ -696,3 +696,96 @@ def test_schema_and_shell_completion() -> None:
     assert code == 0 and "calibration" in json.loads(output)["properties"]
     code, output = invoke("--show-completion", env={"SHELL": "/bin/bash"})
     assert code == 0 and "_llm_bisect_completion" in output, output
+
+
+def test_result_and_gate_schemas_are_published_and_hold() -> None:
+    shipped = Path(__file__).parent.parent / "schemas"
+    for name in ("result", "gate"):
+        code, output = invoke("schema", f"--{name}")
+        assert code == 0
+        printed = json.loads(output)
+        assert printed == json.loads((shipped / f"{name}.schema.json").read_text()), (
+            f"regenerate schemas/{name}.schema.json with `llm-bisect schema --{name}`"
+        )
+        assert "version" in printed["properties"]
+    code, output = invoke("schema", "--result", "--gate")
+    assert code == 2 and "give one" in output
+
+
+def test_a_run_links_its_commits_to_the_remote(tmp_path: Path, history: Any) -> None:
+    """The clone's origin names the web address: report.md links the culprit, its PR and the
+    compare range; result.json keeps the refs as given and the node it ran on."""
+    h: History = history({9: "degenerate-reasoning"}, n=16)
+    subprocess.run(
+        ["git", "-C", str(h.repo), "remote", "add", "origin", "git@github.com:acme/engine.git"],
+        check=True,
+    )
+    subprocess.run(["git", "-C", str(h.repo), "tag", "v1-good", h.shas[0]], check=True)
+    out = tmp_path / "out"
+    config = h.config(good="v1-good")
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = result_of(out)
+    assert result["version"] == 2
+    assert result["context"]["good_ref"] == "v1-good" and result["context"]["config"] == str(config)
+    assert result["context"]["repo_url"] == "https://github.com/acme/engine"
+    assert "python" in result["context"]["environment"]
+    report = (out / "report.md").read_text()
+    summary = report.split("\n\n")[1]
+    assert f"(https://github.com/acme/engine/commit/{h.shas[9]})" in summary
+    assert "([#24009](https://github.com/acme/engine/pull/24009))" in summary
+    assert f"good `v1-good` (`{h.shas[0][:12]}`)" in summary
+    assert f"https://github.com/acme/engine/compare/{h.shas[8]}...{h.shas[9]}" in summary
+    assert f"llm-bisect check {config} --candidate {h.shas[9]}" in report
+    assert f"--commit {h.shas[9]}" in report  # the server command line of the first bad
+    probes = result["probes"]
+    assert all(p["started_at"] <= p["ended_at"] for p in probes)
+    # `report DIR` rebuilds the same from the journal, context and times included.
+    before = result_of(out)
+    code, output = invoke("report", str(out))
+    assert code == 0 and result_of(out) == before
+    # An explicit candidates.url wins over the remote.
+    config = h.config(good="v1-good", candidates={"url": "https://github.com/fork/engine/"})
+    code, output = invoke("run", str(config), "--out", str(tmp_path / "fork"))
+    assert code == 0, output
+    assert result_of(tmp_path / "fork")["context"]["repo_url"] == "https://github.com/fork/engine"
+
+
+def test_progress_counts_steps_left_and_an_eta() -> None:
+    """On a terminal the live line shows step i of ~N, the candidates left and an ETA from
+    the probes so far; elsewhere each phase is one plain line with the same."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from llm_bisect.cli import Terminal, TerminalProgress
+    from llm_bisect.model import Candidate, ProbeOutcome, Verdict
+    from llm_bisect.search import Mode, Plan
+
+    now = [100.0]
+    seq = tuple(Candidate(f"{i:040x}", subject=f"c{i}") for i in range(17))
+    plan = Plan(Mode.REGRESSION, seq)
+    err = StringIO()
+    tty = StringIO()
+    progress = TerminalProgress(
+        Terminal(err=err), clock=lambda: now[0], console=Console(file=tty, force_terminal=True)
+    )
+    progress.planned(plan, 0)
+    progress.narrowed(16, 6)
+    progress.phase(seq[0], "starting", 0.0)
+    now[0] += 30
+    assert progress.status_line().startswith(f"[1/~6] {seq[0].short} starting ")
+    assert "30.0s · 16 candidate(s) left" in progress.status_line()
+    progress.finished(seq[0], ProbeOutcome(seq[0].commit, Verdict.GOOD, "", (), {"total": 60.0}))
+    progress.narrowed(16, 5)
+    progress.phase(seq[16], "checking", 20.0)
+    assert progress.status_line().endswith("16 candidate(s) left, ETA 4m 40s")  # 4 x 60 + 40
+    progress.close()
+    assert progress.live is None and "[1/~6]" in err.getvalue()
+    plain = StringIO()
+    lines = TerminalProgress(Terminal(err=plain), console=Console(file=StringIO()))
+    lines.planned(plan, 0)
+    lines.narrowed(16, 6)
+    lines.phase(seq[0], "starting", 0.0)
+    assert "[1/~6]" in plain.getvalue() and "16 candidate(s) left" in plain.getvalue()
+    assert lines.live is None

@@ -63,3 +63,27 @@ def test_the_cpu_config_builds_wheels_then_overlays_past_image_retention() -> No
     assert kinds == ["wheel", "overlay"]
     assert not isinstance(config.server, DockerServerConfig)
     assert config.server.command[0] == "{python}"
+
+
+def test_the_ci_gate_steps_call_the_gate_with_flags_it_has() -> None:
+    """configs/ci: each step is YAML that runs `llm-bisect gate` with flags the command takes."""
+    import shlex
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from llm_bisect.cli import cli
+
+    help_text = CliRunner().invoke(cli, ["gate", "--help"], env={"COLUMNS": "200"}).output
+    folder = Path(__file__).parent.parent / "configs" / "ci"
+    commands = []
+    for path in sorted(folder.glob("*.yml")):
+        doc = yaml.safe_load(path.read_text())
+        steps = doc["jobs"]["gate"]["steps"] if "jobs" in doc else doc["steps"]
+        commands += [s.get("run") or s.get("command") for s in steps]
+    gates = [c for c in commands if c and c.startswith("llm-bisect gate")]
+    assert len(gates) == 2
+    for command in gates:
+        flags = [w for w in shlex.split(command) if w.startswith("--")]
+        assert {"--candidate", "--golden", "--junit", "--bisect-on-block"} <= set(flags)
+        assert all(flag in help_text for flag in flags), command

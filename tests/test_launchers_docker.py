@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from llm_bisect.launchers.docker import (
     DockerLauncher,
     container_spec,
     owner_label,
+    run_line,
 )
 from llm_bisect.model import Candidate
 from llm_bisect.registry import Registry, parse_image_ref
@@ -144,6 +146,14 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
         OWNER_LABEL: "node-1:4242:99",
     }
     assert spec["init"] is True
+    # What report.md's Reproduce block shows: the same container as a person types it.
+    assert shlex.split(run_line(spec, "vllm/vllm-openai:nightly-" + cand.commit)) == [
+        "docker", "run", "--rm", "--init", "--gpus", '"device=0,3"', "--ipc", "host",
+        "--shm-size", "16g", "--user", "1000:1000", "-p", "127.0.0.1:12345:8000",
+        "-v", f"{tmp_path}/hf:/root/.cache/huggingface", "-v", "models:/models",
+        "--ulimit", "memlock=-1:-1", "--ulimit", "stack=67108864:67108864", "-e", "A",
+        f"vllm/vllm-openai:nightly-{cand.commit}", *spec["command"],
+    ]  # fmt: skip
     host = cfg.model_copy(update={"network_mode": "host"})
     spec = container_spec(
         host,

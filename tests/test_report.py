@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+from llm_bisect.journal import Span
 from llm_bisect.model import Candidate, CheckResult, ProbeOutcome, Verdict
-from llm_bisect.report.markdown import render_markdown
+from llm_bisect.report.documents import ResultDocument
+from llm_bisect.report.links import commit_url, compare_url, pr_number, pr_url, web_url
+from llm_bisect.report.markdown import render_markdown as render_doc
 from llm_bisect.report.result import build_result
 from llm_bisect.search import Answer, Mode, Plan, Status
 
 SEQ = tuple(
     Candidate(f"{i:040x}", subject=f"commit {i} | piped", author="A <a@x>") for i in range(5)
 )
+
+
+def render_markdown(result: dict[str, Any]) -> str:
+    """report.md of a result.json document, read as the typed document it must be."""
+    return render_doc(ResultDocument.model_validate(result))
 
 
 def outcome(i: int, verdict: Verdict, evidence: str = "fine") -> ProbeOutcome:
@@ -31,7 +44,7 @@ def test_found_report_has_culprit_evidence_and_table() -> None:
     ]
     result = build_result(plan, answer, probes)
     assert result["status"] == "found"
-    assert result["culprit"] == SEQ[3].to_json()
+    assert result["culprit"] == {**SEQ[3].to_json(), "artifact": ""}
     assert result["good"] == SEQ[0].commit and result["bad"] == SEQ[4].commit
     assert [p["verdict"] for p in result["probes"]] == ["good", "bad", "good", "bad"]
     md = render_markdown(result)
@@ -82,3 +95,115 @@ def test_the_report_says_how_small_a_drop_the_eval_could_see() -> None:
         md = render_markdown(result)
         assert f"The eval's {n} problems detect an accuracy drop of" in md
         assert ("⚠" in md and "passes unseen" in md) is warned
+
+
+GOLDEN_MD = Path(__file__).parent / "golden" / "report.md"
+SUBJECTS = [f"[Kernel] change {i} (#2400{i})" for i in range(5)]
+SHAS = tuple(
+    Candidate(
+        hashlib.sha1(f"commit {i}".encode()).hexdigest(),
+        subject=SUBJECTS[i],
+        author="A <a@x>",
+        date="2026-08-12",
+    )
+    for i in range(5)
+)
+DIGEST = "vllm/vllm-openai@sha256:" + "ab" * 32
+
+
+def _logprobs(divergent: bool) -> CheckResult:
+    side = {"token": "15505", "text": " well", "logprob": -0.07, "top": []}
+    now = {"token": "11038", "text": " we", "logprob": -0.23, "top": []}
+    case = {
+        "prompt": "hello how are you",
+        "first_divergence": 2 if divergent else None,
+        "teacher_mean_abs_delta": 0.41 if divergent else 0.0,
+        "teacher_deltas": [0.0, 0.1, 0.9],
+        "divergence": {"position": 2, "golden": side, "candidate": now} if divergent else None,
+    }
+    evidence = "1 of 1 prompts not close" if divergent else "1 prompts match the golden"
+    return CheckResult("logprobs", not divergent, 0.5, evidence, {"cases": [case]})
+
+
+def _probe(i: int, verdict: Verdict, at: float) -> ProbeOutcome:
+    bad = verdict is Verdict.BAD
+    fingerprint = {
+        "image": {"ref": f"vllm/vllm-openai:nightly-{SHAS[i].commit}", "digest": DIGEST},
+        "kernels": {"attention_backend": "FLASHINFER" if bad else "FLASH_ATTN"},
+        "command": f"docker run --rm --gpus all -e HF_TOKEN vllm/vllm-openai:{SHAS[i].short}",
+    }
+    checks = (CheckResult("canary", not bad, 1.0 - bad, "now now now" if bad else "I am well"),)
+    return ProbeOutcome(
+        SHAS[i].commit,
+        verdict,
+        "failed: canary" if bad else "2 check(s) passed",
+        (*checks, _logprobs(bad)),
+        {"artifact": 0.5, "launch": 60.0 + at, "ready": 300.0, "checks": 40.0, "total": 345.0},
+        "",
+        fingerprint,
+    )
+
+
+def golden_result() -> dict[str, Any]:
+    """A fixed found result: refs, links, reproduce, environment and divergence all present."""
+    plan = Plan(Mode.REGRESSION, SHAS)
+    answer = Answer(Status.FOUND, SHAS[3], (SHAS[2].commit, SHAS[3].commit), "first bad found")
+    verdicts = [(0, Verdict.GOOD), (4, Verdict.BAD), (2, Verdict.GOOD), (3, Verdict.BAD)]
+    probes = [_probe(i, v, k) for k, (i, v) in enumerate(verdicts)]
+    spans = [Span(1000.0 + 400 * k, 1345.0 + 400 * k) for k in range(len(probes))]
+    context = {
+        "good_ref": "nightly-2026-08-09",
+        "bad_ref": "v0.27.0",
+        "config": "configs/kimi.yaml",
+        "repo_url": "https://github.com/vllm-project/vllm",
+        "environment": {
+            "os": "Linux-6.8",
+            "python": "3.12.3",
+            "llm_bisect": "0.1.0",
+            "gpus": [{"name": "NVIDIA B300", "memory.total": "275040 MiB"}] * 8,
+            "gpu_count": 8,
+            "driver": "580.65.06",
+            "cuda": "13.0",
+        },
+    }
+    return build_result(
+        plan, answer, probes, spans=spans, context=context, started=990.0, ended=2600.0
+    )
+
+
+def test_report_md_matches_its_golden_file() -> None:
+    """The summary, links, reproduce block, environment and divergence table, as pasted into
+    a GitHub issue (LLM_BISECT_REGENERATE=1 rewrites the golden file after a deliberate change)."""
+    md = render_markdown(golden_result())
+    if os.environ.get("LLM_BISECT_REGENERATE"):
+        GOLDEN_MD.parent.mkdir(exist_ok=True)
+        GOLDEN_MD.write_text(md)
+    assert md == GOLDEN_MD.read_text()
+    head = md.splitlines()[:6]
+    assert head[0] == f"# llm-bisect: {SHAS[3].short} {SUBJECTS[3]}"
+    url = "https://github.com/vllm-project/vllm"
+    assert f"[`{SHAS[3].short}`]({url}/commit/{SHAS[3].commit})" in head[2]
+    assert f"([#24003]({url}/pull/24003))" in head[2]
+    assert "good `nightly-2026-08-09` (`" in head[3] and "bad `v0.27.0` (`" in head[3]
+    assert f"{url}/compare/{SHAS[2].commit}...{SHAS[3].commit}" in head[3]
+    assert "4 probes over 5 candidates · 26m 50s (23m 00s in probes)" in head[4]
+    assert f"llm-bisect check configs/kimi.yaml --candidate {SHAS[3].commit}" in md
+    assert f"| image.digest | `{DIGEST}` | `{DIGEST}` |" in md  # whole, never cut
+    assert "- GPUs: 8 x NVIDIA B300 (275040 MiB)" in md and "driver 580.65.06, CUDA 13.0" in md
+    assert "| 'hello how are you' | 2 | `15505` ' well'" in md
+
+
+def test_links_from_remotes() -> None:
+    for remote in (
+        "git@github.com:vllm-project/vllm.git",
+        "https://github.com/vllm-project/vllm.git",
+        "ssh://git@github.com/vllm-project/vllm",
+        "https://user:token@github.com/vllm-project/vllm/",
+    ):
+        assert web_url(remote) == "https://github.com/vllm-project/vllm", remote
+    assert web_url("/srv/mirrors/vllm") == "" and web_url("git@example.com:a/b.git") == ""
+    lab = web_url("git@gitlab.com:group/sub/engine.git")
+    assert commit_url(lab, "a" * 40) == f"https://gitlab.com/group/sub/engine/-/commit/{'a' * 40}"
+    assert pr_url(lab, 7).endswith("/-/merge_requests/7")
+    assert pr_number("[Bugfix] x (#123) (#24040)") == 24040 and pr_number("no pr") is None
+    assert compare_url("", "a", "b") == "" and commit_url("", "a") == ""

@@ -14,6 +14,7 @@ from llm_bisect.search import (
     Outcome,
     Plan,
     Status,
+    left_of,
     lookahead,
     max_probes,
     next_step,
@@ -186,3 +187,23 @@ def test_coarse_then_fine_finds_the_same_culprit_probing_ready_ones_first(
             hi = min(i for i in known if verdicts[i] is mode.new_state and i > step)
             assert not [i for i in ready if lo < i < hi and i not in verdicts], (step, ready)
         verdicts[step] = oracle[step]
+
+
+@given(st.integers(min_value=2, max_value=300), st.data())
+def test_what_is_left_shrinks_and_bounds_the_probes_still_run(n: int, data: st.DataObject) -> None:
+    """left_of, as progress shows it: the candidates left never grow, end at one when found,
+    and the probes it says remain are never fewer than the search then runs."""
+    culprit = data.draw(st.integers(min_value=1, max_value=n - 1))
+    plan = Plan(Mode.REGRESSION, tuple(Candidate(f"{i:040x}") for i in range(n)))
+    verdicts: dict[str, Verdict] = {}
+    lefts, estimates = [], []
+    while isinstance(step := plan_step(plan, verdicts), Candidate):
+        left, remaining = left_of(plan, verdicts)
+        lefts.append(left)
+        estimates.append(remaining)
+        index = int(step.commit, 16)
+        verdicts[step.commit] = Verdict.BAD if index >= culprit else Verdict.GOOD
+    ran = len(lefts)
+    assert lefts == sorted(lefts, reverse=True)
+    assert left_of(plan, verdicts) == (1, 0)
+    assert all(estimate >= ran - k for k, estimate in enumerate(estimates))

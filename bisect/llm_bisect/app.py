@@ -12,7 +12,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,6 +31,7 @@ from .checks.golden import load as golden_load
 from .checks.golden import record as golden_record
 from .checks.golden import save as golden_save
 from .checks.golden import thresholds as golden_thresholds
+from .checks.golden import warnings as golden_warnings
 from .client import OpenAIClient
 from .config import CommandStrategy as CommandStrategyConfig
 from .config import (
@@ -47,14 +48,34 @@ from .config import (
 from .config import ImageStrategy as ImageStrategyConfig
 from .config import OverlayStrategy as OverlayStrategyConfig
 from .config import WheelStrategy as WheelStrategyConfig
+from .environment import node_environment
 from .errors import ConfigError, EndpointError, LaunchError, LocalizeError, RequestRejected
+from .journal import Span
 from .launchers import Instrument, Launcher, Server
 from .launchers.process import ProcessLauncher
 from .localize import localize as localize_results
-from .model import Candidate, CheckResult, ProbeOutcome, Regress
+from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
 from .outdir import hold, prepare
 from .redact import Scrub
 from .registry import parse_image_ref
+from .report.documents import (
+    Bisection,
+    CandidateDoc,
+    Context,
+    GateDocument,
+    GoldenRef,
+    ResultDocument,
+)
+from .report.gate import (
+    DECISION_OF,
+    EXIT_OF,
+    HEADLINE,
+    render_gate_html,
+    render_gate_markdown,
+    render_junit,
+)
+from .report.links import web_url
+from .report.result import probe_doc
 from .runner import (
     Progress,
     RunResult,
@@ -93,6 +114,8 @@ class Setup:
     report: Callable[[str], None] = lambda _: None
     builder: Builder | None = None
     """How candidates are built (`build:`); None: the launcher starts them as they are."""
+    config_file: str = ""
+    """The config's path as given (for the report's reproduce commands)."""
 
     def client(self, server: Server) -> OpenAIClient:
         return OpenAIClient(
@@ -241,7 +264,7 @@ def setup(
         names,
         lambda ref, key: made.resolve(ref, key).commit,
     )
-    return replace(made, builder=builder)
+    return replace(made, builder=builder, config_file=str(config_path))
 
 
 def _builder(
@@ -384,6 +407,17 @@ def run_id_of(out_dir: Path, digest: str) -> str:
     return hashlib.sha256(f"{out_dir.resolve()}\0{digest}".encode()).hexdigest()[:12]
 
 
+def run_context(s: Setup, config: Config) -> dict[str, Any]:
+    """How a run was asked for and where it runs (documents.Context), for its report."""
+    return {
+        "good_ref": config.candidates.good,
+        "bad_ref": config.candidates.bad,
+        "config": s.config_file,
+        "repo_url": (config.candidates.url or web_url(s.source.remote_url())).rstrip("/"),
+        "environment": node_environment(),
+    }
+
+
 def run_bisect(
     s: Setup,
     out_dir: Path,
@@ -392,10 +426,14 @@ def run_bisect(
     bad: str | None = None,
     find_fix: bool = False,
     progress: Progress | None = None,
+    golden_file: Path | None = None,
+    given: Sequence[tuple[ProbeOutcome, str]] = (),
 ) -> RunResult:
+    """Bisect the config's range (or --good/--bad) into `out_dir`. `golden_file`: the golden
+    to judge by instead of the config's; `given`: verdicts held already (the gate's)."""
     config, plan = plan_of(s, good, bad, find_fix)
     digest = config_digest(config) + (":fix" if find_fix else "")
-    named = s.golden_path()  # else runner.run records one from the good end into DIR
+    named = golden_file or s.golden_path()  # else runner.run records one from the good end
     golden = GoldenStore(named, s.checks, of=plan.good.commit, scrub=s.scrub) if named else None
     with hold(out_dir):
         with s.launcher(run_id_of(out_dir, digest)) as launcher:
@@ -412,6 +450,8 @@ def run_bisect(
                 scrub=s.scrub,
                 regress=Regress(config.regress),
                 coarse=config.candidates.coarse,
+                context=run_context(s, config),
+                given=given,
             )
         note = progress.note if progress is not None else (lambda _: None)
         known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
@@ -688,3 +728,135 @@ def localize_refs(
         doc = localize_builds(s, good_c, bad_c, out_dir, prompt=prompt, note=note)
         write_atomic(out_dir / LOCALIZATION, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
     return doc
+
+
+GATE_FILE = "gate.json"
+BISECT_DIR = "bisect"
+"""Where `gate --bisect-on-block` bisects, inside the gate's folder."""
+
+
+def _write_gate(out_dir: Path, doc: GateDocument, scrub: Scrub, junit: Path | None) -> None:
+    clean = GateDocument.model_validate(scrub.doc(doc.model_dump(mode="json")))
+    write_atomic(out_dir / GATE_FILE, json.dumps(clean.model_dump(mode="json"), indent=2) + "\n")
+    write_atomic(out_dir / "report.md", render_gate_markdown(clean))
+    write_atomic(out_dir / "report.html", render_gate_html(clean))
+    if junit is not None:
+        write_atomic(junit, render_junit(clean))
+
+
+def _unfinished_gate(out_dir: Path, digest: str, candidate: str) -> GateDocument | None:
+    """DIR/gate.json of a blocked gate whose bisection a kill left unfinished, for the same
+    config and candidate: its verdict stands, the probe is not run again."""
+    try:
+        doc = GateDocument.model_validate_json((out_dir / GATE_FILE).read_bytes())
+    except (OSError, ValueError):
+        return None
+    same = doc.config_digest == digest and doc.candidate.commit == candidate
+    if same and doc.decision == "block" and doc.bisection is not None:
+        return doc if doc.bisection.status is None else None
+    return None
+
+
+def run_gate(
+    s: Setup,
+    candidate_ref: str,
+    out_dir: Path,
+    progress: Progress,
+    *,
+    golden_file: Path | None = None,
+    record: bool = False,
+    good: str | None = None,
+    bisect_on_block: bool = False,
+    junit: Path | None = None,
+) -> GateDocument:
+    """The `gate` command: one release candidate against the last good build's golden
+    (recorded first with `record`), allow, block or inconclusive; on block with
+    `bisect_on_block`, the bisection from the golden's build to the candidate, which starts
+    with those two verdicts instead of probing them again. Writes DIR/gate.json, report.md,
+    report.html and `junit`."""
+    started = time.time()
+    path = golden_file_of(s, golden_file)
+    candidate = s.resolve(candidate_ref, "--candidate")
+    recorded = False
+    if record:
+        good_ref = good or s.config.candidates.good
+        good_c = s.resolve(good_ref, "--good")
+        if not path.exists() or golden_load(path).commit != good_c.commit:
+            progress.note(f"gate: recording the golden from {good_c.short} into {path}")
+            record_golden(s, good_ref, path, out_dir)
+            recorded = True
+    if not path.exists():
+        raise ConfigError(
+            f"--golden: no golden at '{path}'; record the last good build's with "
+            "`llm-bisect golden CONFIG --candidate GOOD`, or run the gate with --record"
+        )
+    golden = golden_load(path)
+    digest = config_digest(s.config)
+    context = {**run_context(s, s.config), "good_ref": golden.commit, "bad_ref": candidate_ref}
+    resumed = _unfinished_gate(out_dir, digest, candidate.commit) if bisect_on_block else None
+    if resumed is not None:
+        progress.note(f"gate: {GATE_FILE} holds this candidate's verdict; the bisection resumes")
+        doc = resumed
+    else:
+        _, outcome = check_one(s, candidate_ref, out_dir, progress, path)
+        decision = DECISION_OF[outcome.verdict]
+        doc = GateDocument(
+            decision=decision,
+            exit_code=EXIT_OF[decision],
+            message=HEADLINE[decision],
+            candidate_ref=candidate_ref,
+            candidate=CandidateDoc(**candidate.to_json()),
+            golden=GoldenRef(path=str(path), commit=golden.commit, recorded=recorded),
+            probe=probe_doc(outcome, candidate.subject, Span(started, time.time())),
+            warnings=golden_warnings(golden),
+            context=Context(**context),
+            config_digest=digest,
+            started_at=started,
+            ended_at=time.time(),
+        )
+    if doc.decision == "block" and bisect_on_block:
+        where = out_dir / BISECT_DIR
+        doc = doc.model_copy(update={"bisection": Bisection(out=str(where), message="under way")})
+        _write_gate(out_dir, doc, s.scrub, junit)  # a kill from here on resumes the bisection
+        given = [
+            (
+                ProbeOutcome(
+                    golden.commit,
+                    Verdict.GOOD,
+                    f"the golden's build: {path.name} was recorded from it",
+                ),
+                "gate: the golden's build",
+            ),
+            (
+                ProbeOutcome.from_json(doc.probe.model_dump(mode="json", include=_OUTCOME)),
+                "gate: the candidate's probe",
+            ),
+        ]
+        done = run_bisect(
+            s,
+            where,
+            good=golden.commit,
+            bad=candidate_ref,
+            progress=progress,
+            golden_file=path,
+            given=given,
+        )
+        result = ResultDocument.model_validate(done.result)
+        doc = doc.model_copy(
+            update={
+                "bisection": Bisection(
+                    out=str(where),
+                    status=result.status,
+                    message=result.message,
+                    culprit=result.culprit,
+                    probes=len([p for p in result.probes if not p.given]),
+                ),
+                "ended_at": time.time(),
+            }
+        )
+    _write_gate(out_dir, doc, s.scrub, junit)
+    return doc
+
+
+_OUTCOME = {"commit", "verdict", "reason", "checks", "timings", "log_tail", "fingerprint"}
+"""The fields of a ProbeDoc that a ProbeOutcome holds."""

@@ -18,6 +18,9 @@ from typing import Annotated, Any, NoReturn, TextIO, TypeVar
 
 import typer
 import typer.core
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
 
 from . import __version__, app
 from .checks.golden import load as golden_load
@@ -30,6 +33,8 @@ from .launchers import Artifact
 from .model import Candidate, ProbeOutcome, Verdict
 from .outdir import hold, prepare
 from .redact import Scrub
+from .report.documents import schemas
+from .report.markdown import duration
 from .runner import result_of, write_outputs
 from .search import Answer, Plan, Status
 
@@ -78,6 +83,12 @@ class Terminal:
         self._out = out
         self._err = err
         self.scrub = Scrub()
+        self.closers: list[Callable[[], None]] = []
+        """Called when the command ends, however it ends (a live progress line)."""
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
 
     def mask(self, scrub: Scrub) -> None:
         """From now on, mask these secrets too."""
@@ -137,6 +148,7 @@ def guarded(fn: Callable[[Terminal], T], codes: ExitCodes = ExitCodes()) -> T:
         term.say(traceback.format_exc().rstrip())
         raise typer.Exit(codes.bug) from None
     finally:
+        term.close()
         signal.signal(signal.SIGTERM, previous)
 
 
@@ -159,16 +171,32 @@ class _GitBisectCommand(typer.core.TyperCommand):
 
 
 class TerminalProgress:
-    """One line per phase of each probe, on stderr."""
+    """What a person watching sees, on stderr: step i of ~N, the candidates left, each probe's
+    phase and elapsed time, and an ETA from the probes so far.
+
+    On a terminal, a live line (rich) ticks while a probe runs and each finished probe
+    leaves one line; elsewhere (CI logs, pipes) every phase is one plain line.
+    """
 
     def __init__(
-        self, term: Terminal | None = None, clock: Callable[[], float] = time.monotonic
+        self,
+        term: Terminal | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        console: Console | None = None,
     ) -> None:
         self.term = term or Terminal()
         self.clock = clock
+        self.console = console or Console(file=sys.stderr, highlight=False)
+        self.live: Live | None = None
         self.step = 0
         self.total = 0
         self.current = ""
+        self.left: int | None = None
+        self.probes_left: int | None = None
+        self.durations: list[float] = []
+        self._line = ""
+        self._since = 0.0
+        self.term.closers.append(self.close)
 
     def note(self, text: str) -> None:
         """A line from a launcher (pull progress) or the journal."""
@@ -183,26 +211,82 @@ class TerminalProgress:
             f"({plan.mode.value}){resumed}"
         )
 
+    def narrowed(self, left: int, probes_left: int) -> None:
+        self.left, self.probes_left = left, probes_left
+        self.total = self.step + probes_left
+
+    def eta(self, elapsed: float = 0.0) -> float | None:
+        """Seconds until the answer at the mean probe time so far; None before a probe ended."""
+        if not self.durations or self.probes_left is None:
+            return None
+        mean = sum(self.durations) / len(self.durations)
+        running = 1 if self.current else 0
+        return max(0.0, mean * (self.probes_left - running) + max(0.0, mean - elapsed) * running)
+
+    def _where(self, elapsed: float = 0.0) -> str:
+        parts = []
+        if self.left is not None:
+            parts.append(f"{self.left} candidate(s) left")
+        eta = self.eta(elapsed)
+        if eta is not None:
+            parts.append(f"ETA {duration(eta)}")
+        return f" · {', '.join(parts)}" if parts else ""
+
     def _count(self, candidate: Candidate) -> None:
         if candidate.commit != self.current:
             self.current = candidate.commit
             self.step += 1
 
+    def _of(self) -> str:
+        return f"[{self.step}/~{max(self.total, self.step)}]" if self.total else f"[{self.step}]"
+
     def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None:
         self._count(candidate)
-        self.term.say(
-            f"[{self.step}] {candidate.short} {phase:<9} {elapsed:6.1f}s  "
-            f"{_printable(candidate.subject)[:60]}"
-        )
+        self._line = f"{candidate.short} {phase:<9}"
+        self._since = self.clock() - elapsed
+        subject = _printable(candidate.subject)[:60]
+        if not self.console.is_terminal:
+            self.term.say(f"{self._of()} {self._line} {elapsed:6.1f}s  {subject}{self._where()}")
+            return
+        if self.live is None:
+            self.live = Live(
+                _Ticking(self), console=self.console, refresh_per_second=2, transient=True
+            )
+            self.live.start()
+
+    def status_line(self) -> str:
+        """The live line: step, probe, phase, elapsed, what is left."""
+        elapsed = self.clock() - self._since
+        line = f"{self._of()} {self._line} {elapsed:6.1f}s{self._where(elapsed)}"
+        return self.term.scrub.text(line)
 
     def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None:
         self._count(candidate)
+        self.close()
         self.current = ""
         total = outcome.timings.get("total", 0.0)
+        if outcome.timings:
+            self.durations.append(total)
         self.term.say(
-            f"[{self.step}] {candidate.short} {outcome.verdict.value.upper():<9} {total:6.1f}s  "
+            f"{self._of()} {candidate.short} {outcome.verdict.value.upper():<9} {total:6.1f}s  "
             f"{_printable(outcome.reason)[:100]}"
         )
+
+    def close(self) -> None:
+        """End the live line (a probe finished, or the command ends)."""
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+class _Ticking:
+    """The live line, rendered afresh each refresh so its elapsed time ticks."""
+
+    def __init__(self, progress: TerminalProgress) -> None:
+        self.progress = progress
+
+    def __rich__(self) -> Text:
+        return Text(self.progress.status_line(), no_wrap=True, overflow="ellipsis")
 
 
 def _setup(term: Terminal, config: Path, progress: TerminalProgress | None = None) -> app.Setup:
@@ -425,6 +509,88 @@ def calibrate_cmd(
     raise typer.Exit(guarded(body))
 
 
+@cli.command("gate", cls=_GitBisectCommand)
+def gate_cmd(
+    config: ConfigArg,
+    candidate: Annotated[
+        str, typer.Option("--candidate", help="The release candidate: a ref or an image.")
+    ],
+    golden: Annotated[
+        Path | None,
+        typer.Option(
+            "--golden",
+            help="The last good build's golden (default: the config's, else ./golden.json).",
+        ),
+    ] = None,
+    record: Annotated[
+        bool,
+        typer.Option(
+            "--record",
+            help="Record the golden from the last good build (--good, default candidates.good) "
+            "first, unless it already holds that build's.",
+        ),
+    ] = False,
+    good: Annotated[
+        str | None, typer.Option("--good", help="The last good build, for --record.")
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for gate.json, the reports, server logs.")
+    ] = Path("llm-bisect-gate"),
+    bisect_on_block: Annotated[
+        bool,
+        typer.Option(
+            "--bisect-on-block",
+            help="On block, bisect from the golden's build to the candidate (into OUT/bisect), "
+            "starting with the two verdicts the gate holds.",
+        ),
+    ] = False,
+    junit: Annotated[
+        Path | None, typer.Option("--junit", help="Also write a JUnit XML here, for CI.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Is this release candidate as good as the last good build? The same checks and
+    thresholds as a probe, against the last good build's golden.
+
+    Exit 0 allow, 1 block, 125 inconclusive (could not be tested); 128 bad input, 129 any
+    other error, 130 interrupted.
+    """
+
+    def body(term: Terminal) -> int:
+        progress = TerminalProgress(term)
+        s = _setup(term, config, progress)
+        if junit is not None:
+            prepare(junit.parent, "--junit")
+        prepare(out)
+        doc = app.run_gate(
+            s,
+            candidate,
+            out,
+            progress,
+            golden_file=golden,
+            record=record,
+            good=good,
+            bisect_on_block=bisect_on_block,
+            junit=junit,
+        )
+        if as_json:
+            term.out((out / app.GATE_FILE).read_text().rstrip())
+            return doc.exit_code
+        term.out(f"{doc.decision}: {doc.candidate.commit} {_printable(doc.probe.reason)}")
+        for result in doc.probe.checks:
+            verdict = "pass" if result.passed else "FAIL"
+            term.out(f"  {result.name}: {verdict} — {_printable(result.evidence)[:160]}")
+        b = doc.bisection
+        if b is not None and b.status is not None:
+            found = b.culprit.commit if b.culprit is not None else _printable(b.message)
+            term.out(f"bisection: {b.status.value}: {found} ({b.probes} more probes)")
+            term.out(f"bisection report: {Path(b.out) / 'report.md'}")
+        term.out(f"gate: {out / app.GATE_FILE}, report: {out / 'report.md'}")
+        return doc.exit_code
+
+    raise typer.Exit(guarded(body, CHECK_CODES))
+
+
 @cli.command("candidates")
 def candidates_cmd(
     config: ConfigArg,
@@ -547,9 +713,21 @@ def schema_cmd(
     golden: Annotated[
         bool, typer.Option("--golden", help="The schema of a golden file instead.")
     ] = False,
+    result: Annotated[
+        bool, typer.Option("--result", help="The schema of result.json instead.")
+    ] = False,
+    gate: Annotated[bool, typer.Option("--gate", help="The schema of gate.json instead.")] = False,
 ) -> None:
-    """Print the JSON Schema of a config (or of a golden file), for editors and CI."""
-    doc = golden_schema() if golden else Config.model_json_schema()
+    """Print the JSON Schema of a config (or of a golden, result.json, gate.json)."""
+    if golden + result + gate > 1:
+        typer.echo("llm-bisect: error: --golden, --result and --gate: give one", err=True)
+        raise typer.Exit(EXIT_USAGE)
+    if golden:
+        doc = golden_schema()
+    elif result or gate:
+        doc = schemas()["result" if result else "gate"]
+    else:
+        doc = Config.model_json_schema()
     print(json.dumps(doc, indent=2))
 
 

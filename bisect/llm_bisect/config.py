@@ -50,6 +50,9 @@ class CandidatesConfig(_Strict):
     coarse: bool = False
     """Coarse then fine: bisect first among candidates whose artifact is ready (an image, a
     published wheel, a cached build), then within the range left with any build."""
+    url: str | None = None
+    """The repository's web address, for links in report.md (commit, PR, compare range);
+    default: from the clone's `origin` remote, when it is a GitHub or GitLab address."""
 
 
 def _check_placeholders(templates: list[str], key: str, allowed: frozenset[str]) -> None:
@@ -654,6 +657,7 @@ def config_digest(config: Config) -> str:
     """A stable digest of what decides verdicts; env values are left out (secrets)."""
     data = config.model_dump(mode="json")
     data.pop("localize", None)  # after the search: never a reason to start it again
+    data["candidates"].pop("url", None)  # links in the report only
     data["server"]["env"] = sorted(data["server"]["env"])
     if "registry" in data["server"]:
         data["server"]["registry"].pop("password", None)

@@ -112,7 +112,12 @@ def flatten(fingerprint: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
+NOT_COMPARED = ("command",)
+"""Fingerprint keys that say how a build was started, not what it is."""
+
+
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
-    """Keys whose values differ between two fingerprints (flattened), sorted."""
-    fa, fb = flatten(a), flatten(b)
+    """Keys whose values differ between two fingerprints (flattened), sorted; how each was
+    started (`command`) is not compared."""
+    fa, fb = (flatten({k: v for k, v in f.items() if k not in NOT_COMPARED}) for f in (a, b))
     return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))

@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -98,6 +98,16 @@ def _event(line: bytes) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Span:
+    """When one probe ran (wall clock), or where its verdict came from when no probe of
+    this run made it (`given`, e.g. a gate that starts a bisection)."""
+
+    started: float | None = None
+    ended: float | None = None
+    given: str = ""
+
+
+@dataclass(frozen=True)
 class JournalState:
     """What a journal says about a run so far."""
 
@@ -106,6 +116,15 @@ class JournalState:
     probes: tuple[ProbeOutcome, ...]
     regress: Regress = Regress.SEMANTIC
     """What counted as a regression (journals older than `regress` hold none: semantic)."""
+    context: dict[str, Any] = field(default_factory=dict)
+    """How the run was asked for, for the report: the refs as given, the config, the
+    repository's web address, the node (older journals hold none)."""
+    started: float | None = None
+    """Wall-clock time the run began (the first `run` event)."""
+    ended: float | None = None
+    """Wall-clock time of the last `done` event, when the run finished."""
+    spans: tuple[Span, ...] = ()
+    """Per finished probe, in order: when it ran, or who gave its verdict."""
 
 
 @dataclass(frozen=True)
@@ -156,15 +175,36 @@ def read_journal(path: Path) -> Reading:
     return Reading(events, _state(events), sound, dropped)
 
 
+def _when(event: dict[str, Any]) -> float | None:
+    """An event's wall-clock time; None when it has none."""
+    t = event.get("time")
+    return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else None
+
+
 def _state(events: list[dict[str, Any]]) -> JournalState | None:
     if not events:
         return None
     head = events[0]
+    spans: list[Span] = []
+    began: dict[str, float | None] = {}
+    for e in events:
+        if e["event"] == "probe-start":
+            began[e["commit"]] = _when(e)
+        elif e["event"] == "probe":
+            given = e.get("given")
+            started = began.pop(e["outcome"]["commit"], None)
+            spans.append(Span(started, _when(e), given if isinstance(given, str) else ""))
+    done = [_when(e) for e in events if e["event"] == "done"]
+    context = head.get("context")
     return JournalState(
         digest=head["digest"],
         plan=plan_from_json(head["plan"]),
         probes=tuple(ProbeOutcome.from_json(e["outcome"]) for e in events if e["event"] == "probe"),
         regress=Regress(head.get("regress", Regress.SEMANTIC.value)),
+        context=context if isinstance(context, dict) else {},
+        started=_when(head),
+        ended=done[-1] if done else None,
+        spans=tuple(spans),
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,13 +31,15 @@ from .errors import (
     ServerFault,
 )
 from .fingerprint import parse_startup_log
-from .journal import FILENAME, VERSION, Journal, JournalState, plan_json
+from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
 from .launchers import Launcher, Server
 from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
 from .redact import Scrub
+from .report.documents import ResultDocument
+from .report.html import render_html
 from .report.markdown import render_markdown
 from .report.result import build_result
-from .search import Answer, Mode, Plan, lookahead, plan_step
+from .search import Answer, Mode, Plan, left_of, lookahead, plan_step
 from .sources import Source
 from .verdict import combine_repeats, decide, judge
 
@@ -52,6 +54,9 @@ class Progress(Protocol):
 
     def planned(self, plan: Plan, finished: int) -> None: ...
 
+    def narrowed(self, left: int, probes_left: int) -> None:
+        """Candidates that could still be the culprit, and probes still needed at most."""
+
     def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None: ...
 
     def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None: ...
@@ -64,6 +69,9 @@ class SilentProgress:
         pass
 
     def planned(self, plan: Plan, finished: int) -> None:
+        pass
+
+    def narrowed(self, left: int, probes_left: int) -> None:
         pass
 
     def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None:
@@ -269,11 +277,13 @@ def write_atomic(path: Path, text: str) -> None:
 def write_outputs(
     out_dir: Path, result: dict[str, Any], scrub: Scrub | None = None
 ) -> dict[str, Any]:
-    """result.json and report.md, each replaced atomically, secrets masked and long texts cut;
-    returns the document as written."""
+    """result.json, report.md and report.html, each replaced atomically, secrets masked and
+    long texts cut; returns the document as written."""
     clean: dict[str, Any] = (scrub or Scrub()).doc(result)
+    doc = ResultDocument.model_validate(clean)
     write_atomic(out_dir / "result.json", json.dumps(clean, indent=2) + "\n")
-    write_atomic(out_dir / "report.md", render_markdown(clean))
+    write_atomic(out_dir / "report.md", render_markdown(doc))
+    write_atomic(out_dir / "report.html", render_html(doc))
     return clean
 
 
@@ -290,7 +300,17 @@ def result_of(
     verdicts = {p.commit: p.verdict for p in state.probes}
     step = plan_step(state.plan, verdicts)
     if isinstance(step, Answer):
-        return step, build_result(state.plan, step, state.probes, state.regress, warnings)
+        return step, build_result(
+            state.plan,
+            step,
+            state.probes,
+            state.regress,
+            warnings,
+            spans=state.spans,
+            context=state.context,
+            started=state.started,
+            ended=state.ended,
+        )
     return step, None
 
 
@@ -309,8 +329,14 @@ def run(
     regress: Regress = Regress.SEMANTIC,
     coarse: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    context: Mapping[str, Any] | None = None,
+    given: Sequence[tuple[ProbeOutcome, str]] = (),
 ) -> RunResult:
     """Bisect `plan` to an answer, resuming from DIR's journal when there is one.
+
+    `context` (documents.Context: the refs as given, the config, the node) goes into the
+    journal's first event and the report. `given`: verdicts the run starts with instead of
+    probing (outcome, where it came from), e.g. the gate's two ends; journalled once.
 
     `coarse`: candidates whose artifact is ready (an image, a published wheel, a
     cached build) are probed first, then the rest within the range left.
@@ -339,9 +365,13 @@ def run(
                 good=plan.good.commit,
                 bad=plan.bad.commit,
                 regress=regress.value,
+                context=dict(context or {}),
                 time=time.time(),
             )
-            state = JournalState(digest, plan, (), regress)
+            for outcome, source in given:
+                journal.append("probe", outcome=outcome.to_json(), given=source, time=time.time())
+            state = read_journal(out_dir / FILENAME).state
+            assert state is not None
         progress.planned(plan, len(state.probes))
         launcher.reap()
         prefer = (
@@ -349,13 +379,15 @@ def run(
             if coarse
             else frozenset()
         )
-        probes = list(state.probes)
+        probes, spans = list(state.probes), list(state.spans)
         while True:
             verdicts = {p.commit: p.verdict for p in probes}
+            progress.narrowed(*left_of(plan, verdicts))
             step = plan_step(plan, verdicts, prefer)
             if isinstance(step, Answer):
                 break
-            journal.append("probe-start", commit=step.commit, time=time.time())
+            began = time.time()
+            journal.append("probe-start", commit=step.commit, time=began)
             launcher.prefetch(lookahead(plan, verdicts, step, prefer))
             outcome = probe(
                 step,
@@ -369,12 +401,26 @@ def run(
                 regress=regress,
                 clock=clock,
             )
-            journal.append("probe", outcome=outcome.to_json(), time=time.time())
+            ended = time.time()
+            journal.append("probe", outcome=outcome.to_json(), time=ended)
             probes.append(outcome)
+            spans.append(Span(began, ended))
             progress.finished(step, outcome)
-        journal.append("done", status=step.status.value, time=time.time())
+        done = time.time()
+        journal.append("done", status=step.status.value, time=done)
     said = golden_warnings(golden.data) if golden.data else []
     for warning in said:
         progress.note(f"warning: {warning}")
-    written = write_outputs(out_dir, build_result(plan, step, probes, regress, said), scrub)
+    result = build_result(
+        plan,
+        step,
+        probes,
+        regress,
+        said,
+        spans=spans,
+        context=state.context,
+        started=state.started,
+        ended=done,
+    )
+    written = write_outputs(out_dir, result, scrub)
     return RunResult(step, written, out_dir)

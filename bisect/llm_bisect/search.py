@@ -138,6 +138,36 @@ def next_step(
     return min(pool, key=lambda i: (abs(i - mid), i))
 
 
+def bounds(
+    n: int, verdicts: Mapping[int, Verdict], mode: Mode = Mode.REGRESSION
+) -> tuple[int, int]:
+    """(lo, hi): the last index known in the old state and the first known in the new state
+    after it; the ends stand for themselves until tested. The culprit is in lo+1..hi."""
+    lo = max((i for i, v in verdicts.items() if v is mode.old_state), default=0)
+    hi = min((i for i, v in verdicts.items() if v is mode.new_state and i > lo), default=n - 1)
+    return lo, hi
+
+
+def remaining_probes(n: int, verdicts: Mapping[int, Verdict], mode: Mode) -> int:
+    """Probes still needed at most when none is skipped: untested ends, then log2 of the
+    candidates left."""
+    ends = sum(1 for i in (0, n - 1) if i not in verdicts)
+    lo, hi = bounds(n, verdicts, mode)
+    left = hi - lo - 1 - sum(1 for i in verdicts if lo < i < hi)
+    return ends + (math.ceil(math.log2(left + 1)) if left > 0 else 0)
+
+
+def left_of(plan: Plan, verdicts: Mapping[str, Verdict]) -> tuple[int, int]:
+    """(candidates that could still be the first in the new state, probes still needed at
+    most when none is skipped), for a person watching."""
+    index = {c.commit: i for i, c in enumerate(plan.sequence)}
+    known = {index[c]: v for c, v in verdicts.items() if c in index}
+    n = len(plan.sequence)
+    lo, hi = bounds(n, known, plan.mode)
+    anchor = 1 if plan.anchor is not None and plan.anchor.commit not in verdicts else 0
+    return hi - lo, remaining_probes(n, known, plan.mode) + anchor
+
+
 def max_probes(n: int) -> int:
     """Probes a search of n candidates (ends included) needs at most when none is skipped."""
     if n < 2:

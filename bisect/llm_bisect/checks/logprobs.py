@@ -197,6 +197,7 @@ class LogprobsCheck:
                     "topk_max_abs_delta": d.topk_max_abs_delta,
                     "topk_overlap": d.topk_overlap,
                     "teacher_mean_abs_delta": teacher_mean,
+                    "teacher_deltas": [round(x, 5) for x in deltas],
                     "golden": g.content if g.content is not None else g.reasoning,
                     "content": reply.content if reply.content is not None else reply.reasoning,
                     "finish_reason": reply.finish_reason,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import threading
@@ -214,6 +215,8 @@ class DockerServer(LoggedServer):
         self.base_url = f"http://127.0.0.1:{self.host_port}"
         self.container: Container | None = None
         self.image: Image | None = None
+        self.command = ""
+        """The `docker run` line a person types to start the same container."""
         self._log: IO[bytes] | None = None
         self._log_thread: threading.Thread | None = None
 
@@ -237,6 +240,7 @@ class DockerServer(LoggedServer):
             )
             if self.instrument is not None:
                 instrument_spec(spec, self.instrument, self.image)
+            self.command = run_line(spec, self.launcher.image_ref(self.candidate))
             self.container = self.launcher.client.containers.create(**spec)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("ab")
@@ -321,6 +325,8 @@ class DockerServer(LoggedServer):
             facts["build"] = dict(build)
         if self.container is not None:
             facts["packages"] = self._packages()
+        if self.command:
+            facts["command"] = self.command
         return facts
 
     def _packages(self) -> dict[str, str]:
@@ -338,6 +344,40 @@ class DockerServer(LoggedServer):
 
 
 INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
+
+
+def run_line(spec: Mapping[str, Any], ref: str) -> str:
+    """The `docker run` a person types to start what a container spec starts. Pure.
+
+    Environment variables are named, never valued (`-e NAME` takes the caller's value), so
+    no secret is in the line; `ref` is the image as a person names it."""
+    args = ["docker", "run", "--rm"]
+    if spec.get("init"):
+        args.append("--init")
+    for req in spec.get("device_requests") or []:
+        ids = req.get("DeviceIDs") or []
+        count = req.get("Count")
+        gpus = f'"device={",".join(ids)}"' if ids else ("all" if count == -1 else str(count))
+        args += ["--gpus", gpus]
+    for flag, key in (("--ipc", "ipc_mode"), ("--shm-size", "shm_size"), ("--user", "user")):
+        if spec.get(key) is not None:
+            args += [flag, str(spec[key])]
+    if spec.get("network_mode"):
+        args += ["--network", str(spec["network_mode"])]
+    for inside, (host_ip, host_port) in (spec.get("ports") or {}).items():
+        args += ["-p", f"{host_ip}:{host_port}:{inside.split('/')[0]}"]
+    for bind in spec.get("volumes") or []:
+        args += ["-v", bind]
+    for limit in spec.get("ulimits") or []:
+        args += ["--ulimit", f"{limit['Name']}={limit['Soft']}:{limit['Hard']}"]
+    for name in sorted(spec.get("environment") or {}):
+        args += ["-e", name]
+    entrypoint = spec.get("entrypoint")
+    if isinstance(entrypoint, str):
+        entrypoint = [entrypoint]
+    if entrypoint:
+        args += ["--entrypoint", entrypoint[0]]
+    return shlex.join([*args, ref, *(entrypoint or [])[1:], *spec.get("command", [])])
 
 
 def instrument_spec(spec: dict[str, Any], instrument: Instrument, image: Image | None) -> None:

@@ -8,6 +8,7 @@ leaves no server behind.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -124,7 +125,8 @@ class ProcessServer(LoggedServer):
         wait_ready(self, self.ready_timeout, clock=self.clock, sleep=self.sleep)
 
     def fingerprint(self) -> dict[str, Any]:
-        return dict(self.facts)
+        """The build's facts and `command`, the server's command line (never its environment)."""
+        return {**self.facts, "command": shlex.join(self.argv)}
 
 
 class ProcessLauncher:

@@ -1,83 +1,104 @@
-"""report.md: what a maintainer reads. Pure: result.json in, markdown out."""
+"""report.md: what a maintainer reads, and pastes into a GitHub issue. Pure: the typed
+result.json (documents.ResultDocument) in, markdown out.
+
+A summary block comes first (culprit, its PR, the refs as given, status, probes, time), then
+how to reproduce it, the node, the evidence; long parts sit inside <details>.
+"""
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from ..checks.gsm8k import DETECTABLE_WARN
-from ..fingerprint import flatten
+from ..fingerprint import NOT_COMPARED, flatten
+from ..search import Mode, Status
+from .documents import CandidateDoc, Context, ProbeDoc, ResultDocument
+from .links import commit_url, compare_url, pr_number, pr_url
 
 
-def _cell(text: str, limit: int = 90) -> str:
+def cell(text: str, limit: int = 90) -> str:
     flat = " ".join(str(text).split()).replace("|", "\\|")
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def _probe(result: dict[str, Any], commit: str | None) -> dict[str, Any] | None:
-    for p in result["probes"]:
-        if p["commit"] == commit:
-            found: dict[str, Any] = p
-            return found
-    return None
+def _labels(doc: ResultDocument) -> tuple[str, str]:
+    """What the two sides of the change are called: (old side, new side)."""
+    return ("last good", "first bad") if doc.mode is Mode.REGRESSION else ("last bad", "first good")
 
 
-def _evidence(result: dict[str, Any]) -> list[str]:
+def _sides(doc: ResultDocument) -> tuple[ProbeDoc, ProbeDoc] | None:
+    """The probes either side of the change (old, new), when both ran."""
+    if len(doc.range) < 2:
+        return None
+    old, new = doc.probe_of(doc.range[0]), doc.probe_of(doc.range[-1])
+    return (old, new) if old is not None and new is not None else None
+
+
+def _bad_side(doc: ResultDocument) -> tuple[ProbeDoc, ProbeDoc] | None:
+    """(the bad side's probe, the good side's) either side of the change."""
+    sides = _sides(doc)
+    if sides is None:
+        return None
+    old, new = sides
+    return (new, old) if doc.mode is Mode.REGRESSION else (old, new)
+
+
+def _evidence(doc: ResultDocument) -> list[str]:
     """The bad side's failing checks next to the good side's output for the same check."""
-    rng = result["range"]
-    if len(rng) < 2:
+    pair = _bad_side(doc)
+    if pair is None:
         return []
-    old, new = _probe(result, rng[0]), _probe(result, rng[-1])
-    if old is None or new is None:
-        return []
-    if result["mode"] == "regression":
-        (bad_label, bad), (good_label, good) = ("first bad", new), ("last good", old)
-    else:
-        (bad_label, bad), (good_label, good) = ("last bad", old), ("first good", new)
-    good_checks = {c["name"]: c for c in good["checks"]}
+    bad, good = pair
+    old_label, new_label = _labels(doc)
+    bad_label, good_label = (
+        (new_label, old_label) if doc.mode is Mode.REGRESSION else (old_label, new_label)
+    )
+    good_checks = {c.name: c for c in good.checks}
     lines: list[str] = []
-    for check in (c for c in bad["checks"] if not c["passed"]):
-        other = good_checks.get(check["name"])
+    for check in (c for c in bad.checks if not c.passed):
+        other = good_checks.get(check.name)
         lines += [
-            f"### `{check['name']}`",
+            f"### `{check.name}`",
             "",
-            f"- **{bad_label}** `{bad['commit'][:12]}`: {_cell(check['evidence'], 400)}",
-            f"- **{good_label}** `{good['commit'][:12]}`: "
-            f"{_cell(other['evidence'] if other else '(not run)', 400)}",
+            f"- **{bad_label}** `{bad.commit[:12]}`: {cell(check.evidence, 400)}",
+            f"- **{good_label}** `{good.commit[:12]}`: "
+            f"{cell(other.evidence if other else '(not run)', 400)}",
             "",
         ]
-    return ["## Evidence", "", *lines, *_divergences(bad)] if lines else []
+    return ["## Evidence", "", *lines, *divergences(bad)] if lines else []
 
 
 def _side(token: dict[str, Any]) -> str:
     text = token.get("text")
     shown = (
-        f"`{token['token']}` {_cell(repr(text), 24)}" if text is not None else f"`{token['token']}`"
+        f"`{token['token']}` {cell(repr(text), 24)}" if text is not None else f"`{token['token']}`"
     )
     return f"{shown} ({token['logprob']:.3f})"
 
 
 def _top(token: dict[str, Any]) -> str:
     return ", ".join(
-        f"{_cell(repr(t['text']), 16) if t.get('text') is not None else t['token']} "
+        f"{cell(repr(t['text']), 16) if t.get('text') is not None else t['token']} "
         f"{t['logprob']:.2f}"
         for t in token.get("top", [])
     )
 
 
-def _divergences(probe: dict[str, Any]) -> list[str]:
+def divergences(probe: ProbeDoc) -> list[str]:
     """Where the bad side's greedy tokens first part from the golden's, prompt by prompt."""
     rows = []
-    for check in probe["checks"]:
-        if check["name"] != "logprobs":
+    for check in probe.checks:
+        if check.name != "logprobs":
             continue
-        for case in check["details"].get("cases", []):
+        for case in check.details.get("cases", []):
             d = case.get("divergence")
             teacher = f"{case.get('teacher_mean_abs_delta', 0.0):.3f}"
             if d is None:
-                rows.append(f"| {_cell(repr(case['prompt']), 40)} | — | — | — | {teacher} | |")
+                rows.append(f"| {cell(repr(case['prompt']), 40)} | — | — | — | {teacher} | |")
                 continue
             rows.append(
-                f"| {_cell(repr(case['prompt']), 40)} | {d['position']} "
+                f"| {cell(repr(case['prompt']), 40)} | {d['position']} "
                 f"| {_side(d['golden'])} | {_side(d['candidate'])} | {teacher} "
                 f"| golden: {_top(d['golden'])}<br>now: {_top(d['candidate'])} |"
             )
@@ -93,14 +114,15 @@ def _divergences(probe: dict[str, Any]) -> list[str]:
     ]
 
 
-def _warnings(result: dict[str, Any]) -> list[str]:
-    said = result.get("warnings") or []
-    if not said:
+def _warnings(doc: ResultDocument) -> list[str]:
+    if not doc.warnings:
         return []
-    return ["## Warnings", "", *[f"- ⚠ {w}" for w in said], ""]
+    return ["## Warnings", "", *[f"- ⚠ {w}" for w in doc.warnings], ""]
 
 
 _IDENTITY = ("image.id", "image.digest", "image.ref", "server.", "kernels.engine_version")
+_WHOLE = ("image.id", "image.digest", "image.ref", "build.sha256", "build.base_id", "build.image")
+"""Values shown whole, never cut: a digest cut short cannot be pulled."""
 
 
 def _identity(key: str) -> bool:
@@ -108,50 +130,53 @@ def _identity(key: str) -> bool:
     return key.startswith(_IDENTITY) or (key.startswith("image.labels.") and "commit" in key)
 
 
-def _fingerprints(result: dict[str, Any]) -> list[str]:
+def _fingerprints(doc: ResultDocument) -> list[str]:
     """The two builds either side of the change, side by side; differences marked."""
-    sides = result.get("fingerprints")
-    if not sides:
+    if doc.fingerprints is None:
         return []
-    old, new = sides["old"], sides["new"]
-    strip = ("commit", "verdict")
+    old, new = doc.fingerprints.old, doc.fingerprints.new
+    strip = ("commit", "verdict", *NOT_COMPARED)
     fo = flatten({k: v for k, v in old.items() if k not in strip})
     fn = flatten({k: v for k, v in new.items() if k not in strip})
     keys = sorted(fo.keys() | fn.keys(), key=lambda k: (k.startswith("image.labels"), k))
     if not keys:
         return []
-    old_label, new_label = (
-        ("last good", "first bad") if result["mode"] == "regression" else ("last bad", "first good")
-    )
-    differ = set(sides["differences"])
+    old_label, new_label = _labels(doc)
+    differ = set(doc.fingerprints.differences)
+
+    def value(side: dict[str, str], key: str) -> str:
+        text = side.get(key, "—")
+        return f"`{text}`" if key in _WHOLE else cell(text, 70)
+
     lines = [
-        "## Builds compared",
+        "<details><summary><b>Builds compared</b> (the last good and first bad builds' "
+        f"fingerprints; {len([k for k in keys if k in differ])} differ)</summary>",
         "",
         f"| | {old_label} `{old['commit'][:12]}` | {new_label} `{new['commit'][:12]}` |",
         "|---|---|---|",
     ]
     for key in keys:
         mark = "**⚠ " + key + "**" if key in differ else key
-        lines.append(f"| {mark} | {_cell(fo.get(key, '—'), 70)} | {_cell(fn.get(key, '—'), 70)} |")
+        lines.append(f"| {mark} | {value(fo, key)} | {value(fn, key)} |")
     changed = [k for k in keys if k in differ and not _identity(k)]
     if changed:
         lines += [
             "",
             "Changed besides the build's identity: " + ", ".join(f"`{k}`" for k in changed),
         ]
-    return [*lines, ""]
+    return [*lines, "", "</details>", ""]
 
 
-def _power(result: dict[str, Any]) -> list[str]:
+def _power(doc: ResultDocument) -> list[str]:
     """How small an accuracy drop the eval could see; a warning when it is coarse."""
-    power = result.get("eval_power")
-    if not power:
+    power = doc.eval_power
+    if power is None:
         return []
-    drop, n = power["detectable_drop"], power["n"]
+    drop, n = power.detectable_drop, power.n
     line = (
         f"The eval's {n} problems detect an accuracy drop of {drop:.1%} or more from the "
-        f"golden's {power['golden_accuracy']:.0%} (one-sided alpha {power['alpha']}, "
-        f"power {power['power']})."
+        f"golden's {power.golden_accuracy:.0%} (one-sided alpha {power.alpha}, "
+        f"power {power.power})."
     )
     if drop > DETECTABLE_WARN:
         line = (
@@ -161,11 +186,10 @@ def _power(result: dict[str, Any]) -> list[str]:
     return ["## Eval power", "", line, ""]
 
 
-def _thresholds(result: dict[str, Any]) -> list[str]:
-    limits = result.get("thresholds") or {}
+def _thresholds(doc: ResultDocument) -> list[str]:
     rows = [
         f"| {check} | {key} | {limit['value']:.4g} | {limit['from']} |"
-        for check, values in limits.items()
+        for check, values in doc.thresholds.items()
         for key, limit in values.items()
     ]
     if not rows:
@@ -178,9 +202,9 @@ CURVE_ROWS = 12
 """Module outputs shown around the first divergence."""
 
 
-def _localization(result: dict[str, Any]) -> list[str]:
+def _localization(doc: ResultDocument) -> list[str]:
     """Where in the model the culprit's effect enters (the localisation probes)."""
-    found = result.get("localization")
+    found = doc.localization
     if not found:
         return []
     lines = ["## Where in the model", "", found.get("line", ""), ""]
@@ -211,37 +235,198 @@ def _localization(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_markdown(result: dict[str, Any]) -> str:
+def duration(seconds: float | None) -> str:
+    """`1h 02m`, `12m 30s`, `8.4s`."""
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    m, s = divmod(round(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s"
+
+
+def _ref(given: str, commit: str) -> str:
+    """The end as the user named it, with its commit when that says more."""
+    if not given or commit.startswith(given):
+        return f"`{commit[:12]}`"
+    return f"`{given}` (`{commit[:12]}`)"
+
+
+def _linked(base: str, c: CandidateDoc) -> str:
+    """A commit with its subject, links to it and to its PR when the subject names one."""
+    url = commit_url(base, c.commit)
+    sha = f"[`{c.commit[:12]}`]({url})" if url else f"`{c.commit[:12]}`"
+    pr = pr_number(c.subject)
+    pr_link = f" ([#{pr}]({pr_url(base, pr)}))" if pr is not None and base else ""
+    return f"{sha} {cell(c.subject, 100)}{pr_link}"
+
+
+def _summary(doc: ResultDocument) -> list[str]:
+    """The block a maintainer reads first: what was found, between which builds, at what cost."""
+    ctx, base = doc.context, doc.context.repo_url
+    what = "first bad commit" if doc.mode is Mode.REGRESSION else "first good commit (the fix)"
+    if doc.culprit is not None:
+        head = f"> **{doc.status.value}** · {what}: {_linked(base, doc.culprit)}"
+    else:
+        head = f"> **{doc.status.value}** · {cell(doc.message, 200)}"
+    compare = compare_url(base, doc.range[0], doc.range[-1]) if len(doc.range) >= 2 else ""
+    ends = compare_url(base, doc.good, doc.bad) if doc.mode is Mode.REGRESSION else ""
+    links = [f"[the change]({compare})" if compare else "", f"[the range]({ends})" if ends else ""]
+    shown = " · ".join(x for x in links if x)
+    spent = sum(p.timings.get("total", 0.0) for p in doc.probes if not p.given)
+    wall = (
+        doc.ended_at - doc.started_at
+        if doc.ended_at is not None and doc.started_at is not None
+        else None
+    )
+    ran = [p for p in doc.probes if not p.given]
+    return [
+        head,
+        f"> good {_ref(ctx.good_ref, doc.good)} → bad {_ref(ctx.bad_ref, doc.bad)}"
+        + (f" · {shown}" if shown else ""),
+        f"> {len(ran)} probes over {doc.candidates} candidates · {duration(wall)} "
+        f"({duration(spent)} in probes) · mode `{doc.mode.value}` · `regress: {doc.regress.value}`",
+        "",
+    ]
+
+
+def _reproduce(doc: ResultDocument) -> list[str]:
+    """The commands that show the change again: a `check` of each side, and the server
+    command line (or `docker run`) the bad side ran with."""
+    pair = _bad_side(doc)
+    if pair is None or doc.status is not Status.FOUND:
+        return []
+    bad, good = pair
+    config = doc.context.config or "CONFIG"
+    check = ["llm-bisect", "check", config, "--candidate"]
+    bad_word = "bad" if doc.mode is Mode.REGRESSION else "bad (the build before the fix)"
+    lines = [
+        "## Reproduce",
+        "",
+        "```bash",
+        f"{shlex.join([*check, bad.commit])}   # expect {bad_word}: exit 1",
+        f"{shlex.join([*check, good.commit])}   # expect good: exit 0",
+        "```",
+        "",
+    ]
+    command = bad.fingerprint.get("command")
+    if command:
+        lines += [
+            f"The server of `{bad.commit[:12]}` ran as (environment variables by name only; "
+            "`{port}` was a free port):",
+            "",
+            "```bash",
+            str(command),
+            "```",
+            "",
+        ]
+    return lines
+
+
+def environment_lines(ctx: Context) -> list[str]:
+    """The node's GPUs, driver and CUDA (or why they are unknown), OS, Python, llm-bisect."""
+    env = ctx.environment
+    if not env:
+        return []
+    lines = ["## Environment", ""]
+    gpus = env.get("gpus") or []
+    if gpus:
+        names: dict[str, int] = {}
+        for g in gpus:
+            label = f"{g.get('name', '?')} ({g.get('memory.total', '?')})"
+            names[label] = names.get(label, 0) + 1
+        shown = ", ".join(f"{n} x {label}" for label, n in names.items())
+        lines.append(f"- GPUs: {shown}")
+        lines.append(f"- driver {env.get('driver') or '?'}, CUDA {env.get('cuda') or '?'}")
+    else:
+        lines.append(f"- GPUs: {env.get('gpu_note', 'unknown')}")
+    lines.append(
+        f"- {env.get('os', '?')}, Python {env.get('python', '?')}, "
+        f"llm-bisect {env.get('llm_bisect', '?')}"
+    )
+    return [*lines, ""]
+
+
+def _probes(doc: ResultDocument) -> list[str]:
+    lines = [
+        f"<details><summary><b>Probes</b> ({len(doc.probes)})</summary>",
+        "",
+        "| # | commit | subject | verdict | reason | seconds |",
+        "|---|--------|---------|---------|--------|---------|",
+    ]
+    for i, p in enumerate(doc.probes, 1):
+        seconds = p.timings.get("total")
+        shown = "" if seconds is None else f"{seconds:.1f}"
+        reason = f"{p.reason} (given by {p.given})" if p.given else p.reason
+        lines.append(
+            f"| {i} | `{p.commit[:12]}` | {cell(p.subject, 60)} "
+            f"| {p.verdict.value} | {cell(reason)} | {shown} |"
+        )
+    lines += ["", "</details>", ""]
+    skipped = [p for p in doc.probes if p.verdict.value == "skip" and p.log_tail]
+    if skipped:
+        lines += ["## Untestable builds", ""]
+        for p in skipped:
+            lines += [
+                f"<details><summary><code>{p.commit[:12]}</code>: {cell(p.reason, 200)}</summary>",
+                "",
+                "```",
+                p.log_tail,
+                "```",
+                "",
+                "</details>",
+                "",
+            ]
+    return lines
+
+
+def render_markdown(doc: ResultDocument) -> str:
     """The report of a run."""
-    status = result["status"]
-    lines = ["# llm-bisect report", ""]
-    what = "first bad commit" if result["mode"] == "regression" else "first good commit (fix)"
-    lines.append(f"**Status:** {status} — {result['message']}")
+    status = doc.status
+    title = (
+        f"{doc.culprit.commit[:12]} {cell(doc.culprit.subject, 80)}"
+        if doc.culprit is not None
+        else status.value
+    )
+    lines = [f"# llm-bisect: {title}", "", *_summary(doc)]
+    lines.append(f"**Status:** {status.value} — {doc.message}")
     lines.append("")
-    lines.append(f"- good: `{result['good']}`")
-    lines.append(f"- bad: `{result['bad']}`")
-    if result.get("merge_base"):
-        lines.append(f"- merge base: `{result['merge_base']}`")
-    lines.append(f"- candidates: {result['candidates']}, probes run: {len(result['probes'])}")
-    lines.append(f"- what counts as a regression: `regress: {result.get('regress', 'semantic')}`")
+    lines.append(f"- good: `{doc.good}`")
+    lines.append(f"- bad: `{doc.bad}`")
+    if doc.merge_base:
+        lines.append(f"- merge base: `{doc.merge_base}`")
+    given = [p for p in doc.probes if p.given]
+    held = f", verdicts given: {', '.join(p.given for p in given)}" if given else ""
+    lines.append(
+        f"- candidates: {doc.candidates}, probes run: {len(doc.probes) - len(given)}{held}"
+    )
+    lines.append(f"- what counts as a regression: `regress: {doc.regress.value}`")
     lines.append("")
-    culprit = result["culprit"]
+    culprit = doc.culprit
     if culprit:
+        what = "first bad commit" if doc.mode is Mode.REGRESSION else "first good commit (fix)"
+        url = commit_url(doc.context.repo_url, culprit.commit)
+        pr = pr_number(culprit.subject)
         lines += [
             f"## Culprit: {what}",
             "",
-            f"`{culprit['commit']}` {culprit['subject']}",
+            f"`{culprit.commit}` {culprit.subject}",
             "",
-            f"- author: {culprit['author']}",
-            f"- date: {culprit['date']}",
-            "",
+            f"- author: {culprit.author}",
+            f"- date: {culprit.date}",
         ]
-    if status == "ambiguous":
+        if url:
+            lines.append(f"- commit: {url}")
+        if pr is not None and doc.context.repo_url:
+            lines.append(f"- pull request: {pr_url(doc.context.repo_url, pr)}")
+        lines.append("")
+    if status is Status.AMBIGUOUS:
         lines += ["## Could be any of", ""]
-        lines += [f"- `{c}`" for c in result["range"][1:]]
-        lines += ["", f"(after the last tested `{result['range'][0][:12]}`)", ""]
-    if result.get("fix_range"):
-        base, ref = result["fix_range"]
+        lines += [f"- `{c}`" for c in doc.range[1:]]
+        lines += ["", f"(after the last tested `{doc.range[0][:12]}`)", ""]
+    if doc.fix_range:
+        base, ref = doc.fix_range
         lines += [
             "## Where to look instead",
             "",
@@ -249,28 +434,13 @@ def render_markdown(result: dict[str, Any]) -> str:
             "holds the commit that undid it; bisect it with `--find-fix`.",
             "",
         ]
-    lines += _warnings(result)
-    lines += _localization(result)
-    lines += _evidence(result)
-    lines += _fingerprints(result)
-    lines += _thresholds(result)
-    lines += _power(result)
-    lines += [
-        "## Probes",
-        "",
-        "| # | commit | subject | verdict | reason | seconds |",
-        "|---|--------|---------|---------|--------|---------|",
-    ]
-    for i, p in enumerate(result["probes"], 1):
-        seconds = p["timings"].get("total")
-        lines.append(
-            f"| {i} | `{p['commit'][:12]}` | {_cell(p.get('subject', ''), 60)} "
-            f"| {p['verdict']} | {_cell(p['reason'])} "
-            f"| {'' if seconds is None else f'{seconds:.1f}'} |"
-        )
-    skipped = [p for p in result["probes"] if p["verdict"] == "skip" and p.get("log_tail")]
-    if skipped:
-        lines += ["", "## Untestable builds", ""]
-        for p in skipped:
-            lines += [f"`{p['commit'][:12]}`: {p['reason']}", "", "```", p["log_tail"], "```", ""]
+    lines += _warnings(doc)
+    lines += _reproduce(doc)
+    lines += _localization(doc)
+    lines += _evidence(doc)
+    lines += environment_lines(doc.context)
+    lines += _fingerprints(doc)
+    lines += _thresholds(doc)
+    lines += _power(doc)
+    lines += _probes(doc)
     return "\n".join(lines).rstrip() + "\n"

@@ -6,8 +6,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..fingerprint import differences
-from ..model import Candidate, ProbeOutcome, Regress
-from ..search import Answer, Plan, Status
+from ..journal import Span
+from ..model import Candidate, ProbeOutcome, Regress, Verdict
+from ..search import Answer, Plan, Status, bounds
+from .documents import (
+    CandidateDoc,
+    Context,
+    Power,
+    ProbeDoc,
+    ResultDocument,
+    Sides,
+    Step,
+)
 
 
 def thresholds_of(probes: Sequence[ProbeOutcome]) -> dict[str, Any]:
@@ -36,45 +46,87 @@ def build_result(
     probes: Sequence[ProbeOutcome],
     regress: Regress = Regress.SEMANTIC,
     warnings: Sequence[str] = (),
+    *,
+    spans: Sequence[Span] = (),
+    context: Mapping[str, Any] | None = None,
+    started: float | None = None,
+    ended: float | None = None,
 ) -> dict[str, Any]:
-    """The result.json document of a finished (or stopped) search; `warnings`: where the good
-    build fails a rule itself (from its golden)."""
+    """The result.json document (documents.ResultDocument) of a finished (or stopped)
+    search; `warnings`: where the good build fails a rule itself (from its golden); `spans`:
+    when each probe ran, in order; `context`: how the run was asked for (documents.Context)."""
     by_commit: Mapping[str, Candidate] = {c.commit: c for c in plan.candidates}
     culprit = answer.culprit
     last = {p.commit: p for p in probes}  # a commit probed again: its latest outcome counts
     sides = None
     if len(answer.range) >= 2 and answer.range[0] in last and answer.range[-1] in last:
         old, new = last[answer.range[0]], last[answer.range[-1]]
-        sides = {
-            "old": {"commit": old.commit, "verdict": old.verdict.value, **old.fingerprint},
-            "new": {"commit": new.commit, "verdict": new.verdict.value, **new.fingerprint},
-            "differences": differences(old.fingerprint, new.fingerprint),
-        }
+        sides = Sides(
+            old={"commit": old.commit, "verdict": old.verdict.value, **old.fingerprint},
+            new={"commit": new.commit, "verdict": new.verdict.value, **new.fingerprint},
+            differences=differences(old.fingerprint, new.fingerprint),
+        )
     message = answer.message
     end = last.get(plan.good.commit)
     if answer.status is Status.ERROR and end is not None and end.reason:
         message += f" (the good end: {end.reason})"
-    return {
-        "status": answer.status.value,
-        "message": message,
-        "mode": plan.mode.value,
-        "regress": regress.value,
-        "good": plan.good.commit,
-        "bad": plan.bad.commit,
-        "culprit": culprit.to_json() if culprit else None,
-        "range": list(answer.range),
-        "fix_range": list(answer.fix_range) if answer.fix_range else None,
-        "merge_base": plan.sequence[0].commit if plan.anchor else None,
-        "candidates": len(plan.candidates),
-        "fingerprints": sides,
-        "thresholds": thresholds_of(probes),
-        "eval_power": power_of(probes),
-        "warnings": list(warnings),
-        "probes": [
-            {
-                **p.to_json(),
-                "subject": by_commit[p.commit].subject if p.commit in by_commit else "",
-            }
-            for p in probes
+    power = power_of(probes)
+    doc = ResultDocument(
+        status=answer.status,
+        message=message,
+        mode=plan.mode,
+        regress=regress,
+        good=plan.good.commit,
+        bad=plan.bad.commit,
+        culprit=CandidateDoc(**culprit.to_json()) if culprit else None,
+        range=list(answer.range),
+        fix_range=list(answer.fix_range) if answer.fix_range else None,
+        merge_base=plan.sequence[0].commit if plan.anchor else None,
+        candidates=len(plan.candidates),
+        fingerprints=sides,
+        thresholds=thresholds_of(probes),
+        eval_power=Power(**power) if power else None,
+        warnings=list(warnings),
+        probes=[
+            probe_doc(
+                p,
+                by_commit[p.commit].subject if p.commit in by_commit else "",
+                spans[i] if i < len(spans) else Span(),
+            )
+            for i, p in enumerate(probes)
         ],
-    }
+        narrowing=narrowing(plan, probes),
+        sequence_length=len(plan.sequence),
+        context=Context(**(context or {})),
+        started_at=started,
+        ended_at=ended,
+    )
+    return doc.model_dump(mode="json")
+
+
+def narrowing(plan: Plan, probes: Sequence[ProbeOutcome]) -> list[Step]:
+    """The range after each probe (search.bounds), for the report's narrowing plot."""
+    index = {c.commit: i for i, c in enumerate(plan.sequence)}
+    n = len(plan.sequence)
+    known: dict[int, Verdict] = {}
+    steps = []
+    for k, p in enumerate(probes, 1):
+        i = index.get(p.commit)
+        if i is None:
+            continue
+        known[i] = p.verdict
+        lo, hi = bounds(n, known, plan.mode)
+        steps.append(Step(probe=k, commit=p.commit, index=i, verdict=p.verdict, lo=lo, hi=hi))
+    return steps
+
+
+def probe_doc(outcome: ProbeOutcome, subject: str = "", span: Span | None = None) -> ProbeDoc:
+    """One probe as result.json and gate.json hold it."""
+    span = span or Span()
+    return ProbeDoc(
+        **outcome.to_json(),
+        subject=subject,
+        started_at=span.started,
+        ended_at=span.ended,
+        given=span.given,
+    )

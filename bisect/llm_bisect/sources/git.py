@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from pathlib import Path
 
 import git
@@ -33,6 +34,14 @@ class GitSource:
         except (git.NoSuchPathError, git.InvalidGitRepositoryError) as exc:
             raise ConfigError(f"{key}: not a git repository '{path}'") from exc
         self.path = path
+
+    def remote_url(self) -> str:
+        """The fetch URL of `origin` (else of the first remote); "" when there is none."""
+        remotes = sorted(self._repo.remotes, key=lambda r: r.name != "origin")
+        for remote in remotes:
+            with suppress(git.GitCommandError, StopIteration):
+                return str(next(iter(remote.urls)))
+        return ""
 
     def _log(self, *args: str) -> list[Candidate]:
         out: str = self._repo.git.log(f"--format={_FORMAT}", *args)

@@ -1,0 +1,202 @@
+"""result.json and gate.json as typed documents: what users script against, with a version
+and a JSON Schema (`llm-bisect schema --result`, `--gate`; copies in schemas/).
+
+The writers build these; the markdown and HTML renderers read them. Pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..model import Regress, Verdict
+from ..search import Mode, Status
+
+RESULT_VERSION: Final = 2
+"""result.json's version: 2 is the first typed one (a document without `version` is 1)."""
+GATE_VERSION: Final = 1
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CandidateDoc(_Doc):
+    """One commit, as a maintainer reads it."""
+
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    subject: str = ""
+    author: str = ""
+    date: str = ""
+    artifact: str = ""
+    """The image named as an end, when one ran this commit."""
+
+
+class CheckDoc(_Doc):
+    """What one check concluded on one build."""
+
+    name: str
+    passed: bool
+    score: float
+    evidence: str = ""
+    details: dict[str, Any] = Field(default_factory=dict)
+    """Per-case facts; their shape is the check's (see its module)."""
+
+
+class ProbeDoc(_Doc):
+    """One candidate launched and checked."""
+
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    verdict: Verdict
+    reason: str = ""
+    checks: list[CheckDoc] = Field(default_factory=list)
+    timings: dict[str, float] = Field(default_factory=dict)
+    """Seconds since the probe began at which each phase ended: artifact, launch, ready,
+    then `checks` (their own duration) and `total`."""
+    log_tail: str = ""
+    fingerprint: dict[str, Any] = Field(default_factory=dict)
+    """What the build really was (image, versions, kernels, build route) and `command`, the
+    server command line it ran with."""
+    subject: str = ""
+    started_at: float | None = None
+    """Wall-clock (Unix) time the probe began; None for a verdict the run was given."""
+    ended_at: float | None = None
+    given: str = ""
+    """Where a verdict came from when no probe of this run made it (e.g. `gate`)."""
+
+
+class Step(_Doc):
+    """The range after one probe: the culprit lies in `lo`+1..`hi` (indices into the plan's
+    sequence, old end 0)."""
+
+    probe: int
+    """1-based position in `probes`."""
+    commit: str
+    index: int
+    verdict: Verdict
+    lo: int
+    hi: int
+
+
+class Sides(_Doc):
+    """The builds either side of the change, for comparison."""
+
+    old: dict[str, Any]
+    new: dict[str, Any]
+    differences: list[str]
+
+
+class Power(_Doc):
+    """How small an accuracy drop the eval could detect."""
+
+    n: int
+    golden_accuracy: float
+    detectable_drop: float
+    alpha: float
+    power: float
+
+
+class Context(_Doc):
+    """How the run was asked for and where it ran: what a bug report needs besides results."""
+
+    good_ref: str = ""
+    """candidates.good as the user gave it (a tag, a branch, an image)."""
+    bad_ref: str = ""
+    config: str = ""
+    """The config file, as given on the command line."""
+    repo_url: str = ""
+    """The repository's web address (candidates.url, else from the remote), for links."""
+    environment: dict[str, Any] = Field(default_factory=dict)
+    """The node: GPUs, driver, CUDA (from nvidia-smi), OS, Python, llm-bisect."""
+
+
+class ResultDocument(_Doc):
+    """DIR/result.json."""
+
+    version: Literal[2] = RESULT_VERSION
+    status: Status
+    message: str
+    mode: Mode
+    regress: Regress = Regress.SEMANTIC
+    good: str
+    bad: str
+    culprit: CandidateDoc | None
+    range: list[str]
+    """The last old-state commit, then every commit that could be the first new-state one."""
+    fix_range: list[str] | None = None
+    merge_base: str | None = None
+    candidates: int
+    fingerprints: Sides | None = None
+    thresholds: dict[str, Any] = Field(default_factory=dict)
+    eval_power: Power | None = None
+    warnings: list[str] = Field(default_factory=list)
+    probes: list[ProbeDoc]
+    narrowing: list[Step] = Field(default_factory=list)
+    """The range probe by probe (a probe of the anchor, outside the sequence, has no step)."""
+    sequence_length: int = 0
+    """Commits in the plan's sequence, both ends (and a merge base) included."""
+    context: Context = Field(default_factory=Context)
+    started_at: float | None = None
+    ended_at: float | None = None
+    localization: dict[str, Any] | None = None
+    """localization.json (localize.py), once the culprit was localised."""
+
+    def probe_of(self, commit: str | None) -> ProbeDoc | None:
+        """The latest probe of a commit (a commit probed again: its latest outcome counts)."""
+        found = [p for p in self.probes if p.commit == commit]
+        return found[-1] if found else None
+
+
+Decision = Literal["allow", "block", "inconclusive"]
+
+
+class GoldenRef(_Doc):
+    """The golden a gate compared with."""
+
+    path: str
+    commit: str
+    recorded: bool = False
+    """True when this gate recorded it (`--record`)."""
+
+
+class Bisection(_Doc):
+    """The bisection a blocked gate started (`--bisect-on-block`)."""
+
+    out: str
+    """Its folder: journal, result.json, report.md, report.html."""
+    status: Status | None = None
+    """None while it runs (a gate killed then resumes it)."""
+    message: str = ""
+    culprit: CandidateDoc | None = None
+    probes: int = 0
+    """Probes the bisection ran itself (the two verdicts the gate held are not counted)."""
+
+
+class GateDocument(_Doc):
+    """DIR/gate.json: one release candidate judged against the last good build's golden."""
+
+    version: Literal[1] = GATE_VERSION
+    decision: Decision
+    exit_code: int
+    message: str
+    candidate_ref: str
+    candidate: CandidateDoc
+    golden: GoldenRef
+    probe: ProbeDoc
+    warnings: list[str] = Field(default_factory=list)
+    """Where the good build fails a rule itself (from its golden)."""
+    context: Context = Field(default_factory=Context)
+    config_digest: str = ""
+    """What decides verdicts in the config (a resumed gate must have the same)."""
+    started_at: float | None = None
+    ended_at: float | None = None
+    bisection: Bisection | None = None
+
+
+def schemas() -> dict[str, dict[str, Any]]:
+    """The published JSON Schemas, by document."""
+    return {
+        "result": ResultDocument.model_json_schema(),
+        "gate": GateDocument.model_json_schema(),
+    }

@@ -1,0 +1,149 @@
+"""What a gate writes besides gate.json: report.md, report.html and a JUnit XML for CI
+dashboards. Pure: a typed gate document in, text out."""
+
+from __future__ import annotations
+
+import html
+import xml.etree.ElementTree as ET
+
+from ..model import Verdict
+from .documents import Decision, GateDocument
+from .html import logprob_figure, page, table
+from .links import commit_url
+from .markdown import cell, divergences, duration, environment_lines
+
+DECISION_OF: dict[Verdict, Decision] = {
+    Verdict.GOOD: "allow",
+    Verdict.BAD: "block",
+    Verdict.SKIP: "inconclusive",
+    Verdict.UNSURE: "inconclusive",
+}
+EXIT_OF = {"allow": 0, "block": 1, "inconclusive": 125}
+"""`gate` exit codes; 128 and more are errors (bad input 128, any other 129, interrupted 130)."""
+HEADLINE = {
+    "allow": "ALLOW: the release candidate matches the last good build",
+    "block": "BLOCK: the release candidate regressed against the last good build",
+    "inconclusive": "INCONCLUSIVE: the release candidate could not be tested",
+}
+
+
+def _took(doc: GateDocument) -> str:
+    if doc.started_at is None or doc.ended_at is None:
+        return "—"
+    return duration(doc.ended_at - doc.started_at)
+
+
+def render_gate_markdown(doc: GateDocument) -> str:
+    """The gate's report.md: the decision first, then each check, the divergence from the
+    golden, the bisection it started, the node."""
+    c, probe = doc.candidate, doc.probe
+    url = commit_url(doc.context.repo_url, c.commit)
+    sha = f"[`{c.commit[:12]}`]({url})" if url else f"`{c.commit[:12]}`"
+    lines = [
+        f"# llm-bisect gate: {doc.decision.upper()} {doc.candidate_ref}",
+        "",
+        f"> **{HEADLINE[doc.decision]}** (exit {doc.exit_code})",
+        f"> candidate `{doc.candidate_ref}` = {sha} {cell(c.subject, 100)}",
+        f"> golden of `{doc.golden.commit[:12]}` ({doc.golden.path}"
+        f"{', recorded by this gate' if doc.golden.recorded else ''}) · {_took(doc)}",
+        "",
+        f"**Verdict:** {probe.verdict.value} — {probe.reason}",
+        "",
+    ]
+    if doc.warnings:
+        lines += ["## Warnings", "", *[f"- ⚠ {w}" for w in doc.warnings], ""]
+    if probe.checks:
+        lines += ["## Checks", "", "| check | result | evidence |", "|---|---|---|"]
+        for check in probe.checks:
+            result = "pass" if check.passed else "**FAIL**"
+            lines.append(f"| {check.name} | {result} | {cell(check.evidence, 300)} |")
+        lines.append("")
+    lines += divergences(probe)
+    if probe.log_tail:
+        lines += [
+            "<details><summary>Server log (last lines)</summary>",
+            "",
+            "```",
+            probe.log_tail,
+            "```",
+            "",
+            "</details>",
+            "",
+        ]
+    b = doc.bisection
+    if b is not None:
+        found = f"`{b.culprit.commit}` {b.culprit.subject}" if b.culprit is not None else b.message
+        state = b.status.value if b.status is not None else "unfinished (run the gate again)"
+        lines += [
+            "## Bisection",
+            "",
+            f"{state} after {b.probes} more probes (the golden's build good and the "
+            f"candidate bad were given, not probed again): {found}",
+            "",
+            f"Its report: `{b.out}/report.md`",
+            "",
+        ]
+    command = probe.fingerprint.get("command")
+    config = doc.context.config or "CONFIG"
+    lines += [
+        "## Reproduce",
+        "",
+        "```bash",
+        f"llm-bisect gate {config} --candidate {doc.candidate_ref} --golden {doc.golden.path}",
+        "```",
+        "",
+    ]
+    if command:
+        lines += ["The candidate's server ran as:", "", "```bash", str(command), "```", ""]
+    lines += environment_lines(doc.context)
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def render_gate_html(doc: GateDocument) -> str:
+    """The gate's report.html: the decision and, when the candidate served, its per-position
+    |Δlogprob| against the golden."""
+    colour = {"allow": "#2e7d32", "block": "#c62828", "inconclusive": "#9e9e9e"}[doc.decision]
+    summary = (
+        f'<div class="summary" style="border-color:{colour}"><b>{html.escape(doc.decision)}'
+        f"</b>: {html.escape(HEADLINE[doc.decision])}<br>candidate "
+        f"<code>{html.escape(doc.candidate_ref)}</code> = <code>{doc.candidate.commit[:12]}"
+        f"</code> {html.escape(doc.candidate.subject)}<br>"
+        f"{html.escape(doc.probe.reason)}</div>"
+    )
+    plots = [("logprobs", logprob_figure(doc.probe), "no logprobs check ran on the candidate")]
+    return page(f"gate {doc.decision} {doc.candidate_ref}", summary, plots, table([doc.probe]))
+
+
+def render_junit(doc: GateDocument) -> str:
+    """A JUnit XML: one test case per check, and `decision`, which fails on block and errs
+    when the candidate could not be tested (so a dashboard never shows it green)."""
+    probe = doc.probe
+    suite = ET.Element(
+        "testsuite",
+        name="llm-bisect gate",
+        tests=str(len(probe.checks) + 1),
+        failures=str(sum(not c.passed for c in probe.checks) + (doc.decision == "block")),
+        errors=str(int(doc.decision == "inconclusive")),
+        time=f"{probe.timings.get('total', 0.0):.1f}",
+    )
+    classname = f"llm-bisect.gate.{doc.candidate_ref}"
+    for check in probe.checks:
+        case = ET.SubElement(suite, "testcase", classname=classname, name=check.name)
+        if not check.passed:
+            failure = ET.SubElement(case, "failure", message=check.evidence[:500])
+            failure.text = check.evidence
+    case = ET.SubElement(
+        suite,
+        "testcase",
+        classname=classname,
+        name="decision",
+        time=f"{probe.timings.get('total', 0.0):.1f}",
+    )
+    if doc.decision == "block":
+        ET.SubElement(case, "failure", message=HEADLINE["block"]).text = probe.reason
+    elif doc.decision == "inconclusive":
+        ET.SubElement(
+            case, "error", message=HEADLINE["inconclusive"]
+        ).text = f"{probe.reason}\n{probe.log_tail}".strip()
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, "unicode") + "\n"

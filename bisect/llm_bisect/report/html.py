@@ -1,0 +1,378 @@
+"""report.html: one self-contained file (plotly's JavaScript inlined, no network needed) with
+the plots a person would rather look at than read. Pure: a typed document in, HTML out.
+
+    the range narrowing probe by probe      documents.ResultDocument.narrowing
+    a timeline of probes, phase by phase    probe timings and wall-clock starts
+    |Δlogprob| per position vs the golden   the bad side's logprobs check (teacher-forced)
+    accuracy and its 95% interval per probe the eval check
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from ..model import Verdict
+from ..search import Mode
+from .documents import ProbeDoc, ResultDocument
+from .links import commit_url, pr_number, pr_url
+from .markdown import duration
+
+COLOURS = {
+    Verdict.GOOD: "#2e7d32",
+    Verdict.BAD: "#c62828",
+    Verdict.SKIP: "#9e9e9e",
+    Verdict.UNSURE: "#ef6c00",
+}
+PHASES = (
+    ("artifact", "look up the artifact", "#90a4ae"),
+    ("launch", "pull or build, start", "#5c6bc0"),
+    ("ready", "wait until ready", "#26a69a"),
+    ("checks", "checks", "#ffa726"),
+    ("teardown", "stop", "#bdbdbd"),
+)
+ERRORS_ID = "llm-bisect-errors"
+Plot = tuple[str, "go.Figure | None", str]
+"""(name, the figure or None, what to say when there is none)."""
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.4em} h2{font-size:1.15em;margin-top:2em} code{font-size:.95em}
+table{border-collapse:collapse;font-size:.9em} td,th{border:1px solid #ddd;padding:3px 8px}
+.summary{background:#f6f8fa;border-left:4px solid #888;padding:.6em 1em}
+.note{color:#666;font-style:italic} #llm-bisect-errors{color:#c62828}
+"""
+_ON_ERROR = (
+    "window.addEventListener('error',function(e){var d=document.getElementById('"
+    + ERRORS_ID
+    + "');d.textContent+='This page failed to draw: '+e.message+'\\n';});"
+)
+
+
+def _short(commit: str) -> str:
+    return commit[:12]
+
+
+def narrowing_figure(doc: ResultDocument) -> go.Figure | None:
+    """The candidates still in question after each probe, and where each probe landed."""
+    steps = doc.narrowing
+    if not steps:
+        return None
+    fig = go.Figure()
+    x = [s.probe for s in steps]
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[s.hi for s in steps],
+            mode="lines",
+            line={"shape": "hv", "width": 0},
+            showlegend=False,
+            hoverinfo="skip",
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[s.lo for s in steps],
+            mode="lines",
+            line={"shape": "hv", "width": 0},
+            fill="tonexty",
+            fillcolor="rgba(92,107,192,0.18)",
+            name="culprit lies in here",
+            hoverinfo="skip",
+        )
+    )
+    for verdict in Verdict:
+        mine = [s for s in steps if s.verdict is verdict]
+        if not mine:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[s.probe for s in mine],
+                y=[s.index for s in mine],
+                mode="markers",
+                marker={"color": COLOURS[verdict], "size": 11},
+                name=verdict.value,
+                text=[f"{_short(s.commit)}: {s.hi - s.lo} left" for s in mine],
+                hovertemplate="probe %{x}: candidate %{y}<br>%{text}<extra></extra>",
+            )
+        )
+    fig.update_layout(
+        title="The range, probe by probe",
+        xaxis_title="probe",
+        yaxis_title="candidate (0 = old end)",
+        yaxis_range=[-0.5, max(doc.sequence_length - 0.5, 1)],
+        height=380,
+    )
+    return fig
+
+
+def _phases(p: ProbeDoc) -> list[tuple[str, float, float]]:
+    """(phase, start, end) in seconds since the probe began, from its timings."""
+    t = p.timings
+    marks: list[tuple[str, float]] = []
+    for key in ("artifact", "launch", "ready"):
+        if key in t:
+            marks.append((key, t[key]))
+    if "checks" in t and "ready" in t:
+        marks.append(("checks", t["ready"] + t["checks"]))
+    if "total" in t:
+        marks.append(("teardown", t["total"]))
+    spans, start = [], 0.0
+    for name, end in marks:
+        if end >= start:
+            spans.append((name, start, end))
+            start = end
+    return spans
+
+
+def timeline_figure(doc: ResultDocument) -> go.Figure | None:
+    """Each probe as a bar of its phases, at the time it ran."""
+    ran = [p for p in doc.probes if p.timings and not p.given]
+    if not ran:
+        return None
+    zero = min((p.started_at for p in ran if p.started_at is not None), default=None)
+    fig = go.Figure()
+    labels = [f"{i}. {_short(p.commit)} {p.verdict.value}" for i, p in enumerate(ran, 1)]
+    offsets = []
+    clock = 0.0
+    for p in ran:
+        if zero is not None and p.started_at is not None:
+            offsets.append(p.started_at - zero)
+        else:  # no wall clock (an old journal): one after another
+            offsets.append(clock)
+        clock = offsets[-1] + p.timings.get("total", 0.0)
+    for key, name, colour in PHASES:
+        xs, bases, ys = [], [], []
+        for label, p, off in zip(labels, ran, offsets, strict=True):
+            for phase, start, end in _phases(p):
+                if phase == key:
+                    xs.append(end - start)
+                    bases.append(off + start)
+                    ys.append(label)
+        if xs:
+            fig.add_trace(
+                go.Bar(
+                    x=xs,
+                    y=ys,
+                    base=bases,
+                    orientation="h",
+                    name=name,
+                    marker_color=colour,
+                    hovertemplate="%{y}<br>" + name + ": %{x:.1f}s<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        title="Probes over time",
+        barmode="overlay",
+        xaxis_title="seconds since the first probe began",
+        yaxis={"autorange": "reversed"},
+        height=max(260, 40 * len(ran) + 120),
+    )
+    return fig
+
+
+def _bad_probe(doc: ResultDocument) -> ProbeDoc | None:
+    """The first bad (regression) or last bad (fix) build's probe."""
+    if len(doc.range) < 2:
+        return None
+    return doc.probe_of(doc.range[-1] if doc.mode is Mode.REGRESSION else doc.range[0])
+
+
+def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
+    """|Δlogprob| per position, a (bad) build vs the golden, teacher-forced, one line per
+    prompt; the first greedy divergence marked."""
+    if bad is None:
+        return None
+    cases = [
+        c
+        for check in bad.checks
+        if check.name == "logprobs"
+        for c in check.details.get("cases", [])
+        if c.get("teacher_deltas")
+    ]
+    if not cases:
+        return None
+    fig = go.Figure()
+    for case in cases:
+        deltas = case["teacher_deltas"]
+        prompt = str(case.get("prompt", ""))
+        name = prompt if len(prompt) <= 40 else prompt[:39] + "…"
+        fig.add_trace(go.Scatter(x=list(range(len(deltas))), y=deltas, mode="lines", name=name))
+        first = case.get("first_divergence")
+        if isinstance(first, int) and 0 <= first < len(deltas):
+            fig.add_trace(
+                go.Scatter(
+                    x=[first],
+                    y=[deltas[first]],
+                    mode="markers",
+                    showlegend=False,
+                    marker={"symbol": "x", "size": 11, "color": "#c62828"},
+                    hovertemplate="first divergence at %{x}<extra></extra>",
+                )
+            )
+    fig.update_layout(
+        title=f"|Δlogprob| per position: {_short(bad.commit)} vs the golden (teacher-forced)",
+        xaxis_title="position in the golden's continuation",
+        yaxis_title="|Δ logprob|",
+        height=380,
+    )
+    return fig
+
+
+def _accuracy(p: ProbeDoc) -> tuple[float, float, float] | None:
+    for check in p.checks:
+        metrics = check.details.get("metrics") or {}
+        if check.name == "eval" and "accuracy" in metrics:
+            low, high = metrics.get("wilson95") or (metrics["accuracy"], metrics["accuracy"])
+            return float(metrics["accuracy"]), float(low), float(high)
+    return None
+
+
+def accuracy_figure(doc: ResultDocument) -> go.Figure | None:
+    """Each probe's eval accuracy with its 95% (Wilson) interval; the golden's as a line."""
+    points = [(i, p, a) for i, p in enumerate(doc.probes, 1) if (a := _accuracy(p)) is not None]
+    if not points:
+        return None
+    fig = go.Figure()
+    order = [f"{i}. {_short(p.commit)}" for i, p, _ in points]
+    for verdict in Verdict:
+        mine = [(i, p, a) for i, p, a in points if p.verdict is verdict]
+        if not mine:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=[f"{i}. {_short(p.commit)}" for i, p, _ in mine],
+                y=[a[0] for _, _, a in mine],
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [a[2] - a[0] for _, _, a in mine],
+                    "arrayminus": [a[0] - a[1] for _, _, a in mine],
+                },
+                mode="markers",
+                marker={"color": COLOURS[verdict], "size": 10},
+                name=verdict.value,
+            )
+        )
+    if doc.eval_power is not None:
+        fig.add_hline(
+            y=doc.eval_power.golden_accuracy,
+            line_dash="dash",
+            annotation_text="golden",
+            line_color="#555",
+        )
+    fig.update_layout(
+        title="Eval accuracy per probe (95% interval)",
+        xaxis={"categoryorder": "array", "categoryarray": order},
+        yaxis_title="accuracy",
+        yaxis_range=[0, 1.05],
+        height=360,
+    )
+    return fig
+
+
+def _summary(doc: ResultDocument) -> str:
+    base = doc.context.repo_url
+    rows = [f"<b>{html.escape(doc.status.value)}</b>: {html.escape(doc.message)}"]
+    if doc.culprit is not None:
+        c = doc.culprit
+        url = commit_url(base, c.commit)
+        sha = f"<code>{_short(c.commit)}</code>"
+        sha = f'<a href="{html.escape(url)}">{sha}</a>' if url else sha
+        pr = pr_number(c.subject)
+        pr_link = f' (<a href="{html.escape(pr_url(base, pr))}">#{pr}</a>)' if pr and base else ""
+        rows.append(f"culprit {sha} {html.escape(c.subject)}{pr_link}")
+    ctx = doc.context
+    rows.append(
+        f"good <code>{html.escape(ctx.good_ref or _short(doc.good))}</code> → bad "
+        f"<code>{html.escape(ctx.bad_ref or _short(doc.bad))}</code>; "
+        f"{len([p for p in doc.probes if not p.given])} probes over {doc.candidates} candidates"
+        + (
+            f" in {duration(doc.ended_at - doc.started_at)}"
+            if doc.ended_at is not None and doc.started_at is not None
+            else ""
+        )
+    )
+    return '<div class="summary">' + "<br>".join(rows) + "</div>"
+
+
+def table(probes: Sequence[ProbeDoc]) -> str:
+    head = "<tr><th>#</th><th>commit</th><th>subject</th><th>verdict</th><th>reason</th>"
+    head += "<th>seconds</th></tr>"
+    rows = []
+    for i, p in enumerate(probes, 1):
+        total = p.timings.get("total")
+        colour = COLOURS[p.verdict]
+        rows.append(
+            f"<tr><td>{i}</td><td><code>{_short(p.commit)}</code></td>"
+            f"<td>{html.escape(p.subject[:80])}</td>"
+            f'<td style="color:{colour}">{p.verdict.value}</td>'
+            f"<td>{html.escape(p.reason[:160])}</td>"
+            f"<td>{'' if total is None else f'{total:.1f}'}</td></tr>"
+        )
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def render_html(doc: ResultDocument) -> str:
+    """The report of a run."""
+    title = (
+        f"{_short(doc.culprit.commit)} {doc.culprit.subject}"
+        if doc.culprit is not None
+        else doc.status.value
+    )
+    plots: list[Plot] = [
+        ("narrowing", narrowing_figure(doc), "no probe landed inside the range"),
+        ("timeline", timeline_figure(doc), "no probe ran in this run"),
+        ("logprobs", logprob_figure(_bad_probe(doc)), "no logprobs check on the bad side"),
+        ("accuracy", accuracy_figure(doc), "no eval check in this run"),
+    ]
+    return page(title, _summary(doc), plots, table(doc.probes))
+
+
+def page(title: str, summary: str, plots: Sequence[Plot], table: str) -> str:
+    """One self-contained page; plotly's JavaScript is inlined once, before the first plot.
+    A plot that has no data says why instead."""
+    sections: list[str] = []
+    first = True
+    for name, fig, missing in plots:
+        if fig is None:
+            sections.append(f'<p class="note" id="plot-{name}-none">({missing})</p>')
+            continue
+        fig.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 50, "b": 50})
+        sections.append(_figure_html(fig, f"plot-{name}", inline_js=first))
+        first = False
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            f"<title>llm-bisect: {html.escape(title)}</title>",
+            f"<style>{_STYLE}</style>",
+            f"<script>{_ON_ERROR}</script>",
+            "</head><body>",
+            f"<h1>llm-bisect: {html.escape(title)}</h1>",
+            summary,
+            f'<pre id="{ERRORS_ID}"></pre>',
+            *sections,
+            "<h2>Probes</h2>",
+            table,
+            '<p class="note">report.md in the same folder holds the evidence, the builds '
+            "compared and the commands that reproduce the change.</p>",
+            "</body></html>",
+        ]
+    )
+
+
+def _figure_html(fig: go.Figure, div_id: str, *, inline_js: bool) -> str:
+    text: str = pio.to_html(
+        fig,
+        full_html=False,
+        include_plotlyjs=inline_js,
+        div_id=div_id,
+        config={"displaylogo": False, "responsive": True},
+        default_height=f"{fig.layout.height or 380}px",
+    )
+    return text

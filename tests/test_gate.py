@@ -1,0 +1,199 @@
+"""The release gate end to end: the real CLI, real git histories, the simulated server."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from helpers import History, live_processes, wait_until
+from llm_bisect.journal import read_events
+from llm_bisect.report.documents import GateDocument, ResultDocument
+from test_cli import held_history, invoke, launched
+
+
+def gate_of(out: Path) -> GateDocument:
+    return GateDocument.model_validate_json((out / "gate.json").read_bytes())
+
+
+def record(h: History, config: Path, tmp_path: Path) -> Path:
+    golden = tmp_path / "golden.json"
+    code, output = invoke("golden", str(config), "--candidate", h.shas[0], "-o", str(golden))
+    assert code == 0, output
+    return golden
+
+
+def test_allow_on_a_good_candidate(tmp_path: Path, history: Any) -> None:
+    h: History = history({12: "degenerate-reasoning"}, n=16)
+    config = h.config()
+    golden = record(h, config, tmp_path)
+    out, junit = tmp_path / "gate", tmp_path / "ci" / "junit.xml"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[6], "--golden", str(golden),
+        "--out", str(out), "--junit", str(junit),
+    )  # fmt: skip
+    assert code == 0, output
+    assert output.splitlines()[-1] == f"gate: {out / 'gate.json'}, report: {out / 'report.md'}"
+    doc = gate_of(out)
+    assert (doc.decision, doc.exit_code, doc.probe.verdict.value) == ("allow", 0, "good")
+    assert doc.golden.commit == h.shas[0] and doc.candidate.commit == h.shas[6]
+    assert doc.bisection is None
+    suite = ET.parse(junit).getroot()
+    assert suite.get("failures") == "0" and suite.get("errors") == "0"
+    assert {c.get("name") for c in suite} == {"canary", "expect", "logprobs", "eval", "decision"}
+    assert (out / "report.md").read_text().startswith(f"# llm-bisect gate: ALLOW {h.shas[6]}")
+    assert (out / "report.html").exists()
+    assert live_processes(str(h.repo)) == []
+
+
+def test_block_on_a_bad_candidate_with_json_and_junit(tmp_path: Path, history: Any) -> None:
+    h: History = history({12: "degenerate-reasoning"}, n=16)
+    config = h.config()
+    golden = record(h, config, tmp_path)
+    out, junit = tmp_path / "gate", tmp_path / "junit.xml"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[-1], "--golden", str(golden),
+        "--out", str(out), "--junit", str(junit), "--json",
+    )  # fmt: skip
+    assert code == 1, output
+    printed = json.loads(output[output.index("{") :])
+    assert printed["decision"] == "block" and printed == json.loads((out / "gate.json").read_text())
+    suite = ET.parse(junit).getroot()
+    decision = next(c for c in suite if c.get("name") == "decision")
+    assert decision.find("failure") is not None
+    canary = next(c for c in suite if c.get("name") == "canary")
+    failure = canary.find("failure")
+    assert failure is not None and "now now" in (failure.text or "")
+    report = (out / "report.md").read_text()
+    assert "BLOCK: the release candidate regressed" in report
+    assert "| canary | **FAIL** |" in report and "First divergence from the golden" in report
+
+
+def test_inconclusive_on_a_candidate_that_cannot_start(tmp_path: Path, history: Any) -> None:
+    h: History = history({10: "crash-on-start"}, n=12)
+    config = h.config()
+    golden = record(h, config, tmp_path)
+    out, junit = tmp_path / "gate", tmp_path / "junit.xml"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[-1], "--golden", str(golden),
+        "--out", str(out), "--junit", str(junit), "--bisect-on-block",
+    )  # fmt: skip
+    assert code == 125, output
+    doc = gate_of(out)
+    assert doc.decision == "inconclusive" and doc.probe.verdict.value == "skip"
+    assert doc.bisection is None  # never bisect from a build that could not be tested
+    suite = ET.parse(junit).getroot()
+    decision = next(c for c in suite if c.get("name") == "decision")
+    assert decision.find("error") is not None and suite.get("errors") == "1"
+    assert "INCONCLUSIVE" in (out / "report.md").read_text()
+
+
+def test_record_then_bisect_on_block_reuses_both_verdicts(tmp_path: Path, history: Any) -> None:
+    h: History = history({9: "degenerate-reasoning"}, n=16)
+    config = h.config()
+    out, golden = tmp_path / "gate", tmp_path / "g" / "golden.json"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[-1], "--golden", str(golden),
+        "--record", "--out", str(out), "--bisect-on-block",
+    )  # fmt: skip
+    assert code == 1, output
+    assert f"bisection: found: {h.shas[9]}" in output
+    doc = gate_of(out)
+    assert doc.golden.recorded and doc.golden.commit == h.shas[0]
+    assert doc.bisection is not None and doc.bisection.culprit is not None
+    assert doc.bisection.culprit.commit == h.shas[9]
+    where = out / "bisect"
+    result = ResultDocument.model_validate_json((where / "result.json").read_bytes())
+    assert result.status.value == "found" and result.range == [h.shas[8], h.shas[9]]
+    given = {p.commit: p.given for p in result.probes if p.given}
+    assert given == {
+        h.shas[0]: "gate: the golden's build",
+        h.shas[-1]: "gate: the candidate's probe",
+    }
+    started = [
+        e["commit"] for e in read_events(where / "journal.jsonl") if e["event"] == "probe-start"
+    ]
+    assert h.shas[0] not in started and h.shas[-1] not in started  # neither end probed again
+    assert doc.bisection.probes == len(started) == len(result.probes) - 2
+    assert (
+        "verdicts given: gate: the golden's build, gate: the candidate's probe"
+        in (where / "report.md").read_text()
+    )
+    # The golden is reused the second time: nothing recorded, the verdict the same.
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[-1], "--golden", str(golden), "--record",
+        "--out", str(tmp_path / "again"),
+    )  # fmt: skip
+    assert code == 1, output
+    assert not gate_of(tmp_path / "again").golden.recorded
+    assert live_processes(str(h.repo)) == []
+
+
+def test_a_gate_without_a_golden_is_one_line_and_starts_nothing(
+    tmp_path: Path, history: Any
+) -> None:
+    h: History = history({}, n=4)
+    out = tmp_path / "gate"
+    code, output = invoke(
+        "gate", str(h.config()), "--candidate", h.shas[-1], "--golden",
+        str(tmp_path / "none.json"), "--out", str(out),
+    )  # fmt: skip
+    assert code == 128
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: --golden: no golden at '{tmp_path / 'none.json'}'; record the last "
+        "good build's with `llm-bisect golden CONFIG --candidate GOOD`, or run the gate with "
+        "--record"
+    ]
+    assert not (out / "probes").exists()
+    code, output = invoke(
+        "gate", str(h.config()), "--candidate", "no-such-ref", "--record", "--out", str(out)
+    )
+    assert (
+        code == 128
+        and output.strip() == "llm-bisect: error: --candidate: no such ref 'no-such-ref'"
+    )
+
+
+def test_a_gate_killed_in_its_bisection_resumes_without_probing_again(tmp_path: Path) -> None:
+    """SIGKILL while the bisection's first probe is held: the gate run again resumes the
+    bisection; the golden's build and the candidate never start again, no server is left."""
+    first = 12  # the bisection's first probe: the middle, since both ends are given
+    h, config, launches, hold = held_history(tmp_path, culprit=17, held=first)
+    out, golden = tmp_path / "gate", tmp_path / "golden.json"
+    args = ["gate", str(config), "--candidate", h.shas[-1], "--golden", str(golden), "--record",
+            "--out", str(out), "--bisect-on-block"]  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_until(lambda: h.shas[first] in launched(launches), timeout=120)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+    assert wait_until(lambda: live_processes(str(h.repo)) == [], timeout=15), "server left behind"
+    held = gate_of(out)
+    assert held.decision == "block" and held.bisection is not None
+    assert held.bisection.status is None  # under way when killed
+    hold.unlink()
+    code, output = invoke(*args)
+    assert code == 1, output
+    assert "the bisection resumes" in output
+    doc = gate_of(out)
+    assert doc.bisection is not None and doc.bisection.culprit is not None
+    assert doc.bisection.culprit.commit == h.shas[17]
+    assert doc.probe == held.probe  # the candidate's verdict is the one from before the kill
+    counts = Counter(launched(launches))
+    assert counts[h.shas[0]] == 1 and counts[h.shas[-1]] == 1  # golden recorded, gate probe
+    assert counts[h.shas[first]] == 2  # the probe the kill cut short runs again, once
+    finished = [e["outcome"]["commit"] for e in read_events(out / "bisect" / "journal.jsonl")
+                if e["event"] == "probe"]  # fmt: skip
+    assert len(finished) == len(set(finished))  # no finished probe ran again
+    assert live_processes(str(h.repo)) == []
