@@ -320,9 +320,10 @@ def probes_in(out: Path) -> list[dict[str, Any]]:
 
 
 def held_history(
-    tmp_path: Path, culprit: int, held: int, n: int = 24
+    tmp_path: Path, culprit: int, held: int, n: int = 24, timeout: float = 600, **over: Any
 ) -> tuple[History, Path, Path, Path]:
-    """A history whose server for commit `held` does not start while the hold file exists."""
+    """A history whose server for commit `held` does not start while the hold file exists;
+    `over`: more of the config (`parallel: 2`)."""
     hold = tmp_path / "hold"
     hold.touch()
     h = History(
@@ -335,8 +336,9 @@ def held_history(
     config = h.config(
         server={
             "command": [*h.config_command(), "--launch-log", str(launches)],
-            "ready_timeout": 600,
-        }
+            "ready_timeout": timeout,
+        },
+        **over,
     )
     return h, config, launches, hold
 
@@ -774,12 +776,21 @@ def test_progress_counts_steps_left_and_an_eta() -> None:
     progress.narrowed(16, 6)
     progress.phase(seq[0], "starting", 0.0)
     now[0] += 30
-    assert progress.status_line().startswith(f"[1/~6] {seq[0].short} starting ")
-    assert "30.0s · 16 candidate(s) left" in progress.status_line()
+    assert progress.status_lines() == [
+        f"[1/~6] {seq[0].short} starting    30.0s · 16 candidate(s) left"
+    ]
     progress.finished(seq[0], ProbeOutcome(seq[0].commit, Verdict.GOOD, "", (), {"total": 60.0}))
     progress.narrowed(16, 5)
     progress.phase(seq[16], "checking", 20.0)
-    assert progress.status_line().endswith("16 candidate(s) left, ETA 4m 40s")  # 4 x 60 + 40
+    assert progress.status_lines()[-1].endswith("16 candidate(s) left, ETA 4m 40s")  # 4x60 + 40
+    # a second slot: both probes in flight get a line, and the rest goes two at a time
+    progress.phase(seq[8], "starting", 0.0)
+    lines = progress.status_lines()
+    assert [line.split()[:2] for line in lines] == [
+        ["[2/~6]", seq[16].short],
+        ["[3/~6]", seq[8].short],
+    ]
+    assert lines[-1].endswith("ETA 3m 00s")  # 60 left of the newest, then 3 probes 2 at a time
     progress.close()
     assert progress.live is None and "[1/~6]" in err.getvalue()
     plain = StringIO()

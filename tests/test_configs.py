@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llm_bisect.config import DockerServerConfig, load_config
+from llm_bisect.config import DockerServerConfig, SlurmServerConfig, load_config
 
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
 
@@ -14,7 +14,11 @@ CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_shipped_configs_validate(path: Path) -> None:
     config = load_config(path)
-    assert isinstance(config.server, DockerServerConfig) or config.build is not None
+    # an image per commit (Docker, or pyxis under Slurm), else a build per commit
+    images = isinstance(config.server, DockerServerConfig) or (
+        isinstance(config.server, SlurmServerConfig) and config.server.container_image
+    )
+    assert images or config.build is not None
 
 
 def test_the_gpu_cases_carry_their_deployment_flags() -> None:

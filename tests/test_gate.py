@@ -197,3 +197,26 @@ def test_a_gate_killed_in_its_bisection_resumes_without_probing_again(tmp_path: 
                 if e["event"] == "probe"]  # fmt: skip
     assert len(finished) == len(set(finished))  # no finished probe ran again
     assert live_processes(str(h.repo)) == []
+
+
+def test_a_block_whose_range_cannot_be_bisected_keeps_its_decision(
+    tmp_path: Path, history: Any
+) -> None:
+    """The golden's build is newer than the candidate: the block stands (exit 1) and
+    gate.json says why no bisection ran."""
+    h: History = history({2: "degenerate-reasoning", 3: "none"}, n=8)
+    config = h.config()
+    golden = tmp_path / "golden.json"
+    code, output = invoke("golden", str(config), "--candidate", h.shas[6], "-o", str(golden))
+    assert code == 0, output
+    out = tmp_path / "gate"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[2], "--golden", str(golden),
+        "--out", str(out), "--bisect-on-block",
+    )  # fmt: skip
+    assert code == 1, output
+    doc = gate_of(out)
+    assert doc.decision == "block" and doc.bisection is not None
+    assert doc.bisection.status is not None and doc.bisection.status.value == "error"
+    assert "older than" in doc.bisection.message
+    assert "## Bisection" in (out / "report.md").read_text()

@@ -33,6 +33,7 @@ from llm_bisect.launchers.docker import (
     RUN_LABEL,
     DockerLauncher,
     container_spec,
+    engine_address,
     owner_label,
     run_line,
 )
@@ -570,3 +571,44 @@ def test_a_multi_arch_image_is_sized_for_this_node() -> None:
         assert arm_m.size > 50_000 > amd_m.size
         on_gb200.close()
         on_x86.close()
+
+
+def test_two_slots_run_two_containers_at_once_on_two_engine_clients(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    """parallel: 2 over docker_hosts (here one engine reached twice, a client each): the held
+    bad end's container and the middle's run at once, on different ports."""
+    h, config, hold = held_images(client, repo_name, tmp_path, {5: "degenerate-reasoning"}, 8)
+    data = yaml.safe_load(config.read_text())
+    socket = "unix:///var/run/docker.sock"
+    data["server"]["docker_hosts"] = [socket, socket]
+    data["parallel"] = 2
+    data["localize"] = False
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    proc = _start_run(config, out)
+    try:
+        assert wait_until(lambda: held_container(client, h.shas[8]), 120)
+        assert wait_until(lambda: len(containers_of(client, h.shas[4], COMMIT_LABEL)) == 1, 120)
+        ports = set()
+        for commit in (h.shas[8], h.shas[4]):
+            (container,) = containers_of(client, commit, COMMIT_LABEL)
+            container.reload()
+            ports |= {b["HostPort"] for b in container.ports["8000/tcp"]}
+        assert len(ports) == 2  # two containers at once, each on its own port
+        hold.unlink()
+        assert proc.wait(timeout=300) == 0
+    finally:
+        proc.kill()
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[5]
+    assert {p["slot"] for p in result["probes"]} == {0, 1} and result["parallel"] == 2
+    assert all(containers_of(client, c, COMMIT_LABEL) == [] for c in h.shas)
+
+
+def test_an_engine_url_says_where_its_published_ports_are() -> None:
+    assert engine_address("unix:///var/run/docker.sock") is None
+    assert engine_address("") is None and engine_address("tcp://127.0.0.1:2375") is None
+    assert engine_address("tcp://10.0.0.5:2376") == "10.0.0.5"
+    assert engine_address("ssh://ops@gpu-node-2") == "gpu-node-2"
+    assert engine_address("ssh://gpu-node-3:2222") == "gpu-node-3"

@@ -147,7 +147,7 @@ def test_localize_false_and_an_engine_without_the_extension(tmp_path: Path, hist
     out = tmp_path / "off"
     code, output = invoke("run", str(h.config(localize=False)), "--out", str(out))
     assert code == 0, output
-    assert "localization" not in json.loads((out / "result.json").read_text())
+    assert json.loads((out / "result.json").read_text())["localization"] is None
     assert not (out / "localize").exists()
     # an OpenAI-compatible server that is not vLLM: said, and the run still found its culprit
     other: History = History(tmp_path / "other", {4: "degenerate-content"}, 6,

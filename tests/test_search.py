@@ -17,7 +17,10 @@ from llm_bisect.search import (
     left_of,
     lookahead,
     max_probes,
+    next_batch,
     next_step,
+    obsolete,
+    plan_batch,
     plan_step,
 )
 
@@ -207,3 +210,94 @@ def test_what_is_left_shrinks_and_bounds_the_probes_still_run(n: int, data: st.D
     assert lefts == sorted(lefts, reverse=True)
     assert left_of(plan, verdicts) == (1, 0)
     assert all(estimate >= ran - k for k, estimate in enumerate(estimates))
+
+
+def truth(i: int, culprit: int, skips: frozenset[int]) -> Verdict:
+    if i in skips:
+        return Verdict.SKIP
+    return Verdict.BAD if i >= culprit else Verdict.GOOD
+
+
+def correct(outcome: Outcome, culprit: int, skips: frozenset[int]) -> bool:
+    """A found culprit is the real one; an ambiguous range holds it, and only skips besides."""
+    if outcome.status is Status.FOUND:
+        return outcome.culprit == culprit
+    if outcome.status is Status.AMBIGUOUS:
+        inner = outcome.range[1:-1]
+        return culprit in outcome.range[1:] and all(i in skips for i in inner)
+    return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(min_value=3, max_value=700),
+    st.integers(min_value=1, max_value=8),
+    st.data(),
+)
+def test_batches_find_the_culprit_in_log_k_plus_1_rounds(
+    n: int, k: int, data: st.DataObject
+) -> None:
+    """Rounds of k probes at once (the good end alone first): the right culprit, never a
+    probe twice, and at most ceil(log_(k+1) n) + 2 rounds when nothing is skipped."""
+    culprit = data.draw(st.integers(min_value=1, max_value=n - 1))
+    seq = tuple(Candidate(f"{i:040x}") for i in range(n))
+    plan = Plan(Mode.REGRESSION, seq)
+    verdicts: dict[str, Verdict] = {}
+    rounds = 0
+    while isinstance(batch := plan_batch(plan, verdicts, k), list):
+        assert 1 <= len(batch) <= k and len({c.commit for c in batch}) == len(batch)
+        assert not {c.commit for c in batch} & verdicts.keys()
+        rounds += 1
+        for c in batch:
+            verdicts[c.commit] = truth(int(c.commit, 16), culprit, frozenset())
+    assert batch.status is Status.FOUND and batch.culprit == seq[culprit]
+    assert rounds <= math.ceil(math.log(n, k + 1)) + 2, (n, k, rounds)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(min_value=3, max_value=200),
+    st.integers(min_value=1, max_value=8),
+    st.data(),
+)
+def test_slots_that_free_one_by_one_still_find_the_culprit_or_range(
+    n: int, k: int, data: st.DataObject
+) -> None:
+    """Probes end in any order with skips about; a freed slot gets a speculative point at
+    once, a probe outside the open interval is cancelled: the answer is still right, and no
+    candidate is probed twice."""
+    culprit = data.draw(st.integers(min_value=1, max_value=n - 1))
+    skips = frozenset(
+        data.draw(st.sets(st.integers(min_value=1, max_value=n - 2), max_size=n // 3))
+    )
+    verdicts: dict[int, Verdict] = {0: Verdict.GOOD}  # the good end went first, alone
+    running: set[int] = set()
+    started: list[int] = []
+    while True:
+        batch = next_batch(n, verdicts, k - len(running), running=frozenset(running))
+        if isinstance(batch, Outcome):
+            break
+        assert not set(batch) & (running | verdicts.keys())
+        running |= set(batch)
+        started += batch
+        assert running, "nothing to wait for"
+        done = data.draw(st.sampled_from(sorted(running)))
+        running.discard(done)
+        verdicts[done] = truth(done, culprit, skips)
+        running -= obsolete(n, verdicts, frozenset(running), Mode.REGRESSION)
+    assert len(started) == len(set(started))
+    assert correct(batch, culprit, skips), (batch, culprit, sorted(skips))
+
+
+def test_with_nothing_running_k_slots_split_the_interval_into_k_plus_1_parts() -> None:
+    verdicts = {0: Verdict.GOOD, 16: Verdict.BAD}
+    assert next_batch(17, verdicts, 3) == [4, 8, 12]
+    assert next_batch(17, verdicts, 1) == [8]
+    # one slot frees while 8 runs: the widest gap it leaves gets the next point
+    assert next_batch(17, verdicts, 1, running=frozenset({8})) == [4]
+    # the bad end is unverified: it goes in the batch, beside interior points
+    assert next_batch(17, {0: Verdict.GOOD}, 3) == [16, 5, 11]
+    # a ready artifact near the target wins
+    assert next_batch(17, verdicts, 1, prefer=frozenset({6})) == [6]
+    # 12 is no longer needed once 6 tests bad
+    assert obsolete(17, {**verdicts, 6: Verdict.BAD}, frozenset({12, 3}), Mode.REGRESSION) == {12}

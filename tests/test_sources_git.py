@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from llm_bisect.errors import ConfigError
-from llm_bisect.runner import build_plan
-from llm_bisect.search import Mode
+from llm_bisect.search import Mode, build_plan
 from llm_bisect.sources.git import GitSource
 
 

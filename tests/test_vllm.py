@@ -195,3 +195,35 @@ def test_localize_names_the_one_mlp_that_reads_the_wrong_channels(bed: dict[str,
     assert len(saved) == rank["events"], (len(saved), rank["events"])
     assert any(p.name == "model.layers.1.mlp.gate_up_proj.input.pt" for p in saved)
     print(f"\n{output.strip()}")
+
+
+def test_gate_on_real_vllm_allows_a_doc_change_and_blocks_a_rope_bug(
+    bed: dict[str, Any],
+) -> None:
+    """The release gate against the good build's golden: a docs-only commit is allowed, a
+    commit that scales RoPE wrongly is blocked; both reports name the real server command."""
+    shas, root = bed["shas"], bed["root"]
+    golden = root / "gate-golden.json"
+    t0 = time.monotonic()
+    code, output = invoke(
+        "gate", str(bed["config"]), "--candidate", shas["doc"], "--golden", str(golden),
+        "--record", "--good", shas["base"], "--out", str(root / "gate-doc"),
+    )  # fmt: skip
+    allowed = time.monotonic() - t0
+    assert code == 0 and output.startswith(f"allow: {shas['doc']}"), output
+    t0 = time.monotonic()
+    code, output = invoke(
+        "gate", str(bed["config"]), "--candidate", shas["rope-alone"], "--golden", str(golden),
+        "--out", str(root / "gate-rope"), "--junit", str(root / "gate-rope" / "junit.xml"),
+    )  # fmt: skip
+    blocked = time.monotonic() - t0
+    assert code == 1 and output.startswith(f"block: {shas['rope-alone']}"), output
+    gate = json.loads((root / "gate-rope" / "gate.json").read_text())
+    assert gate["golden"]["commit"] == shas["base"] and not gate["golden"]["recorded"]
+    logprobs = next(c for c in gate["probe"]["checks"] if c["name"] == "logprobs")
+    deltas = [d for case in logprobs["details"]["cases"] for d in case["teacher_deltas"]]
+    assert deltas and max(deltas) > 0.01, "teacher-forced deltas of a real RoPE bug"
+    report = (root / "gate-rope" / "report.md").read_text()
+    assert "vllm.entrypoints.openai.api_server" in report and "| logprobs | **FAIL** |" in report
+    assert 'id="plot-logprobs"' in (root / "gate-rope" / "report.html").read_text()
+    print(f"\ngate: allow (golden recorded first) in {allowed:.0f}s, block in {blocked:.0f}s")

@@ -37,6 +37,7 @@ from .config import CommandStrategy as CommandStrategyConfig
 from .config import (
     Config,
     DockerServerConfig,
+    SlurmServerConfig,
     caller_secret_names,
     config_digest,
     expand_env,
@@ -49,13 +50,21 @@ from .config import ImageStrategy as ImageStrategyConfig
 from .config import OverlayStrategy as OverlayStrategyConfig
 from .config import WheelStrategy as WheelStrategyConfig
 from .environment import node_environment
-from .errors import ConfigError, EndpointError, LaunchError, LocalizeError, RequestRejected
+from .errors import (
+    ConfigError,
+    EndpointError,
+    JournalError,
+    LaunchError,
+    LocalizeError,
+    RequestRejected,
+)
 from .journal import Span
 from .launchers import Instrument, Launcher, Server
 from .launchers.process import ProcessLauncher
 from .localize import localize as localize_results
 from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
 from .outdir import hold, prepare
+from .probe import ProbeContext, Progress, probe
 from .redact import Scrub
 from .registry import parse_image_ref
 from .report.documents import (
@@ -77,16 +86,13 @@ from .report.gate import (
 from .report.links import web_url
 from .report.result import probe_doc
 from .runner import (
-    Progress,
     RunResult,
-    build_plan,
-    probe,
     run,
     write_atomic,
     write_outputs,
     write_probe,
 )
-from .search import Mode, Plan
+from .search import Mode, Plan, Status, build_plan
 from .sources.git import GitSource
 from .sources.images import WHERE, commit_of_image, env_map
 
@@ -132,15 +138,43 @@ class Setup:
         made: Launcher
         if isinstance(server, DockerServerConfig):
             from .launchers.docker import DockerLauncher
+            from .launchers.spread import Spread
 
-            made = DockerLauncher(
+            engines: list[DockerLauncher] = []
+            try:
+                hosts: list[str | None] = [*server.docker_hosts] or [None]
+                for engine in hosts:
+                    engines.append(
+                        DockerLauncher(
+                            server,
+                            env=self.env,
+                            secret_names=self.secret_names,
+                            base_dir=self.base_dir,
+                            run_id=run_id,
+                            engine=engine,
+                            builder=self.builder,
+                            logins=self.logins,
+                            report=self.report,
+                            clock=self.clock,
+                            sleep=self.sleep,
+                        )
+                    )
+            except BaseException:
+                for started in engines:
+                    started.close()
+                raise
+            made = engines[0] if len(engines) == 1 else Spread(engines)
+        elif isinstance(server, SlurmServerConfig):
+            from .launchers.slurm import SlurmLauncher
+
+            made = SlurmLauncher(
                 server,
                 env=self.env,
+                base_env=self.environ,
                 secret_names=self.secret_names,
-                base_dir=self.base_dir,
                 run_id=run_id,
+                cwd=self.base_dir / server.cwd if server.cwd else self.base_dir,
                 builder=self.builder,
-                logins=self.logins,
                 report=self.report,
                 clock=self.clock,
                 sleep=self.sleep,
@@ -180,9 +214,11 @@ class Setup:
 def resolve_image_end(s: Setup, ref: str, key: str) -> Candidate:
     """The candidate an image names: its commit from labels, env, tag or version."""
     from .launchers.docker import DockerLauncher
+    from .launchers.spread import Spread
 
     assert isinstance(s.config.server, DockerServerConfig)
-    with s.launcher("resolve") as launcher:
+    with s.launcher("resolve") as made:
+        launcher = made.launchers[0] if isinstance(made, Spread) else made
         assert isinstance(launcher, DockerLauncher)
         try:
             labels, env = launcher.image_metadata(ref)
@@ -239,7 +275,12 @@ def setup(
         cwd = base_dir / server.cwd if server.cwd else base_dir
         if server.cwd and not cwd.is_dir():
             raise ConfigError(f"server.cwd: not a folder '{server.cwd}'")
-        _check_executable(server.command[0], cwd, {**environ, **env})
+        if isinstance(server, SlurmServerConfig):  # the command runs on the cluster's nodes
+            for tool in ("sbatch", "squeue", "scontrol", "scancel"):
+                if shutil.which(tool, path={**environ, **env}.get("PATH", os.defpath)) is None:
+                    raise ConfigError(f"server.launcher: slurm, and '{tool}' is not on PATH")
+        else:
+            _check_executable(server.command[0], cwd, {**environ, **env})
     if config.golden and (base_dir / config.golden).exists():
         golden_load(base_dir / config.golden)  # its shape, before anything starts
     made = Setup(
@@ -452,6 +493,7 @@ def run_bisect(
                 coarse=config.candidates.coarse,
                 context=run_context(s, config),
                 given=given,
+                parallel=config.parallel,
             )
         note = progress.note if progress is not None else (lambda _: None)
         known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
@@ -475,17 +517,16 @@ def check_one(
     candidate = s.resolve(ref, "--candidate")
     with hold(out_dir), s.launcher(run_id_of(out_dir, "check")) as launcher:
         launcher.reap()
-        outcome = probe(
-            candidate,
-            launcher=launcher,
-            checks=s.checks,
-            probe_dir=out_dir / "probes" / candidate.short,
-            repeats=s.config.probe.repeats,
-            client=s.client,
-            progress=progress,
-            golden=golden,
-            regress=Regress(s.config.regress),
+        ctx = ProbeContext(
+            launcher,
+            s.checks,
+            s.client,
+            progress,
+            s.config.probe.repeats,
+            golden,
+            Regress(s.config.regress),
         )
+        outcome = probe(candidate, out_dir / "probes" / candidate.short, ctx)
         write_probe(out_dir, outcome, s.scrub)
     progress.finished(candidate, outcome)
     return candidate, outcome
@@ -832,28 +873,29 @@ def run_gate(
                 "gate: the candidate's probe",
             ),
         ]
-        done = run_bisect(
-            s,
-            where,
-            good=golden.commit,
-            bad=candidate_ref,
-            progress=progress,
-            golden_file=path,
-            given=given,
-        )
-        result = ResultDocument.model_validate(done.result)
-        doc = doc.model_copy(
-            update={
-                "bisection": Bisection(
-                    out=str(where),
-                    status=result.status,
-                    message=result.message,
-                    culprit=result.culprit,
-                    probes=len([p for p in result.probes if not p.given]),
-                ),
-                "ended_at": time.time(),
-            }
-        )
+        try:
+            done = run_bisect(
+                s,
+                where,
+                good=golden.commit,
+                bad=candidate_ref,
+                progress=progress,
+                golden_file=path,
+                given=given,
+            )
+        except (ConfigError, JournalError) as exc:  # the decision stands; say why no bisection
+            progress.note(f"gate: no bisection: {exc}")
+            bisection = Bisection(out=str(where), status=Status.ERROR, message=str(exc))
+        else:
+            result = ResultDocument.model_validate(done.result)
+            bisection = Bisection(
+                out=str(where),
+                status=result.status,
+                message=result.message,
+                culprit=result.culprit,
+                probes=len([p for p in result.probes if not p.given]),
+            )
+        doc = doc.model_copy(update={"bisection": bisection, "ended_at": time.time()})
     _write_gate(out_dir, doc, s.scrub, junit)
     return doc
 

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import types
@@ -18,7 +19,7 @@ from typing import Annotated, Any, NoReturn, TextIO, TypeVar
 
 import typer
 import typer.core
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
@@ -32,6 +33,7 @@ from .journal import FILENAME, read_journal
 from .launchers import Artifact
 from .model import Candidate, ProbeOutcome, Verdict
 from .outdir import hold, prepare
+from .probe import CANCELLED
 from .redact import Scrub
 from .report.documents import schemas
 from .report.markdown import duration
@@ -170,12 +172,23 @@ class _GitBisectCommand(typer.core.TyperCommand):
             raise
 
 
+@dataclass
+class _Line:
+    """One probe in flight, as the live display shows it."""
+
+    step: int
+    short: str
+    phase: str
+    since: float
+
+
 class TerminalProgress:
     """What a person watching sees, on stderr: step i of ~N, the candidates left, each probe's
     phase and elapsed time, and an ETA from the probes so far.
 
-    On a terminal, a live line (rich) ticks while a probe runs and each finished probe
-    leaves one line; elsewhere (CI logs, pipes) every phase is one plain line.
+    On a terminal, a live display (rich) keeps one ticking line per probe in flight (one per
+    slot) and each finished probe leaves one line; elsewhere (CI logs, pipes) every phase is
+    one plain line. Probes report from their own threads.
     """
 
     def __init__(
@@ -190,12 +203,12 @@ class TerminalProgress:
         self.live: Live | None = None
         self.step = 0
         self.total = 0
-        self.current = ""
         self.left: int | None = None
         self.probes_left: int | None = None
         self.durations: list[float] = []
-        self._line = ""
-        self._since = 0.0
+        self.slots = 1
+        self.flights: dict[str, _Line] = {}
+        self._lock = threading.RLock()
         self.term.closers.append(self.close)
 
     def note(self, text: str) -> None:
@@ -212,81 +225,106 @@ class TerminalProgress:
         )
 
     def narrowed(self, left: int, probes_left: int) -> None:
-        self.left, self.probes_left = left, probes_left
-        self.total = self.step + probes_left
+        with self._lock:
+            self.left, self.probes_left = left, probes_left
+            self.total = self.step - len(self.flights) + probes_left
 
-    def eta(self, elapsed: float = 0.0) -> float | None:
-        """Seconds until the answer at the mean probe time so far; None before a probe ended."""
+    def eta(self) -> float | None:
+        """Seconds until the answer at the mean probe time so far, `slots` at a time; None
+        before a probe ended."""
         if not self.durations or self.probes_left is None:
             return None
         mean = sum(self.durations) / len(self.durations)
-        running = 1 if self.current else 0
-        return max(0.0, mean * (self.probes_left - running) + max(0.0, mean - elapsed) * running)
+        now = self.clock()
+        running = [max(0.0, mean - (now - f.since)) for f in self.flights.values()]
+        waiting = max(0, self.probes_left - len(running))
+        rounds = -(-waiting // max(1, self.slots))
+        return max(running, default=0.0) + mean * rounds
 
-    def _where(self, elapsed: float = 0.0) -> str:
+    def _where(self) -> str:
         parts = []
         if self.left is not None:
             parts.append(f"{self.left} candidate(s) left")
-        eta = self.eta(elapsed)
+        eta = self.eta()
         if eta is not None:
             parts.append(f"ETA {duration(eta)}")
         return f" · {', '.join(parts)}" if parts else ""
 
-    def _count(self, candidate: Candidate) -> None:
-        if candidate.commit != self.current:
-            self.current = candidate.commit
-            self.step += 1
-
-    def _of(self) -> str:
-        return f"[{self.step}/~{max(self.total, self.step)}]" if self.total else f"[{self.step}]"
+    def _of(self, step: int) -> str:
+        return f"[{step}/~{max(self.total, step)}]" if self.total else f"[{step}]"
 
     def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None:
-        self._count(candidate)
-        self._line = f"{candidate.short} {phase:<9}"
-        self._since = self.clock() - elapsed
-        subject = _printable(candidate.subject)[:60]
-        if not self.console.is_terminal:
-            self.term.say(f"{self._of()} {self._line} {elapsed:6.1f}s  {subject}{self._where()}")
-            return
-        if self.live is None:
-            self.live = Live(
-                _Ticking(self), console=self.console, refresh_per_second=2, transient=True
-            )
-            self.live.start()
+        with self._lock:
+            line = self.flights.get(candidate.commit)
+            if line is None:
+                self.step += 1
+                line = self.flights[candidate.commit] = _Line(self.step, candidate.short, "", 0)
+                self.slots = max(self.slots, len(self.flights))
+            line.phase, line.since = phase, self.clock() - elapsed
+            if not self.console.is_terminal:
+                subject = _printable(candidate.subject)[:60]
+                self.term.say(
+                    f"{self._of(line.step)} {line.short} {phase:<9} {elapsed:6.1f}s  "
+                    f"{subject}{self._where()}"
+                )
+            elif self.live is None:
+                self.live = Live(
+                    _Ticking(self), console=self.console, refresh_per_second=2, transient=True
+                )
+                self.live.start()
 
-    def status_line(self) -> str:
-        """The live line: step, probe, phase, elapsed, what is left."""
-        elapsed = self.clock() - self._since
-        line = f"{self._of()} {self._line} {elapsed:6.1f}s{self._where(elapsed)}"
-        return self.term.scrub.text(line)
+    def status_lines(self) -> list[str]:
+        """The live display: one line per probe in flight (step, probe, phase, elapsed), the
+        candidates left and the ETA on the last."""
+        with self._lock:
+            now = self.clock()
+            lines = [
+                f"{self._of(f.step)} {f.short} {f.phase:<9} {now - f.since:6.1f}s"
+                for f in sorted(self.flights.values(), key=lambda f: f.step)
+            ]
+            if lines:
+                lines[-1] += self._where()
+            return [self.term.scrub.text(line) for line in lines]
 
     def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None:
-        self._count(candidate)
-        self.close()
-        self.current = ""
-        total = outcome.timings.get("total", 0.0)
-        if outcome.timings:
-            self.durations.append(total)
-        self.term.say(
-            f"{self._of()} {candidate.short} {outcome.verdict.value.upper():<9} {total:6.1f}s  "
-            f"{_printable(outcome.reason)[:100]}"
-        )
+        with self._lock:
+            line = self.flights.pop(candidate.commit, None)
+            if line is None:
+                self.step += 1
+                step = self.step
+            else:
+                step = line.step
+            if not self.flights:
+                self.close()
+            total = outcome.timings.get("total", 0.0)
+            if outcome.timings and outcome.reason != CANCELLED:
+                self.durations.append(total)
+            self.term.say(
+                f"{self._of(step)} {candidate.short} {outcome.verdict.value.upper():<9} "
+                f"{total:6.1f}s  {_printable(outcome.reason)[:100]}"
+            )
 
     def close(self) -> None:
-        """End the live line (a probe finished, or the command ends)."""
-        if self.live is not None:
-            self.live.stop()
-            self.live = None
+        """End the live display (no probe in flight, or the command ends)."""
+        with self._lock:
+            if self.live is not None:
+                self.live.stop()
+                self.live = None
 
 
 class _Ticking:
-    """The live line, rendered afresh each refresh so its elapsed time ticks."""
+    """The live display, rendered afresh each refresh so elapsed times tick."""
 
     def __init__(self, progress: TerminalProgress) -> None:
         self.progress = progress
 
-    def __rich__(self) -> Text:
-        return Text(self.progress.status_line(), no_wrap=True, overflow="ellipsis")
+    def __rich__(self) -> Group:
+        return Group(
+            *(
+                Text(line, no_wrap=True, overflow="ellipsis")
+                for line in self.progress.status_lines()
+            )
+        )
 
 
 def _setup(term: Terminal, config: Path, progress: TerminalProgress | None = None) -> app.Setup:

@@ -119,6 +119,9 @@ class DockerServerConfig(_ServerBase):
     launcher: Literal["docker"]
     image: str
     """Image template, e.g. `vllm/vllm-openai:nightly-{commit}` (`{commit}`, `{short}`)."""
+    docker_hosts: list[str] = Field(default_factory=list)
+    """Engines to run probes on, a slot each in turn (`unix:///var/run/docker.sock`,
+    `ssh://gpu-node-2`, `tcp://10.0.0.5:2376`); default: DOCKER_HOST, else the local one."""
     args: list[str] = Field(default_factory=list)
     """Arguments after the entrypoint (`vllm serve` flags); `{commit}`, `{short}`, `{port}`,
     `{image}` (the image reference the candidate runs)."""
@@ -161,7 +164,60 @@ class DockerServerConfig(_ServerBase):
         return args
 
 
-ServerConfig = Annotated[ProcessServerConfig | DockerServerConfig, Field(discriminator="launcher")]
+SLURM_PLACEHOLDERS = PROCESS_PLACEHOLDERS | {"head", "node_rank", "nnodes"}
+"""On a Slurm probe's nodes: the head node's host name, this node's rank, the node count."""
+
+
+class SlurmServerConfig(ProcessServerConfig):
+    """One Slurm job per candidate: `sbatch`, followed with `squeue`/`scontrol`, ended with
+    `scancel` on every exit path. The command runs on the allocated node(s)."""
+
+    launcher: Literal["slurm"]  # type: ignore[assignment]
+    partition: str | None = None
+    nodes: int = Field(default=1, ge=1, le=64)
+    """Nodes per probe (two for DP across two 4-GPU GB200 nodes)."""
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    gres: str | None = None
+    """`--gres`, e.g. `gpu:b300:8`, where the cluster wants that instead of gpus_per_node."""
+    time: str | None = None
+    """The job's time limit, as sbatch takes it (`02:00:00`)."""
+    account: str | None = None
+    exclusive: bool = False
+    sbatch_args: list[str] = Field(default_factory=list)
+    """More `sbatch` options, one per item (`--qos=high`, `--constraint=gb200`)."""
+    worker_command: list[str] | None = None
+    """What nodes other than the head run in a multi-node probe (`--headless` ...);
+    default: `command`."""
+    container_image: str | None = None
+    """Run the command in this image through `srun --container-image` (pyxis/enroot)."""
+    container_mounts: list[str] = Field(default_factory=list)
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """The server's port on the node; default: a free port of this host (one per probe)."""
+    host: str = "{node}"
+    """How to reach the head node from here; `{node}` is its Slurm name (`{node}-ib0`)."""
+    pending_timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    """Seconds a job may wait in PENDING before it is cancelled; the probe is then skip."""
+    retries: int = Field(default=1, ge=0, le=10)
+    """Resubmits (excluding the node) after NODE_FAIL, PREEMPTED, TIMEOUT or a boot failure."""
+
+    @field_validator("command", "worker_command")
+    @classmethod
+    def _placeholders(cls, command: list[str] | None) -> list[str] | None:  # type: ignore[override]
+        if command is not None:
+            _check_placeholders(command, "server.command", SLURM_PLACEHOLDERS)
+        return command
+
+    @field_validator("container_image")
+    @classmethod
+    def _image(cls, image: str | None) -> str | None:
+        if image is not None:
+            _check_placeholders([image], "server.container_image", IMAGE_PLACEHOLDERS)
+        return image
+
+
+ServerConfig = Annotated[
+    ProcessServerConfig | DockerServerConfig | SlurmServerConfig, Field(discriminator="launcher")
+]
 
 
 MAX_TOKENS = 2**20
@@ -499,6 +555,9 @@ class Config(_Strict):
     """How candidates become runnable (overlay, command); default: as the launcher starts them."""
     localize: LocalizeConfig = Field(default_factory=LocalizeConfig)
     """`false`: no localisation probes after a run finds its culprit."""
+    parallel: int = Field(default=1, ge=1, le=64)
+    """The most probes in flight at once: k slots split the range into k+1 parts per round
+    (local servers for the process launcher, containers on the engine for Docker)."""
 
     @model_validator(mode="after")
     def _build_fits_the_launcher(self) -> Config:
@@ -589,7 +648,7 @@ def caller_secret_names(environ: Mapping[str, str]) -> list[str]:
 
 def _loc(loc: tuple[int | str, ...]) -> str:
     # pydantic puts the discriminator value into the location; users never wrote it.
-    tags = ("canary", "expect", "logprobs", "eval", "process", "docker")
+    tags = ("canary", "expect", "logprobs", "eval", "process", "docker", "slurm")
     parts = [str(p) for p in loc if p not in tags]
     return ".".join(parts)
 
@@ -606,7 +665,7 @@ def _one_line(exc: ValidationError) -> str:
         ctx = err.get("ctx", {})
         tag = ctx.get("tag", err.get("input"))
         if ctx.get("discriminator") == "'launcher'":
-            return f"{loc}.launcher: unknown launcher {tag!r} (known: process, docker)"
+            return f"{loc}.launcher: unknown launcher {tag!r} (known: process, docker, slurm)"
         if loc.startswith("build."):
             return f"{loc}: unknown build type {tag!r} (known: {BUILD_TYPES})"
         return f"{loc}: unknown check type {tag!r} (known: {CHECK_TYPES})"
@@ -654,11 +713,16 @@ def load_config(path: Path) -> Config:
 
 
 def config_digest(config: Config) -> str:
-    """A stable digest of what decides verdicts; env values are left out (secrets)."""
-    data = config.model_dump(mode="json")
+    """A stable digest of what decides verdicts; env values are left out (secrets). Keys at
+    their defaults are left out too, so a key a later llm-bisect adds does not turn a
+    journal into "another config's"."""
+    data = config.model_dump(mode="json", exclude_defaults=True)
     data.pop("localize", None)  # after the search: never a reason to start it again
     data["candidates"].pop("url", None)  # links in the report only
-    data["server"]["env"] = sorted(data["server"]["env"])
+    data.pop("parallel", None)  # how many at once, and where, never change a verdict
+    data["server"].pop("docker_hosts", None)
+    if "env" in data["server"]:
+        data["server"]["env"] = sorted(data["server"]["env"])
     if "registry" in data["server"]:
         data["server"]["registry"].pop("password", None)
     blob = json.dumps(data, sort_keys=True).encode()

@@ -1,8 +1,9 @@
 """The journal: an append-only JSONL record of a run, fsynced per event, and what it says.
 
     {"event": "run", ...}            once, first: the version, config digest, plan
-    {"event": "probe-start", ...}    a probe began (a kill may follow)
+    {"event": "probe-start", ...}    a probe began on a slot, in a round (a kill may follow)
     {"event": "probe", ...}          a probe finished: verdict, checks, timings
+    {"event": "probe-cancel", ...}   a probe was stopped: its answer was no longer needed
     {"event": "done", ...}           the search ended
 
 A run resumes from it: finished probes are read back and never run again.
@@ -76,6 +77,7 @@ _EVENTS: dict[str, Callable[[dict[str, Any]], None]] = {
     "run": _run,
     "probe-start": _probe_start,
     "probe": _probe,
+    "probe-cancel": _probe_start,
     "done": _done,
 }
 
@@ -105,6 +107,10 @@ class Span:
     started: float | None = None
     ended: float | None = None
     given: str = ""
+    slot: int | None = None
+    """The slot it ran on (0 .. parallel-1)."""
+    round: int | None = None
+    """One more than the latest round whose answer was in when it started (1-based)."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,9 @@ class JournalState:
     ended: float | None = None
     """Wall-clock time of the last `done` event, when the run finished."""
     spans: tuple[Span, ...] = ()
-    """Per finished probe, in order: when it ran, or who gave its verdict."""
+    """Per finished probe, in order: when and where it ran, or who gave its verdict."""
+    rounds: int = 0
+    """The latest round started (a journal without rounds: one per probe started)."""
 
 
 @dataclass(frozen=True)
@@ -181,19 +189,36 @@ def _when(event: dict[str, Any]) -> float | None:
     return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else None
 
 
+def _int(event: dict[str, Any], key: str) -> int | None:
+    value = event.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _state(events: list[dict[str, Any]]) -> JournalState | None:
     if not events:
         return None
     head = events[0]
     spans: list[Span] = []
-    began: dict[str, float | None] = {}
+    began: dict[str, dict[str, Any]] = {}
+    rounds = 0
     for e in events:
         if e["event"] == "probe-start":
-            began[e["commit"]] = _when(e)
+            began[e["commit"]] = e
+            rounds = max(rounds + (0 if _int(e, "round") else 1), _int(e, "round") or 0)
+        elif e["event"] == "probe-cancel":
+            began.pop(e["commit"], None)
         elif e["event"] == "probe":
             given = e.get("given")
-            started = began.pop(e["outcome"]["commit"], None)
-            spans.append(Span(started, _when(e), given if isinstance(given, str) else ""))
+            start = began.pop(e["outcome"]["commit"], {})
+            spans.append(
+                Span(
+                    _when(start) if start else None,
+                    _when(e),
+                    given if isinstance(given, str) else "",
+                    _int(start, "slot"),
+                    _int(start, "round"),
+                )
+            )
     done = [_when(e) for e in events if e["event"] == "done"]
     context = head.get("context")
     return JournalState(
@@ -205,6 +230,7 @@ def _state(events: list[dict[str, Any]]) -> JournalState | None:
         started=_when(head),
         ended=done[-1] if done else None,
         spans=tuple(spans),
+        rounds=rounds,
     )
 
 

@@ -1,11 +1,13 @@
-"""The runner: drives the search, one probe at a time, through the seams it is given.
+"""The runner: drives the search over up to k slots, through the seams it is given.
 
-    plan ─► search.plan_step ─► probe (launcher → checks → verdict) ─► journal ─┐
-      ▲                                                                          │
-      └──────────────────────── verdicts so far ◄────────────────────────────────┘
+    plan ─► search.plan_batch ─► a probe per free slot (probe.py, a thread each) ─► journal ─┐
+      ▲                                                                                        │
+      └────────────────────────────── verdicts so far ◄────────────────────────────────────────┘
 
-Every finished probe is in the journal before the next begins, so a run
-killed at any moment resumes without repeating one.
+A slot is one placement (a local server, a container). Every finished probe is in the
+journal before the next batch is chosen, so a run killed at any moment resumes without
+repeating one; probes in flight when it died run again. A probe whose answer is no longer
+needed (the range moved past it) is cancelled: its server stops and it is not a verdict.
 """
 
 from __future__ import annotations
@@ -14,239 +16,26 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from .checks import Check
-from .checks.golden import Golden, GoldenStore
+from .checks.golden import GoldenStore
 from .checks.golden import warnings as golden_warnings
 from .client import OpenAIClient
-from .errors import (
-    ConfigError,
-    EndpointError,
-    JournalError,
-    LaunchError,
-    ReplyTooLarge,
-    ServerFault,
-)
-from .fingerprint import parse_startup_log
+from .errors import JournalError
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
 from .launchers import Launcher, Server
-from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
+from .model import Candidate, ProbeOutcome, Regress, Verdict
+from .probe import CANCELLED, Cancel, ProbeContext, Progress, SilentProgress, probe
 from .redact import Scrub
 from .report.documents import ResultDocument
 from .report.html import render_html
 from .report.markdown import render_markdown
 from .report.result import build_result
-from .search import Answer, Mode, Plan, left_of, lookahead, plan_step
-from .sources import Source
-from .verdict import combine_repeats, decide, judge
-
-CRASH_WAIT_S = 3.0
-"""After a failed request, how long to wait for the server to exit before calling it a crash."""
-
-
-class Progress(Protocol):
-    """Hears what the runner does, for a person watching."""
-
-    def note(self, text: str) -> None: ...
-
-    def planned(self, plan: Plan, finished: int) -> None: ...
-
-    def narrowed(self, left: int, probes_left: int) -> None:
-        """Candidates that could still be the culprit, and probes still needed at most."""
-
-    def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None: ...
-
-    def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None: ...
-
-
-class SilentProgress:
-    """A Progress that says nothing."""
-
-    def note(self, text: str) -> None:
-        pass
-
-    def planned(self, plan: Plan, finished: int) -> None:
-        pass
-
-    def narrowed(self, left: int, probes_left: int) -> None:
-        pass
-
-    def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None:
-        pass
-
-    def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None:
-        pass
-
-
-def build_plan(
-    source: Source,
-    good_ref: str,
-    bad_ref: str,
-    mode: Mode,
-    resolve: Callable[[str, str], Candidate] | None = None,
-) -> Plan:
-    """Resolve the two ends (`resolve`, default the source's) and list the candidates between."""
-    resolve = resolve or source.resolve
-    good = resolve(good_ref, "candidates.good")
-    bad = resolve(bad_ref, "candidates.bad")
-    old, new = (good, bad) if mode is Mode.REGRESSION else (bad, good)
-    old_key, new_key = (
-        ("candidates.good", "candidates.bad")
-        if mode is Mode.REGRESSION
-        else ("candidates.bad", "candidates.good")
-    )
-    if old.commit == new.commit:
-        raise ConfigError(f"candidates: good and bad are the same commit {good.short}")
-    # The ends keep what resolved them (an image named as an end runs that image).
-    between = [*source.between(old.commit, new.commit)[:-1], new]
-    if source.is_ancestor(old.commit, new.commit):
-        return Plan(mode, (old, *between))
-    if source.is_ancestor(new.commit, old.commit):
-        hint = " (looking for a fix? use --find-fix)" if mode is Mode.REGRESSION else ""
-        raise ConfigError(
-            f"{new_key}: {new_key.split('.')[1]} {new.short} is older than "
-            f"{old_key.split('.')[1]} {old.short}{hint}"
-        )
-    base = source.merge_base(old.commit, new.commit)
-    return Plan(mode, (base, *between), anchor=old)
-
-
-@dataclass
-class _Probe:
-    """What one probe found out so far; becomes a ProbeOutcome once the server is gone."""
-
-    verdict: Verdict = Verdict.SKIP
-    reason: str = ""
-    results: tuple[CheckResult, ...] = ()
-    log_tail: str = ""
-
-
-def probe(
-    candidate: Candidate,
-    *,
-    launcher: Launcher,
-    checks: Sequence[Check],
-    probe_dir: Path,
-    repeats: int = 1,
-    client: Callable[[Server], OpenAIClient],
-    progress: Progress,
-    golden: GoldenStore | None = None,
-    regress: Regress = Regress.SEMANTIC,
-    clock: Callable[[], float] = time.monotonic,
-) -> ProbeOutcome:
-    """Launch one candidate, check it, and say good, bad, skip or unsure (under `regress`).
-
-    `timings` holds seconds since the probe began: `artifact` (checked),
-    `launch` (image pulled, server started), `ready`, then `checks` (their
-    own duration) and `total` (teardown included).
-    """
-    t0 = clock()
-    timings: dict[str, float] = {}
-    facts: dict[str, Any] = {}
-    found = _Probe()
-    artifact = launcher.artifact(candidate)
-    timings["artifact"] = clock() - t0
-    if artifact.digest:
-        facts["image"] = {"ref": artifact.ref, "digest": artifact.digest}
-    if artifact.available is False:
-        found.reason = artifact.reason or f"no artifact: {artifact.ref}"
-    else:
-        progress.phase(candidate, "starting", 0.0)
-        try:
-            with launcher.launch(candidate, probe_dir) as server:
-                timings["launch"] = clock() - t0
-                server.wait_ready()
-                timings["ready"] = clock() - t0
-                progress.phase(candidate, "checking", timings["ready"])
-                t_checks = clock()
-                _check(
-                    server,
-                    checks,
-                    repeats,
-                    client,
-                    launcher,
-                    facts,
-                    found,
-                    golden,
-                    candidate,
-                    regress,
-                )
-                timings["checks"] = clock() - t_checks
-        except LaunchError as exc:
-            found.reason, found.log_tail = str(exc), exc.log_tail
-    timings["total"] = clock() - t0
-    log = probe_dir / "server.log"
-    kernels = parse_startup_log(log.read_text(errors="replace")) if log.exists() else {}
-    if kernels:
-        facts["kernels"] = kernels
-    return ProbeOutcome(
-        candidate.commit,
-        found.verdict,
-        found.reason,
-        found.results,
-        timings,
-        found.log_tail,
-        facts,
-    )
-
-
-def _check(
-    server: Server,
-    checks: Sequence[Check],
-    repeats: int,
-    client: Callable[[Server], OpenAIClient],
-    launcher: Launcher,
-    facts: dict[str, Any],
-    found: _Probe,
-    golden: GoldenStore | None,
-    candidate: Candidate,
-    regress: Regress,
-) -> None:
-    """Run the check suite `repeats` times on a ready server; fill in `found` and `facts`."""
-    runs: list[tuple[Verdict, str]] = []
-    try:
-        with client(server) as api, launcher.quiet():
-            baseline = golden.ensure(api, candidate.commit) if golden is not None else None
-            for _ in range(repeats):
-                found.results = tuple(_run_check(check, api, baseline) for check in checks)
-                runs.append(judge(found.results))
-            facts["server"] = {
-                "version": api.version(),
-                "system_fingerprint": api.system_fingerprint,
-            }
-        facts.update(server.fingerprint())
-    except EndpointError as exc:
-        found.results = ()
-        crash: str | None = None
-        try:  # a dropped connection is often the server dying: give it a moment
-            server.check_alive(wait=CRASH_WAIT_S)
-        except LaunchError as died:
-            crash, found.log_tail = str(died), died.log_tail
-        if crash is None and isinstance(exc, ServerFault):
-            crash, found.log_tail = str(exc), server.log_tail()
-        if crash is None:
-            found.reason, found.log_tail = f"checks could not run: {exc}", server.log_tail()
-            return
-        found.verdict, found.reason = decide(regress, None, crash)
-        return
-    found.verdict, found.reason = decide(regress, combine_repeats(runs), None)
-
-
-def _run_check(check: Check, api: OpenAIClient, golden: Golden | None) -> CheckResult:
-    """One check; a reply over the byte cap fails it, with that as its evidence."""
-    try:
-        return check.run(api, golden)
-    except ReplyTooLarge as exc:
-        return CheckResult(
-            name=check.name,
-            passed=False,
-            score=0.0,
-            evidence=f"reply too large: {exc}",
-            details={"reply_too_large": {"cap_bytes": exc.cap}},
-        )
+from .search import Answer, Plan, left_of, lookahead, no_longer_needed, plan_batch, plan_step
 
 
 def _commits(plan: Plan) -> tuple[object, ...]:
@@ -310,6 +99,7 @@ def result_of(
             context=state.context,
             started=state.started,
             ended=state.ended,
+            parallel=1 + max((s.slot or 0 for s in state.spans), default=0),
         )
     return step, None
 
@@ -331,22 +121,25 @@ def run(
     clock: Callable[[], float] = time.monotonic,
     context: Mapping[str, Any] | None = None,
     given: Sequence[tuple[ProbeOutcome, str]] = (),
+    parallel: int = 1,
 ) -> RunResult:
-    """Bisect `plan` to an answer, resuming from DIR's journal when there is one.
+    """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
+    journal when there is one.
+
+    `coarse`: candidates whose artifact is ready (an image, a published wheel, a
+    cached build) are probed first, then the rest within the range left.
 
     `context` (documents.Context: the refs as given, the config, the node) goes into the
     journal's first event and the report. `given`: verdicts the run starts with instead of
     probing (outcome, where it came from), e.g. the gate's two ends; journalled once.
 
-    `coarse`: candidates whose artifact is ready (an image, a published wheel, a
-    cached build) are probed first, then the rest within the range left.
-
-    Without a `golden`, one is recorded from the good end into DIR/golden.json.
-    Everything written to DIR passes through `scrub`.
+    Without a `golden`, one is recorded from the good end into DIR/golden.json (the good
+    end's probe runs alone, first). Everything written to DIR passes through `scrub`.
     """
     progress = progress or SilentProgress()
     scrub = scrub or Scrub()
     golden = golden or GoldenStore(out_dir / "golden.json", checks, plan.good.commit, scrub=scrub)
+    ctx = ProbeContext(launcher, checks, client, progress, repeats, golden, regress, clock)
     with Journal(out_dir / FILENAME, scrub) as journal:
         state = journal.reading.state
         if journal.reading.dropped:
@@ -379,33 +172,8 @@ def run(
             if coarse
             else frozenset()
         )
-        probes, spans = list(state.probes), list(state.spans)
-        while True:
-            verdicts = {p.commit: p.verdict for p in probes}
-            progress.narrowed(*left_of(plan, verdicts))
-            step = plan_step(plan, verdicts, prefer)
-            if isinstance(step, Answer):
-                break
-            began = time.time()
-            journal.append("probe-start", commit=step.commit, time=began)
-            launcher.prefetch(lookahead(plan, verdicts, step, prefer))
-            outcome = probe(
-                step,
-                launcher=launcher,
-                checks=checks,
-                probe_dir=out_dir / "probes" / step.short,
-                repeats=repeats,
-                client=client,
-                progress=progress,
-                golden=golden,
-                regress=regress,
-                clock=clock,
-            )
-            ended = time.time()
-            journal.append("probe", outcome=outcome.to_json(), time=ended)
-            probes.append(outcome)
-            spans.append(Span(began, ended))
-            progress.finished(step, outcome)
+        slots = _Slots(plan, out_dir, journal, ctx, prefer, max(1, parallel), state)
+        step = slots.run()
         done = time.time()
         journal.append("done", status=step.status.value, time=done)
     said = golden_warnings(golden.data) if golden.data else []
@@ -414,13 +182,125 @@ def run(
     result = build_result(
         plan,
         step,
-        probes,
+        slots.probes,
         regress,
         said,
-        spans=spans,
+        spans=slots.spans,
         context=state.context,
         started=state.started,
         ended=done,
+        parallel=max(1, parallel),
     )
     written = write_outputs(out_dir, result, scrub)
     return RunResult(step, written, out_dir)
+
+
+@dataclass
+class _Flight:
+    """One probe in flight on a slot."""
+
+    candidate: Candidate
+    slot: int
+    round: int
+    began: float
+    cancel: Cancel = field(default_factory=Cancel)
+
+
+class _Slots:
+    """Keeps up to k probes in flight: fills free slots from the search, journals each probe
+    as it ends, cancels those no longer needed. The journal is written from this thread only.
+
+    A probe's round is one more than the latest round whose answer was in when it started:
+    one slot gives a round per probe; k slots in step give log_(k+1) n rounds."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        out_dir: Path,
+        journal: Journal,
+        ctx: ProbeContext,
+        prefer: frozenset[str],
+        k: int,
+        state: JournalState,
+    ) -> None:
+        self.plan, self.out_dir, self.journal, self.ctx = plan, out_dir, journal, ctx
+        self.prefer, self.k = prefer, k
+        self.probes = list(state.probes)
+        self.spans = list(state.spans)
+        self.depth = state.rounds
+        """The latest round whose answer is in: a probe started now is in the next one."""
+        self.running: dict[Future[ProbeOutcome], _Flight] = {}
+
+    def run(self) -> Answer:
+        with ThreadPoolExecutor(max_workers=self.k, thread_name_prefix="probe") as pool:
+            try:
+                return self._loop(pool)
+            except BaseException:
+                for flight in self.running.values():  # Ctrl-C, SIGTERM, a bug: stop them all
+                    flight.cancel()
+                raise
+
+    def _loop(self, pool: ThreadPoolExecutor) -> Answer:
+        while True:
+            verdicts = {p.commit: p.verdict for p in self.probes}
+            busy = {f.candidate.commit: f for f in self.running.values()}
+            for commit in no_longer_needed(self.plan, verdicts, frozenset(busy)):
+                if not busy[commit].cancel.cancelled:
+                    busy[commit].cancel()
+            wanted = frozenset(c for c, f in busy.items() if not f.cancel.cancelled)
+            free = self.k - len(self.running)
+            step = plan_batch(self.plan, verdicts, free, self.prefer, wanted)
+            if isinstance(step, Answer) and not self.running:
+                return step
+            if isinstance(step, list) and step:
+                for candidate in step:
+                    self._start(pool, candidate)
+                if self.k == 1:
+                    self.ctx.launcher.prefetch(lookahead(self.plan, verdicts, step[0], self.prefer))
+            self.ctx.progress.narrowed(*left_of(self.plan, verdicts))
+            if not self.running:  # nothing to start and nothing to wait for
+                answer = plan_step(self.plan, verdicts, self.prefer)
+                assert isinstance(answer, Answer), "the search stalled"
+                return answer
+            done, _ = wait(self.running, return_when=FIRST_COMPLETED)
+            for future in done:
+                self._finish(future)
+
+    def _start(self, pool: ThreadPoolExecutor, candidate: Candidate) -> None:
+        taken = {f.slot for f in self.running.values()}
+        slot = min(i for i in range(self.k) if i not in taken)
+        began, round_ = time.time(), self.depth + 1
+        self.journal.append(
+            "probe-start", commit=candidate.commit, slot=slot, round=round_, time=began
+        )
+        flight = _Flight(candidate, slot, round_, began)
+        probe_dir = self.out_dir / "probes" / candidate.short
+        future = pool.submit(probe, candidate, probe_dir, self.ctx, flight.cancel, slot)
+        self.running[future] = flight
+
+    def _finish(self, future: Future[ProbeOutcome]) -> None:
+        flight = self.running.pop(future)
+        try:
+            outcome = future.result()
+        except Exception:
+            if not flight.cancel.cancelled:
+                raise  # a bug: the run stops, and says so
+            outcome = ProbeOutcome(flight.candidate.commit, Verdict.SKIP, CANCELLED)
+        ended = time.time()
+        if flight.cancel.cancelled:
+            self.journal.append(
+                "probe-cancel", commit=flight.candidate.commit, slot=flight.slot, time=ended
+            )
+            self.ctx.progress.finished(flight.candidate, outcome)  # says: cancelled
+            return
+        self.journal.append(
+            "probe",
+            outcome=outcome.to_json(),
+            slot=flight.slot,
+            round=flight.round,
+            time=ended,
+        )
+        self.probes.append(outcome)
+        self.spans.append(Span(flight.began, ended, slot=flight.slot, round=flight.round))
+        self.depth = max(self.depth, flight.round)
+        self.ctx.progress.finished(flight.candidate, outcome)

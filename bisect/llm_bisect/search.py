@@ -1,7 +1,8 @@
-"""The bisection algorithm: verdicts in, next probe (or the answer) out.
+"""The bisection algorithm: verdicts in, the next probe or batch of k (or the answer) out.
 
-Pure: no I/O, no clock. Candidates are indices into a sequence ordered
-oldest to newest; index 0 is the *old end*, index n-1 the *new end*.
+Pure: no I/O, no clock (build_plan asks a Source for the candidates, through its
+Protocol). Candidates are indices into a sequence ordered oldest to newest; index 0 is
+the *old end*, index n-1 the *new end*.
 
     regression mode:   old end = good ........................ new end = bad
     find-fix mode:     old end = bad  ........................ new end = good
@@ -15,16 +16,23 @@ first (the good end must test good, the bad end bad); then the midpoint of
 the open interval (lo, hi) is probed. Untestable candidates (skip, unsure)
 are stepped around; when they border the culprit the answer is ambiguous and
 `range` lists every candidate that could be the first in the new state.
+
+With k slots (next_batch, plan_batch) the open interval is split into k+1 parts per
+round, a slot that frees early gets the widest gap the running probes leave, and a
+running probe outside the interval is no longer needed (obsolete, no_longer_needed).
 """
 
 from __future__ import annotations
 
 import enum
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from .errors import ConfigError
 from .model import Candidate, Verdict
+from .sources import Source
 
 
 class Mode(str, enum.Enum):
@@ -136,6 +144,63 @@ def next_step(
     mid = (lo + hi) // 2
     pool = [i for i in untested if i in prefer] or untested
     return min(pool, key=lambda i: (abs(i - mid), i))
+
+
+def next_batch(
+    n: int,
+    verdicts: Mapping[int, Verdict],
+    k: int,
+    mode: Mode = Mode.REGRESSION,
+    prefer: frozenset[int] = frozenset(),
+    running: frozenset[int] = frozenset(),
+) -> list[int] | Outcome:
+    """Up to `k` indices to probe now besides those `running`, or the Outcome when the search
+    is over (running probes then are no longer needed).
+
+    Unverified ends come first. The free slots are shared among the gaps that the running
+    probes leave in the open interval, each slot to the gap whose parts are then widest;
+    a gap with s slots gets the s points that split it into s+1 equal parts (nearest a
+    `prefer`red index when the gap holds one). With nothing running and k slots, that splits
+    the interval into k+1 parts (Pinpoint); a slot that frees while others run gets a
+    speculative point in the widest gap left. An empty list: wait for a running probe.
+    """
+    step = next_step(n, verdicts, mode, prefer)
+    if isinstance(step, Outcome):
+        return step
+    picks = [end for end in (0, n - 1) if end not in verdicts and end not in running][:k]
+    lo, hi = bounds(n, verdicts, mode)
+    free = [i for i in range(lo + 1, hi) if i not in verdicts and i not in running]
+    slots = k - len(picks)
+    if slots <= 0 or not free:
+        return picks
+    marks = sorted({lo, hi, *(i for i in running if lo < i < hi)})
+    gaps = list(itertools.pairwise(marks))
+    inside = [sum(1 for i in free if a < i < b) for a, b in gaps]
+    given = [0] * len(gaps)
+    for _ in range(min(slots, len(free))):
+        widest = max(
+            (g for g in range(len(gaps)) if given[g] < inside[g]),
+            key=lambda g: (inside[g] / (given[g] + 1), -g),
+        )
+        given[widest] += 1
+    taken: set[int] = set()
+    for (a, b), count in zip(gaps, given, strict=True):
+        pool = [i for i in free if a < i < b]
+        for j in range(1, count + 1):
+            target = a + (b - a) * j / (count + 1)
+            left = [i for i in pool if i not in taken]
+            ready = [i for i in left if i in prefer] or left
+            taken.add(min(ready, key=lambda i: (abs(i - target), i)))
+    return picks + sorted(taken)
+
+
+def obsolete(
+    n: int, verdicts: Mapping[int, Verdict], running: frozenset[int], mode: Mode
+) -> frozenset[int]:
+    """Running probes whose answer is no longer needed: outside the open interval (an end
+    is always needed: it verifies the range)."""
+    lo, hi = bounds(n, verdicts, mode)
+    return frozenset(i for i in running if (i <= lo or i >= hi) and i not in (0, n - 1))
 
 
 def bounds(
@@ -274,6 +339,57 @@ def plan_step(
     )
 
 
+def plan_batch(
+    plan: Plan,
+    verdicts: Mapping[str, Verdict],
+    k: int,
+    prefer: frozenset[str] = frozenset(),
+    running: frozenset[str] = frozenset(),
+) -> list[Candidate] | Answer:
+    """Up to `k` candidates to probe now besides those `running` (next_batch), or the Answer.
+
+    The good end goes alone, first: the golden is recorded from it; so do the anchor and the
+    merge base of a range whose ends are on two branches. An empty list: wait."""
+    step = plan_step(plan, verdicts, prefer)
+    if isinstance(step, Answer):
+        return step
+    first = plan.good.commit not in verdicts or (
+        plan.anchor is not None
+        and any(c.commit not in verdicts for c in (plan.anchor, plan.sequence[0]))
+    )
+    if first:
+        return [] if running else [step]
+    seq = plan.sequence
+    index = {c.commit: i for i, c in enumerate(seq)}
+    known = {index[c]: v for c, v in verdicts.items() if c in index}
+    batch = next_batch(
+        len(seq),
+        known,
+        k,
+        plan.mode,
+        frozenset(index[c] for c in prefer if c in index),
+        frozenset(index[c] for c in running if c in index),
+    )
+    if isinstance(batch, Outcome):
+        answer = plan_step(plan, verdicts, prefer)  # the same answer, in commits
+        assert isinstance(answer, Answer)
+        return answer
+    return [seq[i] for i in batch]
+
+
+def no_longer_needed(
+    plan: Plan, verdicts: Mapping[str, Verdict], running: frozenset[str]
+) -> frozenset[str]:
+    """Running probes to cancel: the search is over, or they lie outside the open interval."""
+    if isinstance(plan_step(plan, verdicts), Answer):
+        return running
+    seq = plan.sequence
+    index = {c.commit: i for i, c in enumerate(seq)}
+    known = {index[c]: v for c, v in verdicts.items() if c in index}
+    mine = frozenset(index[c] for c in running if c in index)
+    return frozenset(seq[i].commit for i in obsolete(len(seq), known, mine, plan.mode))
+
+
 def lookahead(
     plan: Plan,
     verdicts: Mapping[str, Verdict],
@@ -287,3 +403,36 @@ def lookahead(
         if isinstance(step, Candidate) and step not in found:
             found.append(step)
     return found
+
+
+def build_plan(
+    source: Source,
+    good_ref: str,
+    bad_ref: str,
+    mode: Mode,
+    resolve: Callable[[str, str], Candidate] | None = None,
+) -> Plan:
+    """Resolve the two ends (`resolve`, default the source's) and list the candidates between."""
+    resolve = resolve or source.resolve
+    good = resolve(good_ref, "candidates.good")
+    bad = resolve(bad_ref, "candidates.bad")
+    old, new = (good, bad) if mode is Mode.REGRESSION else (bad, good)
+    old_key, new_key = (
+        ("candidates.good", "candidates.bad")
+        if mode is Mode.REGRESSION
+        else ("candidates.bad", "candidates.good")
+    )
+    if old.commit == new.commit:
+        raise ConfigError(f"candidates: good and bad are the same commit {good.short}")
+    # The ends keep what resolved them (an image named as an end runs that image).
+    between = [*source.between(old.commit, new.commit)[:-1], new]
+    if source.is_ancestor(old.commit, new.commit):
+        return Plan(mode, (old, *between))
+    if source.is_ancestor(new.commit, old.commit):
+        hint = " (looking for a fix? use --find-fix)" if mode is Mode.REGRESSION else ""
+        raise ConfigError(
+            f"{new_key}: {new_key.split('.')[1]} {new.short} is older than "
+            f"{old_key.split('.')[1]} {old.short}{hint}"
+        )
+    base = source.merge_base(old.commit, new.commit)
+    return Plan(mode, (base, *between), anchor=old)

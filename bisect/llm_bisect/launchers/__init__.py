@@ -77,6 +77,10 @@ class Server(Protocol):
         """What the launcher knows of the build (image digest, labels, packages)."""
         ...
 
+    def stop(self) -> None:
+        """Stop the server now (safe from another thread, and more than once)."""
+        ...
+
 
 class Launcher(Protocol):
     """Makes a Server for a candidate; its output goes to `probe_dir`."""
@@ -86,8 +90,15 @@ class Launcher(Protocol):
         ...
 
     def launch(
-        self, candidate: Candidate, probe_dir: Path, instrument: Instrument | None = None
-    ) -> Server: ...
+        self,
+        candidate: Candidate,
+        probe_dir: Path,
+        instrument: Instrument | None = None,
+        slot: int = 0,
+    ) -> Server:
+        """A server for the candidate, not started until entered; `slot` says where it runs
+        when the launcher has several places (Docker hosts), 0 .. parallel-1."""
+        ...
 
     def prefetch(self, candidates: list[Candidate]) -> None:
         """Prepare candidates that may come next, in the background (may do nothing)."""

@@ -27,6 +27,32 @@ def free_port() -> int:
         return port
 
 
+def _start_time(pid: int) -> str | None:
+    """When a process started (clock ticks since boot), to tell it from a later one with its pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def owner_label(pid: int | None = None) -> str:
+    """This process as the owner of what it starts (a container label, a Slurm job's comment)."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_start_time(pid) or ''}"
+
+
+def owner_alive(label: str) -> bool:
+    """Whether the owner a label names still runs; another host's owners are taken as alive."""
+    host, _, rest = label.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname():
+        return True
+    if not pid.isdigit():
+        return False
+    return _start_time(int(pid)) == started and started != ""
+
+
 @contextmanager
 def signals_deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM while cleaning up, so a second Ctrl-C cannot cut it short."""

@@ -20,7 +20,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import threading
 import time
 import uuid
@@ -46,38 +45,12 @@ from ..fingerprint import package_probe_source
 from ..model import Candidate
 from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
 from . import Artifact, Instrument
-from .common import LoggedServer, free_port, wait_ready
+from .common import LoggedServer, free_port, owner_alive, owner_label, wait_ready
 
 RUN_LABEL = "llm-bisect.run"
 COMMIT_LABEL = "llm-bisect.commit"
 OWNER_LABEL = "llm-bisect.owner"
 """`host:pid:start` of the llm-bisect process that made a container: reap() spares live owners."""
-
-
-def _start_time(pid: int) -> str | None:
-    """When a process started (clock ticks since boot), to tell it from a later one with its pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def owner_label(pid: int | None = None) -> str:
-    """This process as a container's owner."""
-    pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_start_time(pid) or ''}"
-
-
-def owner_alive(label: str) -> bool:
-    """Whether the owner a label names still runs; another host's owners are taken as alive."""
-    host, _, rest = label.partition(":")
-    pid, _, started = rest.partition(":")
-    if host != socket.gethostname():
-        return True
-    if not pid.isdigit():
-        return False
-    return _start_time(int(pid)) == started and started != ""
 
 
 def docker_logins(hosts: Sequence[str]) -> dict[str, tuple[str, str]]:
@@ -153,6 +126,7 @@ def container_spec(
     run_id: str,
     base_dir: Path,
     owner: str = "",
+    bind: str = "127.0.0.1",
 ) -> dict[str, Any]:
     """The keyword arguments of `containers.create` for one probe. Pure.
 
@@ -182,7 +156,7 @@ def container_spec(
     else:
         if cfg.network_mode:
             spec["network_mode"] = cfg.network_mode
-        spec["ports"] = {f"{port}/tcp": ("127.0.0.1", host_port)}
+        spec["ports"] = {f"{port}/tcp": (bind, host_port)}
     for key, value in (
         ("entrypoint", cfg.entrypoint),
         ("user", cfg.user),
@@ -212,7 +186,7 @@ class DockerServer(LoggedServer):
         cfg = launcher.cfg
         self.host_port = free_port()
         self.port = self.host_port if cfg.network_mode == "host" else cfg.port
-        self.base_url = f"http://127.0.0.1:{self.host_port}"
+        self.base_url = f"http://{launcher.address}:{self.host_port}"
         self.container: Container | None = None
         self.image: Image | None = None
         self.command = ""
@@ -237,6 +211,7 @@ class DockerServer(LoggedServer):
                 run_id=self.launcher.run_id,
                 base_dir=self.launcher.base_dir,
                 owner=self.launcher.owner,
+                bind=self.launcher.bind,
             )
             if self.instrument is not None:
                 instrument_spec(spec, self.instrument, self.image)
@@ -346,6 +321,17 @@ class DockerServer(LoggedServer):
 INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
 
 
+def engine_address(base_url: str) -> str | None:
+    """The host whose published ports a Docker engine's URL reaches; None for this machine's
+    own engine (a unix socket, localhost). Pure."""
+    if not base_url or base_url.startswith(("unix:", "http+unix:", "npipe:", "http+docker:")):
+        return None
+    rest = base_url.split("://", 1)[-1].split("/", 1)[0]
+    host = rest.rsplit("@", 1)[-1]
+    host = host[1:].split("]", 1)[0] if host.startswith("[") else host.split(":", 1)[0]
+    return None if host in ("", "localhost", "127.0.0.1", "::1") else host
+
+
 def run_line(spec: Mapping[str, Any], ref: str) -> str:
     """The `docker run` a person types to start what a container spec starts. Pure.
 
@@ -421,6 +407,7 @@ class DockerLauncher:
         base_dir: Path,
         run_id: str,
         client: docker.DockerClient | None = None,
+        engine: str | None = None,
         registry: Registry | None = None,
         builder: Builder | None = None,
         logins: Mapping[str, tuple[str, str]] | None = None,
@@ -436,11 +423,21 @@ class DockerLauncher:
         self.base_dir = base_dir
         self.run_id = run_id
         self.owner = owner_label()
+        self.address, self.bind = "127.0.0.1", "127.0.0.1"
+        url = engine or os.environ.get("DOCKER_HOST", "")
+        where = engine_address(url)
+        if where is not None:  # another machine's engine: its published ports, there
+            self.address, self.bind = where, "0.0.0.0"
         try:
-            self.client = client or docker.from_env()
+            self.client = client or (
+                docker.DockerClient(base_url=engine) if engine else docker.from_env()
+            )
             self.client.ping()
         except docker.errors.DockerException as exc:
-            raise LaunchError(f"docker: cannot reach the engine: {_docker_message(exc)}") from exc
+            at = f" at {url}" if url else ""
+            raise LaunchError(
+                f"docker: cannot reach the engine{at}: {_docker_message(exc)}"
+            ) from exc
         self.registry = registry or Registry(
             username=cfg.registry.username, password=cfg.registry.password, logins=logins
         )
@@ -781,7 +778,11 @@ class DockerLauncher:
     # -- lifecycle ---------------------------------------------------------------------
 
     def launch(
-        self, candidate: Candidate, probe_dir: Path, instrument: Instrument | None = None
+        self,
+        candidate: Candidate,
+        probe_dir: Path,
+        instrument: Instrument | None = None,
+        slot: int = 0,
     ) -> DockerServer:
         return DockerServer(self, candidate, probe_dir, instrument)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from ..config import fill
 from ..errors import LaunchError, ServerExited
 from ..model import Candidate
 from . import Artifact, Instrument, guard
+from .commands import command_artifact, prepare
 from .common import LoggedServer, free_port, wait_ready
 
 GRACE_S = 5.0
@@ -156,18 +156,7 @@ class ProcessLauncher:
         self.sleep = sleep
 
     def artifact(self, candidate: Candidate) -> Artifact:
-        if self.builder is None:
-            return Artifact(ref=" ".join(self.command), available=True, local=True, ready=True)
-        route = self.builder.route(candidate)
-        ok = route.strategy is not None
-        return Artifact(
-            ref=" ".join(self.command),
-            available=ok,
-            local=True,
-            reason="" if ok else str(route),
-            route=str(route),
-            ready=route.strategy == "wheel" or self.builder.cached(candidate, route),
-        )
+        return command_artifact(self.builder, candidate, " ".join(self.command))
 
     def prefetch(self, candidates: list[Candidate]) -> None:
         if self.prefetcher is not None:
@@ -184,41 +173,25 @@ class ProcessLauncher:
             self.prefetcher.close()
 
     def launch(
-        self, candidate: Candidate, probe_dir: Path, instrument: Instrument | None = None
+        self,
+        candidate: Candidate,
+        probe_dir: Path,
+        instrument: Instrument | None = None,
+        slot: int = 0,
     ) -> ProcessServer:
         """A server for the candidate (built first, when there is a builder: a build that
         fails is a LaunchError, so the probe is skip); `instrument` adds arguments,
         environment and Python paths."""
         port = free_port()
+        ready = prepare(self.builder, candidate, probe_dir, self.env, instrument)
         values = {"commit": candidate.commit, "short": candidate.short, "port": str(port)}
-        env, facts = self.env, {}
-        if self.builder is not None:
-            try:
-                build = self.builder.build(candidate)
-            finally:
-                log = self.builder.log_of(candidate)
-                if log.exists():  # the probe keeps its build's log, made now or before
-                    probe_dir.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(log, probe_dir / "build.log")
-            values |= {"python": build.python, "build": str(build.folder)}
-            env = {**env, **build.env}
-            if "PYTHONPATH" in build.env and self.env.get("PYTHONPATH"):
-                env["PYTHONPATH"] = os.pathsep.join(
-                    [build.env["PYTHONPATH"], self.env["PYTHONPATH"]]
-                )
-            facts = {"build": dict(build.facts)}
-        argv = [fill(arg, values) for arg in self.command]
+        argv = [fill(arg, values | ready.values) for arg in self.command]
         if instrument is not None:
             argv += instrument.args
-            env = {**env, **instrument.env}
-            paths = [str(p) for p in instrument.paths]
-            env["PYTHONPATH"] = os.pathsep.join([*paths, env.get("PYTHONPATH", "")]).rstrip(
-                os.pathsep
-            )
         return ProcessServer(
             argv,
-            facts=facts,
-            env=env,
+            facts=ready.facts,
+            env=ready.env,
             cwd=self.cwd,
             log_path=probe_dir / "server.log",
             ready_timeout=self.ready_timeout,

@@ -64,6 +64,10 @@ class ProbeDoc(_Doc):
     ended_at: float | None = None
     given: str = ""
     """Where a verdict came from when no probe of this run made it (e.g. `gate`)."""
+    slot: int | None = None
+    """The slot it ran on (0 .. parallel-1)."""
+    round: int | None = None
+    """One more than the latest round whose answer was in when it started (1-based)."""
 
 
 class Step(_Doc):
@@ -132,6 +136,11 @@ class ResultDocument(_Doc):
     eval_power: Power | None = None
     warnings: list[str] = Field(default_factory=list)
     probes: list[ProbeDoc]
+    parallel: int = 1
+    """The most probes in flight at once (`parallel:`)."""
+    rounds: int = 0
+    """Rounds of probes, each started once the previous round's answers were in: one slot
+    gives one per probe, k slots about log_(k+1) n."""
     narrowing: list[Step] = Field(default_factory=list)
     """The range probe by probe (a probe of the anchor, outside the sequence, has no step)."""
     sequence_length: int = 0

@@ -51,6 +51,7 @@ def build_result(
     context: Mapping[str, Any] | None = None,
     started: float | None = None,
     ended: float | None = None,
+    parallel: int = 1,
 ) -> dict[str, Any]:
     """The result.json document (documents.ResultDocument) of a finished (or stopped)
     search; `warnings`: where the good build fails a rule itself (from its golden); `spans`:
@@ -95,6 +96,9 @@ def build_result(
             )
             for i, p in enumerate(probes)
         ],
+        parallel=parallel,
+        rounds=max((s.round or 0 for s in spans), default=0)
+        or sum(1 for s in spans if not s.given),
         narrowing=narrowing(plan, probes),
         sequence_length=len(plan.sequence),
         context=Context(**(context or {})),
@@ -129,4 +133,6 @@ def probe_doc(outcome: ProbeOutcome, subject: str = "", span: Span | None = None
         started_at=span.started,
         ended_at=span.ended,
         given=span.given,
+        slot=span.slot,
+        round=span.round,
     )

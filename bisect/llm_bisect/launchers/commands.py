@@ -1,0 +1,75 @@
+"""What the launchers that run a command share (process, slurm): the candidate's artifact
+or build route, and its build made before the server starts, with the environment the
+build and an instrument add."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..builds import Builder
+from ..model import Candidate
+from . import Artifact, Instrument
+
+
+def command_artifact(builder: Builder | None, candidate: Candidate, ref: str) -> Artifact:
+    """A command needs no artifact; with a builder, the candidate needs a build route."""
+    if builder is None:
+        return Artifact(ref=ref, available=True, local=True, ready=True)
+    route = builder.route(candidate)
+    ok = route.strategy is not None
+    return Artifact(
+        ref=ref,
+        available=ok,
+        local=True,
+        reason="" if ok else str(route),
+        route=str(route),
+        ready=route.strategy == "wheel" or builder.cached(candidate, route),
+    )
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a command server starts with besides its template."""
+
+    values: dict[str, str]
+    """Placeholders the build fills: `{python}`, `{build}`."""
+    env: dict[str, str]
+    facts: dict[str, Any] = field(default_factory=dict)
+    """`build`: what result.json records of the build."""
+
+
+def prepare(
+    builder: Builder | None,
+    candidate: Candidate,
+    probe_dir: Path,
+    env: Mapping[str, str],
+    instrument: Instrument | None,
+) -> Prepared:
+    """Build the candidate (a failed build is a LaunchError: the probe is skip; the probe
+    keeps the build's log either way), then the environment: the build's, its PYTHONPATH
+    before the caller's, the instrument's folders first of all."""
+    values: dict[str, str] = {}
+    out, facts = dict(env), {}
+    if builder is not None:
+        try:
+            build = builder.build(candidate)
+        finally:
+            log = builder.log_of(candidate)
+            if log.exists():  # made now or before
+                probe_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(log, probe_dir / "build.log")
+        values = {"python": build.python, "build": str(build.folder)}
+        out |= build.env
+        if "PYTHONPATH" in build.env and env.get("PYTHONPATH"):
+            out["PYTHONPATH"] = os.pathsep.join([build.env["PYTHONPATH"], env["PYTHONPATH"]])
+        facts = {"build": dict(build.facts)}
+    if instrument is not None:
+        out |= instrument.env
+        paths = [str(p) for p in instrument.paths]
+        out["PYTHONPATH"] = os.pathsep.join([*paths, out.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return Prepared(values, out, facts)

@@ -1,0 +1,226 @@
+"""One probe: a candidate launched, made ready, checked and judged, then torn down.
+
+    artifact? ─► launch (build, pull, start) ─► ready ─► checks (repeats) ─► verdict ─► teardown
+
+Everything a run's probes share is one ProbeContext; a probe can be cancelled from another
+thread (its answer no longer needed), which stops its server at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .checks import Check
+from .checks.golden import Golden, GoldenStore
+from .client import OpenAIClient
+from .errors import EndpointError, LaunchError, ReplyTooLarge, ServerFault
+from .fingerprint import parse_startup_log
+from .launchers import Launcher, Server
+from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
+from .search import Plan
+from .verdict import combine_repeats, decide, judge
+
+CRASH_WAIT_S = 3.0
+"""After a failed request, how long to wait for the server to exit before calling it a crash."""
+CANCELLED = "cancelled: its answer was no longer needed"
+
+
+class Progress(Protocol):
+    """Hears what the runner does, for a person watching (probes may run in threads)."""
+
+    def note(self, text: str) -> None: ...
+
+    def planned(self, plan: Plan, finished: int) -> None: ...
+
+    def narrowed(self, left: int, probes_left: int) -> None:
+        """Candidates that could still be the culprit, and probes still needed at most."""
+
+    def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None: ...
+
+    def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None: ...
+
+
+class SilentProgress:
+    """A Progress that says nothing."""
+
+    def note(self, text: str) -> None:
+        pass
+
+    def planned(self, plan: Plan, finished: int) -> None:
+        pass
+
+    def narrowed(self, left: int, probes_left: int) -> None:
+        pass
+
+    def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None:
+        pass
+
+    def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class ProbeContext:
+    """What every probe of a run shares."""
+
+    launcher: Launcher
+    checks: Sequence[Check]
+    client: Callable[[Server], OpenAIClient]
+    progress: Progress = field(default_factory=SilentProgress)
+    repeats: int = 1
+    golden: GoldenStore | None = None
+    """The golden (recorded from the good end's probe when none exists yet)."""
+    regress: Regress = Regress.SEMANTIC
+    clock: Callable[[], float] = time.monotonic
+
+
+class Cancel:
+    """Stops one probe from another thread: before it launches, or its server at once (the
+    probe then ends as a skip, which the runner drops)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._set = False
+        self._server: Server | None = None
+
+    def __call__(self) -> None:
+        with self._lock:
+            self._set = True
+            server = self._server
+        if server is not None:
+            server.stop()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._set
+
+    def attach(self, server: Server | None) -> None:
+        """The server to stop on cancel (None once it is torn down); stopped now if cancelled."""
+        with self._lock:
+            self._server = server
+            stop = self._set and server is not None
+        if stop and server is not None:
+            server.stop()
+
+
+@dataclass
+class _Found:
+    """What one probe found out so far; becomes a ProbeOutcome once the server is gone."""
+
+    verdict: Verdict = Verdict.SKIP
+    reason: str = ""
+    results: tuple[CheckResult, ...] = ()
+    log_tail: str = ""
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+def probe(
+    candidate: Candidate,
+    probe_dir: Path,
+    ctx: ProbeContext,
+    cancel: Cancel | None = None,
+    slot: int = 0,
+) -> ProbeOutcome:
+    """Launch one candidate, check it, and say good, bad, skip or unsure (under `regress`).
+
+    `timings` holds seconds since the probe began: `artifact` (checked),
+    `launch` (image pulled, server started), `ready`, then `checks` (their
+    own duration) and `total` (teardown included).
+    """
+    clock = ctx.clock
+    t0 = clock()
+    timings: dict[str, float] = {}
+    found = _Found()
+    artifact = ctx.launcher.artifact(candidate)
+    timings["artifact"] = clock() - t0
+    if artifact.digest:
+        found.facts["image"] = {"ref": artifact.ref, "digest": artifact.digest}
+    if artifact.available is False:
+        found.reason = artifact.reason or f"no artifact: {artifact.ref}"
+    elif cancel is not None and cancel.cancelled:
+        found.reason = CANCELLED
+    else:
+        ctx.progress.phase(candidate, "starting", 0.0)
+        try:
+            with ctx.launcher.launch(candidate, probe_dir, slot=slot) as server:
+                if cancel is not None:
+                    cancel.attach(server)
+                timings["launch"] = clock() - t0
+                server.wait_ready()
+                timings["ready"] = clock() - t0
+                ctx.progress.phase(candidate, "checking", timings["ready"])
+                t_checks = clock()
+                _check(server, ctx, found, candidate)
+                timings["checks"] = clock() - t_checks
+        except LaunchError as exc:
+            found.reason, found.log_tail = str(exc), exc.log_tail
+        finally:
+            if cancel is not None:
+                cancel.attach(None)
+    if cancel is not None and cancel.cancelled:
+        found.verdict, found.reason = Verdict.SKIP, CANCELLED
+    timings["total"] = clock() - t0
+    log = probe_dir / "server.log"
+    kernels = parse_startup_log(log.read_text(errors="replace")) if log.exists() else {}
+    if kernels:
+        found.facts["kernels"] = kernels
+    return ProbeOutcome(
+        candidate.commit,
+        found.verdict,
+        found.reason,
+        found.results,
+        timings,
+        found.log_tail,
+        found.facts,
+    )
+
+
+def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidate) -> None:
+    """Run the check suite `repeats` times on a ready server; fill in `found`."""
+    runs: list[tuple[Verdict, str]] = []
+    try:
+        with ctx.client(server) as api, ctx.launcher.quiet():
+            golden = ctx.golden
+            baseline = golden.ensure(api, candidate.commit) if golden is not None else None
+            for _ in range(ctx.repeats):
+                found.results = tuple(_run_check(check, api, baseline) for check in ctx.checks)
+                runs.append(judge(found.results))
+            found.facts["server"] = {
+                "version": api.version(),
+                "system_fingerprint": api.system_fingerprint,
+            }
+        found.facts.update(server.fingerprint())
+    except EndpointError as exc:
+        found.results = ()
+        crash: str | None = None
+        try:  # a dropped connection is often the server dying: give it a moment
+            server.check_alive(wait=CRASH_WAIT_S)
+        except LaunchError as died:
+            crash, found.log_tail = str(died), died.log_tail
+        if crash is None and isinstance(exc, ServerFault):
+            crash, found.log_tail = str(exc), server.log_tail()
+        if crash is None:
+            found.reason, found.log_tail = f"checks could not run: {exc}", server.log_tail()
+            return
+        found.verdict, found.reason = decide(ctx.regress, None, crash)
+        return
+    found.verdict, found.reason = decide(ctx.regress, combine_repeats(runs), None)
+
+
+def _run_check(check: Check, api: OpenAIClient, golden: Golden | None) -> CheckResult:
+    """One check; a reply over the byte cap fails it, with that as its evidence."""
+    try:
+        return check.run(api, golden)
+    except ReplyTooLarge as exc:
+        return CheckResult(
+            name=check.name,
+            passed=False,
+            score=0.0,
+            evidence=f"reply too large: {exc}",
+            details={"reply_too_large": {"cap_bytes": exc.cap}},
+        )
