@@ -104,8 +104,8 @@ def render_gate_html(doc: GateDocument) -> str:
     |Δlogprob| against the golden."""
     colour = {"allow": "#2e7d32", "block": "#c62828", "inconclusive": "#9e9e9e"}[doc.decision]
     summary = (
-        f'<div class="summary" style="border-color:{colour}"><b>{html.escape(doc.decision)}'
-        f"</b>: {html.escape(HEADLINE[doc.decision])}<br>candidate "
+        f'<div class="summary" style="border-color:{colour}">'
+        f"<b>{html.escape(HEADLINE[doc.decision])}</b><br>candidate "
         f"<code>{html.escape(doc.candidate_ref)}</code> = <code>{doc.candidate.commit[:12]}"
         f"</code> {html.escape(doc.candidate.subject)}<br>"
         f"{html.escape(doc.probe.reason)}</div>"
