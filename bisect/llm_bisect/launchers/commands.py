@@ -7,13 +7,33 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..builds import Builder
+from ..builds.prefetch import BuildPrefetcher
 from ..model import Candidate
 from . import Artifact, Instrument
+
+
+class Prefetching:
+    """Prefetch, quiet and close for a launcher whose builds a BuildPrefetcher makes ahead
+    (`prefetcher` is None without a builder)."""
+
+    prefetcher: BuildPrefetcher | None
+
+    def prefetch(self, candidates: list[Candidate]) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.want(candidates)
+
+    def quiet(self) -> AbstractContextManager[None]:
+        return self.prefetcher.quiet() if self.prefetcher is not None else nullcontext()
+
+    def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.close()
 
 
 def command_artifact(builder: Builder | None, candidate: Candidate, ref: str) -> Artifact:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
 
@@ -24,7 +24,7 @@ from ..config import fill
 from ..errors import LaunchError, ServerExited
 from ..model import Candidate
 from . import Artifact, Instrument, guard
-from .commands import command_artifact, prepare
+from .commands import Prefetching, command_artifact, prepare
 from .common import LoggedServer, free_port, wait_ready
 
 GRACE_S = 5.0
@@ -129,7 +129,7 @@ class ProcessServer(LoggedServer):
         return {**self.facts, "command": shlex.join(self.argv)}
 
 
-class ProcessLauncher:
+class ProcessLauncher(Prefetching):
     """Starts `command` (an argv template) for each candidate, never through a shell."""
 
     def __init__(
@@ -158,19 +158,8 @@ class ProcessLauncher:
     def artifact(self, candidate: Candidate) -> Artifact:
         return command_artifact(self.builder, candidate, " ".join(self.command))
 
-    def prefetch(self, candidates: list[Candidate]) -> None:
-        if self.prefetcher is not None:
-            self.prefetcher.want(candidates)
-
-    def quiet(self) -> AbstractContextManager[None]:
-        return self.prefetcher.quiet() if self.prefetcher is not None else nullcontext()
-
     def reap(self) -> int:
         return 0  # the guard ends a killed run's servers itself
-
-    def close(self) -> None:
-        if self.prefetcher is not None:
-            self.prefetcher.close()
 
     def launch(
         self,

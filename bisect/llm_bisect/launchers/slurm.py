@@ -24,7 +24,7 @@ import string
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from ..model import Candidate
 from ..redact import redact
 from ..retry import NotYetReady
 from . import Artifact, Instrument
-from .commands import command_artifact, prepare
+from .commands import Prefetching, command_artifact, prepare
 from .common import LoggedServer, free_port, owner_alive, owner_label, ready_once
 
 RUNTIME = {"head": "LLM_BISECT_HEAD", "node_rank": "SLURM_NODEID", "nnodes": "SLURM_NNODES"}
@@ -404,7 +404,7 @@ def http_for(http: httpx.Client, base_url: str) -> httpx.Client:
     return http
 
 
-class SlurmLauncher:
+class SlurmLauncher(Prefetching):
     """Submits one batch job per candidate (see the module docstring)."""
 
     def __init__(
@@ -451,13 +451,6 @@ class SlurmLauncher:
         self.build_facts[candidate.commit] = ready.facts
         return SlurmServer(self, candidate, probe_dir, ready.env, values | ready.values, instrument)
 
-    def prefetch(self, candidates: list[Candidate]) -> None:
-        if self.prefetcher is not None:
-            self.prefetcher.want(candidates)
-
-    def quiet(self) -> AbstractContextManager[None]:
-        return self.prefetcher.quiet() if self.prefetcher is not None else nullcontext()
-
     def reap(self) -> int:
         """Cancel this run's jobs that a killed harness left in the queue (a live owner's
         jobs are spared)."""
@@ -471,7 +464,3 @@ class SlurmLauncher:
             self.slurm.cancel(job)
             cancelled += 1
         return cancelled
-
-    def close(self) -> None:
-        if self.prefetcher is not None:
-            self.prefetcher.close()

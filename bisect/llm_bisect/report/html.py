@@ -16,10 +16,9 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..model import Verdict
-from ..search import Mode
 from .documents import ProbeDoc, ResultDocument
 from .links import commit_url, pr_number, pr_url
-from .markdown import duration
+from .markdown import bad_probe, duration
 
 COLOURS = {
     Verdict.GOOD: "#2e7d32",
@@ -175,13 +174,6 @@ def timeline_figure(doc: ResultDocument) -> go.Figure | None:
     return fig
 
 
-def _bad_probe(doc: ResultDocument) -> ProbeDoc | None:
-    """The first bad (regression) or last bad (fix) build's probe."""
-    if len(doc.range) < 2:
-        return None
-    return doc.probe_of(doc.range[-1] if doc.mode is Mode.REGRESSION else doc.range[0])
-
-
 def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
     """|Δlogprob| per position, a (bad) build vs the golden, teacher-forced, one line per
     prompt; the first greedy divergence marked."""
@@ -327,7 +319,7 @@ def render_html(doc: ResultDocument) -> str:
     plots: list[Plot] = [
         ("narrowing", narrowing_figure(doc), "no probe landed inside the range"),
         ("timeline", timeline_figure(doc), "no probe ran in this run"),
-        ("logprobs", logprob_figure(_bad_probe(doc)), "no logprobs check on the bad side"),
+        ("logprobs", logprob_figure(bad_probe(doc)), "no logprobs check on the bad side"),
         ("accuracy", accuracy_figure(doc), "no eval check in this run"),
     ]
     return page(title, _summary(doc), plots, table(doc.probes))

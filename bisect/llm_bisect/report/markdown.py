@@ -35,13 +35,20 @@ def _sides(doc: ResultDocument) -> tuple[ProbeDoc, ProbeDoc] | None:
     return (old, new) if old is not None and new is not None else None
 
 
+def bad_probe(doc: ResultDocument) -> ProbeDoc | None:
+    """The bad side of the change's probe: the first bad, or with --find-fix the last bad."""
+    if len(doc.range) < 2:
+        return None
+    return doc.probe_of(doc.range[-1] if doc.mode is Mode.REGRESSION else doc.range[0])
+
+
 def _bad_side(doc: ResultDocument) -> tuple[ProbeDoc, ProbeDoc] | None:
     """(the bad side's probe, the good side's) either side of the change."""
-    sides = _sides(doc)
-    if sides is None:
+    if _sides(doc) is None:
         return None
-    old, new = sides
-    return (new, old) if doc.mode is Mode.REGRESSION else (old, new)
+    bad = bad_probe(doc)
+    good = doc.probe_of(doc.range[0] if doc.mode is Mode.REGRESSION else doc.range[-1])
+    return (bad, good) if bad is not None and good is not None else None
 
 
 def _evidence(doc: ResultDocument) -> list[str]:
