@@ -28,7 +28,7 @@ PIECES = [
 hostile = st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=3)), max_size=14).map(
     "".join
 )
-FAST = settings(max_examples=300, deadline=None)
+FAST = settings(max_examples=200, deadline=None)
 
 
 def flat(value: str) -> str:
