@@ -7,9 +7,15 @@
     secrets      servers echoing secrets into replies, logs and 500 bodies: leaks
     kills        SIGKILLs of a real run at random moments, each resumed: culprit right,
                  finished probes never repeated, no server left behind
+    escapes      text from git, servers and logs that is markup, mentions, fences, terminal
+                 escapes, XML-forbidden characters or shell: reports rendered as GitHub
+                 renders them (markdown-it-py), report.html parsed, JUnit parsed, every
+                 printed command run through `sh` with canaries; hostile tags and
+                 candidates.url values through the CLI
 
 Figures, not assertions (the tests assert); random moments come from --seed.
-Usage: python scripts/adversarial.py [--inputs 60] [--kills 20] [--seed 1]
+Usage: python scripts/adversarial.py [--inputs 60] [--kills 20] [--documents 300] [--seed 1]
+       [--only escapes]
 """
 
 from __future__ import annotations
@@ -19,13 +25,16 @@ import copy
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Callable
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +42,22 @@ import yaml
 
 from llm_bisect.demo import build_history
 from llm_bisect.journal import read_events
+from llm_bisect.model import Candidate, CheckResult, ProbeOutcome, Verdict
+from llm_bisect.report.documents import GateDocument, ResultDocument
+from llm_bisect.report.gate import render_gate_html, render_gate_markdown, render_junit
+from llm_bisect.report.html import render_html
+from llm_bisect.report.markdown import render_markdown
+from llm_bisect.report.result import build_result
+from llm_bisect.search import Answer, Mode, Plan, Status
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from helpers import (  # type: ignore[import-not-found]
+    HOSTILE_LINE,
+    HOSTILE_LOG,
+    HOSTILE_TAGS,
+    github_render,
+    shell_words,
+)
 
 CLI = [sys.executable, "-m", "llm_bisect.cli"]
 Mutation = Callable[[dict[str, Any], Path], "dict[str, Any] | bytes"]
@@ -368,18 +393,272 @@ def kills(work: Path, count: int, rng: random.Random) -> None:
     print(f"servers that outlived a kill by 15 s: {left_behind}")
 
 
+PAYLOADS = [
+    HOSTILE_LINE,
+    *HOSTILE_LOG,
+    "</details></summary></code></pre>",
+    "<script>alert(1)</script>",
+    "<svg/onload=alert(1)>",
+    '"><img src=x onerror=alert(1)>',
+    "</script><img src=x onerror=alert(1)>",
+    "```bash\nrm -rf ~\n```",
+    "~~~\n</details>",
+    "| a | b |\n|---|---|",
+    "@octocat @org/team a@b.co &#64;x",
+    "[x](javascript:alert(1)) [y]: https://evil.example",
+    "![t](https://track.example/p.png)",
+    "https://evil.example www.evil.example <https://evil.example>",
+    "$\\color{red}x$ $$x$$",
+    "# heading\n- item\n> quote\n1. one\n===",
+    "\x1b]8;;https://evil.example\x07link\x1b]8;;\x07",
+    "\x1b]52;c;cHduZWQ=\x07\x1b[2J\x1b[31m",
+    "\x00\x01\x08\x0b\x0c\x1f\x7f\x85\x9b\ufffe\uffff\u202e\u2066",
+    "$(touch pwned-sub) `touch pwned-tick` ;touch pwned-semi\ntouch pwned-nl",
+    "'\"\\|*_[]<>&~$#!",
+]
+FOREIGN = ("img", "iframe", "object", "embed", "svg", "form", "base", "link")
+"""Tags report.html never writes itself."""
+
+
+class _Tags(HTMLParser):
+    """Every tag and attribute of a page, script contents left unparsed (as a browser does)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+
+def html_problems(page: str) -> list[str]:
+    """What in report.html the page did not make: images, frames, event handlers, links
+    that are not http(s) (a script's text is not parsed, as in a browser)."""
+    tags = _Tags()
+    tags.feed(page)
+    problems = []
+    for tag, attrs in tags.tags:
+        if tag in FOREIGN or (tag == "meta" and attrs != [("charset", "utf-8")]):
+            problems.append(f"<{tag}>")
+        for name, value in attrs:
+            if name.startswith("on") or (
+                name in ("href", "src", "action")
+                and not (value or "").startswith(("https://", "http://"))
+            ):
+                problems.append(f"{name}={value!r} on <{tag}>")
+    return problems
+
+
+def junit_problems(text: str) -> list[str]:
+    try:
+        root = ET.fromstring(text)
+    except ET.ParseError as exc:
+        return [f"not well-formed: {exc}"]
+    made = {"testsuite", "testcase", "failure", "error"}
+    return [f"<{e.tag}>" for e in root.iter() if e.tag not in made]
+
+
+def _say(rng: random.Random) -> str:
+    return "".join(rng.choice(PAYLOADS) for _ in range(rng.randint(1, 3)))
+
+
+def hostile_doc(rng: random.Random) -> ResultDocument:
+    """A found result whose every text from outside is hostile."""
+    seq = tuple(
+        Candidate(f"{i:040x}", subject=_say(rng), author=_say(rng), date=_say(rng))
+        for i in range(5)
+    )
+    plan = Plan(Mode.REGRESSION, seq)
+    answer = Answer(Status.FOUND, seq[3], (seq[2].commit, seq[3].commit), _say(rng))
+
+    def probe(i: int, verdict: Verdict) -> ProbeOutcome:
+        side = {"token": _say(rng), "text": _say(rng), "logprob": -0.5, "top": []}
+        side["top"] = [{"token": _say(rng), "text": _say(rng), "logprob": -1.0}]
+        case = {
+            "prompt": _say(rng),
+            "first_divergence": 1,
+            "teacher_mean_abs_delta": 0.4,
+            "teacher_deltas": [0.0, 0.5],
+            "divergence": {"position": 1, "golden": side, "candidate": dict(side)},
+        }
+        checks = (
+            CheckResult(_say(rng), verdict is Verdict.GOOD, 0.5, _say(rng)),
+            CheckResult("logprobs", verdict is Verdict.GOOD, 0.5, _say(rng), {"cases": [case]}),
+        )
+        fingerprint = {
+            "command": _say(rng),
+            "image": {"ref": _say(rng), "digest": _say(rng), "labels": {_say(rng): _say(rng)}},
+            "kernels": {"attention_backend": _say(rng)},
+        }
+        return ProbeOutcome(
+            seq[i].commit, verdict, _say(rng), checks, {"total": 1.0}, _say(rng), fingerprint
+        )
+
+    probes = [probe(0, Verdict.GOOD), probe(4, Verdict.BAD), probe(1, Verdict.SKIP)]
+    probes += [probe(2, Verdict.GOOD), probe(3, Verdict.BAD)]
+    context = {
+        "good_ref": _say(rng),
+        "bad_ref": _say(rng),
+        "config": _say(rng),
+        "repo_url": rng.choice(["https://github.com/o/r", _say(rng), "javascript:alert(1)"]),
+        "environment": {"os": _say(rng), "gpus": [{"name": _say(rng)}], "driver": _say(rng)},
+    }
+    result = build_result(plan, answer, probes, warnings=[_say(rng)], context=context)
+    result["thresholds"] = {_say(rng): {_say(rng): {"value": 1.0, "from": _say(rng)}}}
+    result["localization"] = {
+        "line": _say(rng),
+        "why": _say(rng),
+        "good": seq[2].commit,
+        "bad": seq[3].commit,
+        "forced": [_say(rng)],
+        "seconds": {_say(rng): 1.0},
+        "ranks": [{"rank": 0, "curve": [[_say(rng), 2.0]]}],
+        "rank": 0,
+    }
+    return ResultDocument.model_validate(result)
+
+
+def _git_text(text: str) -> str:
+    """What a commit message can hold (no NUL, valid UTF-8)."""
+    return re.sub("[\x00\ud800-\udfff]", "", text)
+
+
+def _links_to(doc: ResultDocument | GateDocument) -> str:
+    url = doc.context.repo_url
+    return url if url == "https://github.com/o/r" else ""
+
+
+def escapes(work: Path, documents: int, rng: random.Random) -> None:
+    """Hostile text in every place a report, a JUnit file or a printed command writes it."""
+    live: Counter[str] = Counter()
+    cases = one_line = tracebacks = lines_run = pasted = 0
+    for _ in range(documents):  # pure renders of hostile documents
+        doc = hostile_doc(rng)
+        cases += 1
+        live["report.md"] += bool(github_render(render_markdown(doc), _links_to(doc)).problems)
+        live["report.html"] += bool(html_problems(render_html(doc)))
+    repo, launches = work / "escape-engine", work / "launches-e"
+    subject = HOSTILE_LINE.replace("\x00", "")
+    shas = build_history(
+        repo,
+        {4: "crash-on-start", 5: "none", 6: "degenerate-content"},
+        n_commits=8,
+        subjects={i: _git_text(f"{_say(rng)} {subject} (#2400{i})") for i in range(1, 9)},
+        authors=dict.fromkeys(range(9), ("@everyone ![t](https://t.example/a.png)", "x@e.example")),
+        changes={
+            4: {"log_lines": HOSTILE_LOG},
+            5: {"log_lines": []},
+            6: {"hostile": {"say": HOSTILE_LINE}},
+            7: {"fault": "crash-on-start", "log_lines": PAYLOADS},
+        },
+    )
+    tags = [*HOSTILE_TAGS, "v1$(touch${IFS}pwned-v)", "t`touch${IFS}p`|<b>x</b>&lt;@a"]
+    for tag, sha in zip(tags, (shas[-1], shas[0], shas[6], shas[7]), strict=True):
+        subprocess.run(["git", "-C", str(repo), "tag", tag, sha], check=True)
+    folder = work / "cfg $(touch pwned-cfg)"
+    folder.mkdir()
+    base: dict[str, Any] = {
+        "candidates": {"repo": str(repo), "good": tags[1], "bad": tags[0]},
+        "server": {"command": sim(repo, launches), "ready_timeout": 30},
+        "checks": [{"type": "canary"}, {"type": "expect"}, {"type": "logprobs"}],
+    }
+    config = folder / "c `touch pwned-tick`;touch pwned-semi.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {**base, "candidates": {**base["candidates"], "url": "https://github.com/o/r"}}
+        )
+    )
+    outs: list[tuple[Path, str]] = []
+    code, output = cli("run", str(config), "--out", str(work / "escape-run"))
+    cases += 1
+    tracebacks += "Traceback" in output
+    outs.append((work / "escape-run", "run"))
+    golden = work / "g;touch pwned-g" / "golden.json"
+    cli("golden", str(config), "--candidate", tags[1], "-o", str(golden))
+    for tag in (tags[0], tags[2], tags[3]):
+        out = work / f"escape-gate-{len(outs)}"
+        code, output = cli(
+            "gate", str(config), "--candidate", tag, "--golden", str(golden),
+            "--out", str(out), "--junit", str(out / "junit.xml"),
+        )  # fmt: skip
+        cases += 1
+        tracebacks += "Traceback" in output
+        outs.append((out, "gate"))
+    sh = work / "sh"
+    sh.mkdir()
+    for out, kind in outs:
+        md = (out / "report.md").read_text()
+        shown = github_render(md, "https://github.com/o/r")
+        live["report.md"] += bool(shown.problems)
+        page = (out / "report.html").read_text()
+        live["report.html"] += bool(html_problems(page))
+        if kind == "gate":
+            live["JUnit"] += bool(junit_problems((out / "junit.xml").read_text()))
+        for info, content in shown.fences:
+            if info == "bash":
+                for line in content.splitlines() if kind == "run" else [content]:
+                    words = shell_words(line, sh) if line.strip() else []
+                    lines_run += 1
+                    pasted += bool(words) and words[0] not in ("llm-bisect", sys.executable)
+    for gate in (p for p, kind in outs if kind == "gate"):  # JUnit of hostile documents too
+        held = GateDocument.model_validate_json((gate / "gate.json").read_bytes())
+        for _ in range(max(1, documents // 10)):
+            said = held.probe.model_copy(update={"reason": _say(rng), "log_tail": _say(rng)})
+            fake = held.model_copy(update={"candidate_ref": _say(rng), "probe": said})
+            cases += 1
+            live["JUnit"] += bool(junit_problems(render_junit(fake)))
+            md = render_gate_markdown(fake)
+            live["report.md"] += bool(github_render(md, _links_to(fake)).problems)
+            live["report.html"] += bool(html_problems(render_gate_html(fake)))
+    ran = sorted(p.name for p in sh.iterdir())
+    bad_urls = ["javascript:alert(1)", "data:text/html,x", 'https://x/r"><img>', " http://x/r"]
+    for url in bad_urls:  # one line, exit 2, nothing started
+        bad = work / f"url-{len(url)}.yaml"
+        bad.write_text(yaml.safe_dump({**base, "candidates": {**base["candidates"], "url": url}}))
+        code, output = cli("run", str(bad), "--out", str(work / "url-out"))
+        cases += 1
+        tracebacks += "Traceback" in output
+        one_line += code == 2 and len(output.strip().splitlines()) == 1
+    for tag in ["nope$(touch pwned-x)", "x`id`<img src=x onerror=alert(1)>\x1b[2J"]:
+        code, output = cli("check", str(config), "--candidate", tag)
+        cases += 1
+        tracebacks += "Traceback" in output
+        lines = output.strip().splitlines()
+        one_line += code == 128 and len(lines) == 1 and "\x1b" not in output
+    print(f"escapes: {cases} cases ({documents} hostile documents rendered, a run and 3 gates")
+    print(f"  on a hostile history, {len(bad_urls)} bad candidates.url, 2 hostile refs)")
+    print(f"  one-line errors: {one_line} of {len(bad_urls) + 2}; tracebacks: {tracebacks}")
+    print(
+        f"  live markup: report.md {live['report.md']}, report.html {live['report.html']}, ", end=""
+    )
+    print(f"JUnit {live['JUnit']}")
+    print(
+        f"  printed command lines run through sh: {lines_run}; commands they ran: {len(ran)}",
+        end="",
+    )
+    print(f"{' ' + ', '.join(ran) if ran else ''}; other programs: {pasted}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--inputs", type=int, default=100, help="most bad inputs to try")
     parser.add_argument("--kills", type=int, default=20)
+    parser.add_argument("--documents", type=int, default=300, help="hostile documents rendered")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--only", choices=["inputs", "hostile", "secrets", "kills", "escapes"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="llm-bisect-adversarial-") as tmp:
         work = Path(tmp)
-        bad_inputs(work, args.inputs)
-        hostile(work)
-        secrets(work)
-        kills(work, args.kills, random.Random(args.seed))
+        if args.only in (None, "inputs"):
+            bad_inputs(work, args.inputs)
+        if args.only in (None, "hostile"):
+            hostile(work)
+        if args.only in (None, "secrets"):
+            secrets(work)
+        if args.only in (None, "escapes"):
+            escapes(work, args.documents, random.Random(args.seed))
+        if args.only in (None, "kills"):
+            kills(work, args.kills, random.Random(args.seed))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -99,3 +103,105 @@ def probe_order(n: int, culprit: int) -> list[int]:
         order.append(step)
         verdicts[step] = Verdict.BAD if step >= culprit else Verdict.GOOD
     return order
+
+
+# Text from outside that must stay text wherever it is written: markup, mentions, tracking
+# images, fences, terminal escapes, characters XML 1.0 forbids, shell metacharacters.
+HOSTILE_LINE = (
+    "</details><img src=x onerror=alert(1)> @octocat \x1b[31mred\x1b[0m \x00\x0b\x7f\x9b "
+    "![t](https://track.example/p.png) [click](javascript:alert(1)) <https://evil.example> "
+    "www.evil.example https://evil.example a@evil.example | `tick` *em* $x$ &#64;team "
+    "\x1b]8;;https://evil.example/\x07osc\x1b]8;;\x07"
+)
+HOSTILE_LOG = ["```", HOSTILE_LINE, "\x1b]52;c;cHduZWQ=\x07\x1b[2J", "````", "- @everyone"]
+HOSTILE_TAGS = (
+    "rc1;touch${IFS}pwned-semi;$(touch${IFS}pwned-sub)`touch${IFS}pwned-tick`",
+    "rc2<img/src=x/onerror=alert(1)>@octocat&amp;|x",
+)
+"""Tag names git accepts (`git check-ref-format`), each a command or markup when pasted."""
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+MENTION = re.compile(r"(?<![A-Za-z0-9_])@[A-Za-z0-9]")
+TAGS = {
+    "p", "h1", "h2", "h3", "h4", "ul", "ol", "li", "blockquote", "strong", "code", "pre",
+    "table", "thead", "tbody", "tr", "th", "td", "details", "summary", "b", "br", "a",
+}  # fmt: skip
+"""What llm-bisect's reports are made of (no img, em, del, script, ...)."""
+
+
+@dataclass
+class Rendered:
+    """A report as GitHub would show it, and what in it the report did not make."""
+
+    problems: list[str]
+    text: str
+    """Every visible character, entities decoded, zero-width spaces removed."""
+    headings: list[str]
+    fences: list[tuple[str, str]]
+    """(info, content) of each fenced block."""
+
+
+class _Walk(HTMLParser):
+    def __init__(self, links_to: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.links_to, self.problems, self.quoted = links_to, [], 0
+        self.text: list[str] = []
+        self.headings: list[str] = []
+        self.heading: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in TAGS:
+            self.problems.append(f"tag <{tag}> {attrs}")
+        for name, value in attrs:
+            if tag == "a" and name == "href":
+                ok = bool(self.links_to) and (value or "").startswith(self.links_to + "/")
+                if not ok:
+                    self.problems.append(f"link {value!r}")
+            elif not (tag in ("td", "th") and name == "style") and (tag, name) != ("code", "class"):
+                self.problems.append(f"attribute {name}={value!r} on <{tag}>")
+        self.quoted += tag in ("code", "pre", "a")
+        if tag in ("h1", "h2", "h3", "h4"):
+            self.heading = []
+
+    def handle_endtag(self, tag: str) -> None:
+        self.quoted -= tag in ("code", "pre", "a") and self.quoted > 0
+        if tag in ("h1", "h2", "h3", "h4") and self.heading is not None:
+            self.headings.append("".join(self.heading).replace("\u200b", ""))
+            self.heading = None
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+        if self.heading is not None:
+            self.heading.append(data)
+        if not self.quoted and MENTION.search(data):
+            self.problems.append(f"mention in {data.strip()[:80]!r}")
+
+
+def github_render(md: str, links_to: str = "") -> Rendered:
+    """report.md rendered as GitHub does (CommonMark, raw HTML, tables, strikethrough, autolinks
+    of URLs, www. and emails), with every tag, link, mention and control character the
+    report did not make named in `problems`; `links_to`: the web address links may go to."""
+    from markdown_it import MarkdownIt
+
+    it = MarkdownIt("commonmark", {"html": True, "linkify": True})
+    it.enable(["table", "strikethrough", "linkify"])
+    it.linkify.set({"fuzzy_link": False})  # GitHub links www. and scheme:// only
+    it.linkify.add("//", None)
+    walk = _Walk(links_to.rstrip("/"))
+    walk.feed(it.render(md))
+    walk.close()
+    problems = walk.problems + [f"control character {c!r}" for c in CONTROL.findall(md)]
+    fences = [(t.info, t.content) for t in it.parse(md) if t.type == "fence"]
+    text = "".join(walk.text).replace("\u200b", "")
+    return Rendered(problems, text, walk.headings, fences)
+
+
+def shell_words(line: str, cwd: Path) -> list[str]:
+    """The words `sh` makes of a printed command, with `printf` run in the command's place:
+    `sh -n` must accept it, and a `;`, `$(...)` or backtick it lets through runs in `cwd`,
+    where the canaries it creates can be seen."""
+    parsed = subprocess.run(["sh", "-n", "-c", line], capture_output=True, text=True)
+    assert parsed.returncode == 0, f"sh -n: {parsed.stderr.strip()}: {line!r}"
+    done = subprocess.run(
+        ["sh", "-c", "printf '%s\\0' " + line], cwd=cwd, capture_output=True, check=False
+    )
+    return done.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from helpers import History, live_processes, probe_order, wait_until, write_config
+from helpers import HOSTILE_LOG, History, live_processes, probe_order, wait_until, write_config
 from llm_bisect.cli import cli
 from llm_bisect.journal import read_events
 from test_sources_git import branched
@@ -234,6 +234,17 @@ def test_check_exit_codes_work_for_git_bisect_run(tmp_path: Path, history: Any) 
     )
     assert "crashed during checks" in output
     assert live_processes(str(h.repo)) == []
+
+
+def test_check_prints_a_server_log_as_text_never_as_terminal_escapes(history: Any) -> None:
+    """A log that clears the screen and writes the clipboard (OSC 52) is shown, not obeyed."""
+    h: History = history({1: "crash-on-start"}, n=1, changes={1: {"log_lines": HOSTILE_LOG}})
+    code, output = invoke(
+        "check", str(h.config(checks=[{"type": "canary"}])), "--candidate", h.shas[1]
+    )
+    assert code == 125, output
+    assert "\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J" in output and "onerror=alert(1)" in output
+    assert not any(c in output for c in "\x1b\x07\x00\x9b"), output
 
 
 def test_repeats_that_disagree_are_unsure(tmp_path: Path, history: Any) -> None:

@@ -48,6 +48,14 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
             "candidates.goood: unknown key",
         ),
         ({"extra": 1}, "extra: unknown key"),
+        (
+            {"candidates": {"repo": ".", "good": "a", "bad": "b", "url": "javascript:alert(1)//"}},
+            "candidates.url: not an http(s) address of a repository: 'javascript:alert(1)//'",
+        ),
+        (
+            {"candidates": {"repo": ".", "good": "a", "bad": "b", "url": 'https://x/r"><img>'}},
+            "candidates.url: not an http(s) address of a repository: 'https://x/r\"><img>'",
+        ),
         ({"candidates": {"repo": ".", "good": "a"}}, "candidates.bad: required key is missing"),
         (
             {"server": {"command": "serve --port {port}"}},

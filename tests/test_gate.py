@@ -11,7 +11,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from helpers import History, live_processes, wait_until
+import pytest
+
+from helpers import (
+    HOSTILE_LINE,
+    HOSTILE_LOG,
+    HOSTILE_TAGS,
+    History,
+    github_render,
+    live_processes,
+    shell_words,
+    wait_until,
+)
 from llm_bisect.journal import read_events
 from llm_bisect.report.documents import GateDocument, ResultDocument
 from test_cli import held_history, invoke, launched
@@ -220,3 +231,88 @@ def test_a_block_whose_range_cannot_be_bisected_keeps_its_decision(
     assert doc.bisection.status is not None and doc.bisection.status.value == "error"
     assert "older than" in doc.bisection.message
     assert "## Bisection" in (out / "report.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def hostile_gates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two gates whose candidates are tags a shell or a markdown renderer would act on, whose
+    config and golden lie in folders named like commands: one blocked by a server that answers
+    with markup and control characters, one inconclusive on a build whose log holds them."""
+    root = tmp_path_factory.mktemp("hostile")
+    h = History(
+        root,
+        {3: "crash-on-start", 4: "degenerate-content"},
+        4,
+        changes={
+            3: {"log_lines": HOSTILE_LOG},
+            4: {"log_lines": [], "hostile": {"say": HOSTILE_LINE}},
+        },
+    )
+    for tag, sha in zip(HOSTILE_TAGS, (h.shas[4], h.shas[3]), strict=True):
+        subprocess.run(["git", "-C", str(h.repo), "tag", tag, sha], check=True)
+    folder = root / "cfg $(touch pwned-cfg)"
+    folder.mkdir()
+    config = folder / "gate `touch pwned-tick`;touch pwned-semi.yaml"
+    config.write_text(h.config().read_text())
+    golden = root / "g;touch pwned-g" / "golden.json"
+    code, output = invoke("golden", str(config), "--candidate", h.shas[0], "-o", str(golden))
+    assert code == 0, output
+    gates: dict[str, Any] = {"config": config, "golden": golden, "root": root}
+    for tag, decision in zip(HOSTILE_TAGS, ("block", "inconclusive"), strict=True):
+        out = root / decision
+        code, output = invoke(
+            "gate", str(config), "--candidate", tag, "--golden", str(golden),
+            "--out", str(out), "--junit", str(out / "junit.xml"),
+        )  # fmt: skip
+        assert code == {"block": 1, "inconclusive": 125}[decision], output
+        gates[decision] = (tag, out)
+    return gates
+
+
+def test_the_reproduce_lines_run_nothing_a_tag_or_path_holds(
+    hostile_gates: dict[str, Any], tmp_path: Path
+) -> None:
+    """Each command report.md prints, pasted into `sh`, runs the command it names with the
+    words it names: no `;`, `$(...)` or backtick in a tag or a path runs."""
+    config, golden = str(hostile_gates["config"]), str(hostile_gates["golden"])
+    for decision in ("block", "inconclusive"):
+        tag, out = hostile_gates[decision]
+        fences = github_render((out / "report.md").read_text()).fences
+        commands = [content for info, content in fences if info == "bash"]
+        assert commands, decision
+        cwd = tmp_path / decision
+        cwd.mkdir()
+        words = shell_words(commands[0], cwd)
+        assert words == ["llm-bisect", "gate", config, "--candidate", tag, "--golden", golden]
+        for command in commands[1:]:  # the server's command line
+            assert shell_words(command, cwd)[0] == sys.executable
+        assert sorted(p.name for p in cwd.iterdir()) == [], "the pasted lines ran commands"
+
+
+def test_gate_report_md_shows_what_servers_logs_and_refs_say_as_text(
+    hostile_gates: dict[str, Any],
+) -> None:
+    """Rendered as GitHub renders it, the report holds no tag, link, image or mention that the
+    report did not make, and no control character; what was said is still there to read."""
+    for decision, reason in (("block", "failed: canary"), ("inconclusive", "exited with code 3")):
+        tag, out = hostile_gates[decision]
+        shown = github_render((out / "report.md").read_text())
+        assert shown.problems == [], decision
+        assert shown.headings[0] == f"llm-bisect gate: {decision.upper()} {tag}"
+        assert "</details><img src=x onerror=alert(1)> @octocat red" in shown.text
+        assert reason in shown.text
+    _, out = hostile_gates["inconclusive"]
+    log = [c for info, c in github_render((out / "report.md").read_text()).fences if not info]
+    assert len(log) == 1 and "```\n</details><img src=x onerror=alert(1)> @octocat" in log[0]
+
+
+def test_junit_is_well_formed_whatever_a_server_said(hostile_gates: dict[str, Any]) -> None:
+    """Control characters XML 1.0 forbids (a reply's, a log's) are left out; the text stays."""
+    for decision, said in (("block", "canary"), ("inconclusive", "decision")):
+        _, out = hostile_gates[decision]
+        suite = ET.parse(out / "junit.xml").getroot()
+        case = next(c for c in suite if c.get("name") == said)
+        found = case.find("failure" if decision == "block" else "error")
+        assert found is not None and "<img src=x onerror=alert(1)> @octocat red" in (
+            found.text or ""
+        )

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from helpers import History, probe_order, wait_until, write_config
+from helpers import History, probe_order, shell_words, wait_until, write_config
 from llm_bisect import app
 from llm_bisect.cli import cli
 from llm_bisect.config import DockerServerConfig
@@ -155,6 +155,12 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
         "--ulimit", "memlock=-1:-1", "--ulimit", "stack=67108864:67108864", "-e", "A",
         f"vllm/vllm-openai:nightly-{cand.commit}", *spec["command"],
     ]  # fmt: skip
+    hostile = {**spec, "command": ["$(touch pwned)", "a\nb;touch pwned-nl", "`touch pwned-t`"]}
+    hostile["volumes"] = ["/d $(touch pwned-v):/m"]
+    (tmp_path / "sh").mkdir()
+    words = shell_words(run_line(hostile, "img:tag"), tmp_path / "sh")
+    assert words[-4:] == ["img:tag", *hostile["command"]] and "/d $(touch pwned-v):/m" in words
+    assert list((tmp_path / "sh").iterdir()) == []  # pasted into sh, it runs nothing
     host = cfg.model_copy(update={"network_mode": "host"})
     spec = container_spec(
         host,

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
-from helpers import History, live_processes, probe_order, sim_command, wait_until
+from helpers import History, live_processes, probe_order, shell_words, sim_command, wait_until
 from llm_bisect.config import SlurmServerConfig, load_config
 from llm_bisect.journal import read_events
-from llm_bisect.launchers.slurm import JOB_PREFIX, job_script, node_script
+from llm_bisect.launchers.slurm import JOB_PREFIX, SlurmLauncher, job_script, node_script
+from llm_bisect.model import Candidate
 from test_cli import invoke, launched
 from test_runner import start
 
@@ -214,3 +215,39 @@ def test_a_job_the_cluster_ends_before_ready_is_skip_never_bad(
     assert f"skip: {h.shas[3]}" in output and f"slurm job {job[0]} CANCELLED" in output
     assert our_jobs() == []
     hold.unlink()
+
+
+def test_the_reproduce_line_of_a_job_is_whole_and_runs_nothing(tmp_path: Path) -> None:
+    """The command report.md shows for a Slurm probe: `sbatch` of its job script, which `sh`
+    runs as it reads (a folder named like a command stays a folder), then what each node runs,
+    whole (an argument holding a newline is not cut there) and never run by a paste."""
+    bin_dir = tmp_path / "bin"  # Slurm's commands at the process edge: no job runs
+    bin_dir.mkdir()
+    for name, said in (("sbatch", "4242"), ("scontrol", "JobId=4242 JobState=CANCELLED")):
+        (bin_dir / name).write_text(f"#!/bin/sh\necho '{said}'\n")
+    (bin_dir / "scancel").write_text("#!/bin/sh\nexit 0\n")
+    for tool in bin_dir.iterdir():
+        tool.chmod(0o755)
+    command = [
+        "python3",
+        "-c",
+        "print(1)\ntouch pwned-nl",
+        "$(touch pwned-sub)",
+        "--last",
+        "{port}",
+    ]
+    worker = ["python3", "`touch pwned-tick`", "--worker;touch pwned-semi"]
+    cfg = SlurmServerConfig(launcher="slurm", command=command, worker_command=worker, nodes=2)
+    launcher = SlurmLauncher(
+        cfg, env={}, secret_names=[], run_id="r", cwd=tmp_path,
+        base_env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
+    )  # fmt: skip
+    probe_dir = tmp_path / "probes $(touch pwned-dir)" / "p;touch pwned-p"
+    with launcher.launch(Candidate("c" * 40), probe_dir) as server:
+        line = str(server.fingerprint()["command"])
+    cwd = tmp_path / "sh"
+    cwd.mkdir()
+    assert shell_words(line, cwd) == ["sbatch", str((probe_dir / "job.sh").resolve())]
+    assert list(cwd.iterdir()) == [], "the pasted line ran commands"
+    for arg in ("touch pwned-nl'", "'$(touch pwned-sub)' --last", "'--worker;touch pwned-semi'"):
+        assert arg in line, arg  # every argument, whole

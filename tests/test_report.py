@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+from helpers import HOSTILE_LINE, HOSTILE_LOG, HOSTILE_TAGS, History, github_render, shell_words
 from llm_bisect.journal import Span
 from llm_bisect.model import Candidate, CheckResult, ProbeOutcome, Verdict
 from llm_bisect.report.documents import ResultDocument
@@ -14,6 +17,7 @@ from llm_bisect.report.links import commit_url, compare_url, pr_number, pr_url, 
 from llm_bisect.report.markdown import render_markdown as render_doc
 from llm_bisect.report.result import build_result
 from llm_bisect.search import Answer, Mode, Plan, Status
+from test_cli import invoke
 
 SEQ = tuple(
     Candidate(f"{i:040x}", subject=f"commit {i} | piped", author="A <a@x>") for i in range(5)
@@ -48,7 +52,7 @@ def test_found_report_has_culprit_evidence_and_table() -> None:
     assert result["good"] == SEQ[0].commit and result["bad"] == SEQ[4].commit
     assert [p["verdict"] for p in result["probes"]] == ["good", "bad", "good", "bad"]
     md = render_markdown(result)
-    assert f"`{SEQ[3].commit}` commit 3 | piped" in md
+    assert f"`{SEQ[3].commit}` commit 3 \\| piped" in md  # `|` shows as itself
     assert f"- **first bad** `{SEQ[3].short}`: now now now" in md
     assert f"- **last good** `{SEQ[2].short}`: I am well" in md
     assert "| 4 | `" in md and "commit 3 \\| piped" in md and "| 1.2 |" in md
@@ -180,7 +184,9 @@ def test_report_md_matches_its_golden_file() -> None:
         GOLDEN_MD.write_text(md)
     assert md == GOLDEN_MD.read_text()
     head = md.splitlines()[:6]
-    assert head[0] == f"# llm-bisect: {SHAS[3].short} {SUBJECTS[3]}"
+    shown = github_render(md, "https://github.com/vllm-project/vllm")
+    assert shown.problems == []
+    assert shown.headings[0] == f"llm-bisect: {SHAS[3].short} {SUBJECTS[3]}"  # as it reads
     url = "https://github.com/vllm-project/vllm"
     assert f"[`{SHAS[3].short}`]({url}/commit/{SHAS[3].commit})" in head[2]
     assert f"([#24003]({url}/pull/24003))" in head[2]
@@ -207,3 +213,63 @@ def test_links_from_remotes() -> None:
     assert pr_url(lab, 7).endswith("/-/merge_requests/7")
     assert pr_number("[Bugfix] x (#123) (#24040)") == 24040 and pr_number("no pr") is None
     assert compare_url("", "a", "b") == "" and commit_url("", "a") == ""
+
+
+URL = "https://github.com/vllm-project/vllm"
+
+
+def test_report_md_shows_hostile_commits_servers_and_logs_as_text(
+    tmp_path: Path, history: Any
+) -> None:
+    """A real run over a history whose subjects, authors and end tags, the culprit's replies
+    and an untestable build's log are markup, mentions, fences and terminal escapes: rendered
+    as GitHub renders it, report.md holds none of it as markup, and every word of it as text;
+    its Reproduce lines run nothing in `sh`."""
+    subject = HOSTILE_LINE.replace("\x00", "")  # git keeps NUL out of commit messages
+    h: History = history(
+        {4: "crash-on-start", 5: "none", 6: "degenerate-content"},
+        n=8,
+        subjects={i: f"{subject} (#2400{i})" for i in range(1, 9)},
+        authors=dict.fromkeys(
+            range(9), ("@everyone ![t](https://track.example/a.png)", "x@evil.example")
+        ),
+        changes={
+            4: {"log_lines": HOSTILE_LOG},
+            5: {"log_lines": []},
+            6: {"hostile": {"say": HOSTILE_LINE}},
+        },
+    )
+    good, bad = HOSTILE_TAGS[1], HOSTILE_TAGS[0]
+    for tag, sha in ((good, h.shas[0]), (bad, h.shas[-1])):
+        subprocess.run(["git", "-C", str(h.repo), "tag", tag, sha], check=True)
+    folder = tmp_path / "cfg $(touch pwned-cfg)"
+    folder.mkdir()
+    config = folder / "run `touch pwned-tick`;touch pwned-semi.yaml"
+    config.write_text(h.config(good=good, bad=bad, candidates={"url": URL}).read_text())
+    out = tmp_path / "out"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = ResultDocument.model_validate_json((out / "result.json").read_bytes())
+    assert result.culprit is not None and result.culprit.commit == h.shas[6]
+    assert any(p.verdict is Verdict.SKIP and p.log_tail for p in result.probes)
+
+    shown = github_render((out / "report.md").read_text(), URL)
+    assert shown.problems == []
+    assert shown.headings[0].startswith(f"llm-bisect: {h.shas[6][:12]} </details><img src=x")
+    for said in (
+        "</details><img src=x onerror=alert(1)> @octocat red",  # subjects, replies, the log
+        "@everyone ![t](https://track.example/a.png) <x@evil.example>",  # the author
+        f"good {good} (",  # the refs as given
+        f"bad {bad} (",
+    ):
+        assert said in shown.text, said
+    log = [content for info, content in shown.fences if not info]
+    assert len(log) == 1 and "```\n</details><img src=x onerror=alert(1)> @octocat" in log[0]
+    commands = [content for info, content in shown.fences if info == "bash"]
+    cwd = tmp_path / "sh"
+    cwd.mkdir()
+    first, second = (shell_words(line, cwd) for line in commands[0].splitlines())
+    assert first == ["llm-bisect", "check", str(config), "--candidate", h.shas[6]]
+    assert second == ["llm-bisect", "check", str(config), "--candidate", h.shas[5]]
+    assert shell_words(commands[1], cwd)[0] == sys.executable  # the server's command line
+    assert list(cwd.iterdir()) == [], "the pasted lines ran commands"

@@ -6,15 +6,18 @@ import os
 import re
 import shutil
 import subprocess
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from helpers import History
+from helpers import HOSTILE_LINE, HOSTILE_LOG, History, github_render
 from llm_bisect.report.documents import ResultDocument
 from llm_bisect.report.html import ERRORS_ID, render_html
+from llm_bisect.report.markdown import render_markdown
 from test_cli import invoke
+from test_report import golden_result
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
 PLOTS = ("narrowing", "timeline", "logprobs", "accuracy")
@@ -62,9 +65,20 @@ def open_in_chromium(page: Path, tmp_path: Path, screenshot: Path | None = None)
 
 
 def test_report_html_renders_every_plot_in_chromium(tmp_path: Path, history: Any) -> None:
-    h: History = history({9: "degenerate-reasoning", 4: "crash-on-start", 5: "none"}, n=16)
+    """...with subjects, replies and logs that are markup: shown as text, never obeyed."""
+    subject = HOSTILE_LINE.replace("\x00", "")
+    h: History = history(
+        {9: "degenerate-reasoning", 4: "crash-on-start", 5: "none"},
+        n=16,
+        subjects={i: f"{subject} (#2400{i})" for i in range(1, 17)},
+        changes={
+            4: {"log_lines": HOSTILE_LOG},
+            5: {"log_lines": []},
+            9: {"hostile": {"say": HOSTILE_LINE}},
+        },
+    )
     out = tmp_path / "out"
-    code, output = invoke("run", str(h.config()), "--out", str(out))
+    code, output = invoke("run", str(h.config(candidates={"url": URL})), "--out", str(out))
     assert code == 0, output
     page = out / "report.html"
     text = page.read_text()
@@ -72,6 +86,8 @@ def test_report_html_renders_every_plot_in_chromium(tmp_path: Path, history: Any
     dom = open_in_chromium(page, tmp_path, tmp_path / "report.png")
     errors = re.search(rf'<pre id="{ERRORS_ID}">(.*?)</pre>', dom, re.S)
     assert errors is not None and errors.group(1).strip() == ""
+    assert "<img" not in dom and "&lt;img src=x onerror=alert(1)&gt; @octocat" in dom
+    assert hrefs(dom) and all(href.startswith(URL + "/") for href in hrefs(dom))
     for name in PLOTS:  # each plot drew its SVG
         div = re.search(rf'<div id="plot-{name}".*?class="main-svg"', dom, re.S)
         assert div is not None, f"plot {name} did not render"
@@ -90,3 +106,47 @@ def test_a_plot_without_data_says_why(tmp_path: Path, history: Any) -> None:
     page = render_html(doc)
     assert 'id="plot-accuracy-none">(no eval check in this run)' in page
     assert 'id="plot-logprobs-none"' in page and 'id="plot-narrowing"' in page
+
+
+URL = "https://github.com/vllm-project/vllm"
+
+
+class _Tags(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.found += [(tag, name, value or "") for name, value in attrs]
+
+
+def hrefs(page: str) -> list[str]:
+    """Every link's address (what a script holds is not parsed)."""
+    tags = _Tags()
+    tags.feed(page)
+    return [value for tag, name, value in tags.found if name == "href"]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "javascript:alert(document.domain)//",
+        "JaVaScRiPt:alert(1)",
+        " javascript:alert(1)",
+        "data:text/html,<script>alert(1)</script>",
+        "vbscript:msgbox(1)",
+        'https://github.com/o/r"><img src=x onerror=alert(1)>',
+        "https://github.com/o/r) [x](javascript:alert(1)",
+    ],
+)
+def test_a_repository_address_is_a_link_only_over_http(url: str) -> None:
+    """A result.json whose repository address is no http(s) address of a repository (one
+    written before candidates.url was checked, or edited) gives reports without its links."""
+    result = golden_result()
+    result["context"]["repo_url"] = url
+    doc = ResultDocument.model_validate(result)
+    page = render_html(doc)
+    assert (
+        hrefs(page) == [] and "<img" not in page.split("<h2>Probes</h2>")[0].split("</script>")[-1]
+    )
+    assert github_render(render_markdown(doc)).problems == []  # no link at all

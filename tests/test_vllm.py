@@ -16,6 +16,7 @@ import re
 import subprocess
 import sys
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from helpers import live_processes
+from helpers import github_render, live_processes
 from llm_bisect.cli import cli
 
 sys.path.insert(0, str(Path(__file__).parent / "vllm"))
@@ -227,5 +228,7 @@ def test_gate_on_real_vllm_allows_a_doc_change_and_blocks_a_rope_bug(
     assert deltas and max(deltas) > 0, deltas
     report = (root / "gate-rope" / "report.md").read_text()
     assert "vllm.entrypoints.openai.api_server" in report and "| logprobs | **FAIL** |" in report
+    assert github_render(report, gate["context"]["repo_url"]).problems == []  # as GitHub shows it
+    ET.parse(root / "gate-rope" / "junit.xml")  # well-formed, whatever the server logged
     assert 'id="plot-logprobs"' in (root / "gate-rope" / "report.html").read_text()
     print(f"\ngate: allow (golden recorded first) in {allowed:.0f}s, block in {blocked:.0f}s")

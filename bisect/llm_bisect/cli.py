@@ -468,7 +468,8 @@ def check_cmd(
                 term.out(f"probe: {out_dir / 'probe.json'}")
                 term.out(f"server log: {out_dir / 'probes' / cand.short / 'server.log'}")
             elif outcome.log_tail:
-                term.out(f"server log (last lines; --out DIR keeps it whole):\n{outcome.log_tail}")
+                tail = "\n".join(map(_printable, outcome.log_tail.split("\n")))
+                term.out(f"server log (last lines; --out DIR keeps it whole):\n{tail}")
         return CHECK_EXIT[outcome.verdict]
 
     raise typer.Exit(guarded(body, CHECK_CODES))

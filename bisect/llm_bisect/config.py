@@ -25,6 +25,7 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .report.escape import safe_url
 
 PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build"})
 BUILD_PLACEHOLDERS = frozenset({"python", "build"})
@@ -53,6 +54,13 @@ class CandidatesConfig(_Strict):
     url: str | None = None
     """The repository's web address, for links in report.md (commit, PR, compare range);
     default: from the clone's `origin` remote, when it is a GitHub or GitLab address."""
+
+    @field_validator("url")
+    @classmethod
+    def _http_only(cls, url: str | None) -> str | None:
+        if url is not None and not safe_url(url):
+            raise ValueError(f"not an http(s) address of a repository: {url!r}")
+        return url
 
 
 def _check_placeholders(templates: list[str], key: str, allowed: frozenset[str]) -> None:

@@ -41,13 +41,14 @@ def build_history(
     subjects: Mapping[int, str] | None = None,
     settings: Mapping[str, Any] | None = None,
     changes: Mapping[int, Mapping[str, Any]] | None = None,
+    authors: Mapping[int, tuple[str, str]] | None = None,
 ) -> list[str]:
     """Create a linear history of n_commits + 1 commits; return their shas, oldest first.
 
     Commit i carries `sim-engine.json` with `faults[j]` of the highest j <= i
     that `faults` names (a fault persists until a later entry says "none"),
     merged over `settings` and every `changes[j]` with j <= i (e.g. a kernel
-    backend switched by commit j).
+    backend switched by commit j); `authors[i]` (name, email) wrote commit i.
     """
     repo = git.Repo.init(repo_dir)
     actor = git.Actor("Demo Maintainer", "maintainer@example.com")
@@ -68,8 +69,9 @@ def build_history(
             f.write(f"- {subject}\n")
         repo.index.add([str(engine), str(notes)])
         date = f"{int((start + timedelta(hours=3 * i)).timestamp())} +0000"
+        author = git.Actor(*authors[i]) if authors and i in authors else actor
         commit = repo.index.commit(
-            subject, author=actor, committer=actor, author_date=date, commit_date=date
+            subject, author=author, committer=actor, author_date=date, commit_date=date
         )
         shas.append(commit.hexsha)
     repo.close()

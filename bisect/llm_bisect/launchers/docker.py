@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import threading
 import time
@@ -44,6 +43,7 @@ from ..errors import LaunchError, ServerExited
 from ..fingerprint import package_probe_source
 from ..model import Candidate
 from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
+from ..report import escape as esc
 from . import Artifact, Instrument
 from .common import LoggedServer, free_port, owner_alive, owner_label, wait_ready
 
@@ -363,7 +363,7 @@ def run_line(spec: Mapping[str, Any], ref: str) -> str:
         entrypoint = [entrypoint]
     if entrypoint:
         args += ["--entrypoint", entrypoint[0]]
-    return shlex.join([*args, ref, *(entrypoint or [])[1:], *spec.get("command", [])])
+    return esc.shell([*args, ref, *(entrypoint or [])[1:], *spec.get("command", [])])
 
 
 def instrument_spec(spec: dict[str, Any], instrument: Instrument, image: Image | None) -> None:

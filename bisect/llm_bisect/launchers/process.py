@@ -8,7 +8,6 @@ leaves no server behind.
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from ..builds.prefetch import BuildPrefetcher
 from ..config import fill
 from ..errors import LaunchError, ServerExited
 from ..model import Candidate
+from ..report import escape as esc
 from . import Artifact, Instrument, guard
 from .commands import Prefetching, command_artifact, prepare
 from .common import LoggedServer, free_port, wait_ready
@@ -126,7 +126,7 @@ class ProcessServer(LoggedServer):
 
     def fingerprint(self) -> dict[str, Any]:
         """The build's facts and `command`, the server's command line (never its environment)."""
-        return {**self.facts, "command": shlex.join(self.argv)}
+        return {**self.facts, "command": esc.shell(self.argv)}
 
 
 class ProcessLauncher(Prefetching):

@@ -37,6 +37,7 @@ from ..config import SlurmServerConfig, fill
 from ..errors import LaunchError, NotReady, ServerExited
 from ..model import Candidate
 from ..redact import redact
+from ..report import escape as esc
 from ..retry import NotYetReady
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
@@ -67,16 +68,20 @@ def _word(template: str, values: Mapping[str, str]) -> str:
     return "".join(parts) or "''"
 
 
+def _words(argv: Sequence[str], values: Mapping[str, str]) -> str:
+    return " ".join(_word(a, values) for a in argv)
+
+
 def node_script(
     command: Sequence[str], worker: Sequence[str] | None, values: Mapping[str, str]
 ) -> str:
     """What each node of a probe runs: the command on the head (rank 0), `worker` on the
     others. Pure."""
-    head = " ".join(_word(a, values) for a in command)
+    head = _words(command, values)
     lines = ["#!/bin/bash", "set -eu"]
     if worker is None:
         return "\n".join([*lines, f"exec {head}", ""])
-    rest = " ".join(_word(a, values) for a in worker)
+    rest = _words(worker, values)
     return "\n".join(
         [
             *lines,
@@ -141,6 +146,21 @@ def job_script(
             "",
         ]
     )
+
+
+def reproduce_line(
+    job: Path,
+    command: Sequence[str],
+    worker: Sequence[str] | None,
+    values: Mapping[str, str],
+) -> str:
+    """What report.md shows for a probe: the `sbatch` of its job script (what a person runs
+    again), then what the nodes run as shell comments, every line of them commented, so an
+    argument that holds a newline is shown whole and a paste never runs it. Pure."""
+    lines = [esc.shell(["sbatch", str(job)]), esc.comment(f"runs: {_words(command, values)}")]
+    if worker is not None:
+        lines.append(esc.comment(f"the other nodes run: {_words(worker, values)}"))
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -249,6 +269,7 @@ class SlurmServer(LoggedServer):
         self.excluded: list[str] = []
         self.tries = 0
         self.facts: dict[str, Any] = {}
+        self.reproduce = ""
 
     def __enter__(self) -> SlurmServer:
         self._submit()
@@ -264,6 +285,7 @@ class SlurmServer(LoggedServer):
         node = self.probe_dir / "node.sh"
         node.write_text(node_script(command, worker, self.values))
         script = self.probe_dir / "job.sh"
+        self.reproduce = reproduce_line(script.resolve(), command, worker, self.values)
         script.write_text(
             job_script(
                 self.cfg,
@@ -388,13 +410,10 @@ class SlurmServer(LoggedServer):
                 self.log_path.write_text(clean)
 
     def fingerprint(self) -> dict[str, Any]:
-        node = self.probe_dir / "node.sh"
-        lines = node.read_text().splitlines() if node.exists() else []
-        execs = [line.strip().removeprefix("exec ") for line in lines if "exec " in line]
         return {
             **self.launcher.build_facts.get(self.candidate.commit, {}),
             **self.facts,
-            "command": f"sbatch {self.probe_dir / 'job.sh'}  # runs: " + " ; ".join(execs),
+            "command": self.reproduce or esc.shell(["sbatch", str(self.probe_dir / "job.sh")]),
         }
 
 

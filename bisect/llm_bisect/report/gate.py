@@ -1,16 +1,17 @@
 """What a gate writes besides gate.json: report.md, report.html and a JUnit XML for CI
-dashboards. Pure: a typed gate document in, text out."""
+dashboards. Pure: a typed gate document in, text out; text from outside through `escape`."""
 
 from __future__ import annotations
 
-import html
 import xml.etree.ElementTree as ET
 
 from ..model import Verdict
+from . import escape as esc
 from .documents import Decision, GateDocument
+from .escape import cell
 from .html import logprob_figure, page, table
 from .links import commit_url
-from .markdown import cell, divergences, duration, environment_lines
+from .markdown import divergences, duration, environment_lines
 
 DECISION_OF: dict[Verdict, Decision] = {
     Verdict.GOOD: "allow",
@@ -40,39 +41,41 @@ def render_gate_markdown(doc: GateDocument) -> str:
     url = commit_url(doc.context.repo_url, c.commit)
     sha = f"[`{c.commit[:12]}`]({url})" if url else f"`{c.commit[:12]}`"
     lines = [
-        f"# llm-bisect gate: {doc.decision.upper()} {doc.candidate_ref}",
+        f"# llm-bisect gate: {doc.decision.upper()} {esc.text(doc.candidate_ref)}",
         "",
         f"> **{HEADLINE[doc.decision]}** (exit {doc.exit_code})",
-        f"> candidate `{doc.candidate_ref}` = {sha} {cell(c.subject, 100)}",
-        f"> golden of `{doc.golden.commit[:12]}` ({doc.golden.path}"
+        f"> candidate {esc.code(doc.candidate_ref)} = {sha} {cell(c.subject, 100)}",
+        f"> golden of `{doc.golden.commit[:12]}` ({esc.code(doc.golden.path)}"
         f"{', recorded by this gate' if doc.golden.recorded else ''}) · {_took(doc)}",
         "",
-        f"**Verdict:** {probe.verdict.value} — {probe.reason}",
+        f"**Verdict:** {probe.verdict.value} — {esc.text(probe.reason)}",
         "",
     ]
     if doc.warnings:
-        lines += ["## Warnings", "", *[f"- ⚠ {w}" for w in doc.warnings], ""]
+        lines += ["## Warnings", "", *[f"- ⚠ {esc.text(w)}" for w in doc.warnings], ""]
     if probe.checks:
         lines += ["## Checks", "", "| check | result | evidence |", "|---|---|---|"]
         for check in probe.checks:
             result = "pass" if check.passed else "**FAIL**"
-            lines.append(f"| {check.name} | {result} | {cell(check.evidence, 300)} |")
+            lines.append(f"| {cell(check.name)} | {result} | {cell(check.evidence, 300)} |")
         lines.append("")
     lines += divergences(probe)
     if probe.log_tail:
         lines += [
             "<details><summary>Server log (last lines)</summary>",
             "",
-            "```",
-            probe.log_tail,
-            "```",
+            *esc.fence(probe.log_tail),
             "",
             "</details>",
             "",
         ]
     b = doc.bisection
     if b is not None:
-        found = f"`{b.culprit.commit}` {b.culprit.subject}" if b.culprit is not None else b.message
+        found = (
+            f"`{b.culprit.commit}` {esc.text(b.culprit.subject)}"
+            if b.culprit is not None
+            else esc.text(b.message)
+        )
         state = b.status.value if b.status is not None else "unfinished (run the gate again)"
         lines += [
             "## Bisection",
@@ -80,21 +83,20 @@ def render_gate_markdown(doc: GateDocument) -> str:
             f"{state} after {b.probes} more probes (the golden's build good and the "
             f"candidate bad were given, not probed again): {found}",
             "",
-            f"Its report: `{b.out}/report.md`",
+            f"Its report: {esc.code(f'{b.out}/report.md')}",
             "",
         ]
     command = probe.fingerprint.get("command")
     config = doc.context.config or "CONFIG"
+    again = ["llm-bisect", "gate", config, "--candidate", doc.candidate_ref]
     lines += [
         "## Reproduce",
         "",
-        "```bash",
-        f"llm-bisect gate {config} --candidate {doc.candidate_ref} --golden {doc.golden.path}",
-        "```",
+        *esc.fence(esc.shell([*again, "--golden", doc.golden.path]), "bash"),
         "",
     ]
     if command:
-        lines += ["The candidate's server ran as:", "", "```bash", str(command), "```", ""]
+        lines += ["The candidate's server ran as:", "", *esc.fence(command, "bash"), ""]
     lines += environment_lines(doc.context)
     return "\n".join(lines).rstrip() + "\n"
 
@@ -105,10 +107,10 @@ def render_gate_html(doc: GateDocument) -> str:
     colour = {"allow": "#2e7d32", "block": "#c62828", "inconclusive": "#9e9e9e"}[doc.decision]
     summary = (
         f'<div class="summary" style="border-color:{colour}">'
-        f"<b>{html.escape(HEADLINE[doc.decision])}</b><br>candidate "
-        f"<code>{html.escape(doc.candidate_ref)}</code> = <code>{doc.candidate.commit[:12]}"
-        f"</code> {html.escape(doc.candidate.subject)}<br>"
-        f"{html.escape(doc.probe.reason)}</div>"
+        f"<b>{esc.html_text(HEADLINE[doc.decision])}</b><br>candidate "
+        f"<code>{esc.html_text(doc.candidate_ref)}</code> = <code>{doc.candidate.commit[:12]}"
+        f"</code> {esc.html_text(doc.candidate.subject)}<br>"
+        f"{esc.html_text(doc.probe.reason)}</div>"
     )
     plots = [("logprobs", logprob_figure(doc.probe), "no logprobs check ran on the candidate")]
     return page(f"gate {doc.decision} {doc.candidate_ref}", summary, plots, table([doc.probe]))
@@ -116,8 +118,10 @@ def render_gate_html(doc: GateDocument) -> str:
 
 def render_junit(doc: GateDocument) -> str:
     """A JUnit XML: one test case per check, and `decision`, which fails on block and errs
-    when the candidate could not be tested (so a dashboard never shows it green)."""
+    when the candidate could not be tested (so a dashboard never shows it green). Every text
+    holds only what XML 1.0 allows (a reply's or a log's control characters are left out)."""
     probe = doc.probe
+    x = esc.xml_text
     suite = ET.Element(
         "testsuite",
         name="llm-bisect gate",
@@ -126,12 +130,12 @@ def render_junit(doc: GateDocument) -> str:
         errors=str(int(doc.decision == "inconclusive")),
         time=f"{probe.timings.get('total', 0.0):.1f}",
     )
-    classname = f"llm-bisect.gate.{doc.candidate_ref}"
+    classname = x(f"llm-bisect.gate.{doc.candidate_ref}")
     for check in probe.checks:
-        case = ET.SubElement(suite, "testcase", classname=classname, name=check.name)
+        case = ET.SubElement(suite, "testcase", classname=classname, name=x(check.name))
         if not check.passed:
-            failure = ET.SubElement(case, "failure", message=check.evidence[:500])
-            failure.text = check.evidence
+            failure = ET.SubElement(case, "failure", message=x(check.evidence[:500]))
+            failure.text = x(check.evidence)
     case = ET.SubElement(
         suite,
         "testcase",
@@ -140,10 +144,10 @@ def render_junit(doc: GateDocument) -> str:
         time=f"{probe.timings.get('total', 0.0):.1f}",
     )
     if doc.decision == "block":
-        ET.SubElement(case, "failure", message=HEADLINE["block"]).text = probe.reason
+        ET.SubElement(case, "failure", message=HEADLINE["block"]).text = x(probe.reason)
     elif doc.decision == "inconclusive":
-        ET.SubElement(
-            case, "error", message=HEADLINE["inconclusive"]
-        ).text = f"{probe.reason}\n{probe.log_tail}".strip()
+        ET.SubElement(case, "error", message=HEADLINE["inconclusive"]).text = x(
+            f"{probe.reason}\n{probe.log_tail}".strip()
+        )
     ET.indent(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, "unicode") + "\n"

@@ -5,6 +5,9 @@ the plots a person would rather look at than read. Pure: a typed document in, HT
     a timeline of probes, phase by phase    probe timings and wall-clock starts
     |Δlogprob| per position vs the golden   the bad side's logprobs check (teacher-forced)
     accuracy and its 95% interval per probe the eval check
+
+Text from outside passes through `escape.html_text` (plotly reads a little HTML in trace names
+too); links are http(s) only (`links`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from ..model import Verdict
+from . import escape as esc
 from .documents import ProbeDoc, ResultDocument
 from .links import commit_url, pr_number, pr_url
 from .markdown import bad_probe, duration
@@ -191,8 +195,8 @@ def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
     fig = go.Figure()
     for case in cases:
         deltas = case["teacher_deltas"]
-        prompt = str(case.get("prompt", ""))
-        name = prompt if len(prompt) <= 40 else prompt[:39] + "…"
+        prompt = esc.plain(case.get("prompt", ""))
+        name = esc.html_text(prompt if len(prompt) <= 40 else prompt[:39] + "…")
         fig.add_trace(go.Scatter(x=list(range(len(deltas))), y=deltas, mode="lines", name=name))
         first = case.get("first_divergence")
         if isinstance(first, int) and 0 <= first < len(deltas):
@@ -269,19 +273,20 @@ def accuracy_figure(doc: ResultDocument) -> go.Figure | None:
 
 def _summary(doc: ResultDocument) -> str:
     base = doc.context.repo_url
-    rows = [f"<b>{html.escape(doc.status.value)}</b>: {html.escape(doc.message)}"]
+    rows = [f"<b>{html.escape(doc.status.value)}</b>: {esc.html_text(doc.message)}"]
     if doc.culprit is not None:
         c = doc.culprit
         url = commit_url(base, c.commit)
         sha = f"<code>{_short(c.commit)}</code>"
         sha = f'<a href="{html.escape(url)}">{sha}</a>' if url else sha
         pr = pr_number(c.subject)
-        pr_link = f' (<a href="{html.escape(pr_url(base, pr))}">#{pr}</a>)' if pr and base else ""
-        rows.append(f"culprit {sha} {html.escape(c.subject)}{pr_link}")
+        pr_href = pr_url(base, pr) if pr is not None else ""
+        pr_link = f' (<a href="{html.escape(pr_href)}">#{pr}</a>)' if pr_href else ""
+        rows.append(f"culprit {sha} {esc.html_text(c.subject)}{pr_link}")
     ctx = doc.context
     rows.append(
-        f"good <code>{html.escape(ctx.good_ref or _short(doc.good))}</code> → bad "
-        f"<code>{html.escape(ctx.bad_ref or _short(doc.bad))}</code>; "
+        f"good <code>{esc.html_text(ctx.good_ref or _short(doc.good))}</code> → bad "
+        f"<code>{esc.html_text(ctx.bad_ref or _short(doc.bad))}</code>; "
         f"{len([p for p in doc.probes if not p.given])} probes over {doc.candidates} candidates"
         + (
             f" in {duration(doc.ended_at - doc.started_at)}"
@@ -301,9 +306,9 @@ def table(probes: Sequence[ProbeDoc]) -> str:
         colour = COLOURS[p.verdict]
         rows.append(
             f"<tr><td>{i}</td><td><code>{_short(p.commit)}</code></td>"
-            f"<td>{html.escape(p.subject[:80])}</td>"
+            f"<td>{esc.html_text(p.subject[:80])}</td>"
             f'<td style="color:{colour}">{p.verdict.value}</td>'
-            f"<td>{html.escape(p.reason[:160])}</td>"
+            f"<td>{esc.html_text(p.reason[:160])}</td>"
             f"<td>{'' if total is None else f'{total:.1f}'}</td></tr>"
         )
     return f"<table>{head}{''.join(rows)}</table>"
@@ -341,11 +346,11 @@ def page(title: str, summary: str, plots: Sequence[Plot], table: str) -> str:
         [
             "<!DOCTYPE html>",
             '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>llm-bisect: {html.escape(title)}</title>",
+            f"<title>llm-bisect: {esc.html_text(title)}</title>",
             f"<style>{_STYLE}</style>",
             f"<script>{_ON_ERROR}</script>",
             "</head><body>",
-            f"<h1>llm-bisect: {html.escape(title)}</h1>",
+            f"<h1>llm-bisect: {esc.html_text(title)}</h1>",
             summary,
             f'<pre id="{ERRORS_ID}"></pre>',
             *sections,

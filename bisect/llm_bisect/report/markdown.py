@@ -2,24 +2,21 @@
 result.json (documents.ResultDocument) in, markdown out.
 
 A summary block comes first (culprit, its PR, the refs as given, status, probes, time), then
-how to reproduce it, the node, the evidence; long parts sit inside <details>.
+how to reproduce it, the node, the evidence; long parts sit inside <details>. Every text from
+outside (git, servers, logs, the config) passes through `escape` on its way in.
 """
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from ..checks.gsm8k import DETECTABLE_WARN
 from ..fingerprint import NOT_COMPARED, flatten
 from ..search import Mode, Status
+from . import escape as esc
 from .documents import CandidateDoc, Context, ProbeDoc, ResultDocument
+from .escape import cell
 from .links import commit_url, compare_url, pr_number, pr_url
-
-
-def cell(text: str, limit: int = 90) -> str:
-    flat = " ".join(str(text).split()).replace("|", "\\|")
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def _labels(doc: ResultDocument) -> tuple[str, str]:
@@ -66,7 +63,7 @@ def _evidence(doc: ResultDocument) -> list[str]:
     for check in (c for c in bad.checks if not c.passed):
         other = good_checks.get(check.name)
         lines += [
-            f"### `{check.name}`",
+            f"### {esc.code(check.name)}",
             "",
             f"- **{bad_label}** `{bad.commit[:12]}`: {cell(check.evidence, 400)}",
             f"- **{good_label}** `{good.commit[:12]}`: "
@@ -79,14 +76,16 @@ def _evidence(doc: ResultDocument) -> list[str]:
 def _side(token: dict[str, Any]) -> str:
     text = token.get("text")
     shown = (
-        f"`{token['token']}` {cell(repr(text), 24)}" if text is not None else f"`{token['token']}`"
+        f"{esc.code(token['token'], table=True)} {cell(repr(text), 24)}"
+        if text is not None
+        else esc.code(token["token"], table=True)
     )
     return f"{shown} ({token['logprob']:.3f})"
 
 
 def _top(token: dict[str, Any]) -> str:
     return ", ".join(
-        f"{cell(repr(t['text']), 16) if t.get('text') is not None else t['token']} "
+        f"{cell(repr(t['text']) if t.get('text') is not None else t['token'], 16)} "
         f"{t['logprob']:.2f}"
         for t in token.get("top", [])
     )
@@ -124,7 +123,7 @@ def divergences(probe: ProbeDoc) -> list[str]:
 def _warnings(doc: ResultDocument) -> list[str]:
     if not doc.warnings:
         return []
-    return ["## Warnings", "", *[f"- ⚠ {w}" for w in doc.warnings], ""]
+    return ["## Warnings", "", *[f"- ⚠ {esc.text(w)}" for w in doc.warnings], ""]
 
 
 _IDENTITY = ("image.id", "image.digest", "image.ref", "server.", "kernels.engine_version")
@@ -153,7 +152,7 @@ def _fingerprints(doc: ResultDocument) -> list[str]:
 
     def value(side: dict[str, str], key: str) -> str:
         text = side.get(key, "—")
-        return f"`{text}`" if key in _WHOLE else cell(text, 70)
+        return esc.code(text, table=True) if key in _WHOLE else cell(text, 70)
 
     lines = [
         "<details><summary><b>Builds compared</b> (the last good and first bad builds' "
@@ -163,13 +162,13 @@ def _fingerprints(doc: ResultDocument) -> list[str]:
         "|---|---|---|",
     ]
     for key in keys:
-        mark = "**⚠ " + key + "**" if key in differ else key
+        mark = f"**⚠ {cell(key)}**" if key in differ else cell(key)
         lines.append(f"| {mark} | {value(fo, key)} | {value(fn, key)} |")
     changed = [k for k in keys if k in differ and not _identity(k)]
     if changed:
         lines += [
             "",
-            "Changed besides the build's identity: " + ", ".join(f"`{k}`" for k in changed),
+            "Changed besides the build's identity: " + ", ".join(esc.code(k) for k in changed),
         ]
     return [*lines, "", "</details>", ""]
 
@@ -195,7 +194,7 @@ def _power(doc: ResultDocument) -> list[str]:
 
 def _thresholds(doc: ResultDocument) -> list[str]:
     rows = [
-        f"| {check} | {key} | {limit['value']:.4g} | {limit['from']} |"
+        f"| {cell(check)} | {cell(key)} | {limit['value']:.4g} | {cell(limit['from'])} |"
         for check, values in doc.thresholds.items()
         for key, limit in values.items()
     ]
@@ -214,17 +213,17 @@ def _localization(doc: ResultDocument) -> list[str]:
     found = doc.localization
     if not found:
         return []
-    lines = ["## Where in the model", "", found.get("line", ""), ""]
+    lines = ["## Where in the model", "", esc.text(found.get("line", "")), ""]
     if found.get("error"):
         return lines
     if found.get("why"):
-        lines += [f"({found['why']})", ""]
+        lines += [f"({esc.text(found['why'])})", ""]
     seconds = found.get("seconds") or {}
     lines.append(
         f"Last good `{found['good'][:12]}` and first bad `{found['bad'][:12]}`, teacher-forced "
         f"on the same {found.get('tokens', 0)} tokens with the worker extension "
-        f"({' '.join(found.get('forced', []))}); "
-        + ", ".join(f"{role} {s:.0f}s" for role, s in seconds.items())
+        f"({esc.text(' '.join(found.get('forced', [])))}); "
+        + ", ".join(f"{esc.text(role)} {s:.0f}s" for role, s in seconds.items())
         + "."
     )
     lines.append("")
@@ -237,7 +236,7 @@ def _localization(doc: ResultDocument) -> list[str]:
         at = next((i for i, (_, d) in enumerate(curve) if d > (found.get("tolerance") or 1.0)), 0)
         shown = curve[max(0, at - 3) : max(0, at - 3) + CURVE_ROWS]
         lines += ["| module output | relative difference |", "|---|---|"]
-        lines += [f"| `{m}` | {d:.3g} |" for m, d in shown]
+        lines += [f"| {esc.code(m, table=True)} | {d:.3g} |" for m, d in shown]
         lines.append("")
     return lines
 
@@ -257,7 +256,7 @@ def _ref(given: str, commit: str) -> str:
     """The end as the user named it, with its commit when that says more."""
     if not given or commit.startswith(given):
         return f"`{commit[:12]}`"
-    return f"`{given}` (`{commit[:12]}`)"
+    return f"{esc.code(given)} (`{commit[:12]}`)"
 
 
 def _linked(base: str, c: CandidateDoc) -> str:
@@ -265,7 +264,8 @@ def _linked(base: str, c: CandidateDoc) -> str:
     url = commit_url(base, c.commit)
     sha = f"[`{c.commit[:12]}`]({url})" if url else f"`{c.commit[:12]}`"
     pr = pr_number(c.subject)
-    pr_link = f" ([#{pr}]({pr_url(base, pr)}))" if pr is not None and base else ""
+    pr_href = pr_url(base, pr) if pr is not None else ""
+    pr_link = f" ([#{pr}]({pr_href}))" if pr_href else ""
     return f"{sha} {cell(c.subject, 100)}{pr_link}"
 
 
@@ -308,24 +308,18 @@ def _reproduce(doc: ResultDocument) -> list[str]:
     config = doc.context.config or "CONFIG"
     check = ["llm-bisect", "check", config, "--candidate"]
     bad_word = "bad" if doc.mode is Mode.REGRESSION else "bad (the build before the fix)"
-    lines = [
-        "## Reproduce",
-        "",
-        "```bash",
-        f"{shlex.join([*check, bad.commit])}   # expect {bad_word}: exit 1",
-        f"{shlex.join([*check, good.commit])}   # expect good: exit 0",
-        "```",
-        "",
+    commands = [
+        f"{esc.shell([*check, bad.commit])}   # expect {bad_word}: exit 1",
+        f"{esc.shell([*check, good.commit])}   # expect good: exit 0",
     ]
+    lines = ["## Reproduce", "", *esc.fence("\n".join(commands), "bash"), ""]
     command = bad.fingerprint.get("command")
     if command:
         lines += [
             f"The server of `{bad.commit[:12]}` ran as (environment variables by name only; "
             "`{port}` was a free port):",
             "",
-            "```bash",
-            str(command),
-            "```",
+            *esc.fence(command, "bash"),
             "",
         ]
     return lines
@@ -344,14 +338,16 @@ def environment_lines(ctx: Context) -> list[str]:
             label = f"{g.get('name', '?')} ({g.get('memory.total', '?')})"
             names[label] = names.get(label, 0) + 1
         shown = ", ".join(f"{n} x {label}" for label, n in names.items())
-        lines.append(f"- GPUs: {shown}")
-        lines.append(f"- driver {env.get('driver') or '?'}, CUDA {env.get('cuda') or '?'}")
+        lines.append(f"- GPUs: {esc.text(shown)}")
+        driver = f"driver {env.get('driver') or '?'}, CUDA {env.get('cuda') or '?'}"
+        lines.append(f"- {esc.text(driver)}")
     else:
-        lines.append(f"- GPUs: {env.get('gpu_note', 'unknown')}")
-    lines.append(
-        f"- {env.get('os', '?')}, Python {env.get('python', '?')}, "
+        lines.append(f"- GPUs: {esc.text(env.get('gpu_note', 'unknown'))}")
+    node = (
+        f"{env.get('os', '?')}, Python {env.get('python', '?')}, "
         f"llm-bisect {env.get('llm_bisect', '?')}"
     )
+    lines.append(f"- {esc.text(node)}")
     return [*lines, ""]
 
 
@@ -376,11 +372,10 @@ def _probes(doc: ResultDocument) -> list[str]:
         lines += ["## Untestable builds", ""]
         for p in skipped:
             lines += [
-                f"<details><summary><code>{p.commit[:12]}</code>: {cell(p.reason, 200)}</summary>",
+                f"<details><summary><code>{p.commit[:12]}</code>: "
+                f"{esc.summary(p.reason, 200)}</summary>",
                 "",
-                "```",
-                p.log_tail,
-                "```",
+                *esc.fence(p.log_tail),
                 "",
                 "</details>",
                 "",
@@ -397,14 +392,14 @@ def render_markdown(doc: ResultDocument) -> str:
         else status.value
     )
     lines = [f"# llm-bisect: {title}", "", *_summary(doc)]
-    lines.append(f"**Status:** {status.value} — {doc.message}")
+    lines.append(f"**Status:** {status.value} — {esc.text(doc.message)}")
     lines.append("")
     lines.append(f"- good: `{doc.good}`")
     lines.append(f"- bad: `{doc.bad}`")
     if doc.merge_base:
         lines.append(f"- merge base: `{doc.merge_base}`")
     given = [p for p in doc.probes if p.given]
-    held = f", verdicts given: {', '.join(p.given for p in given)}" if given else ""
+    held = f", verdicts given: {esc.text(', '.join(p.given for p in given))}" if given else ""
     lines.append(
         f"- candidates: {doc.candidates}, probes run: {len(doc.probes) - len(given)}{held}"
     )
@@ -415,18 +410,19 @@ def render_markdown(doc: ResultDocument) -> str:
         what = "first bad commit" if doc.mode is Mode.REGRESSION else "first good commit (fix)"
         url = commit_url(doc.context.repo_url, culprit.commit)
         pr = pr_number(culprit.subject)
+        pr_href = pr_url(doc.context.repo_url, pr) if pr is not None else ""
         lines += [
             f"## Culprit: {what}",
             "",
-            f"`{culprit.commit}` {culprit.subject}",
+            f"`{culprit.commit}` {esc.text(culprit.subject)}",
             "",
-            f"- author: {culprit.author}",
-            f"- date: {culprit.date}",
+            f"- author: {esc.text(culprit.author)}",
+            f"- date: {esc.text(culprit.date)}",
         ]
         if url:
             lines.append(f"- commit: {url}")
-        if pr is not None and doc.context.repo_url:
-            lines.append(f"- pull request: {pr_url(doc.context.repo_url, pr)}")
+        if pr_href:
+            lines.append(f"- pull request: {pr_href}")
         lines.append("")
     if status is Status.AMBIGUOUS:
         lines += ["## Could be any of", ""]

@@ -16,11 +16,13 @@ thinking model that honours `chat_template_kwargs: {"enable_thinking": false}`;
 
 A commit's `hostile` settings (HOSTILE) make a server misbehave in ways no
 real engine should, to show the harness survives them: a raw `reply` body,
-a raw `models` list, `pad` characters of content, `echo_env` (values of these
+a raw `models` list, `pad` characters of content, `say` (a text put before
+the content: markup, control characters), `echo_env` (values of these
 variables in the content), `error_env` (a 500 whose body holds them), `hang`
 (POST requests never answered), `default_sigterm` (no handler: as PID 1 in a
 container, SIGTERM is then ignored), `escape` (a child that
 leaves the process group with setsid and outlives its parent). A commit's
+`log_lines` are printed at startup as they are (escapes, fences, markup). A commit's
 `hold_file` keeps its server from listening while that file exists, so a test
 can stop a run at a known probe without guessing how long anything takes.
 """
@@ -137,6 +139,8 @@ class Engine:
             healthy = model.generate(prompt, "none", max_tokens, k, thinking=thinks)
             self.vocab.update(zip(healthy.token_ids, healthy.texts, strict=False))
         content = gen.content
+        if content is not None and self.hostile.get("say"):
+            content = str(self.hostile["say"]) + content
         if content is not None and self.hostile.get("pad"):
             content += "x" * int(self.hostile["pad"])
         if content is not None and self.hostile.get("echo_env"):
@@ -400,6 +404,8 @@ def main(argv: list[str]) -> int:
     for name in settings.get("print_env", []):  # a server that logs its environment
         print(f"sim: {name}={os.environ.get(name, '')}", flush=True)
     for line in startup_log(args.commit, settings):
+        print(line, flush=True)
+    for line in settings.get("log_lines", []):
         print(line, flush=True)
     time.sleep(delay)
     hold = settings.get("hold_file")
