@@ -110,7 +110,7 @@ def test_a_bisection_over_overlay_and_command_builds_finds_the_culprit(
         if build["route"] == "overlay":
             assert build["base_commit"] == toy["shas"]["base"]
     # the overlay shares the installed package's files: only what changed is its own
-    made = next(p for p in (tmp_path / "cache").iterdir() if p.name.endswith("-overlay"))
+    made = next(p for p in (tmp_path / "cache").iterdir() if "-overlay-" in p.name)
     assert (made / "toyengine" / "_native.bin").stat().st_nlink >= 2
     assert disk_bytes(made) < 64 * 1024
 
@@ -164,16 +164,6 @@ def test_the_cache_evicts_the_least_recently_used_past_its_budget(tmp_path: Path
     assert sorted(cache.finished()) == ["a", "c", "d"]
     got = cache.get("d")
     assert got is not None and got[1]["made"] == "d" and got[1]["disk_bytes"] >= 60 * 1024
-    # a build killed halfway left its temporary folder (its pid is gone): swept away
-    dead = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (tmp_path / "cache" / f".tmp-{dead}-x-overlay").mkdir()
-    (tmp_path / "cache" / f".tmp-{os.getpid()}-y-overlay").mkdir()  # a live one stays
-    assert cache.sweep() == [f".tmp-{dead}-x-overlay"]
     # a build killed halfway left a folder without its BUILD.json: not a build, made anew
     (tmp_path / "cache" / "e" / "half").mkdir(parents=True)
     assert cache.get("e") is None

@@ -234,7 +234,7 @@ def test_a_derived_image_keeps_its_base_config_and_the_budget_evicts_the_oldest(
             {"toyengine/settings.py": b'FAULT = "numerics"\n', "toyengine/new.py": b"X = 1\n"},
             ["toyengine/old.py"],
         )
-        image = deriver.derive(one, build, target, base_image, log)
+        image = deriver.derive(one, build, target, base_image, log, key="key-one")
         made.append(derived_ref(one, "overlay"))
         listing = run_in(
             client,
@@ -250,8 +250,9 @@ def test_a_derived_image_keeps_its_base_config_and_the_budget_evicts_the_oldest(
         assert config["Labels"][BASE_LABEL] == base_image.id
         assert '"written": 2' in log.read_text()
         assert not client.containers.list(all=True, filters={"label": f"{RUN_LABEL}=test-{repo}"})
-        assert deriver.find(made[0], str(base_image.id)) is not None
-        assert deriver.find(made[0], "sha256:another-base") is None
+        assert deriver.find(made[0], str(base_image.id), "key-one") is not None
+        assert deriver.find(made[0], "sha256:another-base", "key-one") is None
+        assert deriver.find(made[0], str(base_image.id), "key-two") is None, "another config's"
         # a staged file that cannot be written fails the build, and says why
         bad = stage(tmp_path, "bad", {"toyengine/settings.py/x.py": b""}, [])
         with pytest.raises(Exception, match="exited with 1"):

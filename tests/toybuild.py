@@ -16,6 +16,7 @@ import threading
 import venv
 import zipfile
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -49,8 +50,18 @@ archive = subprocess.run(["git", "-C", repo, "archive", commit, "toyengine"],
                          capture_output=True, check=True).stdout
 subprocess.run(["tar", "-x", "-C", str(site)], input=archive, check=True)
 (site / "toyengine" / "_native.bin").write_bytes(b"compiled from source")
+if sys.argv[4:] == ["release"]:  # a flavour of the build that brings the fault out
+    (site / "toyengine" / "settings.py").write_text('FAULT = "degenerate-content"\\n')
 print("build: made", out)
 """
+CLI = """\
+import runpy
+
+
+def main() -> None:
+    runpy.run_module("toyengine.serve", run_name="__main__")
+"""
+"""`toyengine-serve`, the console script the index's wheels install (as `vllm` is)."""
 
 
 def git(repo: Path, *args: str) -> str:
@@ -118,15 +129,27 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"root": root, "repo": repo, "shas": shas, "venv": env_dir, "site": site}
 
 
-def make_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
-    """A real wheel (zip, METADATA, WHEEL, RECORD with hashes) of these files."""
+def make_wheel(
+    folder: Path,
+    name: str,
+    version: str,
+    files: dict[str, bytes],
+    *,
+    tag: str = "py3-none-any",
+    scripts: dict[str, str] | None = None,
+) -> Path:
+    """A real wheel (zip, METADATA, WHEEL, RECORD with hashes) of these files, for `tag`;
+    `scripts`: its console scripts (name -> module:function)."""
     dist = f"{name}-{version}.dist-info"
     meta = {
         f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\n"
-        b"Tag: py3-none-any\n",
+        + f"Tag: {tag}\n".encode(),
     }
-    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    if scripts:
+        lines = [f"{script} = {target}" for script, target in scripts.items()]
+        meta[f"{dist}/entry_points.txt"] = "\n".join(["[console_scripts]", *lines, ""]).encode()
+    wheel = folder / f"{name}-{version}-{tag}.whl"
     record = []
     with zipfile.ZipFile(wheel, "w") as z:
         for path, data in {**files, **meta}.items():
@@ -140,17 +163,22 @@ def make_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -
 @pytest.fixture(scope="module")
 def index(toy: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """A PEP 503 index per commit on 127.0.0.1: one real wheel per commit, some commits none."""
-    repo, shas = toy["repo"], toy["shas"]
+    shas = toy["shas"]
     files = toy["root"] / "wheels"
     files.mkdir()
     without = {shas["doc"], shas["broken"]}
     pages: dict[str, bytes] = {}
     blobs: dict[str, bytes] = {}
     for sha in set(shas.values()) - without:
-        listed = git(repo, "ls-tree", "-r", "--name-only", sha, "toyengine").split()
-        content = {p: git(repo, "show", f"{sha}:{p}").encode() + b"\n" for p in listed}
-        content["toyengine/_native.bin"] = b"compiled in CI"
-        wheel = make_wheel(files, "toyengine", f"0.1.0+g{sha[:12]}", content)
+        content = wheel_content(toy, sha)
+        content["toyengine/_cli.py"] = CLI.encode()
+        wheel = make_wheel(
+            files,
+            "toyengine",
+            f"0.1.0+g{sha[:12]}",
+            content,
+            scripts={"toyengine-serve": "toyengine._cli:main"},
+        )
         blobs[wheel.name] = wheel.read_bytes()
         digest = hashlib.sha256(blobs[wheel.name]).hexdigest()
         page = (
@@ -160,6 +188,24 @@ def index(toy: dict[str, Any]) -> Iterator[dict[str, Any]]:
         pages[f"/{sha}/toyengine/"] = page
         if sha in (shas["base"], shas["fault"], shas["fixed"]):
             pages[f"/sparse/{sha}/toyengine/"] = page  # an index that kept few wheels
+    with serve_index(pages, blobs) as (url, served):
+        yield {"url": url, "without": without, "served": served}
+
+
+def wheel_content(toy: dict[str, Any], sha: str) -> dict[str, bytes]:
+    """The files of the toy engine's wheel of one commit (its Python and compiled part)."""
+    listed = git(toy["repo"], "ls-tree", "-r", "--name-only", sha, "toyengine").split()
+    content = {p: git(toy["repo"], "show", f"{sha}:{p}").encode() + b"\n" for p in listed}
+    content["toyengine/_native.bin"] = b"compiled in CI"
+    return content
+
+
+@contextmanager
+def serve_index(
+    pages: dict[str, bytes], blobs: dict[str, bytes], *, declare_length: bool = True
+) -> Iterator[tuple[str, list[str]]]:
+    """A PEP 503 index on 127.0.0.1: `pages` by path, `blobs` under /files/; (its URL, the
+    paths it served). Without `declare_length` bodies end with the connection (no length)."""
     served: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -179,17 +225,20 @@ def index(toy: dict[str, Any]) -> Iterator[dict[str, Any]]:
             self.send_response(200)
             kind = "text/html" if self.path in pages else "application/octet-stream"
             self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
+            if declare_length:
+                self.send_header("Content-Length", str(len(body)))
+            else:
+                self.close_connection = True
             self.end_headers()
             if not head:
-                self.wfile.write(body)
+                with suppress(OSError):  # a reader that stopped early
+                    self.wfile.write(body)
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
-        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "without": without,
-               "served": served}  # fmt: skip
+        yield f"http://127.0.0.1:{server.server_address[1]}", served
     finally:
         server.shutdown()
         server.server_close()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .builds import Builder, ImageStrategy, ImageTarget, Strategy
-from .builds.cache import BuildCache
+from .builds.cache import BuildCache, unusable
 from .builds.command import CommandStrategy
 from .builds.overlay import OverlayStrategy, installed_package
 from .builds.wheel import WheelStrategy, find_uv
@@ -397,6 +397,9 @@ def _builder(
                 )
             )
     root = base_dir / Path(config.build.cache.dir).expanduser()
+    problem = unusable(root)
+    if problem is not None:
+        raise ConfigError(f"build.cache.dir: {problem}")
     budget = int(config.build.cache.disk_budget_gb * 1e9)
     return Builder(strategies, BuildCache(root, budget), targets)
 

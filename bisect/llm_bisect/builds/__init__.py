@@ -3,36 +3,39 @@
     candidate ─► Builder.route ─► first strategy that applies (or why none does)
                       │                       shown by `candidates` before anything runs
                       ▼
-               Builder.build ─► cache/<commit>-<route>/  (made once, reused, LRU-evicted)
-                      │
-                      ▼
-               Build: the folder, its interpreter (`{python}`), env, facts for result.json
+               Builder.build ─► cache/<commit>-<route>-<identity>/  (made once, in place,
+                      │         reused by every config that would make the same; leased
+                      ▼         while in use, LRU-evicted past the budget: cache.py)
+               Build: the folder, its interpreter (`{python}`), env, facts for result.json,
+                      the lease the server holds until it stops
 
 Strategies: wheel.py (uv, a per-commit index), overlay.py (Python over a
 precompiled install), command.py (yours); cache.py keeps what they made,
 prefetch.py makes the next ones in the background; images.py turns a wheel or
 overlay build into an image derived from a base image (Docker launcher). A strategy says whether it
-applies without building anything (`applies`), then makes the build (`make`).
+applies without building anything (`applies`), what makes its build (`identity`: the
+cache key), then makes the build (`make`).
 A build that fails is a LaunchError: the probe is `skip`, never bad.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import LaunchError
+from ..errors import ConfigError, LaunchError
 from ..launchers import guard
 from ..model import Candidate
-from .cache import BuildCache
+from .cache import BuildCache, Lease, as_json
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,13 @@ class Build:
     """Added to the server's environment (an overlay's PYTHONPATH)."""
     facts: Mapping[str, Any] = field(default_factory=dict)
     """What result.json records of it (base commit, files written, seconds)."""
+    lease: Lease | None = field(default=None, compare=False, repr=False)
+    """Holds it in use (never evicted) until released: whoever runs from it releases it."""
+
+    def release(self) -> None:
+        """Done with it: the cache may evict it."""
+        if self.lease is not None:
+            self.lease.release()
 
 
 @dataclass(frozen=True)
@@ -88,6 +98,12 @@ class Strategy(Protocol):
         """Whether it can build this candidate, and what it will do or why not. Cheap."""
         ...
 
+    def identity(self, candidate: Candidate) -> Mapping[str, Any]:
+        """All that makes its build of this candidate besides the commit (JSON values): its
+        config, its base, the platform, tool versions. The cache key: a build is reused
+        only where the identity is the same."""
+        ...
+
     def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
         """Build into `out` (a fresh folder); its facts. LaunchError when the build fails."""
         ...
@@ -107,6 +123,9 @@ class ImageStrategy:
         self.lookup: Callable[[Candidate], tuple[bool | None, str]] | None = None
         """Set by the Docker launcher: (exists?, the image or why not) without pulling."""
 
+    def identity(self, candidate: Candidate) -> Mapping[str, Any]:
+        return {}  # never cached: the launcher pulls it
+
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
         if self.lookup is None:
             return False, "images run with launcher: docker"
@@ -125,8 +144,9 @@ class ImageStrategy:
 class Builder:
     """The strategies of a config, in order, over one cache.
 
-    Safe to call from the prefetch thread and the probe at once: a build of one
-    commit is made once, and a second caller waits for it.
+    Safe to call from the prefetch thread, the probes of several slots and other runs
+    sharing the cache at once: a build is made once (the key's lock), and another caller
+    waits for it.
     """
 
     def __init__(
@@ -139,8 +159,7 @@ class Builder:
         self.cache = cache
         self.targets = dict(targets or {})
         """Route → the base image its builds are applied to (Docker launcher only)."""
-        self._lock = threading.Lock()
-        self._making: dict[str, threading.Event] = {}
+        self._logs: dict[str, Path] = {}
 
     def route(self, candidate: Candidate) -> Route:
         why = []
@@ -151,47 +170,62 @@ class Builder:
             why.append(f"{strategy.name}: {detail}")
         return Route(None, "; ".join(why))
 
+    def strategy(self, name: str | None) -> Strategy | None:
+        """The strategy a route names."""
+        return next((s for s in self.strategies if s.name == name), None)
+
+    def key(self, candidate: Candidate, strategy: Strategy) -> tuple[str, dict[str, Any]]:
+        """The cache key of the candidate's build by `strategy`, and its identity."""
+        identity = as_json({"strategy": strategy.cache_name, **strategy.identity(candidate)})
+        text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return f"{candidate.commit}-{strategy.cache_name}-{digest}", identity
+
     def log_of(self, candidate: Candidate) -> Path:
         """Where the build of this candidate logs (kept beside the cache)."""
-        return self.cache.root / "logs" / f"{candidate.commit}.log"
+        if candidate.commit in self._logs:
+            return self._logs[candidate.commit]
+        strategy = self.strategy(self.route(candidate).strategy)
+        if strategy is None:
+            return self.cache.root / "logs" / f"{candidate.commit}.log"
+        return self.cache.log(self.key(candidate, strategy)[0])
 
     def cached(self, candidate: Candidate, route: Route | None = None) -> bool:
         """Whether the candidate's build is in the cache (`route`: already worked out)."""
-        route = route or self.route(candidate)
-        strategy = next((s for s in self.strategies if s.name == route.strategy), None)
-        return strategy is not None and self.cache.has(f"{candidate.commit}-{strategy.cache_name}")
+        strategy = self.strategy((route or self.route(candidate)).strategy)
+        return strategy is not None and self.cache.has(*self.key(candidate, strategy))
 
     def build(self, candidate: Candidate) -> Build:
-        """The candidate's build, from the cache or made now; LaunchError when it cannot be."""
+        """The candidate's build, from the cache or made now, leased: release it when done
+        with it. LaunchError when it cannot be made; ConfigError when the cache cannot
+        be written."""
         route = self.route(candidate)
-        strategy = next((s for s in self.strategies if s.name == route.strategy), None)
+        strategy = self.strategy(route.strategy)
         if strategy is None:
             raise LaunchError(str(route))
-        key = f"{candidate.commit}-{strategy.cache_name}"
-        while True:
-            with self._lock:
-                making = self._making.get(key)
-                if making is None:
-                    self._making[key] = threading.Event()
-                    break
-            making.wait()  # the prefetch thread is making it: use what it made
+        key, identity = self.key(candidate, strategy)
+        log = self._logs[candidate.commit] = self.cache.log(key)
+
+        def make(folder: Path) -> Mapping[str, Any]:
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text("")
+            try:
+                return strategy.make(candidate, folder, log)
+            except OSError as exc:  # the build's own I/O: this candidate is skip
+                raise LaunchError(f"{strategy.name}: {exc}", tail(log)) from exc
+
         try:
-            found = self.cache.get(key)
-            cached = found is not None
-            if found is None:
-                log = self.log_of(candidate)
-                log.parent.mkdir(parents=True, exist_ok=True)
-                log.write_text("")
-                with self.cache.making(key) as (out, facts):
-                    facts.update(strategy.make(candidate, out, log))
-                found = self.cache.get(key)
-                assert found is not None
-        finally:
-            with self._lock:
-                self._making.pop(key).set()
-        folder, facts = found
-        build = strategy.load(candidate, folder, facts)
-        return replace(build, facts={"route": build.route, **build.facts, "cached": cached})
+            lease, made = self.cache.obtain(key, identity, make)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            raise ConfigError(f"build.cache.dir: cannot use '{self.cache.root}' ({why})") from exc
+        try:
+            build = strategy.load(candidate, lease.folder, lease.facts)
+        except BaseException:
+            lease.release()
+            raise
+        facts = {**build.facts, "route": build.route, "cached": not made}
+        return replace(build, facts=facts, lease=lease)
 
 
 GRACE_S = 5.0
@@ -266,8 +300,16 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+TAIL_BYTES = 64 * 1024
+"""The most of a log read for its tail."""
+
+
 def tail(log: Path, lines: int = 20) -> str:
+    """The log's last lines (of its last TAIL_BYTES: a build log can be gigabytes)."""
     try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+        with log.open("rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
+            text = f.read(TAIL_BYTES).decode(errors="replace")
     except OSError:
         return ""
+    return "\n".join(text.splitlines()[-lines:])

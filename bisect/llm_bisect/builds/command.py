@@ -4,11 +4,13 @@
 
 A non-zero exit or a timeout is no build: the probe is `skip`, never bad. The
 build's interpreter (`{python}`) is `{out}/bin/python` when the script made a
-venv there, else the Python llm-bisect runs on.
+venv there, else the Python llm-bisect runs on. Its builds are keyed by the command,
+the folder it runs in and the machine (a build of another command is never reused).
 """
 
 from __future__ import annotations
 
+import platform
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -42,6 +44,9 @@ class CommandStrategy:
 
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
         return True, " ".join(self.run)
+
+    def identity(self, candidate: Candidate) -> dict[str, Any]:
+        return {"run": self.run, "cwd": str(self.cwd), "machine": platform.machine()}
 
     def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
         values = {"commit": candidate.commit, "short": candidate.short, "out": str(out)}

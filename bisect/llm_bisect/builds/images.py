@@ -21,10 +21,11 @@ from __future__ import annotations
 import io
 import json
 import tarfile
+import tempfile
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import docker
 import docker.errors
@@ -42,6 +43,8 @@ BASE_LABEL = "llm-bisect.base"
 """The id of the base image a derived image was made from."""
 CACHE_LABEL = "llm-bisect.cache"
 """The build cache (its folder) whose disk budget the derived image counts against."""
+KEY_LABEL = "llm-bisect.key"
+"""The build's cache key (builds/cache.py): what made it, config and platform included."""
 BUILD_LABEL = "llm-bisect.build"
 """The build's facts (JSON): wheel and sha256, or overlay base commit and files."""
 STAGE = "/llm-bisect-stage"
@@ -58,12 +61,11 @@ def derived_ref(candidate: Candidate, route: str) -> str:
     return f"{REPOSITORY}:{candidate.commit}-{route}"
 
 
-def stage_tar(build: Build, package: str) -> bytes:
-    """The stage a container of the base image receives: manifest and files. Pure I/O of
-    the build's folder."""
+def stage_tar(build: Build, package: str, into: IO[bytes]) -> None:
+    """The stage a container of the base image receives: manifest and files, written to
+    `into` (a file: a wheel is hundreds of MB, never held in memory)."""
     manifest: dict[str, Any] = {"kind": build.route, "package": package}
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
+    with tarfile.open(fileobj=into, mode="w") as tar:
         if build.route == "overlay":
             manifest["removed"] = list(build.facts.get("removed_paths", []))
             files = build.folder / "files"
@@ -78,7 +80,7 @@ def stage_tar(build: Build, package: str) -> bytes:
         info = tarfile.TarInfo(f"{STAGE.lstrip('/')}/manifest.json")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
+    into.seek(0)
 
 
 def derived_config(
@@ -120,13 +122,15 @@ class ImageDeriver:
         """The build cache's folder: sweep() weighs only the images made for it."""
         self.timeout = timeout
 
-    def find(self, ref: str, base_id: str) -> Image | None:
-        """The derived image, when it was made from this base."""
+    def find(self, ref: str, base_id: str, key: str | None = None) -> Image | None:
+        """The derived image, when it was made from this base (and build `key`)."""
         try:
             image = self.client.images.get(ref)
         except docker.errors.ImageNotFound:
             return None
         labels = (image.attrs.get("Config") or {}).get("Labels") or {}
+        if key is not None and labels.get(KEY_LABEL) != key:
+            return None  # made under another config
         return image if labels.get(BASE_LABEL) == base_id else None
 
     def touch(self, image: Image, ref: str) -> None:
@@ -136,7 +140,13 @@ class ImageDeriver:
             image.tag(repo, tag)
 
     def derive(
-        self, candidate: Candidate, build: Build, target: ImageTarget, base: Image, log: Path
+        self,
+        candidate: Candidate,
+        build: Build,
+        target: ImageTarget,
+        base: Image,
+        log: Path,
+        key: str = "",
     ) -> Image:
         """Apply the build to the base image and commit the result; LaunchError if it fails."""
         ref = derived_ref(candidate, build.route)
@@ -144,6 +154,7 @@ class ImageDeriver:
             "llm-bisect.commit": candidate.commit,
             ROUTE_LABEL: build.route,
             BASE_LABEL: str(base.id),
+            KEY_LABEL: key,
             CACHE_LABEL: self.cache,
             BUILD_LABEL: json.dumps(recorded(build.facts), sort_keys=True),
         }
@@ -160,7 +171,9 @@ class ImageDeriver:
                 network_disabled=True,
                 detach=True,
             )
-            container.put_archive("/", stage_tar(build, target.package))
+            with tempfile.TemporaryFile() as stage:
+                stage_tar(build, target.package, stage)
+                container.put_archive("/", stage)
             container.start()
             try:
                 code = int(container.wait(timeout=self.timeout).get("StatusCode", -1))

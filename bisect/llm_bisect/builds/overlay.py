@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import platform
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -103,6 +104,16 @@ class OverlayStrategy:
             more = f" and {len(blocked) - 1} more" if len(blocked) > 1 else ""
             return False, f"{blocked[0]}{more} changed since {base} (compiled sources)"
         return True, f"{len(mine)} Python files over {base}"
+
+    def identity(self, candidate: Candidate) -> dict[str, Any]:
+        """The base (the install and the commit it was built from), the package, the machine."""
+        return {
+            "package": self.package,
+            "base_commit": self.base_commit,
+            "python": self.python,
+            "package_dir": str(self.package_dir or ""),
+            "machine": platform.machine(),
+        }
 
     def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
         mine, blocked = self._changes(candidate)

@@ -78,7 +78,7 @@ class BuildPrefetcher:
                 if route.strategy is None:
                     continue
                 if not self.builder.cached(candidate, route):
-                    self.builder.build(candidate)
+                    self.builder.build(candidate).release()  # made; used by a probe later
                     self.made.append(candidate.commit)
             except Exception:  # the probe that needs it builds again, and says why
                 continue

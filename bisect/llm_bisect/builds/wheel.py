@@ -2,34 +2,46 @@
 
     index: https://wheels.vllm.ai/{commit}/cpu/      a PEP 503 index per commit
     GET {index}{package}/  ─ 404 ─► does not apply ("no wheel")
-             │ a .whl link
+             │ its .whl links (the page read up to MAX_PAGE_BYTES)
+             ▼
+    the wheel made for the target: the best of its tags among the target's (packaging.tags
+    of the build's interpreter: Python, ABI, platform); none fits ─► does not apply
              ▼
     uv venv OUT [--system-site-packages]  (+ a .pth onto base_venv's packages)
-    uv pip install --python OUT/bin/python --extra-index-url {index} [--no-deps] {package}
+    uv pip install --python OUT/bin/python --extra-index-url {index} [--no-deps] "{package} @ URL"
 
 With `base_venv` the build reuses that venv's packages (torch and the rest) through a
 .pth file and installs only the package itself: seconds and a little disk per commit,
 not a 3 GB copy. uv keeps downloaded wheels in its own cache, so a build made again
-downloads nothing.
+downloads nothing. The venv is made where it stays (the cache makes builds in place),
+so its console scripts (`{build}/bin/vllm`) run.
 
 For the Docker launcher (`download_only`) the build is the wheel file alone, checked
-against the index's sha256; images.py installs it into a base image.
+against the index's sha256; images.py installs it into a base image. Its target is this
+node's platform (the image's Python is not known before it runs).
 """
 
 from __future__ import annotations
 
+import codecs
 import hashlib
+import json
 import os
+import platform
 import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
+import packaging
+from packaging import tags as packaging_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..config import fill
 from ..errors import ConfigError, LaunchError
@@ -37,6 +49,15 @@ from ..model import Candidate
 from . import Build, run_logged
 
 INDEX_TIMEOUT_S = 30.0
+MAX_PAGE_BYTES = 32 * 2**20
+"""The most of an index page read: a larger page is no wheel (never read whole)."""
+TAGS_SCRIPT = (
+    "import json, platform, sys; sys.path.insert(0, sys.argv[1]); "
+    "from packaging import tags; "
+    "print(json.dumps({'tags': [str(t) for t in tags.sys_tags()], "
+    "'version': platform.python_version()}))"
+)
+"""Run by the build's interpreter with this packaging on its path: the tags it accepts."""
 
 
 def normalize(name: str) -> str:
@@ -67,6 +88,64 @@ def wheel_links(html: str, package: str) -> list[str]:
         if name.endswith(".whl") and normalize(name.split("-", 1)[0]).replace("-", "_") == prefix:
             found.append(href)
     return found
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a wheel must fit: the tags accepted, most specific first."""
+
+    tags: tuple[str, ...]
+    """Full tags (`cp312-cp312-manylinux_2_35_x86_64`), or platforms with `platform_only`."""
+    what: str
+    """How a route names it: `this Python (cp312-...)`, `this node (x86_64)`."""
+    platform_only: bool = False
+    """Only the platform is known (an image's Python is not): any Python and ABI fit."""
+    version: str = ""
+    """The interpreter's full version, when known."""
+
+
+def choose_wheel(links: Sequence[str], target: Target) -> str | None:
+    """The link whose wheel fits the target best: the earliest target tag among its tags,
+    the last listed among equals; None when none fits. Pure."""
+    rank: dict[str, int] = {}
+    for i, tag in enumerate(target.tags):
+        rank.setdefault(tag, i)
+    best, best_rank = None, len(rank)
+    for link in links:
+        name = unquote(urlsplit(link).path.rsplit("/", 1)[-1])
+        try:
+            wheel_tags = parse_wheel_filename(name)[3]
+        except InvalidWheelFilename:
+            continue
+        keys = {t.platform if target.platform_only else str(t) for t in wheel_tags}
+        ranks = [rank[k] for k in keys if k in rank]
+        if ranks and min(ranks) <= best_rank:
+            best, best_rank = link, min(ranks)
+    return best
+
+
+def interpreter_target(python: str) -> Target:
+    """The tags `python` accepts (packaging.tags run by that interpreter); LaunchError
+    when it cannot tell."""
+    where = str(Path(packaging.__file__).parent.parent)
+    try:
+        done = subprocess.run(
+            [python, "-I", "-c", TAGS_SCRIPT, where], capture_output=True, text=True, timeout=60
+        )
+        found = json.loads(done.stdout) if done.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        raise LaunchError(f"cannot read the wheel tags of '{python}' ({exc})") from None
+    if not isinstance(found, dict) or not found.get("tags"):
+        why = done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]
+        raise LaunchError(f"cannot read the wheel tags of '{python}' ({why[0]})")
+    tags = tuple(str(t) for t in found["tags"])
+    return Target(tags, f"this Python ({tags[0]})", version=str(found.get("version", "")))
+
+
+def node_target() -> Target:
+    """This node's platforms (manylinux, linux, any): for a wheel an image will run."""
+    platforms = (*packaging_tags.platform_tags(), "any")
+    return Target(platforms, f"this node ({platform.machine()})", platform_only=True)
 
 
 def find_uv() -> str:
@@ -114,24 +193,93 @@ class WheelStrategy:
         self.cache_name = "wheel-file" if download_only else "wheel"
         self.env = dict(env or os.environ)
         self._http = httpx.Client(timeout=INDEX_TIMEOUT_S, transport=transport)
+        self._target: Target | None = None
+        self._uv_version: str | None = None
+
+    def target(self) -> Target:
+        """What its wheels must fit (worked out once); LaunchError when it cannot be."""
+        if self._target is None:
+            self._target = node_target() if self.download_only else interpreter_target(self.python)
+        return self._target
+
+    def identity(self, candidate: Candidate) -> dict[str, Any]:
+        """The index, the package, the target's tags; for a venv also its interpreter, the
+        base venv and uv's version."""
+        target = self.target()
+        found = {
+            "index": self.index,
+            "package": self.package,
+            "download_only": self.download_only,
+            "target": target.tags[0],
+        }
+        if not self.download_only:
+            found |= {
+                "python": self.python,
+                "version": target.version,
+                "base_venv": str(self.base_venv or ""),
+                "system_site_packages": self.system_site_packages,
+                "uv": self._uv(),
+            }
+        return found
+
+    def _uv(self) -> str:
+        if self._uv_version is None:
+            try:
+                done = subprocess.run(
+                    [self.uv, "--version"], capture_output=True, text=True, timeout=60
+                )
+                self._uv_version = done.stdout.strip() or f"exit {done.returncode}"
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                self._uv_version = f"unknown ({type(exc).__name__})"
+        return self._uv_version
 
     def _index(self, candidate: Candidate) -> str:
         url = fill(self.index, {"commit": candidate.commit, "short": candidate.short})
         return url if url.endswith("/") else url + "/"
 
-    def _wheel(self, candidate: Candidate) -> tuple[str | None, str]:
-        """(the wheel's URL, what was found) from the commit's index page for the package."""
-        page = urljoin(self._index(candidate), normalize(self.package) + "/")
+    def _page(self, page: str) -> tuple[str | None, str]:
+        """The index page's text, read up to MAX_PAGE_BYTES; (None, why) when it cannot be."""
+        too_large = f"{page} is larger than {MAX_PAGE_BYTES >> 20} MiB"
         try:
-            reply = self._http.get(page, follow_redirects=True)
+            with self._http.stream("GET", page, follow_redirects=True) as reply:
+                if reply.status_code != 200:
+                    return None, f"{page} answers {reply.status_code}"
+                declared = reply.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > MAX_PAGE_BYTES:
+                    return None, too_large
+                body = bytearray()
+                for chunk in reply.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_PAGE_BYTES:
+                        return None, too_large
+                encoding = reply.charset_encoding or "utf-8"
         except httpx.HTTPError as exc:
             return None, f"{page} cannot be read ({type(exc).__name__})"
-        if reply.status_code != 200:
-            return None, f"{page} answers {reply.status_code}"
-        links = wheel_links(reply.text, self.package)
+        try:
+            codecs.lookup(encoding)
+        except LookupError:
+            encoding = "utf-8"
+        return body.decode(encoding, errors="replace"), ""
+
+    def _wheel(self, candidate: Candidate) -> tuple[str | None, str]:
+        """(the URL of the wheel for the target, what was found) from the commit's index
+        page for the package."""
+        page = urljoin(self._index(candidate), normalize(self.package) + "/")
+        text, why = self._page(page)
+        if text is None:
+            return None, why
+        links = wheel_links(text, self.package)
         if not links:
             return None, f"{page} lists no {self.package} wheel"
-        return urljoin(page, links[-1]), ""
+        try:
+            target = self.target()
+        except LaunchError as exc:
+            return None, str(exc)
+        chosen = choose_wheel(links, target)
+        if chosen is None:
+            n = f"{len(links)} {self.package} wheel{'s' if len(links) > 1 else ''}"
+            return None, f"{page} lists {n}, none for {target.what}"
+        return urljoin(page, chosen), ""
 
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
         url, why = self._wheel(candidate)
@@ -156,7 +304,8 @@ class WheelStrategy:
         if self.base_venv is not None:
             _link_base(python, self.base_venv)
         install = [self.uv, "pip", "install", "--python", str(python)]
-        install += ["--extra-index-url", self._index(candidate), self.package]
+        # exactly the wheel chosen for the target (uv checks the index's sha256 fragment)
+        install += ["--extra-index-url", self._index(candidate), f"{self.package} @ {url}"]
         if self.base_venv is not None:
             install.append("--no-deps")  # the base venv has them
         self._run(install, log, "uv pip install")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..builds import Builder
+from ..builds import Build, Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..model import Candidate
 from . import Artifact, Instrument
@@ -61,6 +61,8 @@ class Prepared:
     env: dict[str, str]
     facts: dict[str, Any] = field(default_factory=dict)
     """`build`: what result.json records of the build."""
+    build: Build | None = None
+    """The build, leased: the server releases it when it stops (never evicted under it)."""
 
 
 def prepare(
@@ -75,6 +77,7 @@ def prepare(
     before the caller's, the instrument's folders first of all."""
     values: dict[str, str] = {}
     out, facts = dict(env), {}
+    build: Build | None = None
     if builder is not None:
         try:
             build = builder.build(candidate)
@@ -92,4 +95,4 @@ def prepare(
         out |= instrument.env
         paths = [str(p) for p in instrument.paths]
         out["PYTHONPATH"] = os.pathsep.join([*paths, out.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return Prepared(values, out, facts)
+    return Prepared(values, out, facts, build)

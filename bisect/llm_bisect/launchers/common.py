@@ -131,6 +131,12 @@ def wait_ready(
             ) from None
 
 
+class Held(Protocol):
+    """Something a server holds while it runs (a build's lease: builds/cache.py)."""
+
+    def release(self) -> None: ...
+
+
 class LoggedServer:
     """What both servers share: a log file in the probe folder, and a stop that always runs.
 
@@ -140,9 +146,17 @@ class LoggedServer:
     log_path: Path
     secrets: list[str]
     _log: IO[bytes] | None = None
+    held: Held | None = None
+    """What the server runs from, held in use until it stops (a build's lease)."""
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    def release(self) -> None:
+        """Let go of what it runs from (after stop)."""
+        held, self.held = self.held, None
+        if held is not None:
+            held.release()
 
     def _close_log(self) -> None:
         if self._log is not None:
@@ -156,7 +170,10 @@ class LoggedServer:
         tb: TracebackType | None,
     ) -> None:
         with signals_deferred():
-            self.stop()
+            try:
+                self.stop()
+            finally:
+                self.release()
 
     def log_tail(self, lines: int = 20) -> str:
         if self._log is not None:

@@ -619,19 +619,25 @@ class DockerLauncher:
         assert self.builder is not None
         target = self.builder.targets[route]
         ref = derived_ref(candidate, route)
+        strategy = self.builder.strategy(route)
+        assert strategy is not None
+        key = self.builder.key(candidate, strategy)[0]
         with self._pulling(ref):
             base = self._ensure(target.base)
-            image = self.deriver.find(ref, str(base.id))
+            image = self.deriver.find(ref, str(base.id), key)
             cached = image is not None
             if image is None:
                 build = self.builder.build(candidate)
-                log = self.builder.log_of(candidate)
-                image = self.deriver.derive(candidate, build, target, base, log)
+                try:
+                    log = self.builder.log_of(candidate)
+                    image = self.deriver.derive(candidate, build, target, base, log, key)
+                finally:
+                    build.release()  # the image holds what it needs of the stage
                 facts = recorded(build.facts)
             else:
                 self.deriver.touch(image, ref)
                 labels = (image.attrs.get("Config") or {}).get("Labels") or {}
-                facts = {"route": route, **json.loads(labels.get(BUILD_LABEL, "{}"))}
+                facts = {**_json_object(labels.get(BUILD_LABEL, "{}")), "route": route}
             self.build_facts[candidate.commit] = {
                 **facts,
                 "image": ref,
@@ -824,3 +830,12 @@ def _split_tag(ref: str) -> tuple[str, str]:
         name, tag = last.rsplit(":", 1)
         return (f"{head}/{name}" if head else name), tag
     return ref, ""
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """A label's JSON object; {} when it holds something else."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

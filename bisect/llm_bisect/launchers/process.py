@@ -25,7 +25,7 @@ from ..model import Candidate
 from ..report import escape as esc
 from . import Artifact, Instrument, guard
 from .commands import Prefetching, command_artifact, prepare
-from .common import LoggedServer, free_port, wait_ready
+from .common import Held, LoggedServer, free_port, wait_ready
 
 GRACE_S = 5.0
 """Seconds a server gets between SIGTERM and SIGKILL."""
@@ -47,8 +47,10 @@ class ProcessServer(LoggedServer):
         sleep: Callable[[float], None],
         port: int,
         facts: Mapping[str, Any] | None = None,
+        held: Held | None = None,
     ) -> None:
         self.facts = dict(facts or {})
+        self.held = held
         self.argv = argv
         self.env = dict(env)
         self.cwd = cwd
@@ -86,6 +88,7 @@ class ProcessServer(LoggedServer):
             )
         except OSError as exc:
             self._close_log()
+            self.release()
             raise LaunchError(f"cannot start the guard: {exc.strerror}") from exc
         return self
 
@@ -188,4 +191,5 @@ class ProcessLauncher(Prefetching):
             clock=self.clock,
             sleep=self.sleep,
             port=port,
+            held=ready.build,
         )

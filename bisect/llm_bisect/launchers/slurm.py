@@ -468,7 +468,11 @@ class SlurmLauncher(Prefetching):
         ready = prepare(self.builder, candidate, probe_dir, self.env, instrument)
         values = {"commit": candidate.commit, "short": candidate.short, "port": str(port)}
         self.build_facts[candidate.commit] = ready.facts
-        return SlurmServer(self, candidate, probe_dir, ready.env, values | ready.values, instrument)
+        server = SlurmServer(
+            self, candidate, probe_dir, ready.env, values | ready.values, instrument
+        )
+        server.held = ready.build
+        return server
 
     def reap(self) -> int:
         """Cancel this run's jobs that a killed harness left in the queue (a live owner's
