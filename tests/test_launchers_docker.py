@@ -312,6 +312,44 @@ def test_secrets_in_env_never_reach_the_container_log_file(
     assert "HF_TOKEN=***" in log and "hf_dockerSecret9" not in log
 
 
+def test_a_secret_across_the_engines_16k_log_split_never_reaches_the_log(
+    client: docker.DockerClient, repo_name: str, history: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The engine cuts a log line every 16 KiB; the token straddles the first cut.
+    token = "hf_" + "splitAcross16k" * 3
+    at = 16 * 1024 - len(token) // 2
+    h: History = history({}, n=1, settings={"print_env": ["HF_TOKEN"], "print_env_at": at})
+    build_images(client, h, repo_name)
+    server = sim_server(repo_name + ":{commit}")
+    server["env"]["HF_TOKEN"] = "${TEST_HF_TOKEN}"
+    monkeypatch.setenv("TEST_HF_TOKEN", token)
+    config = docker_config(h, server, SIMPLE_CHECKS)
+    code, output = invoke("check", str(config), "--candidate", h.shas[1], "--out", str(h.root))
+    assert code == 0, output
+    log = (h.root / "probes" / h.shas[1][:12] / "server.log").read_text()
+    line = next(line for line in log.splitlines() if "sim: HF_TOKEN=" in line)
+    assert token not in log and line.endswith("sim: HF_TOKEN=***"), line[at - 40 :]
+    assert len(line) == at + len("***"), "the line is whole, the cut rejoined"
+
+
+def test_a_short_value_named_like_a_secret_does_not_garble_the_log(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h: History = history({}, n=1)
+    build_images(client, h, repo_name)
+    server = sim_server(repo_name + ":{commit}")
+    server["env"]["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
+    config = docker_config(h, server, SIMPLE_CHECKS)
+    code, output = invoke(
+        "check", str(config), "--candidate", h.shas[1], "--out", str(h.root), "--json"
+    )
+    assert code == 0, output
+    log = (h.root / "probes" / h.shas[1][:12] / "server.log").read_text()
+    assert f"vLLM API server version 0.1.0+g{h.shas[1][:12]}" in log, log
+    probe = json.loads((h.root / "probe.json").read_text())
+    assert probe["fingerprint"]["kernels"]["engine_version"] == f"0.1.0+g{h.shas[1][:12]}"
+
+
 def _start_run(config: Path, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "llm_bisect.cli", "run", str(config), "--out", str(out)],

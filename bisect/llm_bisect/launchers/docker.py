@@ -43,6 +43,7 @@ from ..config import DockerServerConfig, fill
 from ..errors import LaunchError, ServerExited
 from ..fingerprint import package_probe_source
 from ..model import Candidate
+from ..redact import Masker
 from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
 from . import Artifact, Instrument
 from .common import LoggedServer, free_port, owner_alive, owner_label, wait_ready
@@ -234,13 +235,14 @@ class DockerServer(LoggedServer):
         container, log = self.container, self._log
         if container is None or log is None:
             return
-        secrets = [s.encode() for s in self.launcher.secrets]
+        masker = Masker(self.launcher.secrets)  # the engine cuts long lines into pieces
         with suppress(docker.errors.DockerException, ValueError, OSError):
             for chunk in container.logs(stream=True, follow=True):
-                for secret in secrets:
-                    chunk = chunk.replace(secret, b"***")
-                log.write(chunk)
+                log.write(masker.feed(chunk))
                 log.flush()
+        with suppress(ValueError, OSError):
+            log.write(masker.flush())
+            log.flush()
 
     def stop(self) -> None:
         container, self.container = self.container, None

@@ -6,7 +6,10 @@
 The job script and the per-node script are written into the probe folder (a shared
 filesystem, as on every cluster), and Slurm writes the server's output there as
 server.log. The config's environment reaches the job through sbatch's own environment
-(`--export=ALL`), never through a file: no secret is written. A multi-node probe runs the
+(`--export=ALL`), never through a file: no secret is written. The job's output reaches
+server.log through a filter (awk, on the batch node) that masks the values of the secret
+variables, line by line as they come: no token is in clear there while the job runs, nor
+after the harness is killed. A multi-node probe runs the
 per-node script once per node with `srun`; `{head}`, `{node_rank}` and `{nnodes}` become
 the head node's name, SLURM_NODEID and SLURM_NNODES there.
 
@@ -50,6 +53,35 @@ LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "REQUEUED", "RESIZ
 POLL_S = 0.5
 JOB_PREFIX = "llm-bisect-"
 STOP_WAIT_S = 60.0
+MASK_AWK = r"""
+BEGIN {
+  n = split(names, name, ",")
+  for (i = 1; i <= n; i++) if (length(ENVIRON[name[i]]) >= 4) secret[++k] = ENVIRON[name[i]]
+}
+{
+  line = $0; m = 0
+  for (i = 1; i <= k; i++) {
+    from = 1
+    while ((p = index(substr(line, from), secret[i])) > 0) {
+      at = from + p - 1; m++; lo[m] = at; hi[m] = at + length(secret[i]); from = at + 1
+    }
+  }
+  for (i = 2; i <= m; i++) {
+    a = lo[i]; b = hi[i]
+    for (j = i - 1; j >= 1 && lo[j] > a; j--) { lo[j + 1] = lo[j]; hi[j + 1] = hi[j] }
+    lo[j + 1] = a; hi[j + 1] = b
+  }
+  out = ""; at = 1; i = 1
+  while (i <= m) {
+    a = lo[i]; b = hi[i]; i++
+    while (i <= m && lo[i] < b) { if (hi[i] > b) b = hi[i]; i++ }
+    out = out substr(line, at, a - at) "***"; at = b
+  }
+  print out substr(line, at); fflush()
+}
+"""
+"""Masks the values (4+ characters) of the variables named in `names` on each line, as
+redact.redact does: overlapping secrets are one ***. POSIX awk, on every node."""
 
 
 def _word(template: str, values: Mapping[str, str]) -> str:
@@ -100,8 +132,10 @@ def job_script(
     cwd: Path,
     values: Mapping[str, str],
     exclude: Sequence[str] = (),
+    masked: Sequence[str] = (),
 ) -> str:
-    """The sbatch script of one probe (`values` fill the container image). Pure."""
+    """The sbatch script of one probe (`values` fill the container image); the values of
+    the `masked` variables never reach the log. Pure."""
     opts = [
         f"--job-name={name}",
         f"--chdir={cwd}",
@@ -134,10 +168,17 @@ def job_script(
         [
             "#!/bin/bash",
             *(f"#SBATCH {shlex.quote(o)}" for o in opts),
-            "set -eu",
+            "set -eu -o pipefail",
             'LLM_BISECT_HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
             "export LLM_BISECT_HEAD",
-            f"exec {shlex.join(srun)} bash {shlex.quote(str(node_script_path))}",
+            "# scancel: srun passes the signal on; this shell and the filter wait for the",
+            "# server's last lines, so nothing reaches the log unmasked or is lost",
+            "trap : TERM INT",
+            "AWK=awk  # mawk reads a pipe in blocks unless interactive: lines would wait",
+            'if command -v mawk >/dev/null; then AWK="mawk -W interactive"; fi',
+            f"{shlex.join(srun)} bash {shlex.quote(str(node_script_path))} 2>&1 |",
+            f"  (trap '' TERM INT; LC_ALL=C $AWK -v names={shlex.quote(','.join(masked))} "
+            f"{shlex.quote(MASK_AWK.strip())})",
             "",
         ]
     )
@@ -274,6 +315,7 @@ class SlurmServer(LoggedServer):
                 cwd=self.launcher.cwd.resolve(),
                 values=self.values,
                 exclude=self.excluded,
+                masked=[n for n in self.launcher.secret_names if n in self.env],
             )
         )
         self.tries += 1
