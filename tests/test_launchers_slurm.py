@@ -172,6 +172,34 @@ def test_a_token_is_masked_in_server_log_while_the_job_runs_and_after_a_kill(
         hold.unlink()
 
 
+def test_reap_cancels_a_killed_checks_job_and_spares_a_live_ones(
+    cluster: None, tmp_path: Path
+) -> None:
+    checks = {}
+    for role in ("dead", "live"):
+        (tmp_path / role).mkdir()
+        checks[role] = held_check(tmp_path / role, f"hf_{role}OwnerToken1")
+    try:
+        for _, _, log, _ in checks.values():
+            assert wait_until(lambda log=log: log.exists() and "held until" in log.read_text(), 120)
+        jobs = {name: job for job, _, name in our_jobs()}
+        dead, live = (f"{JOB_PREFIX}{checks[r][0].shas[1][:12]}" for r in ("dead", "live"))
+        proc = checks["dead"][1]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        code, output = invoke("reap")
+        assert code == 0, output
+        said = f"slurm: cancelled job {jobs[dead]} ({dead}; its llm-bisect process {proc.pid} is"
+        assert said in output and "the Slurm queue" in output, output
+        assert wait_until(lambda: dead not in {name for _, _, name in our_jobs()}, 60)
+        assert (jobs[live], "RUNNING", live) in our_jobs() and checks["live"][1].poll() is None
+    finally:
+        for h, proc, _, hold in checks.values():
+            proc.kill()
+            cancel_jobs_of(h.shas[1][:12])
+            hold.unlink()
+
+
 def test_a_job_pending_past_its_limit_is_skip_and_cancelled(cluster: None, tmp_path: Path) -> None:
     h, config, _, _ = slurm_history(
         tmp_path,

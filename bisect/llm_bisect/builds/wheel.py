@@ -5,7 +5,12 @@
              │ a .whl link
              ▼
     uv venv OUT [--system-site-packages]  (+ a .pth onto base_venv's packages)
-    uv pip install --python OUT/bin/python --extra-index-url {index} [--no-deps] {package}
+    uv pip install --python OUT/bin/python --index llm-bisect={index} [--no-deps] {package}
+
+A login in the index's URL (`https://user:token@host/...`) reaches uv through its
+per-index variables (UV_INDEX_LLM_BISECT_USERNAME / _PASSWORD), never its command line
+(`ps` shows that to everyone); what is written (facts, reasons, logs) names the index as
+`https://***@host/...`.
 
 With `base_venv` the build reuses that venv's packages (torch and the rest) through a
 .pth file and installs only the package itself: seconds and a little disk per commit,
@@ -27,16 +32,19 @@ from collections.abc import Mapping, Sequence
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import httpx
 
 from ..config import fill
 from ..errors import ConfigError, LaunchError
 from ..model import Candidate
+from ..redact import public_url
 from . import Build, run_logged
 
 INDEX_TIMEOUT_S = 30.0
+UV_INDEX_NAME = "llm-bisect"
+"""The commit's index as uv names it; its login is in UV_INDEX_LLM_BISECT_USERNAME/_PASSWORD."""
 
 
 def normalize(name: str) -> str:
@@ -119,18 +127,31 @@ class WheelStrategy:
         url = fill(self.index, {"commit": candidate.commit, "short": candidate.short})
         return url if url.endswith("/") else url + "/"
 
+    def _uv_index(self, candidate: Candidate) -> tuple[list[str], dict[str, str]]:
+        """uv's arguments for the commit's index (its URL without the login) and the
+        environment that gives uv the login."""
+        parts = urlsplit(self._index(candidate))
+        bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+        variable = "UV_INDEX_" + UV_INDEX_NAME.upper().replace("-", "_")
+        env = {}
+        if parts.username:
+            env[f"{variable}_USERNAME"] = unquote(parts.username)
+        if parts.password:
+            env[f"{variable}_PASSWORD"] = unquote(parts.password)
+        return ["--index", f"{UV_INDEX_NAME}={bare}"], env
+
     def _wheel(self, candidate: Candidate) -> tuple[str | None, str]:
         """(the wheel's URL, what was found) from the commit's index page for the package."""
         page = urljoin(self._index(candidate), normalize(self.package) + "/")
         try:
             reply = self._http.get(page, follow_redirects=True)
         except httpx.HTTPError as exc:
-            return None, f"{page} cannot be read ({type(exc).__name__})"
+            return None, f"{public_url(page)} cannot be read ({type(exc).__name__})"
         if reply.status_code != 200:
-            return None, f"{page} answers {reply.status_code}"
+            return None, f"{public_url(page)} answers {reply.status_code}"
         links = wheel_links(reply.text, self.package)
         if not links:
-            return None, f"{page} lists no {self.package} wheel"
+            return None, f"{public_url(page)} lists no {self.package} wheel"
         return urljoin(page, links[-1]), ""
 
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
@@ -139,8 +160,19 @@ class WheelStrategy:
             return False, f"no wheel: {why}"
         return True, urlsplit(url).path.rsplit("/", 1)[-1]
 
-    def _run(self, argv: list[str], log: Path, what: str) -> None:
-        run_logged(argv, log, env=self.env, what=f"wheel: {what}", redact=self.secret_names)
+    def _run(
+        self, argv: list[str], log: Path, what: str, login: Mapping[str, str] | None = None
+    ) -> None:
+        """`login`: variables added for this step, their values masked in its log."""
+        login = dict(login or {})
+        masked = [n for n in login if n.endswith("_PASSWORD")] or list(login)
+        run_logged(
+            argv,
+            log,
+            env={**self.env, **login},
+            what=f"wheel: {what}",
+            redact=[*self.secret_names, *masked],
+        )
 
     def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
         url, why = self._wheel(candidate)
@@ -156,13 +188,14 @@ class WheelStrategy:
         if self.base_venv is not None:
             _link_base(python, self.base_venv)
         install = [self.uv, "pip", "install", "--python", str(python)]
-        install += ["--extra-index-url", self._index(candidate), self.package]
+        index, login = self._uv_index(candidate)
+        install += [*index, self.package]
         if self.base_venv is not None:
             install.append("--no-deps")  # the base venv has them
-        self._run(install, log, "uv pip install")
+        self._run(install, log, "uv pip install", login)
         name = urlsplit(url).path.rsplit("/", 1)[-1]
         digest = urlsplit(url).fragment.removeprefix("sha256=") if "sha256=" in url else ""
-        return {"wheel": name, "sha256": digest, "index": self._index(candidate)}
+        return {"wheel": name, "sha256": digest, "index": public_url(self._index(candidate))}
 
     def _download(self, candidate: Candidate, url: str, out: Path, log: Path) -> dict[str, Any]:
         """The wheel file into `out`, its sha256 checked against the index's."""
@@ -170,7 +203,7 @@ class WheelStrategy:
         want = urlsplit(url).fragment.removeprefix("sha256=") if "sha256=" in url else ""
         digest = hashlib.sha256()
         with log.open("a") as f:
-            f.write(f"GET {url.split('#', 1)[0]}\n")
+            f.write(f"GET {public_url(url.split('#', 1)[0])}\n")
         try:
             with self._http.stream("GET", url, follow_redirects=True) as reply:
                 if reply.status_code != 200:
@@ -184,7 +217,8 @@ class WheelStrategy:
             raise LaunchError(f"wheel: {name} cannot be downloaded ({why})") from None
         if want and digest.hexdigest() != want:
             raise LaunchError(f"wheel: {name} does not match the index's sha256")
-        return {"wheel": name, "sha256": digest.hexdigest(), "index": self._index(candidate)}
+        index = public_url(self._index(candidate))
+        return {"wheel": name, "sha256": digest.hexdigest(), "index": index}
 
     def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
         if self.download_only:

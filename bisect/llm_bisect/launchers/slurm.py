@@ -16,12 +16,14 @@ the head node's name, SLURM_NODEID and SLURM_NNODES there.
 A job that never runs (PENDING past `pending_timeout`), or that the cluster ends (NODE_FAIL,
 PREEMPTED, TIMEOUT, BOOT_FAIL), is never a verdict: it is resubmitted on another node
 (`--exclude`) up to `retries` times, then the probe is skip. A job whose owner (the harness
-that submitted it) died is cancelled by the next run on the same folder (`reap`).
+that submitted it, named in the job's comment) died is cancelled by the next llm-bisect
+command on the same node, whatever its run (`reap`).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shlex
 import string
 import subprocess
@@ -43,7 +45,7 @@ from ..redact import redact
 from ..retry import NotYetReady
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
-from .common import LoggedServer, free_port, owner_alive, owner_label, ready_once
+from .common import LoggedServer, free_port, owner_alive, owner_label, owner_pid, ready_once
 
 RUNTIME = {"head": "LLM_BISECT_HEAD", "node_rank": "SLURM_NODEID", "nnodes": "SLURM_NNODES"}
 """Placeholders known only on the nodes, and the variable each becomes there."""
@@ -257,8 +259,9 @@ class Slurm:
             self.run(["scancel", job])
 
     def jobs(self) -> list[tuple[str, str, str]]:
-        """(id, name, comment) of every job in the queue."""
-        out = self.run(["squeue", "-h", "-o", "%i|%j|%k"])
+        """(id, name, comment) of every job of this user in the queue."""
+        user = pwd.getpwuid(os.getuid()).pw_name
+        out = self.run(["squeue", "-h", "-u", user, "-o", "%i|%j|%k"])
         rows = [line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2]
         return [(r[0], r[1], r[2]) for r in rows]
 
@@ -493,16 +496,32 @@ class SlurmLauncher(Prefetching):
         self.build_facts[candidate.commit] = ready.facts
         return SlurmServer(self, candidate, probe_dir, ready.env, values | ready.values, instrument)
 
-    def reap(self) -> int:
-        """Cancel this run's jobs that a killed harness left in the queue (a live owner's
-        jobs are spared)."""
-        cancelled = 0
-        for job, name, comment in self.slurm.jobs():
-            if not name.startswith(JOB_PREFIX) or f"run={self.run_id}" not in comment.split():
-                continue
-            owner = next((w[6:] for w in comment.split() if w.startswith("owner=")), "")
-            if owner and owner_alive(owner):
-                continue
-            self.slurm.cancel(job)
-            cancelled += 1
-        return cancelled
+    def reap(self) -> list[str]:
+        """Cancel the jobs killed llm-bisect processes left in the queue (see reap_queue)."""
+        return reap_queue(self.slurm, self.run_id)
+
+
+def reap_queue(slurm: Slurm, run_id: str = "") -> list[str]:
+    """Cancel this user's llm-bisect jobs whose owner (named in the job's comment) is gone:
+    a `check`, `golden`, `run`... killed by SIGKILL; one line per job. A live owner's jobs
+    are spared (another run on this node, or a run on another node); a job with no owner is
+    cancelled only when it carries `run_id`."""
+    lines = []
+    for job, name, comment in slurm.jobs():
+        words = comment.split()
+        if not name.startswith(JOB_PREFIX) or "llm-bisect" not in words:
+            continue
+        owner = next((w[6:] for w in words if w.startswith("owner=")), "")
+        mine = bool(run_id) and f"run={run_id}" in words
+        if owner_alive(owner) if owner else not mine:
+            continue
+        try:
+            slurm.run(["scancel", job])
+        except LaunchError as exc:
+            lines.append(f"slurm: could not cancel job {job} ({name}): {exc}")
+            continue
+        lines.append(
+            f"slurm: cancelled job {job} ({name}; its llm-bisect process "
+            f"{owner_pid(owner) if owner else '?'} is gone)"
+        )
+    return lines
