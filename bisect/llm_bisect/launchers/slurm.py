@@ -83,7 +83,7 @@ BEGIN {
 }
 """
 """Masks the values (4+ characters) of the variables named in `names` on each line, as
-redact.redact does: overlapping secrets are one ***. POSIX awk, on every node."""
+redact.redact does: overlapping secrets are one ***. POSIX awk, on the batch node."""
 
 
 def _word(template: str, values: Mapping[str, str]) -> str:
@@ -170,9 +170,10 @@ def job_script(
         [
             "#!/bin/bash",
             *(f"#SBATCH {shlex.quote(o)}" for o in opts),
-            "set -eu -o pipefail",
+            "set -eu",
             'LLM_BISECT_HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
             "export LLM_BISECT_HEAD",
+            "set -o pipefail  # the job ends with the server's exit code, not the filter's",
             "# scancel: srun passes the signal on; this shell and the filter wait for the",
             "# server's last lines, so nothing reaches the log unmasked or is lost",
             "trap : TERM INT",
