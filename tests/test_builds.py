@@ -29,6 +29,7 @@ from llm_bisect.builds.prefetch import BuildPrefetcher
 from llm_bisect.cli import cli
 from llm_bisect.errors import LaunchError
 from llm_bisect.sources.git import GitSource
+from toybuild import INDEX_LOGIN
 
 
 def command_strategy(toy: dict[str, Any]) -> dict[str, Any]:
@@ -248,6 +249,33 @@ def test_wheels_from_a_per_commit_index_are_installed_by_uv_and_bisected(
             assert build["route"] == "wheel" and build["wheel"].startswith("toyengine-0.1.0+g")
             assert len(build["sha256"]) == 64
     assert any(p.startswith("/files/toyengine-") for p in index["served"]), "uv downloaded"
+
+
+def test_index_credentials_reach_uv_and_no_document_log_or_command_line(
+    toy: dict[str, Any], index: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user, password = INDEX_LOGIN
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    monkeypatch.setenv("TEST_INDEX_USER", user)
+    monkeypatch.setenv("TEST_INDEX_PASSWORD", password)
+    host = index["url"].removeprefix("http://")
+    wheel = wheel_strategy(f"http://${{TEST_INDEX_USER}}:${{TEST_INDEX_PASSWORD}}@{host}/private")
+    build = {"strategies": [wheel], "cache": {"dir": str(tmp_path / "c")}}
+    cfg = config(toy, tmp_path, build=build)
+    code, listed = invoke("candidates", str(cfg))
+    assert code == 0 and "toyengine-0.1.0+g" in listed, listed  # the index read with the login
+    out = tmp_path / "out"
+    for name in ("fault", "doc"):  # a wheel installed by uv with the login; a commit with none
+        sha = toy["shas"][name]
+        code, output = invoke("check", str(cfg), "--candidate", sha, "--out", str(out))
+        assert code == (1 if name == "fault" else 125), output
+        assert password not in output and password not in listed
+    build_log = out / "probes" / toy["shas"]["fault"][:12] / "build.log"
+    assert "uv pip install" in build_log.read_text()  # its command line, as ps shows it
+    probe = json.loads((out / "probe.json").read_text())
+    assert "http://***@" in probe["reason"], probe["reason"]  # the doc commit's: no wheel there
+    leaks = [f for f in out.rglob("*") if f.is_file() and password.encode() in f.read_bytes()]
+    assert leaks == [], [(f, f.read_text()[:2000]) for f in leaks]
 
 
 def test_prefetch_makes_the_next_builds_and_starts_none_while_checks_run(

@@ -226,7 +226,7 @@ def test_the_older_bad_end_suggests_find_fix(tmp_path: Path, history: Any) -> No
 
 
 def test_every_command_has_help() -> None:
-    for command in ["run", "check", "golden", "calibrate", "candidates", "report", "demo"]:
+    for command in ["run", "check", "golden", "calibrate", "candidates", "report", "demo", "reap"]:
         result = CliRunner().invoke(cli, [command, "--help"])
         assert result.exit_code == 0, command
         assert "Usage" in result.output

@@ -318,6 +318,44 @@ def test_secrets_in_env_never_reach_the_container_log_file(
     assert "HF_TOKEN=***" in log and "hf_dockerSecret9" not in log
 
 
+def test_a_secret_across_the_engines_16k_log_split_never_reaches_the_log(
+    client: docker.DockerClient, repo_name: str, history: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The engine cuts a log line every 16 KiB; the token straddles the first cut.
+    token = "hf_" + "splitAcross16k" * 3
+    at = 16 * 1024 - len(token) // 2
+    h: History = history({}, n=1, settings={"print_env": ["HF_TOKEN"], "print_env_at": at})
+    build_images(client, h, repo_name)
+    server = sim_server(repo_name + ":{commit}")
+    server["env"]["HF_TOKEN"] = "${TEST_HF_TOKEN}"
+    monkeypatch.setenv("TEST_HF_TOKEN", token)
+    config = docker_config(h, server, SIMPLE_CHECKS)
+    code, output = invoke("check", str(config), "--candidate", h.shas[1], "--out", str(h.root))
+    assert code == 0, output
+    log = (h.root / "probes" / h.shas[1][:12] / "server.log").read_text()
+    line = next(line for line in log.splitlines() if "sim: HF_TOKEN=" in line)
+    assert token not in log and line.endswith("sim: HF_TOKEN=***"), line[at - 40 :]
+    assert len(line) == at + len("***"), "the line is whole, the cut rejoined"
+
+
+def test_a_short_value_named_like_a_secret_does_not_garble_the_log(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h: History = history({}, n=1)
+    build_images(client, h, repo_name)
+    server = sim_server(repo_name + ":{commit}")
+    server["env"]["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
+    config = docker_config(h, server, SIMPLE_CHECKS)
+    code, output = invoke(
+        "check", str(config), "--candidate", h.shas[1], "--out", str(h.root), "--json"
+    )
+    assert code == 0, output
+    log = (h.root / "probes" / h.shas[1][:12] / "server.log").read_text()
+    assert f"vLLM API server version 0.1.0+g{h.shas[1][:12]}" in log, log
+    probe = json.loads((h.root / "probe.json").read_text())
+    assert probe["fingerprint"]["kernels"]["engine_version"] == f"0.1.0+g{h.shas[1][:12]}"
+
+
 def _start_run(config: Path, out: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "llm_bisect.cli", "run", str(config), "--out", str(out)],
@@ -441,12 +479,86 @@ def test_reap_spares_the_containers_of_a_live_run(
         cfg, env={}, secret_names=[], base_dir=tmp_path, run_id=run_id, client=client
     )
     try:
-        assert launcher.reap() == 1
+        assert len(launcher.reap()) == 1
         left = {c.id for c in containers_of(client, run_id, RUN_LABEL)}
         assert left == {alive.id} and orphan.id not in left
     finally:
         launcher.close()
         alive.remove(force=True)
+
+
+def killed_check(client: docker.DockerClient, config: Path, commit: str, out: Path) -> Any:
+    """The container a `check` left running when it was SIGKILLed (its server was starting)."""
+    cli = [sys.executable, "-m", "llm_bisect.cli"]
+    proc = subprocess.Popen(
+        [*cli, "check", str(config), "--candidate", commit, "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    log = out / "probes" / commit[:12] / "server.log"
+    try:
+        assert wait_until(lambda: log.exists() and "sim: serving" in log.read_text(), 60)
+    finally:
+        proc.kill()
+        proc.wait()
+    (left,) = containers_of(client, commit, COMMIT_LABEL)
+    assert left.status in ("created", "running"), "a SIGKILLed check leaves its container"
+    return left
+
+
+def slow_history(client: docker.DockerClient, history: Any, repo_name: str) -> History:
+    """Images for two commits, and a `slow-` image of the second whose server never listens."""
+    h: History = history({}, n=1)
+    build_images(client, h, repo_name)
+    import_image(client, f"{repo_name}:slow-{h.shas[1]}", {"startup_delay": 600})
+    return h
+
+
+def test_a_container_a_killed_check_left_is_removed_by_the_next_run_which_says_so(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h = slow_history(client, history, repo_name)
+    slow = docker_config(h, sim_server(repo_name + ":slow-{commit}"), SIMPLE_CHECKS)
+    try:
+        left = killed_check(client, slow, h.shas[1], h.root / "check")
+        config = docker_config(h, sim_server(repo_name + ":{commit}"), SIMPLE_CHECKS)
+        code, output = invoke("run", str(config), "--out", str(h.root / "run"))
+        assert code == 4, output  # no regression: both ends good
+        said = f"docker: removed container {left.name} (commit {h.shas[1][:12]}, its llm-bisect"
+        assert said in output, output
+        assert containers_of(client, h.shas[1], COMMIT_LABEL) == []
+    finally:
+        for container in containers_of(client, h.shas[1], COMMIT_LABEL):
+            container.remove(force=True)
+
+
+def test_reap_removes_what_dead_processes_left_and_spares_a_live_ones(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h = slow_history(client, history, repo_name)
+    slow = docker_config(h, sim_server(repo_name + ":slow-{commit}"), SIMPLE_CHECKS)
+    alive = subprocess.Popen(["sleep", "600"])  # another llm-bisect, still running
+    spared = client.containers.create(
+        f"{repo_name}:{h.shas[0]}",
+        ["x"],
+        labels={RUN_LABEL: "another-run", OWNER_LABEL: owner_label(alive.pid)},
+    )
+    try:
+        left = killed_check(client, slow, h.shas[1], h.root / "check")
+        code, output = invoke("reap")
+        assert code == 0, output
+        assert f"docker: removed container {left.name} (commit {h.shas[1][:12]}" in output
+        assert "server(s) in the Docker engine" in output
+        assert containers_of(client, h.shas[1], COMMIT_LABEL) == []
+        assert [c.id for c in containers_of(client, "another-run", RUN_LABEL)] == [spared.id]
+        code, output = invoke("reap", str(slow))  # with a config: its launcher
+        assert code == 0 and "nothing to reap in the docker launcher of" in output, output
+    finally:
+        alive.kill()
+        alive.wait()
+        spared.remove(force=True)
+        for container in containers_of(client, h.shas[1], COMMIT_LABEL):
+            container.remove(force=True)
 
 
 def test_docker_login_opens_a_private_registry_and_is_a_secret(

@@ -18,13 +18,21 @@ import yaml
 from helpers import History, live_processes, probe_order, shell_words, sim_command, wait_until
 from llm_bisect.config import SlurmServerConfig, load_config
 from llm_bisect.journal import read_events
-from llm_bisect.launchers.slurm import JOB_PREFIX, SlurmLauncher, job_script, node_script
+from llm_bisect.launchers.slurm import (
+    JOB_PREFIX,
+    MASK_AWK,
+    SlurmLauncher,
+    job_script,
+    node_script,
+)
 from llm_bisect.model import Candidate
+from llm_bisect.redact import redact
 from test_cli import invoke, launched
 from test_runner import start
 
 pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).parent.parent
+CLI = [sys.executable, "-m", "llm_bisect.cli"]
 
 
 def our_jobs() -> list[tuple[str, str, str]]:
@@ -121,6 +129,84 @@ def test_sigkill_then_resume_leaves_no_job(cluster: None, tmp_path: Path) -> Non
     assert wait_until(lambda: live_processes(str(h.repo)) == [], 30)
 
 
+def held_check(tmp_path: Path, token: str) -> tuple[History, subprocess.Popen[bytes], Path, Path]:
+    """A `check` whose job logs HF_TOKEN, then holds its server; (history, the check, its
+    server.log, the hold file)."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    h = History(tmp_path, {}, 2, settings={"print_env": ["HF_TOKEN"], "hold_file": str(hold)})
+    config = h.config(
+        server={
+            "launcher": "slurm",
+            "command": sim_command(h.repo),
+            "ready_timeout": 120,
+            "env": {"PYTHONPATH": os.pathsep.join(sys.path), "HF_TOKEN": "${TEST_SLURM_TOKEN}"},
+        },
+        checks=[{"type": "canary"}],
+        localize=False,
+    )
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*CLI, "check", str(config), "--candidate", h.shas[1], "--out", str(out)],
+        env={**os.environ, "TEST_SLURM_TOKEN": token},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return h, proc, out / "probes" / h.shas[1][:12] / "server.log", hold
+
+
+def cancel_jobs_of(short: str) -> None:
+    for job, _, name in our_jobs():
+        if name == f"{JOB_PREFIX}{short}":
+            subprocess.run(["scancel", job], check=False)
+
+
+def test_a_token_is_masked_in_server_log_while_the_job_runs_and_after_a_kill(
+    cluster: None, tmp_path: Path
+) -> None:
+    token = "hf_slurmLiveSecret42"
+    h, proc, log, hold = held_check(tmp_path, token)
+    try:
+        assert wait_until(lambda: log.exists() and "sim: held until" in log.read_text(), 120)
+        text = log.read_text()
+        assert "sim: HF_TOKEN=***" in text and token not in text, text
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert token not in log.read_text()
+    finally:
+        proc.kill()
+        cancel_jobs_of(h.shas[1][:12])
+        hold.unlink()
+
+
+def test_reap_cancels_a_killed_checks_job_and_spares_a_live_ones(
+    cluster: None, tmp_path: Path
+) -> None:
+    checks = {}
+    for role in ("dead", "live"):
+        (tmp_path / role).mkdir()
+        checks[role] = held_check(tmp_path / role, f"hf_{role}OwnerToken1")
+    try:
+        for _, _, log, _ in checks.values():
+            assert wait_until(lambda log=log: log.exists() and "held until" in log.read_text(), 120)
+        jobs = {name: job for job, _, name in our_jobs()}
+        dead, live = (f"{JOB_PREFIX}{checks[r][0].shas[1][:12]}" for r in ("dead", "live"))
+        proc = checks["dead"][1]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        code, output = invoke("reap")
+        assert code == 0, output
+        said = f"slurm: cancelled job {jobs[dead]} ({dead}; its llm-bisect process {proc.pid} is"
+        assert said in output and "the Slurm queue" in output, output
+        assert wait_until(lambda: dead not in {name for _, _, name in our_jobs()}, 60)
+        assert (jobs[live], "RUNNING", live) in our_jobs() and checks["live"][1].poll() is None
+    finally:
+        for h, proc, _, hold in checks.values():
+            proc.kill()
+            cancel_jobs_of(h.shas[1][:12])
+            hold.unlink()
+
+
 def test_a_job_pending_past_its_limit_is_skip_and_cancelled(cluster: None, tmp_path: Path) -> None:
     h, config, _, _ = slurm_history(
         tmp_path,
@@ -167,15 +253,36 @@ def test_the_gb200_config_writes_two_node_job_scripts(tmp_path: Path) -> None:
     )
     assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=4" in script
     assert "#SBATCH --exclusive" in script
-    srun = next(line for line in script.splitlines() if line.startswith("exec srun"))
-    assert srun.split()[:4] == ["exec", "srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
+    srun = next(line for line in script.splitlines() if line.startswith("srun"))
+    assert srun.split()[:3] == ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     assert f"--container-image=vllm/vllm-openai:nightly-{'c' * 40}" in srun
     assert "--container-mounts=/lustre/hf-cache:/root/.cache/huggingface" in srun
-    assert srun.endswith(f"bash {tmp_path / 'node.sh'}")
+    assert srun.endswith(f"bash {tmp_path / 'node.sh'} 2>&1 |")  # into the masking filter
     run = subprocess.run(
         ["bash", "-n"], input=script + node, text=True, capture_output=True, check=False
     )
     assert run.returncode == 0, run.stderr  # both are valid bash
+
+
+def test_the_jobs_log_filter_masks_as_redact_does(tmp_path: Path) -> None:
+    secrets = {"HF_TOKEN": "hf_abcd1234", "AB_KEY": "bcdefg", "OTHER_KEY": "abcd", "SHORT": "1"}
+    lines = [
+        "token hf_abcd1234 twice hf_abcd1234",
+        "xabcdefg: two secrets overlap",
+        "version 0.1.0: a value under 4 characters is never masked",
+        "no secret here, and no newline at the end",
+    ]
+    text = "\n".join(lines)
+    for awk in (["awk"], ["mawk", "-W", "interactive"]):
+        done = subprocess.run(
+            [*awk, "-v", f"names={','.join(secrets)}", MASK_AWK],
+            input=text,
+            env={**os.environ, **secrets, "LC_ALL": "C"},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert done.stdout == redact(text, list(secrets.values())) + "\n", done.stdout
 
 
 def test_slurm_without_sbatch_is_one_line_and_starts_nothing(tmp_path: Path) -> None:

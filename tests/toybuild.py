@@ -160,9 +160,16 @@ def make_wheel(
     return wheel
 
 
+PRIVATE = "/private/"
+"""Under this prefix the index answers only with the login below (HTTP basic auth)."""
+INDEX_LOGIN = ("ci-bot", "idx-s3cret-99")
+LOGIN = "Basic " + base64.b64encode(":".join(INDEX_LOGIN).encode()).decode()
+
+
 @pytest.fixture(scope="module")
 def index(toy: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """A PEP 503 index per commit on 127.0.0.1: one real wheel per commit, some commits none."""
+    """A PEP 503 index per commit on 127.0.0.1: one real wheel per commit, some commits none;
+    the same behind a login under /private/."""
     shas = toy["shas"]
     files = toy["root"] / "wheels"
     files.mkdir()
@@ -216,14 +223,25 @@ def serve_index(
             self.do_GET(head=True)
 
         def do_GET(self, head: bool = False) -> None:
-            body = pages.get(self.path) or blobs.get(self.path.removeprefix("/files/"))
+            path, private = self.path, self.path.startswith(PRIVATE)
+            if private:  # the same index behind a login
+                if self.headers.get("Authorization") != LOGIN:
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="wheels"')
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                path = path.removeprefix(PRIVATE.rstrip("/"))
+            body = pages.get(path) or blobs.get(path.removeprefix("/files/"))
+            if body is not None and private and path in pages:
+                body = body.replace(b'href="/files/', f'href="{PRIVATE}files/'.encode())
             if body is None:
                 self.send_response(404)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             self.send_response(200)
-            kind = "text/html" if self.path in pages else "application/octet-stream"
+            kind = "text/html" if path in pages else "application/octet-stream"
             self.send_header("Content-Type", kind)
             if declare_length:
                 self.send_header("Content-Length", str(len(body)))

@@ -41,6 +41,7 @@ from .config import (
     caller_secret_names,
     config_digest,
     expand_env,
+    expand_template,
     expand_value,
     fill,
     load_config,
@@ -65,7 +66,7 @@ from .localize import localize as localize_results
 from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
 from .outdir import hold, prepare
 from .probe import ProbeContext, Progress, probe
-from .redact import Scrub
+from .redact import Scrub, url_credentials
 from .registry import parse_image_ref
 from .report.documents import (
     Bisection,
@@ -259,6 +260,9 @@ def setup(
     server = config.server
     names = sorted({*secret_names(server.env), *caller_secret_names(environ)})
     secrets = [{**environ, **env}[n] for n in names]
+    for i, strategy in enumerate(config.build.strategies if config.build else []):
+        if isinstance(strategy, WheelStrategyConfig):  # a login in the index's URL
+            secrets += url_credentials(wheel_index(strategy, environ, i))
     logins: dict[str, tuple[str, str]] = {}
     if isinstance(server, DockerServerConfig):
         if server.registry.password:
@@ -308,6 +312,11 @@ def setup(
     return replace(made, builder=builder, config_file=str(config_path))
 
 
+def wheel_index(cfg: WheelStrategyConfig, environ: Mapping[str, str], i: int) -> str:
+    """A wheel strategy's index template with `${VAR}` expanded (a login, often)."""
+    return expand_template(cfg.index, environ, f"build.strategies.{i}.index")
+
+
 def _builder(
     config: Config,
     base_dir: Path,
@@ -342,7 +351,7 @@ def _builder(
         elif isinstance(cfg, WheelStrategyConfig) and cfg.image is not None:
             strategies.append(
                 WheelStrategy(
-                    index=cfg.index,
+                    index=wheel_index(cfg, environ, i),
                     package=cfg.package,
                     python="",
                     uv="",
@@ -376,7 +385,7 @@ def _builder(
             interpreter = cfg.python or (str(base / "bin" / "python") if base else sys.executable)
             strategies.append(
                 WheelStrategy(
-                    index=cfg.index,
+                    index=wheel_index(cfg, environ, i),
                     package=cfg.package,
                     python=interpreter,
                     uv=find_uv(),
@@ -519,7 +528,8 @@ def check_one(
     golden = GoldenStore(golden_file_of(s, golden_file), s.checks, scrub=s.scrub)
     candidate = s.resolve(ref, "--candidate")
     with hold(out_dir), s.launcher(run_id_of(out_dir, "check")) as launcher:
-        launcher.reap()
+        for line in launcher.reap():
+            progress.note(line)
         ctx = ProbeContext(
             launcher,
             s.checks,
@@ -539,7 +549,8 @@ def check_one(
 def serving(s: Setup, candidate: Candidate, out_dir: Path, run_id: str) -> Iterator[OpenAIClient]:
     """One ready server for a candidate (golden, calibrate); untestable is an error here."""
     with hold(out_dir), s.launcher(run_id) as launcher:
-        launcher.reap()
+        for line in launcher.reap():
+            s.report(line)
         with launcher.launch(candidate, out_dir / "probes" / candidate.short) as server:
             try:
                 server.wait_ready()
@@ -558,6 +569,53 @@ def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> Golden:
         data = golden_record(api, s.checks, candidate.commit)
     golden_save(path, data, s.scrub)
     return data
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """What `reap` did."""
+
+    looked: list[str]
+    """Where it looked: the Docker engine, the Slurm queue, a config's launcher."""
+    removed: list[str]
+    """One line per server removed: what it was and whose."""
+    failed: list[str]
+    """Places it could not look at, and why."""
+
+
+def reap_servers(s: Setup | None, environ: Mapping[str, str]) -> Reaped:
+    """The `reap` command: remove the servers of killed llm-bisect processes (owner gone)
+    from the config's launcher, or without one from this node's Docker engine and Slurm
+    queue (where there is one). A live process's servers are never touched."""
+    if s is not None:
+        kind = s.config.server.launcher
+        with s.launcher("reap") as launcher:
+            return Reaped([f"the {kind} launcher of {s.config_file}"], launcher.reap(), [])
+    looked, removed, failed = [], [], []
+    import docker
+    import docker.errors
+
+    from .launchers.docker import reap_engine
+    from .launchers.slurm import Slurm, reap_queue
+
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException:
+        pass  # no engine on this node: nothing of ours there
+    else:
+        looked.append("the Docker engine")
+        try:
+            removed += reap_engine(client)
+        except LaunchError as exc:
+            failed.append(str(exc))
+    if shutil.which("squeue", path=environ.get("PATH", os.defpath)) is not None:
+        looked.append("the Slurm queue")
+        try:
+            removed += reap_queue(Slurm(environ))
+        except LaunchError as exc:
+            failed.append(str(exc))
+    return Reaped(looked, removed, failed)
 
 
 @dataclass(frozen=True)
@@ -658,7 +716,8 @@ def localize_builds(
     seconds: dict[str, float] = {}
     collected = 0
     with s.launcher(run_id_of(out_dir, "localize")) as launcher:
-        launcher.reap()
+        for line in launcher.reap():
+            note(line)
         for role, candidate in (("good", good), ("bad", bad)):
             t0 = s.clock()
             probe_dir = out_dir / "localize" / candidate.short

@@ -329,7 +329,8 @@ class _Ticking:
 
 def _setup(term: Terminal, config: Path, progress: TerminalProgress | None = None) -> app.Setup:
     """The config's setup; from here on the terminal masks its secrets."""
-    s = app.setup(config, os.environ, report=progress.note if progress else lambda _: None)
+    report = progress.note if progress else lambda line: term.say(f"    {line}")
+    s = app.setup(config, os.environ, report=report)
     term.mask(s.scrub)
     return s
 
@@ -743,6 +744,42 @@ def localize_cmd(
             if out is not None:
                 term.out(f"localization: {out_dir / app.LOCALIZATION}")
         return 0
+
+    raise typer.Exit(guarded(body))
+
+
+@cli.command("reap")
+def reap_cmd(
+    config: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Look where this config's launcher runs servers (its docker_hosts too).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Remove the servers killed llm-bisect processes left behind: containers and Slurm
+    jobs whose owner process is gone (after a SIGKILL, an OOM kill, a lost session).
+
+    Without CONFIG: this node's Docker engine and Slurm queue. Servers of a live
+    llm-bisect process (another run on this node) are never touched. Every command that
+    starts servers does this first for its own launcher. Exit 0, or 1 when a place could
+    not be looked at.
+    """
+
+    def body(term: Terminal) -> int:
+        s = _setup(term, config) if config is not None else None
+        done = app.reap_servers(s, os.environ)
+        for line in done.removed:
+            term.out(_printable(line))
+        for line in done.failed:
+            term.say(f"llm-bisect: {_printable(line)}")
+        where = " and ".join(done.looked) or "nowhere (no Docker engine, no Slurm here)"
+        if done.removed:
+            term.out(f"reaped {len(done.removed)} server(s) in {where}")
+        else:
+            term.out(f"nothing to reap in {where}")
+        return 1 if done.failed else 0
 
     raise typer.Exit(guarded(body))
 

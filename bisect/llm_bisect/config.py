@@ -492,7 +492,8 @@ class WheelStrategy(_Strict):
 
     type: Literal["wheel"]
     index: str
-    """URL template of the commit's index: `{commit}`, `{short}`."""
+    """URL template of the commit's index: `{commit}`, `{short}`; `${VAR}` takes VAR from the
+    caller (a login: `https://${USER}:${TOKEN}@host/{commit}/`, never written out)."""
     package: str = "vllm"
     base_venv: str | None = None
     """A venv whose packages the build reuses (a .pth file); only the package is installed."""
@@ -508,7 +509,7 @@ class WheelStrategy(_Strict):
     @field_validator("index")
     @classmethod
     def _index_placeholders(cls, index: str) -> str:
-        _check_placeholders([index], "index", IMAGE_PLACEHOLDERS)
+        _check_placeholders([_ENV_REF.sub("", index)], "index", IMAGE_PLACEHOLDERS)
         return index
 
 
@@ -620,6 +621,15 @@ def expand_value(value: str, environ: Mapping[str, str], key: str) -> str:
         return environ[name]
 
     return _ENV_REF.sub(sub, value)
+
+
+def expand_template(template: str, environ: Mapping[str, str], key: str) -> str:
+    """Expand `${VAR}` in a `{...}` template; the values' own braces stay literal."""
+    parts = _ENV_REF.split(template)  # text, name, text, name, ..., text
+    for i in range(1, len(parts), 2):
+        value = expand_value("${" + parts[i] + "}", environ, key)
+        parts[i] = value.replace("{", "{{").replace("}", "}}")
+    return "".join(parts)
 
 
 def expand_env(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:

@@ -11,20 +11,112 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, AnyStr
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 MASK = "***"
 MIN_SECRET = 4
 """Shorter values are not masked: masking `1` or `no` would garble every text."""
 MAX_TEXT = 20_000
 """Characters of one text kept in a document; longer ones keep their head, length and hash."""
+HOLD_MAX = 1 << 20
+"""Bytes a Masker holds back at most (overlapping secrets repeated without end)."""
+
+
+def _spans(text: AnyStr, secrets: Iterable[AnyStr]) -> list[tuple[int, int]]:
+    """Where secrets occur, overlapping occurrences merged into one span, in order."""
+    found = []
+    for secret in secrets:
+        at = text.find(secret)
+        while at >= 0:
+            found.append((at, at + len(secret)))
+            at = text.find(secret, at + 1)
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(found):
+        if merged and start < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _masked(text: AnyStr, spans: list[tuple[int, int]], mask: AnyStr) -> AnyStr:
+    parts, at = [], 0
+    for start, end in spans:
+        parts += [text[at:start], mask]
+        at = end
+    parts.append(text[at:])
+    return text[:0].join(parts)
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """Replace every secret value (4+ characters) in a text by ***."""
-    for secret in sorted((s for s in secrets if len(s) >= MIN_SECRET), key=len, reverse=True):
-        text = text.replace(secret, MASK)
-    return text
+    """Replace every secret value (4+ characters) in a text by ***; secrets that overlap
+    there are one *** (no piece of either shows)."""
+    kept = [s for s in secrets if len(s) >= MIN_SECRET]
+    return _masked(text, _spans(text, kept), MASK) if kept else text
+
+
+class Masker:
+    """`redact` over a byte stream cut anywhere (a Docker log arrives in 16 KiB pieces):
+    what `feed` returns, joined, is the whole stream redacted, whatever the cuts.
+
+        fed so far  ───────────────────────┬──────────────┐
+        given out   masked, final          │ held back    │  a secret may begin here
+                                        cut                (the longest secret - 1 bytes,
+                                                            or a secret running past it)
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.secrets = [s.encode() for s in secrets if len(s) >= MIN_SECRET]
+        self.longest = max((len(s) for s in self.secrets), default=0)
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        """What of the stream so far is final, masked."""
+        if not self.secrets:
+            return chunk
+        text = self._held + chunk
+        spans = _spans(text, self.secrets)
+        # A secret starting before `cut` fits whole in `text`: the spans before it are final.
+        cut = max(0, len(text) - self.longest + 1)
+        for start, end in spans:
+            if start < cut < end:
+                cut = start if len(text) - start <= HOLD_MAX else end
+        self._held = text[cut:]
+        return _masked(text[:cut], [s for s in spans if s[1] <= cut], MASK.encode())
+
+    def flush(self) -> bytes:
+        """The rest, masked (the stream ended)."""
+        text, self._held = self._held, b""
+        return _masked(text, _spans(text, self.secrets), MASK.encode())
+
+
+def url_credentials(url: str) -> list[str]:
+    """The secrets a URL carries in its `user:password@` part (as written and decoded):
+    the password and the pair, or a user alone (a token). Pure."""
+    try:
+        parts = urlsplit(url)
+        user, password = parts.username, parts.password
+    except ValueError:
+        return []
+    if not user and not password:
+        return []
+    userinfo = parts.netloc.rpartition("@")[0]
+    found = [userinfo, unquote(userinfo)]
+    found += [password, unquote(password)] if password else [user or "", unquote(user or "")]
+    return list(dict.fromkeys(s for s in found if s))
+
+
+def public_url(url: str) -> str:
+    """The URL with its `user:password@` part shown as `***@`, to be written anywhere. Pure."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{MASK}@{host}"))
 
 
 def clip(text: str, limit: int = MAX_TEXT) -> str:

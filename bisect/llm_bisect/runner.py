@@ -166,7 +166,8 @@ def run(
             state = read_journal(out_dir / FILENAME).state
             assert state is not None
         progress.planned(plan, len(state.probes))
-        launcher.reap()
+        for line in launcher.reap():  # what killed llm-bisect processes left
+            progress.note(line)
         prefer = (
             frozenset(c.commit for c in plan.candidates if launcher.artifact(c).ready)
             if coarse

@@ -8,7 +8,12 @@
     of the build's interpreter: Python, ABI, platform); none fits ─► does not apply
              ▼
     uv venv OUT [--system-site-packages]  (+ a .pth onto base_venv's packages)
-    uv pip install --python OUT/bin/python --extra-index-url {index} [--no-deps] "{package} @ URL"
+    uv pip install --python OUT/bin/python --index llm-bisect={index} [--no-deps] "{package} @ URL"
+
+A login in the index's URL (`https://user:token@host/...`) reaches uv through its
+per-index variables (UV_INDEX_LLM_BISECT_USERNAME / _PASSWORD), never its command line
+(`ps` shows that to everyone); what is written (facts, reasons, logs) names the index as
+`https://***@host/...`.
 
 With `base_venv` the build reuses that venv's packages (torch and the rest) through a
 .pth file and installs only the package itself: seconds and a little disk per commit,
@@ -36,7 +41,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import httpx
 import packaging
@@ -46,6 +51,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from ..config import fill
 from ..errors import ConfigError, LaunchError
 from ..model import Candidate
+from ..redact import public_url
 from . import Build, run_logged
 
 INDEX_TIMEOUT_S = 30.0
@@ -58,6 +64,14 @@ TAGS_SCRIPT = (
     "'version': platform.python_version()}))"
 )
 """Run by the build's interpreter with this packaging on its path: the tags it accepts."""
+UV_INDEX_NAME = "llm-bisect"
+"""The commit's index as uv names it; its login is in UV_INDEX_LLM_BISECT_USERNAME/_PASSWORD."""
+
+
+def _bare(url: str) -> str:
+    """`url` without the login in it (the login reaches uv through its environment)."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def normalize(name: str) -> str:
@@ -207,7 +221,7 @@ class WheelStrategy:
         base venv and uv's version."""
         target = self.target()
         found = {
-            "index": self.index,
+            "index": public_url(self.index),
             "package": self.package,
             "download_only": self.download_only,
             "target": target.tags[0],
@@ -237,13 +251,26 @@ class WheelStrategy:
         url = fill(self.index, {"commit": candidate.commit, "short": candidate.short})
         return url if url.endswith("/") else url + "/"
 
+    def _uv_index(self, candidate: Candidate) -> tuple[list[str], dict[str, str]]:
+        """uv's arguments for the commit's index (its URL without the login) and the
+        environment that gives uv the login."""
+        parts = urlsplit(self._index(candidate))
+        bare = _bare(self._index(candidate))
+        variable = "UV_INDEX_" + UV_INDEX_NAME.upper().replace("-", "_")
+        env = {}
+        if parts.username:
+            env[f"{variable}_USERNAME"] = unquote(parts.username)
+        if parts.password:
+            env[f"{variable}_PASSWORD"] = unquote(parts.password)
+        return ["--index", f"{UV_INDEX_NAME}={bare}"], env
+
     def _page(self, page: str) -> tuple[str | None, str]:
         """The index page's text, read up to MAX_PAGE_BYTES; (None, why) when it cannot be."""
-        too_large = f"{page} is larger than {MAX_PAGE_BYTES >> 20} MiB"
+        too_large = f"{public_url(page)} is larger than {MAX_PAGE_BYTES >> 20} MiB"
         try:
             with self._http.stream("GET", page, follow_redirects=True) as reply:
                 if reply.status_code != 200:
-                    return None, f"{page} answers {reply.status_code}"
+                    return None, f"{public_url(page)} answers {reply.status_code}"
                 declared = reply.headers.get("content-length", "")
                 if declared.isdigit() and int(declared) > MAX_PAGE_BYTES:
                     return None, too_large
@@ -254,7 +281,7 @@ class WheelStrategy:
                         return None, too_large
                 encoding = reply.charset_encoding or "utf-8"
         except httpx.HTTPError as exc:
-            return None, f"{page} cannot be read ({type(exc).__name__})"
+            return None, f"{public_url(page)} cannot be read ({type(exc).__name__})"
         try:
             codecs.lookup(encoding)
         except LookupError:
@@ -270,7 +297,7 @@ class WheelStrategy:
             return None, why
         links = wheel_links(text, self.package)
         if not links:
-            return None, f"{page} lists no {self.package} wheel"
+            return None, f"{public_url(page)} lists no {self.package} wheel"
         try:
             target = self.target()
         except LaunchError as exc:
@@ -278,7 +305,7 @@ class WheelStrategy:
         chosen = choose_wheel(links, target)
         if chosen is None:
             n = f"{len(links)} {self.package} wheel{'s' if len(links) > 1 else ''}"
-            return None, f"{page} lists {n}, none for {target.what}"
+            return None, f"{public_url(page)} lists {n}, none for {target.what}"
         return urljoin(page, chosen), ""
 
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
@@ -287,8 +314,19 @@ class WheelStrategy:
             return False, f"no wheel: {why}"
         return True, urlsplit(url).path.rsplit("/", 1)[-1]
 
-    def _run(self, argv: list[str], log: Path, what: str) -> None:
-        run_logged(argv, log, env=self.env, what=f"wheel: {what}", redact=self.secret_names)
+    def _run(
+        self, argv: list[str], log: Path, what: str, login: Mapping[str, str] | None = None
+    ) -> None:
+        """`login`: variables added for this step, their values masked in its log."""
+        login = dict(login or {})
+        masked = [n for n in login if n.endswith("_PASSWORD")] or list(login)
+        run_logged(
+            argv,
+            log,
+            env={**self.env, **login},
+            what=f"wheel: {what}",
+            redact=[*self.secret_names, *masked],
+        )
 
     def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
         url, why = self._wheel(candidate)
@@ -304,14 +342,15 @@ class WheelStrategy:
         if self.base_venv is not None:
             _link_base(python, self.base_venv)
         install = [self.uv, "pip", "install", "--python", str(python)]
+        index, login = self._uv_index(candidate)
         # exactly the wheel chosen for the target (uv checks the index's sha256 fragment)
-        install += ["--extra-index-url", self._index(candidate), f"{self.package} @ {url}"]
+        install += [*index, f"{self.package} @ {_bare(url)}"]
         if self.base_venv is not None:
             install.append("--no-deps")  # the base venv has them
-        self._run(install, log, "uv pip install")
+        self._run(install, log, "uv pip install", login)
         name = urlsplit(url).path.rsplit("/", 1)[-1]
         digest = urlsplit(url).fragment.removeprefix("sha256=") if "sha256=" in url else ""
-        return {"wheel": name, "sha256": digest, "index": self._index(candidate)}
+        return {"wheel": name, "sha256": digest, "index": public_url(self._index(candidate))}
 
     def _download(self, candidate: Candidate, url: str, out: Path, log: Path) -> dict[str, Any]:
         """The wheel file into `out`, its sha256 checked against the index's."""
@@ -319,7 +358,7 @@ class WheelStrategy:
         want = urlsplit(url).fragment.removeprefix("sha256=") if "sha256=" in url else ""
         digest = hashlib.sha256()
         with log.open("a") as f:
-            f.write(f"GET {url.split('#', 1)[0]}\n")
+            f.write(f"GET {public_url(url.split('#', 1)[0])}\n")
         try:
             with self._http.stream("GET", url, follow_redirects=True) as reply:
                 if reply.status_code != 200:
@@ -333,7 +372,8 @@ class WheelStrategy:
             raise LaunchError(f"wheel: {name} cannot be downloaded ({why})") from None
         if want and digest.hexdigest() != want:
             raise LaunchError(f"wheel: {name} does not match the index's sha256")
-        return {"wheel": name, "sha256": digest.hexdigest(), "index": self._index(candidate)}
+        index = public_url(self._index(candidate))
+        return {"wheel": name, "sha256": digest.hexdigest(), "index": index}
 
     def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
         if self.download_only:

@@ -108,8 +108,10 @@ class Launcher(Protocol):
         """Inside, background work must not slow the running probe's checks."""
         ...
 
-    def reap(self) -> int:
-        """Remove what an earlier, killed run of this run id left behind; how many."""
+    def reap(self) -> list[str]:
+        """Remove the servers killed llm-bisect processes left behind (any run or command:
+        those whose owner process is gone; never a live one's); one line per server, saying
+        what was removed."""
         ...
 
     def close(self) -> None:

@@ -53,6 +53,11 @@ def owner_alive(label: str) -> bool:
     return _start_time(int(pid)) == started and started != ""
 
 
+def owner_pid(label: str) -> str:
+    """The pid an owner label names, for messages (`vm:4242:123` → `4242`)."""
+    return label.split(":")[1] if label.count(":") >= 2 else label
+
+
 @contextmanager
 def signals_deferred() -> Iterator[None]:
     """Hold SIGINT/SIGTERM while cleaning up, so a second Ctrl-C cannot cut it short."""

@@ -3,7 +3,8 @@
     artifact(c)  engine, then registry manifest  → exists? digest? size?   (nothing pulled)
     launch(c)    pull (by digest) → create → start → stream logs → ready → checks
     __exit__     stop (SIGTERM, then SIGKILL after stop_timeout) and remove, always
-    reap()       remove containers a killed earlier run left behind (by run label)
+    reap()       remove the containers killed llm-bisect processes left behind (any run or
+                 command: by owner label, `host:pid:start`, checked against live processes)
     prefetch(cs) pull the images that could come next, in the background, within a
                  disk budget; no new pull starts while checks run
 
@@ -42,10 +43,11 @@ from ..config import DockerServerConfig, fill
 from ..errors import LaunchError, ServerExited
 from ..fingerprint import package_probe_source
 from ..model import Candidate
+from ..redact import Masker
 from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
 from ..report import escape as esc
 from . import Artifact, Instrument
-from .common import LoggedServer, free_port, owner_alive, owner_label, wait_ready
+from .common import LoggedServer, free_port, owner_alive, owner_label, owner_pid, wait_ready
 
 RUN_LABEL = "llm-bisect.run"
 COMMIT_LABEL = "llm-bisect.commit"
@@ -234,13 +236,14 @@ class DockerServer(LoggedServer):
         container, log = self.container, self._log
         if container is None or log is None:
             return
-        secrets = [s.encode() for s in self.launcher.secrets]
+        masker = Masker(self.launcher.secrets)  # the engine cuts long lines into pieces
         with suppress(docker.errors.DockerException, ValueError, OSError):
             for chunk in container.logs(stream=True, follow=True):
-                for secret in secrets:
-                    chunk = chunk.replace(secret, b"***")
-                log.write(chunk)
+                log.write(masker.feed(chunk))
                 log.flush()
+        with suppress(ValueError, OSError):
+            log.write(masker.flush())
+            log.flush()
 
     def stop(self) -> None:
         container, self.container = self.container, None
@@ -792,25 +795,9 @@ class DockerLauncher:
     ) -> DockerServer:
         return DockerServer(self, candidate, probe_dir, instrument)
 
-    def reap(self) -> int:
-        """Remove the containers of this run that a killed harness left behind.
-
-        A container whose owner still runs is spared: it belongs to a live run.
-        """
-        removed = 0
-        try:
-            for container in self.client.containers.list(
-                all=True, filters={"label": f"{RUN_LABEL}={self.run_id}"}
-            ):
-                owner = (container.labels or {}).get(OWNER_LABEL, "")
-                if owner and owner_alive(owner):
-                    continue
-                with suppress(docker.errors.NotFound):
-                    container.remove(force=True)
-                    removed += 1
-        except docker.errors.DockerException as exc:
-            raise LaunchError(f"docker: {_docker_message(exc)}") from exc
-        return removed
+    def reap(self) -> list[str]:
+        """Remove the containers killed llm-bisect processes left behind (see reap_engine)."""
+        return reap_engine(self.client, self.run_id)
 
     def close(self) -> None:
         """Stop prefetching; remove prefetched images no probe used (the budget is freed)."""
@@ -821,6 +808,35 @@ class DockerLauncher:
             with suppress(docker.errors.DockerException):
                 self.client.images.remove(ref)
         self.registry.close()
+
+
+def reap_engine(client: docker.DockerClient, run_id: str = "") -> list[str]:
+    """Remove every container llm-bisect made on this engine whose owner process is gone
+    (a `check`, `golden`, `run`... killed by SIGKILL); one line per container.
+
+    A container whose owner still runs is spared: it belongs to a live run, on this node or
+    another (owner_alive). One with no owner label (an older llm-bisect) is removed only
+    when it carries `run_id`.
+    """
+    removed = []
+    try:
+        for container in client.containers.list(all=True, filters={"label": RUN_LABEL}):
+            labels = container.labels or {}
+            owner = labels.get(OWNER_LABEL, "")
+            mine = bool(run_id) and labels.get(RUN_LABEL) == run_id
+            if owner_alive(owner) if owner else not mine:
+                continue
+            with suppress(docker.errors.NotFound):
+                container.remove(force=True)
+                commit = labels.get(COMMIT_LABEL, "")
+                what = f"commit {commit[:12]}, " if commit else "a build, "
+                removed.append(
+                    f"docker: removed container {container.name} ({what}its llm-bisect "
+                    f"process {owner_pid(owner) if owner else '?'} is gone)"
+                )
+    except docker.errors.DockerException as exc:
+        raise LaunchError(f"docker: {_docker_message(exc)}") from exc
+    return removed
 
 
 def _split_tag(ref: str) -> tuple[str, str]:

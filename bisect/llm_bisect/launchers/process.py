@@ -161,8 +161,8 @@ class ProcessLauncher(Prefetching):
     def artifact(self, candidate: Candidate) -> Artifact:
         return command_artifact(self.builder, candidate, " ".join(self.command))
 
-    def reap(self) -> int:
-        return 0  # the guard ends a killed run's servers itself
+    def reap(self) -> list[str]:
+        return []  # the guard ends a killed run's servers itself
 
     def launch(
         self,

@@ -6,19 +6,24 @@
 The job script and the per-node script are written into the probe folder (a shared
 filesystem, as on every cluster), and Slurm writes the server's output there as
 server.log. The config's environment reaches the job through sbatch's own environment
-(`--export=ALL`), never through a file: no secret is written. A multi-node probe runs the
+(`--export=ALL`), never through a file: no secret is written. The job's output reaches
+server.log through a filter (awk, on the batch node) that masks the values of the secret
+variables, line by line as they come: no token is in clear there while the job runs, nor
+after the harness is killed. A multi-node probe runs the
 per-node script once per node with `srun`; `{head}`, `{node_rank}` and `{nnodes}` become
 the head node's name, SLURM_NODEID and SLURM_NNODES there.
 
 A job that never runs (PENDING past `pending_timeout`), or that the cluster ends (NODE_FAIL,
 PREEMPTED, TIMEOUT, BOOT_FAIL), is never a verdict: it is resubmitted on another node
 (`--exclude`) up to `retries` times, then the probe is skip. A job whose owner (the harness
-that submitted it) died is cancelled by the next run on the same folder (`reap`).
+that submitted it, named in the job's comment) died is cancelled by the next llm-bisect
+command on the same node, whatever its run (`reap`).
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import shlex
 import string
 import subprocess
@@ -41,7 +46,7 @@ from ..report import escape as esc
 from ..retry import NotYetReady
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
-from .common import LoggedServer, free_port, owner_alive, owner_label, ready_once
+from .common import LoggedServer, free_port, owner_alive, owner_label, owner_pid, ready_once
 
 RUNTIME = {"head": "LLM_BISECT_HEAD", "node_rank": "SLURM_NODEID", "nnodes": "SLURM_NNODES"}
 """Placeholders known only on the nodes, and the variable each becomes there."""
@@ -51,6 +56,35 @@ LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "REQUEUED", "RESIZ
 POLL_S = 0.5
 JOB_PREFIX = "llm-bisect-"
 STOP_WAIT_S = 60.0
+MASK_AWK = r"""
+BEGIN {
+  n = split(names, name, ",")
+  for (i = 1; i <= n; i++) if (length(ENVIRON[name[i]]) >= 4) secret[++k] = ENVIRON[name[i]]
+}
+{
+  line = $0; m = 0
+  for (i = 1; i <= k; i++) {
+    from = 1
+    while ((p = index(substr(line, from), secret[i])) > 0) {
+      at = from + p - 1; m++; lo[m] = at; hi[m] = at + length(secret[i]); from = at + 1
+    }
+  }
+  for (i = 2; i <= m; i++) {
+    a = lo[i]; b = hi[i]
+    for (j = i - 1; j >= 1 && lo[j] > a; j--) { lo[j + 1] = lo[j]; hi[j + 1] = hi[j] }
+    lo[j + 1] = a; hi[j + 1] = b
+  }
+  out = ""; at = 1; i = 1
+  while (i <= m) {
+    a = lo[i]; b = hi[i]; i++
+    while (i <= m && lo[i] < b) { if (hi[i] > b) b = hi[i]; i++ }
+    out = out substr(line, at, a - at) "***"; at = b
+  }
+  print out substr(line, at); fflush()
+}
+"""
+"""Masks the values (4+ characters) of the variables named in `names` on each line, as
+redact.redact does: overlapping secrets are one ***. POSIX awk, on the batch node."""
 
 
 def _word(template: str, values: Mapping[str, str]) -> str:
@@ -105,8 +139,10 @@ def job_script(
     cwd: Path,
     values: Mapping[str, str],
     exclude: Sequence[str] = (),
+    masked: Sequence[str] = (),
 ) -> str:
-    """The sbatch script of one probe (`values` fill the container image). Pure."""
+    """The sbatch script of one probe (`values` fill the container image); the values of
+    the `masked` variables never reach the log. Pure."""
     opts = [
         f"--job-name={name}",
         f"--chdir={cwd}",
@@ -142,7 +178,15 @@ def job_script(
             "set -eu",
             'LLM_BISECT_HEAD=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
             "export LLM_BISECT_HEAD",
-            f"exec {shlex.join(srun)} bash {shlex.quote(str(node_script_path))}",
+            "set -o pipefail  # the job ends with the server's exit code, not the filter's",
+            "# scancel: srun passes the signal on; this shell and the filter wait for the",
+            "# server's last lines, so nothing reaches the log unmasked or is lost",
+            "trap : TERM INT",
+            "AWK=awk  # mawk reads a pipe in blocks unless interactive: lines would wait",
+            'if command -v mawk >/dev/null; then AWK="mawk -W interactive"; fi',
+            f"{shlex.join(srun)} bash {shlex.quote(str(node_script_path))} 2>&1 |",
+            f"  (trap '' TERM INT; LC_ALL=C $AWK -v names={shlex.quote(','.join(masked))} "
+            f"{shlex.quote(MASK_AWK.strip())})",
             "",
         ]
     )
@@ -236,8 +280,9 @@ class Slurm:
             self.run(["scancel", job])
 
     def jobs(self) -> list[tuple[str, str, str]]:
-        """(id, name, comment) of every job in the queue."""
-        out = self.run(["squeue", "-h", "-o", "%i|%j|%k"])
+        """(id, name, comment) of every job of this user in the queue."""
+        user = pwd.getpwuid(os.getuid()).pw_name
+        out = self.run(["squeue", "-h", "-u", user, "-o", "%i|%j|%k"])
         rows = [line.split("|", 2) for line in out.splitlines() if line.count("|") >= 2]
         return [(r[0], r[1], r[2]) for r in rows]
 
@@ -296,6 +341,7 @@ class SlurmServer(LoggedServer):
                 cwd=self.launcher.cwd.resolve(),
                 values=self.values,
                 exclude=self.excluded,
+                masked=[n for n in self.launcher.secret_names if n in self.env],
             )
         )
         self.tries += 1
@@ -474,16 +520,32 @@ class SlurmLauncher(Prefetching):
         server.held = ready.build
         return server
 
-    def reap(self) -> int:
-        """Cancel this run's jobs that a killed harness left in the queue (a live owner's
-        jobs are spared)."""
-        cancelled = 0
-        for job, name, comment in self.slurm.jobs():
-            if not name.startswith(JOB_PREFIX) or f"run={self.run_id}" not in comment.split():
-                continue
-            owner = next((w[6:] for w in comment.split() if w.startswith("owner=")), "")
-            if owner and owner_alive(owner):
-                continue
-            self.slurm.cancel(job)
-            cancelled += 1
-        return cancelled
+    def reap(self) -> list[str]:
+        """Cancel the jobs killed llm-bisect processes left in the queue (see reap_queue)."""
+        return reap_queue(self.slurm, self.run_id)
+
+
+def reap_queue(slurm: Slurm, run_id: str = "") -> list[str]:
+    """Cancel this user's llm-bisect jobs whose owner (named in the job's comment) is gone:
+    a `check`, `golden`, `run`... killed by SIGKILL; one line per job. A live owner's jobs
+    are spared (another run on this node, or a run on another node); a job with no owner is
+    cancelled only when it carries `run_id`."""
+    lines = []
+    for job, name, comment in slurm.jobs():
+        words = comment.split()
+        if not name.startswith(JOB_PREFIX) or "llm-bisect" not in words:
+            continue
+        owner = next((w[6:] for w in words if w.startswith("owner=")), "")
+        mine = bool(run_id) and f"run={run_id}" in words
+        if owner_alive(owner) if owner else not mine:
+            continue
+        try:
+            slurm.run(["scancel", job])
+        except LaunchError as exc:
+            lines.append(f"slurm: could not cancel job {job} ({name}): {exc}")
+            continue
+        lines.append(
+            f"slurm: cancelled job {job} ({name}; its llm-bisect process "
+            f"{owner_pid(owner) if owner else '?'} is gone)"
+        )
+    return lines

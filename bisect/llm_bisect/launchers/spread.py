@@ -47,8 +47,8 @@ class Spread:
                 stack.enter_context(launcher.quiet())
             yield
 
-    def reap(self) -> int:
-        return sum(launcher.reap() for launcher in self.launchers)
+    def reap(self) -> list[str]:
+        return [line for launcher in self.launchers for line in launcher.reap()]
 
     def close(self) -> None:
         for launcher in self.launchers:

@@ -401,8 +401,10 @@ def main(argv: list[str]) -> int:
     print(f"sim: started at {started:.6f}", flush=True)
     if args.worker_extension_cls:  # as vLLM logs them
         print(f"sim: non-default args: worker_extension_cls={args.worker_extension_cls!r}")
+    at = int(settings.get("print_env_at", 0))  # the value from this column: a long line
     for name in settings.get("print_env", []):  # a server that logs its environment
-        print(f"sim: {name}={os.environ.get(name, '')}", flush=True)
+        head = f"sim: {name}="
+        print(head.rjust(at, "."), os.environ.get(name, ""), sep="", flush=True)
     for line in startup_log(args.commit, settings):
         print(line, flush=True)
     for line in settings.get("log_lines", []):
