@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers import History
+from llm_bisect import app
 from llm_bisect.checks.budget import Budget, ask
 from llm_bisect.client import ChatReply
 from llm_bisect.errors import RequestRejected
+from llm_bisect.model import Verdict
+from llm_bisect.probe import SilentProgress
 
 PROSE = (
     "The tide comes in over the flat sand while gulls turn above the harbour and a small "
@@ -71,3 +77,28 @@ def test_growing_stops_where_a_larger_budget_says_nothing_new(
     assert got.max_tokens == (
         asked[-2] if endpoint.refuse or endpoint.context == 400 else asked[-1]
     )
+
+
+@pytest.mark.parametrize("settings", [{}, {"thinking": 600}], ids=["plain", "thinking"])
+def test_a_build_that_never_finishes_is_bad_under_every_check(
+    tmp_path: Path, history: Any, settings: dict[str, Any]
+) -> None:
+    """EOS ignored: every answer runs on in plain prose (nothing repetitive) until its budget,
+    where the good build finished well within its own. That is evidence, under every check."""
+    h: History = history({1: "eos-ignored"}, n=1, settings=settings)
+    checks = [{"type": "canary"}, {"type": "expect"}, {"type": "eval", "limit": 16}]
+    config = h.config(checks=checks)
+    golden = tmp_path / "golden.json"
+    env = dict(os.environ)  # PYTHONPATH: the simulator of this source tree
+    app.record_golden(app.setup(config, env), h.shas[0], golden, tmp_path / "g")
+    said = {}
+    for name, sha in (("good", h.shas[0]), ("bad", h.shas[1])):
+        _, said[name] = app.check_one(
+            app.setup(config, env), sha, tmp_path / name, SilentProgress(), golden
+        )
+    assert said["good"].verdict is Verdict.GOOD, said["good"].reason
+    bad = said["bad"]
+    assert bad.verdict is Verdict.BAD, bad.reason
+    for check in bad.checks:
+        assert not check.passed, (check.name, check.evidence)
+        assert "did not finish where the good build did in" in check.evidence, check.evidence

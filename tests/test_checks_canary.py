@@ -46,3 +46,21 @@ def test_a_rule_counts_where_the_good_build_passed_it(
         assert found == []
     else:
         assert found and found[0].startswith(problem), found
+
+
+def test_a_cut_answer_is_evidence_where_the_good_build_finished_in_half_its_room() -> None:
+    finished = Answer(
+        prompt="p", content=PROSE, finish_reason="stop", max_tokens=256, completion_tokens=40
+    )
+    cut = golden(None, PROSE, "length")
+    # the good build finished in 40 tokens; this answer was still going at 512 (or at 80)
+    for used in (512, 80):
+        (problem,) = [p for _, p in judge_reply(PROSE, PROSE, "length", finished, used)]
+        assert problem == f"did not finish where the good build did in 40 tokens (cut at {used})"
+    assert judge_reply(PROSE, PROSE, "length", finished, 79) == []  # less room than that
+    assert judge_reply(PROSE, PROSE, "length", cut, 512) == []  # the good build was cut too
+    assert judge_reply(PROSE, PROSE, "stop", finished, 512) == []
+    assert judge_reply(PROSE, PROSE, "length", None, 512) == []  # no golden: never evidence
+    # a golden without token counts: its budget is what the good build finished in
+    (problem,) = [p for _, p in judge_reply(PROSE, None, "length", golden(PROSE), 512)]
+    assert "in 256 tokens (cut at 512)" in problem

@@ -6,7 +6,7 @@ import pytest
 
 from llm_bisect.checks.compare import Step, diverge, teacher_deltas
 from llm_bisect.checks.eval import score_answers
-from llm_bisect.checks.gsm8k import Problem, default_tolerance, extract, load_problems, wilson
+from llm_bisect.checks.gsm8k import Problem, extract, load_problems, wilson
 
 
 def steps(
@@ -60,15 +60,22 @@ def test_the_bundled_set_has_enough_problems_with_integer_answers() -> None:
     assert len({p.question for p in problems}) == len(problems)
 
 
-def test_wilson_and_tolerance() -> None:
+def test_wilson() -> None:
     low, high = wilson(45, 50)
     assert 0.78 < low < 0.8 and 0.95 < high < 0.97
     assert wilson(0, 50)[0] == 0.0
-    assert 0.1 < default_tolerance(0.8, 50) < 0.2
-    assert default_tolerance(0.0, 50) > 0  # no zero-width band at 0%
 
 
 def test_null_content_with_the_answer_in_reasoning_is_counted() -> None:
     problems = [Problem("q1", "4"), Problem("q2", "9")]
     got = score_answers(problems, [(None, "so it is 4"), ("The answer is 9.", None)])
     assert got["accuracy"] == 0.5 and got["null_share"] == 0.5 and got["invalid_share"] == 0.5
+
+
+def test_an_output_that_ends_early_diverges_where_it_ended() -> None:
+    d = diverge(steps("a b c d"), steps("a b"))
+    assert d.first == 2 and not d.close and d.agreement == 0.5
+    d = diverge(steps("a b c d"), [])
+    assert d.first == 0 and not d.close and d.agreement == 0.0
+    d = diverge(steps("a b"), steps("a b c"))  # it ran on where the golden ended
+    assert d.first == 2 and not d.close

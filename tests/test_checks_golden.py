@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ FAULTS = [
     "degenerate-reasoning",
     "degenerate-content",
     "garbled-math",
+    "eos-ignored",
 ]
 CAUGHT = {
     # fault: the checks that must fail (all others must pass)
@@ -33,6 +35,7 @@ CAUGHT = {
     "degenerate-reasoning": {"canary", "logprobs", "eval"},
     "degenerate-content": {"canary", "expect", "logprobs", "eval"},
     "garbled-math": {"expect"},
+    "eos-ignored": {"canary", "expect", "logprobs", "eval"},
 }
 
 
@@ -78,12 +81,13 @@ def test_calibrate_records_the_golden_and_the_noise_floor(tmp_path: Path, histor
 
 def test_detection_table_on_the_simulator(tmp_path: Path, history: Any) -> None:
     h = faulty_history(history)
-    s = app.setup(h.config(), {})
+    env = dict(os.environ)  # PYTHONPATH: the simulator of this source tree
+    s = app.setup(h.config(), env)
     golden = tmp_path / "golden.json"
     app.record_golden(s, h.shas[0], golden, tmp_path / "g")
     table = {}
     for i, fault in enumerate(FAULTS):
-        s = app.setup(h.config(), {})
+        s = app.setup(h.config(), env)
         _, outcome = app.check_one(s, h.shas[i], tmp_path / fault, TerminalProgress(), golden)
         table[fault] = {c.name for c in outcome.checks if not c.passed}
         assert table[fault] == CAUGHT[fault], (fault, outcome.reason)

@@ -255,6 +255,17 @@ def test_repeats_that_disagree_are_unsure(tmp_path: Path, history: Any) -> None:
     assert "unsure" in output and "1 of 2 bad" in output
 
 
+def test_under_regress_crash_flapping_checks_do_not_make_a_probe_untestable(
+    tmp_path: Path, history: Any
+) -> None:
+    h: History = history({1: "bad-warmup"}, n=1)
+    checks = [{"type": "canary"}, {"type": "expect"}]
+    config = str(h.config(probe={"repeats": 2}, checks=checks, regress="crash"))
+    code, output = invoke("check", config, "--candidate", h.shas[1])
+    assert code == 0, output
+    assert "no crash (regress: crash" in output and "unsure" not in output
+
+
 def test_a_finished_run_resumes_without_probing_again(tmp_path: Path, history: Any) -> None:
     h: History = history({5: "null-content"}, n=10)
     launches = tmp_path / "launches"

@@ -82,22 +82,26 @@ def test_merge_base_bad_names_the_fix_range() -> None:
 
 
 def test_the_report_says_how_small_a_drop_the_eval_could_see() -> None:
-    from llm_bisect.checks.gsm8k import detectable_drop
+    from llm_bisect.checks.stats import TEST, PairedTest
 
-    assert round(detectable_drop(0.92, 64), 3) == 0.119  # 92% → 87% passes unseen
-    assert round(detectable_drop(0.92, 1319), 3) == 0.026
-    assert detectable_drop(1.0, 64) > 0 and detectable_drop(0.5, 0) == 1.0
+    test = PairedTest()
+    # 92% right on 64 problems, 3 of them flipping each way by chance: 92% → 87% passes unseen
+    assert round(test.detectable_drop(64, 59, 6 / 64), 3) == 0.153
+    assert round(test.detectable_drop(1319, 1213, 6 / 64), 3) == 0.023
     plan = Plan(Mode.REGRESSION, SEQ)
     answer = Answer(Status.NO_REGRESSION, None, (), "no change")
     for n, warned in ((64, True), (1319, False)):
-        power = {"n": n, "golden_accuracy": 0.92, "alpha": 0.05, "power": 0.8}
-        power["detectable_drop"] = detectable_drop(0.92, n)
+        right = round(0.92 * n)
+        power = {"n": n, "golden_accuracy": right / n, "alpha": 0.05, "power": 0.8}
+        power |= {"test": TEST, "flips": 6 / 64, "tolerance": 0.0}
+        power["detectable_drop"] = test.detectable_drop(n, right, 6 / 64)
         check = CheckResult("eval", True, 0.92, "fine", {"power": power})
         probe = ProbeOutcome(SEQ[0].commit, Verdict.GOOD, "ok", (check,), {"total": 1.0})
         result = build_result(plan, answer, [probe])
         assert result["eval_power"] == power
         md = render_markdown(result)
         assert f"The eval's {n} problems detect an accuracy drop of" in md
+        assert f"({TEST}, alpha 0.05, power 0.8, with 9.4% of answers changing by chance)" in md
         assert ("⚠" in md and "passes unseen" in md) is warned
 
 
@@ -273,3 +277,14 @@ def test_report_md_shows_hostile_commits_servers_and_logs_as_text(
     assert second == ["llm-bisect", "check", str(config), "--candidate", h.shas[5]]
     assert shell_words(commands[1], cwd)[0] == sys.executable  # the server's command line
     assert list(cwd.iterdir()) == [], "the pasted lines ran commands"
+
+
+def test_an_output_that_ends_early_shows_where_it_parts_from_the_golden() -> None:
+    from llm_bisect.report.documents import CheckDoc, ProbeDoc
+    from llm_bisect.report.markdown import divergences
+
+    case = {"prompt": "hello how are you", "first_divergence": 8, "divergence": None}
+    logprobs = CheckDoc(name="logprobs", passed=False, score=0.2, details={"cases": [case]})
+    probe = ProbeDoc(commit="a" * 40, verdict=Verdict.BAD, checks=[logprobs])
+    (row,) = [line for line in divergences(probe) if "hello how are you" in line]
+    assert row == "| 'hello how are you' | 8 | — | — | 0.000 | one output ends here |"

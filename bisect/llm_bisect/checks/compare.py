@@ -5,6 +5,9 @@
                           └─ close if u3 is in the golden's top-k at 3 and t3 in the
                              candidate's (the rule vLLM's model tests use); else not close
 
+Where one output ends and the other goes on, that is the divergence, and it is not
+close: nothing stands there to be in the other's top-k.
+
 That rule stops at the first divergence and forgives one plausible swap, so
 the golden's own continuation is also scored under the candidate (teacher
 forcing): a Δlogprob at every position, even after the texts part ways. And
@@ -34,7 +37,8 @@ class Divergence:
     first: int | None
     """First position where the tokens differ; None when they never do."""
     close: bool
-    """True when identical, or the first differing tokens sit in each other's top-k."""
+    """True when identical, or the first differing tokens sit in each other's top-k; False
+    when one output ends where the other goes on."""
     agreement: float
     """Share of golden positions whose token the candidate matched, up to the divergence."""
     max_abs_delta: float
@@ -67,8 +71,8 @@ def diverge(golden: Sequence[Step], candidate: Sequence[Step]) -> Divergence:
         if g.top or c.top:
             overlaps.append(len(shared) / max(len(g.top), len(c.top)))
     else:
-        if len(golden) != len(candidate):
-            first = min(len(golden), len(candidate))  # one stopped early: the stop differs
+        if len(golden) != len(candidate):  # one stopped where the other goes on
+            first, close = min(len(golden), len(candidate)), False
     agreeing = first if first is not None else len(golden)
     return Divergence(
         first=first,

@@ -1,7 +1,8 @@
 """Known answers: a prompt and a regex its content must match.
 
 With a golden, a case counts only where the good build's answer matched, and
-an answer cut by its budget is not a miss.
+an answer cut by its budget is not a miss, unless the good build finished in N
+tokens and this answer had 2N: then it fails, matched or not.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..model import CheckResult
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
-from .budget import Budget, ask
+from .budget import Budget, ask, unfinished
 from .canary import NO_GOLDEN_HINT
 from .golden import ExpectAnswer, ExpectSection
 from .metrics import excerpt
@@ -46,6 +47,7 @@ class ExpectCheck:
             reasoning=reply.reasoning,
             finish_reason=reply.finish_reason,
             max_tokens=asked.max_tokens,
+            completion_tokens=reply.completion_tokens,
             match=pattern.pattern,
             matched=_matches(pattern, reply.content),
         )
@@ -76,8 +78,9 @@ class ExpectCheck:
         details: list[dict[str, Any]] = []
         failures: list[str] = []
         for base, got in map_concurrent(one, self.cases, PROMPTS_AT_ONCE):
-            counts = not got.cut and (base is None or base.matched)
-            ok = got.matched or not counts
+            late = unfinished(base.finished_in, got.cut, got.used) if base else None
+            counts = late is not None or (not got.cut and (base is None or base.matched))
+            ok = late is None and (got.matched or not counts)
             details.append(
                 {
                     **got.model_dump(),
@@ -86,7 +89,9 @@ class ExpectCheck:
                     "judged": counts,
                 }
             )
-            if not ok:
+            if late is not None:
+                failures.append(f"{got.prompt!r}: {late} — {excerpt(got.content)}")
+            elif not ok:
                 failures.append(f"{got.prompt!r} → {excerpt(got.content)} (expected /{got.match}/)")
         passed = not failures
         first = details[0]

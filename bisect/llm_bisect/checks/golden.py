@@ -45,10 +45,22 @@ class Answer(_Doc):
     finish_reason: str | None
     max_tokens: int = Field(gt=0)
     """The budget the answer finished in (or was cut at, at the cap)."""
+    completion_tokens: int | None = Field(default=None, ge=0)
+    """The tokens it took, reasoning included, when the server said."""
 
     @property
     def cut(self) -> bool:
         return self.finish_reason == "length"
+
+    @property
+    def used(self) -> int:
+        """The tokens it took: the server's count, else its budget."""
+        return self.completion_tokens or self.max_tokens
+
+    @property
+    def finished_in(self) -> int | None:
+        """The tokens it finished in (at most); None when the budget cut it."""
+        return None if self.cut else self.used
 
 
 class CanarySection(_Doc):
@@ -91,6 +103,18 @@ class EvalSection(_Doc):
     answers: list[str | None]
     budgets: list[int] = Field(default_factory=list)
     """Per problem, the budget its answer finished in."""
+    finish_reasons: list[str | None] = Field(default_factory=list)
+    """Per problem, how its answer ended (empty in goldens recorded before these were kept)."""
+    completion_tokens: list[int | None] = Field(default_factory=list)
+    """Per problem, the tokens its answer took, when the server said."""
+
+    def finished_in(self, i: int) -> int | None:
+        """The tokens problem i's answer finished in (at most); None when the budget cut it,
+        or when this golden did not keep how it ended."""
+        if i >= len(self.finish_reasons) or self.finish_reasons[i] == "length":
+            return None
+        used = self.completion_tokens[i] if i < len(self.completion_tokens) else None
+        return used or (self.budgets[i] if i < len(self.budgets) else None)
 
 
 class Sections(_Doc):
@@ -111,6 +135,9 @@ class LogprobsNoise(_Doc):
 class EvalNoise(_Doc):
     accuracy_spread: float = Field(ge=0, le=1)
     accuracies: list[float]
+    flips: float = Field(default=0.0, ge=0, le=1)
+    """The largest share of answers the good build answered otherwise than its golden (right
+    for wrong, or wrong for right) in one run: chance, for the eval's stated power."""
 
 
 class Calibration(_Doc):

@@ -33,8 +33,6 @@ _INT = re.compile(r"\d+")
 INSTRUCTION = "\nSolve it step by step, then end with 'The answer is N.'"
 
 Z95 = 1.959964
-Z_ALPHA_05_ONE_SIDED = 1.644854
-Z_POWER_80 = 0.841621
 DETECTABLE_WARN = 0.05
 """Warn when an eval cannot see an accuracy drop this large (5 points)."""
 
@@ -127,23 +125,3 @@ def wilson(correct: int, n: int, z: float = Z95) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def default_tolerance(p: float, n: int, z: float = Z95) -> float:
-    """How far two accuracies on the same n problems may differ by chance (two-sided, ~95%)."""
-    if n == 0:
-        return 1.0
-    p = min(max(p, 1 / n), 1 - 1 / n)  # no zero-width band at 0% or 100%
-    return z * math.sqrt(2 * p * (1 - p) / n)
-
-
-def detectable_drop(p: float, n: int) -> float:
-    """The smallest drop from accuracy p that two runs over the same n problems detect,
-    one-sided alpha 0.05 with power 0.8 (normal approximation): (z_a + z_b) * sqrt(2p(1-p)/n).
-
-    92% on 64 problems: 12 points, so a 92% to 87% regression passes unseen; on 1,319: 2.6.
-    """
-    if n == 0:
-        return 1.0
-    p = min(max(p, 1 / n), 1 - 1 / n)  # no zero-width band at 0% or 100%
-    return min(1.0, (Z_ALPHA_05_ONE_SIDED + Z_POWER_80) * math.sqrt(2 * p * (1 - p) / n))

@@ -23,6 +23,11 @@ FLOOR_TOPK_DELTA = 0.2
 """Least |Δlogprob| allowed on a top-k alternative where the chosen tokens agree."""
 NOISE_FACTOR = 3.0
 """Thresholds are this many times the noise calibration observed, above the floors."""
+FLOOR_AGREEMENT = 0.25
+"""With calibration: the least share of a golden's tokens matched before the first divergence,
+on every prompt, unless calibration saw the good build itself diverge sooner (then a third of
+its worst). Without calibration there is no floor: one close swap is kernel noise wherever it
+falls (an early stop is not close, and fails as such)."""
 
 
 def _steps(rows: Sequence[Sequence[Any]]) -> list[Step]:
@@ -135,6 +140,15 @@ class LogprobsCheck:
                 limits[key] = {"value": floor, "from": "default"}
         allowed = noise.not_close if noise else 0
         limits["not_close"] = {"value": allowed, "from": "calibration" if noise else "default"}
+        if noise is not None and noise.min_agreement / NOISE_FACTOR < FLOOR_AGREEMENT:
+            limits["min_agreement"] = {
+                "value": noise.min_agreement / NOISE_FACTOR,
+                "from": f"calibration ({noise.min_agreement:.4f} / {NOISE_FACTOR:g})",
+            }
+        elif noise is not None:
+            limits["min_agreement"] = {"value": FLOOR_AGREEMENT, "from": "calibration (floor)"}
+        else:
+            limits["min_agreement"] = {"value": 0.0, "from": "default: no calibration"}
         return limits
 
     def noise(self, results: Sequence[CheckResult]) -> LogprobsNoise:
@@ -204,10 +218,15 @@ class LogprobsCheck:
                 }
             )
             if not d.close:
+                if d.at is not None:
+                    why = f"neither is in the other's top-{self.top_k}"
+                elif len(reply.steps) < len(g.steps):
+                    why = "this output ends there, the golden's goes on"
+                else:
+                    why = "the golden's output ends there, this one goes on"
                 problems.append(
-                    f"{g.prompt!r}: tokens part at position {d.first} and neither is in the "
-                    f"other's top-{self.top_k} — golden: {excerpt(cases[-1]['golden'], 60)} / "
-                    f"now: {excerpt(cases[-1]['content'], 60)}"
+                    f"{g.prompt!r}: tokens part at position {d.first}: {why} — golden: "
+                    f"{excerpt(cases[-1]['golden'], 60)} / now: {excerpt(cases[-1]['content'], 60)}"
                 )
         texts = self._texts(endpoint, divergences)
         for case, d in zip(cases, divergences, strict=True):
@@ -223,6 +242,11 @@ class LogprobsCheck:
         failed = []
         if not_close > limits["not_close"]:
             failed.append(f"{not_close} of {len(cases)} prompts not close")
+        if metrics["agreement"] < limits["min_agreement"]:
+            failed.append(
+                f"agreement {metrics['agreement']:.2f} < {limits['min_agreement']:.2f} (the "
+                "share of the golden's tokens matched before the first divergence, worst prompt)"
+            )
         if worst_teacher > limits["teacher_mean_abs_delta"]:
             failed.append(
                 f"teacher-forced mean |Δlogprob| {worst_teacher:.3f} > "

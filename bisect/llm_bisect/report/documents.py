@@ -92,13 +92,20 @@ class Sides(_Doc):
 
 
 class Power(_Doc):
-    """How small an accuracy drop the eval could detect."""
+    """How small an accuracy drop the eval could detect, by the test it decides with."""
 
     n: int
+    """The problems compared with the golden's answers."""
     golden_accuracy: float
     detectable_drop: float
     alpha: float
     power: float
+    test: str = ""
+    """The test the eval decides with (empty in results written before it was named)."""
+    flips: float = 0.0
+    """The share of answers assumed to change by chance, each way alike."""
+    tolerance: float = 0.0
+    """The drop the eval allows beyond chance (`tolerance`, 0 unless configured)."""
 
 
 class Context(_Doc):

@@ -100,8 +100,12 @@ def divergences(probe: ProbeDoc) -> list[str]:
         for case in check.details.get("cases", []):
             d = case.get("divergence")
             teacher = f"{case.get('teacher_mean_abs_delta', 0.0):.3f}"
-            if d is None:
-                rows.append(f"| {cell(repr(case['prompt']), 40)} | — | — | — | {teacher} | |")
+            if d is None:  # no divergence, or one output ends where the other goes on
+                first = case.get("first_divergence")
+                where, ended = ("—", "") if first is None else (first, "one output ends here")
+                rows.append(
+                    f"| {cell(repr(case['prompt']), 40)} | {where} | — | — | {teacher} | {ended} |"
+                )
                 continue
             rows.append(
                 f"| {cell(repr(case['prompt']), 40)} | {d['position']} "
@@ -179,10 +183,14 @@ def _power(doc: ResultDocument) -> list[str]:
     if power is None:
         return []
     drop, n = power.detectable_drop, power.n
+    how = f"{power.test or 'one-sided'}, alpha {power.alpha}, power {power.power}"
+    if power.flips:
+        how += f", with {power.flips:.1%} of answers changing by chance"
+    if power.tolerance:
+        how += f", drops up to {power.tolerance:.1%} allowed"
     line = (
         f"The eval's {n} problems detect an accuracy drop of {drop:.1%} or more from the "
-        f"golden's {power.golden_accuracy:.0%} (one-sided alpha {power.alpha}, "
-        f"power {power.power})."
+        f"golden's {power.golden_accuracy:.0%} ({how})."
     )
     if drop > DETECTABLE_WARN:
         line = (

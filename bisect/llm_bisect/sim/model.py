@@ -8,6 +8,7 @@ forcing (scoring given token ids) agrees with generation. Faults:
     numerics        the text leaves the golden after 3 tokens; every logprob shifts by -0.8
     kernel-noise    logprobs move by at most 0.004 (benign kernel noise: must pass)
     null-content    content null, the answer left in the reasoning channel
+    eos-ignored     the answer never ends: plain, varied prose after it until the budget
     ...             (see FAULTS in server.py)
 
 GSM8K questions from the bundled set are answered right 90% of the time by a
@@ -184,6 +185,12 @@ def thoughts(prompt: str, words: int) -> str:
     return " ".join(out[:words])
 
 
+def _run_on(prompt: str, max_tokens: int) -> list[str]:
+    """What a build that never emits EOS writes after its answer: plain prose (not repetitive,
+    so no degeneration rule sees it), more than any budget holds."""
+    return tokens(" " + thoughts(prompt + " (run on)", max_tokens + 1))
+
+
 def generate(
     prompt: str,
     fault: str,
@@ -207,6 +214,8 @@ def generate(
         content = "".join(head) + " but then the water falls down into the quiet valley below."
     start = len(tokens(prompt)) if prompt_len is None else prompt_len
     toks = tokens(content or "")
+    if fault == "eos-ignored" and content is not None:
+        toks += _run_on(prompt, max_tokens)
     finish = "stop"
     if len(toks) >= max_tokens:
         toks, finish = toks[:max_tokens], "length"
@@ -241,6 +250,8 @@ def _think(
         reasoning_toks = tokens(thoughts(prompt, words) + " " + short)
         # null-content / reasoning-parser: the answer stays in the reasoning channel
         answer_toks = [" " + END_THINK, *(tokens(" " + content) if content is not None else [])]
+        if fault == "eos-ignored":
+            answer_toks += _run_on(prompt, max_tokens)
     stream = [*reasoning_toks, *answer_toks]
     finish = "stop"
     if len(stream) >= max_tokens:

@@ -57,6 +57,7 @@ FAULTS = (
     "numerics",
     "kernel-noise",
     "reasoning-parser",
+    "eos-ignored",
 )
 WARMUP_REQUESTS = 4
 """`bad-warmup` answers its first this-many chat requests with degenerate content."""

@@ -1,0 +1,126 @@
+"""The eval check against a recorded golden, with an endpoint that answers from a script:
+its stated power is the power of the decision it makes."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from llm_bisect.checks.dataset import Problems
+from llm_bisect.checks.eval import EvalCheck
+from llm_bisect.checks.golden import EvalSection, Golden, Sections
+from llm_bisect.checks.gsm8k import instruct_prompt, load_problems
+from llm_bisect.client import ChatReply
+
+PROBLEMS = load_problems()
+N = len(PROBLEMS)
+GOLDEN_WRONG = frozenset(range(0, N, 13))
+"""The problems the good build answers wrong (5 of 64: 92% right)."""
+ASKED = {instruct_prompt(p.question): i for i, p in enumerate(PROBLEMS)}
+
+
+def golden() -> Golden:
+    answers = [
+        str(int(p.answer) + 1) if i in GOLDEN_WRONG else p.answer for i, p in enumerate(PROBLEMS)
+    ]
+    right = N - len(GOLDEN_WRONG)
+    section = EvalSection(
+        n=N,
+        correct=right,
+        accuracy=right / N,
+        wilson95=(0.0, 1.0),
+        invalid_share=0.0,
+        null_share=0.0,
+        answers=answers,
+        budgets=[256] * N,
+    )
+    return Golden(version=2, commit="a" * 40, checks=Sections(eval=section))
+
+
+class Flipping:
+    """A build that loses each of the golden's right answers with probability `lose`, and
+    gets each of its wrong ones right with probability `gain`; seeded per trial. Or, given
+    `flipped`, exactly those problems answered the other way."""
+
+    def __init__(
+        self, seed: int, lose: float, gain: float, flipped: frozenset[int] = frozenset()
+    ) -> None:
+        self.seed, self.lose, self.gain, self.flipped = seed, lose, gain, flipped
+
+    def chat(self, prompt: str, *, max_tokens: int, **extra: Any) -> ChatReply:
+        i = ASKED[prompt]
+        draw = random.Random(self.seed * 1000 + i).random()
+        if i not in GOLDEN_WRONG:
+            right = draw >= self.lose and i not in self.flipped
+        else:
+            right = draw < self.gain or i in self.flipped
+        answer = int(PROBLEMS[i].answer) + (0 if right else 1)
+        return ChatReply(f"The answer is {answer}.", None, "stop")
+
+
+def failure_rate(check: EvalCheck, trials: int, lose: float, gain: float) -> float:
+    failed = sum(not check.run(Flipping(t, lose, gain), golden()).passed for t in range(trials))
+    return failed / trials
+
+
+def test_the_stated_detectable_drop_is_detected_with_the_stated_power() -> None:
+    """The check states the smallest drop it detects with power 0.8; a build that loses that
+    much is caught about that often, and a build that only flips answers by chance (batch
+    nondeterminism: as many gained as lost) is called bad about alpha of the time at most."""
+    check = EvalCheck(Problems(PROBLEMS, []), concurrency=1)
+    right, wrong = N - len(GOLDEN_WRONG), len(GOLDEN_WRONG)
+    # three of the golden's right answers lost and three of its wrong ones gained: no drop
+    flipped = frozenset([1, 2, 3, *sorted(GOLDEN_WRONG)[:3]])
+    same = check.run(Flipping(0, 0.0, 0.0, flipped), golden())
+    assert same.passed, same.evidence
+    power = same.details["power"]
+    drop, stated, alpha = power["detectable_drop"], power["power"], power["alpha"]
+    assert 0 < drop < 0.25 and stated == 0.8 and alpha == 0.05
+    chance = 3 / N  # each way
+    seen = failure_rate(check, 400, lose=(chance + drop) * N / right, gain=chance * N / wrong)
+    assert seen >= stated - 0.05, f"stated power {stated} at a drop of {drop:.3f}, seen {seen}"
+    seen = failure_rate(check, 400, lose=chance * N / right, gain=chance * N / wrong)
+    assert seen <= alpha + 0.02, f"false alarms {seen} at alpha {alpha}"
+    assert power["flips"] == 2 * chance and "McNemar" in power["test"]
+
+
+class Cut:
+    """Every answer cut by its budget after `tokens` tokens (the right number in it so far)."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+
+    def chat(self, prompt: str, *, max_tokens: int, **extra: Any) -> ChatReply:
+        answer = PROBLEMS[ASKED[prompt]].answer
+        used = min(self.tokens, max_tokens)
+        return ChatReply(
+            f"The answer is {answer}. And then", None, "length", completion_tokens=used
+        )
+
+
+def finished_golden(finish: str) -> Golden:
+    section = golden().checks.eval
+    assert section is not None
+    update = {
+        "finish_reasons": [finish] * N,
+        "completion_tokens": [40 if finish == "stop" else 256] * N,
+        "cut_share": 1.0 if finish == "length" else 0.0,
+    }
+    return golden().model_copy(update={"checks": Sections(eval=section.model_copy(update=update))})
+
+
+def test_answers_that_never_finish_where_the_good_build_did_are_wrong() -> None:
+    check = EvalCheck(Problems(PROBLEMS, []), concurrency=1)
+    result = check.run(Cut(10**6), finished_golden("stop"))
+    assert not result.passed
+    assert f"{N} of them did not finish where the good build did in 40 tokens" in result.evidence
+    assert result.details["paired"]["n"] == N and result.details["paired"]["unfinished"] == N
+    # cut with less room than twice the good build's 40 (a full context): not compared, but
+    # nothing compared at all, and every answer cut where the golden's were not, never passes
+    result = check.run(Cut(60), finished_golden("stop"))
+    assert not result.passed and result.details["paired"]["n"] == 0
+    assert "no answer could be compared with the golden's" in result.evidence
+    assert "100% of answers were cut by their budget (golden 0%)" in result.evidence
+    # where the good build was cut too, a cut answer is still no evidence
+    result = check.run(Cut(10**6), finished_golden("length"))
+    assert result.passed, result.evidence
