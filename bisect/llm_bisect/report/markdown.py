@@ -7,6 +7,7 @@ how to reproduce it, the node, the evidence; long parts sit inside <details>.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -209,6 +210,50 @@ CURVE_ROWS = 12
 """Module outputs shown around the first divergence."""
 
 
+def _code(text: str) -> str:
+    """`text` as a code span in a table cell: a fence longer than any run of backticks in
+    it, pipes escaped."""
+    flat = " ".join(str(text).split())
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", flat)), default=0) + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}".replace("|", "\\|")
+
+
+def _nonfinite_line(found: dict[str, Any]) -> list[str]:
+    """NaN or Inf on either path, where the worker extension counted them."""
+    counts = found.get("nonfinite")
+    if not isinstance(counts, dict):
+        return []
+    if not counts.get("good") and not counts.get("bad"):
+        return ["No NaN or Inf on either path.", ""]
+    first = f" (first: {cell(counts['first'], 160)})" if counts.get("first") else ""
+    return [
+        f"NaN or Inf in {counts.get('good', 0)} recorded tensors of the last good build and "
+        f"{counts.get('bad', 0)} of the first bad build{first}.",
+        "",
+    ]
+
+
+def _call_table(found: dict[str, Any]) -> list[str]:
+    """The tensors of the call where the divergence shows: which matched, which differ."""
+    call = found.get("call")
+    if not isinstance(call, dict) or not call.get("module"):
+        return []
+    tolerance = found.get("tolerance") or 0.0
+    rows = [
+        *[(f"input {_code(name)}", d) for name, d in (call.get("inputs") or {}).items()],
+        *[(_code(name), d) for name, d in (call.get("outputs") or {}).items()],
+    ]
+    if not rows:
+        return []
+
+    def said(d: float) -> str:
+        return "identical" if d == 0 else (f"{d:.3g}" if d > tolerance else f"{d:.3g} (within)")
+
+    head = [f"| tensor of {_code(call['module'])} | relative difference |", "|---|---|"]
+    return [*head, *[f"| {what} | {said(d)} |" for what, d in rows], ""]
+
+
 def _localization(doc: ResultDocument) -> list[str]:
     """Where in the model the culprit's effect enters (the localisation probes)."""
     found = doc.localization
@@ -219,12 +264,17 @@ def _localization(doc: ResultDocument) -> list[str]:
         return lines
     if found.get("why"):
         lines += [f"({found['why']})", ""]
+    lines += _call_table(found)
+    lines += _nonfinite_line(found)
     seconds = found.get("seconds") or {}
     lines.append(
         f"Last good `{found['good'][:12]}` and first bad `{found['bad'][:12]}`, teacher-forced "
         f"on the same {found.get('tokens', 0)} tokens with the worker extension "
         f"({' '.join(found.get('forced', []))}); "
-        + ", ".join(f"{role} {s:.0f}s" for role, s in seconds.items())
+        + ", ".join(
+            [f"{role} {s:.0f}s" for role, s in seconds.items()]
+            + [f"{role} captured before" for role in found.get("reused") or []]
+        )
         + "."
     )
     lines.append("")
@@ -237,7 +287,7 @@ def _localization(doc: ResultDocument) -> list[str]:
         at = next((i for i, (_, d) in enumerate(curve) if d > (found.get("tolerance") or 1.0)), 0)
         shown = curve[max(0, at - 3) : max(0, at - 3) + CURVE_ROWS]
         lines += ["| module output | relative difference |", "|---|---|"]
-        lines += [f"| `{m}` | {d:.3g} |" for m, d in shown]
+        lines += [f"| {_code(m)} | {d:.3g} |" for m, d in shown]
         lines.append("")
     return lines
 
