@@ -118,14 +118,20 @@ class _Unwrap:
 
     def __init__(self, module: nn.Module) -> None:
         self.module = module
+        self.own = module.__dict__.get("forward")
+        """A forward the instance itself held before (None: its class's)."""
 
     def remove(self) -> None:
-        self.module.__dict__.pop("forward", None)
+        if self.own is None:
+            self.module.__dict__.pop("forward", None)
+        else:
+            self.module.__dict__["forward"] = self.own
 
 
 def _wrap(module: nn.Module, before: Callable[..., None], after: Callable[..., None]) -> _Unwrap:
     """Record a module whose class replaced __call__ (vLLM's @support_torch_compile calls
     forward directly in eager mode: torch's hooks never fire) around its forward."""
+    undo = _Unwrap(module)
     forward = module.forward
 
     def recorded(*args: Any, **kwargs: Any) -> Any:
@@ -135,7 +141,7 @@ def _wrap(module: nn.Module, before: Callable[..., None], after: Callable[..., N
         return output
 
     module.__dict__["forward"] = recorded
-    return _Unwrap(module)
+    return undo
 
 
 def _summary(tensor: torch.Tensor, sample: int, save: str | None, key: str) -> dict[str, Any]:
