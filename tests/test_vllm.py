@@ -201,8 +201,43 @@ def test_localize_names_the_one_mlp_that_reads_the_wrong_channels(bed: dict[str,
     # the full tensors, when asked for: one file per module input and output
     saved = sorted((out / "localize" / shas["mlp1-alone"][:12] / "tensors" / "rank0").iterdir())
     assert len(saved) == rank["events"], (len(saved), rank["events"])
-    assert any(p.name == "model.layers.1.mlp.gate_up_proj.input.pt" for p in saved)
+    assert any(p.name == "model.layers.1.mlp.gate_up_proj.input.input_.pt" for p in saved)
     print(f"\n{output.strip()}")
+
+
+def test_localize_names_a_layers_own_code_and_the_models_code_between_layers(
+    bed: dict[str, Any],
+) -> None:
+    """vLLM calls a layer as layer(positions, hidden_states, residual) and attention with
+    keyword arguments. In the same DIR as the test above: the last good build's capture
+    is reused, so each localisation starts the bad build only."""
+    shas, root = bed["shas"], bed["root"]
+    out = root / "localize"
+    cases = [
+        # a change in LlamaDecoderLayer.forward, before it calls attention
+        ("layer-alone", "model.layers.0", "LlamaDecoderLayer",
+         "model.layers.0.self_attn (input hidden_states)", "model.layers.0.input_layernorm"),
+        # a change in LlamaModel.forward, between layers 0 and 1 (model.layers: a ModuleList)
+        ("between-alone", "model", "LlamaModel",
+         "model.layers.1 (input hidden_states)", "model.layers.0"),
+    ]  # fmt: skip
+    for build, module, kind, event, after in cases:
+        code, output = invoke(
+            "localize", str(bed["config"]), "--good", shas["refactor"],
+            "--bad", shas[build], "--out", str(out),
+        )  # fmt: skip
+        assert code == 0, output
+        found = json.loads((out / "localization.json").read_text())
+        assert found["module"] == module and found["module_type"] == kind, output
+        assert found["event"] == event and found["after"] == after, output
+        assert found["call"]["inputs"]["positions"] == 0.0, found["call"]
+        assert found["call"]["inputs"]["hidden_states"] > 0.01, found["call"]
+        assert found["nonfinite"] == {"good": 0, "bad": 0, "first": None}, found["nonfinite"]
+        [rank] = found["ranks"]
+        modules = [m for m, _ in rank["curve"]]
+        assert modules.count("model") == 1 and "<root>" in modules, "the root has its own label"
+        print(f"\n{output.strip()}")
+    assert found["reused"] == ["good"], "the second localisation started the bad build only"
 
 
 def test_gate_on_real_vllm_allows_a_doc_change_and_blocks_a_rope_bug(

@@ -693,6 +693,39 @@ def _capture(api: OpenAIClient, token_ids: list[int], spec: str) -> tuple[list[A
     return results, len(json.dumps(results))
 
 
+CAPTURE = "capture.json"
+"""DIR/localize/<short>/capture.json: what a localisation probe recorded, reused by a later
+`localize` into the same DIR (one last good build against several bad ones starts once)."""
+
+
+def _capture_key(s: Setup, candidate: Candidate, prompt: str) -> str:
+    """What a capture depends on: the build, the config that decides how it is served and
+    checked, the tokens asked for, and the worker extension's own code."""
+    cfg = s.config.localize
+    worker = hashlib.sha256((WORKER_DIR / "llm_bisect_worker.py").read_bytes()).hexdigest()
+    blob = {"commit": candidate.commit, "config": config_digest(s.config), "prompt": prompt,
+            "tokens": cfg.tokens, "sample": cfg.sample, "worker": worker}  # fmt: skip
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()
+
+
+def _stored_capture(
+    probe_dir: Path, key: str, token_ids: list[int] | None, *, again: bool, saved: bool
+) -> dict[str, Any] | None:
+    """A capture this DIR holds of the same build and settings; None when there is none,
+    it is of other tokens, lacks the good side's second run, or the tensors asked for."""
+    try:
+        doc = json.loads((probe_dir / CAPTURE).read_text())
+    except (ValueError, OSError):
+        return None
+    if not isinstance(doc, dict) or doc.get("key") != key or not isinstance(doc.get("runs"), dict):
+        return None
+    if token_ids is not None and doc.get("token_ids") != token_ids:
+        return None
+    if (again and "again" not in doc["runs"]) or (saved and not doc.get("saved")):
+        return None
+    return doc
+
+
 def localize_builds(
     s: Setup,
     good: Candidate,
@@ -703,7 +736,8 @@ def localize_builds(
     note: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Run the last good and the first bad build with the worker extension on the same
-    tokens and say where their outputs first differ (localize.py). LocalizeError when a
+    tokens and say where their outputs first differ (localize.py). A build this DIR
+    already captured with the same settings is not started again. LocalizeError when a
     build cannot be instrumented."""
     cfg = s.config.localize
     text = prompt or cfg.prompt
@@ -714,6 +748,7 @@ def localize_builds(
     token_ids: list[int] = []
     runs: dict[str, list[Any]] = {}
     seconds: dict[str, float] = {}
+    reused: list[str] = []
     collected = 0
     with s.launcher(run_id_of(out_dir, "localize")) as launcher:
         for line in launcher.reap():
@@ -721,8 +756,22 @@ def localize_builds(
         for role, candidate in (("good", good), ("bad", bad)):
             t0 = s.clock()
             probe_dir = out_dir / "localize" / candidate.short
+            key = _capture_key(s, candidate, text)
+            stored = _stored_capture(
+                probe_dir, key, token_ids if role == "bad" else None,
+                again=role == "good", saved=cfg.save_tensors,
+            )  # fmt: skip
+            if stored is not None:
+                note(f"localize: {candidate.short} ({role}) captured before; not started again")
+                token_ids = token_ids or list(stored["token_ids"])
+                runs[role] = stored["runs"]["first"]
+                if role == "good":
+                    runs["again"] = stored["runs"]["again"]
+                reused.append(role)
+                continue
             save = probe_dir / "tensors" if cfg.save_tensors else None
             spec = json.dumps({"sample": cfg.sample, "save": str(save) if save else None})
+            captured: dict[str, list[Any]] = {}
             try:
                 with launcher.launch(candidate, probe_dir, localize_instrument()) as server:
                     server.wait_ready()
@@ -730,13 +779,20 @@ def localize_builds(
                         if not token_ids:
                             token_ids = api.tokenize(text)
                             token_ids += api.continuation(token_ids, cfg.tokens)
-                        runs[role], size = _capture(api, token_ids, spec)
+                        captured["first"], size = _capture(api, token_ids, spec)
                         collected += size
                         if role == "good":  # the good build against itself: the noise
-                            runs["again"], _ = _capture(api, token_ids, spec)
+                            captured["again"], _ = _capture(api, token_ids, spec)
             except (LaunchError, EndpointError) as exc:
                 raise LocalizeError(f"{role} build {candidate.short}: {exc}") from None
             seconds[role] = round(s.clock() - t0, 1)
+            runs[role] = captured["first"]
+            if "again" in captured:
+                runs["again"] = captured["again"]
+            doc = {"key": key, "commit": candidate.commit, "token_ids": token_ids,
+                   "saved": save is not None, "runs": captured}  # fmt: skip
+            probe_dir.mkdir(parents=True, exist_ok=True)
+            write_atomic(probe_dir / CAPTURE, json.dumps(doc) + "\n")
     found = localize_results(
         runs["good"],
         runs["bad"],
@@ -750,6 +806,7 @@ def localize_builds(
         "bad": bad.commit,
         "prompt": text,
         "seconds": seconds,
+        "reused": reused,
         "forced": list(localize_instrument().args),
         **found.to_json(),
     }

@@ -737,7 +737,10 @@ def localize_cmd(
             term.out(doc["line"])
             if doc.get("why"):
                 term.out(f"  ({doc['why']})")
-            seconds = ", ".join(f"{k} {v:.0f}s" for k, v in doc["seconds"].items())
+            seconds = ", ".join(
+                [f"{k} {v:.0f}s" for k, v in doc["seconds"].items()]
+                + [f"{k} captured before" for k in doc.get("reused", [])]
+            )
             term.out(
                 f"  {doc['tokens']} tokens; probes: {seconds}; "
                 f"collected {doc['collected_bytes'] / 1e6:.1f} MB"

@@ -1,13 +1,17 @@
 """Where in the model: the first module whose output differs between two builds. Pure.
 
 The worker extension (data/worker/llm_bisect_worker.py) records, in execution order,
-each module's first input and its outputs on the same teacher-forced tokens in both
-builds. Walking the last good build's events in order, the first event beyond its
-tolerance says where the change enters:
+every tensor each module is called with (by argument name: a decoder layer's
+`positions`, `hidden_states`, `residual`) and every tensor it returns, on the same
+teacher-forced tokens in both builds. Walking the last good build's events in order, the
+first event beyond its tolerance says where the change enters:
 
     an output differs, its inputs matched   → the module's own code (model.layers.1.mlp)
     an input differs (or a call is absent)  → the code of the module that called it,
-                                              between its children: the parent
+                                              between its children: its caller, the
+                                              nearest module above it that runs code
+                                              (`model` for `model.layers.1`: the
+                                              ModuleList between them only holds them)
 
 The difference of two events is 1 - 2<x,y>/(|x|^2 + |y|^2) over the sampled values of
 every token position (0: the same; 1: unrelated; 2: opposite). Each event's tolerance is
@@ -45,35 +49,77 @@ def relative_difference(x: Sequence[float], y: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class Event:
-    """One module's input or output, summarised (what the worker extension returns)."""
+    """One tensor a module was called with or returned, summarised (what the worker
+    extension returns)."""
 
     module: str
     """`model.layers.1.mlp`; `name#k` for the k-th call of a module called again."""
     kind: str
-    """`input`, `output`, or `output1`... for the further tensors of a tuple."""
+    """`input` or `output`."""
     shape: tuple[int, ...]
     hashes: tuple[str, ...]
     sample: tuple[float, ...]
     """The sampled values of every row (token position), concatenated."""
+    arg: str = ""
+    """An input's argument name (`hidden_states`, `args[2]`, `x[1]` inside a tuple); an
+    output's place in a tuple (`[1]`), "" for a lone tensor."""
+    nonfinite: int | None = None
+    """How many of the tensor's values are NaN or infinite (None: not recorded)."""
 
     @property
-    def key(self) -> tuple[str, str]:
-        return (self.module, self.kind)
+    def key(self) -> tuple[str, str, str]:
+        return (self.module, self.kind, self.arg)
+
+    @property
+    def what(self) -> str:
+        """`input hidden_states`, `output`, `output[1]`."""
+        if self.kind == "output":
+            return f"output{self.arg}"
+        return f"input {self.arg}" if self.arg else "input"
 
     @staticmethod
     def of(raw: Mapping[str, Any]) -> Event:
         rows = raw.get("rows") or []
+        kind, arg = str(raw["kind"]), str(raw.get("arg", ""))
+        if kind.startswith("output") and kind != "output":  # before names: `output1`
+            kind, arg = "output", f"[{kind.removeprefix('output')}]"
+        nonfinite = raw.get("nonfinite")
         return Event(
             module=str(raw["module"]),
-            kind=str(raw["kind"]),
+            kind=kind,
             shape=tuple(int(d) for d in raw.get("shape", [])),
             hashes=tuple(str(r.get("hash", "")) for r in rows),
             sample=tuple(float(v) for r in rows for v in r.get("sample", [])),
+            arg=arg,
+            nonfinite=int(nonfinite) if nonfinite is not None else None,
         )
 
 
 def events_of(rank: Mapping[str, Any]) -> list[Event]:
     return [Event.of(e) for e in rank.get("events", [])]
+
+
+@dataclass(frozen=True)
+class Module:
+    """What the worker extension says of one module of the model."""
+
+    type: str
+    """Its class: `LlamaDecoderLayer`."""
+    caller: str
+    """The nearest module above it that runs code of its own ("" for the root)."""
+
+
+def modules_of(rank: Mapping[str, Any]) -> dict[str, Module]:
+    """label → Module; empty from a worker extension that did not say (then callers are
+    read from the names: `parent`)."""
+    found = rank.get("modules")
+    if not isinstance(found, Mapping):
+        return {}
+    return {
+        str(name): Module(str(m.get("type", "")), str(m.get("caller", "")))
+        for name, m in found.items()
+        if isinstance(m, Mapping)
+    }
 
 
 def difference(good: Event, bad: Event | None) -> tuple[float, str]:
@@ -87,19 +133,44 @@ def difference(good: Event, bad: Event | None) -> tuple[float, str]:
     return relative_difference(good.sample, bad.sample), ""
 
 
-def parent(module: str) -> str:
-    """The module whose code calls `module` (its path without the last part)."""
+def parent(module: str, modules: Mapping[str, Module] | None = None) -> str:
+    """The module whose code calls `module`: its recorded caller, else (an older worker
+    extension) its path without the last part."""
     name = module.split("#", 1)[0]
+    known = (modules or {}).get(name)
+    if known is not None and known.caller:
+        return known.caller
     return name.rsplit(".", 1)[0] if "." in name else "model"
 
 
 @dataclass(frozen=True)
 class Point:
-    """One module's output on the divergence curve."""
+    """One module call's outputs on the divergence curve (the largest of them)."""
 
     module: str
     difference: float
     tolerance: float
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One tensor of the call that diverged: how far apart the two builds have it."""
+
+    what: str
+    """`input hidden_states`, `output[1]`."""
+    difference: float
+    """Relative difference (1.0 where the first bad build did not record it)."""
+
+
+@dataclass(frozen=True)
+class NonFinite:
+    """NaN or infinite values recorded on either path, anywhere in the forward."""
+
+    good: int
+    """Recorded tensors of the last good build holding a NaN or an infinity."""
+    bad: int
+    first: str | None = None
+    """The first of them in execution order: `model.layers.3.mlp (output) in the bad build`."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +181,7 @@ class RankDivergence:
     index: int | None
     """Position of the first divergent event in execution order; None: none diverged."""
     event: str = ""
-    """`module (kind)` of that event."""
+    """`module (input hidden_states)` of that event."""
     module: str = ""
     """Where the change enters: the module itself (an output) or its caller (an input)."""
     difference: float = 0.0
@@ -120,6 +191,44 @@ class RankDivergence:
     why: str = ""
     curve: tuple[Point, ...] = ()
     events: int = 0
+    inside: bool = False
+    """True: an output differed while the inputs matched (the module's own code)."""
+    call: str = ""
+    """The module call the divergent event belongs to (`model.layers.1`, `name#k`)."""
+    tensors: tuple[Tensor, ...] = ()
+    """That call's inputs and outputs, each with its difference."""
+    after: str = ""
+    """The caller's last call that returned before the divergence (an input differed)."""
+    type: str = ""
+    """The class of `module`, where the worker extension said."""
+    nonfinite: NonFinite | None = None
+
+
+def _say(tensors: Sequence[Tensor]) -> str:
+    """`positions, hidden_states identical; residual within 2e-4`."""
+    same = [t.what.removeprefix("input ") for t in tensors if t.difference == 0.0]
+    near = [t.what.removeprefix("input ") for t in tensors if t.difference != 0.0]
+    worst = max((t.difference for t in tensors), default=0.0)
+    parts = ([f"{', '.join(same)} identical"] if same else []) + (
+        [f"{', '.join(near)} within {worst:.1g}"] if near else []
+    )
+    return "; ".join(parts)
+
+
+def _nonfinite(good: Sequence[Event], bad: Sequence[Event]) -> NonFinite | None:
+    if all(e.nonfinite is None for e in (*good, *bad)):
+        return None
+    flagged = [(e, side) for side, events in (("good", good), ("bad", bad)) for e in events
+               if e.nonfinite]  # fmt: skip
+    order = {e.key: i for i, e in enumerate(good)}
+    first = min(
+        flagged, key=lambda f: (order.get(f[0].key, len(order)), f[1] == "bad"), default=None
+    )
+    return NonFinite(
+        good=sum(1 for _, side in flagged if side == "good"),
+        bad=sum(1 for _, side in flagged if side == "bad"),
+        first=f"{first[0].module} ({first[0].what}) in the {first[1]} build" if first else None,
+    )
 
 
 def compare_rank(
@@ -128,41 +237,117 @@ def compare_rank(
     bad: Sequence[Event],
     again: Sequence[Event] | None = None,
     floor: float = FLOOR,
+    modules: Mapping[str, Module] | None = None,
 ) -> RankDivergence:
     """Walk the good build's events in order; the first whose difference passes its
-    tolerance (`again`: the good build's second run, for the noise)."""
+    tolerance (`again`: the good build's second run, for the noise; `modules`: each
+    module's class and caller, as the worker extension recorded them)."""
     found = {e.key: e for e in bad}
     noise = {e.key: e for e in (again or [])}
     before = 0.0
     first: RankDivergence | None = None
-    curve = []
+    curve: list[Point] = []
+    at_call: dict[str, int] = {}
     for i, event in enumerate(good):
         diff, why = difference(event, found.get(event.key))
         twin = noise.get(event.key)
         own = difference(event, twin)[0] if twin is not None else 0.0
         tolerance = max(floor, NOISE_FACTOR * own)
         if event.kind == "output":
-            curve.append(Point(event.module, diff, tolerance))
+            point = Point(event.module, diff, tolerance)
+            if event.module in at_call:  # a further tensor of the same call's tuple
+                j = at_call[event.module]
+                curve[j] = point if diff > curve[j].difference else curve[j]
+            else:
+                at_call[event.module] = len(curve)
+                curve.append(point)
         if first is None and diff > tolerance:
-            inside = event.kind.startswith("output") and found.get(event.key) is not None
-            module = event.module.split("#", 1)[0] if inside else parent(event.module)
-            if not why and inside:
-                why = "its output differs while its input matched: the change is in its code"
-            elif not why:
-                why = (
-                    f"the input of {event.module} differs while every module before it "
-                    f"matched: the change is in {module}'s own code, before that call"
-                )
-            elif not inside:
-                why = f"{event.module} is {why}: the change is in {module}'s own code"
-            first = RankDivergence(
-                rank, i, f"{event.module} ({event.kind})", module, diff, tolerance, before, why
-            )
+            first = _diverged(rank, good, found, i, diff, tolerance, before, why, modules or {})
         elif first is None:
             before = max(before, diff)
+    nonfinite = _nonfinite(good, bad)
     if first is None:
-        return RankDivergence(rank, None, before_max=before, curve=tuple(curve), events=len(good))
-    return replace(first, curve=tuple(curve), events=len(good))
+        return RankDivergence(
+            rank, None, before_max=before, curve=tuple(curve), events=len(good),
+            nonfinite=nonfinite,
+        )  # fmt: skip
+    return replace(first, curve=tuple(curve), events=len(good), nonfinite=nonfinite)
+
+
+def _diverged(
+    rank: int,
+    good: Sequence[Event],
+    found: Mapping[tuple[str, str, str], Event],
+    i: int,
+    diff: float,
+    tolerance: float,
+    before: float,
+    why: str,
+    modules: Mapping[str, Module],
+) -> RankDivergence:
+    """What the first divergent event (good[i]) says: where, and in words."""
+    event = good[i]
+    call = [e for e in good if e.module == event.module]
+    tensors = tuple(Tensor(e.what, difference(e, found.get(e.key))[0]) for e in call)
+    inputs = [t for t, e in zip(tensors, call, strict=True) if e.kind == "input"]
+    inside = event.kind == "output" and found.get(event.key) is not None
+    name = event.module.split("#", 1)[0]
+    module = name if inside else parent(event.module, modules)
+    after = ""
+    if not inside:  # the caller's last call that returned before this one
+        after = next(
+            (e.module for e in reversed(good[:i])
+             if e.kind == "output" and parent(e.module, modules) == module
+             and e.module != event.module),
+            "",
+        )  # fmt: skip
+    if inside:
+        outputs = [t for t in tensors if t.what.startswith("output") and t.difference > 0]
+        said = ", ".join(f"{t.what} by {t.difference:.2g}" for t in outputs)
+        if [t.what for t in outputs] == ["output"]:
+            said = f"by {outputs[0].difference:.2g}"
+        named = [t for t in inputs if t.what != "input"]
+        matched = f" ({_say(named)})" if named else ""
+        plural = "s" if len(inputs) > 1 else ""
+        lead = f"{why}; " if why else ""
+        why = (
+            f"{lead}its output differs ({said}) while its input{plural} matched{matched}: "
+            "the change is in its own code"
+            if inputs
+            else f"{lead}its output differs ({said}) and it was called with no tensor: "
+            "the change is in its own code"
+        )
+    else:
+        where = (
+            f"after {after} returned and before it called {event.module}"
+            if after
+            else f"before it called {event.module}"
+        )
+        if why:
+            why = f"{event.module} is {why}: the change is in {module}'s own code, {where}"
+        else:
+            others = [t for t in inputs if t.what != event.what and t.difference <= tolerance]
+            also = f", its other inputs matched ({_say(others)})" if others else ""
+            what = f"the {event.what}" if event.arg else "the input"
+            why = (
+                f"{what} of {event.module} differs ({diff:.2g}){also} and every module "
+                f"before it matched: the change is in {module}'s own code, {where}"
+            )
+    return RankDivergence(
+        rank,
+        i,
+        f"{event.module} ({event.what})",
+        module,
+        diff,
+        tolerance,
+        before,
+        why,
+        inside=inside,
+        call=event.module,
+        tensors=tensors,
+        after=after,
+        type=modules[module].type if module in modules else "",
+    )
 
 
 @dataclass(frozen=True)
@@ -188,9 +373,10 @@ class Localization:
             return f"no divergence: every module within tolerance (largest difference {worst:.1g})"
         rank = f" on rank {first.rank}" if len(self.ranks) > 1 else ""
         at = "" if first.event == f"{first.module} (output)" else f" at {first.event}"
+        kind = f"{first.type}, " if first.type else ""
         before = "identical" if first.before_max == 0 else f"within {first.before_max:.1g}"
         return (
-            f"first divergence: {first.module}{rank} (relative difference "
+            f"first divergence: {first.module}{rank} ({kind}relative difference "
             f"{first.difference:.2g}{at}; every module before it {before})"
         )
 
@@ -205,6 +391,10 @@ class Localization:
             "tolerance": first.tolerance if first else None,
             "before_max": first.before_max if first else None,
             "why": first.why if first else None,
+            "module_type": (first.type or None) if first else None,
+            "call": _call_json(first) if first else None,
+            "after": (first.after or None) if first else None,
+            "nonfinite": _nonfinite_json(self.ranks),
             "tokens": self.tokens,
             "collected_bytes": self.collected_bytes,
             "notes": list(self.notes),
@@ -220,6 +410,26 @@ class Localization:
                 for r in self.ranks
             ],
         }
+
+
+def _call_json(first: RankDivergence) -> dict[str, Any]:
+    """The call the first divergence is in: each input and output, and its difference."""
+    inputs = {t.what.removeprefix("input").strip() or "input": t.difference
+              for t in first.tensors if t.what.startswith("input")}  # fmt: skip
+    outputs = {t.what: t.difference for t in first.tensors if t.what.startswith("output")}
+    return {"module": first.call, "inputs": inputs, "outputs": outputs}
+
+
+def _nonfinite_json(ranks: Sequence[RankDivergence]) -> dict[str, Any] | None:
+    """NaN or infinite values over every rank; None where the worker did not count them."""
+    known = [r.nonfinite for r in ranks if r.nonfinite is not None]
+    if not known:
+        return None
+    return {
+        "good": sum(n.good for n in known),
+        "bad": sum(n.bad for n in known),
+        "first": next((n.first for n in known if n.first), None),
+    }
 
 
 def localize(
@@ -250,6 +460,7 @@ def localize(
                 events_of(other),
                 events_of(twin) if twin is not None else None,
                 floor,
+                modules_of(raw),
             )
         )
     return Localization(tuple(ranks), tokens, collected_bytes, tuple(notes))

@@ -21,6 +21,10 @@ and each bug alone on a branch off `refactor`, for the detection table:
     benign  a refactor of LlamaMLP.forward that changes nothing (`refactor`)
     doc     docstrings only (`doc`)
     csrc    a change to a compiled source: no overlay can build it
+    layer   LlamaDecoderLayer.forward hands attention the residual stream, not the
+            normalised hidden states (the layer's own code, before it calls attention)
+    between LlamaModel.forward adds the residual to the hidden states in place after
+            each layer (the model's own code, between two layers)
 """
 
 from __future__ import annotations
@@ -100,6 +104,24 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
         ),
     ],
     "attn": [(LLAMA, "self.scaling = self.head_dim**-0.5", "self.scaling = self.head_dim**0.5")],
+    "layer": [
+        (
+            LLAMA,
+            "        hidden_states = self.self_attn("
+            "positions=positions, hidden_states=hidden_states)\n",
+            "        hidden_states = self.self_attn(positions=positions, hidden_states=residual)\n",
+        ),
+    ],
+    "between": [
+        (
+            LLAMA,
+            "            self._maybe_add_hidden_state(\n"
+            "                aux_hidden_states, idx + 1, hidden_states, residual\n",
+            "            hidden_states += residual  # the aux hidden state, in place\n"
+            "            self._maybe_add_hidden_state(\n"
+            "                aux_hidden_states, idx + 1, hidden_states, residual\n",
+        ),
+    ],
     "parser": [
         (
             PARSERS,
@@ -127,6 +149,8 @@ SUBJECTS = {
     "attn": "[Kernel] Fold the attention scale into the query",
     "csrc": "[Kernel] Tune the CPU attention tile size",
     "eos": "[Misc] Set the EOS token in one place in update_from_generation_config",
+    "layer": "[Refactor] Read the residual branch once in LlamaDecoderLayer.forward",
+    "between": "[Spec Decode] Build the aux hidden states in place",
 }
 
 
@@ -195,6 +219,11 @@ def make_bed(repo: Path) -> dict[str, str]:
     _edit(repo, "eos")
     shas["eos-alone"] = _commit(repo, "eos", date + 90)
     _git(repo, "checkout", "-q", "main")
+    for bug in ("layer", "between"):  # for `localize`: a layer's code, the model's code
+        _git(repo, "checkout", "-q", "-b", f"bug-{bug}", shas["refactor"])
+        _edit(repo, bug)
+        shas[f"{bug}-alone"] = _commit(repo, bug, date + 60)
+        _git(repo, "checkout", "-q", "main")
     _git(repo, "checkout", "-q", "-b", "csrc", shas["refactor"])
     (repo / "csrc" / "cpu").mkdir(parents=True)
     (repo / "csrc" / "cpu" / "attention_tile.cpp").write_text("constexpr int TILE = 64;\n")

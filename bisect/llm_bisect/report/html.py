@@ -294,6 +294,9 @@ def _summary(doc: ResultDocument) -> str:
             else ""
         )
     )
+    found = doc.localization or {}
+    if found.get("line"):
+        rows.append(f"where in the model: {html.escape(str(found['line']))}")
     return '<div class="summary">' + "<br>".join(rows) + "</div>"
 
 

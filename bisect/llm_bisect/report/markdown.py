@@ -216,6 +216,47 @@ CURVE_ROWS = 12
 """Module outputs shown around the first divergence."""
 
 
+def _nonfinite_line(found: dict[str, Any]) -> list[str]:
+    """NaN or Inf on either path, where the worker extension counted them."""
+    counts = found.get("nonfinite")
+    if not isinstance(counts, dict):
+        return []
+    if not counts.get("good") and not counts.get("bad"):
+        return ["No NaN or Inf on either path.", ""]
+    first = f" (first: {cell(counts['first'], 160)})" if counts.get("first") else ""
+    return [
+        f"NaN or Inf in {counts.get('good', 0)} recorded tensors of the last good build and "
+        f"{counts.get('bad', 0)} of the first bad build{first}.",
+        "",
+    ]
+
+
+def _call_table(found: dict[str, Any]) -> list[str]:
+    """The tensors of the call where the divergence shows: which matched, which differ."""
+    call = found.get("call")
+    if not isinstance(call, dict) or not call.get("module"):
+        return []
+    tolerance = found.get("tolerance") or 0.0
+    rows = [
+        *[
+            (f"input {esc.code(name, table=True)}", d)
+            for name, d in (call.get("inputs") or {}).items()
+        ],
+        *[(esc.code(name, table=True), d) for name, d in (call.get("outputs") or {}).items()],
+    ]
+    if not rows:
+        return []
+
+    def said(d: float) -> str:
+        return "identical" if d == 0 else (f"{d:.3g}" if d > tolerance else f"{d:.3g} (within)")
+
+    head = [
+        f"| tensor of {esc.code(call['module'], table=True)} | relative difference |",
+        "|---|---|",
+    ]
+    return [*head, *[f"| {what} | {said(d)} |" for what, d in rows], ""]
+
+
 def _localization(doc: ResultDocument) -> list[str]:
     """Where in the model the culprit's effect enters (the localisation probes)."""
     found = doc.localization
@@ -226,12 +267,17 @@ def _localization(doc: ResultDocument) -> list[str]:
         return lines
     if found.get("why"):
         lines += [f"({esc.text(found['why'])})", ""]
+    lines += _call_table(found)
+    lines += _nonfinite_line(found)
     seconds = found.get("seconds") or {}
     lines.append(
         f"Last good `{found['good'][:12]}` and first bad `{found['bad'][:12]}`, teacher-forced "
         f"on the same {found.get('tokens', 0)} tokens with the worker extension "
         f"({esc.text(' '.join(found.get('forced', [])))}); "
-        + ", ".join(f"{esc.text(role)} {s:.0f}s" for role, s in seconds.items())
+        + ", ".join(
+            [f"{esc.text(role)} {s:.0f}s" for role, s in seconds.items()]
+            + [f"{esc.text(role)} captured before" for role in found.get("reused") or []]
+        )
         + "."
     )
     lines.append("")

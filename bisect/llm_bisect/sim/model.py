@@ -283,13 +283,58 @@ ENTERS = {
 (null content, the reasoning parser) are outside the model."""
 
 
+ROOT = "<root>"
+"""The worker extension's label for the model itself (LlamaForCausalLM)."""
+
+
 def module_calls() -> list[str]:
     """The simulated network's modules in the order they finish (children first)."""
     calls = ["model.embed_tokens"]
     for i in range(SIM_LAYERS):
         layer = f"model.layers.{i}"
         calls += [f"{layer}.self_attn", f"{layer}.mlp", layer]
-    return [*calls, "model.norm", "model"]
+    return [*calls, "model.norm", "model", ROOT]
+
+
+def modules() -> dict[str, dict[str, str]]:
+    """Each module's class and caller, as the worker extension reports them: vLLM's Llama,
+    whose `model.layers` (a ModuleList) runs no code, so `model` calls each layer."""
+    found = {
+        ROOT: {"type": "LlamaForCausalLM", "caller": ""},
+        "model": {"type": "LlamaModel", "caller": ROOT},
+        "model.embed_tokens": {"type": "VocabParallelEmbedding", "caller": "model"},
+        "model.layers": {"type": "ModuleList", "caller": "model"},
+        "model.norm": {"type": "RMSNorm", "caller": "model"},
+    }
+    for i in range(SIM_LAYERS):
+        layer = f"model.layers.{i}"
+        found[layer] = {"type": "LlamaDecoderLayer", "caller": "model"}
+        found[f"{layer}.self_attn"] = {"type": "LlamaAttention", "caller": layer}
+        found[f"{layer}.mlp"] = {"type": "LlamaMLP", "caller": layer}
+    return found
+
+
+def _tensor_events() -> list[tuple[str, str, str]]:
+    """(module, kind, arg) of every tensor the hooks see, in execution order: a module's
+    arguments by name when it is called, its outputs when it returns. vLLM calls a layer
+    as `layer(positions, hidden_states, residual)` (no residual into the first) and
+    attention with keyword arguments; a layer returns (hidden_states, residual)."""
+    order = [(ROOT, "input", "input_ids"), (ROOT, "input", "positions"),
+             ("model", "input", "input_ids"), ("model", "input", "positions"),
+             ("model.embed_tokens", "input", "input_"),
+             ("model.embed_tokens", "output", "")]  # fmt: skip
+    for i in range(SIM_LAYERS):
+        layer = f"model.layers.{i}"
+        args = ["positions", "hidden_states"] + (["residual"] if i else [])
+        order += [(layer, "input", a) for a in args]
+        order += [(f"{layer}.self_attn", "input", "positions"),
+                  (f"{layer}.self_attn", "input", "hidden_states"),
+                  (f"{layer}.self_attn", "output", ""),
+                  (f"{layer}.mlp", "input", "x"), (f"{layer}.mlp", "output", ""),
+                  (layer, "output", "[0]"), (layer, "output", "[1]")]  # fmt: skip
+    return [*order, ("model.norm", "input", "x"), ("model.norm", "input", "residual"),
+            ("model.norm", "output", "[0]"), ("model.norm", "output", "[1]"),
+            ("model", "output", ""), (ROOT, "output", "")]  # fmt: skip
 
 
 def _values(module: str, tid: int, position: int, width: int) -> list[float]:
@@ -298,32 +343,45 @@ def _values(module: str, tid: int, position: int, width: int) -> list[float]:
 
 
 def module_events(token_ids: list[int], fault: str, sample: int = 8) -> list[dict[str, Any]]:
-    """What the worker extension records for one forward over `token_ids`: each module's
-    input and output, summarised per token position, in execution order. A model-side
-    fault changes the output of the module it enters and everything after it."""
+    """What the worker extension records for one forward over `token_ids`: every tensor
+    each module is called with or returns, summarised per token position, in execution
+    order. A model-side fault changes the output of the module it enters and everything
+    after it."""
     enters = ENTERS.get(fault)
-    calls = module_calls()
-    changed_from = calls.index(enters) if enters in calls else len(calls)
+    order = _tensor_events()
+    changed_from = next(
+        (i for i, (m, kind, _) in enumerate(order) if m == enters and kind == "output"),
+        len(order),
+    )
     events: list[dict[str, Any]] = []
-    for index, name in enumerate(calls):
-        for kind in ("input", "output"):
-            shifted = index > changed_from or (index == changed_from and kind == "output")
-            rows = []
-            for position, tid in enumerate(token_ids):
-                values = _values(f"{name}.{kind}", tid, position, sample)
-                if shifted:
-                    values = [v * 0.5 + 0.3 for v in values]
-                text = ",".join(f"{v:.6f}" for v in values)
-                rows.append(
-                    {
-                        "mean": sum(values) / len(values),
-                        "norm": sum(v * v for v in values) ** 0.5,
-                        "q": [min(values), max(values)],
-                        "sample": values,
-                        "hash": hashlib.sha1(text.encode()).hexdigest()[:16],
-                    }
-                )
-            events.append(
-                {"module": name, "kind": kind, "shape": [len(token_ids), 64], "rows": rows}
+    for index, (name, kind, arg) in enumerate(order):
+        rows = []
+        for position, tid in enumerate(token_ids):
+            values = _values(f"{name}.{kind}{arg}", tid, position, sample)
+            if index >= changed_from:
+                values = [v * 0.5 + 0.3 for v in values]
+            text = ",".join(f"{v:.6f}" for v in values)
+            rows.append(
+                {
+                    "mean": sum(values) / len(values),
+                    "norm": sum(v * v for v in values) ** 0.5,
+                    "q": [min(values), max(values)],
+                    "sample": values,
+                    "hash": hashlib.sha1(text.encode()).hexdigest()[:16],
+                }
             )
+        events.append(
+            {"module": name, "kind": kind, "arg": arg, "shape": [len(token_ids), 64],
+             "nonfinite": 0, "rows": rows}
+        )  # fmt: skip
     return events
+
+
+def worker_result(token_ids: list[int], fault: str, sample: int = 8) -> dict[str, Any]:
+    """What `llm_bisect_collect` returns for one simulated worker (rank 0)."""
+    return {
+        "rank": 0,
+        "root": ROOT,
+        "modules": modules(),
+        "events": module_events(token_ids, fault, sample),
+    }

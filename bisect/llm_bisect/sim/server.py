@@ -100,7 +100,7 @@ class Engine:
         """Started as vLLM with `--worker-extension-cls` and VLLM_SERVER_DEV_MODE=1: it
         answers /collective_rpc as llm-bisect's worker extension does."""
         self._armed: dict[str, Any] | None = None
-        self._recorded: list[dict[str, Any]] = []
+        self._recorded: dict[str, Any] | None = None
 
     def _envelope(self, kind: str, body: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -201,11 +201,11 @@ class Engine:
         with self._lock:
             if method == "llm_bisect_install":
                 spec = json.loads((body.get("args") or ["{}"])[0])
-                self._armed, self._recorded = spec, []
-                return {"results": [{"rank": 0, "modules": len(model.module_calls())}]}
+                self._armed, self._recorded = spec, None
+                return {"results": [{"rank": 0, "modules": len(model.modules())}]}
             if method == "llm_bisect_collect":
-                events, self._armed, self._recorded = self._recorded, None, []
-                return {"results": [{"rank": 0, "events": events}]}
+                recorded, self._armed, self._recorded = self._recorded, None, None
+                return {"results": [recorded or {"rank": 0, "events": []}]}
         raise ValueError(f"no method {method!r} on the workers")
 
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +216,7 @@ class Engine:
         with self._lock:
             if self._armed is not None:
                 sample = int(self._armed.get("sample", 8))
-                self._recorded = model.module_events(prompt, self.fault, min(sample, 16))
+                self._recorded = model.worker_result(prompt, self.fault, min(sample, 16))
         choice: dict[str, Any] = {"index": 0, "text": "", "finish_reason": "length"}
         wanted = int(body.get("max_tokens") or 1)
         if body.get("return_token_ids"):  # a greedy continuation: the same on every build
