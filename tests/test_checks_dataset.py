@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +11,16 @@ import datasets  # type: ignore[import-untyped]
 import pytest
 from typer.testing import CliRunner
 
-from helpers import History
+from helpers import History, cli_bounded
 from llm_bisect import app
 from llm_bisect.checks.dataset import load
-from llm_bisect.checks.gsm8k import Problem, last_integer, load_problems, vllm_prompt
+from llm_bisect.checks.gsm8k import (
+    MAX_EVAL_BYTES,
+    Problem,
+    last_integer,
+    load_problems,
+    vllm_prompt,
+)
 from llm_bisect.cli import TerminalProgress, cli
 
 ROWS = [
@@ -90,3 +97,32 @@ def test_an_eval_source_that_cannot_be_read_is_one_line(
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.output
+
+
+def sparse(path: Path, size: int) -> None:
+    with path.open("wb") as f:
+        f.truncate(size)
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "reason"),
+    [
+        ("fifo.jsonl", os.mkfifo, "not a regular file: a fifo"),
+        ("zero.jsonl", lambda p: p.symlink_to("/dev/zero"), "not a regular file: a device"),
+        ("fifo.parquet", os.mkfifo, "not a regular file: a fifo"),
+        ("big.jsonl", lambda p: sparse(p, MAX_EVAL_BYTES + 1), "over"),
+    ],
+)
+def test_an_eval_path_that_is_no_regular_file_is_one_line(
+    tmp_path: Path, history: Any, name: str, make: Any, reason: str
+) -> None:
+    """A FIFO used to hang `candidates` forever and /dev/zero to grow until the OOM killer
+    came: refused before anything is read."""
+    h: History = history({}, n=1)
+    make(h.root / name)
+    code, output = cli_bounded("candidates", str(h.config(checks=[{"type": "eval", "path": name}])))
+    assert code == 2, output
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: checks.0.path: cannot read '{name}' ({reason}"
+        + (f" {MAX_EVAL_BYTES} bytes)" if reason == "over" else ")")
+    ]

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from helpers import live_processes, write_config
+from helpers import cli_bounded, live_processes, write_config
 from llm_bisect.cli import cli
 from llm_bisect.config import (
     CanaryConfig,
     EvalConfig,
     ExpectConfig,
+    MAX_CONFIG_BYTES,
     LogprobsConfig,
     expand_env,
     parse_config,
@@ -222,3 +224,81 @@ def test_every_command_has_help() -> None:
         result = CliRunner().invoke(cli, [command, "--help"])
         assert result.exit_code == 0, command
         assert "Usage" in result.output
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        (
+            {"checks": [{"type": "canary", "extra_body": {"x": float("nan")}}]},
+            "checks.0.extra_body: not JSON: x is nan (only finite numbers)",
+        ),
+        (
+            {"checks": [{"type": "expect", "extra_body": {"x": [1, {"y": float("inf")}]}}]},
+            "checks.0.extra_body: not JSON: x.1.y is inf (only finite numbers)",
+        ),
+        (
+            {"checks": [{"type": "canary", "chat_template_kwargs": {"when": b"\x00"}}]},
+            "checks.0.chat_template_kwargs: not JSON: when is bytes",
+        ),
+        (
+            {"checks": [{"type": "eval", "dataset_config": "main"}]},
+            "checks.0.dataset_config: goes with `dataset`, and no dataset is given",
+        ),
+        (
+            {"server": {"launcher": "docker", "image": "x:{commit}"}, "localize": {"save_tensors": True}},
+            "localize.save_tensors: the process launcher's only",
+        ),
+        (
+            {"server": {"launcher": "slurm", "command": ["x"], "host": "{nodex}"}},
+            "server.host: unknown placeholder '{nodex}' (known: {node})",
+        ),
+        (
+            {"server": {"launcher": "slurm", "command": ["x"], "host": "{node"}},
+            "server.host: malformed template '{node'",
+        ),
+        (
+            {"server": {"launcher": "slurm", "command": ["x"], "host": "{commit}"}},
+            "server.host: unknown placeholder '{commit}' (known: {node})",
+        ),
+        (
+            {"server": {"command": ["serve", "{port:d}"]}},
+            "server.command: placeholder '{port:d}' takes no conversion or format",
+        ),
+    ],
+)
+def test_values_that_would_fail_later_are_one_line_at_load(
+    patch: dict[str, Any], message: str
+) -> None:
+    """extra_body that is not JSON, a dataset_config without its dataset, a Slurm host template
+    that only fails once a job runs: one line naming the key when the config is read, and
+    never a stray colon where a check spans the whole config."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({**base(), **patch})
+    assert str(err.value).startswith(message), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_a_config_that_is_not_a_regular_file_or_is_huge_is_one_line(
+    tmp_path: Path, kind: str
+) -> None:
+    """A FIFO with no writer used to hang the read forever, /dev/zero to grow until killed."""
+    config = tmp_path / "config.yaml"
+    if kind == "fifo":
+        os.mkfifo(config)
+    elif kind == "device":
+        config.symlink_to("/dev/zero")
+    else:
+        with config.open("wb") as f:
+            f.truncate(MAX_CONFIG_BYTES + 1)
+    code, output = cli_bounded("candidates", str(config))
+    assert code == 2, output
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: {config}: "
+        + (
+            f"cannot read config (over {MAX_CONFIG_BYTES} bytes)"
+            if kind == "huge"
+            else f"cannot read config (not a regular file: a {kind})"
+        )
+    ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import string
 from collections.abc import Mapping
@@ -20,11 +21,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from .errors import ConfigError
+from .files import read_capped
 
 PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build"})
 BUILD_PLACEHOLDERS = frozenset({"python", "build"})
@@ -166,6 +169,8 @@ class DockerServerConfig(_ServerBase):
 
 SLURM_PLACEHOLDERS = PROCESS_PLACEHOLDERS | {"head", "node_rank", "nnodes"}
 """On a Slurm probe's nodes: the head node's host name, this node's rank, the node count."""
+HOST_PLACEHOLDERS = frozenset({"node"})
+"""`server.host` (Slurm): the head node's Slurm name, known once its job runs."""
 
 
 class SlurmServerConfig(ProcessServerConfig):
@@ -213,6 +218,12 @@ class SlurmServerConfig(ProcessServerConfig):
         if image is not None:
             _check_placeholders([image], "server.container_image", IMAGE_PLACEHOLDERS)
         return image
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, host: str) -> str:
+        _check_placeholders([host], "server.host", HOST_PLACEHOLDERS)
+        return host
 
 
 ServerConfig = Annotated[
@@ -269,6 +280,14 @@ class _Asks(_Strict):
         taken = sorted(RESERVED_BODY & body.keys())
         if taken:
             raise ValueError(f"'{taken[0]}' is set by the check itself")
+        return body
+
+    @field_validator("extra_body", "chat_template_kwargs")
+    @classmethod
+    def _json(cls, body: dict[str, Any] | None) -> dict[str, Any] | None:
+        wrong = not_json(body)
+        if wrong is not None:
+            raise ValueError(f"not JSON: {wrong}")
         return body
 
     @model_validator(mode="after")
@@ -369,11 +388,22 @@ class EvalConfig(_Asks):
     null_share_jump: float = Field(default=0.1, ge=0, le=1)
     """Rise allowed in the share of answers with null content."""
 
+    download: bool = False
+    """Fetch `dataset` from the Hugging Face Hub when the node's cache lacks it; default: the
+    cache or a local folder only, so a misspelt name is one line, not a minute of retries."""
+
     @model_validator(mode="after")
     def _one_source(self) -> EvalConfig:
         if self.path is not None and self.dataset is not None:
             raise ValueError("give path or dataset, not both")
         return self
+
+    @field_validator("dataset_config", "split", "download")
+    @classmethod
+    def _with_dataset(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.data.get("dataset") is None:  # fields are checked in order: dataset is known
+            raise ValueError("goes with `dataset`, and no dataset is given")
+        return value
 
 
 CheckConfig = Annotated[
@@ -590,11 +620,41 @@ class Config(_Strict):
 
 
 def template_fields(template: str, key: str) -> list[str]:
-    """The placeholder names in a `{...}` template; `{{` and `}}` are literal braces."""
+    """The placeholder names in a `{...}` template; `{{` and `}}` are literal braces. A
+    placeholder is a bare name: `{port:d}` or `{commit!r}` would fail only when filled."""
     try:
-        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parts = list(string.Formatter().parse(template))
     except ValueError as exc:
         raise ValueError(f"malformed template {template!r} ({exc})") from exc
+    for _, field, spec, conversion in parts:
+        if field is not None and (spec or conversion):
+            written = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            raise ValueError(f"placeholder '{{{written}}}' takes no conversion or format")
+    return [f for _, f, _, _ in parts if f is not None]
+
+
+def not_json(value: Any, where: str = "") -> str | None:
+    """What keeps a value parsed from YAML from being sent as JSON (`x.1.y is nan`), or None.
+
+    YAML has `.nan`, `.inf`, dates, binary and sets; a request body holds none of them."""
+    here = where or "the value"
+    if value is None or isinstance(value, bool | int | str):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{here} is {value} (only finite numbers)"
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if (wrong := not_json(item, f"{where}.{i}" if where else str(i))) is not None:
+                return wrong
+        return None
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                return f"{here} has a key {k!r} that is not a string"
+            if (wrong := not_json(item, f"{where}.{k}" if where else k)) is not None:
+                return wrong
+        return None
+    return f"{here} is {type(value).__name__}"
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
@@ -675,6 +735,8 @@ def _one_line(exc: ValidationError) -> str:
         return f"{loc}: a check needs a 'type' ({CHECK_TYPES})"
     msg = str(err["msg"]).removeprefix("Value error, ")
     value = err.get("input")
+    if not loc:  # a rule over the whole config: its message names the keys
+        return msg
     if isinstance(value, dict | list) or value is None:
         return f"{loc}: {msg}"
     return f"{loc}: {msg}, got {value!r}"
@@ -693,10 +755,14 @@ def parse_config(data: Any) -> Config:
         raise ConfigError(_one_line(exc)) from None
 
 
+MAX_CONFIG_BYTES = 16 * 2**20
+"""The most bytes read of a config file: far past any real one."""
+
+
 def load_config(path: Path) -> Config:
     """Read and validate a YAML config file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped(path, MAX_CONFIG_BYTES).decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
     except UnicodeDecodeError as exc:

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .gsm8k import Problem, load_problems, problem_of
+from ..files import NotReadable, regular_size
+from .gsm8k import MAX_EVAL_BYTES, Problem, load_problems, problem_of
 
 HUB_CONFIGS = {"openai/gsm8k": "main", "gsm8k": "main"}
 """Datasets whose config name is needed and known."""
@@ -62,6 +63,9 @@ def _hub(name: str, config: str | None, split: str, key: str) -> list[Problem]:
 
 
 def _parquet(path: Path) -> list[Problem]:
+    size = regular_size(path)  # `datasets` would open a FIFO, and wait
+    if size > MAX_EVAL_BYTES:
+        raise NotReadable(0, f"over {MAX_EVAL_BYTES} bytes")
     datasets = _datasets()
     table = datasets.load_dataset("parquet", data_files=str(path), split="train")
     return _rows(list(table), path.name)

@@ -24,12 +24,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
+from ..files import read_capped
 from ..redact import Scrub
 
 if TYPE_CHECKING:
     from . import ChatEndpoint, Check
 
 VERSION = 2
+MAX_GOLDEN_BYTES = 256 * 2**20
+"""The most bytes read of a golden file (every text in one is cut to 20,000 characters)."""
 
 
 class _Doc(BaseModel):
@@ -141,7 +144,7 @@ def schema() -> dict[str, Any]:
 def load(path: Path) -> Golden:
     """A golden file, checked whole: a wrong shape or type is one line naming the key."""
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
+        data: Any = json.loads(read_capped(path, MAX_GOLDEN_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"golden: no such file '{path}'") from None
     except (OSError, ValueError, RecursionError) as exc:
