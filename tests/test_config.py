@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 from helpers import cli_bounded, live_processes, write_config
 from llm_bisect.cli import cli
 from llm_bisect.config import (
+    MAX_CONFIG_BYTES,
     CanaryConfig,
     EvalConfig,
     ExpectConfig,
-    MAX_CONFIG_BYTES,
     LogprobsConfig,
     expand_env,
     parse_config,
@@ -246,7 +246,10 @@ def test_every_command_has_help() -> None:
             "checks.0.dataset_config: goes with `dataset`, and no dataset is given",
         ),
         (
-            {"server": {"launcher": "docker", "image": "x:{commit}"}, "localize": {"save_tensors": True}},
+            {
+                "server": {"launcher": "docker", "image": "x:{commit}"},
+                "localize": {"save_tensors": True},
+            },
             "localize.save_tensors: the process launcher's only",
         ),
         (

@@ -13,6 +13,7 @@ from typing import Any
 
 from helpers import History, live_processes, wait_until
 from llm_bisect.journal import read_events
+from llm_bisect.launchers.common import LINE_CHARS
 from llm_bisect.report.documents import GateDocument, ResultDocument
 from test_cli import held_history, invoke, launched
 
@@ -220,3 +221,23 @@ def test_a_block_whose_range_cannot_be_bisected_keeps_its_decision(
     assert doc.bisection.status is not None and doc.bisection.status.value == "error"
     assert "older than" in doc.bisection.message
     assert "## Bisection" in (out / "report.md").read_text()
+
+
+def test_the_crash_reason_survives_a_long_line_after_it(tmp_path: Path, history: Any) -> None:
+    """The server prints its CUDA error, then a 70 KB line, then exits: the log tail in
+    gate.json, report.md and the JUnit XML keeps the reason; every line of it is bounded."""
+    h: History = history({3: "crash-on-start"}, n=4, changes={3: {"crash_trailer": 70_000}})
+    config = h.config(checks=[{"type": "canary"}])
+    golden = record(h, config, tmp_path)
+    out, junit = tmp_path / "gate", tmp_path / "junit.xml"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[3], "--golden", str(golden),
+        "--out", str(out), "--junit", str(junit),
+    )  # fmt: skip
+    assert code == 125, output
+    reason = "RuntimeError: CUDA error: no kernel image is available (simulated)"
+    tail = gate_of(out).probe.log_tail
+    assert reason in tail
+    assert max(len(line) for line in tail.splitlines()) <= LINE_CHARS + 40
+    assert reason in (out / "report.md").read_text()
+    assert reason in (ET.parse(junit).getroot().findtext(".//error") or "")

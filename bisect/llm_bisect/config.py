@@ -628,7 +628,8 @@ def template_fields(template: str, key: str) -> list[str]:
         raise ValueError(f"malformed template {template!r} ({exc})") from exc
     for _, field, spec, conversion in parts:
         if field is not None and (spec or conversion):
-            written = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            written = field + (f"!{conversion}" if conversion else "")
+            written += f":{spec}" if spec else ""
             raise ValueError(f"placeholder '{{{written}}}' takes no conversion or format")
     return [f for _, f, _, _ in parts if f is not None]
 

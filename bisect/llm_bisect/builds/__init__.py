@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from ..errors import LaunchError
 from ..launchers import guard
+from ..launchers.common import tail as log_tail
 from ..model import Candidate
 from .cache import BuildCache
 
@@ -267,7 +268,5 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 
 
 def tail(log: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
+    """A build log's tail (launchers.common.tail); the guard masked its secrets already."""
+    return log_tail(log, lines, [])
