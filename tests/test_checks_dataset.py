@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import datasets  # type: ignore[import-untyped]
 import pytest
@@ -126,3 +129,55 @@ def test_an_eval_path_that_is_no_regular_file_is_one_line(
         f"llm-bisect: error: checks.0.path: cannot read '{name}' ({reason}"
         + (f" {MAX_EVAL_BYTES} bytes)" if reason == "over" else ")")
     ]
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A Hugging Face Hub on loopback that knows no dataset, and counts what it is asked."""
+
+    asked: ClassVar[list[str]] = []
+
+    def _none(self) -> None:
+        self.asked.append(f"{self.command} {self.path}")
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = _none
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hub() -> Iterator[tuple[str, list[str]]]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Hub.asked.clear()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", _Hub.asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_unknown_hub_dataset_is_one_line_and_asks_no_hub(
+    tmp_path: Path, history: Any, hub: tuple[str, list[str]]
+) -> None:
+    """Without `download: true` a dataset comes from the node's cache or a local folder: a
+    misspelt name is one line at once, not five retries of the Hub (28 s without network)."""
+    url, asked = hub
+    h: History = history({}, n=1)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    env |= {"HF_ENDPOINT": url, "HF_HOME": str(tmp_path / "hf")}
+    check = {"type": "eval", "dataset": "no-such-org/no-such-set"}
+    code, output = cli_bounded("candidates", str(h.config(checks=[check])), env=env)
+    assert code == 2, output
+    assert asked == []  # offline: nothing was asked of the Hub
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and "checks.0.dataset: cannot load 'no-such-org/no-such-set'" in lines[0]
+    assert "download: true" in lines[0]
+    code, output = cli_bounded(
+        "candidates", str(h.config(checks=[{**check, "download": True}])), env=env
+    )
+    assert code == 2, output
+    assert asked  # asked for: the Hub is asked
