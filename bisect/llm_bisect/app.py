@@ -765,6 +765,11 @@ def localize_refs(
 ) -> dict[str, Any]:
     """The `localize` command: two refs (or images), localised; DIR/localization.json."""
     good_c, bad_c = s.resolve(good, "--good"), s.resolve(bad, "--bad")
+    if (good_c.commit, good_c.artifact) == (bad_c.commit, bad_c.artifact):
+        raise ConfigError(
+            f"--bad: {bad!r} is the same build as --good ({good_c.short}); "
+            "localize compares two builds"
+        )
     with hold(out_dir):
         doc = localize_builds(s, good_c, bad_c, out_dir, prompt=prompt, note=note)
         write_atomic(out_dir / LOCALIZATION, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
