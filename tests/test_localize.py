@@ -175,9 +175,7 @@ def test_the_localize_command(tmp_path: Path, history: Any) -> None:
     assert code == 2 and len(output.strip().splitlines()) == 1, output
 
 
-def test_the_same_build_twice_is_one_line_and_starts_nothing(
-    tmp_path: Path, history: Any
-) -> None:
+def test_the_same_build_twice_is_one_line_and_starts_nothing(tmp_path: Path, history: Any) -> None:
     """`--good X --bad X` used to run two probes of one build and exit 0."""
     h: History = history({3: "garbled-math"}, n=5)
     launches = tmp_path / "launches"

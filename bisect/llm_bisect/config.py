@@ -779,6 +779,47 @@ def load_config(path: Path) -> Config:
     return parse_config(data)
 
 
+GOLDEN_NEUTRAL = frozenset(
+    {
+        "max_abs_delta",
+        "teacher_mean_abs_delta",
+        "topk_max_abs_delta",
+        "tolerance",
+        "null_share_jump",
+        "concurrency",
+        "download",
+    }
+)
+"""Check settings that judge against a golden, or say how fast or from where, without
+shaping what it records: changing them keeps the golden."""
+SERVER_SHAPE = frozenset(
+    {"command", "worker_command", "image", "args", "entrypoint", "container_image", "env"}
+)
+"""What a server runs and with what environment; not where, how long or how it is reached."""
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def check_digest(check: CheckConfig) -> str:
+    """A digest of the settings that shape a check's golden section (prompts, cases, budgets,
+    request fields, the eval's source and format); thresholds are left out."""
+    data = check.model_dump(mode="json", exclude_defaults=True, exclude=set(GOLDEN_NEUTRAL))
+    return _digest({**data, "type": check.type})
+
+
+def server_digest(server: ProcessServerConfig | DockerServerConfig) -> str:
+    """A digest of how the server is started: its command (image, args, entrypoint) and its
+    environment, where variables named like secrets count by name only. Timeouts, hosts and
+    scheduling are left out; so is `model`, which a golden records apart."""
+    data = server.model_dump(mode="json", include=set(SERVER_SHAPE), exclude_defaults=True)
+    secret = set(secret_names(server.env))
+    if "env" in data:
+        data["env"] = {k: None if k in secret else v for k, v in data["env"].items()}
+    return _digest(data)
+
+
 def config_digest(config: Config) -> str:
     """A stable digest of what decides verdicts; env values are left out (secrets). Keys at
     their defaults are left out too, so a key a later llm-bisect adds does not turn a
