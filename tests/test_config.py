@@ -17,8 +17,10 @@ from llm_bisect.config import (
     EvalConfig,
     ExpectConfig,
     LogprobsConfig,
+    check_digest,
     expand_env,
     parse_config,
+    server_digest,
 )
 from llm_bisect.errors import ConfigError
 
@@ -305,3 +307,26 @@ def test_a_config_that_is_not_a_regular_file_or_is_huge_is_one_line(
             else f"cannot read config (not a regular file: a {kind})"
         )
     ]
+
+
+def test_a_golden_is_stale_when_what_shapes_its_outputs_changes_only() -> None:
+    """The digests a golden records: the server command and environment (a secret's value
+    not), and each check's prompts and budgets count; thresholds, timeouts and hosts don't."""
+
+    def server(**over: Any) -> str:
+        config = parse_config({**base(), "server": {**base()["server"], **over}})
+        return server_digest(config.server)
+
+    def check(**over: Any) -> str:
+        config = parse_config({**base(), "checks": [{"type": "logprobs", **over}]})
+        return check_digest(config.checks[0])
+
+    assert server() == server(ready_timeout=5, request_timeout=9, max_reply_mb=1)
+    assert server(env={"HF_TOKEN": "hf_one"}) == server(env={"HF_TOKEN": "hf_two"})
+    backend = "VLLM_ATTENTION_BACKEND"
+    assert server(env={backend: "FLASH_ATTN"}) != server(env={backend: "TRITON_ATTN"})
+    assert server() != server(command=["serve", "--port", "{port}"])
+    assert server() == server(model="m")  # the model is recorded apart
+    assert check() == check(max_abs_delta=0.5, top_k=5, teacher_mean_abs_delta=1.0)
+    assert check() != check(prompts=["Say hi."]) != check(max_tokens=8)
+    assert check() != check(extra_body={"reasoning_effort": "low"})

@@ -215,17 +215,26 @@ class Setup:
             repository=(config.candidates.url or web_url(self.source.remote_url())).rstrip("/"),
         )
 
-    def golden_store(self, path: Path, *args: Any, **kwargs: Any) -> GoldenStore:
-        """GoldenStore(path, ...) with this config's checks, scrub and identity: a golden of
-        another setup or repository is refused here, before anything starts."""
+    def golden_store(
+        self,
+        path: Path,
+        record_on: str | None = None,
+        *,
+        of: str | None = None,
+        compare: bool = True,
+    ) -> GoldenStore:
+        """The golden at `path` (GoldenStore) with this config's checks, scrub and identity: a
+        golden of another setup (unless not `compare`) or repository is refused here, before
+        anything starts."""
         return GoldenStore(
             path,
             self.checks,
-            *args,
+            record_on,
+            of=of,
             scrub=self.scrub,
             identity=self.golden_identity(),
+            compare=compare,
             known=self.knows,
-            **kwargs,
         )
 
     def knows(self, commit: str) -> bool:
