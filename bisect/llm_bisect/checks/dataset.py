@@ -13,6 +13,7 @@ else from the first rows of the file, which then are not asked.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -71,12 +72,27 @@ def _offline(datasets: Any) -> Iterator[None]:
         hub.HF_HUB_OFFLINE = saved[1]
 
 
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The libraries' warnings held back during a load (each retry of the Hub is one): what
+    went wrong is said once, in the error."""
+    loggers = [logging.getLogger(n) for n in ("huggingface_hub", "datasets")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
 def _hub(
     name: str, config: str | None, split: str, key: str, download: bool = False
 ) -> list[Problem]:
     datasets = _datasets()
     try:
-        with nullcontext() if download else _offline(datasets):
+        with _quiet(), nullcontext() if download else _offline(datasets):
             table = datasets.load_dataset(name, config or HUB_CONFIGS.get(name), split=split)
     except Exception as exc:  # datasets raises many kinds: name the dataset, not the kind
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
