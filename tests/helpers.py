@@ -205,3 +205,28 @@ def shell_words(line: str, cwd: Path) -> list[str]:
         ["sh", "-c", "printf '%s\\0' " + line], cwd=cwd, capture_output=True, check=False
     )
     return done.stdout.decode("utf-8", "surrogateescape").split("\0")[:-1]
+
+
+BOUNDED_MEMORY = 4 * 2**30
+"""Address space of a CLI run by `cli_bounded`: a read with no cap fails there, not the node."""
+
+
+def cli_bounded(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """The real CLI in a subprocess whose memory is capped and whose wait is bounded (a read
+    that hangs fails the test instead of hanging it); exit code and stdout+stderr."""
+    import resource
+    import subprocess
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (BOUNDED_MEMORY, BOUNDED_MEMORY))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "llm_bisect.cli", *args],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ if env is None else env),
+        timeout=120,
+        preexec_fn=cap,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import datasets  # type: ignore[import-untyped]
 import pytest
 from typer.testing import CliRunner
 
-from helpers import History
+from helpers import History, cli_bounded
 from llm_bisect import app
 from llm_bisect.checks.dataset import load
-from llm_bisect.checks.gsm8k import Problem, last_integer, load_problems, vllm_prompt
+from llm_bisect.checks.gsm8k import (
+    MAX_EVAL_BYTES,
+    Problem,
+    last_integer,
+    load_problems,
+    vllm_prompt,
+)
 from llm_bisect.cli import TerminalProgress, cli
 
 ROWS = [
@@ -90,3 +100,84 @@ def test_an_eval_source_that_cannot_be_read_is_one_line(
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.output
+
+
+def sparse(path: Path, size: int) -> None:
+    with path.open("wb") as f:
+        f.truncate(size)
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "reason"),
+    [
+        ("fifo.jsonl", os.mkfifo, "not a regular file: a fifo"),
+        ("zero.jsonl", lambda p: p.symlink_to("/dev/zero"), "not a regular file: a device"),
+        ("fifo.parquet", os.mkfifo, "not a regular file: a fifo"),
+        ("big.jsonl", lambda p: sparse(p, MAX_EVAL_BYTES + 1), "over"),
+    ],
+)
+def test_an_eval_path_that_is_no_regular_file_is_one_line(
+    tmp_path: Path, history: Any, name: str, make: Any, reason: str
+) -> None:
+    """A FIFO used to hang `candidates` forever and /dev/zero to grow until the OOM killer
+    came: refused before anything is read."""
+    h: History = history({}, n=1)
+    make(h.root / name)
+    code, output = cli_bounded("candidates", str(h.config(checks=[{"type": "eval", "path": name}])))
+    assert code == 2, output
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: checks.0.path: cannot read '{name}' ({reason}"
+        + (f" {MAX_EVAL_BYTES} bytes)" if reason == "over" else ")")
+    ]
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A Hugging Face Hub on loopback that knows no dataset, and counts what it is asked."""
+
+    asked: ClassVar[list[str]] = []
+
+    def _none(self) -> None:
+        self.asked.append(f"{self.command} {self.path}")
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_HEAD = _none
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hub() -> Iterator[tuple[str, list[str]]]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Hub.asked.clear()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", _Hub.asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_unknown_hub_dataset_is_one_line_and_asks_no_hub(
+    tmp_path: Path, history: Any, hub: tuple[str, list[str]]
+) -> None:
+    """Without `download: true` a dataset comes from the node's cache or a local folder: a
+    misspelt name is one line at once, not five retries of the Hub (28 s without network)."""
+    url, asked = hub
+    h: History = history({}, n=1)
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_OFFLINE")}
+    env |= {"HF_ENDPOINT": url, "HF_HOME": str(tmp_path / "hf")}
+    check = {"type": "eval", "dataset": "no-such-org/no-such-set"}
+    code, output = cli_bounded("candidates", str(h.config(checks=[check])), env=env)
+    assert code == 2, output
+    assert asked == []  # offline: nothing was asked of the Hub
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and "checks.0.dataset: cannot load 'no-such-org/no-such-set'" in lines[0]
+    assert "download: true" in lines[0]
+    code, output = cli_bounded(
+        "candidates", str(h.config(checks=[{**check, "download": True}])), env=env
+    )
+    assert code == 2, output
+    assert asked  # asked for: the Hub is asked

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from helpers import History
+from helpers import History, cli_bounded, live_processes
 from llm_bisect import app
 from llm_bisect.checks.golden import load, schema
 from llm_bisect.cli import TerminalProgress, cli
@@ -124,3 +124,23 @@ def test_a_logprobs_failure_shows_where_and_how_the_tokens_part(
     report = (out / "report.md").read_text()
     assert "First divergence from the golden" in report
     assert repr(now_text) in report
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_golden_that_is_no_regular_file_is_one_line(
+    tmp_path: Path, history: Any, kind: str
+) -> None:
+    """`--golden` naming a FIFO used to hang `check` forever; /dev/zero to read until killed."""
+    h: History = history({}, n=2)
+    golden = tmp_path / "golden.json"
+    if kind == "fifo":
+        os.mkfifo(golden)
+    else:
+        golden.symlink_to("/dev/zero")
+    config = str(h.config(checks=[{"type": "canary"}]))
+    code, output = cli_bounded("check", config, "--candidate", h.shas[1], "--golden", str(golden))
+    assert code == 128, output
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: golden: cannot read '{golden}' (not a regular file: a {kind})"
+    ]
+    assert live_processes(str(h.repo)) == []

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from helpers import live_processes, write_config
+from helpers import cli_bounded, live_processes, write_config
 from llm_bisect.cli import cli
 from llm_bisect.config import (
+    MAX_CONFIG_BYTES,
     CanaryConfig,
     EvalConfig,
     ExpectConfig,
     LogprobsConfig,
+    check_digest,
     expand_env,
     parse_config,
+    server_digest,
 )
 from llm_bisect.errors import ConfigError
 
@@ -230,3 +234,107 @@ def test_every_command_has_help() -> None:
         result = CliRunner().invoke(cli, [command, "--help"])
         assert result.exit_code == 0, command
         assert "Usage" in result.output
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        (
+            {"checks": [{"type": "canary", "extra_body": {"x": float("nan")}}]},
+            "checks.0.extra_body: not JSON: x is nan (only finite numbers)",
+        ),
+        (
+            {"checks": [{"type": "expect", "extra_body": {"x": [1, {"y": float("inf")}]}}]},
+            "checks.0.extra_body: not JSON: x.1.y is inf (only finite numbers)",
+        ),
+        (
+            {"checks": [{"type": "canary", "chat_template_kwargs": {"when": b"\x00"}}]},
+            "checks.0.chat_template_kwargs: not JSON: when is bytes",
+        ),
+        (
+            {"checks": [{"type": "eval", "dataset_config": "main"}]},
+            "checks.0.dataset_config: goes with `dataset`, and no dataset is given",
+        ),
+        (
+            {
+                "server": {"launcher": "docker", "image": "x:{commit}"},
+                "localize": {"save_tensors": True},
+            },
+            "localize.save_tensors: the process launcher's only",
+        ),
+        (
+            {"server": {"launcher": "slurm", "command": ["x"], "host": "{nodex}"}},
+            "server.host: unknown placeholder '{nodex}' (known: {node})",
+        ),
+        (
+            {"server": {"launcher": "slurm", "command": ["x"], "host": "{node"}},
+            "server.host: malformed template '{node'",
+        ),
+        (
+            {"server": {"launcher": "slurm", "command": ["x"], "host": "{commit}"}},
+            "server.host: unknown placeholder '{commit}' (known: {node})",
+        ),
+        (
+            {"server": {"command": ["serve", "{port:d}"]}},
+            "server.command: placeholder '{port:d}' takes no conversion or format",
+        ),
+    ],
+)
+def test_values_that_would_fail_later_are_one_line_at_load(
+    patch: dict[str, Any], message: str
+) -> None:
+    """extra_body that is not JSON, a dataset_config without its dataset, a Slurm host template
+    that only fails once a job runs: one line naming the key when the config is read, and
+    never a stray colon where a check spans the whole config."""
+    with pytest.raises(ConfigError) as err:
+        parse_config({**base(), **patch})
+    assert str(err.value).startswith(message), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge"])
+def test_a_config_that_is_not_a_regular_file_or_is_huge_is_one_line(
+    tmp_path: Path, kind: str
+) -> None:
+    """A FIFO with no writer used to hang the read forever, /dev/zero to grow until killed."""
+    config = tmp_path / "config.yaml"
+    if kind == "fifo":
+        os.mkfifo(config)
+    elif kind == "device":
+        config.symlink_to("/dev/zero")
+    else:
+        with config.open("wb") as f:
+            f.truncate(MAX_CONFIG_BYTES + 1)
+    code, output = cli_bounded("candidates", str(config))
+    assert code == 2, output
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: {config}: "
+        + (
+            f"cannot read config (over {MAX_CONFIG_BYTES} bytes)"
+            if kind == "huge"
+            else f"cannot read config (not a regular file: a {kind})"
+        )
+    ]
+
+
+def test_a_golden_is_stale_when_what_shapes_its_outputs_changes_only() -> None:
+    """The digests a golden records: the server command and environment (a secret's value
+    not), and each check's prompts and budgets count; thresholds, timeouts and hosts don't."""
+
+    def server(**over: Any) -> str:
+        config = parse_config({**base(), "server": {**base()["server"], **over}})
+        return server_digest(config.server)
+
+    def check(**over: Any) -> str:
+        config = parse_config({**base(), "checks": [{"type": "logprobs", **over}]})
+        return check_digest(config.checks[0])
+
+    assert server() == server(ready_timeout=5, request_timeout=9, max_reply_mb=1)
+    assert server(env={"HF_TOKEN": "hf_one"}) == server(env={"HF_TOKEN": "hf_two"})
+    backend = "VLLM_ATTENTION_BACKEND"
+    assert server(env={backend: "FLASH_ATTN"}) != server(env={backend: "TRITON_ATTN"})
+    assert server() != server(command=["serve", "--port", "{port}"])
+    assert server() == server(model="m")  # the model is recorded apart
+    assert check() == check(max_abs_delta=0.5, top_k=5, teacher_mean_abs_delta=1.0)
+    assert check() != check(prompts=["Say hi."]) != check(max_tokens=8)
+    assert check() != check(extra_body={"reasoning_effort": "low"})

@@ -24,6 +24,7 @@ from helpers import (
     wait_until,
 )
 from llm_bisect.journal import read_events
+from llm_bisect.launchers.common import LINE_CHARS
 from llm_bisect.report.documents import GateDocument, ResultDocument
 from test_cli import held_history, invoke, launched
 
@@ -316,3 +317,127 @@ def test_junit_is_well_formed_whatever_a_server_said(hostile_gates: dict[str, An
         assert found is not None and "<img src=x onerror=alert(1)> @octocat red" in (
             found.text or ""
         )
+
+
+def test_the_crash_reason_survives_a_long_line_after_it(tmp_path: Path, history: Any) -> None:
+    """The server prints its CUDA error, then a 70 KB line, then exits: the log tail in
+    gate.json, report.md and the JUnit XML keeps the reason; every line of it is bounded."""
+    h: History = history({3: "crash-on-start"}, n=4, changes={3: {"crash_trailer": 70_000}})
+    config = h.config(checks=[{"type": "canary"}])
+    golden = record(h, config, tmp_path)
+    out, junit = tmp_path / "gate", tmp_path / "junit.xml"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[3], "--golden", str(golden),
+        "--out", str(out), "--junit", str(junit),
+    )  # fmt: skip
+    assert code == 125, output
+    reason = "RuntimeError: CUDA error: no kernel image is available (simulated)"
+    tail = gate_of(out).probe.log_tail
+    assert reason in tail
+    assert max(len(line) for line in tail.splitlines()) <= LINE_CHARS + 40
+    assert reason in (out / "report.md").read_text()
+    assert reason in (ET.parse(junit).getroot().findtext(".//error") or "")
+
+
+RECORD_ANEW = "record it anew: `llm-bisect golden CONFIG --candidate {}`, or gate --record"
+
+
+@pytest.mark.parametrize(
+    ("recorded", "now", "why"),
+    [
+        (
+            {"fault": "numerics"},
+            {},
+            "was recorded with another server command (command, image, args or env)",
+        ),
+        (
+            {"checks": [{"type": "logprobs", "prompts": ["Say hi."]}]},
+            {},
+            "was recorded with other 'logprobs' settings (checks.0)",
+        ),
+        (
+            {},
+            {"model": "another-model"},
+            "was recorded serving 'sim/tiny-chat', and server.model is 'another-model'",
+        ),
+    ],
+)
+def test_a_golden_of_another_config_is_refused_before_anything_starts(
+    tmp_path: Path, history: Any, recorded: dict[str, Any], now: dict[str, Any], why: str
+) -> None:
+    """A golden recorded with another server command (here: a build that garbles numbers),
+    other check settings or another model used to block a good candidate, and with
+    --bisect-on-block to name an innocent commit. It is refused, exit 128, nothing started;
+    --record makes a new one."""
+    h: History = history({}, n=6)  # every build is good
+    launches = tmp_path / "launches"
+    command = [*h.config_command(), "--launch-log", str(launches)]
+    fault = ["--fault", recorded["fault"]] if "fault" in recorded else []
+    checks = [{"type": "logprobs"}]
+    golden = record(
+        h,
+        h.config(server={"command": [*command, *fault]}, checks=recorded.get("checks", checks)),
+        tmp_path,
+    )
+    launches.unlink()
+    config = h.config(server={"command": command, **now}, checks=checks)
+    out = tmp_path / "gate"
+    args = ["gate", str(config), "--candidate", h.shas[-1], "--golden", str(golden),
+            "--out", str(out), "--bisect-on-block"]  # fmt: skip
+    code, output = invoke(*args)
+    assert code == 128, output
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: golden: '{golden}' {why}; {RECORD_ANEW.format(h.shas[0][:12])}"
+    ]
+    code, output = invoke("check", str(config), "--candidate", h.shas[2], "--golden", str(golden))
+    assert code == 128 and why in output, output
+    assert not launches.exists() and not (out / "probes").exists()  # nothing started
+    code, output = invoke(*args, "--record")
+    assert code == 0, output
+    assert gate_of(out).golden.recorded and gate_of(out).decision == "allow"
+
+
+def test_a_golden_of_another_repository_is_refused_before_anything_starts(
+    tmp_path: Path, history: Any
+) -> None:
+    """Its build is not in candidates.repo: the gate used to block, then fail to bisect."""
+    other = History(tmp_path / "other", {0: "numerics", 1: "none"}, 2)
+    golden = record(other, other.config(checks=[{"type": "canary"}]), tmp_path)
+    h: History = history({}, n=4)
+    out = tmp_path / "gate"
+    code, output = invoke(
+        "gate", str(h.config(checks=[{"type": "canary"}])), "--candidate", h.shas[-1],
+        "--golden", str(golden), "--out", str(out), "--bisect-on-block",
+    )  # fmt: skip
+    assert code == 128, output
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: golden: '{golden}' was recorded from {other.shas[0][:12]}, which "
+        "is not in candidates.repo: a golden of another repository"
+    ]
+    assert not (out / "probes").exists()
+
+
+def test_a_golden_that_does_not_say_what_it_was_made_with_is_recorded_anew(
+    tmp_path: Path, history: Any
+) -> None:
+    """A golden an older llm-bisect wrote records no identity: it cannot be checked, so it is
+    refused with one line; gate --record replaces it."""
+    h: History = history({}, n=4)
+    config = h.config(checks=[{"type": "canary"}])
+    golden = record(h, config, tmp_path)
+    data = json.loads(golden.read_text())
+    assert set(data["identity"]) == {"model", "served", "server", "checks", "repository"}
+    del data["identity"]
+    golden.write_text(json.dumps(data))
+    out = tmp_path / "gate"
+    args = ["gate", str(config), "--candidate", h.shas[-1], "--golden", str(golden),
+            "--out", str(out)]  # fmt: skip
+    code, output = invoke(*args)
+    assert code == 128, output
+    assert output.strip().splitlines() == [
+        f"llm-bisect: error: golden: '{golden}' does not say what it was recorded with (an "
+        f"older llm-bisect); {RECORD_ANEW.format(h.shas[0][:12])}"
+    ]
+    code, output = invoke(*args, "--record")
+    assert code == 0, output
+    assert gate_of(out).golden.recorded and "identity" in json.loads(golden.read_text())

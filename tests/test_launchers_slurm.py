@@ -358,3 +358,35 @@ def test_the_reproduce_line_of_a_job_is_whole_and_runs_nothing(tmp_path: Path) -
     assert list(cwd.iterdir()) == [], "the pasted line ran commands"
     for arg in ("touch pwned-nl'", "'$(touch pwned-sub)' --last", "'--worker;touch pwned-semi'"):
         assert arg in line, arg  # every argument, whole
+
+
+@pytest.mark.parametrize(
+    ("host", "message"),
+    [
+        ("{nodex}", "server.host: unknown placeholder '{nodex}' (known: {node})"),
+        ("{node", "server.host: malformed template '{node'"),
+        ("{commit}", "server.host: unknown placeholder '{commit}' (known: {node})"),
+    ],
+)
+def test_a_host_template_that_cannot_be_filled_is_one_line_before_any_job(
+    tmp_path: Path, host: str, message: str
+) -> None:
+    """It used to be a traceback once the first job ran, after it was submitted."""
+    h = History(tmp_path, {}, 4)
+    config = h.config(server={"launcher": "slurm", "command": ["python", "-m", "x"], "host": host})
+    code, output = invoke("check", str(config), "--candidate", h.shas[1])
+    assert code == 128, output
+    lines = output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"llm-bisect: error: {message}"), output
+
+
+def test_an_out_folder_with_percent_signs_reaches_the_job(cluster: None, tmp_path: Path) -> None:
+    """sbatch expands `%j`, `%x`, ... in --output: a folder named so used to send the job's
+    output to another path (or none), and every Slurm probe was skip."""
+    h, config, _, _ = slurm_history(tmp_path, k=1, checks=[{"type": "canary"}])
+    out = tmp_path / "run-%j-%x-100%"
+    code, output = invoke("check", str(config), "--candidate", h.shas[3], "--out", str(out))
+    assert code == 0, output
+    log = out / "probes" / h.shas[3][:12] / "server.log"
+    assert f"sim: serving {h.shas[3][:12]}" in log.read_text()
+    assert our_jobs() == []

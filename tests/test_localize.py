@@ -308,6 +308,21 @@ def test_the_localize_command(tmp_path: Path, history: Any) -> None:
     assert code == 2 and len(output.strip().splitlines()) == 1, output
 
 
+def test_the_same_build_twice_is_one_line_and_starts_nothing(tmp_path: Path, history: Any) -> None:
+    """`--good X --bad X` used to run two probes of one build and exit 0."""
+    h: History = history({3: "garbled-math"}, n=5)
+    launches = tmp_path / "launches"
+    config = h.config(server={"command": [*h.config_command(), "--launch-log", str(launches)]})
+    for bad in (h.shas[2], h.shas[2][:10]):
+        code, output = invoke("localize", str(config), "--good", h.shas[2], "--bad", bad)
+        assert code == 2, output
+        assert output.strip().splitlines() == [
+            f"llm-bisect: error: --bad: {bad!r} is the same build as --good ({h.shas[2][:12]}); "
+            "localize compares two builds"
+        ]
+    assert not launches.exists()
+
+
 def test_a_container_gets_the_extension_mounted_first_on_its_pythonpath() -> None:
     spec: dict[str, Any] = {
         "command": ["--port", "8000"],
@@ -339,8 +354,9 @@ def test_saved_tensors_with_docker_are_a_one_line_error(tmp_path: Path, history:
     config.write_text(yaml.safe_dump(data))
     code, output = invoke("candidates", str(config))
     assert code == 2, output
-    lines = output.strip().splitlines()
-    assert len(lines) == 1 and "localize.save_tensors: the process launcher's only" in lines[0]
+    assert output.strip().splitlines() == [
+        "llm-bisect: error: localize.save_tensors: the process launcher's only"
+    ]  # no stray colon where a rule spans the whole config
 
 
 TOY = Path(__file__).parent / "vllm" / "toy_llama.py"

@@ -26,10 +26,11 @@ from .builds.wheel import WheelStrategy, find_uv
 from .checks import Check
 from .checks.build import build_checks
 from .checks.golden import Calibration as GoldenCalibration
-from .checks.golden import Golden, GoldenStore
+from .checks.golden import Golden, GoldenStore, Identity
 from .checks.golden import load as golden_load
 from .checks.golden import record as golden_record
 from .checks.golden import save as golden_save
+from .checks.golden import stale as golden_stale
 from .checks.golden import thresholds as golden_thresholds
 from .checks.golden import warnings as golden_warnings
 from .client import OpenAIClient
@@ -39,6 +40,7 @@ from .config import (
     DockerServerConfig,
     SlurmServerConfig,
     caller_secret_names,
+    check_digest,
     config_digest,
     expand_env,
     expand_template,
@@ -46,6 +48,7 @@ from .config import (
     fill,
     load_config,
     secret_names,
+    server_digest,
 )
 from .config import ImageStrategy as ImageStrategyConfig
 from .config import OverlayStrategy as OverlayStrategyConfig
@@ -201,6 +204,47 @@ class Setup:
     def golden_path(self) -> Path | None:
         """The golden the config names, relative to the config's folder."""
         return self.base_dir / self.config.golden if self.config.golden else None
+
+    def golden_identity(self) -> Identity:
+        """What a golden recorded under this config says it was made with (the model it
+        served is added when it is recorded)."""
+        config = self.config
+        return Identity(
+            model=config.server.model,
+            server=server_digest(config.server),
+            checks={c.type: check_digest(c) for c in config.checks},
+            repository=(config.candidates.url or web_url(self.source.remote_url())).rstrip("/"),
+        )
+
+    def golden_store(
+        self,
+        path: Path,
+        record_on: str | None = None,
+        *,
+        of: str | None = None,
+        compare: bool = True,
+    ) -> GoldenStore:
+        """The golden at `path` (GoldenStore) with this config's checks, scrub and identity: a
+        golden of another setup (unless not `compare`) or repository is refused here, before
+        anything starts."""
+        return GoldenStore(
+            path,
+            self.checks,
+            record_on,
+            of=of,
+            scrub=self.scrub,
+            identity=self.golden_identity(),
+            compare=compare,
+            known=self.knows,
+        )
+
+    def knows(self, commit: str) -> bool:
+        """Whether a commit is in candidates.repo."""
+        try:
+            self.source.resolve(commit, "golden")
+        except ConfigError:
+            return False
+        return True
 
     def resolve(self, ref: str, key: str) -> Candidate:
         """A git ref, or (docker launcher) an image reference whose metadata names a commit."""
@@ -486,9 +530,11 @@ def run_bisect(
     to judge by instead of the config's; `given`: verdicts held already (the gate's)."""
     config, plan = plan_of(s, good, bad, find_fix)
     digest = config_digest(config) + (":fix" if find_fix else "")
-    named = golden_file or s.golden_path()  # else runner.run records one from the good end
-    golden = GoldenStore(named, s.checks, of=plan.good.commit, scrub=s.scrub) if named else None
+    named = golden_file or s.golden_path()  # else one is recorded from the good end into DIR
+    golden = s.golden_store(named, of=plan.good.commit) if named else None
     with hold(out_dir):
+        # DIR's own golden: the journal's config digest (checks and server too) guards it
+        golden = golden or s.golden_store(out_dir / "golden.json", plan.good.commit, compare=False)
         with s.launcher(run_id_of(out_dir, digest)) as launcher:
             done = run(
                 plan,
@@ -525,7 +571,7 @@ def check_one(
     s: Setup, ref: str, out_dir: Path, progress: Progress, golden_file: Path | None = None
 ) -> tuple[Candidate, ProbeOutcome]:
     """Probe one candidate (the `check` command)."""
-    golden = GoldenStore(golden_file_of(s, golden_file), s.checks, scrub=s.scrub)
+    golden = s.golden_store(golden_file_of(s, golden_file))
     candidate = s.resolve(ref, "--candidate")
     with hold(out_dir), s.launcher(run_id_of(out_dir, "check")) as launcher:
         for line in launcher.reap():
@@ -566,7 +612,7 @@ def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> Golden:
     candidate = s.resolve(ref, "--candidate")
     prepare(path.parent, "--output")
     with serving(s, candidate, out_dir, run_id_of(out_dir, "golden")) as api:
-        data = golden_record(api, s.checks, candidate.commit)
+        data = golden_record(api, s.checks, candidate.commit, s.golden_identity())
     golden_save(path, data, s.scrub)
     return data
 
@@ -636,7 +682,7 @@ def calibrate(
     server start, over 1 + `restarts` starts; the spread becomes the default thresholds."""
     candidate = s.resolve(ref, "--candidate")
     prepare(path.parent, "--output")
-    store = GoldenStore(path, s.checks, record_on=candidate.commit, scrub=s.scrub)
+    store = s.golden_store(path, record_on=candidate.commit, of=candidate.commit)
     results: dict[str, list[CheckResult]] = {c.name: [] for c in s.checks}
     flagged = 0
     for start in range(1 + restarts):
@@ -884,6 +930,11 @@ def localize_refs(
 ) -> dict[str, Any]:
     """The `localize` command: two refs (or images), localised; DIR/localization.json."""
     good_c, bad_c = s.resolve(good, "--good"), s.resolve(bad, "--bad")
+    if (good_c.commit, good_c.artifact) == (bad_c.commit, bad_c.artifact):
+        raise ConfigError(
+            f"--bad: {bad!r} is the same build as --good ({good_c.short}); "
+            "localize compares two builds"
+        )
     with hold(out_dir):
         doc = localize_builds(s, good_c, bad_c, out_dir, prompt=prompt, note=note)
         write_atomic(out_dir / LOCALIZATION, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
@@ -941,8 +992,9 @@ def run_gate(
     if record:
         good_ref = good or s.config.candidates.good
         good_c = s.resolve(good_ref, "--good")
-        if not path.exists() or golden_load(path).commit != good_c.commit:
-            progress.note(f"gate: recording the golden from {good_c.short} into {path}")
+        why = golden_stale(path, good_c.commit, s.golden_identity())
+        if why is not None:
+            progress.note(f"gate: recording the golden from {good_c.short} into {path} ({why})")
             record_golden(s, good_ref, path, out_dir)
             recorded = True
     if not path.exists():
@@ -950,7 +1002,8 @@ def run_gate(
             f"--golden: no golden at '{path}'; record the last good build's with "
             "`llm-bisect golden CONFIG --candidate GOOD`, or run the gate with --record"
         )
-    golden = golden_load(path)
+    golden = s.golden_store(path).data  # of this setup and repository, or refused here
+    assert golden is not None
     digest = config_digest(s.config)
     context = {**run_context(s, s.config), "good_ref": golden.commit, "bad_ref": candidate_ref}
     resumed = _unfinished_gate(out_dir, digest, candidate.commit) if bisect_on_block else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import string
 from collections.abc import Mapping
@@ -20,11 +21,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from .errors import ConfigError
+from .files import read_capped
 from .report.escape import safe_url
 
 PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build"})
@@ -174,6 +177,8 @@ class DockerServerConfig(_ServerBase):
 
 SLURM_PLACEHOLDERS = PROCESS_PLACEHOLDERS | {"head", "node_rank", "nnodes"}
 """On a Slurm probe's nodes: the head node's host name, this node's rank, the node count."""
+HOST_PLACEHOLDERS = frozenset({"node"})
+"""`server.host` (Slurm): the head node's Slurm name, known once its job runs."""
 
 
 class SlurmServerConfig(ProcessServerConfig):
@@ -221,6 +226,12 @@ class SlurmServerConfig(ProcessServerConfig):
         if image is not None:
             _check_placeholders([image], "server.container_image", IMAGE_PLACEHOLDERS)
         return image
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, host: str) -> str:
+        _check_placeholders([host], "server.host", HOST_PLACEHOLDERS)
+        return host
 
 
 ServerConfig = Annotated[
@@ -277,6 +288,14 @@ class _Asks(_Strict):
         taken = sorted(RESERVED_BODY & body.keys())
         if taken:
             raise ValueError(f"'{taken[0]}' is set by the check itself")
+        return body
+
+    @field_validator("extra_body", "chat_template_kwargs")
+    @classmethod
+    def _json(cls, body: dict[str, Any] | None) -> dict[str, Any] | None:
+        wrong = not_json(body)
+        if wrong is not None:
+            raise ValueError(f"not JSON: {wrong}")
         return body
 
     @model_validator(mode="after")
@@ -377,11 +396,22 @@ class EvalConfig(_Asks):
     null_share_jump: float = Field(default=0.1, ge=0, le=1)
     """Rise allowed in the share of answers with null content."""
 
+    download: bool = False
+    """Fetch `dataset` from the Hugging Face Hub when the node's cache lacks it; default: the
+    cache or a local folder only, so a misspelt name is one line, not a minute of retries."""
+
     @model_validator(mode="after")
     def _one_source(self) -> EvalConfig:
         if self.path is not None and self.dataset is not None:
             raise ValueError("give path or dataset, not both")
         return self
+
+    @field_validator("dataset_config", "split", "download")
+    @classmethod
+    def _with_dataset(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.data.get("dataset") is None:  # fields are checked in order: dataset is known
+            raise ValueError("goes with `dataset`, and no dataset is given")
+        return value
 
 
 CheckConfig = Annotated[
@@ -599,11 +629,42 @@ class Config(_Strict):
 
 
 def template_fields(template: str, key: str) -> list[str]:
-    """The placeholder names in a `{...}` template; `{{` and `}}` are literal braces."""
+    """The placeholder names in a `{...}` template; `{{` and `}}` are literal braces. A
+    placeholder is a bare name: `{port:d}` or `{commit!r}` would fail only when filled."""
     try:
-        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parts = list(string.Formatter().parse(template))
     except ValueError as exc:
         raise ValueError(f"malformed template {template!r} ({exc})") from exc
+    for _, field, spec, conversion in parts:
+        if field is not None and (spec or conversion):
+            written = field + (f"!{conversion}" if conversion else "")
+            written += f":{spec}" if spec else ""
+            raise ValueError(f"placeholder '{{{written}}}' takes no conversion or format")
+    return [f for _, f, _, _ in parts if f is not None]
+
+
+def not_json(value: Any, where: str = "") -> str | None:
+    """What keeps a value parsed from YAML from being sent as JSON (`x.1.y is nan`), or None.
+
+    YAML has `.nan`, `.inf`, dates, binary and sets; a request body holds none of them."""
+    here = where or "the value"
+    if value is None or isinstance(value, bool | int | str):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{here} is {value} (only finite numbers)"
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            if (wrong := not_json(item, f"{where}.{i}" if where else str(i))) is not None:
+                return wrong
+        return None
+    if isinstance(value, dict):
+        for k, item in value.items():
+            if not isinstance(k, str):
+                return f"{here} has a key {k!r} that is not a string"
+            if (wrong := not_json(item, f"{where}.{k}" if where else k)) is not None:
+                return wrong
+        return None
+    return f"{here} is {type(value).__name__}"
 
 
 def fill(template: str, values: Mapping[str, str]) -> str:
@@ -693,6 +754,8 @@ def _one_line(exc: ValidationError) -> str:
         return f"{loc}: a check needs a 'type' ({CHECK_TYPES})"
     msg = str(err["msg"]).removeprefix("Value error, ")
     value = err.get("input")
+    if not loc:  # a rule over the whole config: its message names the keys
+        return msg
     if isinstance(value, dict | list) or value is None:
         return f"{loc}: {msg}"
     return f"{loc}: {msg}, got {value!r}"
@@ -711,10 +774,14 @@ def parse_config(data: Any) -> Config:
         raise ConfigError(_one_line(exc)) from None
 
 
+MAX_CONFIG_BYTES = 16 * 2**20
+"""The most bytes read of a config file: far past any real one."""
+
+
 def load_config(path: Path) -> Config:
     """Read and validate a YAML config file."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped(path, MAX_CONFIG_BYTES).decode("utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
@@ -728,6 +795,47 @@ def load_config(path: Path) -> Config:
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{path}: not valid YAML{where}") from None
     return parse_config(data)
+
+
+GOLDEN_NEUTRAL = frozenset(
+    {
+        "max_abs_delta",
+        "teacher_mean_abs_delta",
+        "topk_max_abs_delta",
+        "tolerance",
+        "null_share_jump",
+        "concurrency",
+        "download",
+    }
+)
+"""Check settings that judge against a golden, or say how fast or from where, without
+shaping what it records: changing them keeps the golden."""
+SERVER_SHAPE = frozenset(
+    {"command", "worker_command", "image", "args", "entrypoint", "container_image", "env"}
+)
+"""What a server runs and with what environment; not where, how long or how it is reached."""
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def check_digest(check: CheckConfig) -> str:
+    """A digest of the settings that shape a check's golden section (prompts, cases, budgets,
+    request fields, the eval's source and format); thresholds are left out."""
+    data = check.model_dump(mode="json", exclude_defaults=True, exclude=set(GOLDEN_NEUTRAL))
+    return _digest({**data, "type": check.type})
+
+
+def server_digest(server: ProcessServerConfig | DockerServerConfig) -> str:
+    """A digest of how the server is started: its command (image, args, entrypoint) and its
+    environment, where variables named like secrets count by name only. Timeouts, hosts and
+    scheduling are left out; so is `model`, which a golden records apart."""
+    data = server.model_dump(mode="json", include=set(SERVER_SHAPE), exclude_defaults=True)
+    secret = set(secret_names(server.env))
+    if "env" in data:
+        data["env"] = {k: None if k in secret else v for k, v in data["env"].items()}
+    return _digest(data)
 
 
 def config_digest(config: Config) -> str:

@@ -28,6 +28,8 @@ from .verdict import combine_repeats, decide, judge
 CRASH_WAIT_S = 3.0
 """After a failed request, how long to wait for the server to exit before calling it a crash."""
 CANCELLED = "cancelled: its answer was no longer needed"
+STARTUP_LOG_BYTES = 16 * 2**20
+"""The most bytes of a server log read for the kernels it selected (they come first)."""
 
 
 class Progress(Protocol):
@@ -166,7 +168,7 @@ def probe(
         found.verdict, found.reason = Verdict.SKIP, CANCELLED
     timings["total"] = clock() - t0
     log = probe_dir / "server.log"
-    kernels = parse_startup_log(log.read_text(errors="replace")) if log.exists() else {}
+    kernels = parse_startup_log(_startup(log)) if log.exists() else {}
     if kernels:
         found.facts["kernels"] = kernels
     return ProbeOutcome(
@@ -178,6 +180,15 @@ def probe(
         found.log_tail,
         found.facts,
     )
+
+
+def _startup(log: Path) -> str:
+    """The start of a server log, where it names its kernels (a log may grow without end)."""
+    try:
+        with log.open("rb") as f:
+            return f.read(STARTUP_LOG_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidate) -> None:

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 from ..errors import ConfigError, LaunchError
 from ..launchers import guard
+from ..launchers.common import tail as log_tail
 from ..model import Candidate
 from .cache import BuildCache, Lease, as_json
 
@@ -300,16 +301,6 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-TAIL_BYTES = 64 * 1024
-"""The most of a log read for its tail."""
-
-
 def tail(log: Path, lines: int = 20) -> str:
-    """The log's last lines (of its last TAIL_BYTES: a build log can be gigabytes)."""
-    try:
-        with log.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - TAIL_BYTES))
-            text = f.read(TAIL_BYTES).decode(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+    """A build log's tail (launchers.common.tail); the guard masked its secrets already."""
+    return log_tail(log, lines, [])

@@ -27,6 +27,13 @@ class ChatEndpoint(Protocol):
     def chat(self, prompt: str, *, max_tokens: int, **extra: Any) -> ChatReply: ...
 
 
+class ServedEndpoint(ChatEndpoint, Protocol):
+    """An endpoint that also names the model it serves (the name its requests carry)."""
+
+    @property
+    def model(self) -> str: ...
+
+
 class Check(Protocol):
     """One kind of semantic test of an endpoint."""
 

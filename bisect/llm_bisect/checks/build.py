@@ -47,6 +47,7 @@ def build_checks(configs: list[CheckConfig], base_dir: Path) -> list[Check]:
                     shots=cfg.shots if cfg.format == "vllm" else 0,
                     limit=cfg.limit,
                     key=f"checks.{i}",
+                    download=cfg.download,
                 )
             except OSError as exc:
                 raise ConfigError(

@@ -4,8 +4,8 @@
     path: x.jsonl          GSM8K-format JSONL: `question`, `answer` ending in `#### N`
     path: x.parquet        the same columns in parquet (the Hub's own file format)
     dataset: openai/gsm8k  `datasets.load_dataset(name, config, split)`, from the node's
-                           cache when offline (HF_DATASETS_OFFLINE=1); a local dataset
-                           folder works the same way
+                           cache or a local dataset folder; from the Hub only with
+                           `download: true` (a misspelt name is then not minutes of retries)
 
 Few-shot examples (the `vllm` prompt format) come from a dataset's train split, or
 else from the first rows of the file, which then are not asked.
@@ -13,13 +13,16 @@ else from the first rows of the file, which then are not asked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .gsm8k import Problem, load_problems, problem_of
+from ..files import NotReadable, regular_size
+from .gsm8k import MAX_EVAL_BYTES, Problem, load_problems, problem_of
 
 HUB_CONFIGS = {"openai/gsm8k": "main", "gsm8k": "main"}
 """Datasets whose config name is needed and known."""
@@ -48,13 +51,55 @@ def _datasets() -> Any:
     return datasets
 
 
-def _hub(name: str, config: str | None, split: str, key: str) -> list[Problem]:
+@contextmanager
+def _offline(datasets: Any) -> Iterator[None]:
+    """Hugging Face's offline mode for one load: the cache and local folders, no request.
+
+    `datasets` and `huggingface_hub` read HF_HUB_OFFLINE once, when imported, so it is set on
+    them here; the caller's environment, which servers inherit, is left as it is."""
+    from huggingface_hub import constants as hub  # a dependency of datasets
+
+    names = [n for n in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE") if hasattr(datasets.config, n)]
+    saved = [getattr(datasets.config, n) for n in names], hub.HF_HUB_OFFLINE
+    for n in names:
+        setattr(datasets.config, n, True)
+    hub.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        for n, value in zip(names, saved[0], strict=True):
+            setattr(datasets.config, n, value)
+        hub.HF_HUB_OFFLINE = saved[1]
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """The libraries' warnings held back during a load (each retry of the Hub is one): what
+    went wrong is said once, in the error."""
+    loggers = [logging.getLogger(n) for n in ("huggingface_hub", "datasets")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _hub(
+    name: str, config: str | None, split: str, key: str, download: bool = False
+) -> list[Problem]:
     datasets = _datasets()
     try:
-        table = datasets.load_dataset(name, config or HUB_CONFIGS.get(name), split=split)
+        with _quiet(), nullcontext() if download else _offline(datasets):
+            table = datasets.load_dataset(name, config or HUB_CONFIGS.get(name), split=split)
     except Exception as exc:  # datasets raises many kinds: name the dataset, not the kind
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"{key}: cannot load '{name}' split '{split}' ({first[:200]})") from None
+        hint = "" if download else "; offline: `download: true` fetches it from the Hub"
+        raise ConfigError(
+            f"{key}: cannot load '{name}' split '{split}' ({first[:200]}){hint}"
+        ) from None
     try:
         return _rows(list(table), f"'{name}' {split}")
     except ValueError as exc:
@@ -62,6 +107,9 @@ def _hub(name: str, config: str | None, split: str, key: str) -> list[Problem]:
 
 
 def _parquet(path: Path) -> list[Problem]:
+    size = regular_size(path)  # `datasets` would open a FIFO, and wait
+    if size > MAX_EVAL_BYTES:
+        raise NotReadable(0, f"over {MAX_EVAL_BYTES} bytes")
     datasets = _datasets()
     table = datasets.load_dataset("parquet", data_files=str(path), split="train")
     return _rows(list(table), path.name)
@@ -76,11 +124,14 @@ def load(
     shots: int = 0,
     limit: int | None = None,
     key: str = "eval",
+    download: bool = False,
 ) -> Problems:
-    """The problems an eval config names, and `shots` worked examples."""
+    """The problems an eval config names, and `shots` worked examples. A hub dataset comes
+    from the node's cache (or is a local folder) unless `download`."""
     if dataset is not None:
-        asked = _hub(dataset, dataset_config, split, f"{key}.dataset")
-        examples = _hub(dataset, dataset_config, "train", f"{key}.dataset")[:shots] if shots else []
+        where = f"{key}.dataset"
+        asked = _hub(dataset, dataset_config, split, where, download)
+        examples = _hub(dataset, dataset_config, "train", where, download)[:shots] if shots else []
     else:
         if path is not None and path.suffix == ".parquet":
             every = _parquet(path)

@@ -3,7 +3,13 @@
 A typed document (`Golden`, JSON Schema from `schema()`), one section per check:
 
     {"version": 2, "commit": ..., "checks": {"canary": {...}, "expect": {...},
-     "logprobs": {...}, "eval": {...}}, "calibration": {"runs": N, ...} | null}
+     "logprobs": {...}, "eval": {...}}, "calibration": {"runs": N, ...} | null,
+     "identity": {"model", "served", "server", "checks", "repository"}}
+
+The identity says what the golden was recorded with: the model, digests of the server
+command and of each check's settings, the repository. A config that would record another
+is refused before anything starts (`mismatch`), and so is a golden without one (an older
+llm-bisect's: nothing says what it is of); `gate --record` records anew (`stale`).
 
 Every check records its section from the good build: the answers, the
 `finish_reason` and the token budget each prompt finished in. Later builds are
@@ -17,19 +23,22 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
+from ..files import read_capped
 from ..redact import Scrub
 
 if TYPE_CHECKING:
-    from . import ChatEndpoint, Check
+    from . import Check, ServedEndpoint
 
 VERSION = 2
+MAX_GOLDEN_BYTES = 256 * 2**20
+"""The most bytes read of a golden file (every text in one is cut to 20,000 characters)."""
 
 
 class _Doc(BaseModel):
@@ -147,6 +156,23 @@ class Calibration(_Doc):
     eval: EvalNoise | None = None
 
 
+class Identity(_Doc):
+    """What a golden was recorded with. It judges builds served and checked the same way only:
+    with another model, other prompts or another server command, every comparison with it
+    says something about the difference of setups, nothing about the candidate."""
+
+    model: str | None = None
+    """`server.model` of the config (None: the first model the server lists)."""
+    served: str = ""
+    """The model name the good build served, as its requests carry it."""
+    server: str
+    """A digest of how the server was started (config.server_digest)."""
+    checks: dict[str, str]
+    """Per check, a digest of the settings that shape its section (config.check_digest)."""
+    repository: str = ""
+    """The repository's web address, when known; the golden's commit is in candidates.repo."""
+
+
 class Golden(_Doc):
     """golden.json."""
 
@@ -154,6 +180,9 @@ class Golden(_Doc):
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
     checks: Sections
     calibration: Calibration | None = None
+    identity: Identity | None = None
+    """What it was recorded with; None in a golden an older llm-bisect wrote (refused where
+    a config is compared with it: it has to be recorded anew)."""
 
     def section(self, name: str) -> BaseModel | None:
         found: BaseModel | None = getattr(self.checks, name, None)
@@ -165,10 +194,10 @@ def schema() -> dict[str, Any]:
     return Golden.model_json_schema()
 
 
-def load(path: Path) -> Golden:
-    """A golden file, checked whole: a wrong shape or type is one line naming the key."""
+def _document(path: Path) -> dict[str, Any]:
+    """A golden file's JSON object, with an integer `version`; one line naming the problem."""
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
+        data: Any = json.loads(read_capped(path, MAX_GOLDEN_BYTES).decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"golden: no such file '{path}'") from None
     except (OSError, ValueError, RecursionError) as exc:
@@ -176,6 +205,12 @@ def load(path: Path) -> Golden:
         raise ConfigError(f"golden: cannot read '{path}' ({reason})") from None
     if not isinstance(data, dict) or not isinstance(data.get("version"), int):
         raise ConfigError(f"golden: '{path}' is not an llm-bisect golden (version {VERSION})")
+    return data
+
+
+def load(path: Path) -> Golden:
+    """A golden file, checked whole: a wrong shape or type is one line naming the key."""
+    data = _document(path)
     if data["version"] != VERSION:
         raise ConfigError(
             f"golden: '{path}' is version {data['version']}, this llm-bisect reads version "
@@ -200,12 +235,60 @@ def save(path: Path, golden: Golden, scrub: Scrub | None = None) -> None:
     tmp.replace(path)
 
 
-def record(endpoint: ChatEndpoint, checks: Sequence[Check], commit: str) -> Golden:
-    """A new golden from one endpoint (the good build), a section per check."""
+def record(
+    endpoint: ServedEndpoint,
+    checks: Sequence[Check],
+    commit: str,
+    identity: Identity | None = None,
+) -> Golden:
+    """A new golden from one endpoint (the good build), a section per check, stamped with
+    what it was recorded with (`identity`, and the model the endpoint serves)."""
     sections = {c.name: c.record(endpoint) for c in checks}
+    made = identity.model_copy(update={"served": endpoint.model}) if identity else None
     return Golden.model_validate(
-        {"version": VERSION, "commit": commit, "checks": Sections.model_validate(sections)}
+        {
+            "version": VERSION,
+            "commit": commit,
+            "checks": Sections.model_validate(sections),
+            "identity": made,
+        }
     )
+
+
+def mismatch(golden: Golden, expected: Identity) -> str | None:
+    """How a golden differs from one the config would record now (`expected`; its `served`
+    is known only once a server runs), or None. Pure.
+
+    The config's model counts where it names one; the server command, each check's
+    settings and the checks present must be the same."""
+    made = golden.identity
+    if made is None:
+        return "does not say what it was recorded with (an older llm-bisect)"
+    if expected.model is not None and expected.model not in (made.model, made.served):
+        return f"was recorded serving {made.served!r}, and server.model is {expected.model!r}"
+    if made.server != expected.server:
+        return "was recorded with another server command (command, image, args or env)"
+    for i, (name, digest) in enumerate(expected.checks.items()):
+        if golden.section(name) is None:
+            return f"has no '{name}' section (checks.{i}; recorded with other checks)"
+        if made.checks.get(name) != digest:
+            return f"was recorded with other '{name}' settings (checks.{i})"
+    return None
+
+
+def stale(path: Path, commit: str, expected: Identity) -> str | None:
+    """Why the golden at `path` is to be recorded anew from `commit` under `expected` (there
+    is none, it is of another build, version or setup), or None when it serves. A file that
+    is no llm-bisect golden at all is an error, never overwritten."""
+    if not path.exists():
+        return "there is none"
+    version = _document(path)["version"]
+    if version != VERSION:
+        return f"it is version {version}"
+    golden = load(path)
+    if golden.commit != commit:
+        return f"it is of {golden.commit[:12]}"
+    return mismatch(golden, expected)
 
 
 def missing(golden: Golden, checks: Sequence[Check]) -> None:
@@ -287,12 +370,19 @@ class GoldenStore:
         *,
         of: str | None = None,
         scrub: Scrub | None = None,
+        identity: Identity | None = None,
+        compare: bool = True,
+        known: Callable[[str], bool] | None = None,
     ) -> None:
-        """`of`: the commit the golden must have been recorded from (the good end)."""
+        """`of`: the commit the golden must have been recorded from (the good end);
+        `identity`: what the config would record a golden with (one recorded here is stamped
+        with it; with `compare`, a golden of another setup is refused); `known`: whether a
+        commit is in candidates.repo (a golden of another repository is refused)."""
         self.path = path
         self.checks = list(checks)
         self.record_on = record_on
         self.scrub = scrub or Scrub()
+        self.identity = identity
         self.data: Golden | None = None
         if path.exists():
             self.data = load(path)
@@ -302,6 +392,17 @@ class GoldenStore:
                     f"the good end {of[:12]}; record it with `llm-bisect golden CONFIG "
                     f"--candidate {of}`, or leave out `golden` to record one into --out"
                 )
+            if known is not None and not known(self.data.commit):
+                raise ConfigError(
+                    f"golden: '{path}' was recorded from {self.data.commit[:12]}, which is not "
+                    "in candidates.repo: a golden of another repository"
+                )
+            why = mismatch(self.data, identity) if identity is not None and compare else None
+            if why is not None:
+                raise ConfigError(
+                    f"golden: '{path}' {why}; record it anew: `llm-bisect golden CONFIG "
+                    f"--candidate {self.data.commit[:12]}`, or gate --record"
+                )
             missing(self.data, self.checks)
         elif record_on is None and needing(self.checks):
             names = ", ".join(c.name for c in needing(self.checks))
@@ -310,13 +411,13 @@ class GoldenStore:
                 "record one with `llm-bisect golden` or `llm-bisect calibrate`"
             )
 
-    def ensure(self, endpoint: ChatEndpoint, commit: str) -> Golden | None:
+    def ensure(self, endpoint: ServedEndpoint, commit: str) -> Golden | None:
         """The golden, recorded from this endpoint first if it is the good end's and none exists."""
         if self.data is not None or self.record_on is None:
             return self.data
         if commit != self.record_on:
             raise ConfigError(f"golden: none recorded yet, and {commit[:12]} is not the good end")
-        self.data = record(endpoint, self.checks, commit)
+        self.data = record(endpoint, self.checks, commit, self.identity)
         save(self.path, self.data, self.scrub)
         return self.data
 

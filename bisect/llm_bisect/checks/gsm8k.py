@@ -25,6 +25,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from ..files import read_capped
+
+MAX_EVAL_BYTES = 256 * 2**20
+"""The most bytes read of an eval file (GSM8K's whole test split is under 1 MB)."""
+
 _NUMBER = r"-?[\d,]*\.?\d+"
 _HASHES = re.compile(rf"####\s*\$?({_NUMBER})")
 _THE_ANSWER = re.compile(rf"[Tt]he (?:final )?answer is:?\s*\$?\\?(?:boxed\{{)?({_NUMBER})")
@@ -91,7 +96,7 @@ def load_problems(path: Path | None = None, limit: int | None = None) -> list[Pr
     if path is None:
         text = resources.files("llm_bisect.data").joinpath("gsm8k_mini.jsonl").read_text()
     else:
-        text = path.read_text(encoding="utf-8")
+        text = read_capped(path, MAX_EVAL_BYTES).decode("utf-8")
     problems = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -129,6 +129,12 @@ def node_script(
     )
 
 
+def literal_pattern(path: str) -> str:
+    """A path as sbatch's --output takes it literally: `%j`, `%x`, ... would be expanded
+    (--chdir is not). Pure."""
+    return path.replace("%", "%%")
+
+
 def job_script(
     cfg: SlurmServerConfig,
     *,
@@ -146,7 +152,7 @@ def job_script(
     opts = [
         f"--job-name={name}",
         f"--chdir={cwd}",
-        f"--output={log}",
+        f"--output={literal_pattern(str(log))}",
         "--open-mode=append",
         f"--nodes={cfg.nodes}",
         "--ntasks-per-node=1",

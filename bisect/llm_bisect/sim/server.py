@@ -7,7 +7,8 @@ fault introduced by one commit is a real bisection problem.
 
 Faults (FAULTS; what each does to the output is in sim/model.py): output
 faults keep /health green, as in the real reports;
-`crash-on-start`, `never-ready` and `crash-on-request` make a build untestable;
+`crash-on-start`, `never-ready` and `crash-on-request` make a build untestable
+(`crash_trailer`: characters of one line `crash-on-start` prints after its reason);
 `bad-warmup` is broken for its first requests only (checks disagree across repeats).
 
 A commit's `thinking` (words of reasoning before each answer) makes it a
@@ -418,6 +419,8 @@ def main(argv: list[str]) -> int:
             time.sleep(0.05)
     if fault == "crash-on-start":
         print("sim: RuntimeError: CUDA error: no kernel image is available (simulated)", flush=True)
+        if settings.get("crash_trailer"):  # one long line after the reason (progress bars)
+            print("#" * int(settings["crash_trailer"]), flush=True)
         return 3
     hostile = dict(settings.get("hostile", {}))
     engine = Engine(
