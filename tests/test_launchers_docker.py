@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -612,3 +613,59 @@ def test_an_engine_url_says_where_its_published_ports_are() -> None:
     assert engine_address("tcp://10.0.0.5:2376") == "10.0.0.5"
     assert engine_address("ssh://ops@gpu-node-2") == "gpu-node-2"
     assert engine_address("ssh://gpu-node-3:2222") == "gpu-node-3"
+
+
+def test_a_host_port_taken_before_the_container_starts_moves_it_to_another(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    """Another process binds the host port a probe was given before its container starts
+    (a port is free when picked, not when published): the container starts again on another
+    port, and the checks reach it."""
+    import_image(client, f"{repo_name}:port", {"fault": "none"})
+    cfg = DockerServerConfig.model_validate(sim_server(f"{repo_name}:port"))
+    launcher = DockerLauncher(
+        cfg, env=dict(cfg.env), secret_names=[], base_dir=tmp_path, run_id="port", client=client
+    )
+    server = launcher.launch(Candidate("ef" * 20), tmp_path / "probe")
+    taken = server.host_port
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", taken))
+        other.listen()
+        with server:
+            server.wait_ready()
+            version = httpx.get(server.base_url + "/version").json()["version"]
+    assert version == f"0.1.0+g{'ef' * 6}"
+    assert server.host_port != taken
+    said = (tmp_path / "probe" / "server.log").read_text()
+    assert f"host port {taken} was taken" in said
+    assert containers_of(client, "ef" * 20, COMMIT_LABEL) == []
+    launcher.close()
+
+
+def test_each_slot_on_one_engine_gets_its_own_gpus(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    import_image(client, f"{repo_name}:gpus", {"fault": "none"})
+    cfg = DockerServerConfig.model_validate(sim_server(f"{repo_name}:gpus", gpus="all"))
+    launcher = DockerLauncher(
+        cfg,
+        env={},
+        secret_names=[],
+        base_dir=tmp_path,
+        run_id="gpus",
+        client=client,
+        slot_devices=[("0", "1", "2", "3"), ("4", "5", "6", "7")],
+    )
+    server = launcher.launch(Candidate("cd" * 20), tmp_path / "probe", slot=1)
+    assert server.image is None
+    spec = server.spec(client.images.get(f"{repo_name}:gpus"))
+    container = client.containers.create(**spec)  # created, not started: no GPU on this machine
+    try:
+        [request] = client.api.inspect_container(container.id)["HostConfig"]["DeviceRequests"]
+        assert request["DeviceIDs"] == ["4", "5", "6", "7"] and request["Count"] == 0
+        assert "--gpus '\"device=4,5,6,7\"'" in run_line(spec, f"{repo_name}:gpus")
+    finally:
+        container.remove(force=True)
+    assert server.fingerprint()["devices"] == ["4", "5", "6", "7"]
+    server.stop()
+    launcher.close()
