@@ -27,6 +27,7 @@ from helpers import History, probe_order, wait_until, write_config
 from llm_bisect import app
 from llm_bisect.cli import cli
 from llm_bisect.config import DockerServerConfig
+from llm_bisect.errors import PortTaken
 from llm_bisect.journal import read_events
 from llm_bisect.launchers.docker import (
     COMMIT_LABEL,
@@ -669,3 +670,46 @@ def test_each_slot_on_one_engine_gets_its_own_gpus(
     assert server.fingerprint()["devices"] == ["4", "5", "6", "7"]
     server.stop()
     launcher.close()
+
+
+def test_on_the_hosts_network_another_server_on_the_port_is_never_checked(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    """`network_mode: host`: the server in the container binds the port itself. While it is
+    held before listening, another server answers on that port: the probe is untestable,
+    never that server's verdict."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    import_image(client, f"{repo_name}:hostnet", {"fault": "none", "hold_file": str(hold)})
+    server_cfg = sim_server(f"{repo_name}:hostnet", network_mode="host", ready_timeout=60)
+    server_cfg["volumes"].append(f"{tmp_path}:{tmp_path}:ro")
+    cfg = DockerServerConfig.model_validate(server_cfg)
+    launcher = DockerLauncher(
+        cfg, env=dict(cfg.env), secret_names=[], base_dir=tmp_path, run_id="hostnet", client=client
+    )
+    server = launcher.launch(Candidate("ef" * 20), tmp_path / "probe")
+    other = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.sim", "--commit", "cd" * 20, "--port", str(server.port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_until(lambda: _answers(server.base_url), timeout=30)
+        with (
+            pytest.raises(PortTaken, match=rf"served by pid {other.pid} \(python"),
+            server,
+        ):
+            assert wait_until(lambda: held_container(client, "ef" * 20), timeout=60)
+            server.wait_ready()
+    finally:
+        other.terminate()
+        other.wait()
+    assert containers_of(client, "ef" * 20, COMMIT_LABEL) == []
+    launcher.close()
+
+
+def _answers(base_url: str) -> bool:
+    try:
+        return httpx.get(base_url + "/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

@@ -391,6 +391,9 @@ def test_any_verdicts_end_in_an_observed_step_never_a_stall(
             assert not {c.commit for c in step} & running.keys()
             for c in step:
                 running[c.commit] = False
+            if step:  # what progress and prefetch read of the same verdicts never fails
+                assert left_of(plan, seen(), reprobe=reprobe)[0] >= 0
+                lookahead(plan, seen(), step[0], reprobe=reprobe)
         assert running, f"the search stalled: nothing runs, no answer ({history})"
         ending = data.draw(st.sets(st.sampled_from(sorted(running)), min_size=1))
         for commit in ending:

@@ -110,16 +110,22 @@ def _processes(proc: Path) -> Iterator[tuple[Path, list[str]]]:
         yield entry, fields
 
 
-def stranger_on(port: int, session: int, proc: Path = PROC) -> str | None:
-    """Who listens on `port` when it is not a process of `session` (a local server's own
-    session: the guard and all it started): `pid N (program)`, never its arguments; None
-    when it is ours, when nothing listens, or where /proc cannot tell."""
+def stranger_on(
+    port: int,
+    session: int | None = None,
+    pids: frozenset[int] = frozenset(),
+    proc: Path = PROC,
+) -> str | None:
+    """Who listens on `port` when it is none of the server's own processes: those of
+    `session` (a local server's session: the guard and all it started) and `pids` (a
+    container's): `pid N (program)`, never its arguments; None when it is theirs, when
+    nothing listens, or where /proc cannot tell."""
     listening = _listening(port, proc)
     if not listening:
         return None
     ours: set[int] = set()
     for pid_dir, fields in _processes(proc):
-        if len(fields) > 3 and fields[3] == str(session):
+        if int(pid_dir.name) in pids or (len(fields) > 3 and fields[3] == str(session)):
             ours |= _sockets(pid_dir)
     strangers = listening - ours
     if not strangers:

@@ -43,12 +43,12 @@ from docker.models.images import Image
 from ..builds import Builder, ImageStrategy, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..config import DockerServerConfig, fill
-from ..errors import LaunchError, ServerExited
+from ..errors import LaunchError, PortTaken, ServerExited
 from ..fingerprint import package_probe_source
 from ..model import Candidate
 from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
 from . import Artifact, Instrument
-from .common import LoggedServer, PortBook, owner_alive, owner_label, wait_ready
+from .common import LoggedServer, PortBook, owner_alive, owner_label, stranger_on, wait_ready
 
 RUN_LABEL = "llm-bisect.run"
 COMMIT_LABEL = "llm-bisect.commit"
@@ -333,7 +333,30 @@ class DockerServer(LoggedServer):
 
     def wait_ready(self) -> None:
         cfg = self.launcher.cfg
-        wait_ready(self, cfg.ready_timeout, clock=self.launcher.clock, sleep=self.launcher.sleep)
+        wait_ready(
+            self,
+            cfg.ready_timeout,
+            clock=self.launcher.clock,
+            sleep=self.launcher.sleep,
+            verify=self._verify_port,
+        )
+
+    def _verify_port(self) -> None:
+        """On the host's network, what answers on the port must be this container's server
+        (else the probe is untestable, never another server's verdict); a published port is
+        the engine's own, and another engine's host cannot be looked at from here."""
+        if self.launcher.cfg.network_mode != "host" or self.launcher.address != "127.0.0.1":
+            return
+        assert self.container is not None
+        try:
+            top = self.container.top()
+            column = top["Titles"].index("PID")
+            pids = frozenset(int(row[column]) for row in top["Processes"] or [])
+        except (docker.errors.DockerException, KeyError, ValueError, IndexError, TypeError):
+            return
+        who = stranger_on(self.host_port, pids=pids)
+        if who is not None:
+            raise PortTaken(f"port {self.host_port} is served by {who}, not this container")
 
     def fingerprint(self) -> dict[str, Any]:
         """Image digest and labels, and the package versions inside the running container."""

@@ -5,9 +5,9 @@ group when the harness closes its stdin or dies, so even a SIGKILLed run
 leaves no server behind.
 
 Each slot gets its own port (common.PortBook) and, given `slot_devices`, its own GPUs
-(CUDA_VISIBLE_DEVICES and `{gpus}`). What answers on the port must be the server's own
-session: a port another process took between its pick and the bind (a lost race) starts
-the server again on another port.
+(CUDA_VISIBLE_DEVICES and `{gpus}`, empty without). What answers on the port must be the
+server's own session: a port another process took between its pick and the bind (a lost
+race) starts the server again on another port.
 """
 
 from __future__ import annotations
@@ -161,7 +161,10 @@ class ProcessServer(LoggedServer):
                 if stranger is None:
                     raise  # it died on its own
                 if moves == PORT_MOVES or self.ports is None:
-                    raise NotReady(f"{stranger}; {moves + 1} time(s)", self.log_tail()) from None
+                    raise NotReady(
+                        f"{stranger}, not this probe's server ({moves + 1} port(s) tried)",
+                        self.log_tail(),
+                    ) from None
                 self._move(str(stranger))
 
     def _stranger(self) -> PortTaken | None:
