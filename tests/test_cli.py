@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,7 @@ from llm_bisect.journal import read_events
 from test_sources_git import branched
 
 
-def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+def invoke(*args: str, env: Mapping[str, str | None] | None = None) -> tuple[int, str]:
     result = CliRunner().invoke(cli, list(args), env=env)
     return result.exit_code, result.output
 
@@ -206,6 +206,30 @@ def test_branch_whose_merge_base_is_bad_reports_the_fix_range(tmp_path: Path) ->
     assert result["fix_range"] == [shas["m2"], shas["m5"]]
     assert "predates the branch point" in result["message"]
     assert "--find-fix" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("release_fault", ["none", "crash-on-start"])
+def test_an_untestable_merge_base_is_stepped_over_and_the_report_says_what_it_cost(
+    tmp_path: Path, release_fault: str
+) -> None:
+    # The merge base m2 crashes on start. git bisect warns and goes on; so does the run.
+    shas = branched(tmp_path, base_fault="crash-on-start", release_fault=release_fault)
+    h = History.__new__(History)
+    h.repo, h.root, h.shas, h.configs = tmp_path / "engine", tmp_path, [], 0
+    out = tmp_path / "o"
+    code, output = invoke("run", str(h.config(good=shas["m5"], bad="v1")), "--out", str(out))
+    result = result_of(out)
+    report = (out / "report.md").read_text()
+    assert f"The merge base {shas['m2'][:12]} could not be tested (skip)" in report
+    if release_fault == "none":  # r1 after it tested good: the merge base cost nothing
+        assert code == 0, output
+        assert result["culprit"]["commit"] == shas["r2"]
+        assert "That cost nothing here" in report
+    else:  # nothing after it tested good: the change may predate the branch point
+        assert code == 3, output
+        assert result["status"] == "ambiguous"
+        assert result["range"] == [shas[k] for k in ("m5", "m2", "r1", "r2")]
+        assert "That cost the answer" in report and "--find-fix" in report
 
 
 def test_check_exit_codes_work_for_git_bisect_run(tmp_path: Path, history: Any) -> None:

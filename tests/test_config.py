@@ -41,7 +41,10 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
         EvalConfig,
     ]
     assert config.server.ready_timeout == 600
-    assert config.probe.repeats == 1
+    # one run of the checks a probe; a verdict that contradicts a neighbour's is probed again
+    assert config.probe.repeats == "auto" and config.probe.runs == 1 and config.probe.reprobe
+    fixed = parse_config({**base(), "probe": {"repeats": 3}}).probe
+    assert (fixed.runs, fixed.reprobe) == (3, False)
 
 
 @pytest.mark.parametrize(
@@ -94,6 +97,10 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
         (
             {"probe": {"repeats": 0}},
             "probe.repeats: Input should be greater than or equal to 1, got 0",
+        ),
+        (
+            {"probe": {"repeats": "twice"}},
+            "probe.repeats: a number of runs (1 to 10) or auto, got 'twice'",
         ),
     ],
 )

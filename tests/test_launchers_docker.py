@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +27,7 @@ from helpers import History, probe_order, shell_words, wait_until, write_config
 from llm_bisect import app
 from llm_bisect.cli import cli
 from llm_bisect.config import DockerServerConfig
+from llm_bisect.errors import PortTaken
 from llm_bisect.journal import read_events
 from llm_bisect.launchers.docker import (
     COMMIT_LABEL,
@@ -730,3 +732,102 @@ def test_an_engine_url_says_where_its_published_ports_are() -> None:
     assert engine_address("tcp://10.0.0.5:2376") == "10.0.0.5"
     assert engine_address("ssh://ops@gpu-node-2") == "gpu-node-2"
     assert engine_address("ssh://gpu-node-3:2222") == "gpu-node-3"
+
+
+def test_a_host_port_taken_before_the_container_starts_moves_it_to_another(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    """Another process binds the host port a probe was given before its container starts
+    (a port is free when picked, not when published): the container starts again on another
+    port, and the checks reach it."""
+    import_image(client, f"{repo_name}:port", {"fault": "none"})
+    cfg = DockerServerConfig.model_validate(sim_server(f"{repo_name}:port"))
+    launcher = DockerLauncher(
+        cfg, env=dict(cfg.env), secret_names=[], base_dir=tmp_path, run_id="port", client=client
+    )
+    server = launcher.launch(Candidate("ef" * 20), tmp_path / "probe")
+    taken = server.host_port
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", taken))
+        other.listen()
+        with server:
+            server.wait_ready()
+            version = httpx.get(server.base_url + "/version").json()["version"]
+    assert version == f"0.1.0+g{'ef' * 6}"
+    assert server.host_port != taken
+    said = (tmp_path / "probe" / "server.log").read_text()
+    assert f"host port {taken} was taken" in said
+    assert containers_of(client, "ef" * 20, COMMIT_LABEL) == []
+    launcher.close()
+
+
+def test_each_slot_on_one_engine_gets_its_own_gpus(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    import_image(client, f"{repo_name}:gpus", {"fault": "none"})
+    cfg = DockerServerConfig.model_validate(sim_server(f"{repo_name}:gpus", gpus="all"))
+    launcher = DockerLauncher(
+        cfg,
+        env={},
+        secret_names=[],
+        base_dir=tmp_path,
+        run_id="gpus",
+        client=client,
+        slot_devices=[("0", "1", "2", "3"), ("4", "5", "6", "7")],
+    )
+    server = launcher.launch(Candidate("cd" * 20), tmp_path / "probe", slot=1)
+    assert server.image is None
+    spec = server.spec(client.images.get(f"{repo_name}:gpus"))
+    container = client.containers.create(**spec)  # created, not started: no GPU on this machine
+    try:
+        [request] = client.api.inspect_container(container.id)["HostConfig"]["DeviceRequests"]
+        assert request["DeviceIDs"] == ["4", "5", "6", "7"] and request["Count"] == 0
+        assert "--gpus '\"device=4,5,6,7\"'" in run_line(spec, f"{repo_name}:gpus")
+    finally:
+        container.remove(force=True)
+    assert server.fingerprint()["devices"] == ["4", "5", "6", "7"]
+    server.stop()
+    launcher.close()
+
+
+def test_on_the_hosts_network_another_server_on_the_port_is_never_checked(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    """`network_mode: host`: the server in the container binds the port itself. While it is
+    held before listening, another server answers on that port: the probe is untestable,
+    never that server's verdict."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    import_image(client, f"{repo_name}:hostnet", {"fault": "none", "hold_file": str(hold)})
+    server_cfg = sim_server(f"{repo_name}:hostnet", network_mode="host", ready_timeout=60)
+    server_cfg["volumes"].append(f"{tmp_path}:{tmp_path}:ro")
+    cfg = DockerServerConfig.model_validate(server_cfg)
+    launcher = DockerLauncher(
+        cfg, env=dict(cfg.env), secret_names=[], base_dir=tmp_path, run_id="hostnet", client=client
+    )
+    server = launcher.launch(Candidate("ef" * 20), tmp_path / "probe")
+    other = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.sim", "--commit", "cd" * 20, "--port", str(server.port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_until(lambda: _answers(server.base_url), timeout=30)
+        with (
+            pytest.raises(PortTaken, match=rf"served by pid {other.pid} \(python"),
+            server,
+        ):
+            assert wait_until(lambda: held_container(client, "ef" * 20), timeout=60)
+            server.wait_ready()
+    finally:
+        other.terminate()
+        other.wait()
+    assert containers_of(client, "ef" * 20, COMMIT_LABEL) == []
+    launcher.close()
+
+
+def _answers(base_url: str) -> bool:
+    try:
+        return httpx.get(base_url + "/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

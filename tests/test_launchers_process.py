@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
 import pytest
 
 from helpers import live_processes, wait_until
-from llm_bisect.errors import NotReady, ServerExited
+from llm_bisect.errors import LaunchError, NotReady, ServerExited
+from llm_bisect.launchers.common import PortBook
 from llm_bisect.launchers.process import ProcessLauncher
 from llm_bisect.model import Candidate
 
 COMMIT = "ab" * 20
+OTHER = "cd" * 20
 
 
 def launcher(
@@ -118,3 +123,82 @@ def test_secrets_never_reach_the_log_tail(tmp_path: Path) -> None:
         server.wait_ready()
     assert "token is ***" in err.value.log_tail
     assert "hf_supersecret123" not in (tmp_path / "probe" / "server.log").read_text()
+
+
+@pytest.mark.parametrize("ours", ["held", "crashes"])
+def test_a_port_another_server_took_first_is_never_mistaken_for_the_probes(
+    tmp_path: Path, ours: str
+) -> None:
+    """Another slot's server (another commit) binds the port this probe was given, between
+    the pick and the bind. This probe's server, held before it listens or crashing on the
+    taken port, starts again on another port; the checks never reach the other server."""
+    engine = tmp_path / "engine.json"
+    hold = tmp_path / "hold"
+    if ours == "held":
+        hold.touch()
+    engine.write_text(json.dumps({"hold_file": str(hold)}))
+    server = launcher(tmp_path, "--engine-file", str(engine)).launch(
+        Candidate(COMMIT), tmp_path / "probe"
+    )
+    taken = server.base_url
+    other = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.sim", "--commit", OTHER, "--port", taken.split(":")[-1]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    log = tmp_path / "probe" / "server.log"
+
+    def moved() -> bool:
+        return log.exists() and "starting it again on port" in log.read_text()
+
+    def release() -> None:  # once this probe's server has moved, let it listen
+        wait_until(moved, timeout=60)
+        hold.unlink(missing_ok=True)
+
+    releaser = threading.Thread(target=release)
+    try:
+        assert wait_until(lambda: _answers(taken), timeout=30)
+        releaser.start()
+        with server:
+            server.wait_ready()
+            version = httpx.get(server.base_url + "/version").json()["version"]
+            assert version == f"0.1.0+g{COMMIT[:12]}", "the checks reached another server"
+        assert server.base_url != taken
+        said = log.read_text()
+        assert f"port {taken.split(':')[-1]} is served by pid {other.pid} (" in said
+        assert "not this probe's server" in said
+    finally:
+        hold.unlink(missing_ok=True)
+        releaser.join(timeout=90)
+        other.terminate()
+        other.wait()
+    assert wait_until(lambda: not live_processes(str(tmp_path)))
+
+
+def _answers(base_url: str) -> bool:
+    try:
+        return httpx.get(base_url + "/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_slots_get_their_own_devices_and_ports(tmp_path: Path) -> None:
+    lau = ProcessLauncher(
+        [sys.executable, "serve.py", "--port", "{port}", "--devices", "{gpus}"],
+        env={},
+        secret_names=[],
+        cwd=tmp_path,
+        ready_timeout=20,
+        slot_devices=[("0", "1"), ("2", "3")],
+        ports=PortBook(lambda: 40123),  # the OS offers one port twice
+    )
+    first = lau.launch(Candidate(COMMIT), tmp_path / "a", slot=0)
+    with pytest.raises(LaunchError, match="no free port"):
+        lau.launch(Candidate(COMMIT), tmp_path / "b", slot=1)
+    first.stop()  # a stopped server gives its port back
+    second = lau.launch(Candidate(COMMIT), tmp_path / "b", slot=1)
+    assert second.base_url == "http://127.0.0.1:40123"
+    assert second.env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert second.argv[-2:] == ["--devices", "2,3"]
+    assert second.fingerprint()["devices"] == ["2", "3"]
+    second.stop()

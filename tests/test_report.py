@@ -16,7 +16,7 @@ from llm_bisect.report.documents import ResultDocument
 from llm_bisect.report.links import commit_url, compare_url, pr_number, pr_url, web_url
 from llm_bisect.report.markdown import render_markdown as render_doc
 from llm_bisect.report.result import build_result
-from llm_bisect.search import Answer, Mode, Plan, Status
+from llm_bisect.search import Answer, Mode, Plan, Status, plan_step
 from test_cli import invoke
 
 SEQ = tuple(
@@ -288,3 +288,41 @@ def test_an_output_that_ends_early_shows_where_it_parts_from_the_golden() -> Non
     probe = ProbeDoc(commit="a" * 40, verdict=Verdict.BAD, checks=[logprobs])
     (row,) = [line for line in divergences(probe) if "hello how are you" in line]
     assert row == "| 'hello how are you' | 8 | — | — | 0.000 | one output ends here |"
+
+
+def test_verdicts_that_are_not_monotone_are_said_with_what_each_re_probe_found() -> None:
+    # 1 tested bad, then good when probed again (flaky); 2 good after it; 3 bad: the
+    # search says so, and the report lists every probe of the builds probed again.
+    plan = Plan(Mode.REGRESSION, SEQ)
+    probes = [
+        outcome(0, Verdict.GOOD),
+        outcome(4, Verdict.BAD),
+        outcome(1, Verdict.BAD),
+        outcome(2, Verdict.GOOD),
+        outcome(1, Verdict.GOOD),
+        outcome(2, Verdict.GOOD),
+        outcome(3, Verdict.BAD),
+    ]
+    seen: dict[str, list[Verdict]] = {}
+    for p in probes:
+        seen.setdefault(p.commit, []).append(p.verdict)
+    answer = plan_step(plan, seen, reprobe=True)
+    assert isinstance(answer, Answer) and answer.culprit == SEQ[3]
+    result = build_result(plan, answer, probes)
+    assert result["retests"] == [
+        {"commit": SEQ[1].commit, "verdicts": ["bad", "good"], "flaky": True},
+        {"commit": SEQ[2].commit, "verdicts": ["good", "good"], "flaky": False},
+    ]
+    md = render_markdown(result)
+    assert "## Caveats" in md
+    assert f"- ⚠ Flaky: {SEQ[1].short} tested both good and bad" in md
+    assert f"- `{SEQ[1].short}`: bad, then good — flaky, counted unsure" in md
+    # without the re-probes the same first verdicts stand: the reversal is said, not hidden
+    answer = plan_step(plan, {c: v[:1] for c, v in seen.items()})
+    assert isinstance(answer, Answer) and answer.culprit == SEQ[3]
+    assert answer.reversals == ((SEQ[1].commit, SEQ[2].commit),)
+    result = build_result(plan, answer, probes[:4] + probes[6:])
+    assert result["reversals"] == [{"new": SEQ[1].commit, "old": SEQ[2].commit}]
+    md = render_markdown(result)
+    assert f"good at {SEQ[2].short} after bad at {SEQ[1].short}" in md
+    assert "Verdicts are not monotone" in md and "probe.repeats: auto" in md

@@ -5,6 +5,7 @@ probes run at once."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from helpers import History, live_processes, probe_order, wait_until
-from llm_bisect.journal import read_events
+from llm_bisect.journal import Journal, read_events
+from llm_bisect.model import ProbeOutcome, Verdict
 from test_cli import held_history, invoke, launched
 
 
@@ -104,3 +106,93 @@ def test_a_killed_parallel_run_resumes_without_repeating_a_finished_probe(
     assert all(counts[c] == 1 for c in finished), "a finished probe ran again"
     assert counts[h.shas[16]] == 2  # the one in flight ran again, once
     assert live_processes(str(h.repo)) == []
+
+
+def test_a_resumed_run_whose_verdicts_contradict_probes_both_again_and_names_the_flaky_one(
+    tmp_path: Path,
+) -> None:
+    # Two slots whose probes ended together wrote contradicting verdicts: 10 bad, and 12
+    # good although the bug (at 9) is in it, a flaky good. The old search bisected 8..10
+    # while its batches read 12..16: every resume stalled. Now both are probed again first.
+    h, config, launches, hold = held(tmp_path, culprit=9, hold_at=16, k=2)
+    out = tmp_path / "out"
+    proc = start(config, out)
+
+    def probed() -> set[str]:
+        return {e["outcome"]["commit"] for e in events(out, "probe")}
+
+    try:
+        assert wait_until(lambda: h.shas[8] in probed(), 120)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+    assert wait_until(lambda: live_processes(str(h.repo)) == [], 15), "server left behind"
+    assert probed() == {h.shas[0], h.shas[8]}
+    with Journal(out / "journal.jsonl") as journal:
+        for i, verdict in ((10, Verdict.BAD), (12, Verdict.GOOD)):
+            outcome = ProbeOutcome(h.shas[i], verdict, "as its slot said")
+            journal.append("probe", outcome=outcome.to_json(), slot=i % 2, round=2, time=0.0)
+    hold.unlink()
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    assert "probing again" in output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[9]
+    retests = {r["commit"]: (r["verdicts"], r["flaky"]) for r in result["retests"]}
+    assert retests[h.shas[12]] == (["good", "bad"], True)
+    # 10's second probe is cancelled when 12's ends first: flaky 12 contradicts nothing then
+    assert retests.get(h.shas[10], (["bad", "bad"], False)) == (["bad", "bad"], False)
+    assert any(f"Flaky: {h.shas[12][:12]}" in note for note in result["notes"])
+    report = (out / "report.md").read_text()
+    assert "## Caveats" in report and f"`{h.shas[12][:12]}`: good, then bad" in report
+    counts = Counter(launched(launches))
+    assert counts[h.shas[0]] == counts[h.shas[8]] == 1, "a finished probe ran again"
+    assert counts[h.shas[10]] == counts[h.shas[12]] == 1  # both probed again at once, for real
+    assert (out / "probes" / f"{h.shas[12][:12]}-2" / "server.log").exists()
+    assert live_processes(str(h.repo)) == []
+
+
+FAKE_SMI = """#!/usr/bin/env python3
+import sys
+gpus = [f"{i}, NVIDIA H200, 550.54.15, 143771 MiB, 00000000:{i:02x}:00.0" for i in range(8)]
+if "--query-gpu=index" in sys.argv:
+    print("\\n".join(str(i) for i in range(8)))
+elif any(a.startswith("--query-gpu=") for a in sys.argv):
+    print("\\n".join(gpus))
+else:
+    print("NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4")
+"""
+
+
+def test_slots_on_one_host_get_their_own_gpus_and_each_probe_records_them(
+    tmp_path: Path,
+) -> None:
+    # An 8-GPU node (nvidia-smi, faked at the process edge): two slots get four GPUs each,
+    # never the same; three slots cannot split eight and are refused before anything starts.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text(FAKE_SMI)
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "CUDA_VISIBLE_DEVICES": None}
+    shown = {"print_env": ["CUDA_VISIBLE_DEVICES"]}
+    h = History(tmp_path, {5: "degenerate-reasoning"}, 8, settings=shown)
+    code, output = invoke(
+        "run", str(h.config(parallel=3)), "--out", str(tmp_path / "three"), env=env
+    )
+    assert code == 2, output
+    assert "parallel: 3 puts 3 slots on one host, and the GPUs nvidia-smi lists" in output
+    assert not (tmp_path / "three" / "journal.jsonl").exists()
+    out = tmp_path / "two"
+    code, output = invoke(
+        "run", str(h.config(parallel=2, localize=False)), "--out", str(out), env=env
+    )
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[5]
+    mine = {0: ["0", "1", "2", "3"], 1: ["4", "5", "6", "7"]}
+    assert {p["slot"] for p in result["probes"]} == {0, 1}
+    for p in result["probes"]:
+        assert p["fingerprint"]["devices"] == mine[p["slot"]], p
+        log = (out / "probes" / p["commit"][:12] / "server.log").read_text()
+        assert f"sim: CUDA_VISIBLE_DEVICES={','.join(mine[p['slot']])}" in log

@@ -1,8 +1,12 @@
-"""The search, exhaustively: every culprit position, random skip sets, both modes."""
+"""The search, exhaustively: every culprit position, random skip sets, both modes, and
+verdicts that are not monotone (flaky builds, bugs fixed and broken again) against a
+brute-force oracle."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -10,6 +14,7 @@ from hypothesis import strategies as st
 
 from llm_bisect.model import Candidate, Verdict
 from llm_bisect.search import (
+    Answer,
     Mode,
     Outcome,
     Plan,
@@ -19,9 +24,11 @@ from llm_bisect.search import (
     max_probes,
     next_batch,
     next_step,
+    no_longer_needed,
     obsolete,
     plan_batch,
     plan_step,
+    settle,
 )
 
 
@@ -301,3 +308,193 @@ def test_with_nothing_running_k_slots_split_the_interval_into_k_plus_1_parts() -
     assert next_batch(17, verdicts, 1, prefer=frozenset({6})) == [6]
     # 12 is no longer needed once 6 tests bad
     assert obsolete(17, {**verdicts, 6: Verdict.BAD}, frozenset({12, 3}), Mode.REGRESSION) == {12}
+
+
+# -- verdicts that are not monotone ------------------------------------------------------
+
+G, B, S, U = Verdict.GOOD, Verdict.BAD, Verdict.SKIP, Verdict.UNSURE
+
+
+def brute_verdict(seen: list[Verdict]) -> Verdict:
+    """One candidate's verdict from its probes, by hand: good and bad both is unsure."""
+    tested = {v for v in seen if v in (G, B)}
+    if len(tested) == 2:
+        return U
+    return tested.pop() if tested else seen[-1]
+
+
+def brute_steps(final: dict[int, Verdict], mode: Mode) -> set[tuple[int, int]]:
+    """Every observed old→new step (a, b): a in the old state, b in the new, and every
+    candidate between them tested and untestable. O(n^2), no cleverness."""
+    return {
+        (a, b)
+        for a in final
+        for b in final
+        if a < b
+        and final[a] is mode.old_state
+        and final[b] is mode.new_state
+        and all(final.get(i) in (S, U) for i in range(a + 1, b))
+    }
+
+
+def brute_monotone(final: dict[int, Verdict], mode: Mode) -> bool:
+    return not any(
+        final[i] is mode.new_state and final[j] is mode.old_state
+        for i in final
+        for j in final
+        if i < j
+    )
+
+
+def scripts(n: int) -> st.SearchStrategy[dict[int, list[Verdict]]]:
+    """What each candidate's probes say, probe after probe (the last one repeats): any mix of
+    good, bad, skip and unsure, so flaky builds and bugs fixed and broken again are in."""
+    script = st.lists(st.sampled_from([G, B, S, U]), min_size=1, max_size=3)
+    return st.fixed_dictionaries({i: script for i in range(n)})
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.integers(min_value=2, max_value=40),
+    st.integers(min_value=1, max_value=5),
+    st.sampled_from(Mode),
+    st.booleans(),
+    st.data(),
+)
+def test_any_verdicts_end_in_an_observed_step_never_a_stall(
+    n: int, k: int, mode: Mode, reprobe: bool, data: st.DataObject
+) -> None:
+    """Random histories, monotone or not, flaky or not; k slots whose probes end in any
+    order, several at once; probes no longer needed are cancelled and still hold their slot
+    until they end. The search never stalls, and its answer is a real old→new step of what
+    was observed (the last one: the step the new end still has), or an explicit
+    no-regression / error; it says when the verdicts were not monotone."""
+    world = data.draw(scripts(n))
+    if data.draw(st.booleans()):  # often, ends that verify
+        world[0], world[n - 1] = [mode.old_state], [mode.new_state]
+    plan = Plan(mode, tuple(_c(i) for i in range(n)))
+    history: dict[str, list[Verdict]] = {}
+    running: dict[str, bool] = {}  # commit → cancelled
+
+    def seen() -> Mapping[str, Any]:
+        """Every probe's verdict with re-probes; else one verdict a commit, as callers had."""
+        return history if reprobe else {c: v[-1] for c, v in history.items()}
+
+    for _ in range(20 * n + 50):
+        for commit in no_longer_needed(plan, seen(), frozenset(running), reprobe=reprobe):
+            running[commit] = True
+        busy = frozenset(running)  # a cancelled probe holds its slot and commit until it ends
+        step = plan_batch(plan, seen(), k - len(running), frozenset(), busy, reprobe=reprobe)
+        if isinstance(step, Answer) and not running:
+            break
+        if isinstance(step, list):
+            assert not {c.commit for c in step} & running.keys()
+            for c in step:
+                running[c.commit] = False
+            if step:  # what progress and prefetch read of the same verdicts never fails
+                assert left_of(plan, seen(), reprobe=reprobe)[0] >= 0
+                lookahead(plan, seen(), step[0], reprobe=reprobe)
+        assert running, f"the search stalled: nothing runs, no answer ({history})"
+        ending = data.draw(st.sets(st.sampled_from(sorted(running)), min_size=1))
+        for commit in ending:
+            if not running.pop(commit):
+                probes = history.setdefault(commit, [])
+                script = world[int(commit, 16)]
+                probes.append(script[min(len(probes), len(script) - 1)])
+    else:
+        raise AssertionError("the search did not end")
+    answer = step
+    assert plan_step(plan, seen(), reprobe=reprobe) == answer, "one answer, asked either way"
+    final = {int(c, 16): brute_verdict(probes) for c, probes in history.items()}
+    assert all(len(probes) <= (2 if reprobe else 1) for probes in history.values())
+    old_end, new_end = final.get(0), final.get(n - 1)
+    if old_end is not mode.old_state:
+        assert answer.status is Status.ERROR and f"the {mode.old_state.value} end" in answer.message
+        return
+    if new_end in (S, U):
+        assert answer.status is Status.ERROR and "could not be tested" in answer.message
+        return
+    if new_end is mode.old_state:
+        assert answer.status is Status.NO_REGRESSION
+        return
+    index = [int(c, 16) for c in answer.range]
+    lo, hi = index[0], index[-1]
+    assert (lo, hi) in brute_steps(final, mode), (answer, final)
+    assert index == list(range(lo, hi + 1))
+    assert lo == max(i for i, v in final.items() if v is mode.old_state)
+    if answer.status is Status.FOUND:
+        assert hi == lo + 1 and answer.culprit == plan.sequence[hi]
+    else:
+        assert answer.status is Status.AMBIGUOUS and hi > lo + 1 and answer.culprit is None
+    assert brute_monotone(final, mode) == ("not monotone" not in answer.message), answer.message
+    assert bool(answer.reversals) != brute_monotone(final, mode)
+    assert set(answer.flaky) == {c for c, probes in history.items() if {G, B} <= set(probes)}
+    if reprobe:  # both sides of every reversal were probed again before they were used
+        for before, after in answer.reversals:
+            assert len(history[before]) == 2 and len(history[after]) == 2
+
+
+def test_a_good_after_a_bad_ends_in_the_last_step_and_says_so() -> None:
+    # Two slots finished together: 3 bad, 5 good. The old search bisected 0..3 while
+    # the batch read 5..6 and had nothing left: it stalled.
+    verdicts = {0: G, 3: B, 5: G, 6: B, 8: B}
+    outcome = next_batch(9, verdicts, 2)
+    assert isinstance(outcome, Outcome)
+    assert (outcome.status, outcome.culprit, outcome.reversals) == (Status.FOUND, 6, ((3, 5),))
+    assert next_step(9, verdicts) == outcome
+    plan = Plan(Mode.REGRESSION, tuple(_c(i) for i in range(9)))
+    answer = plan_step(plan, {_c(i).commit: v for i, v in verdicts.items()})
+    assert isinstance(answer, Answer) and answer.culprit == _c(6)
+    assert f"good at {_c(5).short} after bad at {_c(3).short}" in answer.message
+    assert answer.reversals == ((_c(3).commit, _c(5).commit),)
+    assert "were not probed again" in answer.notes[0]
+
+
+def test_both_sides_of_a_reversal_are_probed_again_before_either_is_used() -> None:
+    plan = Plan(Mode.REGRESSION, tuple(_c(i) for i in range(17)))
+    seen: dict[str, list[Verdict]] = {_c(0).commit: [G], _c(16).commit: [B]}
+    seen |= {_c(4).commit: [B], _c(12).commit: [G]}  # bad at 4, good at 12: one is wrong
+    settled = settle({int(c, 16): v for c, v in seen.items()}, Mode.REGRESSION, reprobe=True)
+    assert settled.again == {4, 12} and settled.verdicts == {0: G, 16: B}
+    batch = plan_batch(plan, seen, 3, reprobe=True)
+    assert isinstance(batch, list) and batch[:2] == [_c(4), _c(12)]
+    assert plan_step(plan, seen, reprobe=True) == _c(4)
+    # 4 tests good this time: flaky, so unsure; 12 good again: it stands
+    seen[_c(4).commit].append(G)
+    seen[_c(12).commit].append(G)
+    assert plan_step(plan, seen, reprobe=True) == _c(14)  # on after the last good
+    for i in (13, 14, 15):
+        seen[_c(i).commit] = [B]
+    answer = plan_step(plan, seen, reprobe=True)
+    assert isinstance(answer, Answer)
+    assert answer.status is Status.FOUND and answer.culprit == _c(13)
+    assert answer.flaky == (_c(4).commit,) and answer.reversals == ()
+    assert any(f"Flaky: {_c(4).short} tested both good and bad" in n for n in answer.notes)
+
+
+def test_a_running_re_probe_is_never_cancelled_and_the_answer_waits_for_it() -> None:
+    verdicts = {0: G, 9: B, 10: B}
+    assert obsolete(11, verdicts, frozenset({3}), Mode.REGRESSION, again=frozenset({3})) == set()
+    assert next_batch(11, verdicts, 2, running=frozenset({3}), again=frozenset({3})) == [5, 7]
+    done = {0: G, 8: G, 9: B, 10: B}
+    assert next_batch(11, done, 2, running=frozenset({3}), again=frozenset({3})) == []
+
+
+def test_an_untestable_merge_base_is_stepped_over_as_git_bisect_does() -> None:
+    anchor, seq = _c(100), tuple(_c(i) for i in range(8))
+    plan = Plan(Mode.REGRESSION, seq, anchor=anchor)
+    verdicts = {anchor.commit: G, seq[0].commit: S}
+    assert plan_step(plan, verdicts) == seq[7], "the run goes on after the merge base"
+    for culprit, good_after in ((5, True), (1, False)):
+        seen = dict(verdicts)
+        while isinstance(step := plan_step(plan, seen), Candidate):
+            seen[step.commit] = B if int(step.commit, 16) >= culprit else G
+        if good_after:  # a commit after the merge base tested good: the base cost nothing
+            assert step.status is Status.FOUND and step.culprit == seq[5]
+            assert "could not be tested (skip)" in step.notes[0]
+            assert "That cost nothing here" in step.notes[0]
+        else:  # nothing after it tested good: it may be the change predates the branch point
+            assert step.status is Status.AMBIGUOUS and step.culprit is None
+            assert step.range == (anchor.commit, seq[0].commit, seq[1].commit)
+            assert "predates the branch point" in step.message
+            assert "That cost the answer" in step.notes[0] and "--find-fix" in step.notes[0]

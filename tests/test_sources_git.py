@@ -37,14 +37,17 @@ def commit(repo: Path, subject: str, fault: str = "none") -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def branched(root: Path, base_fault: str = "none") -> dict[str, str]:
-    """main: m0..m5 (nightly at m5); release branched at m2: r1..r3 (tag v1 at r3, bad)."""
+def branched(
+    root: Path, base_fault: str = "none", release_fault: str | None = None
+) -> dict[str, str]:
+    """main: m0..m5 (nightly at m5); release branched at m2: r1..r3 (tag v1 at r3, bad).
+    `base_fault`: m0..m2's and r1's; `release_fault`: r1's instead."""
     repo = root / "engine"
     repo.mkdir()
     git(repo, "init", "-q", "-b", "main")
     shas = {f"m{i}": commit(repo, f"main {i}", base_fault if i <= 2 else "none") for i in range(6)}
     git(repo, "checkout", "-q", "-b", "release", shas["m2"])
-    shas["r1"] = commit(repo, "release 1", base_fault)
+    shas["r1"] = commit(repo, "release 1", base_fault if release_fault is None else release_fault)
     shas["r2"] = commit(repo, "release 2: the bug", "degenerate-reasoning")
     shas["r3"] = commit(repo, "release 3", "degenerate-reasoning")
     git(repo, "tag", "v1", shas["r3"])

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -53,7 +54,7 @@ from .config import (
 from .config import ImageStrategy as ImageStrategyConfig
 from .config import OverlayStrategy as OverlayStrategyConfig
 from .config import WheelStrategy as WheelStrategyConfig
-from .environment import node_environment
+from .environment import gpu_ids, node_environment
 from .errors import (
     ConfigError,
     EndpointError,
@@ -64,6 +65,7 @@ from .errors import (
 )
 from .journal import Span
 from .launchers import Instrument, Launcher, Server
+from .launchers.devices import EXAMPLE, cuda_visible, slot_devices
 from .launchers.process import ProcessLauncher
 from .localize import localize as localize_results
 from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
@@ -126,6 +128,8 @@ class Setup:
     """How candidates are built (`build:`); None: the launcher starts them as they are."""
     config_file: str = ""
     """The config's path as given (for the report's reproduce commands)."""
+    devices: list[tuple[str, ...] | None] = field(default_factory=list)
+    """Per slot, the GPUs its server alone uses (launchers/devices.py); None: as configured."""
 
     def client(self, server: Server) -> OpenAIClient:
         return OpenAIClient(
@@ -159,6 +163,7 @@ class Setup:
                             builder=self.builder,
                             logins=self.logins,
                             report=self.report,
+                            slot_devices=self.devices,
                             clock=self.clock,
                             sleep=self.sleep,
                         )
@@ -193,6 +198,7 @@ class Setup:
                 cwd=cwd,
                 ready_timeout=server.ready_timeout,
                 builder=self.builder,
+                slot_devices=self.devices,
                 clock=self.clock,
                 sleep=self.sleep,
             )
@@ -329,6 +335,7 @@ def setup(
                     raise ConfigError(f"server.launcher: slurm, and '{tool}' is not on PATH")
         else:
             _check_executable(server.command[0], cwd, {**environ, **env})
+    devices = slot_devices_of(config, env, environ)
     if config.golden and (base_dir / config.golden).exists():
         golden_load(base_dir / config.golden)  # its shape, before anything starts
     made = Setup(
@@ -353,7 +360,37 @@ def setup(
         names,
         lambda ref, key: made.resolve(ref, key).commit,
     )
-    return replace(made, builder=builder, config_file=str(config_path))
+    return replace(made, builder=builder, config_file=str(config_path), devices=devices)
+
+
+def slot_devices_of(
+    config: Config,
+    env: Mapping[str, str],
+    environ: Mapping[str, str],
+    gpus: Callable[[], list[str] | None] = gpu_ids,
+) -> list[tuple[str, ...] | None]:
+    """Per slot, the GPUs it alone uses (launchers/devices.py); ConfigError where `parallel`
+    would put several servers on the same GPUs. `gpus`: the node's, asked only when needed."""
+    server, k = config.server, config.parallel
+    if isinstance(server, SlurmServerConfig):
+        return []  # each probe is its own allocation
+    if isinstance(server, DockerServerConfig):
+        hosts = max(1, len(server.docker_hosts))
+        shared = server.gpus == "all" or isinstance(server.gpus, int)
+        if server.slot_gpus is None and shared and k > hosts:
+            raise ConfigError(
+                f"parallel: {k} puts {math.ceil(k / hosts)} containers on one Docker engine, "
+                f"and server.gpus: {server.gpus} gives each of them the same GPUs: give each "
+                f"slot its own in server.slot_gpus ({EXAMPLE})"
+            )
+        pool = list(server.gpus) if isinstance(server.gpus, list) else None
+        return slot_devices(k, server.slot_gpus, pool, hosts=hosts, where="server.gpus")
+    pool, where = cuda_visible(env.get("CUDA_VISIBLE_DEVICES")), "server.env.CUDA_VISIBLE_DEVICES"
+    if pool is None:
+        pool, where = cuda_visible(environ.get("CUDA_VISIBLE_DEVICES")), "CUDA_VISIBLE_DEVICES"
+    if pool is None and k > 1 and server.slot_gpus is None:
+        pool, where = gpus(), "the GPUs nvidia-smi lists"
+    return slot_devices(k, server.slot_gpus, pool, where=where)
 
 
 def wheel_index(cfg: WheelStrategyConfig, environ: Mapping[str, str], i: int) -> str:
@@ -543,7 +580,8 @@ def run_bisect(
                 launcher=launcher,
                 checks=s.checks,
                 client=s.client,
-                repeats=config.probe.repeats,
+                repeats=config.probe.runs,
+                reprobe=config.probe.reprobe,
                 progress=progress,
                 golden=golden,
                 scrub=s.scrub,
@@ -581,7 +619,7 @@ def check_one(
             s.checks,
             s.client,
             progress,
-            s.config.probe.repeats,
+            s.config.probe.runs,
             golden,
             Regress(s.config.regress),
         )

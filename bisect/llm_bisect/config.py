@@ -30,7 +30,7 @@ from .errors import ConfigError
 from .files import read_capped
 from .report.escape import safe_url
 
-PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build"})
+PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build", "gpus"})
 BUILD_PLACEHOLDERS = frozenset({"python", "build"})
 """Placeholders a build fills (the build's interpreter and folder); they need `build:`."""
 IMAGE_PLACEHOLDERS = frozenset({"commit", "short"})
@@ -87,12 +87,46 @@ class _ServerBase(_Strict):
     """Model name for requests; default: the first one /v1/models lists."""
 
 
-class ProcessServerConfig(_ServerBase):
+class _SlotGpus(_Strict):
+    slot_gpus: list[list[str]] | None = None
+    """The GPUs of each slot on one host, e.g. `[[0,1,2,3],[4,5,6,7]]` for `parallel: 2`
+    on an 8-GPU node (a process gets CUDA_VISIBLE_DEVICES and `{gpus}`, a container its
+    device ids); default: the host's GPUs split in `parallel` equal parts, else refused."""
+
+    @field_validator("slot_gpus", mode="before")
+    @classmethod
+    def _ids_as_text(cls, value: Any) -> Any:
+        """YAML reads `[[0, 1], [2, 3]]` as numbers; device ids are text (`GPU-5b2e...`)."""
+        if not isinstance(value, list):
+            return value
+        return [
+            [str(d) if isinstance(d, int) and not isinstance(d, bool) else d for d in v]
+            if isinstance(v, list)
+            else v
+            for v in value
+        ]
+
+    @field_validator("slot_gpus")
+    @classmethod
+    def _own_devices(cls, slots: list[list[str]] | None) -> list[list[str]] | None:
+        seen: set[str] = set()
+        for i, devices in enumerate(slots or []):
+            if not devices or any(not d.strip() for d in devices):
+                raise ValueError(f"slot {i}: give it at least one device id")
+            twice = sorted((seen & set(devices)) | {d for d in devices if devices.count(d) > 1})
+            if twice:
+                raise ValueError(f"device {', '.join(twice)} is given twice: slots never share one")
+            seen |= set(devices)
+        return slots
+
+
+class ProcessServerConfig(_ServerBase, _SlotGpus):
     """A local command per candidate."""
 
     launcher: Literal["process"] = "process"
     command: list[str] = Field(min_length=1)
-    """argv template; `{commit}`, `{short}`, `{port}` are filled in. Never run through a shell."""
+    """argv template; `{commit}`, `{short}`, `{port}`, `{gpus}` (the slot's devices, comma
+    separated) are filled in. Never run through a shell."""
     cwd: str | None = None
     """Working folder of the server (relative to the config file); default: the config's folder."""
 
@@ -124,7 +158,7 @@ class RegistryConfig(_Strict):
     """`${VAR}` takes VAR from the caller; never written out."""
 
 
-class DockerServerConfig(_ServerBase):
+class DockerServerConfig(_ServerBase, _SlotGpus):
     """One container image per candidate, through the Docker engine."""
 
     launcher: Literal["docker"]
@@ -175,7 +209,7 @@ class DockerServerConfig(_ServerBase):
         return args
 
 
-SLURM_PLACEHOLDERS = PROCESS_PLACEHOLDERS | {"head", "node_rank", "nnodes"}
+SLURM_PLACEHOLDERS = (PROCESS_PLACEHOLDERS - {"gpus"}) | {"head", "node_rank", "nnodes"}
 """On a Slurm probe's nodes: the head node's host name, this node's rank, the node count."""
 HOST_PLACEHOLDERS = frozenset({"node"})
 """`server.host` (Slurm): the head node's Slurm name, known once its job runs."""
@@ -219,6 +253,13 @@ class SlurmServerConfig(ProcessServerConfig):
         if command is not None:
             _check_placeholders(command, "server.command", SLURM_PLACEHOLDERS)
         return command
+
+    @field_validator("slot_gpus")
+    @classmethod
+    def _no_slot_gpus(cls, slots: list[list[str]] | None) -> None:
+        if slots is not None:
+            raise ValueError("each Slurm probe has its own allocation (gpus_per_node, gres)")
+        return None
 
     @field_validator("container_image")
     @classmethod
@@ -422,8 +463,28 @@ CheckConfig = Annotated[
 class ProbeConfig(_Strict):
     """How each candidate is judged."""
 
-    repeats: int = Field(default=1, ge=1, le=10)
-    """Runs of the check suite per probe; disagreeing runs make the verdict `unsure`."""
+    repeats: Annotated[int, Field(ge=1, le=10)] | Literal["auto"] = "auto"
+    """`auto`: the check suite runs once per probe, and a verdict that contradicts a
+    neighbour's (good after bad) is probed again, on a new server, before it is used; a build
+    whose probes disagree is flaky (unsure). N: the suite runs N times on one server, runs
+    that disagree make the verdict `unsure`, and no probe is repeated."""
+
+    @field_validator("repeats", mode="before")
+    @classmethod
+    def _auto_or_count(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "auto":
+            raise ValueError("a number of runs (1 to 10) or auto")
+        return value
+
+    @property
+    def runs(self) -> int:
+        """Runs of the check suite on one server."""
+        return 1 if self.repeats == "auto" else self.repeats
+
+    @property
+    def reprobe(self) -> bool:
+        """Whether a verdict that contradicts a neighbour's is probed again."""
+        return self.repeats == "auto"
 
 
 LOCALIZE_PROMPT = "The capital of France is Paris. The capital of Italy is"
@@ -727,7 +788,8 @@ def caller_secret_names(environ: Mapping[str, str]) -> list[str]:
 
 def _loc(loc: tuple[int | str, ...]) -> str:
     # pydantic puts the discriminator value into the location; users never wrote it.
-    tags = ("canary", "expect", "logprobs", "eval", "process", "docker", "slurm")
+    # "constrained-int": the branch of probe.repeats (a count or `auto`)
+    tags = ("canary", "expect", "logprobs", "eval", "process", "docker", "slurm", "constrained-int")
     parts = [str(p) for p in loc if p not in tags]
     return ".".join(parts)
 
@@ -847,6 +909,7 @@ def config_digest(config: Config) -> str:
     data["candidates"].pop("url", None)  # links in the report only
     data.pop("parallel", None)  # how many at once, and where, never change a verdict
     data["server"].pop("docker_hosts", None)
+    data["server"].pop("slot_gpus", None)
     if "env" in data["server"]:
         data["server"]["env"] = sorted(data["server"]["env"])
     if "registry" in data["server"]:

@@ -45,6 +45,18 @@ def _run(argv: list[str]) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+def gpu_ids(
+    which: Callable[[str], str | None] = shutil.which,
+    run: Callable[[list[str]], str | None] = _run,
+) -> list[str] | None:
+    """The indices of the GPUs nvidia-smi lists; None without nvidia-smi or an answer."""
+    smi = which("nvidia-smi")
+    listing = run([smi, "--query-gpu=index", "--format=csv,noheader"]) if smi else None
+    if listing is None:
+        return None
+    return [line.strip() for line in listing.splitlines() if line.strip()]
+
+
 def node_environment(
     which: Callable[[str], str | None] = shutil.which,
     run: Callable[[list[str]], str | None] = _run,

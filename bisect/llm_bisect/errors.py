@@ -6,7 +6,8 @@
     │   └── DirInUse               another live llm-bisect holds DIR
     ├── LaunchError                a server could not be started or became unusable
     │   ├── ServerExited           the server process ended before it was ready
-    │   └── NotReady               the server did not get ready before its deadline
+    │   ├── NotReady               the server did not get ready before its deadline
+    │   └── PortTaken              another process serves the server's port (a lost race)
     ├── EndpointError              a request to a running server failed or its reply did not fit
     │   ├── ReplyTooLarge          a reply was longer than the cap (itself evidence)
     │   ├── RequestRejected        the server refused the request (HTTP 4xx)
@@ -55,6 +56,11 @@ class ServerExited(LaunchError):
 
 class NotReady(LaunchError):
     """The server did not become ready before its deadline."""
+
+
+class PortTaken(LaunchError):
+    """Another process serves the port the server was given: it lost the race for it (a
+    port is free when picked, not when the server binds it), and is not the one to check."""
 
 
 class EndpointError(LlmBisectError):

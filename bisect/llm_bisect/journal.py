@@ -1,6 +1,7 @@
 """The journal: an append-only JSONL record of a run, fsynced per event, and what it says.
 
-    {"event": "run", ...}            once, first: the version, config digest, plan
+    {"event": "run", ...}            once, first: the version, config digest, plan, whether
+                                     contradicted verdicts are probed again (`reprobe`)
     {"event": "probe-start", ...}    a probe began on a slot, in a round (a kill may follow)
     {"event": "probe", ...}          a probe finished: verdict, checks, timings
     {"event": "probe-cancel", ...}   a probe was stopped: its answer was no longer needed
@@ -58,6 +59,8 @@ def _run(e: dict[str, Any]) -> None:
         raise ValueError("digest is not a string")
     plan_from_json(e["plan"])
     Regress(e.get("regress", Regress.SEMANTIC.value))
+    if not isinstance(e.get("reprobe", False), bool):
+        raise ValueError("reprobe is not a boolean")
 
 
 def _probe(e: dict[str, Any]) -> None:
@@ -133,6 +136,9 @@ class JournalState:
     """Per finished probe, in order: when and where it ran, or who gave its verdict."""
     rounds: int = 0
     """The latest round started (a journal without rounds: one per probe started)."""
+    reprobe: bool = False
+    """Whether a verdict that contradicts a neighbour's is probed again (`probe.repeats:
+    auto`; journals older than `reprobe` hold none: no)."""
 
 
 @dataclass(frozen=True)
@@ -231,6 +237,7 @@ def _state(events: list[dict[str, Any]]) -> JournalState | None:
         ended=done[-1] if done else None,
         spans=tuple(spans),
         rounds=rounds,
+        reprobe=head.get("reprobe") is True,
     )
 
 

@@ -8,6 +8,8 @@ A slot is one placement (a local server, a container). Every finished probe is i
 journal before the next batch is chosen, so a run killed at any moment resumes without
 repeating one; probes in flight when it died run again. A probe whose answer is no longer
 needed (the range moved past it) is cancelled: its server stops and it is not a verdict.
+With `reprobe` (`probe.repeats: auto`) a candidate whose verdict contradicts a neighbour's
+is probed again (search.settle), into probes/<short>-2.
 """
 
 from __future__ import annotations
@@ -86,8 +88,7 @@ def result_of(
     state: JournalState, warnings: Sequence[str] = ()
 ) -> tuple[Answer | Candidate, dict[str, Any] | None]:
     """The search's next step for a journal state, and result.json once it has an answer."""
-    verdicts = {p.commit: p.verdict for p in state.probes}
-    step = plan_step(state.plan, verdicts)
+    step = plan_step(state.plan, history(state.probes), reprobe=state.reprobe)
     if isinstance(step, Answer):
         return step, build_result(
             state.plan,
@@ -104,6 +105,14 @@ def result_of(
     return step, None
 
 
+def history(probes: Sequence[ProbeOutcome]) -> dict[str, list[Verdict]]:
+    """Commit → the verdict of each of its probes, in order (what the search reads)."""
+    found: dict[str, list[Verdict]] = {}
+    for p in probes:
+        found.setdefault(p.commit, []).append(p.verdict)
+    return found
+
+
 def run(
     plan: Plan,
     *,
@@ -113,6 +122,7 @@ def run(
     checks: Sequence[Check],
     client: Callable[[Server], OpenAIClient],
     repeats: int = 1,
+    reprobe: bool = False,
     progress: Progress | None = None,
     golden: GoldenStore | None = None,
     scrub: Scrub | None = None,
@@ -125,6 +135,9 @@ def run(
 ) -> RunResult:
     """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
     journal when there is one.
+
+    `repeats`: runs of the check suite on each server; `reprobe`: a verdict that contradicts
+    a neighbour's is probed again (a new server) before it is used (`probe.repeats: auto`).
 
     `coarse`: candidates whose artifact is ready (an image, a published wheel, a
     cached build) are probed first, then the rest within the range left.
@@ -158,6 +171,7 @@ def run(
                 good=plan.good.commit,
                 bad=plan.bad.commit,
                 regress=regress.value,
+                reprobe=reprobe,
                 context=dict(context or {}),
                 time=time.time(),
             )
@@ -173,7 +187,7 @@ def run(
             if coarse
             else frozenset()
         )
-        slots = _Slots(plan, out_dir, journal, ctx, prefer, max(1, parallel), state)
+        slots = _Slots(plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe)
         step = slots.run()
         done = time.time()
         journal.append("done", status=step.status.value, time=done)
@@ -223,9 +237,10 @@ class _Slots:
         prefer: frozenset[str],
         k: int,
         state: JournalState,
+        reprobe: bool = False,
     ) -> None:
         self.plan, self.out_dir, self.journal, self.ctx = plan, out_dir, journal, ctx
-        self.prefer, self.k = prefer, k
+        self.prefer, self.k, self.reprobe = prefer, k, reprobe
         self.probes = list(state.probes)
         self.spans = list(state.spans)
         self.depth = state.rounds
@@ -242,32 +257,35 @@ class _Slots:
                 raise
 
     def _loop(self, pool: ThreadPoolExecutor) -> Answer:
+        reprobe = self.reprobe
         while True:
-            verdicts = {p.commit: p.verdict for p in self.probes}
+            seen = history(self.probes)
             busy = {f.candidate.commit: f for f in self.running.values()}
-            for commit in no_longer_needed(self.plan, verdicts, frozenset(busy)):
+            for commit in no_longer_needed(self.plan, seen, frozenset(busy), reprobe=reprobe):
                 if not busy[commit].cancel.cancelled:
                     busy[commit].cancel()
-            wanted = frozenset(c for c, f in busy.items() if not f.cancel.cancelled)
+            # A cancelled probe still holds its slot and its commit until it ends: the search
+            # may want that commit again (verdicts that are not monotone move the range back).
             free = self.k - len(self.running)
-            step = plan_batch(self.plan, verdicts, free, self.prefer, wanted)
+            step = plan_batch(self.plan, seen, free, self.prefer, frozenset(busy), reprobe=reprobe)
             if isinstance(step, Answer) and not self.running:
                 return step
-            if isinstance(step, list) and step:
+            if isinstance(step, list):
                 for candidate in step:
-                    self._start(pool, candidate)
-                if self.k == 1:
-                    self.ctx.launcher.prefetch(lookahead(self.plan, verdicts, step[0], self.prefer))
-            self.ctx.progress.narrowed(*left_of(self.plan, verdicts))
-            if not self.running:  # nothing to start and nothing to wait for
-                answer = plan_step(self.plan, verdicts, self.prefer)
-                assert isinstance(answer, Answer), "the search stalled"
-                return answer
+                    self._start(pool, candidate, len(seen.get(candidate.commit, ())))
+                if self.k == 1 and step:
+                    ahead = lookahead(self.plan, seen, step[0], self.prefer, reprobe=reprobe)
+                    self.ctx.launcher.prefetch(ahead)
+            self.ctx.progress.narrowed(*left_of(self.plan, seen, reprobe=reprobe))
+            if not self.running:  # never: the search waits only while a probe runs
+                raise RuntimeError(f"the search stalled at {step!r}")
             done, _ = wait(self.running, return_when=FIRST_COMPLETED)
             for future in done:
                 self._finish(future)
 
-    def _start(self, pool: ThreadPoolExecutor, candidate: Candidate) -> None:
+    def _start(self, pool: ThreadPoolExecutor, candidate: Candidate, before: int) -> None:
+        """Start a probe on the lowest free slot; `before`: its finished probes (a re-probe
+        has one, and its own folder)."""
         taken = {f.slot for f in self.running.values()}
         slot = min(i for i in range(self.k) if i not in taken)
         began, round_ = time.time(), self.depth + 1
@@ -275,7 +293,12 @@ class _Slots:
             "probe-start", commit=candidate.commit, slot=slot, round=round_, time=began
         )
         flight = _Flight(candidate, slot, round_, began)
-        probe_dir = self.out_dir / "probes" / candidate.short
+        name = candidate.short if not before else f"{candidate.short}-{before + 1}"
+        if before:
+            self.ctx.progress.note(
+                f"{candidate.short}: probing again, its verdict contradicts a neighbour's"
+            )
+        probe_dir = self.out_dir / "probes" / name
         future = pool.submit(probe, candidate, probe_dir, self.ctx, flight.cancel, slot)
         self.running[future] = flight
 

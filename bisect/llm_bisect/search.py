@@ -9,17 +9,36 @@ the *old end*, index n-1 the *new end*.
 
     0    lo              mid              hi               n-1
     |-----|---------------x----------------|----------------|
-     known old-state    next probe      first known new-state
+     last known         next probe      first known new-state
+     old-state                          after lo
 
-The culprit is the first candidate in the new state. The ends are verified
-first (the good end must test good, the bad end bad); then the midpoint of
-the open interval (lo, hi) is probed. Untestable candidates (skip, unsure)
-are stepped around; when they border the culprit the answer is ambiguous and
-`range` lists every candidate that could be the first in the new state.
+The culprit is the first candidate in the new state after the last one in the old state.
+The ends are verified first (the good end must test good, the bad end bad); then the
+midpoint of the open interval (lo, hi) is probed. Untestable candidates (skip, unsure)
+are stepped around; when they border the culprit the answer is ambiguous and `range`
+lists every candidate that could be the first in the new state.
+
+Verdicts need not be monotone (a flaky build; a bug fixed, then broken again). Every
+function here reads (lo, hi) the same way (`bounds`), so any set of verdicts ends in an
+answer that is a real old→new step of what was observed, and the answer says where the
+verdicts reversed:
+
+    G  G  B  B  G  ?  ?  B        (regression mode)
+          ^^^^^^^              a reversal: good at 4 after bad at 3
+                lo       hi    the search goes on after the last good: the step the
+                               bad end still has
+
+`settle` reads every probe of a candidate: one whose probes disagree (good and bad) is
+flaky, and counts as unsure; with re-probes (`probe.repeats: auto`) both sides of a
+reversal are probed again (`again`) before either verdict is used.
 
 With k slots (next_batch, plan_batch) the open interval is split into k+1 parts per
 round, a slot that frees early gets the widest gap the running probes leave, and a
 running probe outside the interval is no longer needed (obsolete, no_longer_needed).
+
+A range whose ends lie on two branches starts at their merge base (Plan.anchor); when
+the merge base cannot be tested the search goes on as if it were in the old state, as
+`git bisect` does, and the answer says what that cost.
 """
 
 from __future__ import annotations
@@ -27,7 +46,7 @@ from __future__ import annotations
 import enum
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .errors import ConfigError
@@ -73,6 +92,8 @@ class Outcome:
     """Last old-state index, then every index that could be the first new-state one."""
     message: str
     """One sentence for a person."""
+    reversals: tuple[tuple[int, int], ...] = ()
+    """Where the verdicts were not monotone (`reversals`)."""
 
 
 def _untestable(v: Verdict) -> bool:
@@ -84,20 +105,72 @@ def _end_name(mode: Mode, new: bool) -> str:
     return f"the {state.value} end"
 
 
+def reversals(verdicts: Mapping[int, Verdict], mode: Mode) -> tuple[tuple[int, int], ...]:
+    """Where the verdicts are not monotone: (i, j), neighbours among the tested (good or bad)
+    candidates, i in the new state and j, after it, in the old (good at j after bad at i)."""
+    tested = sorted(i for i, v in verdicts.items() if not _untestable(v))
+    return tuple(
+        (a, b)
+        for a, b in itertools.pairwise(tested)
+        if verdicts[a] is mode.new_state and verdicts[b] is mode.old_state
+    )
+
+
+def combined(seen: Sequence[Verdict]) -> Verdict:
+    """One candidate's verdict from all its probes: good and bad both seen is a flaky build
+    (unsure); an untestable probe adds nothing to a tested one."""
+    tested = {v for v in seen if not _untestable(v)}
+    if len(tested) > 1:
+        return Verdict.UNSURE
+    return tested.pop() if tested else seen[-1]
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What the search goes by, read from every probe of every candidate (`settle`)."""
+
+    verdicts: dict[int, Verdict]
+    """Index → verdict (`combined`); an index waiting to be probed again is left out."""
+    again: frozenset[int]
+    """Indices to probe again before their verdict is used (both sides of a reversal)."""
+    flaky: frozenset[int]
+    """Indices whose probes disagreed: good and bad."""
+
+
+def settle(history: Mapping[int, Sequence[Verdict]], mode: Mode, reprobe: bool = False) -> Settled:
+    """The verdicts the search uses, from every probe of each index (in order). With
+    `reprobe`, both candidates of a reversal probed once are probed again first."""
+    verdicts = {i: combined(seen) for i, seen in history.items() if seen}
+    flaky = frozenset(
+        i for i, seen in history.items() if len({v for v in seen if not _untestable(v)}) > 1
+    )
+    again = (
+        frozenset(i for pair in reversals(verdicts, mode) for i in pair if len(history[i]) == 1)
+        if reprobe
+        else frozenset()
+    )
+    kept = {i: v for i, v in verdicts.items() if i not in again}
+    return Settled(kept, again, flaky)
+
+
 def next_step(
     n: int,
     verdicts: Mapping[int, Verdict],
     mode: Mode = Mode.REGRESSION,
     prefer: frozenset[int] = frozenset(),
+    again: frozenset[int] = frozenset(),
 ) -> int | Outcome:
     """Return the index to probe next, or the Outcome when the search is over.
 
+    `again` (settle) goes first: a verdict is not used before it is probed again.
     `prefer` (coarse then fine): while the open interval holds preferred indices
     (a ready artifact: an image, a published wheel, a cached build), the one
     nearest the midpoint is probed; then any. Every probe still halves what it can.
     """
     if n < 2:
         raise ValueError("a search needs at least the two ends")
+    if again:
+        return min(again)
     last = n - 1
     for index, new in ((0, False), (last, True)):
         if index not in verdicts:
@@ -116,6 +189,7 @@ def next_step(
                     None,
                     (),
                     f"{_end_name(mode, True)} tests {v.value}: no change in this range",
+                    reversals(verdicts, mode),
                 )
             return Outcome(
                 Status.ERROR,
@@ -125,14 +199,17 @@ def next_step(
                 "the change is older than this range",
             )
 
-    hi = min(i for i, v in verdicts.items() if v is mode.new_state)
-    lo = max(i for i, v in verdicts.items() if v is mode.old_state and i < hi)
+    lo, hi = bounds(n, verdicts, mode)
     untested = [i for i in range(lo + 1, hi) if i not in verdicts]
     if not untested:
         between = tuple(range(lo + 1, hi))  # all untestable
         if not between:
             return Outcome(
-                Status.FOUND, hi, (lo, hi), f"first {mode.new_state.value} candidate found"
+                Status.FOUND,
+                hi,
+                (lo, hi),
+                f"first {mode.new_state.value} candidate found",
+                reversals(verdicts, mode),
             )
         return Outcome(
             Status.AMBIGUOUS,
@@ -140,6 +217,7 @@ def next_step(
             (lo, *between, hi),
             f"{len(between)} untestable candidate(s) border the change: "
             f"any of {len(between) + 1} could be the first {mode.new_state.value}",
+            reversals(verdicts, mode),
         )
     mid = (lo + hi) // 2
     pool = [i for i in untested if i in prefer] or untested
@@ -153,27 +231,33 @@ def next_batch(
     mode: Mode = Mode.REGRESSION,
     prefer: frozenset[int] = frozenset(),
     running: frozenset[int] = frozenset(),
+    again: frozenset[int] = frozenset(),
 ) -> list[int] | Outcome:
     """Up to `k` indices to probe now besides those `running`, or the Outcome when the search
     is over (running probes then are no longer needed).
 
-    Unverified ends come first. The free slots are shared among the gaps that the running
-    probes leave in the open interval, each slot to the gap whose parts are then widest;
-    a gap with s slots gets the s points that split it into s+1 equal parts (nearest a
-    `prefer`red index when the gap holds one). With nothing running and k slots, that splits
-    the interval into k+1 parts (Pinpoint); a slot that frees while others run gets a
-    speculative point in the widest gap left. An empty list: wait for a running probe.
+    Indices to probe `again` come first, then unverified ends. The free slots are shared
+    among the gaps that the running probes leave in the open interval, each slot to the gap
+    whose parts are then widest; a gap with s slots gets the s points that split it into s+1
+    equal parts (nearest a `prefer`red index when the gap holds one). With nothing running
+    and k slots, that splits the interval into k+1 parts (Pinpoint); a slot that frees while
+    others run gets a speculative point in the widest gap left. An empty list: wait for a
+    running probe (never returned while nothing runs).
     """
     step = next_step(n, verdicts, mode, prefer)
+    pending = sorted(again - running)
     if isinstance(step, Outcome):
-        return step
-    picks = [end for end in (0, n - 1) if end not in verdicts and end not in running][:k]
+        return pending[:k] if again else step  # the answer waits for every re-probe
+    ends = [end for end in (0, n - 1) if end not in verdicts and end not in running]
+    picks = [*pending, *(end for end in ends if end not in again)][:k]
     lo, hi = bounds(n, verdicts, mode)
-    free = [i for i in range(lo + 1, hi) if i not in verdicts and i not in running]
+    free = [
+        i for i in range(lo + 1, hi) if i not in verdicts and i not in running and i not in again
+    ]
     slots = k - len(picks)
     if slots <= 0 or not free:
         return picks
-    marks = sorted({lo, hi, *(i for i in running if lo < i < hi)})
+    marks = sorted({lo, hi, *(i for i in running | again if lo < i < hi)})
     gaps = list(itertools.pairwise(marks))
     inside = [sum(1 for i in free if a < i < b) for a, b in gaps]
     given = [0] * len(gaps)
@@ -195,42 +279,60 @@ def next_batch(
 
 
 def obsolete(
-    n: int, verdicts: Mapping[int, Verdict], running: frozenset[int], mode: Mode
+    n: int,
+    verdicts: Mapping[int, Verdict],
+    running: frozenset[int],
+    mode: Mode,
+    again: frozenset[int] = frozenset(),
 ) -> frozenset[int]:
     """Running probes whose answer is no longer needed: outside the open interval (an end
-    is always needed: it verifies the range)."""
+    is always needed: it verifies the range; so is a probe `again`)."""
     lo, hi = bounds(n, verdicts, mode)
-    return frozenset(i for i in running if (i <= lo or i >= hi) and i not in (0, n - 1))
+    keep = {0, n - 1} | again
+    return frozenset(i for i in running if (i <= lo or i >= hi) and i not in keep)
 
 
 def bounds(
     n: int, verdicts: Mapping[int, Verdict], mode: Mode = Mode.REGRESSION
 ) -> tuple[int, int]:
     """(lo, hi): the last index known in the old state and the first known in the new state
-    after it; the ends stand for themselves until tested. The culprit is in lo+1..hi."""
+    after it; the ends stand for themselves until tested. The culprit is in lo+1..hi. Every
+    function here reads the range through this one, verdicts monotone or not."""
     lo = max((i for i, v in verdicts.items() if v is mode.old_state), default=0)
     hi = min((i for i, v in verdicts.items() if v is mode.new_state and i > lo), default=n - 1)
     return lo, hi
 
 
-def remaining_probes(n: int, verdicts: Mapping[int, Verdict], mode: Mode) -> int:
-    """Probes still needed at most when none is skipped: untested ends, then log2 of the
-    candidates left."""
-    ends = sum(1 for i in (0, n - 1) if i not in verdicts)
+def remaining_probes(
+    n: int, verdicts: Mapping[int, Verdict], mode: Mode, again: frozenset[int] = frozenset()
+) -> int:
+    """Probes still needed at most when none is skipped: re-probes, untested ends, then log2
+    of the candidates left."""
+    ends = sum(1 for i in (0, n - 1) if i not in verdicts and i not in again)
     lo, hi = bounds(n, verdicts, mode)
-    left = hi - lo - 1 - sum(1 for i in verdicts if lo < i < hi)
-    return ends + (math.ceil(math.log2(left + 1)) if left > 0 else 0)
+    left = sum(1 for i in range(lo + 1, hi) if i not in verdicts and i not in again)
+    return len(again) + ends + (math.ceil(math.log2(left + 1)) if left > 0 else 0)
 
 
-def left_of(plan: Plan, verdicts: Mapping[str, Verdict]) -> tuple[int, int]:
+Seen = Mapping[str, Verdict] | Mapping[str, Sequence[Verdict]]
+"""Commit → its verdict, or every verdict its probes gave, in order."""
+
+
+def history_of(seen: Seen) -> dict[str, tuple[Verdict, ...]]:
+    """Commit → every verdict its probes gave, in order."""
+    return {c: (v,) if isinstance(v, Verdict) else tuple(v) for c, v in seen.items()}
+
+
+def left_of(plan: Plan, verdicts: Seen, *, reprobe: bool = False) -> tuple[int, int]:
     """(candidates that could still be the first in the new state, probes still needed at
     most when none is skipped), for a person watching."""
+    history = history_of(verdicts)
     index = {c.commit: i for i, c in enumerate(plan.sequence)}
-    known = {index[c]: v for c, v in verdicts.items() if c in index}
     n = len(plan.sequence)
-    lo, hi = bounds(n, known, plan.mode)
-    anchor = 1 if plan.anchor is not None and plan.anchor.commit not in verdicts else 0
-    return hi - lo, remaining_probes(n, known, plan.mode) + anchor
+    settled = settle({index[c]: v for c, v in history.items() if c in index}, plan.mode, reprobe)
+    lo, hi = bounds(n, settled.verdicts, plan.mode)
+    anchor = 1 if plan.anchor is not None and plan.anchor.commit not in history else 0
+    return hi - lo, remaining_probes(n, settled.verdicts, plan.mode, settled.again) + anchor
 
 
 def max_probes(n: int) -> int:
@@ -291,25 +393,47 @@ class Answer:
     message: str
     fix_range: tuple[str, str] | None = None
     """When the change predates the branch point: (merge base, old-end ref) holds its undoing."""
+    reversals: tuple[tuple[str, str], ...] = ()
+    """(new-state commit, old-state commit after it): where the verdicts were not monotone."""
+    flaky: tuple[str, ...] = ()
+    """Commits whose probes disagreed (good and bad): counted unsure."""
+    notes: tuple[str, ...] = ()
+    """What a person must know to trust the answer, a sentence each: verdicts not monotone,
+    flaky builds, a merge base that could not be tested and what that cost."""
 
 
-def plan_step(
-    plan: Plan, verdicts: Mapping[str, Verdict], prefer: frozenset[str] = frozenset()
-) -> Candidate | Answer:
-    """The next candidate to probe, or the Answer. `verdicts` and `prefer` (commits with a
-    ready artifact, probed first: coarse then fine) are keyed by commit.
+@dataclass(frozen=True)
+class _View:
+    """A plan's verdicts as the index search reads them."""
 
-    The good end goes first in both modes: the golden is recorded from it.
-    """
+    known: dict[int, Verdict]
+    again: frozenset[int]
+    flaky: frozenset[int]
+    tested: dict[int, int]
+    """Index → how many of its probes tested it (good or bad)."""
+    reprobe: bool
+    base: Verdict | None = None
+    """The merge base's verdict when it could not be tested (taken as old-state)."""
+
+
+def _view(plan: Plan, seen: Seen, reprobe: bool) -> Candidate | Answer | _View:
+    """The good end, the anchor or the merge base while one is still to probe (alone, first:
+    the golden is recorded from the good end), an Answer they settle, else the sequence's
+    verdicts for the index search."""
+    history = history_of(seen)
     mode, seq = plan.mode, plan.sequence
-    if plan.good.commit not in verdicts:
+    if plan.good.commit not in history:
         return plan.good
+    base_untested: Verdict | None = None
     if plan.anchor is not None:
         base = seq[0]
         for cand, name in ((plan.anchor, _end_name(mode, False)), (base, "the merge base")):
-            v = verdicts.get(cand.commit)
-            if v is None:
+            if cand.commit not in history:
                 return cand
+            v = combined(history[cand.commit])
+            if _untestable(v) and cand is base:
+                base_untested = v  # git bisect warns and goes on; so do we (see _answer)
+                continue
             if _untestable(v):
                 return Answer(
                     Status.ERROR, None, (), f"{name} {cand.short} could not be tested ({v.value})"
@@ -326,80 +450,181 @@ def plan_step(
                     f"{plan.anchor.short} on the {mode.old_state.value} side",
                     fix_range=(base.commit, plan.anchor.commit),
                 )
-    known = {i: verdicts[c.commit] for i, c in enumerate(seq) if c.commit in verdicts}
-    preferred = frozenset(i for i, c in enumerate(seq) if c.commit in prefer)
-    step = next_step(len(seq), known, mode, preferred)
-    if isinstance(step, int):
-        return seq[step]
+    index = {c.commit: i for i, c in enumerate(seq)}
+    mine = {index[c]: v for c, v in history.items() if c in index}
+    settled = settle(mine, mode, reprobe)
+    known = dict(settled.verdicts)
+    if base_untested is not None:
+        known[0] = mode.old_state
+    tested = {i: sum(1 for v in seen_i if not _untestable(v)) for i, seen_i in mine.items()}
+    return _View(known, settled.again, settled.flaky, tested, reprobe, base_untested)
+
+
+def _answer(plan: Plan, outcome: Outcome, view: _View) -> Answer:
+    """The index search's Outcome in commits, with what a person must know to trust it."""
+    mode, seq = plan.mode, plan.sequence
+    old, new = mode.old_state.value, mode.new_state.value
+    status, message = outcome.status, outcome.message
+    culprit = seq[outcome.culprit] if outcome.culprit is not None else None
+    span = tuple(seq[i].commit for i in outcome.range)
+    notes: list[str] = []
+    pairs = outcome.reversals
+    if pairs:
+        shown = ", ".join(
+            f"{old} at {seq[b].short} after {new} at {seq[a].short}" for a, b in pairs
+        )
+        message += f"; verdicts not monotone ({shown})"
+        confirmed = all(view.tested.get(i, 0) >= 2 for pair in pairs for i in pair)
+        if confirmed:
+            said = (
+                "Each of them tested the same when probed again: an earlier change, since "
+                "undone, lies before the answer."
+            )
+        elif view.reprobe:
+            said = "A second probe could not confirm every one of them (it was untestable)."
+        else:
+            said = "They were not probed again (`probe.repeats: auto` would)."
+        notes.append(
+            f"Verdicts are not monotone: {shown}. {said} The answer is the last {old}→{new} "
+            f"step, the one the {new} end still has."
+        )
+    for i in sorted(view.flaky):
+        notes.append(
+            f"Flaky: {seq[i].short} tested both good and bad; it counts as unsure "
+            "(untestable), never as evidence."
+        )
+    if view.base is not None and plan.anchor is not None:
+        base, anchor = seq[0], plan.anchor
+        what = (
+            f"The merge base {base.short} could not be tested ({view.base.value}); as git "
+            f"bisect does, the search went on as if it were {old}"
+        )
+        if status in (Status.FOUND, Status.AMBIGUOUS) and outcome.range[0] == 0:
+            status, culprit = Status.AMBIGUOUS, None
+            span = (anchor.commit, *span)
+            message = (
+                f"the merge base {base.short} could not be tested ({view.base.value}) and "
+                f"nothing after it tested {old}: the first {new} is one of "
+                f"{len(span) - 2} candidate(s) after it, or the change predates the branch "
+                "point"
+            )
+            notes.append(
+                f"{what}. That cost the answer: nothing after the merge base tested {old}, so "
+                f"the change may as well predate the branch point (then it was undone between "
+                f"{base.short} and {anchor.short} on the {old} side: bisect that range with "
+                "--find-fix)."
+            )
+        elif status in (Status.FOUND, Status.AMBIGUOUS):
+            notes.append(
+                f"{what}. That cost nothing here: {seq[outcome.range[0]].short}, after it, "
+                f"tested {old}."
+            )
+        else:
+            notes.append(f"{what}. That cost nothing here: the search ended at the ends.")
     return Answer(
-        step.status,
-        seq[step.culprit] if step.culprit is not None else None,
-        tuple(seq[i].commit for i in step.range),
-        step.message,
+        status,
+        culprit,
+        span,
+        message,
+        reversals=tuple((seq[a].commit, seq[b].commit) for a, b in pairs),
+        flaky=tuple(seq[i].commit for i in sorted(view.flaky)),
+        notes=tuple(notes),
     )
+
+
+def _indices(plan: Plan, commits: frozenset[str]) -> frozenset[int]:
+    index = {c.commit: i for i, c in enumerate(plan.sequence)}
+    return frozenset(index[c] for c in commits if c in index)
+
+
+def plan_step(
+    plan: Plan,
+    verdicts: Seen,
+    prefer: frozenset[str] = frozenset(),
+    *,
+    reprobe: bool = False,
+) -> Candidate | Answer:
+    """The next candidate to probe, or the Answer. `verdicts` (a verdict, or every probe's)
+    and `prefer` (commits with a ready artifact, probed first: coarse then fine) are keyed by
+    commit; `reprobe` (settle): both sides of a reversal are probed again before either is
+    used.
+
+    The good end goes first in both modes: the golden is recorded from it.
+    """
+    view = _view(plan, verdicts, reprobe)
+    if not isinstance(view, _View):
+        return view
+    step = next_step(len(plan.sequence), view.known, plan.mode, _indices(plan, prefer), view.again)
+    if isinstance(step, int):
+        return plan.sequence[step]
+    return _answer(plan, step, view)
 
 
 def plan_batch(
     plan: Plan,
-    verdicts: Mapping[str, Verdict],
+    verdicts: Seen,
     k: int,
     prefer: frozenset[str] = frozenset(),
     running: frozenset[str] = frozenset(),
+    *,
+    reprobe: bool = False,
 ) -> list[Candidate] | Answer:
     """Up to `k` candidates to probe now besides those `running` (next_batch), or the Answer.
 
     The good end goes alone, first: the golden is recorded from it; so do the anchor and the
-    merge base of a range whose ends are on two branches. An empty list: wait."""
-    step = plan_step(plan, verdicts, prefer)
-    if isinstance(step, Answer):
-        return step
-    first = plan.good.commit not in verdicts or (
-        plan.anchor is not None
-        and any(c.commit not in verdicts for c in (plan.anchor, plan.sequence[0]))
-    )
-    if first:
-        return [] if running else [step]
+    merge base of a range whose ends are on two branches. An empty list: wait (never while
+    nothing runs)."""
+    view = _view(plan, verdicts, reprobe)
+    if isinstance(view, Answer):
+        return view
+    if isinstance(view, Candidate):
+        return [] if running else [view]
     seq = plan.sequence
-    index = {c.commit: i for i, c in enumerate(seq)}
-    known = {index[c]: v for c, v in verdicts.items() if c in index}
     batch = next_batch(
         len(seq),
-        known,
+        view.known,
         k,
         plan.mode,
-        frozenset(index[c] for c in prefer if c in index),
-        frozenset(index[c] for c in running if c in index),
+        _indices(plan, prefer),
+        _indices(plan, running),
+        view.again,
     )
     if isinstance(batch, Outcome):
-        answer = plan_step(plan, verdicts, prefer)  # the same answer, in commits
-        assert isinstance(answer, Answer)
-        return answer
+        return _answer(plan, batch, view)
     return [seq[i] for i in batch]
 
 
 def no_longer_needed(
-    plan: Plan, verdicts: Mapping[str, Verdict], running: frozenset[str]
+    plan: Plan, verdicts: Seen, running: frozenset[str], *, reprobe: bool = False
 ) -> frozenset[str]:
     """Running probes to cancel: the search is over, or they lie outside the open interval."""
-    if isinstance(plan_step(plan, verdicts), Answer):
+    view = _view(plan, verdicts, reprobe)
+    if isinstance(view, Answer):
         return running
+    if isinstance(view, Candidate):
+        return frozenset()
     seq = plan.sequence
-    index = {c.commit: i for i, c in enumerate(seq)}
-    known = {index[c]: v for c, v in verdicts.items() if c in index}
-    mine = frozenset(index[c] for c in running if c in index)
-    return frozenset(seq[i].commit for i in obsolete(len(seq), known, mine, plan.mode))
+    if isinstance(next_step(len(seq), view.known, plan.mode, again=view.again), Outcome):
+        return running
+    mine = _indices(plan, running)
+    gone = obsolete(len(seq), view.known, mine, plan.mode, view.again)
+    return frozenset(seq[i].commit for i in gone)
 
 
 def lookahead(
     plan: Plan,
-    verdicts: Mapping[str, Verdict],
+    verdicts: Seen,
     current: Candidate,
     prefer: frozenset[str] = frozenset(),
+    *,
+    reprobe: bool = False,
 ) -> list[Candidate]:
     """The candidates probed right after `current`, for each verdict it may get (for prefetch)."""
+    history = history_of(verdicts)
     found: list[Candidate] = []
     for verdict in (plan.mode.new_state, plan.mode.old_state, Verdict.SKIP):
-        step = plan_step(plan, {**verdicts, current.commit: verdict}, prefer)
+        then = {**history, current.commit: (*history.get(current.commit, ()), verdict)}
+        step = plan_step(plan, then, prefer, reprobe=reprobe)
         if isinstance(step, Candidate) and step not in found:
             found.append(step)
     return found

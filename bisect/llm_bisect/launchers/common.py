@@ -1,4 +1,9 @@
-"""What every launcher shares: free ports, readiness, log tails, uninterruptible cleanup."""
+"""What every launcher shares: free ports, readiness, log tails, uninterruptible cleanup.
+
+A port is free when it is picked, not when the server binds it: `PortBook` keeps one
+launcher's slots from picking the same one, and `stranger_on` tells whether what answers on
+a port is a local server's own process session or someone else's (a lost race).
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,9 @@ import os
 import re
 import signal
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Protocol
@@ -15,7 +21,7 @@ from typing import IO, Protocol
 import httpx
 
 from ..client import ModelList, parse_reply
-from ..errors import EndpointError, NotReady, ServerExited
+from ..errors import EndpointError, LaunchError, NotReady, ServerExited
 from ..redact import redact
 from ..retry import NotYetReady, readiness
 
@@ -26,6 +32,111 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+class PortBook:
+    """Ports handed to one launcher's servers and not given back yet: two slots never get
+    the same port."""
+
+    PICKS = 64
+
+    def __init__(self, pick: Callable[[], int] = free_port) -> None:
+        self._pick = pick
+        self._held: set[int] = set()
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        """A port free now that no server of this launcher holds."""
+        with self._lock:
+            for _ in range(self.PICKS):
+                port = self._pick()
+                if port not in self._held:
+                    self._held.add(port)
+                    return port
+        raise LaunchError(f"no free port: {self.PICKS} picks were all held by this run")
+
+    def give_back(self, port: int) -> None:
+        with self._lock:
+            self._held.discard(port)
+
+
+PROC = Path("/proc")
+
+
+def _listening(port: int, proc: Path) -> set[int] | None:
+    """Inodes of the TCP sockets listening on `port` (any address, IPv4 and IPv6); None
+    where /proc/net cannot say."""
+    found: set[int] = set()
+    readable = False
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / "net" / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        readable = True
+        for line in lines:
+            fields = line.split()  # sl local remote st ... uid timeout inode
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                found.add(int(fields[9]))
+    return found if readable else None
+
+
+def _sockets(pid_dir: Path) -> set[int]:
+    """Inodes of the sockets one process holds (none when it cannot be read)."""
+    found: set[int] = set()
+    try:
+        for fd in (pid_dir / "fd").iterdir():
+            with suppress(OSError):
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    found.add(int(link[8:-1]))
+    except OSError:
+        pass
+    return found
+
+
+def _processes(proc: Path) -> Iterator[tuple[Path, list[str]]]:
+    """Every process's folder and the fields of its stat after the command name."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        yield entry, fields
+
+
+def stranger_on(
+    port: int,
+    session: int | None = None,
+    pids: frozenset[int] = frozenset(),
+    proc: Path = PROC,
+) -> str | None:
+    """Who listens on `port` when it is none of the server's own processes: those of
+    `session` (a local server's session: the guard and all it started) and `pids` (a
+    container's): `pid N (program)`, never its arguments; None when it is theirs, when
+    nothing listens, or where /proc cannot tell."""
+    listening = _listening(port, proc)
+    if not listening:
+        return None
+    ours: set[int] = set()
+    for pid_dir, fields in _processes(proc):
+        if int(pid_dir.name) in pids or (len(fields) > 3 and fields[3] == str(session)):
+            ours |= _sockets(pid_dir)
+    strangers = listening - ours
+    if not strangers:
+        return None
+    for pid_dir, _ in _processes(proc):
+        if strangers & _sockets(pid_dir):
+            with suppress(OSError):
+                return f"pid {pid_dir.name} ({(pid_dir / 'comm').read_text().strip()[:32]})"
+            return f"pid {pid_dir.name}"
+    return "a process of another user"
 
 
 def _start_time(pid: int) -> str | None:
@@ -158,8 +269,10 @@ def wait_ready(
     *,
     clock: Callable[[], float],
     sleep: Callable[[float], None],
+    verify: Callable[[], None] | None = None,
 ) -> None:
-    """Poll until ready; ServerExited when it ends first, NotReady at the deadline."""
+    """Poll until ready; ServerExited when it ends first, NotReady at the deadline. `verify`
+    runs once the port answers: it raises (PortTaken) when what answers is not the server."""
     started = clock()
     with httpx.Client(base_url=server.base_url, timeout=2.0) as http:
         try:
@@ -167,6 +280,8 @@ def wait_ready(
                 with attempt:
                     server.check_alive()
                     ready_once(http)
+                    if verify is not None:
+                        verify()
         except ServerExited as exc:
             raise ServerExited(f"{exc} before ready", exc.returncode, exc.log_tail) from None
         except NotYetReady as exc:

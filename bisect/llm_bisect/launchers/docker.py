@@ -12,6 +12,9 @@ With `build:` a candidate's route is image (the template, as above), or wheel or
 overlay: an image derived from a base image (builds/images.py), made before the
 probe or by prefetch, reused while the base is the same.
 
+Each slot gets its own host port (a port another process took before the container
+started: the container starts again on another) and, given `slot_devices`, its own GPUs.
+
 Library errors (docker.errors) are translated here, at the boundary.
 """
 
@@ -40,14 +43,22 @@ from docker.models.images import Image
 from ..builds import Builder, ImageStrategy, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..config import DockerServerConfig, fill
-from ..errors import LaunchError, ServerExited
+from ..errors import LaunchError, PortTaken, ServerExited
 from ..fingerprint import package_probe_source
 from ..model import Candidate
 from ..redact import Masker
 from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
 from ..report import escape as esc
 from . import Artifact, Instrument
-from .common import LoggedServer, free_port, owner_alive, owner_label, owner_pid, wait_ready
+from .common import (
+    LoggedServer,
+    PortBook,
+    owner_alive,
+    owner_label,
+    owner_pid,
+    stranger_on,
+    wait_ready,
+)
 
 RUN_LABEL = "llm-bisect.run"
 COMMIT_LABEL = "llm-bisect.commit"
@@ -129,11 +140,13 @@ def container_spec(
     base_dir: Path,
     owner: str = "",
     bind: str = "127.0.0.1",
+    devices: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of `containers.create` for one probe. Pure.
 
     `image` is what runs (an image id pins it); `ref` is the reference `{image}` names;
-    `owner` is the harness process (`owner_label()`), so reap() can tell live runs.
+    `owner` is the harness process (`owner_label()`), so reap() can tell live runs;
+    `devices`: the slot's own GPUs, instead of `gpus`.
     """
     values = {
         "commit": candidate.commit,
@@ -148,7 +161,7 @@ def container_spec(
         "labels": {RUN_LABEL: run_id, COMMIT_LABEL: candidate.commit, OWNER_LABEL: owner},
         "name": f"llm-bisect-{candidate.short}-{uuid.uuid4().hex[:6]}",
         "detach": True,
-        "device_requests": device_requests(cfg.gpus),
+        "device_requests": device_requests(list(devices) if devices else cfg.gpus),
         "volumes": volume_binds(cfg.volumes, base_dir),
         "ulimits": ulimit_list(cfg.ulimits),
         "init": cfg.init,
@@ -179,16 +192,17 @@ class DockerServer(LoggedServer):
         candidate: Candidate,
         probe_dir: Path,
         instrument: Instrument | None = None,
+        slot: int = 0,
     ) -> None:
         self.launcher = launcher
         self.candidate = candidate
         self.instrument = instrument
         self.log_path = probe_dir / "server.log"
         self.secrets = launcher.secrets
-        cfg = launcher.cfg
-        self.host_port = free_port()
-        self.port = self.host_port if cfg.network_mode == "host" else cfg.port
-        self.base_url = f"http://{launcher.address}:{self.host_port}"
+        self.devices = launcher.slot_devices[slot] if slot < len(launcher.slot_devices) else None
+        """The slot's own GPUs (None: `gpus` as configured)."""
+        self._ports: PortBook | None = launcher.ports
+        self._use_port(launcher.ports.take())
         self.container: Container | None = None
         self.image: Image | None = None
         self.command = ""
@@ -202,26 +216,14 @@ class DockerServer(LoggedServer):
                 self.image = self.launcher.ensure_image(self.candidate)
             finally:
                 self.launcher.keep_build_log(self.candidate, self.log_path.parent)
-            spec = container_spec(
-                self.launcher.cfg,
-                image=str(self.image.id),
-                ref=self.launcher.image_ref(self.candidate),
-                candidate=self.candidate,
-                port=self.port,
-                host_port=self.host_port,
-                env=self.launcher.env,
-                run_id=self.launcher.run_id,
-                base_dir=self.launcher.base_dir,
-                owner=self.launcher.owner,
-                bind=self.launcher.bind,
-            )
+            spec = self.spec(self.image)
             if self.instrument is not None:
                 instrument_spec(spec, self.instrument, self.image)
             self.command = run_line(spec, self.launcher.image_ref(self.candidate))
             self.container = self.launcher.client.containers.create(**spec)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("ab")
-            self.container.start()
+            self._start()
         except docker.errors.DockerException as exc:
             self.stop()
             raise LaunchError(f"docker: {_docker_message(exc)}", self.log_tail()) from exc
@@ -231,6 +233,61 @@ class DockerServer(LoggedServer):
         self._log_thread = threading.Thread(target=self._follow_logs, daemon=True)
         self._log_thread.start()
         return self
+
+    def _use_port(self, host_port: int) -> None:
+        self.host_port = host_port
+        self.port = (
+            host_port if self.launcher.cfg.network_mode == "host" else self.launcher.cfg.port
+        )
+        self.base_url = f"http://{self.launcher.address}:{host_port}"
+
+    def spec(self, image: Image) -> dict[str, Any]:
+        """The `containers.create` arguments of this server (its slot's port and devices)."""
+        return container_spec(
+            self.launcher.cfg,
+            image=str(image.id),
+            ref=self.launcher.image_ref(self.candidate),
+            candidate=self.candidate,
+            port=self.port,
+            host_port=self.host_port,
+            env=self.launcher.env,
+            run_id=self.launcher.run_id,
+            base_dir=self.launcher.base_dir,
+            owner=self.launcher.owner,
+            bind=self.launcher.bind,
+            devices=self.devices,
+        )
+
+    def _start(self) -> None:
+        """Start the container; when another process took its host port first (a lost race:
+        a port is free when picked, not when published), create it again on another."""
+        for moves in range(PORT_MOVES + 1):
+            assert self.container is not None and self.image is not None
+            try:
+                self.container.start()
+                return
+            except docker.errors.APIError as exc:
+                said = _docker_message(exc)
+                if moves == PORT_MOVES or not any(m in said for m in _PORT_IN_USE):
+                    raise
+            old = self.host_port
+            with suppress(docker.errors.NotFound):
+                self.container.remove(force=True)
+            self.container = None
+            assert self._ports is not None
+            self._use_port(self._ports.take())
+            self._ports.give_back(old)
+            if self._log is not None:
+                self._log.write(
+                    f"llm-bisect: host port {old} was taken ({said}); starting the container "
+                    f"again on port {self.host_port}\n".encode()
+                )
+                self._log.flush()
+            spec = self.spec(self.image)
+            if self.instrument is not None:
+                instrument_spec(spec, self.instrument, self.image)
+            self.command = run_line(spec, self.launcher.image_ref(self.candidate))
+            self.container = self.launcher.client.containers.create(**spec)
 
     def _follow_logs(self) -> None:
         container, log = self.container, self._log
@@ -259,6 +316,9 @@ class DockerServer(LoggedServer):
         if self._log_thread is not None:
             self._log_thread.join(timeout=5)
             self._log_thread = None
+        if self._ports is not None:
+            self._ports.give_back(self.host_port)
+            self._ports = None
         self._close_log()
 
     def check_alive(self, wait: float = 0.0) -> None:
@@ -284,7 +344,30 @@ class DockerServer(LoggedServer):
 
     def wait_ready(self) -> None:
         cfg = self.launcher.cfg
-        wait_ready(self, cfg.ready_timeout, clock=self.launcher.clock, sleep=self.launcher.sleep)
+        wait_ready(
+            self,
+            cfg.ready_timeout,
+            clock=self.launcher.clock,
+            sleep=self.launcher.sleep,
+            verify=self._verify_port,
+        )
+
+    def _verify_port(self) -> None:
+        """On the host's network, what answers on the port must be this container's server
+        (else the probe is untestable, never another server's verdict); a published port is
+        the engine's own, and another engine's host cannot be looked at from here."""
+        if self.launcher.cfg.network_mode != "host" or self.launcher.address != "127.0.0.1":
+            return
+        assert self.container is not None
+        try:
+            top = self.container.top()
+            column = top["Titles"].index("PID")
+            pids = frozenset(int(row[column]) for row in top["Processes"] or [])
+        except (docker.errors.DockerException, KeyError, ValueError, IndexError, TypeError):
+            return
+        who = stranger_on(self.host_port, pids=pids)
+        if who is not None:
+            raise PortTaken(f"port {self.host_port} is served by {who}, not this container")
 
     def fingerprint(self) -> dict[str, Any]:
         """Image digest and labels, and the package versions inside the running container."""
@@ -305,6 +388,8 @@ class DockerServer(LoggedServer):
             facts["packages"] = self._packages()
         if self.command:
             facts["command"] = self.command
+        if self.devices is not None:
+            facts["devices"] = list(self.devices)
         return facts
 
     def _packages(self) -> dict[str, str]:
@@ -322,6 +407,9 @@ class DockerServer(LoggedServer):
 
 
 INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
+PORT_MOVES = 3
+"""How many times a container whose host port was taken starts again on another one."""
+_PORT_IN_USE = ("port is already allocated", "address already in use")
 
 
 def engine_address(base_url: str) -> str | None:
@@ -415,10 +503,15 @@ class DockerLauncher:
         builder: Builder | None = None,
         logins: Mapping[str, tuple[str, str]] | None = None,
         report: Callable[[str], None] = lambda _: None,
+        slot_devices: Sequence[Sequence[str] | None] = (),
+        ports: PortBook | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.cfg = cfg
+        self.slot_devices = [None if d is None else tuple(d) for d in slot_devices]
+        """Per slot (0 .. parallel-1), the GPUs its container alone uses."""
+        self.ports = ports or PortBook()
         self.env = dict(env)
         self.secrets = [self.env[n] for n in secret_names if n in self.env]
         if cfg.registry.password:
@@ -793,7 +886,7 @@ class DockerLauncher:
         instrument: Instrument | None = None,
         slot: int = 0,
     ) -> DockerServer:
-        return DockerServer(self, candidate, probe_dir, instrument)
+        return DockerServer(self, candidate, probe_dir, instrument, slot)
 
     def reap(self) -> list[str]:
         """Remove the containers killed llm-bisect processes left behind (see reap_engine)."""

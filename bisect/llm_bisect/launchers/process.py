@@ -3,6 +3,11 @@
 The command runs under the guard (launchers/guard.py), which ends the whole
 group when the harness closes its stdin or dies, so even a SIGKILLed run
 leaves no server behind.
+
+Each slot gets its own port (common.PortBook) and, given `slot_devices`, its own GPUs
+(CUDA_VISIBLE_DEVICES and `{gpus}`, empty without). What answers on the port must be the
+server's own session: a port another process took between its pick and the bind (a lost
+race) starts the server again on another port.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
@@ -20,15 +25,17 @@ from typing import IO, Any
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..config import fill
-from ..errors import LaunchError, ServerExited
+from ..errors import LaunchError, NotReady, PortTaken, ServerExited
 from ..model import Candidate
 from ..report import escape as esc
 from . import Artifact, Instrument, guard
 from .commands import Prefetching, command_artifact, prepare
-from .common import Held, LoggedServer, free_port, wait_ready
+from .common import Held, LoggedServer, PortBook, stranger_on, wait_ready
 
 GRACE_S = 5.0
 """Seconds a server gets between SIGTERM and SIGKILL."""
+PORT_MOVES = 3
+"""How many times a server whose port another process took starts again on another one."""
 
 
 class ProcessServer(LoggedServer):
@@ -36,7 +43,7 @@ class ProcessServer(LoggedServer):
 
     def __init__(
         self,
-        argv: list[str],
+        argv_for: Callable[[int], list[str]],
         *,
         env: Mapping[str, str],
         cwd: Path,
@@ -46,12 +53,17 @@ class ProcessServer(LoggedServer):
         clock: Callable[[], float],
         sleep: Callable[[float], None],
         port: int,
+        ports: PortBook | None = None,
         facts: Mapping[str, Any] | None = None,
         held: Held | None = None,
     ) -> None:
         self.facts = dict(facts or {})
         self.held = held
-        self.argv = argv
+        self.argv_for = argv_for
+        """The command line for a port (a server moved to another port runs it again)."""
+        self.port = port
+        self.argv = argv_for(port)
+        self.ports = ports
         self.env = dict(env)
         self.cwd = cwd
         self.log_path = log_path
@@ -67,6 +79,10 @@ class ProcessServer(LoggedServer):
     def __enter__(self) -> ProcessServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
+        self._spawn()
+        return self
+
+    def _spawn(self) -> None:
         try:
             self._proc = subprocess.Popen(
                 [
@@ -87,10 +103,9 @@ class ProcessServer(LoggedServer):
                 start_new_session=True,
             )
         except OSError as exc:
-            self._close_log()
+            self.stop()
             self.release()
             raise LaunchError(f"cannot start the guard: {exc.strerror}") from exc
-        return self
 
     @property
     def pid(self) -> int:
@@ -100,6 +115,13 @@ class ProcessServer(LoggedServer):
         return self._proc.pid
 
     def stop(self) -> None:
+        self._end_group()
+        if self.ports is not None:
+            self.ports.give_back(self.port)
+            self.ports = None
+        self._close_log()
+
+    def _end_group(self) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:
             try:
@@ -112,7 +134,6 @@ class ProcessServer(LoggedServer):
             proc.wait()
             if proc.stdin is not None:
                 proc.stdin.close()
-        self._close_log()
 
     def check_alive(self, wait: float = 0.0) -> None:
         if self._proc is None:
@@ -125,7 +146,54 @@ class ProcessServer(LoggedServer):
             raise ServerExited(f"server exited with code {code}", code, self.log_tail())
 
     def wait_ready(self) -> None:
-        wait_ready(self, self.ready_timeout, clock=self.clock, sleep=self.sleep)
+        """Ready, and what answers on the port is this server's session; a port another
+        process took first (a lost race) starts the server again on another port."""
+        deadline = self.clock() + self.ready_timeout
+        for moves in range(PORT_MOVES + 1):
+            try:
+                wait_ready(
+                    self,
+                    max(0.0, deadline - self.clock()) if moves else self.ready_timeout,
+                    clock=self.clock,
+                    sleep=self.sleep,
+                    verify=self._verify_port,
+                )
+                return
+            except (PortTaken, ServerExited) as exc:
+                stranger = exc if isinstance(exc, PortTaken) else self._stranger()
+                if stranger is None:
+                    raise  # it died on its own
+                if moves == PORT_MOVES or self.ports is None:
+                    raise NotReady(
+                        f"{stranger}, not this probe's server ({moves + 1} port(s) tried)",
+                        self.log_tail(),
+                    ) from None
+                self._move(str(stranger))
+
+    def _stranger(self) -> PortTaken | None:
+        who = stranger_on(self.port, self.pid) if self._proc is not None else None
+        return None if who is None else PortTaken(f"port {self.port} is served by {who}")
+
+    def _verify_port(self) -> None:
+        stranger = self._stranger()
+        if stranger is not None:
+            raise stranger
+
+    def _move(self, why: str) -> None:
+        """Stop the server and start it again on another port."""
+        assert self.ports is not None
+        self._end_group()
+        old, self.port = self.port, self.ports.take()
+        self.ports.give_back(old)
+        self.argv = self.argv_for(self.port)
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        if self._log is not None:
+            self._log.write(
+                f"llm-bisect: {why}, not this probe's server; starting it again on port "
+                f"{self.port}\n".encode()
+            )
+            self._log.flush()
+        self._spawn()
 
     def fingerprint(self) -> dict[str, Any]:
         """The build's facts and `command`, the server's command line (never its environment)."""
@@ -145,9 +213,14 @@ class ProcessLauncher(Prefetching):
         ready_timeout: float,
         base_env: Mapping[str, str] | None = None,
         builder: Builder | None = None,
+        slot_devices: Sequence[Sequence[str] | None] = (),
+        ports: PortBook | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self.slot_devices = [None if d is None else tuple(d) for d in slot_devices]
+        """Per slot, the GPUs its server alone uses (CUDA_VISIBLE_DEVICES, `{gpus}`)."""
+        self.ports = ports or PortBook()
         self.builder = builder
         self.prefetcher = BuildPrefetcher(builder) if builder is not None else None
         self.command = command
@@ -173,23 +246,31 @@ class ProcessLauncher(Prefetching):
     ) -> ProcessServer:
         """A server for the candidate (built first, when there is a builder: a build that
         fails is a LaunchError, so the probe is skip); `instrument` adds arguments,
-        environment and Python paths."""
-        port = free_port()
+        environment and Python paths; `slot` picks its devices."""
         ready = prepare(self.builder, candidate, probe_dir, self.env, instrument)
-        values = {"commit": candidate.commit, "short": candidate.short, "port": str(port)}
-        argv = [fill(arg, values | ready.values) for arg in self.command]
-        if instrument is not None:
-            argv += instrument.args
+        devices = self.slot_devices[slot] if slot < len(self.slot_devices) else None
+        env, facts = dict(ready.env), dict(ready.facts)
+        values = {"commit": candidate.commit, "short": candidate.short, "gpus": ""}
+        if devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = values["gpus"] = ",".join(devices)
+            facts["devices"] = list(devices)
+        extra = instrument.args if instrument is not None else ()
+
+        def argv_for(port: int) -> list[str]:
+            filled = values | ready.values | {"port": str(port)}
+            return [*(fill(arg, filled) for arg in self.command), *extra]
+
         return ProcessServer(
-            argv,
-            facts=ready.facts,
-            env=ready.env,
+            argv_for,
+            facts=facts,
+            env=env,
             cwd=self.cwd,
             log_path=probe_dir / "server.log",
             ready_timeout=self.ready_timeout,
             secret_names=self.secret_names,
             clock=self.clock,
             sleep=self.sleep,
-            port=port,
+            port=self.ports.take(),
+            ports=self.ports,
             held=ready.build,
         )

@@ -70,6 +70,23 @@ class ProbeDoc(_Doc):
     """One more than the latest round whose answer was in when it started (1-based)."""
 
 
+class Reversal(_Doc):
+    """Verdicts that are not monotone: `old` tested in the old state (good; bad with
+    --find-fix) though `new`, before it in the sequence, tested in the new state."""
+
+    new: str = Field(pattern=r"^[0-9a-f]{40}$")
+    old: str = Field(pattern=r"^[0-9a-f]{40}$")
+
+
+class Retest(_Doc):
+    """A candidate probed more than once, and what each probe said."""
+
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    verdicts: list[Verdict]
+    flaky: bool = False
+    """Good and bad both: the build counts as unsure, never as evidence."""
+
+
 class Step(_Doc):
     """The range after one probe: the culprit lies in `lo`+1..`hi` (indices into the plan's
     sequence, old end 0)."""
@@ -157,11 +174,22 @@ class ResultDocument(_Doc):
     ended_at: float | None = None
     localization: dict[str, Any] | None = None
     """localization.json (localize.py), once the culprit was localised."""
+    reversals: list[Reversal] = Field(default_factory=list)
+    """Where the verdicts were not monotone (a good after a bad): the answer is then the
+    last old→new step, the one the new end still has."""
+    retests: list[Retest] = Field(default_factory=list)
+    """Candidates probed again (a verdict that contradicted a neighbour's), and what each
+    probe said."""
+    notes: list[str] = Field(default_factory=list)
+    """What a person must know to trust the answer, a sentence each: verdicts not monotone,
+    flaky builds, a merge base that could not be tested and what that cost."""
 
     def probe_of(self, commit: str | None) -> ProbeDoc | None:
-        """The latest probe of a commit (a commit probed again: its latest outcome counts)."""
+        """The latest probe of a commit that tested it (good or bad), else its latest (a
+        commit probed again: its latest outcome counts)."""
         found = [p for p in self.probes if p.commit == commit]
-        return found[-1] if found else None
+        tested = [p for p in found if p.verdict in (Verdict.GOOD, Verdict.BAD)]
+        return (tested or found)[-1] if found else None
 
 
 Decision = Literal["allow", "block", "inconclusive"]

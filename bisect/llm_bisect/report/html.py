@@ -274,6 +274,7 @@ def accuracy_figure(doc: ResultDocument) -> go.Figure | None:
 def _summary(doc: ResultDocument) -> str:
     base = doc.context.repo_url
     rows = [f"<b>{html.escape(doc.status.value)}</b>: {esc.html_text(doc.message)}"]
+    rows += [f"⚠ {esc.html_text(note)}" for note in doc.notes]
     if doc.culprit is not None:
         c = doc.culprit
         url = commit_url(base, c.commit)

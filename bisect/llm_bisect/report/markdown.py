@@ -124,6 +124,22 @@ def divergences(probe: ProbeDoc) -> list[str]:
     ]
 
 
+def _caveats(doc: ResultDocument) -> list[str]:
+    """What a person must know to trust the answer (verdicts not monotone, flaky builds, a
+    merge base that could not be tested), and what each probe of a build probed again said."""
+    if not doc.notes and not doc.retests:
+        return []
+    lines = ["## Caveats", "", *[f"- ⚠ {cell(note, 600)}" for note in doc.notes]]
+    if doc.retests:
+        lines += ["", "Probed again:", ""]
+        lines += [
+            f"- `{r.commit[:12]}`: {', then '.join(v.value for v in r.verdicts)}"
+            + (" — flaky, counted unsure" if r.flaky else "")
+            for r in doc.retests
+        ]
+    return [*lines, ""]
+
+
 def _warnings(doc: ResultDocument) -> list[str]:
     if not doc.warnings:
         return []
@@ -459,6 +475,7 @@ def render_markdown(doc: ResultDocument) -> str:
     )
     lines.append(f"- what counts as a regression: `regress: {doc.regress.value}`")
     lines.append("")
+    lines += _caveats(doc)
     culprit = doc.culprit
     if culprit:
         what = "first bad commit" if doc.mode is Mode.REGRESSION else "first good commit (fix)"

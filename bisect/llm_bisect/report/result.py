@@ -8,13 +8,15 @@ from typing import Any
 from ..fingerprint import differences
 from ..journal import Span
 from ..model import Candidate, ProbeOutcome, Regress, Verdict
-from ..search import Answer, Plan, Status, bounds
+from ..search import Answer, Plan, Status, bounds, settle
 from .documents import (
     CandidateDoc,
     Context,
     Power,
     ProbeDoc,
     ResultDocument,
+    Retest,
+    Reversal,
     Sides,
     Step,
 )
@@ -58,7 +60,10 @@ def build_result(
     when each probe ran, in order; `context`: how the run was asked for (documents.Context)."""
     by_commit: Mapping[str, Candidate] = {c.commit: c for c in plan.candidates}
     culprit = answer.culprit
-    last = {p.commit: p for p in probes}  # a commit probed again: its latest outcome counts
+    last: dict[str, ProbeOutcome] = {}  # probed again: its latest outcome that tested it
+    for p in probes:
+        if p.commit not in last or p.verdict in (Verdict.GOOD, Verdict.BAD):
+            last[p.commit] = p
     sides = None
     if len(answer.range) >= 2 and answer.range[0] in last and answer.range[-1] in last:
         old, new = last[answer.range[0]], last[answer.range[-1]]
@@ -104,22 +109,38 @@ def build_result(
         context=Context(**(context or {})),
         started_at=started,
         ended_at=ended,
+        reversals=[Reversal(new=new, old=old) for new, old in answer.reversals],
+        retests=retests(probes),
+        notes=list(answer.notes),
     )
     return doc.model_dump(mode="json")
 
 
+def retests(probes: Sequence[ProbeOutcome]) -> list[Retest]:
+    """Every commit probed more than once, with each probe's verdict (flaky: good and bad)."""
+    seen: dict[str, list[Verdict]] = {}
+    for p in probes:
+        seen.setdefault(p.commit, []).append(p.verdict)
+    return [
+        Retest(commit=c, verdicts=vs, flaky={Verdict.GOOD, Verdict.BAD} <= set(vs))
+        for c, vs in seen.items()
+        if len(vs) > 1
+    ]
+
+
 def narrowing(plan: Plan, probes: Sequence[ProbeOutcome]) -> list[Step]:
-    """The range after each probe (search.bounds), for the report's narrowing plot."""
+    """The range after each probe (search.bounds, over every probe so far: search.settle),
+    for the report's narrowing plot."""
     index = {c.commit: i for i, c in enumerate(plan.sequence)}
     n = len(plan.sequence)
-    known: dict[int, Verdict] = {}
+    seen: dict[int, list[Verdict]] = {}
     steps = []
     for k, p in enumerate(probes, 1):
         i = index.get(p.commit)
         if i is None:
             continue
-        known[i] = p.verdict
-        lo, hi = bounds(n, known, plan.mode)
+        seen.setdefault(i, []).append(p.verdict)
+        lo, hi = bounds(n, settle(seen, plan.mode).verdicts, plan.mode)
         steps.append(Step(probe=k, commit=p.commit, index=i, verdict=p.verdict, lo=lo, hi=hi))
     return steps
 
