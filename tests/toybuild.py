@@ -10,6 +10,7 @@ none) as a PEP 503 index on 127.0.0.1. conftest.py registers both fixtures.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import subprocess
 import threading
@@ -98,8 +99,14 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     shas["kernel"] = commit(repo, "[Kernel] a CUDA kernel", {"csrc/kernel.cu": "// kernel\n"})
     shas["broken"] = commit(repo, "[CI] breaks the build", {"BROKEN_BUILD": "x"})
     shas["fixed"] = commit(repo, "[CI] fixes the build", {"BROKEN_BUILD": None})
-    # the precompiled install: a real venv holding the base commit's package + its native part
-    env_dir = root / "venv"
+    env_dir, site = install(root / "venv", base)
+    (root / "build.py").write_text(BUILD)
+    return {"root": root, "repo": repo, "shas": shas, "venv": env_dir, "site": site}
+
+
+def install(env_dir: Path, files: dict[str, str]) -> tuple[Path, Path]:
+    """The precompiled install: a real venv holding these files of the package and its
+    native part; (the venv, its site-packages)."""
     venv.create(env_dir, system_site_packages=True)
     python = env_dir / "bin" / "python"
     site = Path(
@@ -110,12 +117,11 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             check=True,
         ).stdout.strip()
     )
-    for path, text in base.items():
+    for path, text in files.items():
         (site / path).parent.mkdir(parents=True, exist_ok=True)
         (site / path).write_text(text)
     (site / "toyengine" / "_native.bin").write_bytes(b"\0" * 4096)
-    (root / "build.py").write_text(BUILD)
-    return {"root": root, "repo": repo, "shas": shas, "venv": env_dir, "site": site}
+    return env_dir, site
 
 
 def make_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
@@ -141,25 +147,40 @@ def make_wheel(folder: Path, name: str, version: str, files: dict[str, bytes]) -
 def index(toy: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """A PEP 503 index per commit on 127.0.0.1: one real wheel per commit, some commits none."""
     repo, shas = toy["repo"], toy["shas"]
-    files = toy["root"] / "wheels"
-    files.mkdir()
     without = {shas["doc"], shas["broken"]}
+    pages, blobs = wheel_pages(repo, set(shas.values()) - without, toy["root"] / "wheels")
+    for sha in (shas["base"], shas["fault"], shas["fixed"]):
+        pages[f"/sparse/{sha}/toyengine/"] = pages[f"/{sha}/toyengine/"]  # kept few wheels
+    with serve(pages, blobs) as (url, served):
+        yield {"url": url, "without": without, "served": served}
+
+
+def wheel_pages(
+    repo: Path, commits: set[str], files: Path
+) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """One real toyengine wheel per commit (its package files and a compiled part): the
+    index pages `/{commit}/toyengine/` and the wheels by name."""
+    files.mkdir(exist_ok=True)
     pages: dict[str, bytes] = {}
     blobs: dict[str, bytes] = {}
-    for sha in set(shas.values()) - without:
+    for sha in commits:
         listed = git(repo, "ls-tree", "-r", "--name-only", sha, "toyengine").split()
         content = {p: git(repo, "show", f"{sha}:{p}").encode() + b"\n" for p in listed}
         content["toyengine/_native.bin"] = b"compiled in CI"
         wheel = make_wheel(files, "toyengine", f"0.1.0+g{sha[:12]}", content)
         blobs[wheel.name] = wheel.read_bytes()
         digest = hashlib.sha256(blobs[wheel.name]).hexdigest()
-        page = (
+        pages[f"/{sha}/toyengine/"] = (
             f'<html><body><a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a>'
             "</body></html>"
         ).encode()
-        pages[f"/{sha}/toyengine/"] = page
-        if sha in (shas["base"], shas["fault"], shas["fixed"]):
-            pages[f"/sparse/{sha}/toyengine/"] = page  # an index that kept few wheels
+    return pages, blobs
+
+
+@contextlib.contextmanager
+def serve(pages: dict[str, bytes], blobs: dict[str, bytes]) -> Iterator[tuple[str, list[str]]]:
+    """These pages and `/files/<wheel>` on 127.0.0.1 (404 for anything else): its URL and
+    the paths asked for."""
     served: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -188,8 +209,7 @@ def index(toy: dict[str, Any]) -> Iterator[dict[str, Any]]:
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     try:
-        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "without": without,
-               "served": served}  # fmt: skip
+        yield f"http://127.0.0.1:{server.server_address[1]}", served
     finally:
         server.shutdown()
         server.server_close()

@@ -8,17 +8,19 @@
                       ▼
                Build: the folder, its interpreter (`{python}`), env, facts for result.json
 
-Strategies: wheel.py (uv, a per-commit index), overlay.py (Python over a
-precompiled install), command.py (yours); cache.py keeps what they made,
+Strategies: wheel.py (uv, a per-commit index), overlay.py (the commit's files over a
+precompiled install: fixed, or the nearest ancestor's build by an earlier strategy),
+command.py (yours); cache.py keeps what they made,
 prefetch.py makes the next ones in the background; images.py turns a wheel or
 overlay build into an image derived from a base image (Docker launcher). A strategy says whether it
 applies without building anything (`applies`), then makes the build (`make`).
-A build that fails is a LaunchError: the probe is `skip`, never bad.
+A build that fails, however it fails, is a LaunchError: the probe is `skip`, never bad.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import LaunchError
 from ..launchers import guard
@@ -70,6 +72,10 @@ class Route:
     """The strategy that applies; None when none does."""
     detail: str
     """What it will do, or (no strategy) why each one does not apply."""
+    index: int = -1
+    """The strategy's place in the config (two overlays share a name)."""
+    base: str | None = None
+    """The commit an overlay on `base: nearest` starts from (part of its build's key)."""
 
     def __str__(self) -> str:
         return f"{self.strategy}: {self.detail}" if self.strategy else f"no build: {self.detail}"
@@ -95,6 +101,29 @@ class Strategy(Protocol):
     def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
         """The Build held by a finished folder."""
         ...
+
+
+@runtime_checkable
+class Surveyed(Protocol):
+    """A strategy that reads what it needs of a whole range at once (overlay route facts)."""
+
+    def survey(self, commits: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class Precompiled(Protocol):
+    """A strategy that says itself which commits it holds a precompiled artifact of."""
+
+    def precompiled(self, candidate: Candidate) -> bool: ...
+
+
+@runtime_checkable
+class Based(Protocol):
+    """A strategy whose builds start from an earlier strategy's (an overlay on `nearest`)."""
+
+    def attach(self, earlier: Any) -> None: ...
+
+    def base_of(self, candidate: Candidate) -> str | None: ...
 
 
 class ImageStrategy:
@@ -141,15 +170,71 @@ class Builder:
         """Route → the base image its builds are applied to (Docker launcher only)."""
         self._lock = threading.Lock()
         self._making: dict[str, threading.Event] = {}
+        self._applies: dict[tuple[int, str], tuple[bool, str]] = {}
+        """(strategy, commit) → what its `applies` said: an index or registry is asked once."""
+        for i, strategy in enumerate(self.strategies):
+            if isinstance(strategy, Based):
+                strategy.attach(Earlier(self, i))
+
+    def survey(self, candidates: Sequence[Candidate]) -> None:
+        """The range routes will be asked for (oldest first): strategies that can read what
+        they need of it at once do so as routes are asked for."""
+        commits = [c.commit for c in candidates]
+        for strategy in self.strategies:
+            if isinstance(strategy, Surveyed):
+                strategy.survey(commits)
+
+    def applies(self, index: int, candidate: Candidate) -> tuple[bool, str]:
+        """What strategy `index` says of the candidate, asked once per commit."""
+        key = (index, candidate.commit)
+        found = self._applies.get(key)
+        if found is None:
+            found = self._applies[key] = self.strategies[index].applies(candidate)
+        return found
 
     def route(self, candidate: Candidate) -> Route:
         why = []
-        for strategy in self.strategies:
-            ok, detail = strategy.applies(candidate)
+        for i, strategy in enumerate(self.strategies):
+            ok, detail = self.applies(i, candidate)
             if ok:
-                return Route(strategy.name, detail)
+                base = strategy.base_of(candidate) if isinstance(strategy, Based) else None
+                return Route(strategy.name, detail, i, base)
             why.append(f"{strategy.name}: {detail}")
         return Route(None, "; ".join(why))
+
+    def artifact(self, candidate: Candidate, before: int) -> int | None:
+        """The first strategy before `before` with a precompiled artifact of the candidate
+        (an image or wheel that exists, an install of that very commit, a build of it in
+        the cache but an overlay's); None when none has one."""
+        for i, strategy in enumerate(self.strategies[:before]):
+            if isinstance(strategy, Precompiled):
+                found = strategy.precompiled(candidate)
+            else:  # a build in the cache, or a published image or wheel
+                found = self.cache.has(f"{candidate.commit}-{strategy.cache_name}") or (
+                    strategy.name in ("image", "wheel") and self.applies(i, candidate)[0]
+                )
+            if found:
+                return i
+        return None
+
+    def base_of(self, candidate: Candidate, route: Route | None = None) -> tuple[Candidate, int]:
+        """The base an overlay on `nearest` starts from, and the strategy whose artifact it
+        is; LaunchError when the route has none (or lost its artifact since)."""
+        route = route or self.route(candidate)
+        if route.base is None:
+            raise LaunchError(f"{route.strategy}: no base for {candidate.short}")
+        base = Candidate(route.base)
+        index = self.artifact(base, route.index)
+        if index is None:
+            raise LaunchError(f"{route.strategy}: the base {base.short} has no artifact any more")
+        return base, index
+
+    def key(self, candidate: Candidate, route: Route) -> str:
+        """A build's name in the cache: the commit and the strategy (and a `nearest`
+        overlay's base: another base is another build)."""
+        strategy = self.strategies[route.index]
+        key = f"{candidate.commit}-{strategy.cache_name}"
+        return f"{key}-{route.base[:12]}" if route.base else key
 
     def log_of(self, candidate: Candidate) -> Path:
         """Where the build of this candidate logs (kept beside the cache)."""
@@ -158,16 +243,19 @@ class Builder:
     def cached(self, candidate: Candidate, route: Route | None = None) -> bool:
         """Whether the candidate's build is in the cache (`route`: already worked out)."""
         route = route or self.route(candidate)
-        strategy = next((s for s in self.strategies if s.name == route.strategy), None)
-        return strategy is not None and self.cache.has(f"{candidate.commit}-{strategy.cache_name}")
+        return route.strategy is not None and self.cache.has(self.key(candidate, route))
 
     def build(self, candidate: Candidate) -> Build:
         """The candidate's build, from the cache or made now; LaunchError when it cannot be."""
         route = self.route(candidate)
-        strategy = next((s for s in self.strategies if s.name == route.strategy), None)
-        if strategy is None:
+        if route.strategy is None:
             raise LaunchError(str(route))
-        key = f"{candidate.commit}-{strategy.cache_name}"
+        return self.build_by(route, candidate)
+
+    def build_by(self, route: Route, candidate: Candidate) -> Build:
+        """The candidate's build by this route's strategy."""
+        strategy = self.strategies[route.index]
+        key = self.key(candidate, route)
         while True:
             with self._lock:
                 making = self._making.get(key)
@@ -183,7 +271,7 @@ class Builder:
                 log.parent.mkdir(parents=True, exist_ok=True)
                 log.write_text("")
                 with self.cache.making(key) as (out, facts):
-                    facts.update(strategy.make(candidate, out, log))
+                    facts.update(_made(strategy, candidate, out, log))
                 found = self.cache.get(key)
                 assert found is not None
         finally:
@@ -192,6 +280,42 @@ class Builder:
         folder, facts = found
         build = strategy.load(candidate, folder, facts)
         return replace(build, facts={"route": build.route, **build.facts, "cached": cached})
+
+
+def _made(strategy: Strategy, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+    """What the strategy made; any failure (a file system's, a repository's) is the build's:
+    a LaunchError with its reason, so the probe is skip and a resumed run says it again."""
+    try:
+        return strategy.make(candidate, out, log)
+    except LaunchError:
+        raise
+    except (OSError, ValueError, shutil.Error) as exc:
+        with log.open("a") as f:
+            f.write(f"{strategy.name}: {type(exc).__name__}: {exc}\n")
+        raise LaunchError(f"{strategy.name}: the build failed: {exc}", tail(log)) from None
+
+
+class Earlier:
+    """The strategies before one, as an overlay on `nearest` sees them (overlay.Earlier)."""
+
+    def __init__(self, builder: Builder, index: int) -> None:
+        self.builder = builder
+        self.index = index
+
+    def artifact(self, commit: str) -> str | None:
+        found = self.builder.artifact(Candidate(commit), self.index)
+        return self.builder.strategies[found].name if found is not None else None
+
+    def build(self, commit: str) -> Build:
+        base = Candidate(commit)
+        found = self.builder.artifact(base, self.index)
+        if found is None:
+            raise LaunchError(f"overlay: the base {base.short} has no precompiled artifact")
+        route = Route(self.builder.strategies[found].name, "the base of an overlay", found)
+        return self.builder.build_by(route, base)
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.builder.strategies[: self.index]]
 
 
 GRACE_S = 5.0
