@@ -321,7 +321,7 @@ def _builder(
     if config.build is None:
         return None  # the launcher starts candidates as they are (docker: the image template)
     strategies: list[Strategy] = []
-    targets: dict[str, ImageTarget] = {}
+    targets: dict[int, ImageTarget] = {}
     for i, cfg in enumerate(config.build.strategies):
         key = f"build.strategies.{i}"
         if isinstance(cfg, ImageStrategyConfig):
@@ -340,7 +340,7 @@ def _builder(
                 )
             )
             if docker:  # the base image is the base's own (images.py)
-                targets.setdefault("overlay", ImageTarget("", cfg.python or "python3", cfg.package))
+                targets[i] = ImageTarget("", cfg.python or "python3", cfg.package)
         elif isinstance(cfg, OverlayStrategyConfig) and cfg.image is not None:
             strategies.append(
                 OverlayStrategy(
@@ -354,7 +354,7 @@ def _builder(
                 )
             )
             target = ImageTarget(cfg.image, cfg.python or "python3", cfg.package)
-            targets.setdefault("overlay", target)
+            targets[i] = target
         elif isinstance(cfg, WheelStrategyConfig) and cfg.image is not None:
             strategies.append(
                 WheelStrategy(
@@ -368,7 +368,7 @@ def _builder(
                 )
             )
             target = ImageTarget(cfg.image, cfg.python or "python3", cfg.package)
-            targets.setdefault("wheel", target)
+            targets[i] = target
         elif isinstance(cfg, OverlayStrategyConfig):
             assert cfg.venv is not None
             venv = base_dir / Path(cfg.venv).expanduser()

@@ -58,7 +58,8 @@ class ImageTarget:
     """What a wheel or overlay build is applied to with the Docker launcher (images.py)."""
 
     base: str
-    """The base image: a reference in the engine or a registry."""
+    """The base image: a reference in the engine or a registry; "" for an overlay on
+    `nearest` (its base's image)."""
     python: str = "python3"
     """The base image's interpreter (on its PATH, or a path)."""
     package: str = "vllm"
@@ -162,12 +163,13 @@ class Builder:
         self,
         strategies: Sequence[Strategy],
         cache: BuildCache,
-        targets: Mapping[str, ImageTarget] | None = None,
+        targets: Mapping[int, ImageTarget] | None = None,
     ) -> None:
         self.strategies = list(strategies)
         self.cache = cache
         self.targets = dict(targets or {})
-        """Route → the base image its builds are applied to (Docker launcher only)."""
+        """Strategy (its place) → the base image its builds are applied to (Docker launcher
+        only; an overlay on `nearest` has none of its own: its base's image)."""
         self._lock = threading.Lock()
         self._making: dict[str, threading.Event] = {}
         self._applies: dict[tuple[int, str], tuple[bool, str]] = {}
