@@ -116,6 +116,7 @@ def wheel_index(main: set[str], wheel: Path) -> Iterator[str]:
                 body = wheel.read_bytes()
             self.send_response(200 if body is not None else 404)
             self.send_header("Content-Length", str(len(body or b"")))
+            self.send_header("Content-Type", "text/html" if body == page else "application/zip")
             self.end_headers()
             self.wfile.write(body or b"")
 
@@ -307,12 +308,13 @@ def main() -> None:
                 culprit = main_line[n // 3]  # 2/3 of the way from good to bad
                 runs: dict[str, list[dict[str, Any]]] = {
                     "none": [],
-                    "overlay": [
+                    "overlay, blocked by nothing": [  # every candidate built: its cost
                         {
                             "type": "overlay",
                             "venv": str(venv),
                             "package": "vllm",
                             "base_commit": good,
+                            "compiled": [],
                         }
                     ],
                     "wheel+nearest": [
@@ -321,20 +323,23 @@ def main() -> None:
                     ],
                 }
                 for name, strategies in runs.items():
-                    cfg = config(work, f"run-{name}-{n}", repo, good, "main", strategies)
+                    tag = name.split(",")[0]
+                    cfg = config(work, f"run-{tag}-{n}", repo, good, "main", strategies)
                     cfg.write_text(cfg.read_text().replace("CULPRIT", culprit))
-                    out_dir = work / f"out-{name}-{n}"
+                    out_dir = work / f"out-{tag}-{n}"
                     wall, rss, out = measured([*cli, "run", str(cfg), "--out", str(out_dir)])
                     try:
                         result = json.loads((out_dir / "result.json").read_text())
                     except (OSError, ValueError):
-                        print(f"n={n:6d}  {name:14} failed:\n{out[-2000:]}")
+                        print(f"n={n:6d}  {name:28} failed:\n{out[-2000:]}")
                         continue
                     found = (result.get("culprit") or {}).get("commit") == culprit
                     print(
-                        f"n={n:6d}  {name:14} {wall:7.1f} s  {len(result['probes']):3d} probes  "
+                        f"n={n:6d}  {name:28} {wall:7.1f} s  {len(result['probes']):3d} probes  "
                         f"{rss:6.0f} MB  {result['status']}{' (right)' if found else ''}"
                     )
+                    if not found:
+                        print(f"           {str(result.get('message'))[:150]}")
                     if n == max(args.sizes) and name == "none":
                         sizes = {
                             f: (out_dir / f).stat().st_size
