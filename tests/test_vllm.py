@@ -140,7 +140,9 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     for probe in result["probes"]:  # main's from their wheels, the picks over the branch point's
         build = probe["fingerprint"]["build"]
         if probe["commit"] in (shas["doc2"], shas["refactor"]):
-            assert build["route"] == "wheel" and build["wheel"].startswith("vllm-0.32.0+g"), build
+            assert build["route"] == "wheel" and build["wheel"].startswith("vllm-0.32.0+cpu.g"), (
+                build
+            )
         else:
             assert build["route"] == "overlay" and build["base_commit"] == shas["refactor"], build
             assert build["base_route"] == "wheel", build

@@ -269,7 +269,7 @@ class WheelHost:
             return self.made[commit]
 
     def _make(self, commit: str) -> tuple[Path, str]:
-        version = f"0.32.0+g{commit[:12]}"
+        version = f"0.32.0+cpu.g{commit[:12]}"  # "cpu" in its version: vLLM's CPU platform
         dist = f"vllm-{version}.dist-info"
         files: dict[str, bytes] = {}
         for path in sorted(self.package.rglob("*")):

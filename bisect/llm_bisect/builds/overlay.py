@@ -413,6 +413,16 @@ def _remove(dest: Path) -> None:
             stale.unlink()
 
 
+def _inside(out: Path, path: str) -> Path:
+    """`out / path`, when no folder on the way is a link (a linked folder of the installed
+    package: writing there would write into the install itself)."""
+    dest = out / path
+    for folder in dest.relative_to(out).parents:
+        if folder != Path(".") and (out / folder).is_symlink():
+            raise LaunchError(f"overlay: {path} lies under the link {folder} of the package")
+    return dest
+
+
 def write_entry(dest: Path, mode: str, data: bytes) -> None:
     """One file of a commit at `dest`: its bytes and mode, or a symlink. Anything there
     before is removed first (a hard-linked file is never written through)."""
@@ -534,10 +544,10 @@ class OverlayStrategy:
         package_dir = self._base_package(facts)
         shutil.copytree(package_dir, out / self.package, symlinks=True, copy_function=link_or_copy)
         for path in removed:
-            _remove(out / path)
+            _remove(_inside(out, path))
         for change in written:
             mode, blob = change.new.split(" ")
-            write_entry(out / change.path, mode, contents[blob])
+            write_entry(_inside(out, change.path), mode, contents[blob])
         log.write_text(
             f"overlay of {candidate.commit} over {facts.base} ({package_dir}): "
             f"{len(written)} written, {len(removed)} removed\n"
