@@ -107,7 +107,10 @@ def wheel_index(main: set[str], wheel: Path) -> Iterator[str]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-        def do_GET(self) -> None:
+        def do_HEAD(self) -> None:
+            self.do_GET(head=True)
+
+        def do_GET(self, head: bool = False) -> None:
             parts = self.path.strip("/").split("/")
             body: bytes | None = None
             if len(parts) == 2 and parts[0] in main:
@@ -118,7 +121,8 @@ def wheel_index(main: set[str], wheel: Path) -> Iterator[str]:
             self.send_header("Content-Length", str(len(body or b"")))
             self.send_header("Content-Type", "text/html" if body == page else "application/zip")
             self.end_headers()
-            self.wfile.write(body or b"")
+            if not head:
+                self.wfile.write(body or b"")
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -37,6 +37,7 @@ import errno
 import fnmatch
 import heapq
 import os
+import platform
 import shutil
 import subprocess
 import threading
@@ -487,6 +488,22 @@ class OverlayStrategy:
             return None
         facts = self.routes.facts(candidate.commit)
         return facts.base if isinstance(facts, Facts) and not facts.compiled else None
+
+    def identity(self, candidate: Candidate) -> dict[str, Any]:
+        """What makes its build besides the commit (a cache key, once keys carry one): the
+        base commit (a `nearest` one per candidate), the install, the package, the machine."""
+        facts = self.routes.facts(candidate.commit)
+        base = facts.base if isinstance(facts, Facts) else None
+        return {
+            "package": self.package,
+            "base": "nearest" if self.base_commit is None else "fixed",
+            "base_commit": self.base_commit or base,
+            "base_route": facts.via if isinstance(facts, Facts) else "",
+            "python": self.python,
+            "package_dir": str(self.package_dir or ""),
+            "stage": self.stage,
+            "machine": platform.machine(),
+        }
 
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
         facts = self.routes.facts(candidate.commit)
