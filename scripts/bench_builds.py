@@ -179,7 +179,7 @@ def main() -> None:
     print("\n## seconds and disk per build")
     s = app.setup(config, dict(os.environ))
     rows = [("wheel, cold (uv cache empty)", shas["base"])]
-    rows += [("overlay", shas[k]) for k in ("doc", "parser")]
+    rows += [("overlay", shas[k]) for k in ("doc", "config")]
     for label, ref in rows:
         f = build_once(s, ref)
         print(f"{label:34} {f['wall']:6.1f}s  {f['disk'] / 1e6:7.1f} MB own disk  {f['route']}")
@@ -275,8 +275,8 @@ def bench_docker(work: Path, repo: Path, shas: dict[str, str], package: Path, in
     with s.launcher("bench") as launcher:
         assert isinstance(launcher, DockerLauncher)
         for label, key in (
-            ("overlay image, cold", "parser"),
-            ("overlay image, found again", "parser"),
+            ("overlay image, cold", "config"),
+            ("overlay image, found again", "config"),
             ("wheel image, cold", "base"),
             ("wheel image, found again", "base"),
         ):

@@ -48,7 +48,7 @@ def bed_config(*args: Any) -> dict[str, Any]:
     return made
 
 
-BENIGN = ("base", "doc", "refactor", "doc2")
+BENIGN = ("base", "doc", "refactor", "tokens")
 BUGS = ("parser-alone", "rope-alone", "mlp-alone", "attn-alone")
 
 

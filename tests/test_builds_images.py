@@ -199,6 +199,40 @@ def test_a_bisection_over_derived_images_finds_the_culprit(
     assert builds and all(b["cached"] for b in builds), builds
 
 
+@pytest.mark.docker
+def test_an_overlay_on_nearest_is_derived_from_its_base_commits_wheel_image(
+    client: docker.DockerClient,
+    toy: dict[str, Any],
+    index: dict[str, Any],
+    base: dict[str, str],
+    tmp_path: Path,
+) -> None:
+    """The Kimi shape on Docker: a commit without a wheel of its own is its Python over the
+    image derived from its nearest ancestor's wheel."""
+    shas = toy["shas"]
+    strategies = [
+        {"type": "wheel", "index": index["url"] + "/sparse/{commit}/", "package": "toyengine",
+         "image": base["ref"], "python": PYTHON},
+        {"type": "overlay", "base": "nearest", "python": PYTHON, "package": "toyengine"},
+    ]  # fmt: skip
+    cfg = docker_config(toy, tmp_path, strategies, base["repo"])
+    code, output = invoke("candidates", str(cfg))
+    assert code == 0, output
+    rows = {line.split()[1]: line for line in output.splitlines() if line[:4].strip().isdigit()}
+    over_base = f"over {shas['base'][:12]} (nearest: wheel)"
+    assert f"[overlay: 1 Python files {over_base}]" in rows[shas["refactor"][:12]], output
+    assert "csrc/kernel.cu changed since" in rows[shas["broken"][:12]], output
+    out = tmp_path / "one"
+    code, output = invoke("check", str(cfg), "--candidate", shas["refactor"], "--out", str(out))
+    assert code == 0, output
+    build = json.loads((out / "probe.json").read_text())["fingerprint"]["build"]
+    assert build["route"] == "overlay" and build["base_commit"] == shas["base"], build
+    assert build["base_route"] == "wheel", build
+    assert build["base_image"] == derived_ref(Candidate(shas["base"]), "wheel"), build
+    labels = client.images.get(build["image"]).labels
+    assert labels[BASE_LABEL] == client.images.get(build["base_image"]).id
+
+
 def stage(tmp: Path, name: str, files: dict[str, bytes], removed: list[str]) -> Build:
     folder = tmp / name
     for path, data in files.items():

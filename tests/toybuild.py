@@ -109,8 +109,14 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     shas["kernel"] = commit(repo, "[Kernel] a CUDA kernel", {"csrc/kernel.cu": "// kernel\n"})
     shas["broken"] = commit(repo, "[CI] breaks the build", {"BROKEN_BUILD": "x"})
     shas["fixed"] = commit(repo, "[CI] fixes the build", {"BROKEN_BUILD": None})
-    # the precompiled install: a real venv holding the base commit's package + its native part
-    env_dir = root / "venv"
+    env_dir, site = install(root / "venv", base)
+    (root / "build.py").write_text(BUILD)
+    return {"root": root, "repo": repo, "shas": shas, "venv": env_dir, "site": site}
+
+
+def install(env_dir: Path, files: dict[str, str]) -> tuple[Path, Path]:
+    """The precompiled install: a real venv holding these files of the package and its
+    native part; (the venv, its site-packages)."""
     venv.create(env_dir, system_site_packages=True)
     python = env_dir / "bin" / "python"
     site = Path(
@@ -121,12 +127,11 @@ def toy(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             check=True,
         ).stdout.strip()
     )
-    for path, text in base.items():
+    for path, text in files.items():
         (site / path).parent.mkdir(parents=True, exist_ok=True)
         (site / path).write_text(text)
     (site / "toyengine" / "_native.bin").write_bytes(b"\0" * 4096)
-    (root / "build.py").write_text(BUILD)
-    return {"root": root, "repo": repo, "shas": shas, "venv": env_dir, "site": site}
+    return env_dir, site
 
 
 def make_wheel(
@@ -187,24 +192,44 @@ def index(toy: dict[str, Any]) -> Iterator[dict[str, Any]]:
             scripts={"toyengine-serve": "toyengine._cli:main"},
         )
         blobs[wheel.name] = wheel.read_bytes()
-        digest = hashlib.sha256(blobs[wheel.name]).hexdigest()
-        page = (
-            f'<html><body><a href="/files/{wheel.name}#sha256={digest}">{wheel.name}</a>'
-            "</body></html>"
-        ).encode()
-        pages[f"/{sha}/toyengine/"] = page
+        pages[f"/{sha}/toyengine/"] = page = _page(wheel.name, blobs[wheel.name])
         if sha in (shas["base"], shas["fault"], shas["fixed"]):
             pages[f"/sparse/{sha}/toyengine/"] = page  # an index that kept few wheels
     with serve_index(pages, blobs) as (url, served):
         yield {"url": url, "without": without, "served": served}
 
 
+def _page(name: str, wheel: bytes) -> bytes:
+    """A PEP 503 page that lists one wheel, with its sha256."""
+    digest = hashlib.sha256(wheel).hexdigest()
+    return f'<html><body><a href="/files/{name}#sha256={digest}">{name}</a></body></html>'.encode()
+
+
 def wheel_content(toy: dict[str, Any], sha: str) -> dict[str, bytes]:
     """The files of the toy engine's wheel of one commit (its Python and compiled part)."""
-    listed = git(toy["repo"], "ls-tree", "-r", "--name-only", sha, "toyengine").split()
-    content = {p: git(toy["repo"], "show", f"{sha}:{p}").encode() + b"\n" for p in listed}
+    return _content(toy["repo"], sha)
+
+
+def _content(repo: Path, sha: str) -> dict[str, bytes]:
+    listed = git(repo, "ls-tree", "-r", "--name-only", sha, "toyengine").split()
+    content = {p: git(repo, "show", f"{sha}:{p}").encode() + b"\n" for p in listed}
     content["toyengine/_native.bin"] = b"compiled in CI"
     return content
+
+
+def wheel_pages(
+    repo: Path, commits: set[str], files: Path
+) -> tuple[dict[str, bytes], dict[str, bytes]]:
+    """One real toyengine wheel per commit (its package files and a compiled part): the
+    index pages `/{commit}/toyengine/` and the wheels by name (serve them with serve_index)."""
+    files.mkdir(exist_ok=True)
+    pages: dict[str, bytes] = {}
+    blobs: dict[str, bytes] = {}
+    for sha in commits:
+        wheel = make_wheel(files, "toyengine", f"0.1.0+g{sha[:12]}", _content(repo, sha))
+        blobs[wheel.name] = wheel.read_bytes()
+        pages[f"/{sha}/toyengine/"] = _page(wheel.name, blobs[wheel.name])
+    return pages, blobs
 
 
 @contextmanager

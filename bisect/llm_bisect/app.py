@@ -411,11 +411,26 @@ def _builder(
     if config.build is None:
         return None  # the launcher starts candidates as they are (docker: the image template)
     strategies: list[Strategy] = []
-    targets: dict[str, ImageTarget] = {}
+    targets: dict[int, ImageTarget] = {}
     for i, cfg in enumerate(config.build.strategies):
         key = f"build.strategies.{i}"
         if isinstance(cfg, ImageStrategyConfig):
             strategies.append(ImageStrategy())
+        elif isinstance(cfg, OverlayStrategyConfig) and cfg.base == "nearest":
+            docker = isinstance(config.server, DockerServerConfig)
+            strategies.append(
+                OverlayStrategy(
+                    source,
+                    python="",
+                    package_dir=None,
+                    package=cfg.package,
+                    base_commit=None,
+                    compiled=cfg.patterns(),
+                    stage=docker,
+                )
+            )
+            if docker:  # the base image is the base's own (images.py)
+                targets[i] = ImageTarget("", cfg.python or "python3", cfg.package)
         elif isinstance(cfg, OverlayStrategyConfig) and cfg.image is not None:
             strategies.append(
                 OverlayStrategy(
@@ -424,11 +439,12 @@ def _builder(
                     package_dir=None,
                     package=cfg.package,
                     base_commit=resolve(cfg.base_commit or cfg.image, f"{key}.base_commit"),
-                    compiled=cfg.compiled,
+                    compiled=cfg.patterns(),
+                    stage=True,
                 )
             )
             target = ImageTarget(cfg.image, cfg.python or "python3", cfg.package)
-            targets.setdefault("overlay", target)
+            targets[i] = target
         elif isinstance(cfg, WheelStrategyConfig) and cfg.image is not None:
             strategies.append(
                 WheelStrategy(
@@ -442,7 +458,7 @@ def _builder(
                 )
             )
             target = ImageTarget(cfg.image, cfg.python or "python3", cfg.package)
-            targets.setdefault("wheel", target)
+            targets[i] = target
         elif isinstance(cfg, OverlayStrategyConfig):
             assert cfg.venv is not None
             venv = base_dir / Path(cfg.venv).expanduser()
@@ -456,7 +472,7 @@ def _builder(
                     package_dir=installed_package(str(python), cfg.package),
                     package=cfg.package,
                     base_commit=resolve(cfg.base_commit or "", f"{key}.base_commit"),
-                    compiled=cfg.compiled,
+                    compiled=cfg.patterns(),
                 )
             )
         elif isinstance(cfg, WheelStrategyConfig):
@@ -533,6 +549,8 @@ def plan_of(s: Setup, good: str | None, bad: str | None, find_fix: bool) -> tupl
     plan = build_plan(
         s.source, config.candidates.good, config.candidates.bad, mode, resolve=s.resolve
     )
+    if s.builder is not None:  # route facts for the whole range, read as routes are asked for
+        s.builder.survey(plan.candidates)
     return config, plan
 
 

@@ -524,7 +524,13 @@ def _default_checks() -> list[CanaryConfig | ExpectConfig | LogprobsConfig | Eva
 
 
 COMPILED = (
+    "CMakeLists.txt",
+    "setup.py",
+    "pyproject.toml",
+    "cmake/*",
     "csrc/*",
+    "rust/*",
+    "requirements/*",
     "*.cu",
     "*.cuh",
     "*.cpp",
@@ -532,13 +538,59 @@ COMPILED = (
     "*.c",
     "*.h",
     "*.hpp",
-    "CMakeLists.txt",
     "*.cmake",
-    "setup.py",
-    "pyproject.toml",
-    "requirements/*",
+    "!tests/*",
+    "!docs/*",
+    "!examples/*",
+    "!benchmarks/*",
+    "!requirements/test/*",
+    "!requirements/dev.txt",
+    "!requirements/lint.txt",
+    "!requirements/docs.*",
 )
-"""Paths whose change needs a compiled build: an overlay does not apply across them."""
+"""Paths whose change needs a compiled build (a glob over the whole path; `!` leaves out;
+the last match decides): the root's build files, csrc/, cmake/, the Rust frontend, the
+requirements, C/C++/CUDA sources anywhere but in tests, docs, examples and benchmarks."""
+_OTHER_DEVICES = ("rocm", "xpu", "tpu")
+NOT_BUILT_BY: dict[str, tuple[str, ...]] = {
+    "any": (),
+    "cuda": (
+        "!csrc/cpu/*",
+        "!csrc/rocm/*",
+        "!cmake/cpu_extension.cmake",
+        "!requirements/cpu*",
+        "!requirements/build/cpu.txt",
+        *(f"!requirements/{d}*" for d in _OTHER_DEVICES),
+        *(f"!requirements/build/{d}.txt" for d in _OTHER_DEVICES),
+    ),
+    "rocm": (
+        "!csrc/cpu/*",
+        "!cmake/cpu_extension.cmake",
+        "!requirements/cpu*",
+        "!requirements/build/cpu.txt",
+        "!requirements/cuda.txt",
+        "!requirements/build/cuda.txt",
+        "!requirements/xpu*",
+        "!requirements/tpu*",
+    ),
+    "cpu": (
+        "!*.cu",
+        "!*.cuh",
+        "!csrc/rocm/*",
+        "!requirements/cuda.txt",
+        "!requirements/build/cuda.txt",
+        *(f"!requirements/{d}*" for d in _OTHER_DEVICES),
+        *(f"!requirements/build/{d}.txt" for d in _OTHER_DEVICES),
+    ),
+}
+"""What a build for each target does not compile: a CUDA build is not changed by
+csrc/cpu/, a CPU build not by *.cu."""
+Target = Literal["any", "cuda", "rocm", "cpu"]
+
+
+def compiled_patterns(target: str) -> list[str]:
+    """The compiled-sources rule of a target (`any`: everything any target builds)."""
+    return [*COMPILED, *NOT_BUILT_BY[target]]
 
 
 class ImageStrategy(_Strict):
@@ -548,7 +600,9 @@ class ImageStrategy(_Strict):
 
 
 class OverlayStrategy(_Strict):
-    """The commit's Python written over a precompiled install of `package` in `venv`."""
+    """The commit's files written over a precompiled install of `package`: in `venv` or
+    `image` (with its `base_commit`), or (`base: nearest`) over the build of its nearest
+    ancestor that a strategy before this one has a precompiled artifact of."""
 
     type: Literal["overlay"]
     venv: str | None = None
@@ -557,6 +611,10 @@ class OverlayStrategy(_Strict):
     image: str | None = None
     """Docker launcher: the base image holding the precompiled package; each build is an
     image derived from it."""
+    base: Literal["nearest"] | None = None
+    """`nearest`: no fixed install; the base is the candidate's nearest first-parent
+    ancestor with a wheel, an image or a cached build of the strategies before this one (a
+    release branch's commits: the wheel of its branch point on main)."""
     python: str | None = None
     """With `image`: the image's interpreter (default `python3`)."""
     package: str = "vllm"
@@ -564,18 +622,36 @@ class OverlayStrategy(_Strict):
     base_commit: str | None = None
     """The commit the installed package was built from (a ref); with `image`, default: the
     commit the base image names (label, env, tag or version, as for an image end)."""
-    compiled: list[str] = Field(default_factory=lambda: list(COMPILED))
-    """Glob patterns of paths an overlay cannot carry: a change there means no overlay."""
+    target: Target = "any"
+    """What the precompiled install was built for (`cuda`, `rocm`, `cpu`): only the sources
+    that target compiles stop an overlay (`any`: every one)."""
+    compiled: list[str] | None = None
+    """Glob patterns over whole paths (`!` leaves out, the last match decides) of what an
+    overlay cannot carry; default: the target's. Taken as written: it replaces the default."""
 
     @model_validator(mode="after")
     def _one_base(self) -> OverlayStrategy:
+        if self.base == "nearest":
+            given = [k for k in ("venv", "image", "base_commit") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(
+                    f"overlay: base: nearest takes its base from the strategies before it; "
+                    f"leave out {given[0]}"
+                )
+            return self
         if (self.venv is None) == (self.image is None):
-            raise ValueError("overlay takes one of venv (launcher: process) or image (docker)")
+            raise ValueError(
+                "overlay takes one of venv (launcher: process) or image (docker), or base: nearest"
+            )
         if self.venv is not None and self.base_commit is None:
             raise ValueError("overlay: base_commit is the commit the venv's package was built from")
         if self.python is not None and self.image is None:
             raise ValueError("overlay: python is the image's interpreter; with venv, leave it out")
         return self
+
+    def patterns(self) -> list[str]:
+        """The compiled-sources rule in force."""
+        return list(self.compiled) if self.compiled is not None else compiled_patterns(self.target)
 
 
 class WheelStrategy(_Strict):
@@ -672,6 +748,18 @@ class Config(_Strict):
                 raise ValueError(f"{key}: command builds run with launcher: process")
             if isinstance(strategy, ImageStrategy) and not docker:
                 raise ValueError(f"{key}: image builds need launcher: docker")
+            if isinstance(strategy, OverlayStrategy) and strategy.base == "nearest":
+                kinds_before = {s.type for s in strategies[:i]} - {"overlay"}
+                fixed = any(isinstance(s, OverlayStrategy) and s.base is None
+                            for s in strategies[:i])  # fmt: skip
+                if not kinds_before and not fixed:
+                    raise ValueError(
+                        f"{key}: base: nearest needs a strategy before it (image, wheel, "
+                        "command or an overlay with a fixed base) whose builds it starts from"
+                    )
+                if strategy.python is not None and not docker:
+                    raise ValueError(f"{key}: python is the base image's interpreter (docker)")
+                continue
             if isinstance(strategy, WheelStrategy | OverlayStrategy):
                 image = strategy.image is not None
                 if docker and not image:

@@ -9,13 +9,14 @@
                Build: the folder, its interpreter (`{python}`), env, facts for result.json,
                       the lease the server holds until it stops
 
-Strategies: wheel.py (uv, a per-commit index), overlay.py (Python over a
-precompiled install), command.py (yours); cache.py keeps what they made,
+Strategies: wheel.py (uv, a per-commit index), overlay.py (the commit's files over a
+precompiled install: fixed, or the nearest ancestor's build by an earlier strategy),
+command.py (yours); cache.py keeps what they made,
 prefetch.py makes the next ones in the background; images.py turns a wheel or
 overlay build into an image derived from a base image (Docker launcher). A strategy says whether it
 applies without building anything (`applies`), what makes its build (`identity`: the
 cache key), then makes the build (`make`).
-A build that fails is a LaunchError: the probe is `skip`, never bad.
+A build that fails, however it fails, is a LaunchError: the probe is `skip`, never bad.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,13 +32,30 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigError, LaunchError
 from ..launchers import guard
 from ..launchers.common import tail as log_tail
 from ..model import Candidate
-from .cache import BuildCache, Lease, as_json
+from .cache import BuildCache, as_json
+
+
+class Held(Protocol):
+    """What holds a build in use (a cache Lease, or several)."""
+
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Leases:
+    """Several builds held as one: an overlay on `nearest` runs from its base's build too."""
+
+    held: tuple[Held, ...]
+
+    def release(self) -> None:
+        for lease in self.held:
+            lease.release()
 
 
 @dataclass(frozen=True)
@@ -53,7 +72,7 @@ class Build:
     """Added to the server's environment (an overlay's PYTHONPATH)."""
     facts: Mapping[str, Any] = field(default_factory=dict)
     """What result.json records of it (base commit, files written, seconds)."""
-    lease: Lease | None = field(default=None, compare=False, repr=False)
+    lease: Held | None = field(default=None, compare=False, repr=False)
     """Holds it in use (never evicted) until released: whoever runs from it releases it."""
 
     def release(self) -> None:
@@ -67,7 +86,8 @@ class ImageTarget:
     """What a wheel or overlay build is applied to with the Docker launcher (images.py)."""
 
     base: str
-    """The base image: a reference in the engine or a registry."""
+    """The base image: a reference in the engine or a registry; "" for an overlay on
+    `nearest` (its base's image)."""
     python: str = "python3"
     """The base image's interpreter (on its PATH, or a path)."""
     package: str = "vllm"
@@ -81,6 +101,10 @@ class Route:
     """The strategy that applies; None when none does."""
     detail: str
     """What it will do, or (no strategy) why each one does not apply."""
+    index: int = -1
+    """The strategy's place in the config (two overlays share a name)."""
+    base: str | None = None
+    """The commit an overlay on `base: nearest` starts from (part of its build's key)."""
 
     def __str__(self) -> str:
         return f"{self.strategy}: {self.detail}" if self.strategy else f"no build: {self.detail}"
@@ -112,6 +136,29 @@ class Strategy(Protocol):
     def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
         """The Build held by a finished folder."""
         ...
+
+
+@runtime_checkable
+class Surveyed(Protocol):
+    """A strategy that reads what it needs of a whole range at once (overlay route facts)."""
+
+    def survey(self, commits: Sequence[str]) -> None: ...
+
+
+@runtime_checkable
+class Precompiled(Protocol):
+    """A strategy that says itself which commits it holds a precompiled artifact of."""
+
+    def precompiled(self, candidate: Candidate) -> bool: ...
+
+
+@runtime_checkable
+class Based(Protocol):
+    """A strategy whose builds start from an earlier strategy's (an overlay on `nearest`)."""
+
+    def attach(self, earlier: Any) -> None: ...
+
+    def base_of(self, candidate: Candidate) -> str | None: ...
 
 
 class ImageStrategy:
@@ -154,29 +201,78 @@ class Builder:
         self,
         strategies: Sequence[Strategy],
         cache: BuildCache,
-        targets: Mapping[str, ImageTarget] | None = None,
+        targets: Mapping[int, ImageTarget] | None = None,
     ) -> None:
         self.strategies = list(strategies)
         self.cache = cache
         self.targets = dict(targets or {})
-        """Route → the base image its builds are applied to (Docker launcher only)."""
+        """Strategy (its place) → the base image its builds are applied to (Docker launcher
+        only; an overlay on `nearest` has none of its own: its base's image)."""
         self._logs: dict[str, Path] = {}
+        self._applies: dict[tuple[int, str], tuple[bool, str]] = {}
+        """(strategy, commit) → what its `applies` said: an index or registry is asked once."""
+        for i, strategy in enumerate(self.strategies):
+            if isinstance(strategy, Based):
+                strategy.attach(Earlier(self, i))
+
+    def survey(self, candidates: Sequence[Candidate]) -> None:
+        """The range routes will be asked for (oldest first): strategies that can read what
+        they need of it at once do so as routes are asked for."""
+        commits = [c.commit for c in candidates]
+        for strategy in self.strategies:
+            if isinstance(strategy, Surveyed):
+                strategy.survey(commits)
+
+    def applies(self, index: int, candidate: Candidate) -> tuple[bool, str]:
+        """What strategy `index` says of the candidate, asked once per commit."""
+        key = (index, candidate.commit)
+        found = self._applies.get(key)
+        if found is None:
+            found = self._applies[key] = self.strategies[index].applies(candidate)
+        return found
 
     def route(self, candidate: Candidate) -> Route:
         why = []
-        for strategy in self.strategies:
-            ok, detail = strategy.applies(candidate)
+        for i, strategy in enumerate(self.strategies):
+            ok, detail = self.applies(i, candidate)
             if ok:
-                return Route(strategy.name, detail)
+                base = strategy.base_of(candidate) if isinstance(strategy, Based) else None
+                return Route(strategy.name, detail, i, base)
             why.append(f"{strategy.name}: {detail}")
         return Route(None, "; ".join(why))
 
-    def strategy(self, name: str | None) -> Strategy | None:
-        """The strategy a route names."""
-        return next((s for s in self.strategies if s.name == name), None)
+    def artifact(self, candidate: Candidate, before: int) -> int | None:
+        """The first strategy before `before` with a precompiled artifact of the candidate
+        (an image or wheel that exists, an install of that very commit, a build of it in
+        the cache but an overlay's); None when none has one."""
+        for i, strategy in enumerate(self.strategies[:before]):
+            if isinstance(strategy, Precompiled):
+                found = strategy.precompiled(candidate)
+            else:  # a build in the cache, or a published image or wheel
+                route = Route(strategy.name, "", i)
+                found = (
+                    strategy.name != "image" and self.cache.has(*self.key(candidate, route))
+                ) or (strategy.name in ("image", "wheel") and self.applies(i, candidate)[0])
+            if found:
+                return i
+        return None
 
-    def key(self, candidate: Candidate, strategy: Strategy) -> tuple[str, dict[str, Any]]:
-        """The cache key of the candidate's build by `strategy`, and its identity."""
+    def base_of(self, candidate: Candidate, route: Route | None = None) -> tuple[Candidate, int]:
+        """The base an overlay on `nearest` starts from, and the strategy whose artifact it
+        is; LaunchError when the route has none (or lost its artifact since)."""
+        route = route or self.route(candidate)
+        if route.base is None:
+            raise LaunchError(f"{route.strategy}: no base for {candidate.short}")
+        base = Candidate(route.base)
+        index = self.artifact(base, route.index)
+        if index is None:
+            raise LaunchError(f"{route.strategy}: the base {base.short} has no artifact any more")
+        return base, index
+
+    def key(self, candidate: Candidate, route: Route) -> tuple[str, dict[str, Any]]:
+        """The cache key of the candidate's build by the route's strategy, and its identity
+        (a `nearest` overlay's base is part of it: another base is another build)."""
+        strategy = self.strategies[route.index]
         identity = as_json({"strategy": strategy.cache_name, **strategy.identity(candidate)})
         text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -186,34 +282,35 @@ class Builder:
         """Where the build of this candidate logs (kept beside the cache)."""
         if candidate.commit in self._logs:
             return self._logs[candidate.commit]
-        strategy = self.strategy(self.route(candidate).strategy)
-        if strategy is None:
+        route = self.route(candidate)
+        if route.strategy is None:
             return self.cache.root / "logs" / f"{candidate.commit}.log"
-        return self.cache.log(self.key(candidate, strategy)[0])
+        return self.cache.log(self.key(candidate, route)[0])
 
     def cached(self, candidate: Candidate, route: Route | None = None) -> bool:
         """Whether the candidate's build is in the cache (`route`: already worked out)."""
-        strategy = self.strategy((route or self.route(candidate)).strategy)
-        return strategy is not None and self.cache.has(*self.key(candidate, strategy))
+        route = route or self.route(candidate)
+        return route.strategy is not None and self.cache.has(*self.key(candidate, route))
 
     def build(self, candidate: Candidate) -> Build:
         """The candidate's build, from the cache or made now, leased: release it when done
         with it. LaunchError when it cannot be made; ConfigError when the cache cannot
         be written."""
         route = self.route(candidate)
-        strategy = self.strategy(route.strategy)
-        if strategy is None:
+        if route.strategy is None:
             raise LaunchError(str(route))
-        key, identity = self.key(candidate, strategy)
+        return self.build_by(route, candidate)
+
+    def build_by(self, route: Route, candidate: Candidate) -> Build:
+        """The candidate's build by this route's strategy, leased (see `build`)."""
+        strategy = self.strategies[route.index]
+        key, identity = self.key(candidate, route)
         log = self._logs[candidate.commit] = self.cache.log(key)
 
         def make(folder: Path) -> Mapping[str, Any]:
             log.parent.mkdir(parents=True, exist_ok=True)
             log.write_text("")
-            try:
-                return strategy.make(candidate, folder, log)
-            except OSError as exc:  # the build's own I/O: this candidate is skip
-                raise LaunchError(f"{strategy.name}: {exc}", tail(log)) from exc
+            return _made(strategy, candidate, folder, log)
 
         try:
             lease, made = self.cache.obtain(key, identity, make)
@@ -226,7 +323,44 @@ class Builder:
             lease.release()
             raise
         facts = {**build.facts, "route": build.route, "cached": not made}
-        return replace(build, facts=facts, lease=lease)
+        held = lease if build.lease is None else Leases((lease, build.lease))
+        return replace(build, facts=facts, lease=held)
+
+
+def _made(strategy: Strategy, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+    """What the strategy made; any failure (a file system's, a repository's) is the build's:
+    a LaunchError with its reason, so the probe is skip and a resumed run says it again."""
+    try:
+        return strategy.make(candidate, out, log)
+    except LaunchError:
+        raise
+    except (OSError, ValueError, shutil.Error) as exc:
+        with log.open("a") as f:
+            f.write(f"{strategy.name}: {type(exc).__name__}: {exc}\n")
+        raise LaunchError(f"{strategy.name}: the build failed: {exc}", tail(log)) from None
+
+
+class Earlier:
+    """The strategies before one, as an overlay on `nearest` sees them (overlay.Earlier)."""
+
+    def __init__(self, builder: Builder, index: int) -> None:
+        self.builder = builder
+        self.index = index
+
+    def artifact(self, commit: str) -> str | None:
+        found = self.builder.artifact(Candidate(commit), self.index)
+        return self.builder.strategies[found].name if found is not None else None
+
+    def build(self, commit: str) -> Build:
+        base = Candidate(commit)
+        found = self.builder.artifact(base, self.index)
+        if found is None:
+            raise LaunchError(f"overlay: the base {base.short} has no precompiled artifact")
+        route = Route(self.builder.strategies[found].name, "the base of an overlay", found)
+        return self.builder.build_by(route, base)
+
+    def names(self) -> list[str]:
+        return [s.name for s in self.builder.strategies[: self.index]]
 
 
 GRACE_S = 5.0

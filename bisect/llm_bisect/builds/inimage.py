@@ -5,8 +5,9 @@ container of the base image, after copying the stage into it; the container is t
 committed as the derived image. Standard library only, Python 3.8 or newer.
 
     /llm-bisect-stage/manifest.json   {"kind": "overlay"|"wheel", "package": "vllm", ...}
-    overlay: files/<repo path>        written over the installed package (stale .pyc removed);
-             manifest "removed"       those files deleted
+    overlay: files/<repo path>        written over the installed package with their modes,
+                                      symlinks as symlinks (stale .pyc removed);
+             manifest "removed"       those files deleted (first)
     wheel:   <name>.whl               the installed package and its .dist-info removed, then
                                       the wheel unpacked where the package was
 
@@ -37,26 +38,36 @@ def _drop_pyc(path: str) -> None:
                 os.remove(os.path.join(cache, name))
 
 
+def _clear(dest: str) -> None:
+    if os.path.isdir(dest) and not os.path.islink(dest):
+        shutil.rmtree(dest)
+    elif os.path.lexists(dest):
+        os.remove(dest)
+
+
 def _overlay(site: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    removed = 0
+    for rel in manifest.get("removed", []):  # first: a file may come where a folder was
+        dest = os.path.join(site, rel)
+        if os.path.lexists(dest):
+            _clear(dest)
+            removed += 1
+        _drop_pyc(dest)
     files = os.path.join(STAGE, "files")
     written = 0
-    for root, _dirs, names in os.walk(files):
-        for name in names:
+    for root, dirs, names in os.walk(files):
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        for name in names + links:
             source = os.path.join(root, name)
             dest = os.path.join(site, os.path.relpath(source, files))
             os.makedirs(os.path.dirname(dest), exist_ok=True)
-            if os.path.lexists(dest):
-                os.remove(dest)
-            shutil.copyfile(source, dest)
+            _clear(dest)
+            if os.path.islink(source):
+                os.symlink(os.readlink(source), dest)
+            else:
+                shutil.copy2(source, dest)  # with its mode
             _drop_pyc(dest)
             written += 1
-    removed = 0
-    for rel in manifest.get("removed", []):
-        dest = os.path.join(site, rel)
-        if os.path.lexists(dest):
-            os.remove(dest)
-            removed += 1
-        _drop_pyc(dest)
     return {"written": written, "removed": removed}
 
 

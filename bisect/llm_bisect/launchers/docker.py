@@ -40,7 +40,7 @@ import docker.types
 from docker.models.containers import Container
 from docker.models.images import Image
 
-from ..builds import Builder, ImageStrategy, Route
+from ..builds import Builder, ImageStrategy, ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..config import DockerServerConfig, fill
 from ..errors import LaunchError, PortTaken, ServerExited
@@ -690,7 +690,7 @@ class DockerLauncher:
             return self._ensure(self.template_ref(candidate))
         if route.strategy is None:
             raise LaunchError(f"no build: {route.detail}")
-        return self._derived(candidate, route.strategy)
+        return self._derived(candidate, route)
 
     def _ensure(self, ref: str) -> Image:
         """An image in the engine, pulled when missing (as `pull` says)."""
@@ -710,41 +710,61 @@ class DockerLauncher:
         except docker.errors.DockerException as exc:
             raise LaunchError(f"docker: {_docker_message(exc)}") from exc
 
-    def _derived(self, candidate: Candidate, route: str) -> Image:
+    def _derived(self, candidate: Candidate, route: Route) -> Image:
         """The image derived from the candidate's build: found, or built now."""
-        assert self.builder is not None
-        target = self.builder.targets[route]
-        ref = derived_ref(candidate, route)
-        strategy = self.builder.strategy(route)
-        assert strategy is not None
-        key = self.builder.key(candidate, strategy)[0]
+        assert self.builder is not None and route.strategy is not None
+        target = self.builder.targets[route.index]
+        ref = derived_ref(candidate, route.strategy)
+        key = self.builder.key(candidate, route)[0]
         with self._pulling(ref):
-            base = self._ensure(target.base)
+            base_ref, base = self._base_image(candidate, route, target)
             image = self.deriver.find(ref, str(base.id), key)
             cached = image is not None
             if image is None:
                 build = self.builder.build(candidate)
                 try:
                     log = self.builder.log_of(candidate)
-                    image = self.deriver.derive(candidate, build, target, base, log, key)
+                    image = self.deriver.derive(
+                        candidate, build, replace(target, base=base_ref), base, log, key
+                    )
                 finally:
                     build.release()  # the image holds what it needs of the stage
                 facts = recorded(build.facts)
             else:
                 self.deriver.touch(image, ref)
                 labels = (image.attrs.get("Config") or {}).get("Labels") or {}
-                facts = {**_json_object(labels.get(BUILD_LABEL, "{}")), "route": route}
+                facts = {**_json_object(labels.get(BUILD_LABEL, "{}")), "route": route.strategy}
             self.build_facts[candidate.commit] = {
                 **facts,
                 "image": ref,
                 "image_id": str(image.id),
-                "base_image": target.base,
+                "base_image": base_ref,
                 "base_id": str(base.id),
                 "cached": cached,
             }
             for gone in self.deriver.sweep(self.builder.cache.budget_bytes, keep=ref):
                 self.report(f"build cache: removed {gone} (over the disk budget)")
         return image
+
+    def _base_image(
+        self, candidate: Candidate, route: Route, target: ImageTarget
+    ) -> tuple[str, Image]:
+        """The image a build is applied to: the strategy's, or (an overlay on `nearest`) the
+        base commit's own: its published image, or the image derived from its build."""
+        assert self.builder is not None
+        if target.base:
+            return target.base, self._ensure(target.base)
+        base, index = self.builder.base_of(candidate, route)
+        strategy = self.builder.strategies[index]
+        own = self.builder.targets.get(index)
+        if strategy.name == "image":
+            return self.template_ref(base), self._ensure(self.template_ref(base))
+        if strategy.name == "overlay" and own is not None and own.base:  # its base commit's
+            return own.base, self._ensure(own.base)
+        found = self.builder.route(base)
+        if found.index != index:
+            raise LaunchError(f"overlay: the base {base.short} is built by {found.strategy} now")
+        return derived_ref(base, strategy.name), self._derived(base, found)
 
     def keep_build_log(self, candidate: Candidate, probe_dir: Path) -> None:
         """The probe keeps its build's log, made now or before."""
@@ -855,7 +875,7 @@ class DockerLauncher:
                     ref = derived_ref(candidate, route.strategy)
                     if not self._has(ref):
                         t0 = self.clock()
-                        self._derived(candidate, route.strategy)
+                        self._derived(candidate, route)
                         self.stats.prefetched[ref] = self.clock() - t0
                     continue
                 if route is not None and route.strategy is None:

@@ -1,14 +1,96 @@
-"""A local git clone as a source of candidates (GitPython)."""
+"""A local git clone as a source of candidates (GitPython), and what builds read of it.
+
+Route facts (builds/overlay.py) come from the changes of each commit against its first
+parent, read for a whole range by one `git log` and parsed as they arrive:
+
+    \x01<commit> <parents>\0                      one header per commit
+    \n:<old mode> <new mode> <old blob> <new blob> <status>\0<path>\0   one per path
+"""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import git
 
 from ..errors import ConfigError
 from ..model import Candidate
+
+ABSENT = "000000 " + "0" * 40
+"""A path's entry where it does not exist: `<mode> <blob>` of nothing."""
+_RAW = ("--raw", "--no-renames", "--no-abbrev", "-z", "--diff-merges=first-parent", "--root")
+
+
+@dataclass(frozen=True)
+class Change:
+    """One path that differs between an older and a newer commit."""
+
+    path: str
+    old: str
+    """`<mode> <blob>` in the older commit; ABSENT where it was not there."""
+    new: str
+    """`<mode> <blob>` in the newer commit; ABSENT where it is gone."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """A commit and what it changed against its first parent."""
+
+    commit: str
+    parent: str | None
+    """Its first parent; None for a root commit."""
+    changes: tuple[Change, ...]
+
+
+def _tokens(stream: IO[bytes]) -> Iterator[str]:
+    """NUL-separated fields as they arrive (paths are bytes: undecodable ones survive)."""
+    rest = b""
+    while chunk := stream.read1(1 << 16):  # type: ignore[attr-defined]
+        rest += chunk
+        *done, rest = rest.split(b"\0")
+        for field in done:
+            yield field.decode("utf-8", "surrogateescape")
+    if rest:
+        yield rest.decode("utf-8", "surrogateescape")
+
+
+def parse_raw(fields: Iterable[str]) -> Iterator[Step | Change]:
+    """`git log`/`git diff` raw output (-z) as headers (a Step without changes yet) and the
+    changes that follow each. A path is taken by position, whatever bytes it holds."""
+    meta: str | None = None
+    for field in fields:
+        if meta is not None:
+            old_mode, new_mode, old_blob, new_blob = meta[1:].split(" ")[:4]
+            yield Change(field, f"{old_mode} {old_blob}", f"{new_mode} {new_blob}")
+            meta = None
+            continue
+        field = field.lstrip("\n")
+        if field.startswith("\x01"):
+            ids = field[1:].split()
+            yield Step(ids[0], ids[1] if len(ids) > 1 else None, ())
+        elif field.startswith(":"):
+            meta = field
+
+
+def parse_steps(fields: Iterable[str]) -> Iterator[Step]:
+    """`git log --raw -z --format=%x01%H %P` output as Steps."""
+    head: Step | None = None
+    changes: list[Change] = []
+    for item in parse_raw(fields):
+        if isinstance(item, Change):
+            changes.append(item)
+            continue
+        if head is not None:
+            yield Step(head.commit, head.parent, tuple(changes))
+        head, changes = item, []
+    if head is not None:
+        yield Step(head.commit, head.parent, tuple(changes))
+
 
 _FIELDS = 4
 _FORMAT = "%H%x00%s%x00%an <%ae>%x00%aI%x00"
@@ -81,6 +163,70 @@ class GitSource:
         """Paths that differ between two commits (added, changed, removed, renamed)."""
         out: str = self._repo.git.diff("--name-only", "--no-renames", "-z", old, new)
         return [p for p in out.split("\0") if p]
+
+    def _stream(self, args: Sequence[str], stdin: str = "") -> Iterator[Step]:
+        """Steps from one `git log` process, parsed as they arrive; the process ends with
+        the iterator (exhausted, closed or collected)."""
+        proc = subprocess.Popen(
+            ["git", "-C", str(self.path), "log", *_RAW, "--format=%x01%H %P", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            with suppress(BrokenPipeError):
+                proc.stdin.write(stdin.encode())
+            proc.stdin.close()
+            yield from parse_steps(_tokens(proc.stdout))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.stdout.close()
+            proc.wait()
+
+    def steps(self, commits: Sequence[str]) -> Iterator[Step]:
+        """Each of these commits with its changes against its first parent, in this order:
+        one `git log` for them all, read as far as the caller goes."""
+        return self._stream(["--no-walk=unsorted", "--stdin"], "".join(f"{c}\n" for c in commits))
+
+    def lineage(self, commit: str) -> Iterator[Step]:
+        """The commit and its first-parent ancestors, newest first, each with its changes."""
+        return self._stream(["--first-parent", commit, "--"])
+
+    def differences(self, old: str, new: str) -> list[Change]:
+        """Every path whose entry (mode and blob) differs between two commits."""
+        out = subprocess.run(
+            ["git", "-C", str(self.path), "diff", *_RAW[:4], old, new, "--"],
+            capture_output=True,
+        )
+        if out.returncode != 0:
+            why = out.stderr.decode(errors="replace").strip()
+            raise ConfigError(f"candidates.repo: git diff {old[:12]} {new[:12]} failed: {why}")
+        found = parse_raw(f.decode("utf-8", "surrogateescape") for f in out.stdout.split(b"\0"))
+        return [c for c in found if isinstance(c, Change)]
+
+    def blobs(self, ids: Sequence[str]) -> dict[str, bytes | None]:
+        """The bytes of these blobs (one `git cat-file --batch`); None for one the
+        repository does not hold."""
+        done = subprocess.run(
+            ["git", "-C", str(self.path), "cat-file", "--batch"],
+            input="".join(f"{i}\n" for i in ids).encode(),
+            capture_output=True,
+        )
+        out, at = done.stdout, 0
+        found: dict[str, bytes | None] = {}
+        for blob in ids:
+            end = out.find(b"\n", at)
+            header = out[at:end].split() if end >= 0 else []
+            if len(header) != 3:  # `<id> missing`, or git said nothing at all
+                found[blob] = None
+                at = end + 1 if end >= 0 else at
+                continue
+            size = int(header[2])
+            found[blob] = out[end + 1 : end + 1 + size]
+            at = end + 2 + size
+        return found
 
     def read(self, commit: str, path: str) -> bytes | None:
         """A file's bytes at a commit; None when the commit has no such file."""
