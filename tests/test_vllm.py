@@ -100,6 +100,9 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     the branch point (`base: nearest`), as VLLM_USE_PRECOMPILED builds it."""
     shas, root, out = bed["shas"], bed["root"], bed["root"] / "run"
     monkeypatch.setenv("UV_CACHE_DIR", str(root / "uv-cache"))
+    # the host makes a commit's 460 MB wheel when uv first asks for it: on a loaded machine
+    # that outlasts uv's 30 s read timeout (uv then exits 2 and the good end is skip)
+    monkeypatch.setenv("UV_HTTP_TIMEOUT", "900")
     picks = ("tokens", "config", "rope")
     t0 = time.monotonic()
     with WheelHost(bed["repo"], bed["package"], root / "wheels") as url:
