@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -664,6 +665,16 @@ def test_check_and_demo_leave_no_folder_behind(tmp_path: Path, history: Any) -> 
     assert done.returncode == 0, done.stderr
     assert list(tmp.iterdir()) == []
     assert (out / "report.md").exists() and (out / "demo" / "engine" / ".git").is_dir()
+    # the terminal and report.md give one wall time, from the result
+    said = re.search(r"demo: \d+ probes in (\S+)", done.stdout + done.stderr)
+    assert said is not None, done.stdout + done.stderr
+    assert f"· {said.group(1)} (" in (out / "report.md").read_text(), said.group(0)
+    subjects = subprocess.run(
+        ["git", "-C", str(out / "demo" / "engine"), "log", "--format=%s"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    titles = [re.sub(r" \(#\d+\)$", "", s) for s in subjects]
+    assert len(set(titles)) == len(titles), Counter(titles).most_common(3)
     again = cli_run("demo", "--out", str(out), env=env)  # the finished run is read back
     assert again.returncode == 0, again.stderr
     assert "probes resumed from the journal" in again.stderr or "finished probe" in again.stderr

@@ -838,7 +838,6 @@ def demo_cmd(
         out_dir = out or work / "out"
         how = f", {len(images)} images" if docker else ""
         term.say(f"demo: a {demo.N_COMMITS}-commit history in {repo_dir}{how}; config {config}")
-        t0 = time.monotonic()
         progress = TerminalProgress(term)
         try:
             s = _setup(term, config, progress)
@@ -848,7 +847,9 @@ def demo_cmd(
                 demo.remove_images(images)
         _print_answer(term, done.answer, out_dir)
         probes = len(done.result["probes"])
-        term.say(f"demo: {probes} probes in {time.monotonic() - t0:.1f}s")
+        started, ended = done.result.get("started_at"), done.result.get("ended_at")
+        wall = ended - started if started is not None and ended is not None else None
+        term.say(f"demo: {probes} probes in {duration(wall)}")  # the figure report.md gives
         found = done.answer.culprit
         if found is None or found.commit != shas[demo.CULPRIT_INDEX]:
             term.say("demo: the bisection did not land on the planted culprit")

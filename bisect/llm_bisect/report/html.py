@@ -181,11 +181,12 @@ def timeline_figure(doc: ResultDocument) -> go.Figure | None:
 
 
 LOGPROBS_CAPTION = (
-    "Solid: |Δlogprob| of the token both builds chose, position by position, up to where "
-    "their greedy tokens part (✕, both tokens named): there, how much less likely this build "
-    "finds the golden's token (▲ a lower bound: the golden's token is not even in this "
-    "build's top-k). Dotted: the golden's own continuation scored by this build "
-    "(teacher-forced), at every position, also after the texts part ways."
+    "Solid: |Δlogprob| of the token both builds chose, position by position, up to the "
+    "first position where their greedy tokens part (dashed line; labelled golden token → "
+    "this build's): there, how much less likely this build finds the golden's token (✕), or "
+    "at least how much (▲: the golden's token is not even in this build's top-k). Dotted: "
+    "the golden's own continuation scored by this build (teacher-forced) at every position, "
+    "also after the texts part ways. Hover a point for the logprobs."
 )
 
 
@@ -195,10 +196,10 @@ def _shown(token: dict[str, Any]) -> str:
     return repr(esc.plain(text)) if text else f"id {esc.plain(token.get('token', '?'))}"
 
 
-def _parting(divergence: dict[str, Any]) -> tuple[float, bool, str]:
+def _parting(divergence: dict[str, Any]) -> tuple[float, bool, str, str]:
     """At the first divergence: how much less likely the candidate finds the golden's token
-    (|Δlogprob|), whether that is only a lower bound (not in its top-k), and a sentence
-    naming both tokens."""
+    (|Δlogprob|), whether that is only a lower bound (not in its top-k), a label naming both
+    tokens, and a sentence with their logprobs."""
     golden, now = divergence["golden"], divergence["candidate"]
     top = {t["token"]: float(t["logprob"]) for t in now.get("top", [])}
     bound = golden["token"] not in top and bool(top)
@@ -214,7 +215,8 @@ def _parting(divergence: dict[str, Any]) -> tuple[float, bool, str]:
     )
     if bound:
         said += f"; the golden's token is not in this build's top-{len(top)}"
-    return drop, bound, said
+    label = f"{divergence['position']}: {_shown(golden)} → {_shown(now)}"
+    return drop, bound, label, said
 
 
 CAPTIONS = {"logprobs": esc.html_text(LOGPROBS_CAPTION)}
@@ -270,21 +272,24 @@ def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
         if not isinstance(first, int):
             continue
         if parting is not None:
-            drop, bound, said = parting
+            drop, bound, label, said = parting
         else:
-            drop, bound, said = 0.0, False, f"position {first}: one output ends here"
+            drop, bound = 0.0, False
+            label = said = f"{first}: one output ends here"
         fig.add_trace(
             go.Scatter(
                 x=[first], y=[drop], mode="markers", showlegend=False, legendgroup=str(n),
-                marker={"symbol": "x", "size": 13, "color": "#c62828"},
+                marker={
+                    "symbol": "triangle-up" if bound else "x", "size": 13, "color": "#c62828"
+                },
                 hovertext=[esc.html_text(said)], hoverinfo="text",
             )
         )  # fmt: skip
-        fig.add_vline(x=first, line_dash="dash", line_color="#c62828", opacity=0.5)
+        fig.add_vline(x=first, line_dash="dash", line_color="#c62828", opacity=0.4)
         fig.add_annotation(
-            x=first, y=drop, text=esc.html_text(("≥ " if bound else "") + said),
-            showarrow=True, arrowhead=2, ax=40, ay=-30 - 22 * n, xanchor="left",
-            font={"size": 11, "color": "#c62828"}, bgcolor="rgba(255,255,255,0.85)",
+            x=first, y=drop, text=esc.html_text(label), showarrow=True, arrowhead=2,
+            arrowcolor=colour, ax=60, ay=-20 - 24 * n, xanchor="left",
+            font={"size": 12, "color": colour}, bgcolor="rgba(255,255,255,0.85)",
         )  # fmt: skip
     fig.update_layout(
         title=f"|Δlogprob| per position: {_short(bad.commit)} vs the golden",
