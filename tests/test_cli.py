@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -857,3 +858,61 @@ def test_progress_counts_steps_left_and_an_eta() -> None:
     lines.phase(seq[0], "starting", 0.0)
     assert "[1/~6]" in plain.getvalue() and "16 candidate(s) left" in plain.getvalue()
     assert lines.live is None
+
+
+def test_o_names_a_folder_for_golden_too_and_a_file_still_works(
+    tmp_path: Path, history: Any
+) -> None:
+    """`-o DIR` is a folder for run, check and gate; given to golden or calibrate it wrote a
+    file named DIR (or failed on a folder). A folder gets DIR/golden.json, said on stderr;
+    `-o FILE` still names the file, as scripts use it."""
+    h: History = history({}, n=2)
+    config = str(h.config(checks=SIMPLE_CHECKS))
+    folder = tmp_path / "results"
+    folder.mkdir()
+    code, output = invoke("golden", config, "--candidate", h.shas[0], "-o", str(folder))
+    assert code == 0, output
+    assert json.loads((folder / "golden.json").read_text())["commit"] == h.shas[0]
+    assert f"-o {folder} is a folder: the golden goes to {folder / 'golden.json'}" in output
+    named = tmp_path / "mine.json"
+    code, output = invoke("golden", config, "--candidate", h.shas[0], "-o", str(named))
+    assert code == 0 and json.loads(named.read_text())["commit"] == h.shas[0], output
+
+
+class _Tty(io.StringIO):
+    """A stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("stream", "environ", "coloured"),
+    [
+        (_Tty, {}, True),
+        (_Tty, {"NO_COLOR": "1"}, False),  # https://no-color.org
+        (_Tty, {"TERM": "dumb"}, False),
+        (io.StringIO, {}, False),  # a pipe, a CI log
+        (io.StringIO, {"FORCE_COLOR": "1"}, True),
+    ],
+)
+def test_verdicts_and_errors_are_coloured_on_a_terminal_only(
+    stream: type[io.StringIO], environ: dict[str, str], coloured: bool
+) -> None:
+    from rich.console import Console
+
+    from llm_bisect.cli import Terminal, TerminalProgress
+    from llm_bisect.model import Candidate, ProbeOutcome, Verdict
+
+    err = stream()
+    term = Terminal(err=err, environ=environ)
+    progress = TerminalProgress(term, console=Console(file=io.StringIO()))
+    bad = Candidate("b" * 40, subject="[Kernel] x")
+    progress.finished(bad, ProbeOutcome(bad.commit, Verdict.BAD, "canary failed", (), {}))
+    term.error("candidates.good: no such ref 'x'")
+    text = err.getvalue()
+    assert ("\x1b[" in text) is coloured, repr(text)
+    assert re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines() == [
+        f"[1] {bad.short} BAD          0.0s  canary failed",
+        "llm-bisect: error: candidates.good: no such ref 'x'",
+    ]
