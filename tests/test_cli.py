@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -664,6 +666,16 @@ def test_check_and_demo_leave_no_folder_behind(tmp_path: Path, history: Any) -> 
     assert done.returncode == 0, done.stderr
     assert list(tmp.iterdir()) == []
     assert (out / "report.md").exists() and (out / "demo" / "engine" / ".git").is_dir()
+    # the terminal and report.md give one wall time, from the result
+    said = re.search(r"demo: \d+ probes in (\S+)", done.stdout + done.stderr)
+    assert said is not None, done.stdout + done.stderr
+    assert f"· {said.group(1)} (" in (out / "report.md").read_text(), said.group(0)
+    subjects = subprocess.run(
+        ["git", "-C", str(out / "demo" / "engine"), "log", "--format=%s"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    titles = [re.sub(r" \(#\d+\)$", "", s) for s in subjects]
+    assert len(set(titles)) == len(titles), Counter(titles).most_common(3)
     again = cli_run("demo", "--out", str(out), env=env)  # the finished run is read back
     assert again.returncode == 0, again.stderr
     assert "probes resumed from the journal" in again.stderr or "finished probe" in again.stderr
@@ -846,3 +858,61 @@ def test_progress_counts_steps_left_and_an_eta() -> None:
     lines.phase(seq[0], "starting", 0.0)
     assert "[1/~6]" in plain.getvalue() and "16 candidate(s) left" in plain.getvalue()
     assert lines.live is None
+
+
+def test_o_names_a_folder_for_golden_too_and_a_file_still_works(
+    tmp_path: Path, history: Any
+) -> None:
+    """`-o DIR` is a folder for run, check and gate; given to golden or calibrate it wrote a
+    file named DIR (or failed on a folder). A folder gets DIR/golden.json, said on stderr;
+    `-o FILE` still names the file, as scripts use it."""
+    h: History = history({}, n=2)
+    config = str(h.config(checks=SIMPLE_CHECKS))
+    folder = tmp_path / "results"
+    folder.mkdir()
+    code, output = invoke("golden", config, "--candidate", h.shas[0], "-o", str(folder))
+    assert code == 0, output
+    assert json.loads((folder / "golden.json").read_text())["commit"] == h.shas[0]
+    assert f"-o {folder} is a folder: the golden goes to {folder / 'golden.json'}" in output
+    named = tmp_path / "mine.json"
+    code, output = invoke("golden", config, "--candidate", h.shas[0], "-o", str(named))
+    assert code == 0 and json.loads(named.read_text())["commit"] == h.shas[0], output
+
+
+class _Tty(io.StringIO):
+    """A stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(
+    ("stream", "environ", "coloured"),
+    [
+        (_Tty, {}, True),
+        (_Tty, {"NO_COLOR": "1"}, False),  # https://no-color.org
+        (_Tty, {"TERM": "dumb"}, False),
+        (io.StringIO, {}, False),  # a pipe, a CI log
+        (io.StringIO, {"FORCE_COLOR": "1"}, True),
+    ],
+)
+def test_verdicts_and_errors_are_coloured_on_a_terminal_only(
+    stream: type[io.StringIO], environ: dict[str, str], coloured: bool
+) -> None:
+    from rich.console import Console
+
+    from llm_bisect.cli import Terminal, TerminalProgress
+    from llm_bisect.model import Candidate, ProbeOutcome, Verdict
+
+    err = stream()
+    term = Terminal(err=err, environ=environ)
+    progress = TerminalProgress(term, console=Console(file=io.StringIO()))
+    bad = Candidate("b" * 40, subject="[Kernel] x")
+    progress.finished(bad, ProbeOutcome(bad.commit, Verdict.BAD, "canary failed", (), {}))
+    term.error("candidates.good: no such ref 'x'")
+    text = err.getvalue()
+    assert ("\x1b[" in text) is coloured, repr(text)
+    assert re.sub(r"\x1b\[[0-9;]*m", "", text).splitlines() == [
+        f"[1] {bad.short} BAD          0.0s  canary failed",
+        "llm-bisect: error: candidates.good: no such ref 'x'",
+    ]

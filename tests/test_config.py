@@ -345,3 +345,26 @@ def test_a_golden_is_stale_when_what_shapes_its_outputs_changes_only() -> None:
     assert check() == check(max_abs_delta=0.5, top_k=5, teacher_mean_abs_delta=1.0)
     assert check() != check(prompts=["Say hi."]) != check(max_tokens=8)
     assert check() != check(extra_body={"reasoning_effort": "low"})
+
+
+def test_the_config_schema_is_published_and_explains_every_key() -> None:
+    """schemas/config.schema.json is what `llm-bisect schema` prints, and every key in it has
+    a description (an editor with the YAML language server shows it on hover)."""
+    import json
+
+    shipped = Path(__file__).parent.parent / "schemas" / "config.schema.json"
+    assert shipped.exists(), "publish it: llm-bisect schema > schemas/config.schema.json"
+    printed = CliRunner().invoke(cli, ["schema"]).output
+    assert json.loads(shipped.read_text()) == json.loads(printed), (
+        "regenerate schemas/config.schema.json with `llm-bisect schema`"
+    )
+    schema = json.loads(printed)
+    models = {"Config": schema, **schema["$defs"]}
+    bare = [
+        f"{model}.{key}"
+        for model, node in models.items()
+        for key, prop in node.get("properties", {}).items()
+        if not prop.get("description")
+    ]
+    assert bare == []
+    assert "`docker`" in models["DockerServerConfig"]["properties"]["launcher"]["description"]

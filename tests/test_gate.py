@@ -26,6 +26,7 @@ from helpers import (
 from llm_bisect.journal import read_events
 from llm_bisect.launchers.common import LINE_CHARS
 from llm_bisect.report.documents import GateDocument, ResultDocument
+from llm_bisect.report.gate import render_junit
 from test_cli import held_history, invoke, launched
 
 
@@ -84,6 +85,16 @@ def test_block_on_a_bad_candidate_with_json_and_junit(tmp_path: Path, history: A
     report = (out / "report.md").read_text()
     assert "BLOCK: the release candidate regressed" in report
     assert "| canary | **FAIL** |" in report and "First divergence from the golden" in report
+    # the golden keeps the good build's fingerprint; the gate compares the two builds
+    kept = json.loads(golden.read_text())["fingerprint"]
+    assert kept["server"]["system_fingerprint"] == f"sim-0.1.0-{h.shas[0][:12]}", kept
+    assert "<b>Builds compared</b>" in report, report
+    assert f"| | golden `{h.shas[0][:12]}` | candidate `{h.shas[-1][:12]}` |" in report
+    assert f"sim-0.1.0-{h.shas[0][:12]}" in report and f"sim-0.1.0-{h.shas[-1][:12]}" in report
+    # a viewer splits a JUnit classname at its dots: none in ours, whatever the ref holds
+    assert {c.get("classname") for c in suite} == {f"llm-bisect/gate/{h.shas[-1]}"}
+    tagged = render_junit(gate_of(out).model_copy(update={"candidate_ref": "v0.27.0"}))
+    assert {c.get("classname") for c in ET.fromstring(tagged)} == {"llm-bisect/gate/v0_27_0"}
 
 
 def test_inconclusive_on_a_candidate_that_cannot_start(tmp_path: Path, history: Any) -> None:

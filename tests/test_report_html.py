@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
 import shutil
@@ -13,10 +15,15 @@ from typing import Any
 import pytest
 
 from helpers import HOSTILE_LINE, HOSTILE_LOG, History, github_render
-from llm_bisect.report.documents import ResultDocument
-from llm_bisect.report.html import ERRORS_ID, render_html
-from llm_bisect.report.markdown import render_markdown
+from llm_bisect.checks.golden import Golden, Sections
+from llm_bisect.checks.logprobs import LogprobsCheck
+from llm_bisect.client import OpenAIClient
+from llm_bisect.model import Verdict
+from llm_bisect.report.documents import CheckDoc, ProbeDoc, ResultDocument
+from llm_bisect.report.html import ERRORS_ID, logprob_figure, render_html
+from llm_bisect.report.markdown import divergences, render_markdown
 from test_cli import invoke
+from test_client import sim
 from test_report import golden_result
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome")
@@ -94,6 +101,9 @@ def test_report_html_renders_every_plot_in_chromium(tmp_path: Path, history: Any
     result = ResultDocument.model_validate_json((out / "result.json").read_bytes())
     assert result.narrowing[-1].hi - result.narrowing[-1].lo == 1  # narrowed to one
     assert h.shas[9][:12] in dom
+    # the golden this run recorded from the good end keeps that build's fingerprint
+    kept = json.loads((out / "golden.json").read_text())["fingerprint"]
+    assert kept["server"]["system_fingerprint"] == f"sim-0.1.0-{h.shas[0][:12]}", kept
 
 
 def test_a_plot_without_data_says_why(tmp_path: Path, history: Any) -> None:
@@ -150,3 +160,51 @@ def test_a_repository_address_is_a_link_only_over_http(url: str) -> None:
         hrefs(page) == [] and "<img" not in page.split("<h2>Probes</h2>")[0].split("</script>")[-1]
     )
     assert github_render(render_markdown(doc)).problems == []  # no link at all
+
+
+def diverging_probe(fault: str = "degenerate-reasoning") -> ProbeDoc:
+    """A probe whose logprobs check ran on the simulator against a healthy build's golden:
+    with `degenerate-reasoning` the greedy tokens part at position 2 ('I'm doing well' →
+    'I'm doing we'), while the teacher-forced scores of the golden's tokens are unchanged."""
+    check = LogprobsCheck([DIVERGING_PROMPT])
+    with sim() as url, OpenAIClient(url) as api:
+        section = check.record(api)
+    golden = Golden(version=2, commit="a" * 40, checks=Sections(logprobs=section))
+    with sim(fault) as url, OpenAIClient(url) as api:
+        result = check.run(api, golden)
+    return ProbeDoc(
+        commit="b" * 40,
+        verdict=Verdict.BAD if not result.passed else Verdict.GOOD,
+        checks=[CheckDoc.model_validate(result.to_json())],
+    )
+
+
+DIVERGING_PROMPT = "hello how are you"
+
+
+def test_the_logprob_plot_shows_where_the_tokens_part() -> None:
+    """A flat zero line hid a build whose tokens part at position 2: the plot's data is not
+    all zero, position 2 is marked, and the two tokens are named there."""
+    bad = diverging_probe()
+    (case,) = bad.checks[0].details["cases"]
+    assert case["first_divergence"] == 2 and set(case["teacher_deltas"]) == {0.0}
+    fig = logprob_figure(bad)
+    assert fig is not None
+    ys = [y for trace in fig.data for y in (trace.y or ()) if y is not None]
+    assert any(y > 0 for y in ys), ys
+    marked = [t for t in fig.data if t.x is not None and list(t.x) == [2]]
+    assert marked, [list(t.x or ()) for t in fig.data]
+    shown = html.unescape(" ".join(str(a.text) for a in fig.layout.annotations))
+    assert "' well,'" in shown and "' we'" in shown, shown
+
+
+def test_top_k_alternatives_show_their_text() -> None:
+    """report.md printed every top-k alternative as '' (the server's /detokenize did not
+    know them): each shows its id and its text."""
+    bad = diverging_probe()
+    (case,) = bad.checks[0].details["cases"]
+    tops = case["divergence"]["golden"]["top"] + case["divergence"]["candidate"]["top"]
+    assert len(tops) > 2 and all(t["text"] for t in tops), tops
+    md = "\n".join(divergences(bad))
+    assert "''" not in md, md
+    assert all(t["token"] in md for t in tops), md

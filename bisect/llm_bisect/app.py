@@ -63,6 +63,7 @@ from .errors import (
     LocalizeError,
     RequestRejected,
 )
+from .fingerprint import differences as fingerprint_differences
 from .journal import Span
 from .launchers import Instrument, Launcher, Server
 from .launchers.devices import EXAMPLE, cuda_visible, slot_devices
@@ -70,7 +71,7 @@ from .launchers.process import ProcessLauncher
 from .localize import localize as localize_results
 from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
 from .outdir import hold, prepare
-from .probe import ProbeContext, Progress, probe
+from .probe import ProbeContext, Progress, probe, served_facts, startup_facts
 from .redact import Scrub, url_credentials
 from .registry import parse_image_ref
 from .report.documents import (
@@ -80,6 +81,7 @@ from .report.documents import (
     GateDocument,
     GoldenRef,
     ResultDocument,
+    Sides,
 )
 from .report.gate import (
     DECISION_OF,
@@ -648,12 +650,20 @@ def check_one(
 
 
 @contextmanager
-def serving(s: Setup, candidate: Candidate, out_dir: Path, run_id: str) -> Iterator[OpenAIClient]:
-    """One ready server for a candidate (golden, calibrate); untestable is an error here."""
+def serving(
+    s: Setup,
+    candidate: Candidate,
+    out_dir: Path,
+    run_id: str,
+    facts: dict[str, Any] | None = None,
+) -> Iterator[OpenAIClient]:
+    """One ready server for a candidate (golden, calibrate); untestable is an error here.
+    `facts`, when given, is filled with the build's fingerprint once the server stopped."""
+    probe_dir = out_dir / "probes" / candidate.short
     with hold(out_dir), s.launcher(run_id) as launcher:
         for line in launcher.reap():
             s.report(line)
-        with launcher.launch(candidate, out_dir / "probes" / candidate.short) as server:
+        with launcher.launch(candidate, probe_dir) as server:
             try:
                 server.wait_ready()
             except LaunchError as exc:
@@ -661,14 +671,20 @@ def serving(s: Setup, candidate: Candidate, out_dir: Path, run_id: str) -> Itera
                 raise LaunchError(f"{candidate.short} could not be tested: {exc}{tail}") from None
             with s.client(server) as api:
                 yield api
+                if facts is not None:
+                    facts.update(served_facts(api, server))
+    if facts is not None:
+        facts.update(startup_facts(probe_dir))
 
 
 def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> Golden:
     """The `golden` command: record every check's reference from one (good) build."""
     candidate = s.resolve(ref, "--candidate")
     prepare(path.parent, "--output")
-    with serving(s, candidate, out_dir, run_id_of(out_dir, "golden")) as api:
+    facts: dict[str, Any] = {}
+    with serving(s, candidate, out_dir, run_id_of(out_dir, "golden"), facts) as api:
         data = golden_record(api, s.checks, candidate.commit, s.golden_identity())
+    data = data.model_copy(update={"fingerprint": facts})
     golden_save(path, data, s.scrub)
     return data
 
@@ -742,13 +758,16 @@ def calibrate(
     results: dict[str, list[CheckResult]] = {c.name: [] for c in s.checks}
     flagged = 0
     for start in range(1 + restarts):
-        with serving(s, candidate, out_dir, run_id_of(out_dir, f"calibrate-{start}")) as api:
+        facts: dict[str, Any] = {}
+        run_id = run_id_of(out_dir, f"calibrate-{start}")
+        with serving(s, candidate, out_dir, run_id, facts) as api:
             golden = store.ensure(api, candidate.commit)
             for _ in range(runs):
                 found = [check.run(api, golden) for check in s.checks]
                 flagged += not all(r.passed for r in found)
                 for check, result in zip(s.checks, found, strict=True):
                     results[check.name].append(result)
+        store.keep(candidate.commit, facts)
     assert store.data is not None
     noise = {c.name: n for c in s.checks if (n := c.noise(results[c.name])) is not None}
     calibration = GoldenCalibration.model_validate(
@@ -1002,6 +1021,16 @@ BISECT_DIR = "bisect"
 """Where `gate --bisect-on-block` bisects, inside the gate's folder."""
 
 
+def compared_builds(golden: Golden, outcome: ProbeOutcome) -> Sides | None:
+    """The golden's build and a candidate's, side by side, when both are known."""
+    if not golden.fingerprint or not outcome.fingerprint:
+        return None
+    differ = fingerprint_differences(golden.fingerprint, outcome.fingerprint)
+    old = {"commit": golden.commit, **golden.fingerprint}
+    new = {"commit": outcome.commit, **outcome.fingerprint}
+    return Sides(old=old, new=new, differences=differ)
+
+
 def _write_gate(out_dir: Path, doc: GateDocument, scrub: Scrub, junit: Path | None) -> None:
     clean = GateDocument.model_validate(scrub.doc(doc.model_dump(mode="json")))
     write_atomic(out_dir / GATE_FILE, json.dumps(clean.model_dump(mode="json"), indent=2) + "\n")
@@ -1077,6 +1106,7 @@ def run_gate(
             candidate=CandidateDoc(**candidate.to_json()),
             golden=GoldenRef(path=str(path), commit=golden.commit, recorded=recorded),
             probe=probe_doc(outcome, candidate.subject, Span(started, time.time())),
+            fingerprints=compared_builds(golden, outcome),
             warnings=golden_warnings(golden),
             context=Context(**context),
             config_digest=digest,

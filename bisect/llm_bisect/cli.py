@@ -11,7 +11,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,12 +78,19 @@ class Terminal:
     """What a command prints: lines on stdout (answers) and stderr (progress, errors).
 
     Every line passes through the run's Scrub, so a secret a server echoed
-    never reaches the screen or a CI log.
+    never reaches the screen or a CI log. Verdicts and errors are coloured where the stream
+    is a terminal, unless NO_COLOR is set or TERM is dumb (FORCE_COLOR colours a pipe too).
     """
 
-    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        out: TextIO | None = None,
+        err: TextIO | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self._out = out
         self._err = err
+        self._environ = os.environ if environ is None else environ
         self.scrub = Scrub()
         self.closers: list[Callable[[], None]] = []
         """Called when the command ends, however it ends (a live progress line)."""
@@ -101,6 +108,34 @@ class Terminal:
 
     def say(self, text: str) -> None:
         print(self.scrub.text(text), file=self._err or sys.stderr, flush=True)
+
+    def paint(self, text: str, colour: str) -> str:
+        """`text` in `colour` (an SGR code) where stderr is a terminal; else as it is. For
+        words llm-bisect writes itself (a verdict, `error:`), never for text from outside."""
+        if self.coloured(self._err or sys.stderr):
+            return f"\x1b[{colour}m{text}\x1b[0m"
+        return text
+
+    def error(self, message: str) -> None:
+        self.say(f"llm-bisect: {self.paint('error:', RED)} {message}")
+
+    def coloured(self, stream: TextIO) -> bool:
+        """Whether to colour what goes to `stream` (https://no-color.org)."""
+        if self._environ.get("NO_COLOR"):
+            return False
+        if self._environ.get("FORCE_COLOR"):
+            return True
+        isatty = getattr(stream, "isatty", None)
+        return self._environ.get("TERM") != "dumb" and bool(isatty and isatty())
+
+
+RED, GREEN, GREY, ORANGE = "1;31", "1;32", "90", "1;33"
+VERDICT_COLOURS = {
+    Verdict.GOOD: GREEN,
+    Verdict.BAD: RED,
+    Verdict.SKIP: GREY,
+    Verdict.UNSURE: ORANGE,
+}
 
 
 class _Terminated(KeyboardInterrupt):
@@ -130,7 +165,7 @@ def guarded(fn: Callable[[Terminal], T], codes: ExitCodes = ExitCodes()) -> T:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
 
     def fail(message: str, code: int) -> NoReturn:
-        term.say(f"llm-bisect: error: {message}")
+        term.error(message)
         raise typer.Exit(code)
 
     try:
@@ -299,8 +334,11 @@ class TerminalProgress:
             total = outcome.timings.get("total", 0.0)
             if outcome.timings and outcome.reason != CANCELLED:
                 self.durations.append(total)
+            verdict = outcome.verdict
+            word = self.term.paint(verdict.value.upper(), VERDICT_COLOURS[verdict])
+            pad = " " * (9 - len(verdict.value))
             self.term.say(
-                f"{self._of(step)} {candidate.short} {outcome.verdict.value.upper():<9} "
+                f"{self._of(step)} {candidate.short} {word}{pad} "
                 f"{total:6.1f}s  {_printable(outcome.reason)[:100]}"
             )
 
@@ -489,12 +527,25 @@ def _work_dir(given: Path | None, prefix: str) -> Iterator[Path]:
 GoldenOut = Annotated[
     Path | None,
     typer.Option(
-        "--output", "-o", help="The golden file (default: the config's golden, else ./golden.json)."
+        "--output",
+        "-o",
+        help="The golden file (default: the config's golden, else ./golden.json); a folder "
+        "(one that exists, or ending in /) gets golden.json in it, as -o is a folder for "
+        "run, check and gate.",
     ),
 ]
 ProbeDir = Annotated[
     Path | None, typer.Option("--out", help="Folder that keeps server logs (default: none kept).")
 ]
+
+
+def _golden_file(term: Terminal, output: Path | None) -> Path | None:
+    """`-o` as golden and calibrate take it: a file, or a folder to hold golden.json."""
+    if output is None or not (output.is_dir() or str(output).endswith(("/", os.sep))):
+        return output
+    path = output / "golden.json"
+    term.say(f"-o {output} is a folder: the golden goes to {path}")
+    return path
 
 
 @cli.command("golden")
@@ -508,7 +559,7 @@ def golden_cmd(
 
     def body(term: Terminal) -> int:
         s = _setup(term, config)
-        path = app.golden_file_of(s, output)
+        path = app.golden_file_of(s, _golden_file(term, output))
         with _work_dir(out, "llm-bisect-golden-") as work:
             data = app.record_golden(s, candidate, path, work)
         term.out(f"golden of {data.commit}: {path}")
@@ -532,7 +583,7 @@ def calibrate_cmd(
 
     def body(term: Terminal) -> int:
         s = _setup(term, config)
-        path = app.golden_file_of(s, output)
+        path = app.golden_file_of(s, _golden_file(term, output))
         with _work_dir(out, "llm-bisect-calibrate-") as work:
             found = app.calibrate(s, candidate, path, work, runs, restarts)
         term.out(f"calibrated over {found.runs} runs, {1 + restarts} server start(s): {path}")
@@ -838,7 +889,6 @@ def demo_cmd(
         out_dir = out or work / "out"
         how = f", {len(images)} images" if docker else ""
         term.say(f"demo: a {demo.N_COMMITS}-commit history in {repo_dir}{how}; config {config}")
-        t0 = time.monotonic()
         progress = TerminalProgress(term)
         try:
             s = _setup(term, config, progress)
@@ -848,7 +898,9 @@ def demo_cmd(
                 demo.remove_images(images)
         _print_answer(term, done.answer, out_dir)
         probes = len(done.result["probes"])
-        term.say(f"demo: {probes} probes in {time.monotonic() - t0:.1f}s")
+        started, ended = done.result.get("started_at"), done.result.get("ended_at")
+        wall = ended - started if started is not None and ended is not None else None
+        term.say(f"demo: {probes} probes in {duration(wall)}")  # the figure report.md gives
         found = done.answer.culprit
         if found is None or found.commit != shas[demo.CULPRIT_INDEX]:
             term.say("demo: the bisection did not land on the planted culprit")

@@ -39,7 +39,9 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True
+    )
 
 
 class CandidatesConfig(_Strict):
@@ -124,6 +126,7 @@ class ProcessServerConfig(_ServerBase, _SlotGpus):
     """A local command per candidate."""
 
     launcher: Literal["process"] = "process"
+    """`process`: the server runs as a local process group."""
     command: list[str] = Field(min_length=1)
     """argv template; `{commit}`, `{short}`, `{port}`, `{gpus}` (the slot's devices, comma
     separated) are filled in. Never run through a shell."""
@@ -139,13 +142,16 @@ class ProcessServerConfig(_ServerBase, _SlotGpus):
 
 class UlimitConfig(_Strict):
     soft: int
+    """The soft limit."""
     hard: int
+    """The hard limit."""
 
 
 class PrefetchConfig(_Strict):
     """Pulling the images that could be probed next while one probe runs."""
 
     enabled: bool = True
+    """Pull the images of the candidates that could be probed next."""
     disk_budget_gb: float = Field(default=100.0, ge=0, allow_inf_nan=False)
     """Prefetched images may take at most this much disk at a time."""
 
@@ -154,6 +160,7 @@ class RegistryConfig(_Strict):
     """Credentials for the registry's manifest API (Docker Hub works anonymously)."""
 
     username: str | None = None
+    """The registry login; `${VAR}` takes VAR from the caller."""
     password: str | None = None
     """`${VAR}` takes VAR from the caller; never written out."""
 
@@ -162,6 +169,7 @@ class DockerServerConfig(_ServerBase, _SlotGpus):
     """One container image per candidate, through the Docker engine."""
 
     launcher: Literal["docker"]
+    """`docker`: one container per probe, on a Docker engine."""
     image: str
     """Image template, e.g. `vllm/vllm-openai:nightly-{commit}` (`{commit}`, `{short}`)."""
     docker_hosts: list[str] = Field(default_factory=list)
@@ -181,7 +189,9 @@ class DockerServerConfig(_ServerBase, _SlotGpus):
     volumes: list[str] = Field(default_factory=list)
     """`HOST:CONTAINER[:ro]`; relative host paths are relative to the config file."""
     entrypoint: list[str] | None = None
+    """Replaces the image's entrypoint; default: the image's."""
     user: str | None = None
+    """The user the container runs as (`uid[:gid]`); default: the image's."""
     ulimits: dict[str, int | UlimitConfig] = Field(default_factory=dict)
     """e.g. `{memlock: -1, stack: 67108864}`."""
     network_mode: str | None = None
@@ -194,7 +204,9 @@ class DockerServerConfig(_ServerBase, _SlotGpus):
     """Run an init as PID 1 (Docker's `--init`), so a server that ignores SIGTERM as PID 1
     still stops when the container is stopped."""
     prefetch: PrefetchConfig = Field(default_factory=PrefetchConfig)
+    """Pulling the next probes' images while one runs."""
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
+    """Credentials for the registry's manifest API (tags, digests)."""
 
     @field_validator("image")
     @classmethod
@@ -220,16 +232,21 @@ class SlurmServerConfig(ProcessServerConfig):
     `scancel` on every exit path. The command runs on the allocated node(s)."""
 
     launcher: Literal["slurm"]  # type: ignore[assignment]
+    """`slurm`: one job per probe (`sbatch`), on one or several nodes."""
     partition: str | None = None
+    """`--partition`; default: the cluster's."""
     nodes: int = Field(default=1, ge=1, le=64)
     """Nodes per probe (two for DP across two 4-GPU GB200 nodes)."""
     gpus_per_node: int | None = Field(default=None, ge=1)
+    """`--gpus-per-node`."""
     gres: str | None = None
     """`--gres`, e.g. `gpu:b300:8`, where the cluster wants that instead of gpus_per_node."""
     time: str | None = None
     """The job's time limit, as sbatch takes it (`02:00:00`)."""
     account: str | None = None
+    """`--account`; default: yours."""
     exclusive: bool = False
+    """`--exclusive`: the job's nodes are shared with no other job."""
     sbatch_args: list[str] = Field(default_factory=list)
     """More `sbatch` options, one per item (`--qos=high`, `--constraint=gb200`)."""
     worker_command: list[str] | None = None
@@ -238,6 +255,7 @@ class SlurmServerConfig(ProcessServerConfig):
     container_image: str | None = None
     """Run the command in this image through `srun --container-image` (pyxis/enroot)."""
     container_mounts: list[str] = Field(default_factory=list)
+    """pyxis `--container-mounts` (`SRC:DST[:FLAGS]`), with `container_image`."""
     port: int | None = Field(default=None, ge=1, le=65535)
     """The server's port on the node; default: a free port of this host (one per probe)."""
     host: str = "{node}"
@@ -359,6 +377,7 @@ class CanaryConfig(_Asks):
     """Degeneration canary on content and reasoning."""
 
     type: Literal["canary"]
+    """`canary`: degenerate text or null content on short fixed prompts."""
     prompts: list[str] = Field(default_factory=lambda: list(CHAT_PROMPTS), min_length=1)
     """Short fixed prompts sent with greedy sampling."""
 
@@ -367,7 +386,9 @@ class ExpectCase(_Strict):
     """A prompt and a regular expression its content must match."""
 
     prompt: str
+    """The prompt, sent with greedy sampling."""
     match: str
+    """A regular expression the answer's content must match (re.search)."""
 
     @field_validator("match")
     @classmethod
@@ -383,12 +404,14 @@ class ExpectConfig(_Asks):
     """Prompts with known answers."""
 
     type: Literal["expect"]
+    """`expect`: prompts with a known answer."""
     cases: list[ExpectCase] = Field(
         default_factory=lambda: [
             ExpectCase(prompt="What is 2+2? Reply with the number only.", match=r"^\s*4\b")
         ],
         min_length=1,
     )
+    """The prompts and the pattern each answer must match."""
     max_tokens: int = Field(default=64, gt=0, le=MAX_TOKENS)
     """The first token budget per prompt (reasoning and content share it)."""
 
@@ -399,12 +422,15 @@ class LogprobsConfig(_Asks):
     Its budget never grows: it compares the first `max_tokens` tokens, reasoning included."""
 
     type: Literal["logprobs"]
+    """`logprobs`: token ids and top-k logprobs against the golden."""
     prompts: list[str] = Field(
         default_factory=lambda: [*CHAT_PROMPTS, "Name three colours."], min_length=1
     )
+    """The prompts whose greedy tokens are compared, sent as chat messages."""
     max_tokens: int = Field(default=32, gt=0, le=MAX_TOKENS)
     """Tokens compared per prompt."""
     top_k: int = Field(default=5, ge=1, le=20)
+    """Alternatives recorded per position (`top_logprobs`)."""
     max_abs_delta: float | None = Field(default=None, gt=0)
     """|Δlogprob| allowed on agreeing tokens; default: from calibration."""
     teacher_mean_abs_delta: float | None = Field(default=None, gt=0)
@@ -417,6 +443,7 @@ class EvalConfig(_Asks):
     """A small GSM8K-format accuracy eval against the golden's accuracy."""
 
     type: Literal["eval"]
+    """`eval`: GSM8K-format accuracy against the golden's."""
     path: str | None = None
     """GSM8K-format JSONL or parquet (`question`, `answer` ending in `#### N`), relative to the
     config; default: the bundled set."""
@@ -425,13 +452,16 @@ class EvalConfig(_Asks):
     dataset_config: str | None = None
     """Its config name (`main` for openai/gsm8k, the default there)."""
     split: str = "test"
+    """The dataset split to read (with `dataset`)."""
     format: Literal["instruct", "vllm"] = "instruct"
     """Prompt and extraction: `instruct` ("... end with 'The answer is N.'") or `vllm`
     (vLLM's own few-shot "Question: ...\nAnswer:" prompts, the last integer)."""
     shots: int = Field(default=5, ge=0, le=32)
     """Worked examples before each question in the `vllm` format."""
     limit: int | None = Field(default=None, gt=0)
+    """The first this-many problems only; default: all."""
     concurrency: int = Field(default=8, ge=1, le=256)
+    """Requests in flight at once."""
     tolerance: float | None = Field(default=None, ge=0, le=1)
     """Accuracy drop allowed beyond chance (which the paired test judges); default 0."""
     null_share_jump: float = Field(default=0.1, ge=0, le=1)
@@ -495,6 +525,7 @@ class LocalizeConfig(_Strict):
     run once more with llm-bisect's worker extension (vLLM, eager mode)."""
 
     enabled: bool = True
+    """Localise the culprit's effect after a run finds it."""
     prompt: str = Field(default=LOCALIZE_PROMPT, min_length=1)
     """Its tokens and the good build's greedy continuation are fed to both builds."""
     tokens: int = Field(default=16, ge=0, le=512)
@@ -597,6 +628,7 @@ class ImageStrategy(_Strict):
     """Today's behaviour: the launcher's image template (Docker launcher only)."""
 
     type: Literal["image"]
+    """`image`: the launcher's image template names the commit's image."""
 
 
 class OverlayStrategy(_Strict):
@@ -605,6 +637,7 @@ class OverlayStrategy(_Strict):
     ancestor that a strategy before this one has a precompiled artifact of."""
 
     type: Literal["overlay"]
+    """`overlay`: the commit's files over a precompiled install."""
     venv: str | None = None
     """Process launcher: a venv whose site-packages holds the precompiled package (relative
     to the config)."""
@@ -658,10 +691,12 @@ class WheelStrategy(_Strict):
     """The commit's wheel from a per-commit PEP 503 index, installed by uv into a fresh venv."""
 
     type: Literal["wheel"]
+    """`wheel`: the commit's wheel from a per-commit index."""
     index: str
     """URL template of the commit's index: `{commit}`, `{short}`; `${VAR}` takes VAR from the
     caller (a login: `https://${USER}:${TOKEN}@host/{commit}/`, never written out)."""
     package: str = "vllm"
+    """The distribution to install from the index."""
     base_venv: str | None = None
     """A venv whose packages the build reuses (a .pth file); only the package is installed."""
     python: str | None = None
@@ -684,9 +719,11 @@ class CommandStrategy(_Strict):
     """Your own build: `run` once per commit; `{out}` is the build's folder."""
 
     type: Literal["command"]
+    """`command`: your own build command."""
     run: list[str] = Field(min_length=1)
     """argv template: `{commit}`, `{short}`, `{out}`; never run through a shell."""
     timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    """Seconds a build may take; past them the candidate is skip."""
 
     @field_validator("run")
     @classmethod
@@ -704,6 +741,7 @@ BUILD_TYPES = "image, wheel, overlay, command"
 
 class BuildCacheConfig(_Strict):
     dir: str = "~/.cache/llm-bisect/builds"
+    """Where builds are kept and reused across runs."""
     disk_budget_gb: float = Field(default=200.0, gt=0, allow_inf_nan=False)
     """Least recently used builds are removed past this; never the one in use."""
 
@@ -712,16 +750,22 @@ class BuildConfig(_Strict):
     """How a candidate becomes runnable: strategies tried in order, the first that applies."""
 
     strategies: list[Strategy] = Field(min_length=1)
+    """Tried in order per candidate; a candidate none applies to is skip."""
     cache: BuildCacheConfig = Field(default_factory=BuildCacheConfig)
+    """The folder finished builds are kept in, and its disk budget."""
 
 
 class Config(_Strict):
     """A whole llm-bisect config."""
 
     candidates: CandidatesConfig
+    """Where the candidates come from: the clone and the two ends."""
     server: ServerConfig
+    """How a build's server starts: `launcher` process, docker or slurm."""
     checks: list[CheckConfig] = Field(default_factory=_default_checks, min_length=1)
+    """What each probe asks the server; default: canary, expect, logprobs and eval."""
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
+    """How each candidate is judged: `repeats`."""
     regress: Literal["semantic", "crash", "any"] = "semantic"
     """What counts as a regression: failed checks (semantic), a crash, 5xx or reset during
     checks (crash), or both (any). A build that never starts is skip under every policy."""

@@ -167,10 +167,9 @@ def probe(
     if cancel is not None and cancel.cancelled:
         found.verdict, found.reason = Verdict.SKIP, CANCELLED
     timings["total"] = clock() - t0
-    log = probe_dir / "server.log"
-    kernels = parse_startup_log(_startup(log)) if log.exists() else {}
-    if kernels:
-        found.facts["kernels"] = kernels
+    found.facts.update(startup_facts(probe_dir))
+    if ctx.golden is not None:
+        ctx.golden.keep(candidate.commit, found.facts)
     return ProbeOutcome(
         candidate.commit,
         found.verdict,
@@ -180,6 +179,22 @@ def probe(
         found.log_tail,
         found.facts,
     )
+
+
+def served_facts(api: OpenAIClient, server: Server) -> dict[str, Any]:
+    """What a ready build says it is (/version, system_fingerprint) and what its launcher
+    knows of it (image, packages, the command)."""
+    return {
+        "server": {"version": api.version(), "system_fingerprint": api.system_fingerprint},
+        **server.fingerprint(),
+    }
+
+
+def startup_facts(probe_dir: Path) -> dict[str, Any]:
+    """The kernels a stopped build's startup log says it selected, when it names any."""
+    log = probe_dir / "server.log"
+    kernels = parse_startup_log(_startup(log)) if log.exists() else {}
+    return {"kernels": kernels} if kernels else {}
 
 
 def _startup(log: Path) -> str:
@@ -201,11 +216,7 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
             for _ in range(ctx.repeats):
                 found.results = tuple(_run_check(check, api, baseline) for check in ctx.checks)
                 runs.append(judge(found.results))
-            found.facts["server"] = {
-                "version": api.version(),
-                "system_fingerprint": api.system_fingerprint,
-            }
-        found.facts.update(server.fingerprint())
+            found.facts.update(served_facts(api, server))
     except EndpointError as exc:
         found.results = ()
         crash: str | None = None

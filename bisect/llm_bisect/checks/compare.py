@@ -50,6 +50,8 @@ class Divergence:
     """Mean share of the top-k alternatives both sides list, over agreeing positions."""
     at: tuple[Step, Step] | None = None
     """The golden's and the candidate's steps at the first divergence, when both have one."""
+    deltas: tuple[float, ...] = ()
+    """|Δlogprob| of the chosen token at each agreeing position, up to the divergence."""
 
 
 def diverge(golden: Sequence[Step], candidate: Sequence[Step]) -> Divergence:
@@ -83,6 +85,7 @@ def diverge(golden: Sequence[Step], candidate: Sequence[Step]) -> Divergence:
         topk_max_abs_delta=max(top_deltas, default=0.0),
         topk_overlap=sum(overlaps) / len(overlaps) if overlaps else 1.0,
         at=at,
+        deltas=tuple(deltas),
     )
 
 

@@ -4,7 +4,8 @@ A typed document (`Golden`, JSON Schema from `schema()`), one section per check:
 
     {"version": 2, "commit": ..., "checks": {"canary": {...}, "expect": {...},
      "logprobs": {...}, "eval": {...}}, "calibration": {"runs": N, ...} | null,
-     "identity": {"model", "served", "server", "checks", "repository"}}
+     "identity": {"model", "served", "server", "checks", "repository"},
+     "fingerprint": {"image", "server", "packages", "kernels", "command", ...}}
 
 The identity says what the golden was recorded with: the model, digests of the server
 command and of each check's settings, the repository. A config that would record another
@@ -183,6 +184,10 @@ class Golden(_Doc):
     identity: Identity | None = None
     """What it was recorded with; None in a golden an older llm-bisect wrote (refused where
     a config is compared with it: it has to be recorded anew)."""
+    fingerprint: dict[str, Any] = Field(default_factory=dict)
+    """The good build's fingerprint (image, versions, packages, kernels, the server command)
+    as the probe that recorded the golden found it: a gate compares the candidate's build
+    with it. Empty in a golden recorded before llm-bisect kept it."""
 
     def section(self, name: str) -> BaseModel | None:
         found: BaseModel | None = getattr(self.checks, name, None)
@@ -384,6 +389,8 @@ class GoldenStore:
         self.scrub = scrub or Scrub()
         self.identity = identity
         self.data: Golden | None = None
+        self.recorded = False
+        """True once this store recorded the golden (from the good end's probe)."""
         if path.exists():
             self.data = load(path)
             if of is not None and self.data.commit != of:
@@ -418,8 +425,15 @@ class GoldenStore:
         if commit != self.record_on:
             raise ConfigError(f"golden: none recorded yet, and {commit[:12]} is not the good end")
         self.data = record(endpoint, self.checks, commit, self.identity)
+        self.recorded = True
         save(self.path, self.data, self.scrub)
         return self.data
+
+    def keep(self, commit: str, fingerprint: dict[str, Any]) -> None:
+        """Stamp a golden this store recorded with the fingerprint of the build it came from,
+        once that build's probe ended (its startup log names the kernels only then)."""
+        if self.recorded and self.data is not None and self.data.commit == commit:
+            self.update(self.data.model_copy(update={"fingerprint": dict(fingerprint)}))
 
     def update(self, golden: Golden) -> None:
         """Replace the golden (calibration added) and write it."""

@@ -212,6 +212,7 @@ class LogprobsCheck:
                     "topk_overlap": d.topk_overlap,
                     "teacher_mean_abs_delta": teacher_mean,
                     "teacher_deltas": [round(x, 5) for x in deltas],
+                    "greedy_deltas": [round(x, 5) for x in d.deltas],
                     "golden": g.content if g.content is not None else g.reasoning,
                     "content": reply.content if reply.content is not None else reply.reasoning,
                     "finish_reason": reply.finish_reason,

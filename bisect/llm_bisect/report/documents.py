@@ -236,6 +236,9 @@ class GateDocument(_Doc):
     started_at: float | None = None
     ended_at: float | None = None
     bisection: Bisection | None = None
+    fingerprints: Sides | None = None
+    """The golden's build (old) and the candidate's (new), when the golden keeps its build's
+    fingerprint (goldens recorded before llm-bisect kept one do not)."""
 
 
 def schemas() -> dict[str, dict[str, Any]]:

@@ -11,7 +11,7 @@ from .documents import Decision, GateDocument
 from .escape import cell
 from .html import logprob_figure, page, table
 from .links import commit_url
-from .markdown import divergences, duration, environment_lines
+from .markdown import builds_compared, divergences, duration, environment_lines
 
 DECISION_OF: dict[Verdict, Decision] = {
     Verdict.GOOD: "allow",
@@ -60,6 +60,15 @@ def render_gate_markdown(doc: GateDocument) -> str:
             lines.append(f"| {cell(check.name)} | {result} | {cell(check.evidence, 300)} |")
         lines.append("")
     lines += divergences(probe)
+    if doc.fingerprints is not None:
+        lines += builds_compared(doc.fingerprints, "golden", "candidate")
+    else:
+        lines += [
+            "The golden keeps no fingerprint of its build (recorded by an older llm-bisect), "
+            "so no builds are compared: record it anew (`llm-bisect golden`, or `gate "
+            "--record`).",
+            "",
+        ]
     if probe.log_tail:
         lines += [
             "<details><summary>Server log (last lines)</summary>",
@@ -130,7 +139,9 @@ def render_junit(doc: GateDocument) -> str:
         errors=str(int(doc.decision == "inconclusive")),
         time=f"{probe.timings.get('total', 0.0):.1f}",
     )
-    classname = x(f"llm-bisect.gate.{doc.candidate_ref}")
+    # a dashboard splits a classname at its dots into packages ("llm-bisect", "gate",
+    # "v0", "27", "0"): none in it, whatever the ref holds
+    classname = x(f"llm-bisect/gate/{doc.candidate_ref}".replace(".", "_"))
     for check in probe.checks:
         case = ET.SubElement(suite, "testcase", classname=classname, name=x(check.name))
         if not check.passed:

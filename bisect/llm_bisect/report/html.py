@@ -3,7 +3,8 @@ the plots a person would rather look at than read. Pure: a typed document in, HT
 
     the range narrowing probe by probe      documents.ResultDocument.narrowing
     a timeline of probes, phase by phase    probe timings and wall-clock starts
-    |Δlogprob| per position vs the golden   the bad side's logprobs check (teacher-forced)
+    |Δlogprob| per position vs the golden   the bad side's logprobs check: where the greedy
+                                            tokens part, and the teacher-forced scores
     accuracy and its 95% interval per probe the eval check
 
 Text from outside passes through `escape.html_text` (plotly reads a little HTML in trace names
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -178,9 +180,53 @@ def timeline_figure(doc: ResultDocument) -> go.Figure | None:
     return fig
 
 
+LOGPROBS_CAPTION = (
+    "Solid: |Δlogprob| of the token both builds chose, position by position, up to the "
+    "first position where their greedy tokens part (dashed line; labelled golden token → "
+    "this build's): there, how much less likely this build finds the golden's token (✕), or "
+    "at least how much (▲: the golden's token is not even in this build's top-k). Dotted: "
+    "the golden's own continuation scored by this build (teacher-forced) at every position, "
+    "also after the texts part ways. Hover a point for the logprobs."
+)
+
+
+def _shown(token: dict[str, Any]) -> str:
+    """A token as the plot names it: its text (repr, so spaces show), else its id."""
+    text = token.get("text")
+    return repr(esc.plain(text)) if text else f"id {esc.plain(token.get('token', '?'))}"
+
+
+def _parting(divergence: dict[str, Any]) -> tuple[float, bool, str, str]:
+    """At the first divergence: how much less likely the candidate finds the golden's token
+    (|Δlogprob|), whether that is only a lower bound (not in its top-k), a label naming both
+    tokens, and a sentence with their logprobs."""
+    golden, now = divergence["golden"], divergence["candidate"]
+    top = {t["token"]: float(t["logprob"]) for t in now.get("top", [])}
+    bound = golden["token"] not in top and bool(top)
+    if golden["token"] in top:
+        drop = abs(float(golden["logprob"]) - top[golden["token"]])
+    elif top:  # below the least likely alternative this build listed
+        drop = max(0.0, float(golden["logprob"]) - min(top.values()))
+    else:
+        drop = abs(float(golden["logprob"]) - float(now["logprob"]))
+    said = (
+        f"tokens part at {divergence['position']}: golden {_shown(golden)} "
+        f"({float(golden['logprob']):.3f}) → now {_shown(now)} ({float(now['logprob']):.3f})"
+    )
+    if bound:
+        said += f"; the golden's token is not in this build's top-{len(top)}"
+    label = f"{divergence['position']}: {_shown(golden)} → {_shown(now)}"
+    return drop, bound, label, said
+
+
+CAPTIONS = {"logprobs": esc.html_text(LOGPROBS_CAPTION)}
+"""What a plot shows, said under it."""
+
+
 def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
-    """|Δlogprob| per position, a (bad) build vs the golden, teacher-forced, one line per
-    prompt; the first greedy divergence marked."""
+    """Per prompt, a (bad) build vs the golden: |Δlogprob| of the shared greedy tokens up to
+    the first divergence, the divergence marked with both tokens, and the teacher-forced
+    |Δlogprob| of the golden's continuation at every position (see LOGPROBS_CAPTION)."""
     if bad is None:
         return None
     cases = [
@@ -188,33 +234,69 @@ def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
         for check in bad.checks
         if check.name == "logprobs"
         for c in check.details.get("cases", [])
-        if c.get("teacher_deltas")
+        if c.get("teacher_deltas") or c.get("greedy_deltas") or c.get("divergence")
     ]
     if not cases:
         return None
     fig = go.Figure()
-    for case in cases:
-        deltas = case["teacher_deltas"]
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
+    for n, case in enumerate(cases):
+        colour = palette[n % len(palette)]
         prompt = esc.plain(case.get("prompt", ""))
         name = esc.html_text(prompt if len(prompt) <= 40 else prompt[:39] + "…")
-        fig.add_trace(go.Scatter(x=list(range(len(deltas))), y=deltas, mode="lines", name=name))
+        greedy = list(case.get("greedy_deltas") or [])
         first = case.get("first_divergence")
-        if isinstance(first, int) and 0 <= first < len(deltas):
+        divergence = case.get("divergence")
+        xs, ys = list(range(len(greedy))), greedy
+        parting = _parting(divergence) if isinstance(divergence, dict) else None
+        if parting is not None and isinstance(first, int):
+            xs, ys = [*xs, first], [*ys, parting[0]]
+        if ys:
             fig.add_trace(
                 go.Scatter(
-                    x=[first],
-                    y=[deltas[first]],
-                    mode="markers",
-                    showlegend=False,
-                    marker={"symbol": "x", "size": 11, "color": "#c62828"},
-                    hovertemplate="first divergence at %{x}<extra></extra>",
+                    x=xs, y=ys, mode="lines+markers", name=name, legendgroup=str(n),
+                    line={"color": colour}, marker={"size": 5},
+                    hovertemplate="position %{x}: |Δ| %{y:.3f}<extra></extra>",
                 )
+            )  # fmt: skip
+        teacher = case.get("teacher_deltas") or []
+        if teacher:
+            fig.add_trace(
+                go.Scatter(
+                    x=list(range(len(teacher))), y=teacher, mode="lines",
+                    name=f"{name} (teacher-forced)", legendgroup=str(n),
+                    line={"color": colour, "dash": "dot"},
+                    hovertemplate="position %{x}: teacher-forced |Δ| %{y:.3f}<extra></extra>",
+                )
+            )  # fmt: skip
+        if not isinstance(first, int):
+            continue
+        if parting is not None:
+            drop, bound, label, said = parting
+        else:
+            drop, bound = 0.0, False
+            label = said = f"{first}: one output ends here"
+        fig.add_trace(
+            go.Scatter(
+                x=[first], y=[drop], mode="markers", showlegend=False, legendgroup=str(n),
+                marker={
+                    "symbol": "triangle-up" if bound else "x", "size": 13, "color": "#c62828"
+                },
+                hovertext=[esc.html_text(said)], hoverinfo="text",
             )
+        )  # fmt: skip
+        fig.add_vline(x=first, line_dash="dash", line_color="#c62828", opacity=0.4)
+        fig.add_annotation(
+            x=first, y=drop, text=esc.html_text(label), showarrow=True, arrowhead=2,
+            arrowcolor=colour, ax=60, ay=-20 - 24 * n, xanchor="left",
+            font={"size": 12, "color": colour}, bgcolor="rgba(255,255,255,0.85)",
+        )  # fmt: skip
     fig.update_layout(
-        title=f"|Δlogprob| per position: {_short(bad.commit)} vs the golden (teacher-forced)",
+        title=f"|Δlogprob| per position: {_short(bad.commit)} vs the golden",
         xaxis_title="position in the golden's continuation",
         yaxis_title="|Δ logprob|",
-        height=380,
+        yaxis_rangemode="tozero",
+        height=400,
     )
     return fig
 
@@ -345,6 +427,8 @@ def page(title: str, summary: str, plots: Sequence[Plot], table: str) -> str:
             continue
         fig.update_layout(template="plotly_white", margin={"l": 60, "r": 20, "t": 50, "b": 50})
         sections.append(_figure_html(fig, f"plot-{name}", inline_js=first))
+        if name in CAPTIONS:
+            sections.append(f'<p class="note" id="plot-{name}-caption">{CAPTIONS[name]}</p>')
         first = False
     return "\n".join(
         [

@@ -14,7 +14,7 @@ from ..checks.gsm8k import DETECTABLE_WARN
 from ..fingerprint import NOT_COMPARED, flatten
 from ..search import Mode, Status
 from . import escape as esc
-from .documents import CandidateDoc, Context, ProbeDoc, ResultDocument
+from .documents import CandidateDoc, Context, ProbeDoc, ResultDocument, Sides
 from .escape import cell
 from .links import commit_url, compare_url, pr_number, pr_url
 
@@ -84,9 +84,11 @@ def _side(token: dict[str, Any]) -> str:
 
 
 def _top(token: dict[str, Any]) -> str:
+    """Each alternative's id, its text where the server gave one, and its logprob."""
     return ", ".join(
-        f"{cell(repr(t['text']) if t.get('text') is not None else t['token'], 16)} "
-        f"{t['logprob']:.2f}"
+        esc.code(t["token"], table=True)
+        + (f" {cell(repr(t['text']), 16)}" if t.get("text") else "")
+        + f" {t['logprob']:.2f}"
         for t in token.get("top", [])
     )
 
@@ -160,22 +162,26 @@ def _fingerprints(doc: ResultDocument) -> list[str]:
     """The two builds either side of the change, side by side; differences marked."""
     if doc.fingerprints is None:
         return []
-    old, new = doc.fingerprints.old, doc.fingerprints.new
+    return builds_compared(doc.fingerprints, *_labels(doc))
+
+
+def builds_compared(sides: Sides, old_label: str, new_label: str) -> list[str]:
+    """Two builds' fingerprints side by side (a collapsed section); differences marked."""
+    old, new = sides.old, sides.new
     strip = ("commit", "verdict", *NOT_COMPARED)
     fo = flatten({k: v for k, v in old.items() if k not in strip})
     fn = flatten({k: v for k, v in new.items() if k not in strip})
     keys = sorted(fo.keys() | fn.keys(), key=lambda k: (k.startswith("image.labels"), k))
     if not keys:
         return []
-    old_label, new_label = _labels(doc)
-    differ = set(doc.fingerprints.differences)
+    differ = set(sides.differences)
 
     def value(side: dict[str, str], key: str) -> str:
         text = side.get(key, "—")
         return esc.code(text, table=True) if key in _WHOLE else cell(text, 70)
 
     lines = [
-        "<details><summary><b>Builds compared</b> (the last good and first bad builds' "
+        f"<details><summary><b>Builds compared</b> (the {old_label} and {new_label} builds' "
         f"fingerprints; {len([k for k in keys if k in differ])} differ)</summary>",
         "",
         f"| | {old_label} `{old['commit'][:12]}` | {new_label} `{new['commit'][:12]}` |",

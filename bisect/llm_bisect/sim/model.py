@@ -123,6 +123,12 @@ def top_k(tid: int, position: int, k: int, fault: str) -> list[tuple[int, float]
     return [(tid, lp)] + [((tid + j) % 30000 + 10, lp - 2.0 - j) for j in range(1, k)]
 
 
+def alternative_text(tid: int) -> str:
+    """The text of a top-k alternative no answer chose: a word of its own, as a tokenizer
+    would give it (the simulated vocabulary has a text for every id it shows)."""
+    return " " + _THOUGHT_WORDS[tid % len(_THOUGHT_WORDS)]
+
+
 @cache
 def _gsm8k() -> dict[str, str]:
     return {p.question: p.answer for p in load_problems()}

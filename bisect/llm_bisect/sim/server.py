@@ -140,6 +140,8 @@ class Engine:
             # every build shares one tokenizer: the healthy build's tokens are known too
             healthy = model.generate(prompt, "none", max_tokens, k, thinking=thinks)
             self.vocab.update(zip(healthy.token_ids, healthy.texts, strict=False))
+            for tid, _ in (alt for g in (gen, healthy) for step in g.steps for alt in step[1:]):
+                self.vocab.setdefault(tid, model.alternative_text(tid))
         content = gen.content
         if content is not None and self.hostile.get("say"):
             content = str(self.hostile["say"]) + content
@@ -167,7 +169,12 @@ class Engine:
                         "token": _token_text(step[0][0], as_ids, texts[i]),
                         "logprob": step[0][1],
                         "top_logprobs": [
-                            {"token": _token_text(tid, as_ids, f"alt{j}"), "logprob": lp}
+                            {
+                                "token": _token_text(
+                                    tid, as_ids, texts[i] if j == 0 else self.vocab[tid]
+                                ),
+                                "logprob": lp,
+                            }
                             for j, (tid, lp) in enumerate(step[:k])
                         ],
                     }
