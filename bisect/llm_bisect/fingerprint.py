@@ -167,6 +167,12 @@ _GRAPH_MODES = {
     "[2, 0]": "FULL_DECODE_ONLY",
     "[2, 1]": "FULL_AND_PIECEWISE",
 }
+_WORTH_READING = re.compile(
+    r"Using|Selected|version|LLM engine|platform|device_config|dtype|quantization"
+    r"|nforce_eager|Enforce eager|CompilationMode|compilation_config|cudagraph_mode|Capturing"
+    r"|MoeBackend"
+)
+"""A word every rule needs: most lines of a long log are passed over at once."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SOURCE = re.compile(r"^(?:[\w.\-]+: )?\((?P<source>[A-Za-z][\w ]*?)(?: pid=\d+)?\)\s")
 
@@ -184,6 +190,8 @@ def _normal(key: str, value: str) -> str:
 def _facts(line: str) -> dict[str, str]:
     """What one log line states, by key."""
     found: dict[str, str] = {}
+    if not _WORTH_READING.search(line):
+        return found
     for rule in _RULES:
         m = rule.pattern.search(line)
         if not m or (rule.unless is not None and rule.unless.search(line)):
