@@ -85,7 +85,7 @@ KERNEL_KEYS = {
 _MOE_QUANT = (
     r"Fp8|FP8|NvFp4|Nvfp4|NVFP4|Mxfp4|MxFp4|MXFP4|MxFp8|Mxfp8|WNA16|W4A8 Int8|W4A8|Int8|Unquantized"
 )
-_NOT_ATTENTION = re.compile(r"MoE|moe|MLA prefill|Mamba|mamba|SSU|GDN|Transformers backend|vit")
+_NOT_ATTENTION = re.compile(r"MoE|moe|MLA prefill|Mamba|mamba|SSU|GDN|Transformers backend|\bvit\b")
 
 
 @dataclass(frozen=True)
