@@ -461,7 +461,10 @@ def test_the_demo_finds_its_planted_culprit(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "found:" in done.stdout and "Bump FlashInfer" in done.stdout
     report = Path(done.stdout.split("report: ")[1].strip())
-    assert report.exists()
+    md = report.read_text()  # the culprit switches the attention backend, in vLLM's words
+    assert "| **⚠ kernels.attention_backend** | FLASH_ATTN | FLASHINFER |" in md, md
+    assert "| kernels.moe_backend | TRITON | TRITON |" in md, md
+    assert "Changed besides the build's identity: `kernels.attention_backend`\n" in md, md
 
 
 # --- git bisect run: errors stop git, they never blame a commit ---------------------------

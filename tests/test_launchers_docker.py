@@ -353,7 +353,7 @@ def test_a_short_value_named_like_a_secret_does_not_garble_the_log(
     )
     assert code == 0, output
     log = (h.root / "probes" / h.shas[1][:12] / "server.log").read_text()
-    assert f"vLLM API server version 0.1.0+g{h.shas[1][:12]}" in log, log
+    assert f"Initializing a V1 LLM engine (v0.1.0+g{h.shas[1][:12]})" in log, log
     probe = json.loads((h.root / "probe.json").read_text())
     assert probe["fingerprint"]["kernels"]["engine_version"] == f"0.1.0+g{h.shas[1][:12]}"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import subprocess
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from helpers import HOSTILE_LINE, HOSTILE_LOG, HOSTILE_TAGS, History, github_render, shell_words
+from llm_bisect.fingerprint import parse_startup_log
 from llm_bisect.journal import Span
 from llm_bisect.model import Candidate, CheckResult, ProbeOutcome, Verdict
 from llm_bisect.report.documents import ResultDocument
@@ -326,3 +328,37 @@ def test_verdicts_that_are_not_monotone_are_said_with_what_each_re_probe_found()
     md = render_markdown(result)
     assert f"good at {SEQ[2].short} after bad at {SEQ[1].short}" in md
     assert "Verdicts are not monotone" in md and "probe.repeats: auto" in md
+
+
+def test_builds_compared_show_each_sides_backends_and_ranks_that_disagree() -> None:
+    """The backend lines maintainers ask for, per side; a switch listed among the changes;
+    a build whose TP ranks chose different attention backends said so, with each rank's."""
+    good = parse_startup_log(
+        "(Worker_TP0 pid=1) INFO [cuda.py:486] Using FLASH_ATTN attention backend out of "
+        "potential backends: ['FLASH_ATTN'].\n"
+        "(Worker_TP0 pid=1) INFO [nvfp4.py:216] Using 'VLLM_CUTLASS' NvFp4 MoE backend."
+    )
+    bad = parse_startup_log(
+        "".join(
+            f"(Worker_TP{r} pid={r}) INFO [cuda.py:486] Using {b} attention backend out of "
+            f"potential backends: ['{b}'].\n(Worker_TP{r} pid={r}) INFO [nvfp4.py:216] Using "
+            "'MARLIN' NvFp4 MoE backend.\n"
+            for r, b in enumerate(["FLASH_ATTN", "FLASH_ATTN", "FLASHINFER"])
+        )
+    )
+    plan = Plan(Mode.REGRESSION, SEQ)
+    answer = Answer(Status.FOUND, SEQ[3], (SEQ[2].commit, SEQ[3].commit), "first bad found")
+    probes = [
+        outcome(0, Verdict.GOOD),
+        outcome(4, Verdict.BAD),
+        dataclasses.replace(outcome(2, Verdict.GOOD), fingerprint={"kernels": good}),
+        dataclasses.replace(outcome(3, Verdict.BAD), fingerprint={"kernels": bad}),
+    ]
+    md = render_markdown(build_result(plan, answer, probes))
+    assert "| **⚠ kernels.moe_backend** | VLLM_CUTLASS | MARLIN |" in md, md
+    assert "| kernels.moe_quant | NvFp4 | NvFp4 |" in md, md
+    assert "Changed besides the build's identity: `kernels.attention_backend`, " in md
+    assert (
+        "⚠ The first bad build's ranks disagree on `kernels.attention_backend`: FLASH_ATTN "
+        "(Worker_TP0, Worker_TP1); FLASHINFER (Worker_TP2)"
+    ) in md, md

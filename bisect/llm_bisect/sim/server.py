@@ -326,19 +326,31 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
 
 
 def startup_log(commit: str, settings: dict[str, Any]) -> list[str]:
-    """Kernel-selection lines in the formats vLLM prints, so fingerprints have something to read."""
+    """Kernel-selection lines as vLLM prints them today (main 2026-08: vllm/v1/engine/core.py,
+    platforms/cuda.py, fused_moe/oracle/nvfp4.py, kernels/linear), so fingerprints have
+    something to read; a commit's settings switch a backend as a real change would."""
     attention = settings.get("attention_backend", "FLASH_ATTN")
     moe = settings.get("moe_backend", "TRITON")
     gemm = settings.get("gemm_kernel", "CutlassFP8ScaledMMLinearKernel")
     graphs = settings.get("cudagraph_mode", "FULL_AND_PIECEWISE")
-    prefix = "INFO 08-09 09:00:00 [%s]"
+    engine = f"(EngineCore_DP0 pid={os.getpid()}) INFO 08-09 09:00:00 [%s]"
+    worker = f"(Worker_TP0 pid={os.getpid()}) INFO 08-09 09:00:00 [%s]"
+
+    def candidates(chosen: str, listed: tuple[str, ...]) -> str:
+        """The same list whichever is chosen: a switch changes the choice alone."""
+        return str(list(listed) if chosen in listed else [chosen, *listed])
+
     return [
-        f"{prefix % 'api_server.py:1'} vLLM API server version 0.1.0+g{commit[:12]}",
-        f"{prefix % 'config.py:2'} compilation_config: {{'cudagraph_mode': "
-        f"<CUDAGraphMode.{graphs}: 2>}}",
-        f"{prefix % 'cuda.py:3'} Using AttentionBackendEnum.{attention} backend.",
-        f"{prefix % 'fp8.py:4'} Using {gemm} for Fp8LinearMethod",
-        f"{prefix % 'fused_moe.py:5'} Using {moe} MoE backend.",
+        f"{engine % 'core.py:123'} Initializing a V1 LLM engine (v0.1.0+g{commit[:12]}) with "
+        "config: model='sim', dtype=torch.bfloat16, quantization=modelopt_fp4, "
+        "enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, compilation_config="
+        f"{{'mode': <CompilationMode.VLLM_COMPILE: 3>, 'cudagraph_mode': <CUDAGraphMode.{graphs}: "
+        "(2, 1)>}",
+        f"{worker % 'cuda.py:486'} Using {attention} attention backend out of potential "
+        f"backends: {candidates(attention, ('FLASH_ATTN', 'FLASHINFER', 'TRITON_ATTN'))}.",
+        f"{worker % '__init__.py:690'} Selected {gemm} for ModelOptNvFp4LinearMethod",
+        f"{worker % 'nvfp4.py:216'} Using '{moe}' NvFp4 MoE backend out of potential backends: "
+        f"{candidates(moe, ('FLASHINFER_TRTLLM', 'VLLM_CUTLASS', 'CUTLASS', 'TRITON', 'MARLIN'))}.",
     ]
 
 
