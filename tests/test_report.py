@@ -362,3 +362,26 @@ def test_builds_compared_show_each_sides_backends_and_ranks_that_disagree() -> N
         "⚠ The first bad build's ranks disagree on `kernels.attention_backend`: FLASH_ATTN "
         "(Worker_TP0, Worker_TP1); FLASHINFER (Worker_TP2)"
     ) in md, md
+
+
+def test_how_long_a_build_took_is_not_a_change_between_builds() -> None:
+    """Two overlays of the same base differ in build seconds and cache hits on every run:
+    shown side by side, never listed among the changes a maintainer should read."""
+    plan = Plan(Mode.REGRESSION, SEQ)
+    answer = Answer(Status.FOUND, SEQ[3], (SEQ[2].commit, SEQ[3].commit), "first bad found")
+    build = {"route": "overlay", "written": 2}
+    probes = [
+        outcome(0, Verdict.GOOD),
+        outcome(4, Verdict.BAD),
+        dataclasses.replace(
+            outcome(2, Verdict.GOOD),
+            fingerprint={"build": {**build, "seconds": 0.223, "cached": True}},
+        ),
+        dataclasses.replace(
+            outcome(3, Verdict.BAD),
+            fingerprint={"build": {**build, "seconds": 0.214, "cached": False}},
+        ),
+    ]
+    md = render_markdown(build_result(plan, answer, probes))
+    assert "| **⚠ build.seconds** | 0\\.223 | 0\\.214 |" in md, md
+    assert "Changed besides the build's identity" not in md, md

@@ -149,13 +149,17 @@ def _warnings(doc: ResultDocument) -> list[str]:
 
 
 _IDENTITY = ("image.id", "image.digest", "image.ref", "server.", "kernels.engine_version")
+_HOW_MADE = ("build.seconds", "build.cached")
+"""How long a build took and whether it was found made: they differ between any two probes."""
 _WHOLE = ("image.id", "image.digest", "image.ref", "build.sha256", "build.base_id", "build.image")
 """Values shown whole, never cut: a digest cut short cannot be pulled."""
 
 
 def _identity(key: str) -> bool:
     """Keys that differ between any two commits (ids, versions), so they do not stand out."""
-    return key.startswith(_IDENTITY) or (key.startswith("image.labels.") and "commit" in key)
+    if key in _HOW_MADE or key.startswith(_IDENTITY):
+        return True
+    return key.startswith("image.labels.") and "commit" in key
 
 
 def _fingerprints(doc: ResultDocument) -> list[str]:
