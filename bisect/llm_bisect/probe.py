@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from .checks import Check
 from .checks.golden import Golden, GoldenStore
 from .client import OpenAIClient
+from .collectenv import collected
 from .errors import EndpointError, LaunchError, ReplyTooLarge, ServerFault
 from .fingerprint import parse_startup_log
 from .launchers import Launcher, Server
@@ -171,6 +172,9 @@ def probe(
     kernels = parse_startup_log(_startup(log)) if log.exists() else {}
     if kernels:
         found.facts["kernels"] = kernels
+    environment = collected(probe_dir)
+    if environment:
+        found.facts["collect_env"] = environment
     return ProbeOutcome(
         candidate.commit,
         found.verdict,
