@@ -2,16 +2,18 @@
 its layout, with the package versions a commit's sim-engine.json names (`packages`) and
 the GPUs `nvidia-smi -L` lists on this machine (as vLLM's does), so tests exercise the path.
 
-    python -m llm_bisect.sim.collect_env --repo REPO --commit COMMIT
+    python -m llm_bisect.sim.collect_env (--repo REPO | --engine-file FILE) --commit COMMIT
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from .server import engine_settings
 
@@ -72,10 +74,15 @@ vLLM Version                 : {version}
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m llm_bisect.sim.collect_env")
-    parser.add_argument("--repo", type=Path, required=True)
+    parser.add_argument("--repo", type=Path, help="read the versions from COMMIT:sim-engine.json")
+    parser.add_argument("--engine-file", type=Path, help="read them from this file instead")
     parser.add_argument("--commit", required=True)
     args = parser.parse_args(argv)
-    settings = engine_settings(args.repo, args.commit)
+    settings: dict[str, Any] = {}
+    if args.engine_file is not None:
+        settings = json.loads(args.engine_file.read_text())
+    elif args.repo is not None:
+        settings = engine_settings(args.repo, args.commit)
     packages = {**DEFAULTS, **dict(settings.get("packages") or {})}
     print(report(packages, f"0.32.0.sim+g{args.commit[:9]}"))
     return 0
