@@ -193,25 +193,27 @@ def collected(probe_dir: Path) -> dict[str, str]:
 
 
 def node_lines(run: str | None, into: Path) -> list[str]:
-    """Shell lines for a node script: collect_env and nvidia-smi in the background into
-    `into` (the server starts meanwhile); `run` is the command as shell words, None: off.
-    Pure."""
+    """Shell lines for a node script: nvidia-smi then collect_env in the background, their
+    outputs into `into` (the server starts meanwhile; the exit code is written last);
+    `run` is the command as shell words, None: off. Pure."""
     folder = shlex.quote(str(into))
     smi = " ".join(SMI_ARGV)
-    lines = [
-        "# what this node and build are (vLLM's collect_env, nvidia-smi), beside the server",
-        f"if command -v nvidia-smi >/dev/null; then {smi} > {folder}/{GPUS} 2>/dev/null "
-        f"|| rm -f {folder}/{GPUS}; fi &",
-    ]
-    if run is None:
-        lines.append(f"echo 'off: server.collect_env is empty' > {folder}/{CODE}")
-        return lines
-    lines.append(
-        f"( if command -v timeout >/dev/null; then timeout {TIMEOUT_S} {run}; else {run}; fi"
-        f" > {folder}/{OUTPUT} 2>&1; code=$?; "
-        f'if [ "$code" = 124 ]; then code=timeout; fi; echo "$code" > {folder}/{CODE} ) &'
+    gpus = (
+        f"if command -v nvidia-smi >/dev/null && {smi} > {folder}/{GPUS}.part 2>/dev/null; "
+        f"then mv {folder}/{GPUS}.part {folder}/{GPUS}; else rm -f {folder}/{GPUS}.part; fi"
     )
-    return lines
+    if run is None:
+        code = f"echo 'off: server.collect_env is empty' > {folder}/{CODE}"
+    else:
+        code = (
+            f"if command -v timeout >/dev/null; then timeout {TIMEOUT_S} {run}; else {run}; fi"
+            f" > {folder}/{OUTPUT} 2>&1; code=$?; "
+            f'if [ "$code" = 124 ]; then code=timeout; fi; echo "$code" > {folder}/{CODE}'
+        )
+    return [
+        "# what this node and build are (nvidia-smi, vLLM's collect_env), beside the server",
+        f"( set +e; {gpus}; {code} ) </dev/null &",
+    ]
 
 
 class LocalCollect:
