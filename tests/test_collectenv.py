@@ -105,5 +105,5 @@ def test_a_run_reports_what_changed_in_each_builds_own_environment(tmp_path: Pat
     section = report.split("## Environment of each build (collect_env)")[1].split("\n## ")[0]
     assert "2 changed" in section, section  # torch, and vLLM's version (the commit)
     assert "| **torch** | `2.13.0+cu130` | `2.14.0+cu130` |" in section, section
-    assert f"(probes/{h.shas[5][:12]}/collect_env.txt)" in section
+    assert f"`probes/{h.shas[5][:12]}/collect_env.txt`" in section
     assert "gpu_models `2 x NVIDIA H100 80GB HBM3 (81559 MiB)`" in section

@@ -146,7 +146,9 @@ def _warnings(doc: ResultDocument) -> list[str]:
     return ["## Warnings", "", *[f"- ⚠ {esc.text(w)}" for w in doc.warnings], ""]
 
 
-_IDENTITY = ("image.id", "image.digest", "image.ref", "server.", "kernels.engine_version")
+_IDENTITY = (
+    "image.id", "image.digest", "image.ref", "server.", "kernels.engine_version", "collect_env.vllm"
+)  # fmt: skip
 _WHOLE = ("image.id", "image.digest", "image.ref", "build.sha256", "build.base_id", "build.image")
 """Values shown whole, never cut: a digest cut short cannot be pulled."""
 
@@ -217,8 +219,8 @@ def _collect_env(doc: ResultDocument) -> list[str]:
         "## Environment of each build (collect_env)",
         "",
         f"`python -m vllm.collect_env` and `nvidia-smi`, run where each server ran: "
-        f"{len(changed)} changed, {len(same)} the same "
-        f"([{old_label}](probes/{a}/collect_env.txt), [{new_label}](probes/{b}/collect_env.txt)).",
+        f"{len(changed)} changed, {len(same)} the same (in full: `probes/{a}/collect_env.txt`, "
+        f"`probes/{b}/collect_env.txt` in the run's folder).",
         "",
     ]
     if changed:
