@@ -242,6 +242,8 @@ class LocalCollect:
 
     def start(self) -> None:
         self.into.mkdir(parents=True, exist_ok=True)
+        for name in (CODE, GPUS):  # a probe folder used before (a resumed run) is written anew
+            (self.into / name).unlink(missing_ok=True)
         if self.argv is None:
             (self.into / CODE).write_text("off: server.collect_env is empty\n")
             return
