@@ -42,12 +42,14 @@ from llm_bisect.launchers.docker import (
 from llm_bisect.model import Candidate
 from llm_bisect.registry import Registry, parse_image_ref
 from llm_bisect.sim.docker import (
+    PYTHON,
     SimRegistry,
     containers_of,
     import_history,
     import_image,
     sim_server,
 )
+from test_collectenv import SMI
 
 pytestmark = pytest.mark.docker
 
@@ -831,3 +833,38 @@ def _answers(base_url: str) -> bool:
         return httpx.get(base_url + "/health", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_collect_env_and_the_gpus_come_from_inside_the_candidates_container(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    """collect_env runs in each candidate's container, and nvidia-smi there (a stand-in in
+    the image, not on this host's PATH) names the GPUs: the report shows the torch bump."""
+    bump = {2: {"packages": {"torch": "2.14.0"}}}
+    h: History = history({2: "degenerate-content"}, n=2, changes=bump)
+    smi = {"engine/bin/nvidia-smi": SMI.replace("#!/bin/sh", "#!/usr/bin/sh").encode()}
+    for sha in h.shas:
+        shown = subprocess.run(
+            ["git", "-C", str(h.repo), "show", f"{sha}:sim-engine.json"],
+            capture_output=True, check=True, text=True,
+        )  # fmt: skip
+        import_image(
+            client, f"{repo_name}:{sha}", json.loads(shown.stdout),
+            env={"PATH": "/engine/bin:/usr/local/bin:/usr/bin"}, programs=smi,
+        )  # fmt: skip
+    engine = "/engine/sim-engine.json"
+    collect = [PYTHON, "-m", "llm_bisect.sim.collect_env", "--engine-file", engine]
+    server = sim_server(repo_name + ":{commit}", pull="never")
+    server["collect_env"] = [*collect, "--commit", "{commit}"]
+    config = docker_config(h, server, SIMPLE_CHECKS)
+    out = h.root / "out"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    new = result["fingerprints"]["new"]["collect_env"]
+    assert new["torch"] == "2.14.0" and new["gpu_count"] == "2", new
+    assert new["gpu_models"] == "2 x NVIDIA H100 80GB HBM3 (81559 MiB)"
+    assert result["fingerprints"]["old"]["collect_env"]["torch"] == "2.13.0+cu130"
+    assert "collect_env.torch" in result["fingerprints"]["differences"]
+    report = (out / "report.md").read_text()
+    assert "| **torch** | `2.13.0+cu130` | `2.14.0` |" in report, report

@@ -18,9 +18,11 @@ import yaml
 from helpers import History, live_processes, probe_order, shell_words, sim_command, wait_until
 from llm_bisect.config import SlurmServerConfig, load_config
 from llm_bisect.journal import read_events
+from llm_bisect.launchers import Instrument
 from llm_bisect.launchers.slurm import (
     JOB_PREFIX,
     MASK_AWK,
+    Slurm,
     SlurmLauncher,
     job_script,
     node_script,
@@ -28,6 +30,7 @@ from llm_bisect.launchers.slurm import (
 from llm_bisect.model import Candidate
 from llm_bisect.redact import redact
 from test_cli import invoke, launched
+from test_collectenv import stand_in_smi
 from test_runner import start
 
 pytestmark = pytest.mark.slurm
@@ -390,3 +393,77 @@ def test_an_out_folder_with_percent_signs_reaches_the_job(cluster: None, tmp_pat
     log = out / "probes" / h.shas[3][:12] / "server.log"
     assert f"sim: serving {h.shas[3][:12]}" in log.read_text()
     assert our_jobs() == []
+
+
+def test_collect_env_and_the_gpus_come_from_the_allocated_node(
+    cluster: None, tmp_path: Path
+) -> None:
+    """The job runs collect_env and nvidia-smi on its node (a stand-in first on the node's
+    PATH, which this submit host's own PATH lacks) beside the server: the report shows the
+    culprit's torch bump and the node's GPUs."""
+    h = History(
+        tmp_path, {2: "degenerate-content"}, 2, changes={2: {"packages": {"torch": "2.14.0"}}}
+    )
+    smi = stand_in_smi(tmp_path / "node-bin")
+    collect = [sys.executable, "-m", "llm_bisect.sim.collect_env", "--repo", str(h.repo)]
+    config = h.config(
+        server={
+            "launcher": "slurm",
+            "command": sim_command(h.repo),
+            "ready_timeout": 120,
+            "collect_env": [*collect, "--commit", "{commit}"],
+            "env": {
+                "PYTHONPATH": os.pathsep.join(sys.path),
+                "PATH": f"{smi}{os.pathsep}{os.environ['PATH']}",
+            },
+        },
+        checks=[{"type": "canary"}, {"type": "expect"}],
+        localize=False,
+    )
+    out = tmp_path / "out"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    old, new = (result["fingerprints"][side]["collect_env"] for side in ("old", "new"))
+    assert old["torch"] == "2.13.0+cu130" and new["torch"] == "2.14.0", new
+    assert new["gpu_models"] == "2 x NVIDIA H100 80GB HBM3 (81559 MiB)" and new["gpu_count"] == "2"
+    node = (out / "probes" / h.shas[2][:12] / "node.sh").read_text()
+    assert "vllm" not in node and "llm_bisect.sim.collect_env" in node
+    report = (out / "report.md").read_text()
+    assert "| **torch** | `2.13.0+cu130` | `2.14.0` |" in report, report
+
+
+def test_pyxis_mounts_the_probe_folder_and_the_worker_extension(tmp_path: Path) -> None:
+    """Under pyxis the container sees node.sh (in the probe folder, where collect_env's
+    outputs go too) and the localisation's worker extension, at their host paths."""
+    cfg = SlurmServerConfig(
+        launcher="slurm",
+        command=["vllm", "serve", "m", "--port", "{port}"],
+        container_image="vllm/vllm-openai:nightly-{commit}",
+        container_mounts=["/lustre/hf:/root/.cache/huggingface"],
+    )
+
+    class Queue(Slurm):  # sbatch and scontrol answer as a cluster would, at the process edge
+        def run(self, argv: list[str], env: Any = None) -> str:
+            return "42\n" if argv[0] == "sbatch" else "JobId=42 JobState=CANCELLED\n"
+
+    launcher = SlurmLauncher(cfg, env={}, secret_names=[], run_id="r", cwd=tmp_path)
+    launcher.slurm = Queue({})
+    extension = tmp_path / "instrument"
+    probe_dir = tmp_path / "probes" / ("a" * 12)
+    with launcher.launch(Candidate("a" * 40), probe_dir, Instrument(paths=(extension,))):
+        pass
+    srun = next(
+        line for line in (probe_dir / "job.sh").read_text().splitlines() if line.startswith("srun")
+    )
+    mounts = next(w for w in srun.split() if w.startswith("--container-mounts="))
+    here = probe_dir.resolve()
+    assert mounts.split("=", 1)[1].split(",") == [
+        "/lustre/hf:/root/.cache/huggingface",
+        f"{here}:{here}",
+        f"{extension}:{extension}",
+    ]
+    assert srun.endswith(f"bash {here / 'node.sh'} 2>&1 |")
+    node = (probe_dir / "node.sh").read_text()
+    run = "python3 -m vllm.collect_env"  # on the node, inside the container, bounded
+    assert f"timeout 300 {run}; else {run}; fi > {here}/collect_env.txt" in node

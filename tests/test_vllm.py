@@ -154,6 +154,18 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     assert sea["content"] is None and sea["reasoning"]
     report = (out / "report.md").read_text()
     assert "content is null" in report
+    # vLLM's own collect_env ran with each build's python: the venv's torch, vLLM's version
+    torch = subprocess.run(
+        [str(bed["venv"] / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    for side in ("old", "new"):
+        env = result["fingerprints"][side]["collect_env"]
+        assert env["torch"] == torch and env["vllm"].startswith("0.32.0"), env
+    assert "## Environment of each build (collect_env)" in report
+    assert (
+        "PyTorch version" in (out / "probes" / shas["config"][:12] / "collect_env.txt").read_text()
+    )
     for probe in result["probes"]:  # main's from their wheels, the picks over the branch point's
         build = probe["fingerprint"]["build"]
         if probe["commit"] in (shas["doc2"], shas["refactor"]):

@@ -200,6 +200,7 @@ class Setup:
                 cwd=cwd,
                 ready_timeout=server.ready_timeout,
                 builder=self.builder,
+                collect_env=server.collect_env,
                 slot_devices=self.devices,
                 clock=self.clock,
                 sleep=self.sleep,

@@ -31,6 +31,7 @@ from .files import read_capped
 from .report.escape import safe_url
 
 PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build", "gpus"})
+COLLECT_PLACEHOLDERS = frozenset({"commit", "short", "python", "build"})
 BUILD_PLACEHOLDERS = frozenset({"python", "build"})
 """Placeholders a build fills (the build's interpreter and folder); they need `build:`."""
 IMAGE_PLACEHOLDERS = frozenset({"commit", "short"})
@@ -87,6 +88,19 @@ class _ServerBase(_Strict):
     """Extra environment; `${VAR}` takes VAR from the caller. Values are never written out."""
     model: str | None = None
     """Model name for requests; default: the first one /v1/models lists."""
+    collect_env: list[str] | None = None
+    """What reports the candidate's environment, run where its server runs (the build's
+    python, inside the container, on the allocated node) while it starts; its output is
+    kept per probe (collect_env.txt) and its versions and GPUs are in the fingerprint.
+    Default: `python -m vllm.collect_env` with the candidate's python (vLLM's issue
+    template asks for it); `[]`: none. `{commit}`, `{short}`, `{python}`, `{build}`."""
+
+    @field_validator("collect_env")
+    @classmethod
+    def _collect_placeholders(cls, argv: list[str] | None) -> list[str] | None:
+        if argv is not None:
+            _check_placeholders(argv, "server.collect_env", COLLECT_PLACEHOLDERS)
+        return argv
 
 
 class _SlotGpus(_Strict):

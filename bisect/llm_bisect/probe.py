@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from .checks import Check
 from .checks.golden import Golden, GoldenStore
 from .client import OpenAIClient
+from .collectenv import collected
 from .errors import EndpointError, LaunchError, ReplyTooLarge, ServerFault
 from .fingerprint import parse_startup_log
 from .launchers import Launcher, Server
@@ -191,10 +192,15 @@ def served_facts(api: OpenAIClient, server: Server) -> dict[str, Any]:
 
 
 def startup_facts(probe_dir: Path) -> dict[str, Any]:
-    """The kernels a stopped build's startup log says it selected, when it names any."""
+    """The kernels a stopped build's startup log says it selected, when it names any, and
+    its environment as vLLM's collect_env saw it, when a launcher ran that."""
     log = probe_dir / "server.log"
     kernels = parse_startup_log(_startup(log)) if log.exists() else {}
-    return {"kernels": kernels} if kernels else {}
+    facts: dict[str, Any] = {"kernels": kernels} if kernels else {}
+    environment = collected(probe_dir)
+    if environment:
+        facts["collect_env"] = environment
+    return facts
 
 
 def _startup(log: Path) -> str:

@@ -40,13 +40,14 @@ import docker.types
 from docker.models.containers import Container
 from docker.models.images import Image
 
+from .. import collectenv
 from ..builds import Builder, ImageStrategy, ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..config import DockerServerConfig, fill
 from ..errors import LaunchError, PortTaken, ServerExited
 from ..fingerprint import package_probe_source
 from ..model import Candidate
-from ..redact import Masker
+from ..redact import Masker, redact
 from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
 from ..report import escape as esc
 from . import Artifact, Instrument
@@ -386,6 +387,7 @@ class DockerServer(LoggedServer):
             facts["build"] = dict(build)
         if self.container is not None:
             facts["packages"] = self._packages()
+            self._collect()
         if self.command:
             facts["command"] = self.command
         if self.devices is not None:
@@ -405,7 +407,41 @@ class DockerServer(LoggedServer):
                     return found
         return {}
 
+    def _collect(self) -> None:
+        """collect_env and nvidia-smi inside the running container (its GPUs, its
+        environment), their outputs into the probe folder, secrets masked; never raises."""
+        assert self.container is not None
+        into = self.log_path.parent
+        configured = self.launcher.cfg.collect_env
+        if configured == []:
+            (into / collectenv.CODE).write_text("off: server.collect_env is empty\n")
+            return
+        c = self.candidate
+        values = {"commit": c.commit, "short": c.short, "python": "python3", "build": ""}
+        argv = [fill(a, values) for a in collectenv.argv_for(configured, "python3")]
+        try:
+            code, out = self.container.exec_run([*BOUNDED, *argv])
+        except docker.errors.DockerException as exc:
+            (into / collectenv.CODE).write_text(f"off: docker exec: {_docker_message(exc)}\n")
+            return
+        text = out.decode("utf-8", "replace") if isinstance(out, bytes) else ""
+        (into / collectenv.OUTPUT).write_text(redact(text, self.secrets))
+        (into / collectenv.CODE).write_text("timeout\n" if code == 124 else f"{code}\n")
+        with suppress(docker.errors.DockerException):
+            code, out = self.container.exec_run(list(collectenv.SMI_ARGV))
+            if code == 0 and isinstance(out, bytes):
+                (into / collectenv.GPUS).write_bytes(out)
 
+
+BOUNDED = (
+    "sh",
+    "-c",
+    f'if command -v timeout >/dev/null; then exec timeout {collectenv.TIMEOUT_S} "$@"; fi; '
+    'exec "$@"',
+    "sh",
+)
+"""Runs its arguments in a container for at most collectenv.TIMEOUT_S where the image has
+`timeout` (the arguments are never read by the shell)."""
 INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
 PORT_MOVES = 3
 """How many times a container whose host port was taken starts again on another one."""

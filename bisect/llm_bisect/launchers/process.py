@@ -22,8 +22,10 @@ from contextlib import suppress
 from pathlib import Path
 from typing import IO, Any
 
+from .. import collectenv
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
+from ..collectenv import LocalCollect
 from ..config import fill
 from ..errors import LaunchError, NotReady, PortTaken, ServerExited
 from ..model import Candidate
@@ -56,8 +58,11 @@ class ProcessServer(LoggedServer):
         ports: PortBook | None = None,
         facts: Mapping[str, Any] | None = None,
         held: Held | None = None,
+        collect: LocalCollect | None = None,
     ) -> None:
         self.facts = dict(facts or {})
+        self.collect = collect
+        """collect_env beside the server, in its environment (finished before it stops)."""
         self.held = held
         self.argv_for = argv_for
         """The command line for a port (a server moved to another port runs it again)."""
@@ -80,6 +85,8 @@ class ProcessServer(LoggedServer):
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         self._spawn()
+        if self.collect is not None:
+            self.collect.start()
         return self
 
     def _spawn(self) -> None:
@@ -115,6 +122,8 @@ class ProcessServer(LoggedServer):
         return self._proc.pid
 
     def stop(self) -> None:
+        if self.collect is not None:
+            self.collect.stop()
         self._end_group()
         if self.ports is not None:
             self.ports.give_back(self.port)
@@ -196,7 +205,10 @@ class ProcessServer(LoggedServer):
         self._spawn()
 
     def fingerprint(self) -> dict[str, Any]:
-        """The build's facts and `command`, the server's command line (never its environment)."""
+        """The build's facts and `command`, the server's command line (never its environment);
+        collect_env has finished (its facts are read from the probe folder)."""
+        if self.collect is not None:
+            self.collect.finish()
         return {**self.facts, "command": esc.shell(self.argv)}
 
 
@@ -213,6 +225,7 @@ class ProcessLauncher(Prefetching):
         ready_timeout: float,
         base_env: Mapping[str, str] | None = None,
         builder: Builder | None = None,
+        collect_env: Sequence[str] | None = None,
         slot_devices: Sequence[Sequence[str] | None] = (),
         ports: PortBook | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -224,6 +237,8 @@ class ProcessLauncher(Prefetching):
         self.builder = builder
         self.prefetcher = BuildPrefetcher(builder) if builder is not None else None
         self.command = command
+        self.collect_env = None if collect_env is None else list(collect_env)
+        """server.collect_env: None runs vLLM's with the candidate's python, [] nothing."""
         self.env = {**(os.environ if base_env is None else base_env), **env}
         self.secret_names = secret_names
         self.cwd = cwd
@@ -260,6 +275,9 @@ class ProcessLauncher(Prefetching):
             filled = values | ready.values | {"port": str(port)}
             return [*(fill(arg, filled) for arg in self.command), *extra]
 
+        python = collectenv.python_of(self.command, ready.values.get("python", ""))
+        collect_argv = collectenv.argv_for(self.collect_env, python)
+        collect_values = values | ready.values | {"python": python}
         return ProcessServer(
             argv_for,
             facts=facts,
@@ -273,4 +291,11 @@ class ProcessLauncher(Prefetching):
             port=self.ports.take(),
             ports=self.ports,
             held=ready.build,
+            collect=LocalCollect(
+                [fill(arg, collect_values) for arg in collect_argv] if collect_argv else None,
+                env=env,
+                cwd=self.cwd,
+                into=probe_dir,
+                secret_names=self.secret_names,
+            ),
         )

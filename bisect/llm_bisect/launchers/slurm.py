@@ -36,6 +36,7 @@ from typing import Any
 
 import httpx
 
+from .. import collectenv
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..config import SlurmServerConfig, fill
@@ -107,19 +108,23 @@ def _words(argv: Sequence[str], values: Mapping[str, str]) -> str:
 
 
 def node_script(
-    command: Sequence[str], worker: Sequence[str] | None, values: Mapping[str, str]
+    command: Sequence[str],
+    worker: Sequence[str] | None,
+    values: Mapping[str, str],
+    before_head: Sequence[str] = (),
 ) -> str:
     """What each node of a probe runs: the command on the head (rank 0), `worker` on the
-    others. Pure."""
+    others; `before_head`: shell lines the head runs first (collect_env). Pure."""
     head = _words(command, values)
     lines = ["#!/bin/bash", "set -eu"]
     if worker is None:
-        return "\n".join([*lines, f"exec {head}", ""])
+        return "\n".join([*lines, *before_head, f"exec {head}", ""])
     rest = _words(worker, values)
     return "\n".join(
         [
             *lines,
             'if [ "${SLURM_NODEID:-0}" = 0 ]; then',
+            *(f"  {line}" for line in before_head),
             f"  exec {head}",
             "else",
             f"  exec {rest}",
@@ -146,9 +151,11 @@ def job_script(
     values: Mapping[str, str],
     exclude: Sequence[str] = (),
     masked: Sequence[str] = (),
+    mounts: Sequence[Path] = (),
 ) -> str:
     """The sbatch script of one probe (`values` fill the container image); the values of
-    the `masked` variables never reach the log. Pure."""
+    the `masked` variables never reach the log; in a container, `mounts` (the probe folder
+    with node.sh, the instrument's folders) are at the same paths as on the host. Pure."""
     opts = [
         f"--job-name={name}",
         f"--chdir={cwd}",
@@ -175,8 +182,9 @@ def job_script(
     srun = ["srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     if cfg.container_image:
         srun.append(f"--container-image={fill(cfg.container_image, values)}")
-        if cfg.container_mounts:
-            srun.append(f"--container-mounts={','.join(cfg.container_mounts)}")
+        ours = [f"{p}:{p}" for p in dict.fromkeys(str(m) for m in mounts)]
+        if cfg.container_mounts or ours:
+            srun.append(f"--container-mounts={','.join([*cfg.container_mounts, *ours])}")
     return "\n".join(
         [
             "#!/bin/bash",
@@ -334,7 +342,14 @@ class SlurmServer(LoggedServer):
         if worker is None and self.cfg.nodes > 1:
             worker = command
         node = self.probe_dir / "node.sh"
-        node.write_text(node_script(command, worker, self.values))
+        python = collectenv.python_of(self.cfg.command, self.values.get("python", ""))
+        collect = collectenv.argv_for(self.cfg.collect_env, python)
+        values = {**self.values, "python": python}
+        here = self.probe_dir.resolve()
+        for name in (collectenv.CODE, collectenv.OUTPUT, collectenv.GPUS):
+            (here / name).unlink(missing_ok=True)  # a resubmitted job writes them anew
+        lines = collectenv.node_lines(_words(collect, values) if collect else None, here)
+        node.write_text(node_script(command, worker, self.values, lines))
         script = self.probe_dir / "job.sh"
         self.reproduce = reproduce_line(script.resolve(), command, worker, self.values)
         script.write_text(
@@ -348,6 +363,7 @@ class SlurmServer(LoggedServer):
                 values=self.values,
                 exclude=self.excluded,
                 masked=[n for n in self.launcher.secret_names if n in self.env],
+                mounts=[here, *(self.instrument.paths if self.instrument is not None else ())],
             )
         )
         self.tries += 1
@@ -462,11 +478,24 @@ class SlurmServer(LoggedServer):
                 self.log_path.write_text(clean)
 
     def fingerprint(self) -> dict[str, Any]:
+        """What the build is; collect_env on the node has finished (or its time is up):
+        its facts are read from the probe folder, where the node wrote them."""
+        self._wait_collect()
         return {
             **self.launcher.build_facts.get(self.candidate.commit, {}),
             **self.facts,
             "command": self.reproduce or esc.shell(["sbatch", str(self.probe_dir / "job.sh")]),
         }
+
+    def _wait_collect(self) -> None:
+        """Until the node wrote collect_env's exit code (an event: a file on the shared
+        filesystem), while the job lives, at most collect_env's own timeout."""
+        code = self.probe_dir / collectenv.CODE
+        deadline = self.launcher.clock() + collectenv.TIMEOUT_S
+        while not code.exists() and self.launcher.clock() < deadline and self.job is not None:
+            if self.launcher.slurm.state(self.job).state not in LIVE_STATES:
+                return
+            self.launcher.sleep(POLL_S)
 
 
 def http_for(http: httpx.Client, base_url: str) -> httpx.Client:

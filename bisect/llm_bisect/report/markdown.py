@@ -148,7 +148,9 @@ def _warnings(doc: ResultDocument) -> list[str]:
     return ["## Warnings", "", *[f"- ⚠ {esc.text(w)}" for w in doc.warnings], ""]
 
 
-_IDENTITY = ("image.id", "image.digest", "image.ref", "server.", "kernels.engine_version")
+_IDENTITY = (
+    "image.id", "image.digest", "image.ref", "server.", "kernels.engine_version", "collect_env.vllm"
+)  # fmt: skip
 _HOW_MADE = ("build.seconds", "build.cached")
 """How long a build took and whether it was found made: they differ between any two probes."""
 _WHOLE = ("image.id", "image.digest", "image.ref", "build.sha256", "build.base_id", "build.image")
@@ -207,6 +209,48 @@ def builds_compared(sides: Sides, old_label: str, new_label: str) -> list[str]:
                 said = esc.text(side.get(name, ""))
                 lines += ["", f"⚠ The {label} build's ranks disagree on {esc.code(name)}: {said}"]
     return [*lines, "", "</details>", ""]
+
+
+def cell_text(value: object, limit: int = 70) -> str:
+    """A value from outside cut to `limit` characters, for a code span."""
+    text = str(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _collect_env(doc: ResultDocument) -> list[str]:
+    """What each side's own environment reported (vLLM's collect_env and nvidia-smi, where
+    its server ran): the keys that changed, how many did not, and the raw outputs."""
+    if doc.fingerprints is None:
+        return []
+    fp = doc.fingerprints
+    old, new = fp.old.get("collect_env") or {}, fp.new.get("collect_env") or {}
+    if not isinstance(old, dict) or not isinstance(new, dict) or not (old or new):
+        return []
+    keys = sorted(old.keys() | new.keys())
+    changed = [k for k in keys if old.get(k) != new.get(k)]
+    same = [k for k in keys if k not in changed]
+    old_label, new_label = _labels(doc)
+    a, b = fp.old["commit"][:12], fp.new["commit"][:12]
+    lines = [
+        "## Environment of each build (collect_env)",
+        "",
+        f"`python -m vllm.collect_env` and `nvidia-smi`, run where each server ran: "
+        f"{len(changed)} changed, {len(same)} the same (in full: `probes/{a}/collect_env.txt`, "
+        f"`probes/{b}/collect_env.txt` in the run's folder).",
+        "",
+    ]
+    if changed:
+        lines += [f"| | {old_label} `{a}` | {new_label} `{b}` |", "|---|---|---|"]
+        for key in changed:
+            lines.append(
+                f"| **{cell(key)}** | {esc.code(cell_text(old.get(key, '—')), table=True)} "
+                f"| {esc.code(cell_text(new.get(key, '—')), table=True)} |"
+            )
+        lines.append("")
+    if same:
+        shown = ", ".join(f"{cell(k)} {esc.code(cell_text(old[k]))}" for k in same)
+        lines += [f"The same: {shown}", ""]
+    return lines
 
 
 def _power(doc: ResultDocument) -> list[str]:
@@ -529,6 +573,7 @@ def render_markdown(doc: ResultDocument) -> str:
     lines += _localization(doc)
     lines += _evidence(doc)
     lines += environment_lines(doc.context)
+    lines += _collect_env(doc)
     lines += _fingerprints(doc)
     lines += _thresholds(doc)
     lines += _power(doc)

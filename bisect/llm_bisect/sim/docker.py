@@ -47,13 +47,14 @@ def engine_client() -> docker.DockerClient:
     return client
 
 
-def layer_tar(files: Mapping[str, bytes]) -> bytes:
+def layer_tar(files: Mapping[str, bytes], executable: frozenset[str] = frozenset()) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in files.items():
             info = tarfile.TarInfo(name)
             info.size = len(data)
             info.mtime = 0
+            info.mode = 0o755 if name in executable else 0o644
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
@@ -71,14 +72,15 @@ def import_image(
     settings: Mapping[str, Any],
     labels: Mapping[str, str] | None = None,
     env: Mapping[str, str] | None = None,
+    programs: Mapping[str, bytes] | None = None,
 ) -> str:
-    """`docker import` of the engine file as one layer; returns the image id."""
+    """`docker import` of the engine file (and `programs`, executable files by path) as one
+    layer; returns the image id."""
     repo, tag = ref.rsplit(":", 1)
     changes = [f"LABEL {k}={v}" for k, v in (labels or {}).items()]
     changes += [f"ENV {k}={v}" for k, v in (env or {}).items()]
-    out = client.api.import_image_from_data(
-        layer_tar(engine_files(settings)), repository=repo, tag=tag, changes=changes
-    )
+    layer = layer_tar({**engine_files(settings), **(programs or {})}, frozenset(programs or {}))
+    out = client.api.import_image_from_data(layer, repository=repo, tag=tag, changes=changes)
     return str(json.loads(out.strip().splitlines()[-1])["status"])
 
 

@@ -1,0 +1,301 @@
+"""What a candidate's own environment says of itself: vLLM's `python -m vllm.collect_env`
+(the report vLLM's issue template asks for) and `nvidia-smi`, run where the server runs
+(the build's python, inside the container, on the allocated node).
+
+Each launcher leaves the raw outputs in the probe's folder:
+
+    collect_env.txt   what the command printed (stdout and stderr)
+    collect_env.rc    its exit code, `timeout`, or `off: <why>`
+    gpus.csv          `nvidia-smi --query-gpu=QUERY --format=csv,noheader` (absent: none)
+
+`collected` reads them back into the fingerprint's `collect_env` facts; `parse` is pure.
+A failed or missing collect_env is recorded as `error`, never fails the probe.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .environment import QUERY, parse_gpus
+from .launchers import guard  # ends collect_env with the harness, even on SIGKILL
+
+OUTPUT = "collect_env.txt"
+CODE = "collect_env.rc"
+GPUS = "gpus.csv"
+TIMEOUT_S = 300
+"""The most seconds collect_env may take (it runs `pip list`, `nvidia-smi topo`, ...)."""
+SMI_ARGV = ("nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader")
+READ_BYTES = 2 * 2**20
+
+MODULE = ("-m", "vllm.collect_env")
+"""The default: vLLM's own module, run by the candidate's python."""
+
+LIBRARIES = {
+    "torch": ("torch",),
+    "flashinfer": ("flashinfer-python", "flashinfer_python", "flashinfer"),
+    "triton": ("triton",),
+    "transformers": ("transformers",),
+    "nccl": ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11", "nvidia-nccl"),
+}
+"""Fingerprint name → the pip names collect_env lists it under, first found wins."""
+
+_FIELDS = {
+    "PyTorch version": "torch",
+    "CUDA used to build PyTorch": "cuda_build",
+    "CUDA runtime version": "cuda_runtime",
+    "Nvidia driver version": "driver",
+    "vLLM Version": "vllm",
+    "GPU models and configuration": "gpu_models",
+}
+_NOTHING = frozenset({"", "N/A", "Could not collect", "No CUDA", "None"})
+_LINE = re.compile(r"^([A-Za-z][\w /().-]*?)\s*:\s?(.*)$")
+_PIP = re.compile(r"^\[(?:pip\d?|conda)\]\s+([\w.\-]+)(?:==|\s+)([^\s]+)")
+_GPU = re.compile(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$")
+
+
+@dataclass(frozen=True)
+class CollectEnv:
+    """The facts a maintainer asks for, read from one collect_env output."""
+
+    torch: str = ""
+    cuda_build: str = ""
+    """`CUDA used to build PyTorch`."""
+    cuda_runtime: str = ""
+    """`CUDA runtime version` (nvcc's, where the image has one)."""
+    driver: str = ""
+    vllm: str = ""
+    gpu_models: tuple[str, ...] = ()
+    """One name per GPU, as `nvidia-smi -L` lists them."""
+    libraries: Mapping[str, str] = field(default_factory=dict)
+    """`Versions of relevant libraries`: pip name → version."""
+
+    def facts(self) -> dict[str, str]:
+        """The fingerprint's view: only what was collected, as text."""
+        found = {
+            "torch": self.torch,
+            "cuda_build": self.cuda_build,
+            "cuda_runtime": self.cuda_runtime,
+            "driver": self.driver,
+            "vllm": self.vllm,
+        }
+        for key, names in LIBRARIES.items():
+            if key != "torch" or not found["torch"]:
+                found[key] = next((self.libraries[n] for n in names if n in self.libraries), "")
+        if self.gpu_models:
+            found["gpu_count"] = str(len(self.gpu_models))
+            found["gpu_models"] = models_line(self.gpu_models)
+        return {k: v for k, v in found.items() if v}
+
+
+def models_line(names: Sequence[str]) -> str:
+    """`["H100", "H100", "A10"]` → `2 x H100, 1 x A10`. Pure."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ", ".join(f"{n} x {name}" for name, n in counts.items())
+
+
+def parse(text: str) -> CollectEnv:
+    """collect_env's output (both its current `Key   : value` layout and the older
+    `Key: value` one) as a CollectEnv. Pure."""
+    values: dict[str, str] = {}
+    libraries: dict[str, str] = {}
+    gpus: list[str] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        pip = _PIP.match(line)
+        if pip:
+            libraries.setdefault(pip.group(1), pip.group(2))
+            continue
+        m = _LINE.match(line)
+        if not m or m.group(1).strip() not in _FIELDS:
+            continue
+        key, value = _FIELDS[m.group(1).strip()], m.group(2).strip()
+        if key == "gpu_models":
+            listed = [value] if value else []
+            if not value:  # several GPUs: one line each below
+                for more in lines[i + 1 :]:
+                    if not _GPU.match(more.strip()):
+                        break
+                    listed.append(more.strip())
+            gpus = [g.group(1) for g in map(_GPU.match, listed) if g]
+            continue
+        if value not in _NOTHING:
+            values.setdefault(key, re.sub(r"\s*\(git sha: [^)]*\)$", "", value))
+    return CollectEnv(gpu_models=tuple(gpus), libraries=libraries, **values)
+
+
+def argv_for(configured: Sequence[str] | None, python: str) -> list[str]:
+    """The command that collects: the configured one (empty: none), else `python -m
+    vllm.collect_env` with the candidate's python. Pure."""
+    if configured is not None:
+        return list(configured)
+    return [python, *MODULE]
+
+
+def python_of(command: Sequence[str], build_python: str = "") -> str:
+    """The candidate's python: the build's, else the server command's own interpreter
+    (`/venv/bin/python3 -m vllm.entrypoints...`), else `python3`. Pure."""
+    if build_python:
+        return build_python
+    if command and re.fullmatch(r"python[\d.]*", Path(command[0]).name):
+        return command[0]
+    return "python3"
+
+
+def _read(path: Path) -> str:
+    try:
+        with path.open("rb") as f:
+            return f.read(READ_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _why(code: str, output: str) -> str:
+    """Why a collect_env gave nothing: its exit and its last line."""
+    if code.startswith("off"):
+        return code
+    if code == "timeout":
+        return f"timed out after {TIMEOUT_S}s"
+    last = next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "")
+    if "No module named" in last:
+        return f"not available in this build ({last[:200]})"
+    return f"exit {code or '?'}" + (f": {last[:200]}" if last else "")
+
+
+def collected(probe_dir: Path) -> dict[str, str]:
+    """The `collect_env` facts of a probe from the files its launcher left (empty when it
+    left none): what collect_env said, the GPUs nvidia-smi listed there, or why not."""
+    out, code_file, smi = probe_dir / OUTPUT, probe_dir / CODE, probe_dir / GPUS
+    if not code_file.exists() and not out.exists() and not smi.exists():
+        return {}
+    output, code = _read(out), _read(code_file).strip()
+    facts = parse(output).facts()
+    if code != "0" and not facts:
+        facts["error"] = _why(code, output)
+    gpus = parse_gpus(_read(smi))
+    if gpus:  # nvidia-smi in the candidate's environment: the GPUs it really got
+        facts["gpu_count"] = str(len(gpus))
+        facts["gpu_models"] = models_line([f"{g['name']} ({g['memory.total']})" for g in gpus])
+        facts["driver"] = gpus[0]["driver_version"] or facts.get("driver", "")
+    return facts
+
+
+def node_lines(run: str | None, into: Path) -> list[str]:
+    """Shell lines for a node script: nvidia-smi then collect_env in the background, their
+    outputs into `into` (the server starts meanwhile; the exit code is written last);
+    `run` is the command as shell words, None: off. Pure."""
+    folder = shlex.quote(str(into))
+    smi = " ".join(SMI_ARGV)
+    gpus = (
+        f"if command -v nvidia-smi >/dev/null && {smi} > {folder}/{GPUS}.part 2>/dev/null; "
+        f"then mv {folder}/{GPUS}.part {folder}/{GPUS}; else rm -f {folder}/{GPUS}.part; fi"
+    )
+    if run is None:
+        code = f"echo 'off: server.collect_env is empty' > {folder}/{CODE}"
+    else:
+        code = (
+            f"if command -v timeout >/dev/null; then timeout {TIMEOUT_S} {run}; else {run}; fi"
+            f" > {folder}/{OUTPUT} 2>&1; code=$?; "
+            f'if [ "$code" = 124 ]; then code=timeout; fi; echo "$code" > {folder}/{CODE}'
+        )
+    return [
+        "# what this node and build are (nvidia-smi, vLLM's collect_env), beside the server",
+        f"( set +e; {gpus}; {code} ) </dev/null &",
+    ]
+
+
+class LocalCollect:
+    """collect_env and nvidia-smi for a local server, with its environment, beside it:
+    `start` when the server starts, `finish` (bounded) before it stops, `stop` always."""
+
+    def __init__(
+        self,
+        argv: Sequence[str] | None,
+        *,
+        env: Mapping[str, str],
+        cwd: Path,
+        into: Path,
+        secret_names: Sequence[str] = (),
+        timeout: float = TIMEOUT_S,
+    ) -> None:
+        self.argv = None if argv is None else list(argv)
+        self.env = dict(env)
+        self.cwd = cwd
+        self.into = into
+        self.secret_names = list(secret_names)
+        self.timeout = timeout
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._started = 0.0
+        self._done = False
+
+    def start(self) -> None:
+        self.into.mkdir(parents=True, exist_ok=True)
+        for name in (CODE, GPUS):  # a probe folder used before (a resumed run) is written anew
+            (self.into / name).unlink(missing_ok=True)
+        if self.argv is None:
+            (self.into / CODE).write_text("off: server.collect_env is empty\n")
+            return
+        try:
+            with (self.into / OUTPUT).open("wb") as out:
+                redact = ["--redact", ",".join(self.secret_names)]
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-I", guard.__file__, "1", *redact, "--", *self.argv],
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.cwd,
+                    env=self.env,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            (self.into / CODE).write_text(f"off: cannot start it: {exc.strerror}\n")
+            return
+        self._started = time.monotonic()
+
+    def finish(self) -> None:
+        """Wait for collect_env (up to its timeout from its start), then list the GPUs."""
+        if self._done:
+            return
+        self._done = True
+        proc = self._proc
+        if proc is not None:
+            left = max(0.0, self._started + self.timeout - time.monotonic())
+            try:
+                code = str(proc.wait(timeout=left))
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+            self.stop()
+            (self.into / CODE).write_text(f"{code}\n")
+        smi = shutil.which("nvidia-smi", path=self.env.get("PATH"))
+        if smi is None:
+            return
+        try:
+            done = subprocess.run(
+                [smi, *SMI_ARGV[1:]], capture_output=True, env=self.env, timeout=20, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return
+        if done.returncode == 0:
+            (self.into / GPUS).write_bytes(done.stdout)
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if proc.stdin is not None:
+            proc.stdin.close()
