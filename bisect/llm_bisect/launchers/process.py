@@ -56,8 +56,12 @@ class ProcessServer(LoggedServer):
         ports: PortBook | None = None,
         facts: Mapping[str, Any] | None = None,
         held: Held | None = None,
+        shown_env: Mapping[str, str] | None = None,
     ) -> None:
         self.facts = dict(facts or {})
+        self.shown_env = dict(shown_env or {})
+        """What the command line in the report names of its environment: what llm-bisect
+        set over the caller's (server.env, the build's, the slot's devices)."""
         self.held = held
         self.argv_for = argv_for
         """The command line for a port (a server moved to another port runs it again)."""
@@ -196,8 +200,10 @@ class ProcessServer(LoggedServer):
         self._spawn()
 
     def fingerprint(self) -> dict[str, Any]:
-        """The build's facts and `command`, the server's command line (never its environment)."""
-        return {**self.facts, "command": esc.shell(self.argv)}
+        """The build's facts and `command`, the server's command line with the environment
+        llm-bisect gave it (a secret by name only)."""
+        command = esc.env_shell(self.shown_env, self.argv, self.secret_names)
+        return {**self.facts, "command": command}
 
 
 class ProcessLauncher(Prefetching):
@@ -224,7 +230,9 @@ class ProcessLauncher(Prefetching):
         self.builder = builder
         self.prefetcher = BuildPrefetcher(builder) if builder is not None else None
         self.command = command
-        self.env = {**(os.environ if base_env is None else base_env), **env}
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.config_env = dict(env)
+        self.env = {**self.base_env, **env}
         self.secret_names = secret_names
         self.cwd = cwd
         self.ready_timeout = ready_timeout
@@ -273,4 +281,7 @@ class ProcessLauncher(Prefetching):
             port=self.ports.take(),
             ports=self.ports,
             held=ready.build,
+            shown_env={
+                k: v for k, v in env.items() if k in self.config_env or self.base_env.get(k) != v
+            },
         )
