@@ -93,7 +93,7 @@ def render_gate_markdown(doc: GateDocument) -> str:
     lines += [
         "## Reproduce",
         "",
-        *esc.fence(esc.shell(again), "bash"),
+        *esc.fence(f"{esc.shell(again)}   # expect {doc.decision}: exit {doc.exit_code}", "bash"),
         "",
     ]
     if command:
