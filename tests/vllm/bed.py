@@ -371,8 +371,9 @@ class WheelHost:
                     self.send_response(200)
                     self.send_header("Content-Length", str(wheel.stat().st_size))
                     self.end_headers()
-                    with wheel.open("rb") as f:
-                        shutil.copyfileobj(f, self.wfile, 1 << 20)
+                    if self.command == "GET":
+                        with wheel.open("rb") as f:
+                            shutil.copyfileobj(f, self.wfile, 1 << 20)
                 else:
                     self._send(None, "")
 
@@ -382,7 +383,10 @@ class WheelHost:
                 if body is not None:
                     self.send_header("Content-Type", kind)
                 self.end_headers()
-                self.wfile.write(body or b"")
+                if self.command == "GET":
+                    self.wfile.write(body or b"")
+
+            do_HEAD = do_GET  # uv (0.13) asks for a wheel's headers before it reads it
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
