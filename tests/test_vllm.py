@@ -152,7 +152,11 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
         named = [Path(words[2]), Path(words[words.index("--golden") + 1])]
         assert named == [config, out / "golden.json"] and all(p.is_file() for p in named), line
     server = [c for info, c in github_render(report).fences if info == "bash"][1]
-    assert "HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false VLLM_CPU_KVCACHE_SPACE=1" in server
+    shown = shell_words(server, root / "sh")  # server.env's, and the overlay's PYTHONPATH
+    assert {"HF_HUB_OFFLINE=1", "TOKENIZERS_PARALLELISM=false", "VLLM_CPU_KVCACHE_SPACE=1"} <= set(
+        shown
+    ), server
+    assert any(w.startswith("PYTHONPATH=") for w in shown), server
     assert list((root / "sh").iterdir()) == []
     for probe in result["probes"]:  # main's from their wheels, the picks over the branch point's
         build = probe["fingerprint"]["build"]
