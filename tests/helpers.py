@@ -230,3 +230,31 @@ def cli_bounded(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, 
         check=False,
     )
     return done.returncode, done.stdout + done.stderr
+
+
+def cli_on_path(folder: Path) -> dict[str, str]:
+    """An environment whose PATH finds `llm-bisect` (this checkout's, on this interpreter)
+    first, so that a command line as a report prints it runs as a person runs it."""
+    import llm_bisect
+
+    folder.mkdir(parents=True, exist_ok=True)
+    shim = folder / "llm-bisect"
+    shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m llm_bisect.cli "$@"\n')
+    shim.chmod(0o755)
+    source = str(Path(llm_bisect.__file__).resolve().parents[1])
+    python_path = os.pathsep.join([source, *filter(None, [os.environ.get("PYTHONPATH")])])
+    path = os.pathsep.join([str(folder), os.environ.get("PATH", os.defpath)])
+    return {**os.environ, "PATH": path, "PYTHONPATH": python_path}
+
+
+def printed_commands(md: str) -> list[tuple[str, int]]:
+    """The command lines of report.md's Reproduce block that say what they exit with
+    (`cmd   # expect bad: exit 1`), each with that exit code."""
+    rendered = github_render(md)
+    found = []
+    for info, content in rendered.fences:
+        for line in content.splitlines() if info == "bash" else []:
+            said = re.search(r"\s+# expect [^#]*: exit (\d+)$", line)
+            if said:
+                found.append((line[: said.start()], int(said.group(1))))
+    return found

@@ -919,3 +919,36 @@ def test_verdicts_and_errors_are_coloured_on_a_terminal_only(
         f"[1] {bad.short} BAD          0.0s  canary failed",
         "llm-bisect: error: candidates.good: no such ref 'x'",
     ]
+
+
+def test_repo_names_the_clone_when_the_config_does_not(tmp_path: Path, history: Any) -> None:
+    """A shared config whose candidates.repo is not here (a CI runner's /etc copy): `--repo`
+    names the checkout, from whatever folder; a --repo that is no clone is one line, 128."""
+    h: History = history({}, n=3)
+    config = h.config(candidates={"repo": "./not-a-clone"})
+    code, output = invoke("candidates", str(config))
+    assert code == 2 and output.strip().endswith("not-a-clone'"), output
+    assert "llm-bisect: error: candidates.repo: not a git repository" in output
+    code, output = invoke("candidates", str(config), "--repo", str(h.repo))
+    assert code == 0 and f"bad:  {h.shas[-1]}" in output, output
+    code, output = invoke("check", str(config), "--candidate", "HEAD", "--repo", str(tmp_path))
+    assert code == 128, output
+    assert output.strip() == f"llm-bisect: error: --repo: not a git repository '{tmp_path}'"
+
+
+def test_config_paths_take_environment_variables(tmp_path: Path, history: Any) -> None:
+    """`repo: ${WORKSPACE}/engine`, as a CI job names its checkout; a variable that is not
+    set is one line naming the key, exit 128 from `gate`, and nothing starts."""
+    h: History = history({}, n=3)
+    config = h.config(candidates={"repo": "${LLM_BISECT_WS}/engine"})
+    code, output = invoke("candidates", str(config), env={"LLM_BISECT_WS": str(h.root)})
+    assert code == 0 and f"good: {h.shas[0]}" in output, output
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[1], "--out", str(tmp_path / "gate"),
+        env={"LLM_BISECT_WS": None},
+    )  # fmt: skip
+    assert code == 128, output
+    assert output.strip() == (
+        "llm-bisect: error: candidates.repo: ${LLM_BISECT_WS} is not set in the environment"
+    )
+    assert not (tmp_path / "gate").exists()

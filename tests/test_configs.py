@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import shlex
+import shutil
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
+from helpers import History, cli_on_path
 from llm_bisect.config import Config, DockerServerConfig, SlurmServerConfig, load_config
 
 ROOT = Path(__file__).parent.parent
@@ -115,28 +122,129 @@ def test_the_cpu_config_builds_wheels_then_overlays_past_image_retention() -> No
     assert config.server.command[0] == "{python}"
 
 
-def test_the_ci_gate_steps_call_the_gate_with_flags_it_has() -> None:
-    """configs/ci: each step is YAML that runs `llm-bisect gate` with flags the command takes."""
-    import shlex
+CI = ROOT / "configs" / "ci"
 
-    import yaml
+
+def _ci_steps() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Each template's gate step and the environment its job sets, by template."""
+    github = yaml.safe_load((CI / "github-actions-gate.yml").read_text())
+    job = github["jobs"]["gate"]
+    (gh_step,) = [s for s in job["steps"] if "llm-bisect gate" in s.get("run", "")]
+    buildkite = yaml.safe_load((CI / "buildkite-gate.yml").read_text())
+    (bk_step,) = [s for s in buildkite["steps"] if "llm-bisect gate" in s.get("command", "")]
+    return {"github": (gh_step, job["env"]), "buildkite": (bk_step, bk_step["env"])}
+
+
+def test_the_ci_gate_steps_call_the_gate_with_flags_it_has() -> None:
+    """configs/ci: each step runs `llm-bisect gate` with flags the command takes, on the
+    runner's checkout (`--repo`), before a release is tagged (release branches, by hand)."""
     from typer.testing import CliRunner
 
     from llm_bisect.cli import cli
 
     help_text = CliRunner().invoke(cli, ["gate", "--help"], env={"COLUMNS": "200"}).output
-    folder = Path(__file__).parent.parent / "configs" / "ci"
-    commands = []
-    for path in sorted(folder.glob("*.yml")):
-        doc = yaml.safe_load(path.read_text())
-        steps = doc["jobs"]["gate"]["steps"] if "jobs" in doc else doc["steps"]
-        commands += [s.get("run") or s.get("command") for s in steps]
-    gates = [c for c in commands if c and c.startswith("llm-bisect gate")]
-    assert len(gates) == 2
-    for command in gates:
-        flags = [w for w in shlex.split(command) if w.startswith("--")]
-        assert {"--candidate", "--golden", "--junit", "--bisect-on-block"} <= set(flags)
-        assert all(flag in help_text for flag in flags), command
+    for name, (step, _) in _ci_steps().items():
+        script = step.get("run") or step["command"]
+        line = next(x for x in script.replace("\\\n", " ").splitlines() if "llm-bisect" in x)
+        flags = [w for w in shlex.split(line) if w.startswith("--")]
+        assert {"--candidate", "--golden", "--junit", "--bisect-on-block", "--repo"} <= set(
+            flags
+        ), name
+        assert all(flag in help_text for flag in flags), (name, flags)
+    github = yaml.safe_load((CI / "github-actions-gate.yml").read_text())
+    on = github[True]  # YAML 1.1 reads the key `on` as true
+    assert on["push"] == {"branches": ["releases/**"]}  # no tag: the gate runs before it
+    assert "candidate" in on["workflow_dispatch"]["inputs"]
+    buildkite = yaml.safe_load((CI / "buildkite-gate.yml").read_text())
+    assert "releases" in buildkite["steps"][0]["if"] and "ui" in buildkite["steps"][0]["if"]
+    assert buildkite["steps"][0]["soft_fail"] == [{"exit_status": 125}]
+
+
+@pytest.fixture(scope="module")
+def ci_runner(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """What a CI runner holds: a config in /etc whose candidates.repo is not here, the last
+    good build's golden beside it, and the engine's checkout in the job's workspace."""
+    root = tmp_path_factory.mktemp("ci")
+    h = History(root, {3: "crash-on-start", 4: "degenerate-content"}, 4)
+    etc = root / "etc"
+    etc.mkdir()
+    config = etc / "gate.yaml"
+    config.write_text(
+        h.config(candidates={"repo": "./not-here"}, checks=[{"type": "canary"}]).read_text()
+    )
+    workspace = root / "workspace"
+    workspace.mkdir()
+    subprocess.run(["git", "clone", "-q", str(h.repo), str(workspace / "vllm")], check=True)
+    env = cli_on_path(root / "bin")
+    golden = etc / "golden.json"
+    recorded = subprocess.run(
+        ["llm-bisect", "golden", str(config), "--repo", str(h.repo), "--candidate", h.shas[0],
+         "-o", str(golden)],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert recorded.returncode == 0, recorded.stderr
+    return {"history": h, "config": config, "golden": golden, "workspace": workspace, "env": env}
+
+
+OUTCOMES = {"allow": (1, 0), "block": (4, 1), "inconclusive": (3, 125)}
+"""decision: (the candidate's index in the history, the gate's exit)."""
+
+
+@pytest.mark.parametrize("decision", list(OUTCOMES))
+@pytest.mark.parametrize("ci", ["github", "buildkite"])
+def test_each_ci_template_runs_as_written(
+    ci: str, decision: str, ci_runner: dict[str, Any], tmp_path: Path
+) -> None:
+    """The step's shell, as the template writes it, with what the CI sets (the job's env
+    pointed at this runner's config and golden, the workspace, the candidate): allow passes,
+    block fails the job, inconclusive is neutral (GitHub: passes with a warning; Buildkite:
+    exit 125, which the step soft-fails)."""
+    h: History = ci_runner["history"]
+    step, job_env = _ci_steps()[ci]
+    assert set(job_env) == {"LLM_BISECT_CONFIG", "LLM_BISECT_GOLDEN"}
+    index, code = OUTCOMES[decision]
+    workspace = tmp_path / "workspace"
+    shutil.copytree(ci_runner["workspace"], workspace, symlinks=True)
+    env = {
+        **ci_runner["env"],
+        "LLM_BISECT_CONFIG": str(ci_runner["config"]),
+        "LLM_BISECT_GOLDEN": str(ci_runner["golden"]),
+    }
+    if ci == "github":
+        summary = tmp_path / "summary.md"
+        env |= {
+            "GITHUB_WORKSPACE": str(workspace),
+            "GITHUB_STEP_SUMMARY": str(summary),
+            "CANDIDATE": h.shas[index],  # ${{ inputs.candidate || github.sha }}
+        }
+        shell = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c"]  # Actions' bash
+        script = step["run"]
+    else:
+        checkout = workspace / "vllm"
+        env |= {"BUILDKITE_BUILD_CHECKOUT_PATH": str(checkout), "BUILDKITE_COMMIT": h.shas[index]}
+        shell = ["bash", "-e", "-c"]
+        script = step["command"].replace("$$", "$")  # the pipeline upload's interpolation
+        workspace = checkout  # a Buildkite command runs in the checkout
+    done = subprocess.run(
+        [*shell, script], cwd=workspace, env=env, capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    gate = json.loads((workspace / "gate-out" / "gate.json").read_text())
+    assert gate["decision"] == decision and gate["candidate"]["commit"] == h.shas[index], said
+    assert (workspace / "gate-out" / "junit.xml").is_file()
+    if ci == "github":
+        assert done.returncode == (1 if decision == "block" else 0), said
+        warned = "::warning title=release gate inconclusive::" in done.stdout
+        assert warned == (decision == "inconclusive"), said
+        github = yaml.safe_load((CI / "github-actions-gate.yml").read_text())
+        (tail,) = [s for s in github["jobs"]["gate"]["steps"] if s.get("name") == "summary"]
+        ran = subprocess.run([*shell, tail["run"]], cwd=workspace, env=env, check=False)
+        assert ran.returncode == 0 and decision.upper() in summary.read_text()
+    else:
+        assert done.returncode == code, said
+        soft = {rule["exit_status"] for rule in step["soft_fail"]}
+        assert (done.returncode in soft) == (decision == "inconclusive")
 
 
 def test_the_readme_points_only_at_files_in_the_repository() -> None:

@@ -18,8 +18,10 @@ from helpers import (
     HOSTILE_LOG,
     HOSTILE_TAGS,
     History,
+    cli_on_path,
     github_render,
     live_processes,
+    printed_commands,
     shell_words,
     wait_until,
 )
@@ -452,3 +454,37 @@ def test_a_golden_that_does_not_say_what_it_was_made_with_is_recorded_anew(
     code, output = invoke(*args, "--record")
     assert code == 0, output
     assert gate_of(out).golden.recorded and "identity" in json.loads(golden.read_text())
+
+
+def test_the_reproduce_line_runs_as_printed_from_another_folder(tmp_path: Path) -> None:
+    """A gate run in CI's way (relative config, golden and `--repo`, the config's own
+    candidates.repo not there): its report's command, pasted into `sh` in another folder,
+    gates the same candidate to the same decision."""
+    work = tmp_path / "work"
+    h = History(work, {4: "degenerate-content"}, 4)
+    h.config(candidates={"repo": "./not-a-clone"}, checks=[{"type": "canary"}])
+    env = cli_on_path(tmp_path / "bin")
+
+    def cli(*args: str, cwd: Path = work) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "llm_bisect.cli", *args], cwd=cwd, env=env,
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+
+    recorded = cli("golden", "config-1.yaml", "--repo", "engine", "--candidate", h.shas[0])
+    assert recorded.returncode == 0, recorded.stderr
+    gated = cli(
+        "gate", "config-1.yaml", "--repo", "engine", "--candidate", h.shas[4],
+        "--golden", "golden.json", "--out", "gate",
+    )  # fmt: skip
+    assert gated.returncode == 1, gated.stderr
+    ((line, code),) = printed_commands((work / "gate" / "report.md").read_text())
+    assert code == 1 and f"--repo {h.repo}" in line and f"--golden {work}/golden.json" in line
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    again = subprocess.run(
+        ["sh", "-c", line], cwd=elsewhere, env=env, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    assert again.returncode == 1, f"{line}\n{again.stdout}{again.stderr}"
+    assert gate_of(elsewhere / "llm-bisect-gate").decision == "block"

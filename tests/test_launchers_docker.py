@@ -122,7 +122,7 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
         candidate=cand,
         port=8000,
         host_port=12345,
-        env={"A": "1"},
+        env={"A": "1", "NCCL_MNNVL_ENABLE": "1", "HF_TOKEN": "hf_dockerSecret99"},
         run_id="r1",
         base_dir=tmp_path,
         owner="node-1:4242:99",
@@ -151,19 +151,25 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
         OWNER_LABEL: "node-1:4242:99",
     }
     assert spec["init"] is True
-    # What report.md's Reproduce block shows: the same container as a person types it.
-    assert shlex.split(run_line(spec, "vllm/vllm-openai:nightly-" + cand.commit)) == [
+    # What report.md's Reproduce block shows: the same container as a person types it, its
+    # environment with values but a secret's (`-e NAME` takes the caller's).
+    line = run_line(spec, "vllm/vllm-openai:nightly-" + cand.commit, ["HF_TOKEN"])
+    assert "hf_dockerSecret99" not in line
+    assert shlex.split(line) == [
         "docker", "run", "--rm", "--init", "--gpus", '"device=0,3"', "--ipc", "host",
         "--shm-size", "16g", "--user", "1000:1000", "-p", "127.0.0.1:12345:8000",
         "-v", f"{tmp_path}/hf:/root/.cache/huggingface", "-v", "models:/models",
-        "--ulimit", "memlock=-1:-1", "--ulimit", "stack=67108864:67108864", "-e", "A",
+        "--ulimit", "memlock=-1:-1", "--ulimit", "stack=67108864:67108864", "-e", "A=1",
+        "-e", "HF_TOKEN", "-e", "NCCL_MNNVL_ENABLE=1",
         f"vllm/vllm-openai:nightly-{cand.commit}", *spec["command"],
     ]  # fmt: skip
     hostile = {**spec, "command": ["$(touch pwned)", "a\nb;touch pwned-nl", "`touch pwned-t`"]}
     hostile["volumes"] = ["/d $(touch pwned-v):/m"]
     (tmp_path / "sh").mkdir()
-    words = shell_words(run_line(hostile, "img:tag"), tmp_path / "sh")
+    hostile["environment"] = {"X": "$(touch pwned-e)", "$(touch pwned-n)": "`touch pwned-b`"}
+    words = shell_words(run_line(hostile, "img:tag", []), tmp_path / "sh")
     assert words[-4:] == ["img:tag", *hostile["command"]] and "/d $(touch pwned-v):/m" in words
+    assert "X=$(touch pwned-e)" in words and "$(touch pwned-n)=`touch pwned-b`" in words
     assert list((tmp_path / "sh").iterdir()) == []  # pasted into sh, it runs nothing
     host = cfg.model_copy(update={"network_mode": "host"})
     spec = container_spec(
@@ -784,7 +790,7 @@ def test_each_slot_on_one_engine_gets_its_own_gpus(
     try:
         [request] = client.api.inspect_container(container.id)["HostConfig"]["DeviceRequests"]
         assert request["DeviceIDs"] == ["4", "5", "6", "7"] and request["Count"] == 0
-        assert "--gpus '\"device=4,5,6,7\"'" in run_line(spec, f"{repo_name}:gpus")
+        assert "--gpus '\"device=4,5,6,7\"'" in run_line(spec, f"{repo_name}:gpus", [])
     finally:
         container.remove(force=True)
     assert server.fingerprint()["devices"] == ["4", "5", "6", "7"]

@@ -348,8 +348,9 @@ def test_the_reproduce_line_of_a_job_is_whole_and_runs_nothing(tmp_path: Path) -
     ]
     worker = ["python3", "`touch pwned-tick`", "--worker;touch pwned-semi"]
     cfg = SlurmServerConfig(launcher="slurm", command=command, worker_command=worker, nodes=2)
+    env = {"NCCL_MNNVL_ENABLE": "1", "HF_TOKEN": "hf_slurmSecret1", "X": "$(touch pwned-e)"}
     launcher = SlurmLauncher(
-        cfg, env={}, secret_names=[], run_id="r", cwd=tmp_path,
+        cfg, env=env, secret_names=["HF_TOKEN"], run_id="r", cwd=tmp_path,
         base_env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
     )  # fmt: skip
     probe_dir = tmp_path / "probes $(touch pwned-dir)" / "p;touch pwned-p"
@@ -357,7 +358,14 @@ def test_the_reproduce_line_of_a_job_is_whole_and_runs_nothing(tmp_path: Path) -
         line = str(server.fingerprint()["command"])
     cwd = tmp_path / "sh"
     cwd.mkdir()
-    assert shell_words(line, cwd) == ["sbatch", str((probe_dir / "job.sh").resolve())]
+    # the job takes the caller's environment: the values it ran with go before `sbatch`, a
+    # secret's by name only
+    token = "HF_TOKEN=" + os.environ.get("HF_TOKEN", "")
+    assert shell_words(line, cwd) == [
+        token, "NCCL_MNNVL_ENABLE=1", "X=$(touch pwned-e)",
+        "sbatch", str((probe_dir / "job.sh").resolve()),
+    ]  # fmt: skip
+    assert "hf_slurmSecret1" not in line
     assert list(cwd.iterdir()) == [], "the pasted line ran commands"
     for arg in ("touch pwned-nl'", "'$(touch pwned-sub)' --last", "'--worker;touch pwned-semi'"):
         assert arg in line, arg  # every argument, whole

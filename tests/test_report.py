@@ -10,7 +10,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from helpers import HOSTILE_LINE, HOSTILE_LOG, HOSTILE_TAGS, History, github_render, shell_words
+import pytest
+
+from helpers import (
+    HOSTILE_LINE,
+    HOSTILE_LOG,
+    HOSTILE_TAGS,
+    History,
+    cli_on_path,
+    github_render,
+    printed_commands,
+    shell_words,
+)
 from llm_bisect.fingerprint import parse_startup_log
 from llm_bisect.journal import Span
 from llm_bisect.model import Candidate, CheckResult, ProbeOutcome, Verdict
@@ -140,7 +151,8 @@ def _probe(i: int, verdict: Verdict, at: float) -> ProbeOutcome:
     fingerprint = {
         "image": {"ref": f"vllm/vllm-openai:nightly-{SHAS[i].commit}", "digest": DIGEST},
         "kernels": {"attention_backend": "FLASHINFER" if bad else "FLASH_ATTN"},
-        "command": f"docker run --rm --gpus all -e HF_TOKEN vllm/vllm-openai:{SHAS[i].short}",
+        "command": "docker run --rm --gpus all -e HF_TOKEN -e NCCL_MNNVL_ENABLE=1 "
+        f"-e VLLM_USE_V2_MODEL_RUNNER=1 vllm/vllm-openai:{SHAS[i].short}",
     }
     checks = (CheckResult("canary", not bad, 1.0 - bad, "now now now" if bad else "I am well"),)
     return ProbeOutcome(
@@ -164,7 +176,8 @@ def golden_result() -> dict[str, Any]:
     context = {
         "good_ref": "nightly-2026-08-09",
         "bad_ref": "v0.27.0",
-        "config": "configs/kimi.yaml",
+        "config": "/srv/llm-bisect/configs/kimi.yaml",
+        "golden": "/srv/llm-bisect/runs/kimi/golden.json",
         "repo_url": "https://github.com/vllm-project/vllm",
         "environment": {
             "os": "Linux-6.8",
@@ -199,7 +212,11 @@ def test_report_md_matches_its_golden_file() -> None:
     assert "good `nightly-2026-08-09` (`" in head[3] and "bad `v0.27.0` (`" in head[3]
     assert f"{url}/compare/{SHAS[2].commit}...{SHAS[3].commit}" in head[3]
     assert "4 probes over 5 candidates · 26m 50s (23m 00s in probes)" in head[4]
-    assert f"llm-bisect check configs/kimi.yaml --candidate {SHAS[3].commit}" in md
+    assert (
+        f"llm-bisect check /srv/llm-bisect/configs/kimi.yaml --candidate {SHAS[3].commit} "
+        "--golden /srv/llm-bisect/runs/kimi/golden.json   # expect bad: exit 1"
+    ) in md
+    assert "-e HF_TOKEN -e NCCL_MNNVL_ENABLE=1 -e VLLM_USE_V2_MODEL_RUNNER=1" in md
     assert f"| image.digest | `{DIGEST}` | `{DIGEST}` |" in md  # whole, never cut
     assert "- GPUs: 8 x NVIDIA B300 (275040 MiB)" in md and "driver 580.65.06, CUDA 13.0" in md
     assert "| 'hello how are you' | 2 | `15505` ' well'" in md
@@ -275,8 +292,9 @@ def test_report_md_shows_hostile_commits_servers_and_logs_as_text(
     cwd = tmp_path / "sh"
     cwd.mkdir()
     first, second = (shell_words(line, cwd) for line in commands[0].splitlines())
-    assert first == ["llm-bisect", "check", str(config), "--candidate", h.shas[6]]
-    assert second == ["llm-bisect", "check", str(config), "--candidate", h.shas[5]]
+    golden = ["--golden", str(out / "golden.json")]
+    assert first == ["llm-bisect", "check", str(config), "--candidate", h.shas[6], *golden]
+    assert second == ["llm-bisect", "check", str(config), "--candidate", h.shas[5], *golden]
     assert shell_words(commands[1], cwd)[0] == sys.executable  # the server's command line
     assert list(cwd.iterdir()) == [], "the pasted lines ran commands"
 
@@ -385,3 +403,68 @@ def test_how_long_a_build_took_is_not_a_change_between_builds() -> None:
     md = render_markdown(build_result(plan, answer, probes))
     assert "| **⚠ build.seconds** | 0\\.223 | 0\\.214 |" in md, md
     assert "Changed besides the build's identity" not in md, md
+
+
+DEPLOYMENT_ENV = {
+    "NCCL_MNNVL_ENABLE": "1",
+    "VLLM_USE_V2_MODEL_RUNNER": "1",
+    "HF_TOKEN": "hf_reproduceSecret1234",
+}
+
+
+@pytest.fixture(scope="module")
+def relative_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run started in the config's folder with relative paths (`run config.yaml --out
+    out`), whose server environment holds deployment flags and a token; its DIR."""
+    h = History(tmp_path_factory.mktemp("relative"), {5: "degenerate-content"}, 8)
+    h.config(server={"env": DEPLOYMENT_ENV})
+    done = subprocess.run(
+        [sys.executable, "-m", "llm_bisect.cli", "run", "config-1.yaml", "--out", "out"],
+        cwd=h.root,
+        env=cli_on_path(h.root / "bin"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return h.root / "out"
+
+
+def test_the_reproduce_commands_run_as_printed_from_another_folder(
+    relative_run: Path, tmp_path: Path
+) -> None:
+    """report.md's `check` lines, pasted into `sh` in a folder that is not the run's,
+    reproduce what they say: the bad build exits 1, the good one 0 (the config, the golden
+    the run recorded into DIR, everything by absolute path)."""
+    out = relative_run
+    commands = printed_commands((out / "report.md").read_text())
+    assert [code for _, code in commands] == [1, 0]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = cli_on_path(tmp_path / "bin")
+    for line, code in commands:
+        done = subprocess.run(
+            ["sh", "-c", line], cwd=elsewhere, env=env, capture_output=True, text=True,
+            timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == code, f"{line}\n{done.stdout}{done.stderr}"
+    assert f"--golden {out / 'golden.json'}" in commands[0][0]
+
+
+def test_the_server_command_shows_its_environment_with_values_but_secrets(
+    relative_run: Path, tmp_path: Path
+) -> None:
+    """What a maintainer asks for: the flags the server ran with, values and all; a token by
+    its name only (the line takes the reader's own)."""
+    out = relative_run
+    md = (out / "report.md").read_text()
+    fences = [c for info, c in github_render(md).fences if info == "bash"]
+    (tmp_path / "sh").mkdir()
+    words = shell_words(fences[1], tmp_path / "sh")
+    token = "HF_TOKEN=" + os.environ.get("HF_TOKEN", "")  # the reader's own
+    assert words[:3] == [token, "NCCL_MNNVL_ENABLE=1", "VLLM_USE_V2_MODEL_RUNNER=1"]
+    assert words[3] == sys.executable
+    assert 'HF_TOKEN="$HF_TOKEN"' in fences[1]
+    for document in ("report.md", "result.json", "journal.jsonl"):
+        assert "hf_reproduceSecret1234" not in (out / document).read_text(), document

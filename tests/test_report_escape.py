@@ -4,6 +4,9 @@ rendered as GitHub renders markdown, parsed as XML, read back by `sh`."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -140,6 +143,48 @@ def test_sh_reads_a_printed_command_back_as_its_words(
     line = esc.shell(argv) + "\n" + esc.comment(said)
     assert shell_words(line, cwd) == argv
     assert list(cwd.iterdir()) == []
+
+
+_name = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
+_value = hostile.map(lambda s: s.replace("\x00", ""))
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    env=st.dictionaries(
+        st.one_of(_name, _value.filter(lambda s: s and "=" not in s)), _value, max_size=3
+    ),
+    argv=st.lists(_value, min_size=1, max_size=3),
+)
+def test_sh_reads_a_command_with_its_environment_back_as_its_words(
+    env: dict[str, str], argv: list[str], tmp_path: Path
+) -> None:
+    """`NAME=value` before the command, whatever names and values hold; `env --` first when
+    a name is none `sh` can assign. Nothing in them runs."""
+    cwd = tmp_path / "sh"
+    cwd.mkdir(exist_ok=True)
+    words = shell_words(esc.env_shell(env, argv, ()), cwd)
+    shown = [f"{name}={value}" for name, value in sorted(env.items())]
+    plain = all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) for name in env)
+    assert words == [*([] if plain else ["env", "--"]), *shown, *argv]
+    assert list(cwd.iterdir()) == []
+
+
+def test_the_environment_a_command_line_sets_is_the_one_it_ran_with(tmp_path: Path) -> None:
+    """Pasted into `sh`, the line runs its command with the values shown, and a secret's from
+    the reader's environment: its value is in no line."""
+    env = {"NCCL_MNNVL_ENABLE": "1", "SPACED": "a b $(touch pwned)", "HF_TOKEN": "hf_theirs"}
+    line = esc.env_shell(env, ["env", "-0"], {"HF_TOKEN"})
+    assert "hf_theirs" not in line
+    done = subprocess.run(
+        ["sh", "-c", line], cwd=tmp_path, env={"PATH": os.defpath, "HF_TOKEN": "hf_mine"},
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    seen = dict(item.split("=", 1) for item in done.stdout.split("\0") if item)
+    assert seen["NCCL_MNNVL_ENABLE"] == "1" and seen["SPACED"] == "a b $(touch pwned)"
+    assert seen["HF_TOKEN"] == "hf_mine" and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(

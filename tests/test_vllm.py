@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -27,7 +28,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from helpers import github_render, live_processes
+from helpers import github_render, live_processes, printed_commands, shell_words
 from llm_bisect.builds.overlay import installed_package
 from llm_bisect.cli import cli
 
@@ -166,6 +167,24 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     assert (
         "PyTorch version" in (out / "probes" / shas["config"][:12] / "collect_env.txt").read_text()
     )
+    # Reproduce: each `check` line as printed names what it needs by absolute path (running
+    # one would start vLLM again: tests/test_report.py runs them on the simulator), and the
+    # server's line its environment's values
+    commands = printed_commands(report)
+    assert [code for _, code in commands] == [1, 0], report
+    (root / "sh").mkdir()
+    for (line, _), sha in zip(commands, (shas["config"], shas["tokens"]), strict=True):
+        words = shell_words(line, root / "sh")
+        assert words[:2] == ["llm-bisect", "check"] and words[words.index("--candidate") + 1] == sha
+        named = [Path(words[2]), Path(words[words.index("--golden") + 1])]
+        assert named == [config, out / "golden.json"] and all(p.is_file() for p in named), line
+    server = [c for info, c in github_render(report).fences if info == "bash"][1]
+    shown = shell_words(server, root / "sh")  # server.env's, and the overlay's PYTHONPATH
+    assert {"HF_HUB_OFFLINE=1", "TOKENIZERS_PARALLELISM=false", "VLLM_CPU_KVCACHE_SPACE=1"} <= set(
+        shown
+    ), server
+    assert any(w.startswith("PYTHONPATH=") for w in shown), server
+    assert list((root / "sh").iterdir()) == []
     for probe in result["probes"]:  # main's from their wheels, the picks over the branch point's
         build = probe["fingerprint"]["build"]
         if probe["commit"] in (shas["doc2"], shas["refactor"]):
@@ -353,6 +372,10 @@ def test_gate_on_real_vllm_allows_a_doc_change_and_blocks_a_rope_bug(
     assert deltas and max(deltas) > 0, deltas
     report = (root / "gate-rope" / "report.md").read_text()
     assert "vllm.entrypoints.openai.api_server" in report and "| logprobs | **FAIL** |" in report
+    ((line, exit_code),) = printed_commands(report)  # as printed, from any folder
+    assert exit_code == 1 and shlex.split(line)[:3] == ["llm-bisect", "gate", str(bed["config"])]
+    assert f"--golden {golden}" in line and golden.is_absolute() and golden.is_file()
+    assert "VLLM_CPU_KVCACHE_SPACE=1" in report  # the server's environment, with values
     assert github_render(report, gate["context"]["repo_url"]).problems == []  # as GitHub shows it
     ET.parse(root / "gate-rope" / "junit.xml")  # well-formed, whatever the server logged
     assert 'id="plot-logprobs"' in (root / "gate-rope" / "report.html").read_text()

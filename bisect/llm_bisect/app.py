@@ -44,6 +44,7 @@ from .config import (
     check_digest,
     config_digest,
     expand_env,
+    expand_paths,
     expand_template,
     expand_value,
     fill,
@@ -129,7 +130,9 @@ class Setup:
     builder: Builder | None = None
     """How candidates are built (`build:`); None: the launcher starts them as they are."""
     config_file: str = ""
-    """The config's path as given (for the report's reproduce commands)."""
+    """The config's absolute path (for the report's reproduce commands)."""
+    repo: str = ""
+    """The clone `--repo` named (absolute), for the reproduce commands; "": candidates.repo."""
     devices: list[tuple[str, ...] | None] = field(default_factory=list)
     """Per slot, the GPUs its server alone uses (launchers/devices.py); None: as configured."""
 
@@ -301,14 +304,17 @@ def setup(
     config_path: Path,
     environ: Mapping[str, str],
     *,
+    repo: Path | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     report: Callable[[str], None] = lambda _: None,
 ) -> Setup:
-    """Load and validate a config and open its repository; nothing is started."""
-    config = load_config(config_path)
+    """Load and validate a config and open its repository (`repo`, else candidates.repo);
+    nothing is started."""
+    config = expand_paths(load_config(config_path), environ)
     base_dir = config_path.resolve().parent
-    source = GitSource(base_dir / config.candidates.repo)
+    repo_dir = repo.absolute() if repo is not None else base_dir / config.candidates.repo
+    source = GitSource(repo_dir, "--repo" if repo is not None else "candidates.repo")
     env = expand_env(config.server.env, environ)
     server = config.server
     names = sorted({*secret_names(server.env), *caller_secret_names(environ)})
@@ -363,7 +369,13 @@ def setup(
         names,
         lambda ref, key: made.resolve(ref, key).commit,
     )
-    return replace(made, builder=builder, config_file=str(config_path), devices=devices)
+    return replace(
+        made,
+        builder=builder,
+        config_file=str(config_path.absolute()),
+        repo=str(repo_dir) if repo is not None else "",
+        devices=devices,
+    )
 
 
 def slot_devices_of(
@@ -568,6 +580,7 @@ def run_context(s: Setup, config: Config) -> dict[str, Any]:
         "good_ref": config.candidates.good,
         "bad_ref": config.candidates.bad,
         "config": s.config_file,
+        "repo": s.repo,
         "repo_url": (config.candidates.url or web_url(s.source.remote_url())).rstrip("/"),
         "environment": node_environment(),
     }
@@ -590,6 +603,7 @@ def run_bisect(
     digest = config_digest(config) + (":fix" if find_fix else "")
     named = golden_file or s.golden_path()  # else one is recorded from the good end into DIR
     golden = s.golden_store(named, of=plan.good.commit) if named else None
+    judged_by = (named or out_dir / "golden.json").absolute()
     with hold(out_dir):
         # DIR's own golden: the journal's config digest (checks and server too) guards it
         golden = golden or s.golden_store(out_dir / "golden.json", plan.good.commit, compare=False)
@@ -608,7 +622,7 @@ def run_bisect(
                 scrub=s.scrub,
                 regress=Regress(config.regress),
                 coarse=config.candidates.coarse,
-                context=run_context(s, config),
+                context={**run_context(s, config), "golden": str(judged_by)},
                 given=given,
                 parallel=config.parallel,
             )
@@ -1072,7 +1086,7 @@ def run_gate(
     with those two verdicts instead of probing them again. Writes DIR/gate.json, report.md,
     report.html and `junit`."""
     started = time.time()
-    path = golden_file_of(s, golden_file)
+    path = golden_file_of(s, golden_file).absolute()  # its reproduce line runs anywhere
     candidate = s.resolve(candidate_ref, "--candidate")
     recorded = False
     if record:

@@ -365,10 +365,15 @@ class _Ticking:
         )
 
 
-def _setup(term: Terminal, config: Path, progress: TerminalProgress | None = None) -> app.Setup:
+def _setup(
+    term: Terminal,
+    config: Path,
+    progress: TerminalProgress | None = None,
+    repo: Path | None = None,
+) -> app.Setup:
     """The config's setup; from here on the terminal masks its secrets."""
     report = progress.note if progress else lambda line: term.say(f"    {line}")
-    s = app.setup(config, os.environ, report=report)
+    s = app.setup(config, os.environ, repo=repo, report=report)
     term.mask(s.scrub)
     return s
 
@@ -387,6 +392,13 @@ FixOpt = Annotated[
     typer.Option(
         "--find-fix",
         help="Look for the fix: good names the newer build that works, bad the older broken one.",
+    ),
+]
+RepoOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--repo",
+        help="The engine's git clone, instead of candidates.repo (a CI job's checkout).",
     ),
 ]
 JsonOpt = Annotated[
@@ -452,12 +464,13 @@ def run_cmd(
     good: GoodOpt = None,
     bad: BadOpt = None,
     find_fix: FixOpt = False,
+    repo: RepoOpt = None,
 ) -> None:
     """Bisect the config's range to the first bad commit (resumes from --out's journal)."""
 
     def body(term: Terminal) -> int:
         progress = TerminalProgress(term)
-        s = _setup(term, config, progress)
+        s = _setup(term, config, progress, repo)
         done = app.run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
         _print_answer(term, done.answer, out)
         return STATUS_EXIT[done.answer.status]
@@ -479,6 +492,7 @@ def check_cmd(
         Path | None,
         typer.Option("--golden", help="The golden to compare with (default: the config's)."),
     ] = None,
+    repo: RepoOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Probe one candidate, as a `git bisect run` script.
@@ -490,7 +504,7 @@ def check_cmd(
 
     def body(term: Terminal) -> int:
         progress = TerminalProgress(term)
-        s = _setup(term, config, progress)
+        s = _setup(term, config, progress, repo)
         with _work_dir(out, "llm-bisect-check-") as out_dir:
             cand, outcome = app.check_one(s, candidate, out_dir, progress, golden)
             if as_json:  # what probe.json holds, on stdout
@@ -554,11 +568,12 @@ def golden_cmd(
     candidate: Annotated[str, typer.Option("--candidate", help="The good build.")],
     output: GoldenOut = None,
     out: ProbeDir = None,
+    repo: RepoOpt = None,
 ) -> None:
     """Record the golden from one (good) build: token ids, logprobs, texts, eval answers."""
 
     def body(term: Terminal) -> int:
-        s = _setup(term, config)
+        s = _setup(term, config, repo=repo)
         path = app.golden_file_of(s, _golden_file(term, output))
         with _work_dir(out, "llm-bisect-golden-") as work:
             data = app.record_golden(s, candidate, path, work)
@@ -578,11 +593,12 @@ def calibrate_cmd(
     restarts: Annotated[int, typer.Option("--restarts", min=0, help="Extra server starts.")] = 1,
     output: GoldenOut = None,
     out: ProbeDir = None,
+    repo: RepoOpt = None,
 ) -> None:
     """Check the good build against itself; its spread becomes the default thresholds."""
 
     def body(term: Terminal) -> int:
-        s = _setup(term, config)
+        s = _setup(term, config, repo=repo)
         path = app.golden_file_of(s, _golden_file(term, output))
         with _work_dir(out, "llm-bisect-calibrate-") as work:
             found = app.calibrate(s, candidate, path, work, runs, restarts)
@@ -639,6 +655,7 @@ def gate_cmd(
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write a JUnit XML here, for CI.")
     ] = None,
+    repo: RepoOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Is this release candidate as good as the last good build? The same checks and
@@ -650,7 +667,7 @@ def gate_cmd(
 
     def body(term: Terminal) -> int:
         progress = TerminalProgress(term)
-        s = _setup(term, config, progress)
+        s = _setup(term, config, progress, repo)
         if junit is not None:
             prepare(junit.parent, "--junit")
         prepare(out)
@@ -689,12 +706,13 @@ def candidates_cmd(
     good: GoodOpt = None,
     bad: BadOpt = None,
     find_fix: FixOpt = False,
+    repo: RepoOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """List the candidates between good and bad and the plan (a dry run: nothing starts)."""
 
     def body(term: Terminal) -> int:
-        s = _setup(term, config)
+        s = _setup(term, config, repo=repo)
         _, plan = app.plan_of(s, good, bad, find_fix)
         if as_json:
             with s.launcher("candidates") as launcher:
@@ -773,6 +791,7 @@ def localize_cmd(
         Path | None,
         typer.Option("--out", "-o", help="Folder for localization.json and the server logs."),
     ] = None,
+    repo: RepoOpt = None,
 ) -> None:
     """Where in the model two builds first differ: each runs the same tokens with
     llm-bisect's worker extension (vLLM; eager mode for these two probes).
@@ -782,7 +801,7 @@ def localize_cmd(
 
     def body(term: Terminal) -> int:
         progress = TerminalProgress(term)
-        s = _setup(term, config, progress)
+        s = _setup(term, config, progress, repo)
         with _work_dir(out, "llm-bisect-localize-") as out_dir:
             doc = app.localize_refs(s, good, bad, out_dir, prompt=prompt, note=progress.note)
             term.out(doc["line"])

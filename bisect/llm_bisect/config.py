@@ -49,7 +49,8 @@ class CandidatesConfig(_Strict):
     """Where the candidates come from: a local clone and the two ends."""
 
     repo: str
-    """Path to a local git clone (relative to the config file)."""
+    """Path to a local git clone (relative to the config file; `${VAR}` from the environment;
+    `--repo` overrides it)."""
     good: str
     """A ref that tests good (in --find-fix mode: the newer build that works)."""
     bad: str
@@ -903,6 +904,21 @@ def expand_template(template: str, environ: Mapping[str, str], key: str) -> str:
 def expand_env(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
     """Expand `${VAR}` in server.env values from the caller's environment."""
     return {k: expand_value(v, environ, f"server.env.{k}") for k, v in env.items()}
+
+
+def expand_paths(config: Config, environ: Mapping[str, str]) -> Config:
+    """The config with `${VAR}` in its paths (candidates.repo, golden, server.cwd) expanded
+    from the caller's environment, as a CI job names its checkout (`${GITHUB_WORKSPACE}/vllm`);
+    a variable that is not set is a ConfigError naming the key."""
+    repo = expand_value(config.candidates.repo, environ, "candidates.repo")
+    update: dict[str, Any] = {"candidates": config.candidates.model_copy(update={"repo": repo})}
+    if config.golden is not None:
+        update["golden"] = expand_value(config.golden, environ, "golden")
+    server = config.server
+    if isinstance(server, ProcessServerConfig) and server.cwd is not None:
+        cwd = expand_value(server.cwd, environ, "server.cwd")
+        update["server"] = server.model_copy(update={"cwd": cwd})
+    return config.model_copy(update=update)
 
 
 CHECK_TYPES = "canary, expect, logprobs, eval"

@@ -26,7 +26,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -220,7 +220,9 @@ class DockerServer(LoggedServer):
             spec = self.spec(self.image)
             if self.instrument is not None:
                 instrument_spec(spec, self.instrument, self.image)
-            self.command = run_line(spec, self.launcher.image_ref(self.candidate))
+            self.command = run_line(
+                spec, self.launcher.image_ref(self.candidate), self.launcher.secret_names
+            )
             self.container = self.launcher.client.containers.create(**spec)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("ab")
@@ -287,7 +289,9 @@ class DockerServer(LoggedServer):
             spec = self.spec(self.image)
             if self.instrument is not None:
                 instrument_spec(spec, self.instrument, self.image)
-            self.command = run_line(spec, self.launcher.image_ref(self.candidate))
+            self.command = run_line(
+                spec, self.launcher.image_ref(self.candidate), self.launcher.secret_names
+            )
             self.container = self.launcher.client.containers.create(**spec)
 
     def _follow_logs(self) -> None:
@@ -459,11 +463,12 @@ def engine_address(base_url: str) -> str | None:
     return None if host in ("", "localhost", "127.0.0.1", "::1") else host
 
 
-def run_line(spec: Mapping[str, Any], ref: str) -> str:
+def run_line(spec: Mapping[str, Any], ref: str, secret: Collection[str]) -> str:
     """The `docker run` a person types to start what a container spec starts. Pure.
 
-    Environment variables are named, never valued (`-e NAME` takes the caller's value), so
-    no secret is in the line; `ref` is the image as a person names it."""
+    Environment variables with their values (`-e NAME=value`), but a `secret`'s by name only
+    (`-e NAME` takes the caller's value), so no secret is in the line; `ref` is the image as a
+    person names it."""
     args = ["docker", "run", "--rm"]
     if spec.get("init"):
         args.append("--init")
@@ -483,8 +488,9 @@ def run_line(spec: Mapping[str, Any], ref: str) -> str:
         args += ["-v", bind]
     for limit in spec.get("ulimits") or []:
         args += ["--ulimit", f"{limit['Name']}={limit['Soft']}:{limit['Hard']}"]
-    for name in sorted(spec.get("environment") or {}):
-        args += ["-e", name]
+    environment = spec.get("environment") or {}
+    for name in sorted(environment):
+        args += ["-e", name if name in secret else f"{name}={environment[name]}"]
     entrypoint = spec.get("entrypoint")
     if isinstance(entrypoint, str):
         entrypoint = [entrypoint]
@@ -549,6 +555,7 @@ class DockerLauncher:
         """Per slot (0 .. parallel-1), the GPUs its container alone uses."""
         self.ports = ports or PortBook()
         self.env = dict(env)
+        self.secret_names = list(secret_names)
         self.secrets = [self.env[n] for n in secret_names if n in self.env]
         if cfg.registry.password:
             self.secrets.append(cfg.registry.password)

@@ -59,10 +59,14 @@ class ProcessServer(LoggedServer):
         facts: Mapping[str, Any] | None = None,
         held: Held | None = None,
         collect: LocalCollect | None = None,
+        shown_env: Mapping[str, str] | None = None,
     ) -> None:
         self.facts = dict(facts or {})
         self.collect = collect
         """collect_env beside the server, in its environment (finished before it stops)."""
+        self.shown_env = dict(shown_env or {})
+        """What the command line in the report names of its environment: what llm-bisect
+        set over the caller's (server.env, the build's, the slot's devices)."""
         self.held = held
         self.argv_for = argv_for
         """The command line for a port (a server moved to another port runs it again)."""
@@ -205,11 +209,13 @@ class ProcessServer(LoggedServer):
         self._spawn()
 
     def fingerprint(self) -> dict[str, Any]:
-        """The build's facts and `command`, the server's command line (never its environment);
-        collect_env has finished (its facts are read from the probe folder)."""
+        """The build's facts and `command`, the server's command line with the environment
+        llm-bisect gave it (a secret by name only); collect_env has finished (its facts are
+        read from the probe folder)."""
         if self.collect is not None:
             self.collect.finish()
-        return {**self.facts, "command": esc.shell(self.argv)}
+        command = esc.env_shell(self.shown_env, self.argv, self.secret_names)
+        return {**self.facts, "command": command}
 
 
 class ProcessLauncher(Prefetching):
@@ -239,7 +245,9 @@ class ProcessLauncher(Prefetching):
         self.command = command
         self.collect_env = None if collect_env is None else list(collect_env)
         """server.collect_env: None runs vLLM's with the candidate's python, [] nothing."""
-        self.env = {**(os.environ if base_env is None else base_env), **env}
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.config_env = dict(env)
+        self.env = {**self.base_env, **env}
         self.secret_names = secret_names
         self.cwd = cwd
         self.ready_timeout = ready_timeout
@@ -298,4 +306,7 @@ class ProcessLauncher(Prefetching):
                 into=probe_dir,
                 secret_names=self.secret_names,
             ),
+            shown_env={
+                k: v for k, v in env.items() if k in self.config_env or self.base_env.get(k) != v
+            },
         )

@@ -211,11 +211,16 @@ def reproduce_line(
     command: Sequence[str],
     worker: Sequence[str] | None,
     values: Mapping[str, str],
+    env: Mapping[str, str] | None = None,
+    secret: Sequence[str] = (),
 ) -> str:
     """What report.md shows for a probe: the `sbatch` of its job script (what a person runs
-    again), then what the nodes run as shell comments, every line of them commented, so an
-    argument that holds a newline is shown whole and a paste never runs it. Pure."""
-    lines = [esc.shell(["sbatch", str(job)]), esc.comment(f"runs: {_words(command, values)}")]
+    again) after the environment llm-bisect gave it (`NAME=value`, a `secret` by name only:
+    the job takes the caller's environment), then what the nodes run as shell comments,
+    every line of them commented, so an argument that holds a newline is shown whole and a
+    paste never runs it. Pure."""
+    sbatch = esc.env_shell(env or {}, ["sbatch", str(job)], secret)
+    lines = [sbatch, esc.comment(f"runs: {_words(command, values)}")]
     if worker is not None:
         lines.append(esc.comment(f"the other nodes run: {_words(worker, values)}"))
     return "\n".join(lines)
@@ -351,7 +356,15 @@ class SlurmServer(LoggedServer):
         lines = collectenv.node_lines(_words(collect, values) if collect else None, here)
         node.write_text(node_script(command, worker, self.values, lines))
         script = self.probe_dir / "job.sh"
-        self.reproduce = reproduce_line(script.resolve(), command, worker, self.values)
+        launcher = self.launcher
+        shown = {
+            k: v
+            for k, v in self.env.items()
+            if k in launcher.config_env or launcher.base_env.get(k) != v
+        }
+        self.reproduce = reproduce_line(
+            script.resolve(), command, worker, self.values, shown, launcher.secret_names
+        )
         script.write_text(
             job_script(
                 self.cfg,
@@ -522,7 +535,9 @@ class SlurmLauncher(Prefetching):
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.cfg = cfg
-        self.env = {**(os.environ if base_env is None else base_env), **env}
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.config_env = dict(env)
+        self.env = {**self.base_env, **env}
         self.secret_names = secret_names
         self.run_id = run_id
         self.builder = builder

@@ -132,7 +132,11 @@ class Context(_Doc):
     """candidates.good as the user gave it (a tag, a branch, an image)."""
     bad_ref: str = ""
     config: str = ""
-    """The config file, as given on the command line."""
+    """The config file: its absolute path (older runs: as given on the command line)."""
+    repo: str = ""
+    """The clone `--repo` named (absolute); "": candidates.repo, relative to the config."""
+    golden: str = ""
+    """The golden the run judged by (absolute): the config's, `--golden`, or DIR's own."""
     repo_url: str = ""
     """The repository's web address (candidates.url, else from the remote), for links."""
     environment: dict[str, Any] = Field(default_factory=dict)

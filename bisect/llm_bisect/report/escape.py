@@ -11,7 +11,8 @@ escaped for where it is written, so that it is read and never obeyed. Pure.
     summary    text inside the raw HTML report.md writes (`<summary>`): HTML-escaped, no @mention
     html_text  text in report.html
     xml_text   text in JUnit XML: only what XML 1.0 allows
-    shell      a command line `sh` reads back as the same words; `comment` for shell comments
+    shell      a command line `sh` reads back as the same words; `env_shell` with its
+               environment (secrets by name); `comment` for shell comments
     safe_url   an http(s) address of a repository, else ""
 
 GitHub turns `@name` into a mention (and a notification) and `a@b.c` into a mail link even
@@ -24,7 +25,7 @@ from __future__ import annotations
 import html
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 _ESCAPES = re.compile(
     r"""
@@ -144,6 +145,25 @@ def xml_text(value: object) -> str:
 def shell(argv: Sequence[str]) -> str:
     """A command line that `sh` reads back as these words, whatever they hold."""
     return shlex.join(argv)
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_shell(env: Mapping[str, str], argv: Sequence[str], secret: Collection[str]) -> str:
+    """A command line with the environment it ran with, as `sh` reads it back: `NAME=value`
+    words before the command, each value quoted. A secret's value is never written:
+    `NAME="$NAME"` takes the reader's own. A name `sh` cannot assign goes through `env --`."""
+
+    def value(name: str) -> str:
+        if name not in secret:
+            return shlex.quote(env[name])
+        return f'"${name}"' if _NAME.fullmatch(name) else "'***'"
+
+    words = [shlex.quote(f"{name}=") + value(name) for name in sorted(env)]
+    if not all(_NAME.fullmatch(name) for name in env):
+        words = ["env", "--", *words]
+    return " ".join([*words, shell(argv)])
 
 
 def comment(value: object) -> str:

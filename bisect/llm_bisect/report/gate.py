@@ -11,7 +11,7 @@ from .documents import Decision, GateDocument
 from .escape import cell
 from .html import logprob_figure, page, table
 from .links import commit_url
-from .markdown import builds_compared, divergences, duration, environment_lines
+from .markdown import builds_compared, divergences, duration, environment_lines, reproduce_repo
 
 DECISION_OF: dict[Verdict, Decision] = {
     Verdict.GOOD: "allow",
@@ -98,10 +98,11 @@ def render_gate_markdown(doc: GateDocument) -> str:
     command = probe.fingerprint.get("command")
     config = doc.context.config or "CONFIG"
     again = ["llm-bisect", "gate", config, "--candidate", doc.candidate_ref]
+    again += ["--golden", doc.golden.path, *reproduce_repo(doc.context)]
     lines += [
         "## Reproduce",
         "",
-        *esc.fence(esc.shell([*again, "--golden", doc.golden.path]), "bash"),
+        *esc.fence(f"{esc.shell(again)}   # expect {doc.decision}: exit {doc.exit_code}", "bash"),
         "",
     ]
     if command:

@@ -429,30 +429,37 @@ def _summary(doc: ResultDocument) -> list[str]:
 
 
 def _reproduce(doc: ResultDocument) -> list[str]:
-    """The commands that show the change again: a `check` of each side, and the server
-    command line (or `docker run`) the bad side ran with."""
+    """The commands that show the change again, as printed from any folder (the config, the
+    golden and a `--repo` by absolute path): a `check` of each side, and the server command
+    line (or `docker run`) the bad side ran with, its environment's values included."""
     pair = _bad_side(doc)
     if pair is None or doc.status is not Status.FOUND:
         return []
     bad, good = pair
-    config = doc.context.config or "CONFIG"
-    check = ["llm-bisect", "check", config, "--candidate"]
+    ctx = doc.context
+    check = ["llm-bisect", "check", ctx.config or "CONFIG", "--candidate"]
+    named = [*(["--golden", ctx.golden] if ctx.golden else []), *reproduce_repo(ctx)]
     bad_word = "bad" if doc.mode is Mode.REGRESSION else "bad (the build before the fix)"
     commands = [
-        f"{esc.shell([*check, bad.commit])}   # expect {bad_word}: exit 1",
-        f"{esc.shell([*check, good.commit])}   # expect good: exit 0",
+        f"{esc.shell([*check, bad.commit, *named])}   # expect {bad_word}: exit 1",
+        f"{esc.shell([*check, good.commit, *named])}   # expect good: exit 0",
     ]
     lines = ["## Reproduce", "", *esc.fence("\n".join(commands), "bash"), ""]
     command = bad.fingerprint.get("command")
     if command:
         lines += [
-            f"The server of `{bad.commit[:12]}` ran as (environment variables by name only; "
-            "`{port}` was a free port):",
+            f"The server of `{bad.commit[:12]}` ran as (a secret by its name only: the line "
+            "takes its value from your environment; `{port}` was a free port):",
             "",
             *esc.fence(command, "bash"),
             "",
         ]
     return lines
+
+
+def reproduce_repo(ctx: Context) -> list[str]:
+    """`--repo PATH` when the run was given its clone so, for the reproduce commands."""
+    return ["--repo", ctx.repo] if ctx.repo else []
 
 
 def environment_lines(ctx: Context) -> list[str]:
