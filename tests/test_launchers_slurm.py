@@ -475,3 +475,31 @@ def test_pyxis_mounts_the_probe_folder_and_the_worker_extension(tmp_path: Path) 
     node = (probe_dir / "node.sh").read_text()
     run = "python3 -m vllm.collect_env"  # on the node, inside the container, bounded
     assert f"timeout 300 {run}; else {run}; fi > {here}/collect_env.txt" in node
+
+
+def test_a_job_that_is_ending_is_said_by_why_it_ended(tmp_path: Path) -> None:
+    """Right after `scancel`, scontrol says COMPLETING (longer on a loaded controller), then
+    CANCELLED: the probe's reason must say CANCELLED, never the passing COMPLETING. Slurm's
+    scontrol is stood in for on PATH (a process edge): COMPLETING twice, then CANCELLED."""
+    calls = tmp_path / "calls"
+    scontrol = tmp_path / "bin" / "scontrol"
+    scontrol.parent.mkdir()
+    scontrol.write_text(
+        "#!/bin/sh\n"
+        f'echo x >> "{calls}"\n'
+        f'n=$(wc -l < "{calls}")\n'
+        'if [ "$n" -le 2 ]; then s=COMPLETING; else s=CANCELLED; fi\n'
+        'echo "JobId=7 JobName=llm-bisect-x JobState=$s Reason=None NodeList=vm ExitCode=0:15"\n'
+    )
+    scontrol.chmod(0o755)
+    slurm = Slurm({"PATH": f"{scontrol.parent}:{os.environ['PATH']}"})
+    first = slurm.state("7")
+    assert first.state == "COMPLETING"
+    slept: list[float] = []
+    now = iter(range(1000))
+    found = slurm.settled("7", first, lambda: float(next(now)), slept.append)
+    assert found.state == "CANCELLED" and len(slept) == 2, (found, slept)
+    # a job that stays COMPLETING is said as it is once the wait is up, never a hang
+    calls.write_text("")
+    far = iter([0.0, 10_000.0])
+    assert slurm.settled("7", first, lambda: next(far), slept.append).state == "COMPLETING"

@@ -55,6 +55,8 @@ RETRY_STATES = frozenset({"NODE_FAIL", "PREEMPTED", "TIMEOUT", "BOOT_FAIL"})
 """The cluster ended the job: never a verdict; another node is tried."""
 LIVE_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED"})
 POLL_S = 0.5
+SETTLE_S = 120.0
+"""How long a job ending (COMPLETING) is waited for to say why it ended."""
 JOB_PREFIX = "llm-bisect-"
 STOP_WAIT_S = 60.0
 MASK_AWK = r"""
@@ -291,6 +293,18 @@ class Slurm:
             raise
         return parse_scontrol(out)
 
+    def settled(
+        self, job: str, first: JobState, clock: Callable[[], float], sleep: Callable[[float], None]
+    ) -> JobState:
+        """The job's state once Slurm has settled it: COMPLETING (its processes are being
+        ended) says nothing of why it ended, and becomes CANCELLED, FAILED, TIMEOUT, ... a
+        moment later; longer on a loaded controller. At most SETTLE_S."""
+        found, deadline = first, clock() + SETTLE_S
+        while found.state == "COMPLETING" and clock() < deadline:
+            sleep(POLL_S)
+            found = self.state(job)
+        return found
+
     def hostnames(self, nodelist: str) -> list[str]:
         return self.run(["scontrol", "show", "hostnames", nodelist]).split()
 
@@ -393,6 +407,8 @@ class SlurmServer(LoggedServer):
                 if self.job is None:  # stopped from another thread (a cancelled probe)
                     raise ServerExited("the slurm job was cancelled before ready", None)
                 job = launcher.slurm.state(self.job)
+                if job.state == "COMPLETING":  # ending: why is said once Slurm has settled it
+                    job = launcher.slurm.settled(self.job, job, clock, launcher.sleep)
                 if job.state == "PENDING" and clock() - submitted > self.cfg.pending_timeout:
                     self.stop()
                     raise NotReady(
@@ -456,6 +472,10 @@ class SlurmServer(LoggedServer):
         deadline = self.launcher.clock() + wait
         while True:
             job = self.launcher.slurm.state(self.job)
+            if job.state == "COMPLETING":
+                job = self.launcher.slurm.settled(
+                    self.job, job, self.launcher.clock, self.launcher.sleep
+                )
             if job.state not in LIVE_STATES:
                 raise ServerExited(
                     f"slurm job {self.job} {job.state} ({job.reason}, exit {job.exit_code})",
