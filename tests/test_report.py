@@ -409,6 +409,7 @@ DEPLOYMENT_ENV = {
     "NCCL_MNNVL_ENABLE": "1",
     "VLLM_USE_V2_MODEL_RUNNER": "1",
     "HF_TOKEN": "hf_reproduceSecret1234",
+    "HTTPS_PROXY": "http://bob:proxyPass9876@proxy:3128",  # a login under an ordinary name
 }
 
 
@@ -463,8 +464,14 @@ def test_the_server_command_shows_its_environment_with_values_but_secrets(
     (tmp_path / "sh").mkdir()
     words = shell_words(fences[1], tmp_path / "sh")
     token = "HF_TOKEN=" + os.environ.get("HF_TOKEN", "")  # the reader's own
-    assert words[:3] == [token, "NCCL_MNNVL_ENABLE=1", "VLLM_USE_V2_MODEL_RUNNER=1"]
-    assert words[3] == sys.executable
+    assert words[:4] == [
+        token,
+        "HTTPS_PROXY=http://***@proxy:3128",
+        "NCCL_MNNVL_ENABLE=1",
+        "VLLM_USE_V2_MODEL_RUNNER=1",
+    ]
+    assert words[4] == sys.executable
     assert 'HF_TOKEN="$HF_TOKEN"' in fences[1]
-    for document in ("report.md", "result.json", "journal.jsonl"):
-        assert "hf_reproduceSecret1234" not in (out / document).read_text(), document
+    for document in ("report.md", "report.html", "result.json", "journal.jsonl", "golden.json"):
+        text = (out / document).read_text()
+        assert "hf_reproduceSecret1234" not in text and "proxyPass9876" not in text, document

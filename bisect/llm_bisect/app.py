@@ -319,6 +319,8 @@ def setup(
     server = config.server
     names = sorted({*secret_names(server.env), *caller_secret_names(environ)})
     secrets = [{**environ, **env}[n] for n in names]
+    for value in {*env.values(), *environ.values()}:  # a login in a URL under any name
+        secrets += url_credentials(value)
     for i, strategy in enumerate(config.build.strategies if config.build else []):
         if isinstance(strategy, WheelStrategyConfig):  # a login in the index's URL
             secrets += url_credentials(wheel_index(strategy, environ, i))

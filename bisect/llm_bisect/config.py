@@ -86,7 +86,8 @@ class _ServerBase(_Strict):
     max_reply_mb: float = Field(default=32.0, gt=0, le=4096, allow_inf_nan=False)
     """The most MiB read of one reply; a longer reply fails its check, with that as evidence."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment; `${VAR}` takes VAR from the caller. Values are never written out."""
+    """Extra environment; `${VAR}` takes VAR from the caller. The report's server command
+    shows the values, but a secret's (a secret-like name, a `${VAR}`, a login in a URL)."""
     model: str | None = None
     """Model name for requests; default: the first one /v1/models lists."""
     collect_env: list[str] | None = None
