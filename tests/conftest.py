@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,12 @@ from toybuild import index, toy  # noqa: F401  (fixtures of the build tests)
 # Tests never reach the network: Hugging Face datasets come from local files only.
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"
+
+# A shell without job control starts `pytest &` with SIGINT ignored, and every child would
+# inherit that: the Ctrl-C tests' llm-bisect would never see their Ctrl-C. A handler here
+# gives each child the default disposition again (exec resets handled signals).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -880,6 +880,9 @@ def test_o_names_a_folder_for_golden_too_and_a_file_still_works(
     named = tmp_path / "mine.json"
     code, output = invoke("golden", config, "--candidate", h.shas[0], "-o", str(named))
     assert code == 0 and json.loads(named.read_text())["commit"] == h.shas[0], output
+    new = tmp_path / "new"  # a folder not made yet, named as one by its trailing /
+    code, output = invoke("golden", config, "--candidate", h.shas[0], "-o", f"{new}/")
+    assert code == 0 and json.loads((new / "golden.json").read_text())["commit"] == h.shas[0]
 
 
 class _Tty(io.StringIO):
@@ -952,3 +955,8 @@ def test_config_paths_take_environment_variables(tmp_path: Path, history: Any) -
         "llm-bisect: error: candidates.repo: ${LLM_BISECT_WS} is not set in the environment"
     )
     assert not (tmp_path / "gate").exists()
+    # --repo names the clone: the config's variable (another CI's) need not be set
+    code, output = invoke(
+        "candidates", str(config), "--repo", str(h.repo), env={"LLM_BISECT_WS": None}
+    )
+    assert code == 0 and f"good: {h.shas[0]}" in output, output

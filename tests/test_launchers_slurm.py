@@ -414,6 +414,8 @@ def test_collect_env_and_the_gpus_come_from_the_allocated_node(
     )
     smi = stand_in_smi(tmp_path / "node-bin")
     collect = [sys.executable, "-m", "llm_bisect.sim.collect_env", "--repo", str(h.repo)]
+    # a collect_env that prints a secret of the job's environment (as `env` would)
+    collect = ["sh", "-c", '"$@"; echo "HF_TOKEN=$HF_TOKEN"', "collect", *collect]
     config = h.config(
         server={
             "launcher": "slurm",
@@ -423,6 +425,7 @@ def test_collect_env_and_the_gpus_come_from_the_allocated_node(
             "env": {
                 "PYTHONPATH": os.pathsep.join(sys.path),
                 "PATH": f"{smi}{os.pathsep}{os.environ['PATH']}",
+                "HF_TOKEN": "hf_nodeSecret7788",
             },
         },
         checks=[{"type": "canary"}, {"type": "expect"}],
@@ -439,6 +442,9 @@ def test_collect_env_and_the_gpus_come_from_the_allocated_node(
     assert "vllm" not in node and "llm_bisect.sim.collect_env" in node
     report = (out / "report.md").read_text()
     assert "| **torch** | `2.13.0+cu130` | `2.14.0` |" in report, report
+    for probe in (out / "probes").iterdir():  # the node wrote it to disk: masked there too
+        said = (probe / "collect_env.txt").read_text()
+        assert "HF_TOKEN=***" in said and "hf_nodeSecret7788" not in said, said
 
 
 def test_pyxis_mounts_the_probe_folder_and_the_worker_extension(tmp_path: Path) -> None:

@@ -311,7 +311,7 @@ def setup(
 ) -> Setup:
     """Load and validate a config and open its repository (`repo`, else candidates.repo);
     nothing is started."""
-    config = expand_paths(load_config(config_path), environ)
+    config = expand_paths(load_config(config_path), environ, repo_given=repo is not None)
     base_dir = config_path.resolve().parent
     repo_dir = repo.absolute() if repo is not None else base_dir / config.candidates.repo
     source = GitSource(repo_dir, "--repo" if repo is not None else "candidates.repo")

@@ -539,7 +539,7 @@ def _work_dir(given: Path | None, prefix: str) -> Iterator[Path]:
 
 
 GoldenOut = Annotated[
-    Path | None,
+    str | None,  # a str: a Path would drop the trailing / that names a folder
     typer.Option(
         "--output",
         "-o",
@@ -553,11 +553,13 @@ ProbeDir = Annotated[
 ]
 
 
-def _golden_file(term: Terminal, output: Path | None) -> Path | None:
+def _golden_file(term: Terminal, output: str | None) -> Path | None:
     """`-o` as golden and calibrate take it: a file, or a folder to hold golden.json."""
-    if output is None or not (output.is_dir() or str(output).endswith(("/", os.sep))):
-        return output
-    path = output / "golden.json"
+    if output is None:
+        return None
+    if not (Path(output).is_dir() or output.endswith(("/", os.sep))):
+        return Path(output)
+    path = Path(output) / "golden.json"
     term.say(f"-o {output} is a folder: the golden goes to {path}")
     return path
 

@@ -907,12 +907,15 @@ def expand_env(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, 
     return {k: expand_value(v, environ, f"server.env.{k}") for k, v in env.items()}
 
 
-def expand_paths(config: Config, environ: Mapping[str, str]) -> Config:
+def expand_paths(config: Config, environ: Mapping[str, str], repo_given: bool = False) -> Config:
     """The config with `${VAR}` in its paths (candidates.repo, golden, server.cwd) expanded
     from the caller's environment, as a CI job names its checkout (`${GITHUB_WORKSPACE}/vllm`);
-    a variable that is not set is a ConfigError naming the key."""
-    repo = expand_value(config.candidates.repo, environ, "candidates.repo")
-    update: dict[str, Any] = {"candidates": config.candidates.model_copy(update={"repo": repo})}
+    a variable that is not set is a ConfigError naming the key. `repo_given`: `--repo` names
+    the clone, so candidates.repo is not read (another CI's variable need not be set)."""
+    update: dict[str, Any] = {}
+    if not repo_given:
+        repo = expand_value(config.candidates.repo, environ, "candidates.repo")
+        update["candidates"] = config.candidates.model_copy(update={"repo": repo})
     if config.golden is not None:
         update["golden"] = expand_value(config.golden, environ, "golden")
     server = config.server

@@ -501,14 +501,16 @@ class SlurmServer(LoggedServer):
         self._scrub_log()
 
     def _scrub_log(self) -> None:
-        """Slurm wrote the server's output straight to disk: mask its secrets there too."""
-        if not self.secrets or not self.log_path.exists():
+        """Slurm wrote the server's output and collect_env's straight to disk: mask their
+        secrets there too."""
+        if not self.secrets:
             return
-        with suppress(OSError):
-            text = self.log_path.read_text(errors="replace")
-            clean = redact(text, self.secrets)
-            if clean != text:
-                self.log_path.write_text(clean)
+        for path in (self.log_path, self.probe_dir / collectenv.OUTPUT):
+            with suppress(OSError):
+                text = path.read_text(errors="replace")
+                clean = redact(text, self.secrets)
+                if clean != text:
+                    path.write_text(clean)
 
     def fingerprint(self) -> dict[str, Any]:
         """What the build is; collect_env on the node has finished (or its time is up):
@@ -526,7 +528,10 @@ class SlurmServer(LoggedServer):
         code = self.probe_dir / collectenv.CODE
         deadline = self.launcher.clock() + collectenv.TIMEOUT_S
         while not code.exists() and self.launcher.clock() < deadline and self.job is not None:
-            if self.launcher.slurm.state(self.job).state not in LIVE_STATES:
+            try:  # a controller that does not answer now loses the facts, never the verdict
+                if self.launcher.slurm.state(self.job).state not in LIVE_STATES:
+                    return
+            except LaunchError:
                 return
             self.launcher.sleep(POLL_S)
 
