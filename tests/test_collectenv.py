@@ -107,3 +107,11 @@ def test_a_run_reports_what_changed_in_each_builds_own_environment(tmp_path: Pat
     assert "| **torch** | `2.13.0+cu130` | `2.14.0+cu130` |" in section, section
     assert f"`probes/{h.shas[5][:12]}/collect_env.txt`" in section
     assert "gpu_models `2 x NVIDIA H100 80GB HBM3 (81559 MiB)`" in section
+    # the same folder again (`check --out DIR`), now with collect_env off: the facts of the
+    # attempt before are never read as this one's
+    again = h.config(checks=[{"type": "canary"}], server={"collect_env": []})
+    argv = ["check", str(again), "--candidate", h.shas[5], "--out", str(out), "--json"]
+    result = CliRunner().invoke(cli, argv)
+    assert result.exit_code == 1, result.output
+    said = json.loads(result.stdout)["fingerprint"]["collect_env"]
+    assert said == {"error": "off: server.collect_env is empty"}, said

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from . import collectenv
 from .builds import Builder, ImageStrategy, ImageTarget, Strategy
 from .builds.cache import BuildCache, unusable
 from .builds.command import CommandStrategy
@@ -680,6 +681,7 @@ def serving(
     with hold(out_dir), s.launcher(run_id) as launcher:
         for line in launcher.reap():
             s.report(line)
+        collectenv.clear(probe_dir)
         with launcher.launch(candidate, probe_dir) as server:
             try:
                 server.wait_ready()

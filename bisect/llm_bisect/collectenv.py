@@ -174,6 +174,13 @@ def _why(code: str, output: str) -> str:
     return f"exit {code or '?'}" + (f": {last[:200]}" if last else "")
 
 
+def clear(probe_dir: Path) -> None:
+    """Remove what an earlier attempt in this probe folder left (a re-probe, `check --out`
+    given again): its facts are never read as this attempt's."""
+    for name in (OUTPUT, CODE, GPUS):
+        (probe_dir / name).unlink(missing_ok=True)
+
+
 def collected(probe_dir: Path) -> dict[str, str]:
     """The `collect_env` facts of a probe from the files its launcher left (empty when it
     left none): what collect_env said, the GPUs nvidia-smi listed there, or why not."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from . import collectenv
 from .checks import Check
 from .checks.golden import Golden, GoldenStore
 from .client import OpenAIClient
@@ -139,6 +140,7 @@ def probe(
     t0 = clock()
     timings: dict[str, float] = {}
     found = _Found()
+    collectenv.clear(probe_dir)
     artifact = ctx.launcher.artifact(candidate)
     timings["artifact"] = clock() - t0
     if artifact.digest:
