@@ -141,3 +141,13 @@ def test_differences_mark_a_flashinfer_bump() -> None:
     }
     assert differences(old, new) == ["packages.flashinfer"]
     assert flatten(old)["kernels.moe_backend"] == "CUTLASS"
+
+
+def test_a_long_line_of_logged_text_is_read_by_its_start() -> None:
+    """A logged prompt of 200 KB that says `Using ` over and over, then a real line: the
+    real line is read, and the long one is cut before the patterns scan it (it took the
+    parser minutes: the rules' lazy patterns are quadratic on such a line)."""
+    noise = "INFO [logger.py:1] Received request: " + "Using the sea and " * 12_000
+    real = "INFO [cuda.py:486] Using FLASHINFER attention backend out of potential backends: "
+    got = parse_startup_log(f"{noise}\n{real}['FLASHINFER']\n")
+    assert got["attention_backend"] == "FLASHINFER"

@@ -208,6 +208,11 @@ def _facts(line: str) -> dict[str, str]:
     return found
 
 
+LINE_BYTES = 4096
+"""The start of each log line read: vLLM's own lines are short; a line of logged prompt text
+can be megabytes, and the rules' patterns need not scan it whole."""
+
+
 def parse_startup_log(text: str) -> dict[str, str]:
     """The kernel choices and versions a vLLM startup log states (keys: KERNEL_KEYS).
 
@@ -218,7 +223,7 @@ def parse_startup_log(text: str) -> dict[str, str]:
     # key -> source -> values, in order of appearance
     said: dict[str, dict[str, list[str]]] = {}
     for raw in text.splitlines():
-        line = _ANSI.sub("", raw)
+        line = _ANSI.sub("", raw[:LINE_BYTES])
         m = _SOURCE.match(line)
         source = m.group("source") if m else ""
         for key, value in _facts(line).items():
