@@ -393,11 +393,17 @@ def test_how_long_a_build_took_is_not_a_change_between_builds() -> None:
         outcome(4, Verdict.BAD),
         dataclasses.replace(
             outcome(2, Verdict.GOOD),
-            fingerprint={"build": {**build, "seconds": 0.223, "cached": True}},
+            fingerprint={
+                "build": {**build, "seconds": 0.223, "cached": True},
+                "slurm": {"job": "41", "queued_s": 0.5, "start_s": 30.1, "tries": 1},
+            },
         ),
         dataclasses.replace(
             outcome(3, Verdict.BAD),
-            fingerprint={"build": {**build, "seconds": 0.214, "cached": False}},
+            fingerprint={
+                "build": {**build, "seconds": 0.214, "cached": False},
+                "slurm": {"job": "42", "queued_s": 2.5, "start_s": 31.7, "tries": 2},
+            },
         ),
     ]
     md = render_markdown(build_result(plan, answer, probes))

@@ -151,8 +151,11 @@ def _warnings(doc: ResultDocument) -> list[str]:
 _IDENTITY = (
     "image.id", "image.digest", "image.ref", "server.", "kernels.engine_version", "collect_env.vllm"
 )  # fmt: skip
-_HOW_MADE = ("build.seconds", "build.cached")
-"""How long a build took and whether it was found made: they differ between any two probes."""
+_HOW_MADE = (
+    "build.seconds", "build.cached", "slurm.job", "slurm.queued_s", "slurm.start_s", "slurm.tries"
+)  # fmt: skip
+"""How long a build took, whether it was found made, a Slurm job's id and waits: they differ
+between any two probes."""
 _WHOLE = ("image.id", "image.digest", "image.ref", "build.sha256", "build.base_id", "build.image")
 """Values shown whole, never cut: a digest cut short cannot be pulled."""
 
