@@ -28,7 +28,7 @@ from helpers import (
 from llm_bisect.journal import read_events
 from llm_bisect.launchers.common import LINE_CHARS
 from llm_bisect.report.documents import GateDocument, ResultDocument
-from llm_bisect.report.gate import render_junit
+from llm_bisect.report.gate import render_gate_markdown, render_junit
 from test_cli import held_history, invoke, launched
 
 
@@ -115,7 +115,14 @@ def test_inconclusive_on_a_candidate_that_cannot_start(tmp_path: Path, history: 
     suite = ET.parse(junit).getroot()
     decision = next(c for c in suite if c.get("name") == "decision")
     assert decision.find("error") is not None and suite.get("errors") == "1"
-    assert "INCONCLUSIVE" in (out / "report.md").read_text()
+    md = (out / "report.md").read_text()
+    assert "INCONCLUSIVE" in md and "Builds compared" in md  # it said its kernels first
+    # a candidate that said nothing of itself: the golden is sound, not the one to record anew
+    silent = doc.model_copy(
+        update={"fingerprints": None, "probe": doc.probe.model_copy(update={"fingerprint": {}})}
+    )
+    md = render_gate_markdown(silent)
+    assert "record it anew" not in md and "never served, so no builds are compared" in md, md
 
 
 def test_record_then_bisect_on_block_reuses_both_verdicts(tmp_path: Path, history: Any) -> None:

@@ -62,6 +62,8 @@ def render_gate_markdown(doc: GateDocument) -> str:
     lines += divergences(probe)
     if doc.fingerprints is not None:
         lines += builds_compared(doc.fingerprints, "golden", "candidate")
+    elif not probe.fingerprint:
+        lines += ["The candidate's build never served, so no builds are compared.", ""]
     else:
         lines += [
             "The golden keeps no fingerprint of its build (recorded by an older llm-bisect), "
