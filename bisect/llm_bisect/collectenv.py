@@ -27,7 +27,7 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .environment import QUERY, parse_gpus
+from .environment import QUERY, SMI_TIMEOUT_S, parse_gpus
 from .launchers import guard  # ends collect_env with the harness, even on SIGKILL
 
 OUTPUT = "collect_env.txt"
@@ -204,7 +204,8 @@ def node_lines(run: str | None, into: Path) -> list[str]:
     outputs into `into` (the server starts meanwhile; the exit code is written last);
     `run` is the command as shell words, None: off. Pure."""
     folder = shlex.quote(str(into))
-    smi = " ".join(SMI_ARGV)
+    smi = " ".join(SMI_ARGV)  # bounded: a wedged GPU hangs nvidia-smi, and collect_env after it
+    smi = f"if command -v timeout >/dev/null; then timeout {SMI_TIMEOUT_S:g} {smi}; else {smi}; fi"
     gpus = (
         f"if command -v nvidia-smi >/dev/null && {smi} > {folder}/{GPUS}.part 2>/dev/null; "
         f"then mv {folder}/{GPUS}.part {folder}/{GPUS}; else rm -f {folder}/{GPUS}.part; fi"
