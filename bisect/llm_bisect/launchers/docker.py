@@ -44,6 +44,7 @@ from .. import collectenv
 from ..builds import Builder, ImageStrategy, ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..config import DockerServerConfig, fill
+from ..environment import SMI_TIMEOUT_S
 from ..errors import LaunchError, PortTaken, ServerExited
 from ..fingerprint import package_probe_source
 from ..model import Candidate
@@ -432,20 +433,19 @@ class DockerServer(LoggedServer):
         (into / collectenv.OUTPUT).write_text(redact(text, self.secrets))
         (into / collectenv.CODE).write_text("timeout\n" if code == 124 else f"{code}\n")
         with suppress(docker.errors.DockerException):
-            code, out = self.container.exec_run(list(collectenv.SMI_ARGV))
+            code, out = self.container.exec_run([*_bounded(SMI_TIMEOUT_S), *collectenv.SMI_ARGV])
             if code == 0 and isinstance(out, bytes):
                 (into / collectenv.GPUS).write_bytes(out)
 
 
-BOUNDED = (
-    "sh",
-    "-c",
-    f'if command -v timeout >/dev/null; then exec timeout {collectenv.TIMEOUT_S} "$@"; fi; '
-    'exec "$@"',
-    "sh",
-)
-"""Runs its arguments in a container for at most collectenv.TIMEOUT_S where the image has
-`timeout` (the arguments are never read by the shell)."""
+def _bounded(seconds: float) -> tuple[str, ...]:
+    """Runs its arguments in a container for at most `seconds` where the image has
+    `timeout` (the arguments are never read by the shell)."""
+    run = f'if command -v timeout >/dev/null; then exec timeout {seconds:g} "$@"; fi; exec "$@"'
+    return ("sh", "-c", run, "sh")
+
+
+BOUNDED = _bounded(collectenv.TIMEOUT_S)
 INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
 PORT_MOVES = 3
 """How many times a container whose host port was taken starts again on another one."""
