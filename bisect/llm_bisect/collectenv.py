@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .environment import QUERY, SMI_TIMEOUT_S, parse_gpus
+from .files import head_text
 from .launchers import guard  # ends collect_env with the harness, even on SIGKILL
 
 OUTPUT = "collect_env.txt"
@@ -154,14 +155,6 @@ def python_of(command: Sequence[str], build_python: str = "") -> str:
     return "python3"
 
 
-def _read(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            return f.read(READ_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def _why(code: str, output: str) -> str:
     """Why a collect_env gave nothing: its exit and its last line."""
     if code.startswith("off"):
@@ -187,11 +180,11 @@ def collected(probe_dir: Path) -> dict[str, str]:
     out, code_file, smi = probe_dir / OUTPUT, probe_dir / CODE, probe_dir / GPUS
     if not code_file.exists() and not out.exists() and not smi.exists():
         return {}
-    output, code = _read(out), _read(code_file).strip()
+    output, code = head_text(out, READ_BYTES), head_text(code_file, READ_BYTES).strip()
     facts = parse(output).facts()
     if code != "0" and not facts:
         facts["error"] = _why(code, output)
-    gpus = parse_gpus(_read(smi))
+    gpus = parse_gpus(head_text(smi, READ_BYTES))
     if gpus:  # nvidia-smi in the candidate's environment: the GPUs it really got
         facts["gpu_count"] = str(len(gpus))
         facts["gpu_models"] = models_line([f"{g['name']} ({g['memory.total']})" for g in gpus])

@@ -62,3 +62,13 @@ def read_capped(path: Path, cap: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def head_text(path: Path, limit: int) -> str:
+    """The first `limit` bytes of a file as text (bytes that do not decode replaced); ""
+    when it cannot be read. For logs and tool outputs that may grow without end."""
+    try:
+        with path.open("rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""

@@ -21,6 +21,7 @@ from .checks.golden import Golden, GoldenStore
 from .client import OpenAIClient
 from .collectenv import collected
 from .errors import EndpointError, LaunchError, ReplyTooLarge, ServerFault
+from .files import head_text
 from .fingerprint import parse_startup_log
 from .launchers import Launcher, Server
 from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
@@ -197,21 +198,12 @@ def startup_facts(probe_dir: Path) -> dict[str, Any]:
     """The kernels a stopped build's startup log says it selected, when it names any, and
     its environment as vLLM's collect_env saw it, when a launcher ran that."""
     log = probe_dir / "server.log"
-    kernels = parse_startup_log(_startup(log)) if log.exists() else {}
+    kernels = parse_startup_log(head_text(log, STARTUP_LOG_BYTES)) if log.exists() else {}
     facts: dict[str, Any] = {"kernels": kernels} if kernels else {}
     environment = collected(probe_dir)
     if environment:
         facts["collect_env"] = environment
     return facts
-
-
-def _startup(log: Path) -> str:
-    """The start of a server log, where it names its kernels (a log may grow without end)."""
-    try:
-        with log.open("rb") as f:
-            return f.read(STARTUP_LOG_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
 
 
 def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidate) -> None:
