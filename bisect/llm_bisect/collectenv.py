@@ -284,7 +284,11 @@ class LocalCollect:
             return
         try:
             done = subprocess.run(
-                [smi, *SMI_ARGV[1:]], capture_output=True, env=self.env, timeout=20, check=False
+                [smi, *SMI_ARGV[1:]],
+                capture_output=True,
+                env=self.env,
+                timeout=SMI_TIMEOUT_S,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired):
             return
