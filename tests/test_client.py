@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from llm_bisect.client import OpenAIClient
-from llm_bisect.errors import EndpointError, ReplyTooLarge, RequestRejected
+from llm_bisect.errors import EndpointError, ReplyTooLarge, RequestRejected, ServerFault
 from llm_bisect.sim.server import Engine, serve
 
 COMMIT = "cd" * 20
@@ -139,3 +139,81 @@ def test_a_refused_request_is_request_rejected_and_detokenize_is_optional() -> N
 
     with OpenAIClient("http://x", model="m", transport=httpx.MockTransport(no_route)) as client:
         assert client.detokenize([1, 2]) is None
+
+
+class _ClosingIdle:
+    """A loopback HTTP/1.1 server that answers the first request of each connection with
+    keep-alive and closes the connection, unanswered, when a further request arrives on it:
+    what uvicorn (vLLM's server) does when its keep-alive timeout ends just as the client
+    sends on the connection it kept. `drop_all` closes every request unanswered (a crash)."""
+
+    def __init__(self, drop_all: bool = False) -> None:
+        import socket
+
+        self.drop_all = drop_all
+        self.bodies: list[bytes] = []
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._connection, args=(conn,), daemon=True).start()
+
+    def _connection(self, conn: Any) -> None:
+        reader = conn.makefile("rb")
+        served = 0
+        with conn, reader:
+            while True:
+                head = b""
+                while not head.endswith(b"\r\n\r\n"):
+                    byte = reader.read(1)
+                    if not byte:
+                        return
+                    head += byte
+                length = 0
+                for line in head.decode().split("\r\n"):
+                    if line.lower().startswith("content-length:"):
+                        length = int(line.split(":", 1)[1])
+                self.bodies.append(reader.read(length))
+                if self.drop_all or served:
+                    return  # closed, unanswered
+                served += 1
+                reply = b'{"choices": [{"message": {"content": "4"}, "finish_reason": "stop"}]}'
+                conn.sendall(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {len(reply)}\r\n\r\n".encode()
+                    + reply
+                )
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_a_kept_connection_the_server_closed_as_the_request_went_out_is_sent_again() -> None:
+    server = _ClosingIdle()
+    try:
+        with OpenAIClient(server.url, model="m") as client:
+            assert client.chat("2+2?", max_tokens=4).content == "4"
+            assert client.chat("2+2?", max_tokens=4).content == "4"  # kept connection: closed
+        assert len(server.bodies) == 3 and server.bodies[1] == server.bodies[2]
+    finally:
+        server.close()
+
+
+def test_a_server_that_drops_every_request_is_still_a_server_fault() -> None:
+    server = _ClosingIdle(drop_all=True)
+    try:
+        with (
+            OpenAIClient(server.url, model="m") as client,
+            pytest.raises(ServerFault, match="Server disconnected"),
+        ):
+            client.chat("2+2?", max_tokens=4)
+        assert len(server.bodies) == 2  # sent once more on a fresh connection, then given up
+    finally:
+        server.close()

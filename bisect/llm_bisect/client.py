@@ -172,6 +172,12 @@ def _steps(logprobs: _ChoiceLogprobs | None) -> tuple[Step, ...]:
     )
 
 
+KEEPALIVE_S = 1.0
+"""Seconds an idle connection is kept for the next request: well under the 5 s after which
+uvicorn (vLLM's HTTP server) closes one, so a request rarely goes out on a closing connection
+(httpx's own default, 5 s, races it exactly)."""
+
+
 class OpenAIClient:
     """Chat completions against one endpoint."""
 
@@ -184,7 +190,12 @@ class OpenAIClient:
         max_reply_bytes: int = MAX_REPLY_BYTES,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+        self._http = httpx.Client(
+            base_url=base_url,
+            timeout=timeout,
+            transport=transport,
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
+        )
         self._model = model
         self.max_reply_bytes = max_reply_bytes
         self.system_fingerprint: str | None = None
@@ -200,29 +211,43 @@ class OpenAIClient:
         self._http.close()
 
     def _request(self, method: str, path: str, *, cap: int | None = None, **kwargs: Any) -> bytes:
-        """The body of a 200 reply, read up to the cap; EndpointError for anything else."""
+        """The body of a 200 reply, read up to the cap; EndpointError for anything else.
+
+        A request the server closed its connection on before any reply began is sent once
+        more on a fresh connection: a kept-alive connection the server ends (its keep-alive
+        timeout) just as the request goes out looks exactly so. A server that really died
+        refuses the second; one that drops every request drops it too: a ServerFault either way.
+        """
         what = f"{method} {path}"
-        try:
-            with self._http.stream(method, path, **kwargs) as response:
-                if response.status_code != 200:
-                    head = _read(response, ERROR_BODY_BYTES, what, cut=True)
-                    text = head.decode("utf-8", "replace")
-                    status = response.status_code
-                    error = (
-                        ServerFault
-                        if status >= 500
-                        else RequestRejected
-                        if 400 <= status < 500
-                        else EndpointError
-                    )
-                    raise error(f"{what}: HTTP {status}: {text[:200]}")
-                return _read(response, cap or self.max_reply_bytes, what)
-        except httpx.TimeoutException as exc:
-            raise EndpointError(f"{what}: {type(exc).__name__}: {exc}") from exc
-        except httpx.TransportError as exc:  # reset, refused, dropped mid-reply
-            raise ServerFault(f"{what}: {type(exc).__name__}: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise EndpointError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        for attempt in range(2):
+            answered = False
+            try:
+                with self._http.stream(method, path, **kwargs) as response:
+                    answered = True
+                    if response.status_code != 200:
+                        head = _read(response, ERROR_BODY_BYTES, what, cut=True)
+                        text = head.decode("utf-8", "replace")
+                        status = response.status_code
+                        error = (
+                            ServerFault
+                            if status >= 500
+                            else RequestRejected
+                            if 400 <= status < 500
+                            else EndpointError
+                        )
+                        raise error(f"{what}: HTTP {status}: {text[:200]}")
+                    return _read(response, cap or self.max_reply_bytes, what)
+            except httpx.TimeoutException as exc:
+                raise EndpointError(f"{what}: {type(exc).__name__}: {exc}") from exc
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+                if attempt == 0 and not answered:
+                    continue  # closed before any reply: once more, on a new connection
+                raise ServerFault(f"{what}: {type(exc).__name__}: {exc}") from exc
+            except httpx.TransportError as exc:  # reset, refused, dropped mid-reply
+                raise ServerFault(f"{what}: {type(exc).__name__}: {exc}") from exc
+            except httpx.HTTPError as exc:
+                raise EndpointError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def models(self) -> list[str]:
         """The model ids /v1/models lists."""
