@@ -38,7 +38,6 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
@@ -50,6 +49,7 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from ..config import fill
 from ..errors import ConfigError, LaunchError
+from ..index_page import links
 from ..model import Candidate
 from ..redact import public_url
 from . import Build, run_logged
@@ -79,28 +79,14 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-class _Links(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.hrefs: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            href = dict(attrs).get("href")
-            if href:
-                self.hrefs.append(href)
-
-
 def wheel_links(html: str, package: str) -> list[str]:
     """The .whl links of a PEP 503 project page that belong to `package`. Pure."""
-    parser = _Links()
-    parser.feed(html)
     prefix = normalize(package).replace("-", "_")
     found = []
-    for href in parser.hrefs:
-        name = urlsplit(href).path.rsplit("/", 1)[-1]
+    for link in links(html):
+        name = urlsplit(link.href).path.rsplit("/", 1)[-1]
         if name.endswith(".whl") and normalize(name.split("-", 1)[0]).replace("-", "_") == prefix:
-            found.append(href)
+            found.append(link.href)
     return found
 
 

@@ -1,0 +1,95 @@
+"""A dependency's releases between two versions, read from a real package index served on
+loopback (PEP 503 HTML, as `python -m http.server` serves a folder, and PEP 691 JSON)."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from llm_bisect.errors import ConfigError
+from llm_bisect.sources.versions import between, index_releases, parse_index
+
+FILES = [  # what flashinfer's index lists around the Kimi case's bump, as wheels and sdists
+    "flashinfer_python-0.6.14-py3-none-any.whl",
+    "flashinfer_python-0.6.15.tar.gz",
+    "flashinfer_python-0.6.15.post1-py3-none-any.whl",
+    "flashinfer_python-0.6.16rc1-py3-none-any.whl",
+    "flashinfer_python-0.6.16-py3-none-any.whl",
+    "flashinfer_python-0.6.16.post1-py3-none-any.whl",
+    "flashinfer_python-0.6.16.post3-py3-none-any.whl",
+    "flashinfer_python-0.6.16.post3-cp311-cp311-manylinux_2_28_x86_64.whl",
+    "flashinfer_python-0.6.17.dev0-py3-none-any.whl",
+    "flashinfer_cubin-0.6.16-py3-none-any.whl",  # another project's file on the same page
+    "notes.txt",
+]
+
+
+@pytest.fixture
+def index(tmp_path: Path) -> Iterator[str]:
+    page = tmp_path / "simple" / "flashinfer-python"
+    page.mkdir(parents=True)
+    yanked = ' data-yanked=""'
+    anchors = "".join(
+        f'<a href="../../files/{f}#sha256=00"{yanked if "post1" in f else ""}>{f}</a>'
+        for f in FILES
+    )
+    (page / "index.html").write_text(f"<!DOCTYPE html><html><body>{anchors}</body></html>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def fetch(url: str, accept: str) -> bytes:
+    reply = httpx.get(url, headers={"Accept": accept})
+    reply.raise_for_status()
+    return reply.content
+
+
+def test_the_releases_between_a_good_and_a_bad_pin_include_pre_and_post_releases(
+    index: str,
+) -> None:
+    releases = index_releases(index, "FlashInfer_Python", fetch)
+    assert [str(r) for r in between(releases, "0.6.15.post1", "0.6.16.post3")] == [
+        "0.6.16rc1", "0.6.16", "0.6.16.post1", "0.6.16.post3",
+    ]  # fmt: skip
+    assert [str(r) for r in releases if r.yanked] == ["0.6.15.post1", "0.6.16.post1"]
+
+
+def test_a_json_page_reads_the_same() -> None:
+    doc = {"files": [{"filename": f, "yanked": "post1" in f} for f in FILES]}
+    releases = parse_index(json.dumps(doc).encode(), "flashinfer-python")
+    assert [str(r) for r in between(releases, "0.6.16", "0.6.17.dev0")] == [
+        "0.6.16.post1", "0.6.16.post3", "0.6.17.dev0",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("good", "bad", "message"),
+    [
+        ("0.6.15.post2", "0.6.16", r"--good: the index has no 0\.6\.15\.post2 \(latest: "),
+        ("0.6.16", "0.6.15", "--good 0.6.16 is not older than --bad 0.6.15"),
+        ("0.6.16", "latest", "--bad: 'latest' is not a version"),
+    ],
+)
+def test_ends_the_index_does_not_have_are_one_line_errors(
+    good: str, bad: str, message: str
+) -> None:
+    releases = parse_index(
+        "".join(f'<a href="{f}">{f}</a>' for f in FILES).encode(), "flashinfer-python"
+    )
+    with pytest.raises(ConfigError, match=message):
+        between(releases, good, bad)
