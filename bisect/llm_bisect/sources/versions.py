@@ -11,8 +11,11 @@ Reading the index is the only I/O, through `Fetch` (one GET, the body); parsing 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+import os
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from packaging.utils import (
     InvalidSdistFilename,
@@ -105,3 +108,57 @@ def index_releases(index: str, project: str, fetch: Fetch) -> list[Release]:
     """The releases of `project` on the index at `index` (a simple API root)."""
     url = f"{index.rstrip('/')}/{canonicalize_name(project)}/"
     return parse_index(fetch(url, _ACCEPT), project)
+
+
+VERSION_FILE = "VERSION"
+_STAMP = {
+    "GIT_AUTHOR_NAME": "llm-bisect",
+    "GIT_AUTHOR_EMAIL": "llm-bisect@localhost",
+    "GIT_COMMITTER_NAME": "llm-bisect",
+    "GIT_COMMITTER_EMAIL": "llm-bisect@localhost",
+    "GIT_AUTHOR_DATE": "@0 +0000",  # the same releases make the same commits, run after run
+    "GIT_COMMITTER_DATE": "@0 +0000",
+}
+
+
+def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], input=input, capture_output=True,
+        env={**os.environ, **_STAMP},
+    )  # fmt: skip
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip()
+        raise ConfigError(f"the versions repository {repo}: git {args[0]} failed: {why}")
+    return done.stdout.decode().strip()
+
+
+def version_history(repo: Path, project: str, releases: Sequence[Release]) -> dict[str, str]:
+    """A repository whose history is the releases, oldest first, one commit each (its
+    subject `NAME VERSION`, its VERSION file `NAME==VERSION`), on branch `main`; each
+    version's commit. The same releases make the same commits (a resumed run finds them)."""
+    name = canonicalize_name(project)
+    if not (repo / "HEAD").exists():
+        repo.mkdir(parents=True, exist_ok=True)
+        _git(repo, "init", "-q", "--bare", "-b", "main")
+    commits: dict[str, str] = {}
+    parent: str | None = None
+    for release in releases:
+        blob = _git(repo, "hash-object", "-w", "--stdin", input=f"{name}=={release}\n".encode())
+        tree = _git(repo, "mktree", input=f"100644 blob {blob}\t{VERSION_FILE}\n".encode())
+        subject = f"{name} {release}" + (" (yanked)" if release.yanked else "")
+        parents = ["-p", parent] if parent else []
+        parent = _git(repo, "commit-tree", tree, *parents, "-m", subject)
+        commits[str(release)] = parent
+    if parent is not None:
+        _git(repo, "update-ref", "refs/heads/main", parent)
+    return commits
+
+
+def version_at(repo: Path, commit: str) -> str | None:
+    """The version a commit of a versions repository stands for; None for any other."""
+    done = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "blob", f"{commit}:{VERSION_FILE}"],
+        capture_output=True,
+    )
+    text = done.stdout.decode(errors="replace").strip()
+    return text.partition("==")[2] or None if done.returncode == 0 else None
