@@ -157,7 +157,7 @@ def next_step(count: int, known: Mapping[frozenset[int], Outcome]) -> DeltaStep:
         return Need(missing.subset)
 
 
-def _flag_groups(argv: Sequence[str]) -> tuple[list[str], dict[str, tuple[str, ...]]]:
+def flag_groups(argv: Sequence[str]) -> tuple[list[str], dict[str, tuple[str, ...]]]:
     """The leading words (program, subcommand, model) and each `--flag` with its words.
 
     A flag's words are the flag as written (`--x=1` or `--x`) and the words after it up to
@@ -200,8 +200,8 @@ def differences(
     bad_env: Mapping[str, str],
 ) -> list[Difference]:
     """Every flag and variable GOOD and BAD set differently, flags first, in BAD's order."""
-    good_head, good_flags = _flag_groups(good_argv)
-    bad_head, bad_flags = _flag_groups(bad_argv)
+    good_head, good_flags = flag_groups(good_argv)
+    bad_head, bad_flags = flag_groups(bad_argv)
     if good_head != bad_head:
         raise ConfigError(
             f"server.command: GOOD starts {shlex.join(good_head)!r} and BAD "
@@ -227,7 +227,7 @@ def apply(
     subset: frozenset[int],
 ) -> tuple[list[str], dict[str, str]]:
     """GOOD's command and environment with the differences in `subset` made as BAD has them."""
-    head, flags = _flag_groups(good_argv)
+    head, flags = flag_groups(good_argv)
     env = dict(good_env)
     for i in sorted(subset):
         d = diffs[i]

@@ -26,6 +26,12 @@ leaves the process group with setsid and outlives its parent). A commit's
 `log_lines` are printed at startup as they are (escapes, fences, markup). A commit's
 `hold_file` keeps its server from listening while that file exists, so a test
 can stop a run at a known probe without guessing how long anything takes.
+
+A commit's `fault_when` plays a fault of one setup only, as the GLM case's MoE backend
+did: a list of `{"flags": {"--moe-backend": "cutlass"}, "env": {"VLLM_USE_DEEP_GEMM": "1"},
+"fault": "garbled-math"}`; the first rule whose flags (the words after each, joined by a
+space; "" for a bare switch) and variables all match the server's own decides the fault.
+The server takes any other `--flag [value]` as vLLM would, for these rules to read.
 """
 
 from __future__ import annotations
@@ -39,10 +45,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from ..delta import flag_groups
+from ..errors import ConfigError
 from . import model
 
 FAULTS = (
@@ -387,6 +396,20 @@ def _escape(commit: str) -> None:
     subprocess.run([sys.executable, "-c", script, f"escaped-{commit}"], check=True)
 
 
+def _fault_when(
+    settings: dict[str, Any], flags: dict[str, tuple[str, ...]], env: Mapping[str, str]
+) -> str | None:
+    """The fault of the first `fault_when` rule this server's flags and environment match."""
+    given = {name: " ".join(w for w in words[1:]) or words[0].partition("=")[2]
+             for name, words in flags.items()}  # fmt: skip
+    for rule in settings.get("fault_when", []):
+        if all(given.get(f) == str(v) for f, v in rule.get("flags", {}).items()) and all(
+            env.get(n) == str(v) for n, v in rule.get("env", {}).items()
+        ):
+            return str(rule["fault"])
+    return None
+
+
 def main(argv: list[str]) -> int:
     started = time.time()
     parser = argparse.ArgumentParser(prog="python -m llm_bisect.sim", description=__doc__)
@@ -402,14 +425,20 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--worker-extension-cls")
     parser.add_argument("--enforce-eager", action="store_true")
     parser.add_argument("--no-enable-prefix-caching", action="store_true")
-    args = parser.parse_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    try:
+        _, extra = flag_groups(rest)
+    except ConfigError as exc:
+        parser.error(str(exc))
 
     settings: dict[str, Any] = {}
     if args.engine_file:
         settings = json.loads(args.engine_file.read_text())
     elif args.repo:
         settings = engine_settings(args.repo, args.commit)
-    fault = args.fault or str(settings.get("fault", "none"))
+    fault = (
+        args.fault or _fault_when(settings, extra, os.environ) or str(settings.get("fault", "none"))
+    )
     delay = (
         args.startup_delay
         if args.startup_delay is not None
