@@ -25,12 +25,11 @@ from llm_bisect.checks import ChatEndpoint
 from llm_bisect.checks.golden import Golden
 from llm_bisect.cli import cli
 from llm_bisect.config import CheckBase, Config, ServerBase, parse_config
-from llm_bisect.errors import ConfigError
+from llm_bisect.errors import ConfigError, UnknownKind
 from llm_bisect.kinds import (
     CHECKS,
     LAUNCHERS,
     CheckKind,
-    KindError,
     LauncherContext,
     LauncherKind,
 )
@@ -219,7 +218,9 @@ def test_a_kind_that_left_is_unknown_again(toys: None) -> None:
         with pytest.raises(ConfigError, match="unknown launcher 'toy'"):
             parse_config({"candidates": {"repo": ".", "good": "a", "bad": "b"},
                           "server": {"launcher": "toy", "repo": "."}})  # fmt: skip
-        with pytest.raises(KindError, match=r"no launcher 'toy' \(known: process, docker, slurm\)"):
+        with pytest.raises(
+            UnknownKind, match=r"no launcher 'toy' \(known: process, docker, slurm\)"
+        ):
             LAUNCHERS["toy"]
         assert "ToyServerConfig" not in json.dumps(Config.model_json_schema())
     finally:

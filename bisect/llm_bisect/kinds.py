@@ -16,7 +16,7 @@ config.py builds its discriminated unions and its "known" lists from these regis
 
 The built-in kinds register when their modules are imported (`BUILTIN`, imported the first
 time a registry is read); a kind registered later (a test's toy) rebuilds the config models.
-This module imports nothing of the package: every kind module may import it.
+This module imports only errors.py of the package: every kind module may import it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from pydantic import BaseModel, GetCoreSchemaHandler
 from pydantic_core import CoreSchema, core_schema
 
+from .errors import UnknownKind
+
 if TYPE_CHECKING:
     from .builds import Builder, ImageTarget
     from .builds import Strategy as BuildStrategy
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from .sources.git import GitSource
 
 BUILTIN = (
+    "llm_bisect.sources.git",
     "llm_bisect.launchers.process",
     "llm_bisect.launchers.docker",
     "llm_bisect.launchers.slurm",
@@ -54,10 +57,6 @@ BUILTIN = (
 )
 """The modules whose import registers the built-in kinds, in the order the config schema
 lists them."""
-
-
-class KindError(KeyError):
-    """A tag no kind is registered under (a config validated elsewhere, a typo in code)."""
 
 
 class HasTag(Protocol):
@@ -119,7 +118,7 @@ class Registry(Generic[K]):
         try:
             return self._kinds[tag]
         except KeyError:
-            raise KindError(f"no {self.seam} {tag!r} (known: {self.known()})") from None
+            raise UnknownKind(f"no {self.seam} {tag!r} (known: {self.known()})") from None
 
     def __contains__(self, tag: object) -> bool:
         load_builtins()
@@ -379,3 +378,31 @@ CHECKS: Registry[CheckKind] = Registry("check type", "type")
 def showing(what: str) -> frozenset[str]:
     """The names of the checks whose details the reports draw as `what` (CheckKind.shows)."""
     return frozenset(k.tag for k in CHECKS.kinds() if what in k.shows)
+
+
+# ---- candidate sources -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What a source is opened with besides its config."""
+
+    repo: Path
+    """The clone (`--repo`, else candidates.repo against the config's folder)."""
+    key: str
+    """What named it, for messages: `--repo` or `candidates.repo`."""
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """Where candidates come from: `candidates:` (git today; a `source:` tag arrives with the
+    second kind, e.g. package versions for dependency descent)."""
+
+    tag: str
+    config: type[BaseModel]
+    make: Callable[[Any, SourceContext], GitSource]
+
+
+SOURCES: Registry[SourceKind] = Registry("source", "source")
+GIT = "git"
+"""The source every config has until `candidates:` names another."""

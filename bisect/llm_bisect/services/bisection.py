@@ -7,18 +7,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..config import (
-    config_digest,
-)
+from ..config import config_digest
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..probe import ProbeContext, Progress, probe
-from ..runner import (
-    RunResult,
-    run,
-    write_outputs,
-    write_probe,
-)
+from ..runner import RunResult, run, write_outputs, write_probe
 from .localization import localize_after_run
 from .setup import Setup, golden_file_of, plan_of, run_context, run_id_of
 

@@ -10,13 +10,8 @@ from pathlib import Path
 from ..checks.golden import Golden
 from ..checks.golden import stale as golden_stale
 from ..checks.golden import warnings as golden_warnings
-from ..config import (
-    config_digest,
-)
-from ..errors import (
-    ConfigError,
-    JournalError,
-)
+from ..config import config_digest
+from ..errors import ConfigError, JournalError
 from ..fingerprint import differences as fingerprint_differences
 from ..journal import Span
 from ..model import ProbeOutcome, Verdict
@@ -40,9 +35,7 @@ from ..report.gate import (
     render_junit,
 )
 from ..report.result import probe_doc
-from ..runner import (
-    write_atomic,
-)
+from ..runner import write_atomic
 from ..search import Status
 from .bisection import check_one, run_bisect
 from .golden import record_golden

@@ -11,23 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from ..client import OpenAIClient
-from ..config import (
-    config_digest,
-)
-from ..errors import (
-    ConfigError,
-    EndpointError,
-    LaunchError,
-    LocalizeError,
-    RequestRejected,
-)
+from ..config import config_digest
+from ..errors import ConfigError, EndpointError, LaunchError, LocalizeError, RequestRejected
 from ..launchers import Instrument
 from ..localize import localize as localize_results
 from ..model import Candidate
 from ..outdir import hold
-from ..runner import (
-    write_atomic,
-)
+from ..runner import write_atomic
 from ..search import Mode
 from .setup import Setup, run_id_of
 

@@ -7,9 +7,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..errors import (
-    LaunchError,
-)
+from ..errors import LaunchError
 from .setup import Setup
 
 

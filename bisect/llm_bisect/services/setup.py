@@ -31,18 +31,18 @@ from ..config import (
     server_digest,
 )
 from ..environment import gpu_ids, node_environment
-from ..errors import (
-    ConfigError,
-    LaunchError,
-)
+from ..errors import ConfigError, LaunchError
 from ..kinds import (
+    GIT,
     LAUNCHERS,
+    SOURCES,
     STRATEGIES,
     BuildContext,
     DeviceContext,
     EndContext,
     LauncherContext,
     PreflightContext,
+    SourceContext,
 )
 from ..launchers import Launcher, Server
 from ..model import Candidate
@@ -188,7 +188,8 @@ def setup(
     config = expand_paths(load_config(config_path), environ, repo_given=repo is not None)
     base_dir = config_path.resolve().parent
     repo_dir = repo.absolute() if repo is not None else base_dir / config.candidates.repo
-    source = GitSource(repo_dir, "--repo" if repo is not None else "candidates.repo")
+    opened = SourceContext(repo_dir, "--repo" if repo is not None else "candidates.repo")
+    source = SOURCES[GIT].make(config.candidates, opened)
     env = expand_env(config.server.env, environ)
     server = config.server
     names = sorted({*secret_names(server.env), *caller_secret_names(environ)})
