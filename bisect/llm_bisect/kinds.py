@@ -1,22 +1,26 @@
-"""Registries of kinds: launchers, build strategies, checks, keyed by their config tag.
+"""Registries of kinds: launchers, build strategies, checks and sources, keyed by their tag.
 
 A kind is one module that owns its config model (a pydantic model whose tag field,
 `launcher` or `type`, is a Literal of its tag) and how its object is made from it:
 
-    # launchers/slurm.py
-    class SlurmServerConfig(CommandServerBase):
-        launcher: Literal["slurm"]
+    # checks/canary.py
+    class CanaryConfig(Asks):
+        type: Literal["canary"]
         ...
-    KIND = LAUNCHERS.register(LauncherKind("slurm", SlurmServerConfig, make=SlurmLauncher.of))
+    def from_config(cfg: CanaryConfig, ctx: CheckContext) -> CanaryCheck: ...
+    KIND = CHECKS.register(CheckKind("canary", CanaryConfig, make=from_config))
 
+A built-in kind's module is also named in BUILTIN (its place there is its place in the
+schema and in "known: ..."); a kind from elsewhere registers by importing its module.
 config.py builds its discriminated unions and its "known" lists from these registries
-(`Tagged`), and the wiring looks a kind up by the tag the config carries:
+(`Tagged`), and the services look a kind up by the tag the config carries:
 
     launcher = LAUNCHERS[config.server.launcher].make(config.server, ctx)
 
-The built-in kinds register when their modules are imported (`BUILTIN`, imported the first
-time a registry is read); a kind registered later (a test's toy) rebuilds the config models.
-This module imports only errors.py of the package: every kind module may import it.
+An unknown tag is UnknownKind, never a default. The built-in kinds register when their
+modules are imported (BUILTIN, imported the first time a registry is read); a kind
+registered later (a test's toy) rebuilds the config models. This module imports only
+errors.py of the package: every kind module may import it.
 """
 
 from __future__ import annotations
