@@ -33,7 +33,7 @@ import yaml
 from llm_bisect import app
 from llm_bisect.checks import canary, expect, logprobs
 from llm_bisect.checks.eval import EvalCheck
-from llm_bisect.cli import TerminalProgress
+from llm_bisect.terminal import TerminalProgress
 
 BED = Path(__file__).resolve().parent.parent / "tests" / "vllm"
 

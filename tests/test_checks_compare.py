@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from llm_bisect.checks.compare import Step, diverge, teacher_deltas
+from llm_bisect.checks.compare import diverge, teacher_deltas
 from llm_bisect.checks.eval import score_answers
 from llm_bisect.checks.gsm8k import Problem, extract, load_problems, wilson
+from llm_bisect.model import Step
 
 
 def steps(

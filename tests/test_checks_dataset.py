@@ -24,7 +24,8 @@ from llm_bisect.checks.gsm8k import (
     load_problems,
     vllm_prompt,
 )
-from llm_bisect.cli import TerminalProgress, cli
+from llm_bisect.cli import cli
+from llm_bisect.terminal import TerminalProgress
 
 ROWS = [
     {"question": p.question, "answer": f"Work it out.\n#### {p.answer}"} for p in load_problems()

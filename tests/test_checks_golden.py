@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 from helpers import History, cli_bounded, live_processes
 from llm_bisect import app
 from llm_bisect.checks.golden import load, schema
-from llm_bisect.cli import TerminalProgress, cli
+from llm_bisect.cli import cli
 from llm_bisect.errors import ConfigError
+from llm_bisect.terminal import TerminalProgress
 
 FAULTS = [
     "none",

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from llm_bisect.checks.compare import Step
 from llm_bisect.checks.golden import (
     Calibration,
     Golden,
@@ -16,6 +15,7 @@ from llm_bisect.checks.golden import (
 )
 from llm_bisect.checks.logprobs import LogprobsCheck
 from llm_bisect.client import ChatReply
+from llm_bisect.model import Step
 
 PROMPT = "hello how are you"
 GOLDEN_TOKENS = [str(100 + i) for i in range(32)]

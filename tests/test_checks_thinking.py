@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 
 from helpers import History
 from llm_bisect import app
-from llm_bisect.cli import TerminalProgress, cli
+from llm_bisect.cli import cli
 from llm_bisect.config import CHAT_PROMPTS
+from llm_bisect.terminal import TerminalProgress
 
 UNCLOSED = CHAT_PROMPTS[1]
 THINKING = {"thinking": 600, "unclosed": [UNCLOSED]}

@@ -821,9 +821,9 @@ def test_progress_counts_steps_left_and_an_eta() -> None:
 
     from rich.console import Console
 
-    from llm_bisect.cli import Terminal, TerminalProgress
     from llm_bisect.model import Candidate, ProbeOutcome, Verdict
     from llm_bisect.search import Mode, Plan
+    from llm_bisect.terminal import Terminal, TerminalProgress
 
     now = [100.0]
     seq = tuple(Candidate(f"{i:040x}", subject=f"c{i}") for i in range(17))
@@ -907,8 +907,8 @@ def test_verdicts_and_errors_are_coloured_on_a_terminal_only(
 ) -> None:
     from rich.console import Console
 
-    from llm_bisect.cli import Terminal, TerminalProgress
     from llm_bisect.model import Candidate, ProbeOutcome, Verdict
+    from llm_bisect.terminal import Terminal, TerminalProgress
 
     err = stream()
     term = Terminal(err=err, environ=environ)

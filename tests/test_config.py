@@ -10,13 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import cli_bounded, live_processes, write_config
+from llm_bisect.checks.canary import CanaryConfig
+from llm_bisect.checks.eval import EvalConfig
+from llm_bisect.checks.expect import ExpectConfig
+from llm_bisect.checks.logprobs import LogprobsConfig
 from llm_bisect.cli import cli
 from llm_bisect.config import (
     MAX_CONFIG_BYTES,
-    CanaryConfig,
-    EvalConfig,
-    ExpectConfig,
-    LogprobsConfig,
     check_digest,
     expand_env,
     parse_config,

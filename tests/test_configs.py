@@ -13,7 +13,9 @@ import pytest
 import yaml
 
 from helpers import History, cli_on_path
-from llm_bisect.config import Config, DockerServerConfig, SlurmServerConfig, load_config
+from llm_bisect.config import Config, load_config
+from llm_bisect.launchers.docker import DockerServerConfig
+from llm_bisect.launchers.slurm import SlurmServerConfig
 
 ROOT = Path(__file__).parent.parent
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))

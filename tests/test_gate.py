@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -25,10 +26,12 @@ from helpers import (
     shell_words,
     wait_until,
 )
+from llm_bisect import app
 from llm_bisect.journal import read_events
 from llm_bisect.launchers.common import LINE_CHARS
 from llm_bisect.report.documents import GateDocument, ResultDocument
 from llm_bisect.report.gate import render_gate_markdown, render_junit
+from llm_bisect.terminal import TerminalProgress
 from test_cli import held_history, invoke, launched
 
 
@@ -495,3 +498,15 @@ def test_the_reproduce_line_runs_as_printed_from_another_folder(tmp_path: Path) 
     )  # fmt: skip
     assert again.returncode == 1, f"{line}\n{again.stdout}{again.stderr}"
     assert gate_of(elsewhere / "llm-bisect-gate").decision == "block"
+
+
+def test_the_gate_dates_its_document_by_the_clock_it_is_given(tmp_path: Path, history: Any) -> None:
+    h: History = history({12: "degenerate-reasoning"}, n=16)
+    config = h.config()
+    golden = record(h, config, tmp_path)
+    ticks = iter(range(1_000, 2_000))
+    s = app.setup(config, os.environ, now=lambda: float(next(ticks)))
+    doc = app.run_gate(s, h.shas[6], tmp_path / "gate", TerminalProgress(), golden_file=golden)
+    assert doc.decision == "allow"
+    assert doc.started_at == 1_000.0 and 1_000.0 < doc.ended_at < 2_000.0
+    assert gate_of(tmp_path / "gate").started_at == 1_000.0

@@ -26,7 +26,6 @@ from typer.testing import CliRunner
 from helpers import History, probe_order, shell_words, wait_until, write_config
 from llm_bisect import app
 from llm_bisect.cli import cli
-from llm_bisect.config import DockerServerConfig
 from llm_bisect.errors import PortTaken
 from llm_bisect.journal import read_events
 from llm_bisect.launchers.docker import (
@@ -34,6 +33,7 @@ from llm_bisect.launchers.docker import (
     OWNER_LABEL,
     RUN_LABEL,
     DockerLauncher,
+    DockerServerConfig,
     container_spec,
     engine_address,
     owner_label,

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from helpers import History, live_processes, probe_order, shell_words, sim_command, wait_until
-from llm_bisect.config import SlurmServerConfig, load_config
+from llm_bisect.config import load_config
 from llm_bisect.journal import read_events
 from llm_bisect.launchers import Instrument
 from llm_bisect.launchers.slurm import (
@@ -24,6 +24,7 @@ from llm_bisect.launchers.slurm import (
     MASK_AWK,
     Slurm,
     SlurmLauncher,
+    SlurmServerConfig,
     job_script,
     node_script,
 )

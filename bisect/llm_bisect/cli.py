@@ -1,29 +1,24 @@
-"""The command line: thin verbs over app.py; errors mapped to exit codes once."""
+"""The command line: thin verbs that parse, call a service (services/) and render (terminal.py);
+errors mapped to exit codes once."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import sys
 import tempfile
-import threading
-import time
 import traceback
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TextIO, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 import typer.core
-from rich.console import Console, Group
-from rich.live import Live
-from rich.text import Text
 
-from . import __version__, app
+from . import __version__
 from .checks.golden import load as golden_load
 from .checks.golden import schema as golden_schema
 from .checks.golden import warnings as golden_warnings
@@ -31,14 +26,23 @@ from .config import Config
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
 from .launchers import Artifact
-from .model import Candidate, ProbeOutcome, Verdict
+from .model import Candidate, Verdict
 from .outdir import hold, prepare
-from .probe import CANCELLED
-from .redact import Scrub
 from .report.documents import schemas
 from .report.markdown import duration
 from .runner import result_of, write_outputs
 from .search import Answer, Plan, Status
+from .services.bisection import check_one, run_bisect
+from .services.gate import GATE_FILE, run_gate
+from .services.golden import calibrate, record_golden
+from .services.localization import LOCALIZATION, localize_refs, with_localization
+from .services.reap import reap_servers
+from .services.setup import Setup, golden_file_of, plan_of, setup
+from .terminal import (
+    Terminal,
+    TerminalProgress,
+    printable,
+)
 
 EXIT_FOUND = 0
 EXIT_FAILED = 1
@@ -72,70 +76,6 @@ cli = typer.Typer(
 )
 
 T = TypeVar("T")
-
-
-class Terminal:
-    """What a command prints: lines on stdout (answers) and stderr (progress, errors).
-
-    Every line passes through the run's Scrub, so a secret a server echoed
-    never reaches the screen or a CI log. Verdicts and errors are coloured where the stream
-    is a terminal, unless NO_COLOR is set or TERM is dumb (FORCE_COLOR colours a pipe too).
-    """
-
-    def __init__(
-        self,
-        out: TextIO | None = None,
-        err: TextIO | None = None,
-        environ: Mapping[str, str] | None = None,
-    ) -> None:
-        self._out = out
-        self._err = err
-        self._environ = os.environ if environ is None else environ
-        self.scrub = Scrub()
-        self.closers: list[Callable[[], None]] = []
-        """Called when the command ends, however it ends (a live progress line)."""
-
-    def close(self) -> None:
-        for close in self.closers:
-            close()
-
-    def mask(self, scrub: Scrub) -> None:
-        """From now on, mask these secrets too."""
-        self.scrub = self.scrub.with_secrets(scrub.secrets)
-
-    def out(self, text: str) -> None:
-        print(self.scrub.text(text), file=self._out or sys.stdout, flush=True)
-
-    def say(self, text: str) -> None:
-        print(self.scrub.text(text), file=self._err or sys.stderr, flush=True)
-
-    def paint(self, text: str, colour: str) -> str:
-        """`text` in `colour` (an SGR code) where stderr is a terminal; else as it is. For
-        words llm-bisect writes itself (a verdict, `error:`), never for text from outside."""
-        if self.coloured(self._err or sys.stderr):
-            return f"\x1b[{colour}m{text}\x1b[0m"
-        return text
-
-    def error(self, message: str) -> None:
-        self.say(f"llm-bisect: {self.paint('error:', RED)} {message}")
-
-    def coloured(self, stream: TextIO) -> bool:
-        """Whether to colour what goes to `stream` (https://no-color.org)."""
-        if self._environ.get("NO_COLOR"):
-            return False
-        if self._environ.get("FORCE_COLOR"):
-            return True
-        isatty = getattr(stream, "isatty", None)
-        return self._environ.get("TERM") != "dumb" and bool(isatty and isatty())
-
-
-RED, GREEN, GREY, ORANGE = "1;31", "1;32", "90", "1;33"
-VERDICT_COLOURS = {
-    Verdict.GOOD: GREEN,
-    Verdict.BAD: RED,
-    Verdict.SKIP: GREY,
-    Verdict.UNSURE: ORANGE,
-}
 
 
 class _Terminated(KeyboardInterrupt):
@@ -207,180 +147,17 @@ class _GitBisectCommand(typer.core.TyperCommand):
             raise
 
 
-@dataclass
-class _Line:
-    """One probe in flight, as the live display shows it."""
-
-    step: int
-    short: str
-    phase: str
-    since: float
-
-
-class TerminalProgress:
-    """What a person watching sees, on stderr: step i of ~N, the candidates left, each probe's
-    phase and elapsed time, and an ETA from the probes so far.
-
-    On a terminal, a live display (rich) keeps one ticking line per probe in flight (one per
-    slot) and each finished probe leaves one line; elsewhere (CI logs, pipes) every phase is
-    one plain line. Probes report from their own threads.
-    """
-
-    def __init__(
-        self,
-        term: Terminal | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        console: Console | None = None,
-    ) -> None:
-        self.term = term or Terminal()
-        self.clock = clock
-        self.console = console or Console(file=sys.stderr, highlight=False)
-        self.live: Live | None = None
-        self.step = 0
-        self.total = 0
-        self.left: int | None = None
-        self.probes_left: int | None = None
-        self.durations: list[float] = []
-        self.slots = 1
-        self.flights: dict[str, _Line] = {}
-        self._lock = threading.RLock()
-        self.term.closers.append(self.close)
-
-    def note(self, text: str) -> None:
-        """A line from a launcher (pull progress) or the journal."""
-        self.term.say(f"    {text}")
-
-    def planned(self, plan: Plan, finished: int) -> None:
-        self.step = finished
-        self.total = plan.max_probes()
-        resumed = f", {finished} finished probe(s) resumed from the journal" if finished else ""
-        self.term.say(
-            f"{len(plan.candidates)} candidates, at most ~{self.total} probes "
-            f"({plan.mode.value}){resumed}"
-        )
-
-    def narrowed(self, left: int, probes_left: int) -> None:
-        with self._lock:
-            self.left, self.probes_left = left, probes_left
-            self.total = self.step - len(self.flights) + probes_left
-
-    def eta(self) -> float | None:
-        """Seconds until the answer at the mean probe time so far, `slots` at a time; None
-        before a probe ended."""
-        if not self.durations or self.probes_left is None:
-            return None
-        mean = sum(self.durations) / len(self.durations)
-        now = self.clock()
-        running = [max(0.0, mean - (now - f.since)) for f in self.flights.values()]
-        waiting = max(0, self.probes_left - len(running))
-        rounds = -(-waiting // max(1, self.slots))
-        return max(running, default=0.0) + mean * rounds
-
-    def _where(self) -> str:
-        parts = []
-        if self.left is not None:
-            parts.append(f"{self.left} candidate(s) left")
-        eta = self.eta()
-        if eta is not None:
-            parts.append(f"ETA {duration(eta)}")
-        return f" · {', '.join(parts)}" if parts else ""
-
-    def _of(self, step: int) -> str:
-        return f"[{step}/~{max(self.total, step)}]" if self.total else f"[{step}]"
-
-    def phase(self, candidate: Candidate, phase: str, elapsed: float) -> None:
-        with self._lock:
-            line = self.flights.get(candidate.commit)
-            if line is None:
-                self.step += 1
-                line = self.flights[candidate.commit] = _Line(self.step, candidate.short, "", 0)
-                self.slots = max(self.slots, len(self.flights))
-            line.phase, line.since = phase, self.clock() - elapsed
-            if not self.console.is_terminal:
-                subject = _printable(candidate.subject)[:60]
-                self.term.say(
-                    f"{self._of(line.step)} {line.short} {phase:<9} {elapsed:6.1f}s  "
-                    f"{subject}{self._where()}"
-                )
-            elif self.live is None:
-                self.live = Live(
-                    _Ticking(self), console=self.console, refresh_per_second=2, transient=True
-                )
-                self.live.start()
-
-    def status_lines(self) -> list[str]:
-        """The live display: one line per probe in flight (step, probe, phase, elapsed), the
-        candidates left and the ETA on the last."""
-        with self._lock:
-            now = self.clock()
-            lines = [
-                f"{self._of(f.step)} {f.short} {f.phase:<9} {now - f.since:6.1f}s"
-                for f in sorted(self.flights.values(), key=lambda f: f.step)
-            ]
-            if lines:
-                lines[-1] += self._where()
-            return [self.term.scrub.text(line) for line in lines]
-
-    def finished(self, candidate: Candidate, outcome: ProbeOutcome) -> None:
-        with self._lock:
-            line = self.flights.pop(candidate.commit, None)
-            if line is None:
-                self.step += 1
-                step = self.step
-            else:
-                step = line.step
-            if not self.flights:
-                self.close()
-            total = outcome.timings.get("total", 0.0)
-            if outcome.timings and outcome.reason != CANCELLED:
-                self.durations.append(total)
-            verdict = outcome.verdict
-            word = self.term.paint(verdict.value.upper(), VERDICT_COLOURS[verdict])
-            pad = " " * (9 - len(verdict.value))
-            self.term.say(
-                f"{self._of(step)} {candidate.short} {word}{pad} "
-                f"{total:6.1f}s  {_printable(outcome.reason)[:100]}"
-            )
-
-    def close(self) -> None:
-        """End the live display (no probe in flight, or the command ends)."""
-        with self._lock:
-            if self.live is not None:
-                self.live.stop()
-                self.live = None
-
-
-class _Ticking:
-    """The live display, rendered afresh each refresh so elapsed times tick."""
-
-    def __init__(self, progress: TerminalProgress) -> None:
-        self.progress = progress
-
-    def __rich__(self) -> Group:
-        return Group(
-            *(
-                Text(line, no_wrap=True, overflow="ellipsis")
-                for line in self.progress.status_lines()
-            )
-        )
-
-
 def _setup(
     term: Terminal,
     config: Path,
     progress: TerminalProgress | None = None,
     repo: Path | None = None,
-) -> app.Setup:
+) -> Setup:
     """The config's setup; from here on the terminal masks its secrets."""
     report = progress.note if progress else lambda line: term.say(f"    {line}")
-    s = app.setup(config, os.environ, repo=repo, report=report)
+    s = setup(config, os.environ, repo=repo, report=report)
     term.mask(s.scrub)
     return s
-
-
-def _printable(text: str) -> str:
-    """A text for one terminal line: control characters (escapes, CR) shown, not obeyed."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 ConfigArg = Annotated[Path, typer.Argument(help="The YAML config.", show_default=False)]
@@ -448,9 +225,9 @@ def _artifact_cell(art: Artifact) -> str:
 def _print_answer(term: Terminal, answer: Answer, out_dir: Path) -> None:
     if answer.culprit is not None:
         c = answer.culprit
-        term.out(f"{answer.status.value}: {c.commit} {_printable(c.subject)}")
+        term.out(f"{answer.status.value}: {c.commit} {printable(c.subject)}")
     else:
-        term.out(f"{answer.status.value}: {_printable(answer.message)}")
+        term.out(f"{answer.status.value}: {printable(answer.message)}")
         if answer.status is Status.AMBIGUOUS:
             for commit in answer.range[1:]:
                 term.out(f"  could be {commit}")
@@ -471,7 +248,7 @@ def run_cmd(
     def body(term: Terminal) -> int:
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo)
-        done = app.run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
+        done = run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
         _print_answer(term, done.answer, out)
         return STATUS_EXIT[done.answer.status]
 
@@ -506,14 +283,14 @@ def check_cmd(
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo)
         with _work_dir(out, "llm-bisect-check-") as out_dir:
-            cand, outcome = app.check_one(s, candidate, out_dir, progress, golden)
+            cand, outcome = check_one(s, candidate, out_dir, progress, golden)
             if as_json:  # what probe.json holds, on stdout
                 term.out(json.dumps(s.scrub.doc(outcome.to_json()), indent=2))
                 return CHECK_EXIT[outcome.verdict]
-            term.out(f"{outcome.verdict.value}: {cand.commit} {_printable(outcome.reason)}")
+            term.out(f"{outcome.verdict.value}: {cand.commit} {printable(outcome.reason)}")
             for result in outcome.checks:
                 verdict = "pass" if result.passed else "FAIL"
-                term.out(f"  {result.name}: {verdict} — {_printable(result.evidence)[:160]}")
+                term.out(f"  {result.name}: {verdict} — {printable(result.evidence)[:160]}")
             t = outcome.timings
             if "checks" in t:
                 term.out(f"ready in {t['ready']:.1f}s, checks took {t['checks']:.1f}s")
@@ -521,7 +298,7 @@ def check_cmd(
                 term.out(f"probe: {out_dir / 'probe.json'}")
                 term.out(f"server log: {out_dir / 'probes' / cand.short / 'server.log'}")
             elif outcome.log_tail:
-                tail = "\n".join(map(_printable, outcome.log_tail.split("\n")))
+                tail = "\n".join(map(printable, outcome.log_tail.split("\n")))
                 term.out(f"server log (last lines; --out DIR keeps it whole):\n{tail}")
         return CHECK_EXIT[outcome.verdict]
 
@@ -576,12 +353,12 @@ def golden_cmd(
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
-        path = app.golden_file_of(s, _golden_file(term, output))
+        path = golden_file_of(s, _golden_file(term, output))
         with _work_dir(out, "llm-bisect-golden-") as work:
-            data = app.record_golden(s, candidate, path, work)
+            data = record_golden(s, candidate, path, work)
         term.out(f"golden of {data.commit}: {path}")
         for warning in golden_warnings(data):
-            term.say(f"warning: {_printable(warning)}")
+            term.say(f"warning: {printable(warning)}")
         return 0
 
     raise typer.Exit(guarded(body))
@@ -601,9 +378,9 @@ def calibrate_cmd(
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
-        path = app.golden_file_of(s, _golden_file(term, output))
+        path = golden_file_of(s, _golden_file(term, output))
         with _work_dir(out, "llm-bisect-calibrate-") as work:
-            found = app.calibrate(s, candidate, path, work, runs, restarts)
+            found = calibrate(s, candidate, path, work, runs, restarts)
         term.out(f"calibrated over {found.runs} runs, {1 + restarts} server start(s): {path}")
         term.out(
             f"good-vs-good: {found.flagged} of {found.runs} runs flagged (by the thresholds then)"
@@ -673,7 +450,7 @@ def gate_cmd(
         if junit is not None:
             prepare(junit.parent, "--junit")
         prepare(out)
-        doc = app.run_gate(
+        doc = run_gate(
             s,
             candidate,
             out,
@@ -685,18 +462,18 @@ def gate_cmd(
             junit=junit,
         )
         if as_json:
-            term.out((out / app.GATE_FILE).read_text().rstrip())
+            term.out((out / GATE_FILE).read_text().rstrip())
             return doc.exit_code
-        term.out(f"{doc.decision}: {doc.candidate.commit} {_printable(doc.probe.reason)}")
+        term.out(f"{doc.decision}: {doc.candidate.commit} {printable(doc.probe.reason)}")
         for result in doc.probe.checks:
             verdict = "pass" if result.passed else "FAIL"
-            term.out(f"  {result.name}: {verdict} — {_printable(result.evidence)[:160]}")
+            term.out(f"  {result.name}: {verdict} — {printable(result.evidence)[:160]}")
         b = doc.bisection
         if b is not None and b.status is not None:
-            found = b.culprit.commit if b.culprit is not None else _printable(b.message)
+            found = b.culprit.commit if b.culprit is not None else printable(b.message)
             term.out(f"bisection: {b.status.value}: {found} ({b.probes} more probes)")
             term.out(f"bisection report: {Path(b.out) / 'report.md'}")
-        term.out(f"gate: {out / app.GATE_FILE}, report: {out / 'report.md'}")
+        term.out(f"gate: {out / GATE_FILE}, report: {out / 'report.md'}")
         return doc.exit_code
 
     raise typer.Exit(guarded(body, CHECK_CODES))
@@ -715,15 +492,15 @@ def candidates_cmd(
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
-        _, plan = app.plan_of(s, good, bad, find_fix)
+        _, plan = plan_of(s, good, bad, find_fix)
         if as_json:
             with s.launcher("candidates") as launcher:
                 rows = [(c, launcher.artifact(c)) for c in plan.candidates]
             term.out(json.dumps(_plan_json(plan, rows), indent=2))
             return 0
         term.out(f"mode: {plan.mode.value}")
-        term.out(f"good: {plan.good.commit} {_printable(plan.good.subject)}")
-        term.out(f"bad:  {plan.bad.commit} {_printable(plan.bad.subject)}")
+        term.out(f"good: {plan.good.commit} {printable(plan.good.subject)}")
+        term.out(f"bad:  {plan.bad.commit} {printable(plan.bad.subject)}")
         if plan.anchor is not None:
             term.out(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
         missing = 0
@@ -731,10 +508,10 @@ def candidates_cmd(
             for i, c in enumerate(plan.candidates):
                 art = launcher.artifact(c)
                 missing += art.available is False
-                route = f"  [{_printable(art.route)}]" if art.route else ""
+                route = f"  [{printable(art.route)}]" if art.route else ""
                 term.out(
                     f"{i:4d}  {c.short}  {c.date[:10]}  {_artifact_cell(art)}  "
-                    f"{_printable(c.subject)}{route}"
+                    f"{printable(c.subject)}{route}"
                 )
         n, most = len(plan.candidates), plan.max_probes()
         what = "a build route" if s.builder is not None else "an artifact"
@@ -774,7 +551,7 @@ def report_cmd(
                 raise JournalError(
                     f"{out}: the run has not finished; resume it with `llm-bisect run`"
                 )
-            write_outputs(out, app.with_localization(result, out))
+            write_outputs(out, with_localization(result, out))
         _print_answer(term, step, out)
         return STATUS_EXIT[step.status]
 
@@ -805,7 +582,7 @@ def localize_cmd(
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo)
         with _work_dir(out, "llm-bisect-localize-") as out_dir:
-            doc = app.localize_refs(s, good, bad, out_dir, prompt=prompt, note=progress.note)
+            doc = localize_refs(s, good, bad, out_dir, prompt=prompt, note=progress.note)
             term.out(doc["line"])
             if doc.get("why"):
                 term.out(f"  ({doc['why']})")
@@ -818,7 +595,7 @@ def localize_cmd(
                 f"collected {doc['collected_bytes'] / 1e6:.1f} MB"
             )
             if out is not None:
-                term.out(f"localization: {out_dir / app.LOCALIZATION}")
+                term.out(f"localization: {out_dir / LOCALIZATION}")
         return 0
 
     raise typer.Exit(guarded(body))
@@ -845,11 +622,11 @@ def reap_cmd(
 
     def body(term: Terminal) -> int:
         s = _setup(term, config) if config is not None else None
-        done = app.reap_servers(s, os.environ)
+        done = reap_servers(s, os.environ)
         for line in done.removed:
-            term.out(_printable(line))
+            term.out(printable(line))
         for line in done.failed:
-            term.say(f"llm-bisect: {_printable(line)}")
+            term.say(f"llm-bisect: {printable(line)}")
         where = " and ".join(done.looked) or "nowhere (no Docker engine, no Slurm here)"
         if done.removed:
             term.out(f"reaped {len(done.removed)} server(s) in {where}")
@@ -913,7 +690,7 @@ def demo_cmd(
         progress = TerminalProgress(term)
         try:
             s = _setup(term, config, progress)
-            done = app.run_bisect(s, out_dir, progress=progress)
+            done = run_bisect(s, out_dir, progress=progress)
         finally:
             if images:
                 demo.remove_images(images)

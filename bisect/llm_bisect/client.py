@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .checks.compare import Step
 from .errors import EndpointError, ReplyTooLarge, RequestRejected, ServerFault
+from .model import Step
 
 SEED = 1234
 """The sampling seed sent with every request."""

@@ -27,9 +27,9 @@ from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import guard  # ends collect_env with the harness, even on SIGKILL
 from .environment import QUERY, SMI_TIMEOUT_S, parse_gpus
 from .files import head_text
-from .launchers import guard  # ends collect_env with the harness, even on SIGKILL
 
 OUTPUT = "collect_env.txt"
 CODE = "collect_env.rc"

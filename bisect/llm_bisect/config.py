@@ -13,7 +13,7 @@ import re
 import string
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
 import yaml
 from pydantic import (
@@ -21,13 +21,13 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
 
 from .errors import ConfigError
 from .files import read_capped
+from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged, on_change
 from .report.escape import safe_url
 
 PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build", "gpus"})
@@ -37,12 +37,21 @@ BUILD_PLACEHOLDERS = frozenset({"python", "build"})
 IMAGE_PLACEHOLDERS = frozenset({"commit", "short"})
 DOCKER_ARG_PLACEHOLDERS = frozenset({"commit", "short", "port", "image"})
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+ENV_REF = _ENV_REF
+"""`${VAR}` in a config value."""
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(
         extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True
     )
+
+
+Strict = _Strict
+"""The base of every config model: a kind's model (launchers/*, builds/*, checks/*) too."""
+_DEFERRED = ConfigDict(**_Strict.model_config, defer_build=True)
+"""The models holding kind unions are built on first use: by then every kind module has
+imported this one and registered its kind."""
 
 
 class CandidatesConfig(_Strict):
@@ -78,7 +87,13 @@ def _check_placeholders(templates: list[str], key: str, allowed: frozenset[str])
                 raise ValueError(f"unknown placeholder '{{{field}}}' (known: {known})")
 
 
-class _ServerBase(_Strict):
+check_placeholders = _check_placeholders
+"""Every placeholder in `templates` is one of `allowed` (ValueError naming it)."""
+
+
+class ServerBase(_Strict):
+    """What every launcher's config has; each launcher's model (launchers/*.py) adds its own."""
+
     ready_timeout: float = Field(default=600.0, gt=0, allow_inf_nan=False)
     """Seconds to wait for /health and /v1/models before the build is untestable."""
     request_timeout: float = Field(default=120.0, gt=0, allow_inf_nan=False)
@@ -96,6 +111,8 @@ class _ServerBase(_Strict):
     kept per probe (collect_env.txt) and its versions and GPUs are in the fingerprint.
     Default: `python -m vllm.collect_env` with the candidate's python (vLLM's issue
     template asks for it); `[]`: none. `{commit}`, `{short}`, `{python}`, `{build}`."""
+    launcher: str
+    """The launcher's tag; each launcher's model narrows it to `Literal[tag]`."""
 
     @field_validator("collect_env")
     @classmethod
@@ -105,7 +122,7 @@ class _ServerBase(_Strict):
         return argv
 
 
-class _SlotGpus(_Strict):
+class SlotGpus(_Strict):
     slot_gpus: list[list[str]] | None = None
     """The GPUs of each slot on one host, e.g. `[[0,1,2,3],[4,5,6,7]]` for `parallel: 2`
     on an 8-GPU node (a process gets CUDA_VISIBLE_DEVICES and `{gpus}`, a container its
@@ -138,180 +155,18 @@ class _SlotGpus(_Strict):
         return slots
 
 
-class ProcessServerConfig(_ServerBase, _SlotGpus):
-    """A local command per candidate."""
+class CommandServerBase(ServerBase, SlotGpus):
+    """A launcher that runs an argv template per candidate (process, slurm)."""
 
-    launcher: Literal["process"] = "process"
-    """`process`: the server runs as a local process group."""
     command: list[str] = Field(min_length=1)
     """argv template; `{commit}`, `{short}`, `{port}`, `{gpus}` (the slot's devices, comma
     separated) are filled in. Never run through a shell."""
     cwd: str | None = None
     """Working folder of the server (relative to the config file); default: the config's folder."""
 
-    @field_validator("command")
-    @classmethod
-    def _placeholders(cls, command: list[str]) -> list[str]:
-        _check_placeholders(command, "server.command", PROCESS_PLACEHOLDERS)
-        return command
 
-
-class UlimitConfig(_Strict):
-    soft: int
-    """The soft limit."""
-    hard: int
-    """The hard limit."""
-
-
-class PrefetchConfig(_Strict):
-    """Pulling the images that could be probed next while one probe runs."""
-
-    enabled: bool = True
-    """Pull the images of the candidates that could be probed next."""
-    disk_budget_gb: float = Field(default=100.0, ge=0, allow_inf_nan=False)
-    """Prefetched images may take at most this much disk at a time."""
-
-
-class RegistryConfig(_Strict):
-    """Credentials for the registry's manifest API (Docker Hub works anonymously)."""
-
-    username: str | None = None
-    """The registry login; `${VAR}` takes VAR from the caller."""
-    password: str | None = None
-    """`${VAR}` takes VAR from the caller; never written out."""
-
-
-class DockerServerConfig(_ServerBase, _SlotGpus):
-    """One container image per candidate, through the Docker engine."""
-
-    launcher: Literal["docker"]
-    """`docker`: one container per probe, on a Docker engine."""
-    image: str
-    """Image template, e.g. `vllm/vllm-openai:nightly-{commit}` (`{commit}`, `{short}`)."""
-    docker_hosts: list[str] = Field(default_factory=list)
-    """Engines to run probes on, a slot each in turn (`unix:///var/run/docker.sock`,
-    `ssh://gpu-node-2`, `tcp://10.0.0.5:2376`); default: DOCKER_HOST, else the local one."""
-    args: list[str] = Field(default_factory=list)
-    """Arguments after the entrypoint (`vllm serve` flags); `{commit}`, `{short}`, `{port}`,
-    `{image}` (the image reference the candidate runs)."""
-    port: int = Field(default=8000, gt=0, lt=65536)
-    """The port the server listens on inside the container."""
-    gpus: Literal["all"] | int | list[str] | None = None
-    """`all`, a count, or device ids: becomes the container's device requests."""
-    ipc: str | None = None
-    """IPC mode, usually `host` for vLLM's shared memory."""
-    shm_size: str | None = None
-    """Size of /dev/shm, e.g. `16g`."""
-    volumes: list[str] = Field(default_factory=list)
-    """`HOST:CONTAINER[:ro]`; relative host paths are relative to the config file."""
-    entrypoint: list[str] | None = None
-    """Replaces the image's entrypoint; default: the image's."""
-    user: str | None = None
-    """The user the container runs as (`uid[:gid]`); default: the image's."""
-    ulimits: dict[str, int | UlimitConfig] = Field(default_factory=dict)
-    """e.g. `{memlock: -1, stack: 67108864}`."""
-    network_mode: str | None = None
-    """`host` publishes nothing: the server then listens on `{port}`, a free port on the node."""
-    pull: Literal["missing", "always", "never"] = "missing"
-    """When to pull an image: only when not in the engine, always, or never."""
-    stop_timeout: float = Field(default=30.0, ge=0, allow_inf_nan=False)
-    """Seconds between SIGTERM and SIGKILL when a container is stopped."""
-    init: bool = True
-    """Run an init as PID 1 (Docker's `--init`), so a server that ignores SIGTERM as PID 1
-    still stops when the container is stopped."""
-    prefetch: PrefetchConfig = Field(default_factory=PrefetchConfig)
-    """Pulling the next probes' images while one runs."""
-    registry: RegistryConfig = Field(default_factory=RegistryConfig)
-    """Credentials for the registry's manifest API (tags, digests)."""
-
-    @field_validator("image")
-    @classmethod
-    def _image_placeholders(cls, image: str) -> str:
-        _check_placeholders([image], "server.image", IMAGE_PLACEHOLDERS)
-        return image
-
-    @field_validator("args")
-    @classmethod
-    def _args_placeholders(cls, args: list[str]) -> list[str]:
-        _check_placeholders(args, "server.args", DOCKER_ARG_PLACEHOLDERS)
-        return args
-
-
-SLURM_PLACEHOLDERS = (PROCESS_PLACEHOLDERS - {"gpus"}) | {"head", "node_rank", "nnodes"}
-"""On a Slurm probe's nodes: the head node's host name, this node's rank, the node count."""
-HOST_PLACEHOLDERS = frozenset({"node"})
-"""`server.host` (Slurm): the head node's Slurm name, known once its job runs."""
-
-
-class SlurmServerConfig(ProcessServerConfig):
-    """One Slurm job per candidate: `sbatch`, followed with `squeue`/`scontrol`, ended with
-    `scancel` on every exit path. The command runs on the allocated node(s)."""
-
-    launcher: Literal["slurm"]  # type: ignore[assignment]
-    """`slurm`: one job per probe (`sbatch`), on one or several nodes."""
-    partition: str | None = None
-    """`--partition`; default: the cluster's."""
-    nodes: int = Field(default=1, ge=1, le=64)
-    """Nodes per probe (two for DP across two 4-GPU GB200 nodes)."""
-    gpus_per_node: int | None = Field(default=None, ge=1)
-    """`--gpus-per-node`."""
-    gres: str | None = None
-    """`--gres`, e.g. `gpu:b300:8`, where the cluster wants that instead of gpus_per_node."""
-    time: str | None = None
-    """The job's time limit, as sbatch takes it (`02:00:00`)."""
-    account: str | None = None
-    """`--account`; default: yours."""
-    exclusive: bool = False
-    """`--exclusive`: the job's nodes are shared with no other job."""
-    sbatch_args: list[str] = Field(default_factory=list)
-    """More `sbatch` options, one per item (`--qos=high`, `--constraint=gb200`)."""
-    worker_command: list[str] | None = None
-    """What nodes other than the head run in a multi-node probe (`--headless` ...);
-    default: `command`."""
-    container_image: str | None = None
-    """Run the command in this image through `srun --container-image` (pyxis/enroot)."""
-    container_mounts: list[str] = Field(default_factory=list)
-    """pyxis `--container-mounts` (`SRC:DST[:FLAGS]`), with `container_image`."""
-    port: int | None = Field(default=None, ge=1, le=65535)
-    """The server's port on the node; default: a free port of this host (one per probe)."""
-    host: str = "{node}"
-    """How to reach the head node from here; `{node}` is its Slurm name (`{node}-ib0`)."""
-    pending_timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
-    """Seconds a job may wait in PENDING before it is cancelled; the probe is then skip."""
-    retries: int = Field(default=1, ge=0, le=10)
-    """Resubmits (excluding the node) after NODE_FAIL, PREEMPTED, TIMEOUT or a boot failure."""
-
-    @field_validator("command", "worker_command")
-    @classmethod
-    def _placeholders(cls, command: list[str] | None) -> list[str] | None:  # type: ignore[override]
-        if command is not None:
-            _check_placeholders(command, "server.command", SLURM_PLACEHOLDERS)
-        return command
-
-    @field_validator("slot_gpus")
-    @classmethod
-    def _no_slot_gpus(cls, slots: list[list[str]] | None) -> None:
-        if slots is not None:
-            raise ValueError("each Slurm probe has its own allocation (gpus_per_node, gres)")
-        return None
-
-    @field_validator("container_image")
-    @classmethod
-    def _image(cls, image: str | None) -> str | None:
-        if image is not None:
-            _check_placeholders([image], "server.container_image", IMAGE_PLACEHOLDERS)
-        return image
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, host: str) -> str:
-        _check_placeholders([host], "server.host", HOST_PLACEHOLDERS)
-        return host
-
-
-ServerConfig = Annotated[
-    ProcessServerConfig | DockerServerConfig | SlurmServerConfig, Field(discriminator="launcher")
-]
+ServerConfig = Annotated[ServerBase, Tagged(LAUNCHERS)]
+"""The `server:` section: the model of the launcher its `launcher` names (kinds.LAUNCHERS)."""
 
 
 MAX_TOKENS = 2**20
@@ -345,8 +200,15 @@ MAX_TOKENS_CAP = 16384
 """Default budget cap: the good build's answers are asked again, doubling, up to this."""
 
 
-class _Asks(_Strict):
-    """How a check's requests are shaped (every check has these)."""
+class CheckBase(_Strict):
+    """What every check's config is: its model (checks/*.py) has `type: Literal[tag]`."""
+
+    if TYPE_CHECKING:  # declared by each check's model, after its request fields
+        type: str
+
+
+class Asks(CheckBase):
+    """How a check's requests are shaped (every built-in check has these)."""
 
     max_tokens: int = Field(default=256, gt=0, le=MAX_TOKENS)
     """The first token budget per prompt (reasoning and content share it)."""
@@ -374,7 +236,7 @@ class _Asks(_Strict):
         return body
 
     @model_validator(mode="after")
-    def _cap_above_start(self) -> _Asks:
+    def _cap_above_start(self) -> Asks:
         if self.max_tokens_cap < self.max_tokens:
             raise ValueError(
                 f"max_tokens_cap {self.max_tokens_cap} is below max_tokens {self.max_tokens}"
@@ -389,121 +251,8 @@ class _Asks(_Strict):
         return fields
 
 
-class CanaryConfig(_Asks):
-    """Degeneration canary on content and reasoning."""
-
-    type: Literal["canary"]
-    """`canary`: degenerate text or null content on short fixed prompts."""
-    prompts: list[str] = Field(default_factory=lambda: list(CHAT_PROMPTS), min_length=1)
-    """Short fixed prompts sent with greedy sampling."""
-
-
-class ExpectCase(_Strict):
-    """A prompt and a regular expression its content must match."""
-
-    prompt: str
-    """The prompt, sent with greedy sampling."""
-    match: str
-    """A regular expression the answer's content must match (re.search)."""
-
-    @field_validator("match")
-    @classmethod
-    def _regex(cls, pattern: str) -> str:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression ({exc})") from exc
-        return pattern
-
-
-class ExpectConfig(_Asks):
-    """Prompts with known answers."""
-
-    type: Literal["expect"]
-    """`expect`: prompts with a known answer."""
-    cases: list[ExpectCase] = Field(
-        default_factory=lambda: [
-            ExpectCase(prompt="What is 2+2? Reply with the number only.", match=r"^\s*4\b")
-        ],
-        min_length=1,
-    )
-    """The prompts and the pattern each answer must match."""
-    max_tokens: int = Field(default=64, gt=0, le=MAX_TOKENS)
-    """The first token budget per prompt (reasoning and content share it)."""
-
-
-class LogprobsConfig(_Asks):
-    """Token ids and top-k logprobs against the golden; thresholds from calibration.
-
-    Its budget never grows: it compares the first `max_tokens` tokens, reasoning included."""
-
-    type: Literal["logprobs"]
-    """`logprobs`: token ids and top-k logprobs against the golden."""
-    prompts: list[str] = Field(
-        default_factory=lambda: [*CHAT_PROMPTS, "Name three colours."], min_length=1
-    )
-    """The prompts whose greedy tokens are compared, sent as chat messages."""
-    max_tokens: int = Field(default=32, gt=0, le=MAX_TOKENS)
-    """Tokens compared per prompt."""
-    top_k: int = Field(default=5, ge=1, le=20)
-    """Alternatives recorded per position (`top_logprobs`)."""
-    max_abs_delta: float | None = Field(default=None, gt=0)
-    """|Δlogprob| allowed on agreeing tokens; default: from calibration."""
-    teacher_mean_abs_delta: float | None = Field(default=None, gt=0)
-    """Mean |Δlogprob| allowed on the teacher-forced golden text; default: from calibration."""
-    topk_max_abs_delta: float | None = Field(default=None, gt=0)
-    """|Δlogprob| allowed on top-k alternatives where the chosen tokens agree."""
-
-
-class EvalConfig(_Asks):
-    """A small GSM8K-format accuracy eval against the golden's accuracy."""
-
-    type: Literal["eval"]
-    """`eval`: GSM8K-format accuracy against the golden's."""
-    path: str | None = None
-    """GSM8K-format JSONL or parquet (`question`, `answer` ending in `#### N`), relative to the
-    config; default: the bundled set."""
-    dataset: str | None = None
-    """A Hugging Face dataset, e.g. `openai/gsm8k` (read through `datasets` and its cache)."""
-    dataset_config: str | None = None
-    """Its config name (`main` for openai/gsm8k, the default there)."""
-    split: str = "test"
-    """The dataset split to read (with `dataset`)."""
-    format: Literal["instruct", "vllm"] = "instruct"
-    """Prompt and extraction: `instruct` ("... end with 'The answer is N.'") or `vllm`
-    (vLLM's own few-shot "Question: ...\nAnswer:" prompts, the last integer)."""
-    shots: int = Field(default=5, ge=0, le=32)
-    """Worked examples before each question in the `vllm` format."""
-    limit: int | None = Field(default=None, gt=0)
-    """The first this-many problems only; default: all."""
-    concurrency: int = Field(default=8, ge=1, le=256)
-    """Requests in flight at once."""
-    tolerance: float | None = Field(default=None, ge=0, le=1)
-    """Accuracy drop allowed beyond chance (which the paired test judges); default 0."""
-    null_share_jump: float = Field(default=0.1, ge=0, le=1)
-    """Rise allowed in the share of answers with null content."""
-
-    download: bool = False
-    """Fetch `dataset` from the Hugging Face Hub when the node's cache lacks it; default: the
-    cache or a local folder only, so a misspelt name is one line, not a minute of retries."""
-
-    @model_validator(mode="after")
-    def _one_source(self) -> EvalConfig:
-        if self.path is not None and self.dataset is not None:
-            raise ValueError("give path or dataset, not both")
-        return self
-
-    @field_validator("dataset_config", "split", "download")
-    @classmethod
-    def _with_dataset(cls, value: Any, info: ValidationInfo) -> Any:
-        if info.data.get("dataset") is None:  # fields are checked in order: dataset is known
-            raise ValueError("goes with `dataset`, and no dataset is given")
-        return value
-
-
-CheckConfig = Annotated[
-    CanaryConfig | ExpectConfig | LogprobsConfig | EvalConfig, Field(discriminator="type")
-]
+CheckConfig = Annotated[CheckBase, Tagged(CHECKS)]
+"""One item of `checks:`: the model of the check its `type` names (kinds.CHECKS)."""
 
 
 class ProbeConfig(_Strict):
@@ -561,13 +310,10 @@ class LocalizeConfig(_Strict):
         return {"enabled": value} if isinstance(value, bool) else value
 
 
-def _default_checks() -> list[CanaryConfig | ExpectConfig | LogprobsConfig | EvalConfig]:
-    return [
-        CanaryConfig(type="canary"),
-        ExpectConfig(type="expect"),
-        LogprobsConfig(type="logprobs"),
-        EvalConfig(type="eval"),
-    ]
+def _default_checks() -> list[CheckBase]:
+    """The checks a config without `checks:` runs: every kind registered as a default."""
+    made = [k.config.model_validate({"type": k.tag}) for k in CHECKS.kinds() if k.default]
+    return cast(list[CheckBase], made)
 
 
 COMPILED = (
@@ -640,119 +386,14 @@ def compiled_patterns(target: str) -> list[str]:
     return [*COMPILED, *NOT_BUILT_BY[target]]
 
 
-class ImageStrategy(_Strict):
-    """Today's behaviour: the launcher's image template (Docker launcher only)."""
+class StrategyBase(_Strict):
+    """What every build strategy's config is: its model (builds/*.py) has `type: Literal[tag]`."""
 
-    type: Literal["image"]
-    """`image`: the launcher's image template names the commit's image."""
-
-
-class OverlayStrategy(_Strict):
-    """The commit's files written over a precompiled install of `package`: in `venv` or
-    `image` (with its `base_commit`), or (`base: nearest`) over the build of its nearest
-    ancestor that a strategy before this one has a precompiled artifact of."""
-
-    type: Literal["overlay"]
-    """`overlay`: the commit's files over a precompiled install."""
-    venv: str | None = None
-    """Process launcher: a venv whose site-packages holds the precompiled package (relative
-    to the config)."""
-    image: str | None = None
-    """Docker launcher: the base image holding the precompiled package; each build is an
-    image derived from it."""
-    base: Literal["nearest"] | None = None
-    """`nearest`: no fixed install; the base is the candidate's nearest first-parent
-    ancestor with a wheel, an image or a cached build of the strategies before this one (a
-    release branch's commits: the wheel of its branch point on main)."""
-    python: str | None = None
-    """With `image`: the image's interpreter (default `python3`)."""
-    package: str = "vllm"
-    """The installed package; the repository's folder of the same name maps onto it."""
-    base_commit: str | None = None
-    """The commit the installed package was built from (a ref); with `image`, default: the
-    commit the base image names (label, env, tag or version, as for an image end)."""
-    target: Target = "any"
-    """What the precompiled install was built for (`cuda`, `rocm`, `cpu`): only the sources
-    that target compiles stop an overlay (`any`: every one)."""
-    compiled: list[str] | None = None
-    """Glob patterns over whole paths (`!` leaves out, the last match decides) of what an
-    overlay cannot carry; default: the target's. Taken as written: it replaces the default."""
-
-    @model_validator(mode="after")
-    def _one_base(self) -> OverlayStrategy:
-        if self.base == "nearest":
-            given = [k for k in ("venv", "image", "base_commit") if getattr(self, k) is not None]
-            if given:
-                raise ValueError(
-                    f"overlay: base: nearest takes its base from the strategies before it; "
-                    f"leave out {given[0]}"
-                )
-            return self
-        if (self.venv is None) == (self.image is None):
-            raise ValueError(
-                "overlay takes one of venv (launcher: process) or image (docker), or base: nearest"
-            )
-        if self.venv is not None and self.base_commit is None:
-            raise ValueError("overlay: base_commit is the commit the venv's package was built from")
-        if self.python is not None and self.image is None:
-            raise ValueError("overlay: python is the image's interpreter; with venv, leave it out")
-        return self
-
-    def patterns(self) -> list[str]:
-        """The compiled-sources rule in force."""
-        return list(self.compiled) if self.compiled is not None else compiled_patterns(self.target)
+    type: str
 
 
-class WheelStrategy(_Strict):
-    """The commit's wheel from a per-commit PEP 503 index, installed by uv into a fresh venv."""
-
-    type: Literal["wheel"]
-    """`wheel`: the commit's wheel from a per-commit index."""
-    index: str
-    """URL template of the commit's index: `{commit}`, `{short}`; `${VAR}` takes VAR from the
-    caller (a login: `https://${USER}:${TOKEN}@host/{commit}/`, never written out)."""
-    package: str = "vllm"
-    """The distribution to install from the index."""
-    base_venv: str | None = None
-    """A venv whose packages the build reuses (a .pth file); only the package is installed."""
-    python: str | None = None
-    """The build venv's interpreter; default: base_venv's, else the one llm-bisect runs on.
-    With `image`: the image's interpreter (default `python3`)."""
-    image: str | None = None
-    """Docker launcher: the base image the wheel is installed into (its dependencies are
-    reused); each build is an image derived from it."""
-    system_site_packages: bool = False
-    """Give the build venv the interpreter's own site-packages too."""
-
-    @field_validator("index")
-    @classmethod
-    def _index_placeholders(cls, index: str) -> str:
-        _check_placeholders([_ENV_REF.sub("", index)], "index", IMAGE_PLACEHOLDERS)
-        return index
-
-
-class CommandStrategy(_Strict):
-    """Your own build: `run` once per commit; `{out}` is the build's folder."""
-
-    type: Literal["command"]
-    """`command`: your own build command."""
-    run: list[str] = Field(min_length=1)
-    """argv template: `{commit}`, `{short}`, `{out}`; never run through a shell."""
-    timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
-    """Seconds a build may take; past them the candidate is skip."""
-
-    @field_validator("run")
-    @classmethod
-    def _placeholders(cls, run: list[str]) -> list[str]:
-        _check_placeholders(run, "run", frozenset({"commit", "short", "out"}))
-        return run
-
-
-Strategy = Annotated[
-    ImageStrategy | WheelStrategy | OverlayStrategy | CommandStrategy,
-    Field(discriminator="type"),
-]
-BUILD_TYPES = "image, wheel, overlay, command"
+Strategy = Annotated[StrategyBase, Tagged(STRATEGIES)]
+"""One item of `build.strategies`: the model of the strategy its `type` names."""
 
 
 class BuildCacheConfig(_Strict):
@@ -765,6 +406,8 @@ class BuildCacheConfig(_Strict):
 class BuildConfig(_Strict):
     """How a candidate becomes runnable: strategies tried in order, the first that applies."""
 
+    model_config = _DEFERRED
+
     strategies: list[Strategy] = Field(min_length=1)
     """Tried in order per candidate; a candidate none applies to is skip."""
     cache: BuildCacheConfig = Field(default_factory=BuildCacheConfig)
@@ -773,6 +416,8 @@ class BuildConfig(_Strict):
 
 class Config(_Strict):
     """A whole llm-bisect config."""
+
+    model_config = _DEFERRED
 
     candidates: CandidatesConfig
     """Where the candidates come from: the clone and the two ends."""
@@ -796,44 +441,15 @@ class Config(_Strict):
     (local servers for the process launcher, containers on the engine for Docker)."""
 
     @model_validator(mode="after")
-    def _build_fits_the_launcher(self) -> Config:
-        kinds = [s.type for s in self.build.strategies] if self.build else []
+    def _kinds_fit(self) -> Config:
+        """The rules across sections, each its kind's: the launcher's over the whole config,
+        each strategy's over the launcher and the strategies before it."""
+        launcher = LAUNCHERS[self.server.launcher]
+        launcher.validate(self.server, self)
         strategies = self.build.strategies if self.build else []
-        docker = isinstance(self.server, DockerServerConfig)
-        if docker and self.localize.save_tensors:
-            raise ValueError("localize.save_tensors: the process launcher's only")
         for i, strategy in enumerate(strategies):
-            key = f"build.strategies.{i}"
-            if isinstance(strategy, CommandStrategy) and docker:
-                raise ValueError(f"{key}: command builds run with launcher: process")
-            if isinstance(strategy, ImageStrategy) and not docker:
-                raise ValueError(f"{key}: image builds need launcher: docker")
-            if isinstance(strategy, OverlayStrategy) and strategy.base == "nearest":
-                kinds_before = {s.type for s in strategies[:i]} - {"overlay"}
-                fixed = any(isinstance(s, OverlayStrategy) and s.base is None
-                            for s in strategies[:i])  # fmt: skip
-                if not kinds_before and not fixed:
-                    raise ValueError(
-                        f"{key}: base: nearest needs a strategy before it (image, wheel, "
-                        "command or an overlay with a fixed base) whose builds it starts from"
-                    )
-                if strategy.python is not None and not docker:
-                    raise ValueError(f"{key}: python is the base image's interpreter (docker)")
-                continue
-            if isinstance(strategy, WheelStrategy | OverlayStrategy):
-                image = strategy.image is not None
-                if docker and not image:
-                    raise ValueError(
-                        f"{key}: with launcher: docker a {strategy.type} build needs image: "
-                        "(the base image it is applied to)"
-                    )
-                if image and not docker:
-                    raise ValueError(f"{key}: image: is for launcher: docker")
-        if isinstance(self.server, DockerServerConfig):
-            return self
-        used = {f for arg in self.server.command for f in template_fields(arg, "server.command")}
-        if used & BUILD_PLACEHOLDERS and not kinds:
-            raise ValueError("server.command: {python} and {build} need build.strategies")
+            rules = StrategyRules(f"build.strategies.{i}", strategies[:i], launcher.runs_images)
+            STRATEGIES[strategy.type].validate(strategy, rules)
         return self
 
 
@@ -918,14 +534,12 @@ def expand_paths(config: Config, environ: Mapping[str, str], repo_given: bool = 
         update["candidates"] = config.candidates.model_copy(update={"repo": repo})
     if config.golden is not None:
         update["golden"] = expand_value(config.golden, environ, "golden")
-    server = config.server
-    if isinstance(server, ProcessServerConfig) and server.cwd is not None:
-        cwd = expand_value(server.cwd, environ, "server.cwd")
-        update["server"] = server.model_copy(update={"cwd": cwd})
+    server = LAUNCHERS[config.server.launcher].expand_paths(config.server, environ)
+    if server is not config.server:
+        update["server"] = server
     return config.model_copy(update=update)
 
 
-CHECK_TYPES = "canary, expect, logprobs, eval"
 _SECRET_NAME = re.compile(
     r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|KEY|CREDENTIALS?|AUTH)(?:$|_)", re.I
 )
@@ -955,7 +569,7 @@ def caller_secret_names(environ: Mapping[str, str]) -> list[str]:
 def _loc(loc: tuple[int | str, ...]) -> str:
     # pydantic puts the discriminator value into the location; users never wrote it.
     # "constrained-int": the branch of probe.repeats (a count or `auto`)
-    tags = ("canary", "expect", "logprobs", "eval", "process", "docker", "slurm", "constrained-int")
+    tags = {*CHECKS.tags(), *LAUNCHERS.tags(), "constrained-int"}
     parts = [str(p) for p in loc if p not in tags]
     return ".".join(parts)
 
@@ -972,14 +586,14 @@ def _one_line(exc: ValidationError) -> str:
         ctx = err.get("ctx", {})
         tag = ctx.get("tag", err.get("input"))
         if ctx.get("discriminator") == "'launcher'":
-            return f"{loc}.launcher: unknown launcher {tag!r} (known: process, docker, slurm)"
+            return f"{loc}.launcher: unknown launcher {tag!r} (known: {LAUNCHERS.known()})"
         if loc.startswith("build."):
-            return f"{loc}: unknown build type {tag!r} (known: {BUILD_TYPES})"
-        return f"{loc}: unknown check type {tag!r} (known: {CHECK_TYPES})"
+            return f"{loc}: unknown build type {tag!r} (known: {STRATEGIES.known()})"
+        return f"{loc}: unknown check type {tag!r} (known: {CHECKS.known()})"
     if kind == "union_tag_not_found":
         if loc.startswith("build."):
-            return f"{loc}: a build strategy needs a 'type' ({BUILD_TYPES})"
-        return f"{loc}: a check needs a 'type' ({CHECK_TYPES})"
+            return f"{loc}: a build strategy needs a 'type' ({STRATEGIES.known()})"
+        return f"{loc}: a check needs a 'type' ({CHECKS.known()})"
     msg = str(err["msg"]).removeprefix("Value error, ")
     value = err.get("input")
     if not loc:  # a rule over the whole config: its message names the keys
@@ -1055,7 +669,7 @@ def check_digest(check: CheckConfig) -> str:
     return _digest({**data, "type": check.type})
 
 
-def server_digest(server: ProcessServerConfig | DockerServerConfig) -> str:
+def server_digest(server: ServerBase) -> str:
     """A digest of how the server is started: its command (image, args, entrypoint) and its
     environment, where variables named like secrets count by name only. Timeouts, hosts and
     scheduling are left out; so is `model`, which a golden records apart."""
@@ -1082,3 +696,12 @@ def config_digest(config: Config) -> str:
         data["server"]["registry"].pop("password", None)
     blob = json.dumps(data, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()
+
+
+def _rebuild() -> None:
+    """A kind registered or left: the unions of the models holding kinds follow."""
+    BuildConfig.model_rebuild(force=True)
+    Config.model_rebuild(force=True)
+
+
+on_change(_rebuild)

@@ -2,6 +2,7 @@
 
     LlmBisectError                 base: every error the tool raises on purpose
     ├── ConfigError                the config, a ref or a CLI argument is wrong (exit 2)
+    │   └── UnknownKind            no launcher, strategy, check or source has this tag (kinds)
     ├── JournalError               DIR holds a journal that cannot be resumed
     │   └── DirInUse               another live llm-bisect holds DIR
     ├── LaunchError                a server could not be started or became unusable
@@ -28,6 +29,10 @@ class LlmBisectError(Exception):
 
 class ConfigError(LlmBisectError):
     """The config, a ref or a command-line argument is invalid."""
+
+
+class UnknownKind(ConfigError):
+    """No kind of this seam is registered under the tag (kinds.py): never a silent default."""
 
 
 class JournalError(LlmBisectError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -158,3 +159,12 @@ class ProbeOutcome:
             log_tail=str(data.get("log_tail", "")),
             fingerprint=dict(data.get("fingerprint", {})),
         )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One generated position: the token (an id, or its text), its logprob, the top-k."""
+
+    token: str
+    logprob: float
+    top: Mapping[str, float]

@@ -32,10 +32,14 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
+from pydantic import ConfigDict
+
+from .. import guard
+from ..config import StrategyBase
 from ..errors import ConfigError, LaunchError
-from ..launchers import guard
+from ..kinds import STRATEGIES, StrategyKind, StrategyRules
 from ..launchers.common import tail as log_tail
 from ..model import Candidate
 from .cache import BuildCache, as_json
@@ -377,7 +381,7 @@ def run_logged(
     what: str,
     redact: Sequence[str] = (),
 ) -> None:
-    """Run a build step under the guard (launchers/guard.py), output appended to `log`.
+    """Run a build step under the guard (guard.py), output appended to `log`.
 
     The values of the `redact` variables never reach the log. A non-zero exit or
     a timeout is a LaunchError (the candidate is skip). The
@@ -438,3 +442,42 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
 def tail(log: Path, lines: int = 20) -> str:
     """A build log's tail (launchers.common.tail); the guard masked its secrets already."""
     return log_tail(log, lines, [])
+
+
+# ---- the `type: image` strategy kind ---------------------------------------------------------
+
+
+class ImageStrategyConfig(StrategyBase):
+    """Today's behaviour: the launcher's image template (Docker launcher only)."""
+
+    model_config = ConfigDict(**StrategyBase.model_config, title="ImageStrategy")  # as before
+
+    type: Literal["image"]
+    """`image`: the launcher's image template names the commit's image."""
+
+
+def needs_images(cfg: StrategyBase, rules: StrategyRules) -> None:
+    """An image build fits only a launcher that runs images."""
+    if not rules.images:
+        raise ValueError(f"{rules.key}: image builds need launcher: docker")
+
+
+def base_image_fits(cfg_type: str, image: str | None, rules: StrategyRules) -> None:
+    """A build applied to a base: an image (`image:`) exactly where the launcher runs images."""
+    if rules.images and image is None:
+        raise ValueError(
+            f"{rules.key}: with launcher: docker a {cfg_type} build needs image: "
+            "(the base image it is applied to)"
+        )
+    if image is not None and not rules.images:
+        raise ValueError(f"{rules.key}: image: is for launcher: docker")
+
+
+IMAGE_KIND = STRATEGIES.register(
+    StrategyKind(
+        "image",
+        ImageStrategyConfig,
+        make=lambda cfg, ctx: (ImageStrategy(), None),
+        validate=needs_images,
+    )
+)

@@ -14,11 +14,14 @@ import platform
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from ..config import fill
+from pydantic import ConfigDict, Field, field_validator
+
+from ..config import StrategyBase, check_placeholders, fill
+from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..model import Candidate
-from . import Build, run_logged
+from . import Build, ImageTarget, run_logged
 
 
 class CommandStrategy:
@@ -66,3 +69,46 @@ class CommandStrategy:
         venv = folder / "bin" / "python"
         python = str(venv) if venv.exists() else sys.executable
         return Build("command", folder, python, {}, dict(facts))
+
+
+# ---- the `type: command` strategy kind -------------------------------------------------------
+
+
+class CommandStrategyConfig(StrategyBase):
+    """Your own build: `run` once per commit; `{out}` is the build's folder."""
+
+    model_config = ConfigDict(**StrategyBase.model_config, title="CommandStrategy")  # as before
+
+    type: Literal["command"]
+    """`command`: your own build command."""
+    run: list[str] = Field(min_length=1)
+    """argv template: `{commit}`, `{short}`, `{out}`; never run through a shell."""
+    timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    """Seconds a build may take; past them the candidate is skip."""
+
+    @field_validator("run")
+    @classmethod
+    def _placeholders(cls, run: list[str]) -> list[str]:
+        check_placeholders(run, "run", frozenset({"commit", "short", "out"}))
+        return run
+
+
+def from_config(
+    cfg: CommandStrategyConfig, ctx: BuildContext
+) -> tuple[CommandStrategy, ImageTarget | None]:
+    """The user's build command, run in the config's folder."""
+    strategy = CommandStrategy(
+        cfg.run, cwd=ctx.base_dir, timeout=cfg.timeout, env=ctx.environ,
+        secret_names=ctx.secret_names,
+    )  # fmt: skip
+    return strategy, None
+
+
+def _validate(cfg: CommandStrategyConfig, rules: StrategyRules) -> None:
+    if rules.images:
+        raise ValueError(f"{rules.key}: command builds run with launcher: process")
+
+
+KIND = STRATEGIES.register(
+    StrategyKind("command", CommandStrategyConfig, make=from_config, validate=_validate)
+)

@@ -44,12 +44,16 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
+from pydantic import ConfigDict, model_validator
+
+from ..config import StrategyBase, Target, compiled_patterns
 from ..errors import ConfigError, LaunchError
+from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..model import Candidate
 from ..sources.git import ABSENT, Change, Step
-from . import Build
+from . import Build, ImageTarget, base_image_fits
 
 NEAREST_LIMIT = 1000
 """First-parent ancestors a `nearest` overlay looks through for a base."""
@@ -603,3 +607,128 @@ class OverlayStrategy:
             env = {"PYTHONPATH": str(folder)}
             return Build("overlay", folder, base.python, env, dict(facts), lease=base.lease)
         return Build("overlay", folder, self.python, {"PYTHONPATH": str(folder)}, dict(facts))
+
+
+# ---- the `type: overlay` strategy kind -------------------------------------------------------
+
+
+class OverlayStrategyConfig(StrategyBase):
+    """The commit's files written over a precompiled install of `package`: in `venv` or
+    `image` (with its `base_commit`), or (`base: nearest`) over the build of its nearest
+    ancestor that a strategy before this one has a precompiled artifact of."""
+
+    model_config = ConfigDict(**StrategyBase.model_config, title="OverlayStrategy")  # as before
+
+    type: Literal["overlay"]
+    """`overlay`: the commit's files over a precompiled install."""
+    venv: str | None = None
+    """Process launcher: a venv whose site-packages holds the precompiled package (relative
+    to the config)."""
+    image: str | None = None
+    """Docker launcher: the base image holding the precompiled package; each build is an
+    image derived from it."""
+    base: Literal["nearest"] | None = None
+    """`nearest`: no fixed install; the base is the candidate's nearest first-parent
+    ancestor with a wheel, an image or a cached build of the strategies before this one (a
+    release branch's commits: the wheel of its branch point on main)."""
+    python: str | None = None
+    """With `image`: the image's interpreter (default `python3`)."""
+    package: str = "vllm"
+    """The installed package; the repository's folder of the same name maps onto it."""
+    base_commit: str | None = None
+    """The commit the installed package was built from (a ref); with `image`, default: the
+    commit the base image names (label, env, tag or version, as for an image end)."""
+    target: Target = "any"
+    """What the precompiled install was built for (`cuda`, `rocm`, `cpu`): only the sources
+    that target compiles stop an overlay (`any`: every one)."""
+    compiled: list[str] | None = None
+    """Glob patterns over whole paths (`!` leaves out, the last match decides) of what an
+    overlay cannot carry; default: the target's. Taken as written: it replaces the default."""
+
+    @model_validator(mode="after")
+    def _one_base(self) -> OverlayStrategyConfig:
+        if self.base == "nearest":
+            given = [k for k in ("venv", "image", "base_commit") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(
+                    f"overlay: base: nearest takes its base from the strategies before it; "
+                    f"leave out {given[0]}"
+                )
+            return self
+        if (self.venv is None) == (self.image is None):
+            raise ValueError(
+                "overlay takes one of venv (launcher: process) or image (docker), or base: nearest"
+            )
+        if self.venv is not None and self.base_commit is None:
+            raise ValueError("overlay: base_commit is the commit the venv's package was built from")
+        if self.python is not None and self.image is None:
+            raise ValueError("overlay: python is the image's interpreter; with venv, leave it out")
+        return self
+
+    def patterns(self) -> list[str]:
+        """The compiled-sources rule in force."""
+        return list(self.compiled) if self.compiled is not None else compiled_patterns(self.target)
+
+
+def from_config(
+    cfg: OverlayStrategyConfig, ctx: BuildContext
+) -> tuple[OverlayStrategy, ImageTarget | None]:
+    """Over the nearest ancestor's build, over a base image, or over a venv here."""
+    if cfg.base == "nearest":
+        strategy = OverlayStrategy(
+            ctx.source,
+            python="",
+            package_dir=None,
+            package=cfg.package,
+            base_commit=None,
+            compiled=cfg.patterns(),
+            stage=ctx.images,
+        )
+        # in an image, the base image is the base's own (images.py)
+        target = ImageTarget("", cfg.python or "python3", cfg.package) if ctx.images else None
+        return strategy, target
+    if cfg.image is not None:
+        strategy = OverlayStrategy(
+            ctx.source,
+            python="",
+            package_dir=None,
+            package=cfg.package,
+            base_commit=ctx.resolve(cfg.base_commit or cfg.image, f"{ctx.key}.base_commit"),
+            compiled=cfg.patterns(),
+            stage=True,
+        )
+        return strategy, ImageTarget(cfg.image, cfg.python or "python3", cfg.package)
+    assert cfg.venv is not None
+    venv = ctx.base_dir / Path(cfg.venv).expanduser()
+    python = venv / "bin" / "python"
+    if not python.exists():
+        raise ConfigError(f"{ctx.key}.venv: no venv at '{cfg.venv}' (no bin/python)")
+    strategy = OverlayStrategy(
+        ctx.source,
+        python=str(python),
+        package_dir=installed_package(str(python), cfg.package),
+        package=cfg.package,
+        base_commit=ctx.resolve(cfg.base_commit or "", f"{ctx.key}.base_commit"),
+        compiled=cfg.patterns(),
+    )
+    return strategy, None
+
+
+def _validate(cfg: OverlayStrategyConfig, rules: StrategyRules) -> None:
+    if cfg.base != "nearest":
+        base_image_fits(cfg.type, cfg.image, rules)
+        return
+    kinds_before = {s.type for s in rules.before} - {"overlay"}
+    fixed = any(isinstance(s, OverlayStrategyConfig) and s.base is None for s in rules.before)
+    if not kinds_before and not fixed:
+        raise ValueError(
+            f"{rules.key}: base: nearest needs a strategy before it (image, wheel, "
+            "command or an overlay with a fixed base) whose builds it starts from"
+        )
+    if cfg.python is not None and not rules.images:
+        raise ValueError(f"{rules.key}: python is the base image's interpreter (docker)")
+
+
+KIND = STRATEGIES.register(
+    StrategyKind("overlay", OverlayStrategyConfig, make=from_config, validate=_validate)
+)

@@ -36,23 +36,33 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import httpx
 import packaging
 from packaging import tags as packaging_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from pydantic import ConfigDict, field_validator
 
-from ..config import fill
+from ..config import (
+    ENV_REF,
+    IMAGE_PLACEHOLDERS,
+    StrategyBase,
+    check_placeholders,
+    expand_template,
+    fill,
+)
 from ..errors import ConfigError, LaunchError
 from ..index_page import links
+from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..model import Candidate
-from ..redact import public_url
-from . import Build, run_logged
+from ..redact import public_url, url_credentials
+from . import Build, ImageTarget, base_image_fits, run_logged
 
 INDEX_TIMEOUT_S = 30.0
 MAX_PAGE_BYTES = 32 * 2**20
@@ -381,3 +391,89 @@ def _link_base(python: Path, base_venv: Path) -> None:
     """The new venv sees the base venv's packages after its own (a .pth file)."""
     base = _site_packages(base_venv / "bin" / "python")
     (_site_packages(python) / "_llm_bisect_base.pth").write_text(str(base) + "\n")
+
+
+# ---- the `type: wheel` strategy kind ---------------------------------------------------------
+
+
+class WheelStrategyConfig(StrategyBase):
+    """The commit's wheel from a per-commit PEP 503 index, installed by uv into a fresh venv."""
+
+    model_config = ConfigDict(**StrategyBase.model_config, title="WheelStrategy")  # as before
+
+    type: Literal["wheel"]
+    """`wheel`: the commit's wheel from a per-commit index."""
+    index: str
+    """URL template of the commit's index: `{commit}`, `{short}`; `${VAR}` takes VAR from the
+    caller (a login: `https://${USER}:${TOKEN}@host/{commit}/`, never written out)."""
+    package: str = "vllm"
+    """The distribution to install from the index."""
+    base_venv: str | None = None
+    """A venv whose packages the build reuses (a .pth file); only the package is installed."""
+    python: str | None = None
+    """The build venv's interpreter; default: base_venv's, else the one llm-bisect runs on.
+    With `image`: the image's interpreter (default `python3`)."""
+    image: str | None = None
+    """Docker launcher: the base image the wheel is installed into (its dependencies are
+    reused); each build is an image derived from it."""
+    system_site_packages: bool = False
+    """Give the build venv the interpreter's own site-packages too."""
+
+    @field_validator("index")
+    @classmethod
+    def _index_placeholders(cls, index: str) -> str:
+        check_placeholders([ENV_REF.sub("", index)], "index", IMAGE_PLACEHOLDERS)
+        return index
+
+
+def wheel_index(cfg: WheelStrategyConfig, environ: Mapping[str, str], i: int) -> str:
+    """A wheel strategy's index template with `${VAR}` expanded (a login, often)."""
+    return expand_template(cfg.index, environ, f"build.strategies.{i}.index")
+
+
+def from_config(
+    cfg: WheelStrategyConfig, ctx: BuildContext
+) -> tuple[WheelStrategy, ImageTarget | None]:
+    """Into a fresh venv here, or (`image:`) downloaded for an image derived from the base."""
+    index = wheel_index(cfg, ctx.environ, ctx.index)
+    if cfg.image is not None:
+        strategy = WheelStrategy(
+            index=index,
+            package=cfg.package,
+            python="",
+            uv="",
+            download_only=True,
+            env=ctx.environ,
+            secret_names=ctx.secret_names,
+        )
+        return strategy, ImageTarget(cfg.image, cfg.python or "python3", cfg.package)
+    base = ctx.base_dir / Path(cfg.base_venv).expanduser() if cfg.base_venv else None
+    if base is not None and not (base / "bin" / "python").exists():
+        raise ConfigError(f"{ctx.key}.base_venv: no venv at '{cfg.base_venv}' (no bin/python)")
+    interpreter = cfg.python or (str(base / "bin" / "python") if base else sys.executable)
+    strategy = WheelStrategy(
+        index=index,
+        package=cfg.package,
+        python=interpreter,
+        uv=find_uv(),
+        base_venv=base,
+        system_site_packages=cfg.system_site_packages,
+        env=ctx.environ,
+        secret_names=ctx.secret_names,
+    )
+    return strategy, None
+
+
+def _validate(cfg: WheelStrategyConfig, rules: StrategyRules) -> None:
+    base_image_fits(cfg.type, cfg.image, rules)
+
+
+def _secrets(cfg: WheelStrategyConfig, environ: Mapping[str, str], i: int) -> list[str]:
+    return url_credentials(wheel_index(cfg, environ, i))  # a login in the index's URL
+
+
+KIND = STRATEGIES.register(
+    StrategyKind(
+        "wheel", WheelStrategyConfig, make=from_config, validate=_validate, secrets=_secrets
+    )
+)

@@ -29,6 +29,7 @@ from .metrics import degeneration
 
 if TYPE_CHECKING:
     from ..client import ChatReply
+    from ..config import Asks
     from . import ChatEndpoint
 
 DEFAULT_CAP = 16384
@@ -101,3 +102,8 @@ def _no_longer(before: ChatReply, after: ChatReply) -> bool:
     if before.completion_tokens is None or after.completion_tokens is None:
         return False
     return after.cut and after.completion_tokens <= before.completion_tokens
+
+
+def budget_of(cfg: Asks) -> Budget:
+    """A check config's first token budget, its cap and its request fields."""
+    return Budget(cfg.max_tokens, cfg.max_tokens_cap, cfg.extra())

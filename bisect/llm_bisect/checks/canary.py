@@ -15,11 +15,15 @@ A cut answer (`finish_reason: length`) is no evidence where the good build was c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import Field
+
+from ..config import CHAT_PROMPTS, Asks
+from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckResult
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
-from .budget import Budget, ask, unfinished
+from .budget import Budget, ask, budget_of, unfinished
 from .golden import Answer, CanarySection
 from .metrics import degeneration, excerpt, measure
 
@@ -160,3 +164,22 @@ class CanaryCheck:
             evidence=evidence,
             details={"cases": cases, "judged_against": "golden" if section else "absolute rules"},
         )
+
+
+# ---- the `type: canary` check kind -----------------------------------------------------------
+
+
+class CanaryConfig(Asks):
+    """Degeneration canary on content and reasoning."""
+
+    type: Literal["canary"]
+    """`canary`: degenerate text or null content on short fixed prompts."""
+    prompts: list[str] = Field(default_factory=lambda: list(CHAT_PROMPTS), min_length=1)
+    """Short fixed prompts sent with greedy sampling."""
+
+
+def from_config(cfg: CanaryConfig, ctx: CheckContext) -> CanaryCheck:
+    return CanaryCheck(cfg.prompts, budget=budget_of(cfg))
+
+
+KIND = CHECKS.register(CheckKind("canary", CanaryConfig, make=from_config, default=True))

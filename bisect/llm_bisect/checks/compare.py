@@ -17,17 +17,10 @@ change that moves the runners-up but leaves the greedy text intact still shows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Step:
-    """One generated position: the token (an id, or its text), its logprob, the top-k."""
-
-    token: str
-    logprob: float
-    top: Mapping[str, float]
+from ..model import Step as Step  # the tokens compared: model.py owns them
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from ..config import Asks
 from ..errors import ConfigError
+from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckResult
 from . import ChatEndpoint, map_concurrent
-from .budget import Asked, Budget, ask, unfinished
+from .budget import Asked, Budget, ask, budget_of, unfinished
 from .dataset import Problems
+from .dataset import load as load_problems
 from .golden import EvalNoise, EvalSection
 from .gsm8k import Problem, extract, instruct_prompt, last_integer, vllm_prompt, wilson
 from .metrics import degeneration, excerpt
@@ -296,3 +301,95 @@ class EvalCheck:
                 "power": self._power(golden, compared),
             },
         )
+
+
+# ---- the `type: eval` check kind -------------------------------------------------------------
+
+
+class EvalConfig(Asks):
+    """A small GSM8K-format accuracy eval against the golden's accuracy."""
+
+    type: Literal["eval"]
+    """`eval`: GSM8K-format accuracy against the golden's."""
+    path: str | None = None
+    """GSM8K-format JSONL or parquet (`question`, `answer` ending in `#### N`), relative to the
+    config; default: the bundled set."""
+    dataset: str | None = None
+    """A Hugging Face dataset, e.g. `openai/gsm8k` (read through `datasets` and its cache)."""
+    dataset_config: str | None = None
+    """Its config name (`main` for openai/gsm8k, the default there)."""
+    split: str = "test"
+    """The dataset split to read (with `dataset`)."""
+    format: Literal["instruct", "vllm"] = "instruct"
+    """Prompt and extraction: `instruct` ("... end with 'The answer is N.'") or `vllm`
+    (vLLM's own few-shot "Question: ...\nAnswer:" prompts, the last integer)."""
+    shots: int = Field(default=5, ge=0, le=32)
+    """Worked examples before each question in the `vllm` format."""
+    limit: int | None = Field(default=None, gt=0)
+    """The first this-many problems only; default: all."""
+    concurrency: int = Field(default=8, ge=1, le=256)
+    """Requests in flight at once."""
+    tolerance: float | None = Field(default=None, ge=0, le=1)
+    """Accuracy drop allowed beyond chance (which the paired test judges); default 0."""
+    null_share_jump: float = Field(default=0.1, ge=0, le=1)
+    """Rise allowed in the share of answers with null content."""
+
+    download: bool = False
+    """Fetch `dataset` from the Hugging Face Hub when the node's cache lacks it; default: the
+    cache or a local folder only, so a misspelt name is one line, not a minute of retries."""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EvalConfig:
+        if self.path is not None and self.dataset is not None:
+            raise ValueError("give path or dataset, not both")
+        return self
+
+    @field_validator("dataset_config", "split", "download")
+    @classmethod
+    def _with_dataset(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.data.get("dataset") is None:  # fields are checked in order: dataset is known
+            raise ValueError("goes with `dataset`, and no dataset is given")
+        return value
+
+
+def from_config(cfg: EvalConfig, ctx: CheckContext) -> EvalCheck:
+    """The eval over its problems, read now (a missing file is a ConfigError naming the key)."""
+    path = ctx.base_dir / cfg.path if cfg.path else None
+    try:
+        problems = load_problems(
+            path=path,
+            dataset=cfg.dataset,
+            dataset_config=cfg.dataset_config,
+            split=cfg.split,
+            shots=cfg.shots if cfg.format == "vllm" else 0,
+            limit=cfg.limit,
+            key=ctx.key,
+            download=cfg.download,
+        )
+    except OSError as exc:
+        raise ConfigError(f"{ctx.key}.path: cannot read '{cfg.path}' ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{ctx.key}.path: '{cfg.path}' is not UTF-8 text (byte {exc.start})"
+        ) from None
+    except ValueError as exc:
+        raise ConfigError(f"{ctx.key}.path: '{cfg.path}' {exc}") from None
+    return EvalCheck(
+        problems,
+        prompt_format=cfg.format,
+        concurrency=cfg.concurrency,
+        budget=budget_of(cfg),
+        tolerance=cfg.tolerance,
+        null_share_jump=cfg.null_share_jump,
+    )
+
+
+KIND = CHECKS.register(
+    CheckKind(
+        "eval",
+        EvalConfig,
+        make=from_config,
+        default=True,
+        shows=frozenset({"accuracy"}),
+    )
+)

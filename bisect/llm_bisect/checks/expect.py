@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import Field, field_validator
+
+from ..config import MAX_TOKENS, Asks, Strict
+from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckResult
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
-from .budget import Budget, ask, unfinished
+from .budget import Budget, ask, budget_of, unfinished
 from .canary import NO_GOLDEN_HINT
 from .golden import ExpectAnswer, ExpectSection
 from .metrics import excerpt
@@ -106,3 +110,47 @@ class ExpectCheck:
             evidence=evidence,
             details={"cases": details, "judged_against": "golden" if section else "absolute rules"},
         )
+
+
+# ---- the `type: expect` check kind -----------------------------------------------------------
+
+
+class ExpectCase(Strict):
+    """A prompt and a regular expression its content must match."""
+
+    prompt: str
+    """The prompt, sent with greedy sampling."""
+    match: str
+    """A regular expression the answer's content must match (re.search)."""
+
+    @field_validator("match")
+    @classmethod
+    def _regex(cls, pattern: str) -> str:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression ({exc})") from exc
+        return pattern
+
+
+class ExpectConfig(Asks):
+    """Prompts with known answers."""
+
+    type: Literal["expect"]
+    """`expect`: prompts with a known answer."""
+    cases: list[ExpectCase] = Field(
+        default_factory=lambda: [
+            ExpectCase(prompt="What is 2+2? Reply with the number only.", match=r"^\s*4\b")
+        ],
+        min_length=1,
+    )
+    """The prompts and the pattern each answer must match."""
+    max_tokens: int = Field(default=64, gt=0, le=MAX_TOKENS)
+    """The first token budget per prompt (reasoning and content share it)."""
+
+
+def from_config(cfg: ExpectConfig, ctx: CheckContext) -> ExpectCheck:
+    return ExpectCheck([(c.prompt, c.match) for c in cfg.cases], budget_of(cfg))
+
+
+KIND = CHECKS.register(CheckKind("expect", ExpectConfig, make=from_config, default=True))

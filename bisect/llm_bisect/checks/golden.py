@@ -128,6 +128,9 @@ class EvalSection(_Doc):
 
 
 class Sections(_Doc):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    """Beside the built-in checks' sections: those of checks registered elsewhere (kinds)."""
+
     canary: CanarySection | None = None
     expect: ExpectSection | None = None
     logprobs: LogprobsSection | None = None

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import Field
+
+from ..config import CHAT_PROMPTS, MAX_TOKENS, Asks
 from ..errors import EndpointError
-from ..model import CheckResult
+from ..kinds import CHECKS, CheckContext, CheckKind
+from ..model import CheckResult, Step
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
-from .compare import Divergence, Step, diverge, teacher_deltas
+from .compare import Divergence, diverge, teacher_deltas
 from .golden import LogprobsCase, LogprobsNoise, LogprobsSection
 from .metrics import excerpt
 
@@ -276,3 +280,52 @@ class LogprobsCheck:
             evidence=evidence,
             details={"cases": cases, "metrics": metrics, "thresholds": limits_doc},
         )
+
+
+# ---- the `type: logprobs` check kind ---------------------------------------------------------
+
+
+class LogprobsConfig(Asks):
+    """Token ids and top-k logprobs against the golden; thresholds from calibration.
+
+    Its budget never grows: it compares the first `max_tokens` tokens, reasoning included."""
+
+    type: Literal["logprobs"]
+    """`logprobs`: token ids and top-k logprobs against the golden."""
+    prompts: list[str] = Field(
+        default_factory=lambda: [*CHAT_PROMPTS, "Name three colours."], min_length=1
+    )
+    """The prompts whose greedy tokens are compared, sent as chat messages."""
+    max_tokens: int = Field(default=32, gt=0, le=MAX_TOKENS)
+    """Tokens compared per prompt."""
+    top_k: int = Field(default=5, ge=1, le=20)
+    """Alternatives recorded per position (`top_logprobs`)."""
+    max_abs_delta: float | None = Field(default=None, gt=0)
+    """|Δlogprob| allowed on agreeing tokens; default: from calibration."""
+    teacher_mean_abs_delta: float | None = Field(default=None, gt=0)
+    """Mean |Δlogprob| allowed on the teacher-forced golden text; default: from calibration."""
+    topk_max_abs_delta: float | None = Field(default=None, gt=0)
+    """|Δlogprob| allowed on top-k alternatives where the chosen tokens agree."""
+
+
+def from_config(cfg: LogprobsConfig, ctx: CheckContext) -> LogprobsCheck:
+    return LogprobsCheck(
+        cfg.prompts,
+        max_tokens=cfg.max_tokens,
+        top_k=cfg.top_k,
+        max_abs_delta=cfg.max_abs_delta,
+        teacher_mean_abs_delta=cfg.teacher_mean_abs_delta,
+        topk_max_abs_delta=cfg.topk_max_abs_delta,
+        extra=cfg.extra(),
+    )
+
+
+KIND = CHECKS.register(
+    CheckKind(
+        "logprobs",
+        LogprobsConfig,
+        make=from_config,
+        default=True,
+        shows=frozenset({"divergences"}),
+    )
+)

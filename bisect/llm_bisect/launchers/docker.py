@@ -21,6 +21,7 @@ Library errors (docker.errors) are translated here, at the boundary.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import threading
@@ -30,7 +31,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 import docker
 import docker.auth
@@ -39,19 +40,38 @@ import docker.errors
 import docker.types
 from docker.models.containers import Container
 from docker.models.images import Image
+from pydantic import Field, field_validator
 
 from .. import collectenv
 from ..builds import Builder, ImageStrategy, ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
-from ..config import DockerServerConfig, fill
+from ..config import (
+    DOCKER_ARG_PLACEHOLDERS,
+    IMAGE_PLACEHOLDERS,
+    ServerBase,
+    SlotGpus,
+    Strict,
+    check_placeholders,
+    expand_value,
+    fill,
+)
 from ..environment import SMI_TIMEOUT_S
-from ..errors import LaunchError, PortTaken, ServerExited
+from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
 from ..fingerprint import package_probe_source
+from ..kinds import (
+    LAUNCHERS,
+    DeviceContext,
+    EndContext,
+    LauncherContext,
+    LauncherKind,
+    Preflight,
+    PreflightContext,
+)
 from ..model import Candidate
 from ..redact import Masker, redact
 from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
 from ..report import escape as esc
-from . import Artifact, Instrument
+from . import Artifact, Instrument, Launcher
 from .common import (
     LoggedServer,
     PortBook,
@@ -61,6 +81,7 @@ from .common import (
     stranger_on,
     wait_ready,
 )
+from .devices import EXAMPLE, slot_devices
 
 RUN_LABEL = "llm-bisect.run"
 COMMIT_LABEL = "llm-bisect.commit"
@@ -1011,3 +1032,205 @@ def _json_object(text: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+# ---- the `launcher: docker` kind: its config and how it is made ----------------------------
+
+
+class UlimitConfig(Strict):
+    soft: int
+    """The soft limit."""
+    hard: int
+    """The hard limit."""
+
+
+class PrefetchConfig(Strict):
+    """Pulling the images that could be probed next while one probe runs."""
+
+    enabled: bool = True
+    """Pull the images of the candidates that could be probed next."""
+    disk_budget_gb: float = Field(default=100.0, ge=0, allow_inf_nan=False)
+    """Prefetched images may take at most this much disk at a time."""
+
+
+class RegistryConfig(Strict):
+    """Credentials for the registry's manifest API (Docker Hub works anonymously)."""
+
+    username: str | None = None
+    """The registry login; `${VAR}` takes VAR from the caller."""
+    password: str | None = None
+    """`${VAR}` takes VAR from the caller; never written out."""
+
+
+class DockerServerConfig(ServerBase, SlotGpus):
+    """One container image per candidate, through the Docker engine."""
+
+    launcher: Literal["docker"]
+    """`docker`: one container per probe, on a Docker engine."""
+    image: str
+    """Image template, e.g. `vllm/vllm-openai:nightly-{commit}` (`{commit}`, `{short}`)."""
+    docker_hosts: list[str] = Field(default_factory=list)
+    """Engines to run probes on, a slot each in turn (`unix:///var/run/docker.sock`,
+    `ssh://gpu-node-2`, `tcp://10.0.0.5:2376`); default: DOCKER_HOST, else the local one."""
+    args: list[str] = Field(default_factory=list)
+    """Arguments after the entrypoint (`vllm serve` flags); `{commit}`, `{short}`, `{port}`,
+    `{image}` (the image reference the candidate runs)."""
+    port: int = Field(default=8000, gt=0, lt=65536)
+    """The port the server listens on inside the container."""
+    gpus: Literal["all"] | int | list[str] | None = None
+    """`all`, a count, or device ids: becomes the container's device requests."""
+    ipc: str | None = None
+    """IPC mode, usually `host` for vLLM's shared memory."""
+    shm_size: str | None = None
+    """Size of /dev/shm, e.g. `16g`."""
+    volumes: list[str] = Field(default_factory=list)
+    """`HOST:CONTAINER[:ro]`; relative host paths are relative to the config file."""
+    entrypoint: list[str] | None = None
+    """Replaces the image's entrypoint; default: the image's."""
+    user: str | None = None
+    """The user the container runs as (`uid[:gid]`); default: the image's."""
+    ulimits: dict[str, int | UlimitConfig] = Field(default_factory=dict)
+    """e.g. `{memlock: -1, stack: 67108864}`."""
+    network_mode: str | None = None
+    """`host` publishes nothing: the server then listens on `{port}`, a free port on the node."""
+    pull: Literal["missing", "always", "never"] = "missing"
+    """When to pull an image: only when not in the engine, always, or never."""
+    stop_timeout: float = Field(default=30.0, ge=0, allow_inf_nan=False)
+    """Seconds between SIGTERM and SIGKILL when a container is stopped."""
+    init: bool = True
+    """Run an init as PID 1 (Docker's `--init`), so a server that ignores SIGTERM as PID 1
+    still stops when the container is stopped."""
+    prefetch: PrefetchConfig = Field(default_factory=PrefetchConfig)
+    """Pulling the next probes' images while one runs."""
+    registry: RegistryConfig = Field(default_factory=RegistryConfig)
+    """Credentials for the registry's manifest API (tags, digests)."""
+
+    @field_validator("image")
+    @classmethod
+    def _image_placeholders(cls, image: str) -> str:
+        check_placeholders([image], "server.image", IMAGE_PLACEHOLDERS)
+        return image
+
+    @field_validator("args")
+    @classmethod
+    def _args_placeholders(cls, args: list[str]) -> list[str]:
+        check_placeholders(args, "server.args", DOCKER_ARG_PLACEHOLDERS)
+        return args
+
+
+def from_config(cfg: DockerServerConfig, ctx: LauncherContext) -> Launcher:
+    """One DockerLauncher per engine (docker_hosts), spread over when there are several."""
+    from .spread import Spread
+
+    engines: list[DockerLauncher] = []
+    try:
+        hosts: list[str | None] = [*cfg.docker_hosts] or [None]
+        for engine in hosts:
+            engines.append(
+                DockerLauncher(
+                    cfg,
+                    env=ctx.env,
+                    secret_names=ctx.secret_names,
+                    base_dir=ctx.base_dir,
+                    run_id=ctx.run_id,
+                    engine=engine,
+                    builder=ctx.builder,
+                    logins=ctx.logins,
+                    report=ctx.report,
+                    slot_devices=ctx.slot_devices,
+                    clock=ctx.clock,
+                    sleep=ctx.sleep,
+                )
+            )
+    except BaseException:
+        for started in engines:
+            started.close()
+        raise
+    return engines[0] if len(engines) == 1 else Spread(engines)
+
+
+def _validate(cfg: DockerServerConfig, config: Any) -> None:
+    if config.localize.save_tensors:
+        raise ValueError("localize.save_tensors: the process launcher's only")
+
+
+def registry_hosts(cfg: DockerServerConfig, ends: Sequence[str]) -> list[str]:
+    """The registries a docker config's images come from: the template's, and image ends'."""
+    filled = fill(cfg.image, {"commit": "0" * 40, "short": "0" * 12})
+    hosts = []
+    for ref in (filled, *ends):
+        with suppress(ValueError):
+            hosts.append(parse_image_ref(ref).registry)
+    return hosts
+
+
+def _preflight(cfg: DockerServerConfig, ctx: PreflightContext) -> Preflight:
+    """The registry password expanded, and the engine's stored logins read."""
+    secrets: list[str] = []
+    if cfg.registry.password:
+        password = expand_value(cfg.registry.password, ctx.environ, "server.registry.password")
+        registry = cfg.registry.model_copy(update={"password": password})
+        cfg = cfg.model_copy(update={"registry": registry})
+        secrets.append(password)
+    logins = docker_logins(registry_hosts(cfg, ctx.ends))
+    secrets += [password for _, password in logins.values()]
+    return Preflight(cfg, secrets, logins)
+
+
+def _devices(cfg: DockerServerConfig, ctx: DeviceContext) -> list[tuple[str, ...] | None]:
+    k = ctx.parallel
+    hosts = max(1, len(cfg.docker_hosts))
+    shared = cfg.gpus == "all" or isinstance(cfg.gpus, int)
+    if cfg.slot_gpus is None and shared and k > hosts:
+        raise ConfigError(
+            f"parallel: {k} puts {math.ceil(k / hosts)} containers on one Docker engine, "
+            f"and server.gpus: {cfg.gpus} gives each of them the same GPUs: give each "
+            f"slot its own in server.slot_gpus ({EXAMPLE})"
+        )
+    pool = list(cfg.gpus) if isinstance(cfg.gpus, list) else None
+    return slot_devices(k, cfg.slot_gpus, pool, hosts=hosts, where="server.gpus")
+
+
+def resolve_image_end(cfg: DockerServerConfig, ctx: EndContext, ref: str, key: str) -> Candidate:
+    """The candidate an image names: its commit from labels, env, tag or version."""
+    from ..sources.images import WHERE, commit_of_image, env_map
+    from .spread import Spread
+
+    with ctx.launcher("resolve") as made:
+        launcher = made.launchers[0] if isinstance(made, Spread) else made
+        assert isinstance(launcher, DockerLauncher)
+        try:
+            labels, env = launcher.image_metadata(ref)
+        except LaunchError as exc:
+            raise ConfigError(f"{key}: no such ref {ref!r}, and no image found: {exc}") from None
+    if labels is None:
+        raise ConfigError(f"{key}: no such ref or image {ref!r}")
+    try:
+        tag = parse_image_ref(ref).tag
+    except ValueError:
+        tag = None
+    found = commit_of_image(tag, labels, env_map(env))
+    if found is None:
+        raise ConfigError(f"{key}: image {ref!r} names no commit (looked at {WHERE})")
+    commit, where = found
+    try:
+        candidate = ctx.source.resolve(commit, key)
+    except ConfigError:
+        raise ConfigError(
+            f"{key}: image {ref!r} is commit {commit} ({where}), not in candidates.repo"
+        ) from None
+    return replace(candidate, artifact=ref)
+
+
+KIND = LAUNCHERS.register(
+    LauncherKind(
+        "docker",
+        DockerServerConfig,
+        make=from_config,
+        runs_images=True,
+        validate=_validate,
+        preflight=_preflight,
+        devices=_devices,
+        resolve_end=resolve_image_end,
+    )
+)

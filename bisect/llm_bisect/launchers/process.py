@@ -1,6 +1,6 @@
 """The process launcher: one local command per candidate, in its own process group.
 
-The command runs under the guard (launchers/guard.py), which ends the whole
+The command runs under the guard (guard.py), which ends the whole
 group when the harness closes its stdin or dies, so even a SIGKILLed run
 leaves no server behind.
 
@@ -13,6 +13,7 @@ race) starts the server again on another port.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,19 +21,38 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
-from .. import collectenv
+from pydantic import field_validator
+
+from .. import collectenv, guard
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..collectenv import LocalCollect
-from ..config import fill
-from ..errors import LaunchError, NotReady, PortTaken, ServerExited
+from ..config import (
+    BUILD_PLACEHOLDERS,
+    PROCESS_PLACEHOLDERS,
+    CommandServerBase,
+    check_placeholders,
+    expand_value,
+    fill,
+    template_fields,
+)
+from ..errors import ConfigError, LaunchError, NotReady, PortTaken, ServerExited
+from ..kinds import (
+    LAUNCHERS,
+    DeviceContext,
+    LauncherContext,
+    LauncherKind,
+    Preflight,
+    PreflightContext,
+)
 from ..model import Candidate
 from ..report import escape as esc
-from . import Artifact, Instrument, guard
+from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
 from .common import Held, LoggedServer, PortBook, stranger_on, wait_ready
+from .devices import cuda_visible, slot_devices
 
 GRACE_S = 5.0
 """Seconds a server gets between SIGTERM and SIGKILL."""
@@ -310,3 +330,101 @@ class ProcessLauncher(Prefetching):
                 k: v for k, v in env.items() if k in self.config_env or self.base_env.get(k) != v
             },
         )
+
+
+class ProcessServerConfig(CommandServerBase):
+    """A local command per candidate."""
+
+    launcher: Literal["process"] = "process"
+    """`process`: the server runs as a local process group."""
+
+    @field_validator("command")
+    @classmethod
+    def _placeholders(cls, command: list[str]) -> list[str]:
+        check_placeholders(command, "server.command", PROCESS_PLACEHOLDERS)
+        return command
+
+
+def cwd_of(cfg: CommandServerBase, base_dir: Path) -> Path:
+    """The server's working folder: server.cwd, relative to the config's folder."""
+    return base_dir / cfg.cwd if cfg.cwd else base_dir
+
+
+def from_config(cfg: ProcessServerConfig, ctx: LauncherContext) -> ProcessLauncher:
+    """The process launcher of a `server:` section."""
+    return ProcessLauncher(
+        cfg.command,
+        env=dict(ctx.env),
+        base_env=ctx.environ,
+        secret_names=ctx.secret_names,
+        cwd=cwd_of(cfg, ctx.base_dir),
+        ready_timeout=cfg.ready_timeout,
+        builder=ctx.builder,
+        collect_env=cfg.collect_env,
+        slot_devices=ctx.slot_devices,
+        clock=ctx.clock,
+        sleep=ctx.sleep,
+    )
+
+
+def needs_build(cfg: CommandServerBase, config: Any) -> None:
+    """`{python}` and `{build}` are a build's: without build.strategies nothing fills them."""
+    used = {f for arg in cfg.command for f in template_fields(arg, "server.command")}
+    if used & BUILD_PLACEHOLDERS and config.build is None:
+        raise ValueError("server.command: {python} and {build} need build.strategies")
+
+
+def expand_cwd(cfg: CommandServerBase, environ: Mapping[str, str]) -> CommandServerBase:
+    """server.cwd with `${VAR}` expanded from the caller's environment."""
+    if cfg.cwd is None:
+        return cfg
+    return cfg.model_copy(update={"cwd": expand_value(cfg.cwd, environ, "server.cwd")})
+
+
+def check_cwd(cfg: CommandServerBase, base_dir: Path) -> Path:
+    """server.cwd is a folder (before anything starts); the folder."""
+    cwd = cwd_of(cfg, base_dir)
+    if cfg.cwd and not cwd.is_dir():
+        raise ConfigError(f"server.cwd: not a folder '{cfg.cwd}'")
+    return cwd
+
+
+def _preflight(cfg: ProcessServerConfig, ctx: PreflightContext) -> Preflight:
+    cwd = check_cwd(cfg, ctx.base_dir)
+    check_executable(cfg.command[0], cwd, {**ctx.environ, **ctx.env})
+    return Preflight(cfg)
+
+
+def check_executable(program: str, cwd: Path, env: Mapping[str, str]) -> None:
+    """server.command's program exists and can run (before anything starts)."""
+    if "{" in program:
+        return  # a placeholder: known per candidate only
+    if os.sep in program:
+        path = cwd / Path(program).expanduser()
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise ConfigError(f"server.command.0: no executable file '{program}'")
+    elif shutil.which(program, path=env.get("PATH", os.defpath)) is None:
+        raise ConfigError(f"server.command.0: '{program}' is not on PATH")
+
+
+def _devices(cfg: ProcessServerConfig, ctx: DeviceContext) -> list[tuple[str, ...] | None]:
+    pool = cuda_visible(ctx.env.get("CUDA_VISIBLE_DEVICES"))
+    where = "server.env.CUDA_VISIBLE_DEVICES"
+    if pool is None:
+        pool, where = cuda_visible(ctx.environ.get("CUDA_VISIBLE_DEVICES")), "CUDA_VISIBLE_DEVICES"
+    if pool is None and ctx.parallel > 1 and cfg.slot_gpus is None:
+        pool, where = ctx.gpus(), "the GPUs nvidia-smi lists"
+    return slot_devices(ctx.parallel, cfg.slot_gpus, pool, where=where)
+
+
+KIND = LAUNCHERS.register(
+    LauncherKind(
+        "process",
+        ProcessServerConfig,
+        make=from_config,
+        validate=needs_build,
+        preflight=_preflight,
+        devices=_devices,
+        expand_paths=expand_cwd,
+    )
+)

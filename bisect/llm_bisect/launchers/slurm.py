@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import pwd
 import shlex
+import shutil
 import string
 import subprocess
 import time
@@ -32,15 +33,23 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
+from pydantic import Field, field_validator
 
 from .. import collectenv
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
-from ..config import SlurmServerConfig, fill
-from ..errors import LaunchError, NotReady, ServerExited
+from ..config import (
+    IMAGE_PLACEHOLDERS,
+    PROCESS_PLACEHOLDERS,
+    CommandServerBase,
+    check_placeholders,
+    fill,
+)
+from ..errors import ConfigError, LaunchError, NotReady, ServerExited
+from ..kinds import LAUNCHERS, LauncherContext, LauncherKind, Preflight, PreflightContext
 from ..model import Candidate
 from ..redact import redact
 from ..report import escape as esc
@@ -48,6 +57,7 @@ from ..retry import NotYetReady
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
 from .common import LoggedServer, free_port, owner_alive, owner_label, owner_pid, ready_once
+from .process import check_cwd, cwd_of, expand_cwd, needs_build
 
 RUNTIME = {"head": "LLM_BISECT_HEAD", "node_rank": "SLURM_NODEID", "nnodes": "SLURM_NNODES"}
 """Placeholders known only on the nodes, and the variable each becomes there."""
@@ -624,3 +634,112 @@ def reap_queue(slurm: Slurm, run_id: str = "") -> list[str]:
             f"{owner_pid(owner) if owner else '?'} is gone)"
         )
     return lines
+
+
+SLURM_PLACEHOLDERS = (PROCESS_PLACEHOLDERS - {"gpus"}) | {"head", "node_rank", "nnodes"}
+"""On a Slurm probe's nodes: the head node's host name, this node's rank, the node count."""
+HOST_PLACEHOLDERS = frozenset({"node"})
+"""`server.host` (Slurm): the head node's Slurm name, known once its job runs."""
+
+
+class SlurmServerConfig(CommandServerBase):
+    """One Slurm job per candidate: `sbatch`, followed with `squeue`/`scontrol`, ended with
+    `scancel` on every exit path. The command runs on the allocated node(s)."""
+
+    launcher: Literal["slurm"]
+    """`slurm`: one job per probe (`sbatch`), on one or several nodes."""
+    partition: str | None = None
+    """`--partition`; default: the cluster's."""
+    nodes: int = Field(default=1, ge=1, le=64)
+    """Nodes per probe (two for DP across two 4-GPU GB200 nodes)."""
+    gpus_per_node: int | None = Field(default=None, ge=1)
+    """`--gpus-per-node`."""
+    gres: str | None = None
+    """`--gres`, e.g. `gpu:b300:8`, where the cluster wants that instead of gpus_per_node."""
+    time: str | None = None
+    """The job's time limit, as sbatch takes it (`02:00:00`)."""
+    account: str | None = None
+    """`--account`; default: yours."""
+    exclusive: bool = False
+    """`--exclusive`: the job's nodes are shared with no other job."""
+    sbatch_args: list[str] = Field(default_factory=list)
+    """More `sbatch` options, one per item (`--qos=high`, `--constraint=gb200`)."""
+    worker_command: list[str] | None = None
+    """What nodes other than the head run in a multi-node probe (`--headless` ...);
+    default: `command`."""
+    container_image: str | None = None
+    """Run the command in this image through `srun --container-image` (pyxis/enroot)."""
+    container_mounts: list[str] = Field(default_factory=list)
+    """pyxis `--container-mounts` (`SRC:DST[:FLAGS]`), with `container_image`."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """The server's port on the node; default: a free port of this host (one per probe)."""
+    host: str = "{node}"
+    """How to reach the head node from here; `{node}` is its Slurm name (`{node}-ib0`)."""
+    pending_timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    """Seconds a job may wait in PENDING before it is cancelled; the probe is then skip."""
+    retries: int = Field(default=1, ge=0, le=10)
+    """Resubmits (excluding the node) after NODE_FAIL, PREEMPTED, TIMEOUT or a boot failure."""
+
+    @field_validator("command", "worker_command")
+    @classmethod
+    def _placeholders(cls, command: list[str] | None) -> list[str] | None:
+        if command is not None:
+            check_placeholders(command, "server.command", SLURM_PLACEHOLDERS)
+        return command
+
+    @field_validator("slot_gpus")
+    @classmethod
+    def _no_slot_gpus(cls, slots: list[list[str]] | None) -> None:
+        if slots is not None:
+            raise ValueError("each Slurm probe has its own allocation (gpus_per_node, gres)")
+        return None
+
+    @field_validator("container_image")
+    @classmethod
+    def _image(cls, image: str | None) -> str | None:
+        if image is not None:
+            check_placeholders([image], "server.container_image", IMAGE_PLACEHOLDERS)
+        return image
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, host: str) -> str:
+        check_placeholders([host], "server.host", HOST_PLACEHOLDERS)
+        return host
+
+
+def from_config(cfg: SlurmServerConfig, ctx: LauncherContext) -> SlurmLauncher:
+    """The Slurm launcher of a `server:` section."""
+    return SlurmLauncher(
+        cfg,
+        env=dict(ctx.env),
+        base_env=ctx.environ,
+        secret_names=ctx.secret_names,
+        run_id=ctx.run_id,
+        cwd=cwd_of(cfg, ctx.base_dir),
+        builder=ctx.builder,
+        report=ctx.report,
+        clock=ctx.clock,
+        sleep=ctx.sleep,
+    )
+
+
+def _preflight(cfg: SlurmServerConfig, ctx: PreflightContext) -> Preflight:
+    """The command runs on the cluster's nodes: here, only Slurm's tools must be."""
+    check_cwd(cfg, ctx.base_dir)
+    for tool in ("sbatch", "squeue", "scontrol", "scancel"):
+        if shutil.which(tool, path={**ctx.environ, **ctx.env}.get("PATH", os.defpath)) is None:
+            raise ConfigError(f"server.launcher: slurm, and '{tool}' is not on PATH")
+    return Preflight(cfg)
+
+
+KIND = LAUNCHERS.register(
+    LauncherKind(
+        "slurm",
+        SlurmServerConfig,
+        make=from_config,
+        validate=needs_build,
+        preflight=_preflight,
+        expand_paths=expand_cwd,
+    )
+)

@@ -20,6 +20,7 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from ..kinds import showing
 from ..model import Verdict
 from . import escape as esc
 from .documents import ProbeDoc, ResultDocument
@@ -232,7 +233,7 @@ def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
     cases = [
         c
         for check in bad.checks
-        if check.name == "logprobs"
+        if check.name in showing("divergences")
         for c in check.details.get("cases", [])
         if c.get("teacher_deltas") or c.get("greedy_deltas") or c.get("divergence")
     ]
@@ -304,7 +305,7 @@ def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
 def _accuracy(p: ProbeDoc) -> tuple[float, float, float] | None:
     for check in p.checks:
         metrics = check.details.get("metrics") or {}
-        if check.name == "eval" and "accuracy" in metrics:
+        if check.name in showing("accuracy") and "accuracy" in metrics:
             low, high = metrics.get("wilson95") or (metrics["accuracy"], metrics["accuracy"])
             return float(metrics["accuracy"]), float(low), float(high)
     return None

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..checks.gsm8k import DETECTABLE_WARN
 from ..fingerprint import NOT_COMPARED, flatten
+from ..kinds import showing
 from ..search import Mode, Status
 from . import escape as esc
 from .documents import CandidateDoc, Context, ProbeDoc, ResultDocument, Sides
@@ -97,7 +98,7 @@ def divergences(probe: ProbeDoc) -> list[str]:
     """Where the bad side's greedy tokens first part from the golden's, prompt by prompt."""
     rows = []
     for check in probe.checks:
-        if check.name != "logprobs":
+        if check.name not in showing("divergences"):
             continue
         for case in check.details.get("cases", []):
             d = case.get("divergence")

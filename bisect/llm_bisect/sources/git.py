@@ -18,7 +18,9 @@ from typing import IO
 
 import git
 
+from ..config import CandidatesConfig
 from ..errors import ConfigError
+from ..kinds import GIT, SOURCES, SourceKind
 from ..model import Candidate
 
 ABSENT = "000000 " + "0" * 40
@@ -236,3 +238,8 @@ class GitSource:
             return None
         data: bytes = blob.data_stream.read()
         return data
+
+
+KIND = SOURCES.register(
+    SourceKind(GIT, CandidatesConfig, make=lambda cfg, ctx: GitSource(ctx.repo, ctx.key))
+)

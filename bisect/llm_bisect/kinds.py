@@ -1,0 +1,412 @@
+"""Registries of kinds: launchers, build strategies, checks and sources, keyed by their tag.
+
+A kind is one module that owns its config model (a pydantic model whose tag field,
+`launcher` or `type`, is a Literal of its tag) and how its object is made from it:
+
+    # checks/canary.py
+    class CanaryConfig(Asks):
+        type: Literal["canary"]
+        ...
+    def from_config(cfg: CanaryConfig, ctx: CheckContext) -> CanaryCheck: ...
+    KIND = CHECKS.register(CheckKind("canary", CanaryConfig, make=from_config))
+
+A built-in kind's module is also named in BUILTIN (its place there is its place in the
+schema and in "known: ..."); a kind from elsewhere registers by importing its module.
+config.py builds its discriminated unions and its "known" lists from these registries
+(`Tagged`), and the services look a kind up by the tag the config carries:
+
+    launcher = LAUNCHERS[config.server.launcher].make(config.server, ctx)
+
+An unknown tag is UnknownKind, never a default. The built-in kinds register when their
+modules are imported (BUILTIN, imported the first time a registry is read); a kind
+registered later (a test's toy) rebuilds the config models. This module imports only
+errors.py of the package: every kind module may import it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel, GetCoreSchemaHandler
+from pydantic_core import CoreSchema, core_schema
+
+from .errors import UnknownKind
+
+if TYPE_CHECKING:
+    from .builds import Builder, ImageTarget
+    from .builds import Strategy as BuildStrategy
+    from .checks import Check
+    from .launchers import Launcher
+    from .model import Candidate
+    from .sources.git import GitSource
+
+BUILTIN = (
+    "llm_bisect.sources.git",
+    "llm_bisect.launchers.process",
+    "llm_bisect.launchers.docker",
+    "llm_bisect.launchers.slurm",
+    "llm_bisect.builds",
+    "llm_bisect.builds.wheel",
+    "llm_bisect.builds.overlay",
+    "llm_bisect.builds.command",
+    "llm_bisect.checks.canary",
+    "llm_bisect.checks.expect",
+    "llm_bisect.checks.logprobs",
+    "llm_bisect.checks.eval",
+)
+"""The modules whose import registers the built-in kinds, in the order the config schema
+lists them."""
+
+
+class HasTag(Protocol):
+    """What a registry needs of a kind: its tag and its config model."""
+
+    @property
+    def tag(self) -> str: ...
+
+    @property
+    def config(self) -> type[BaseModel]: ...
+
+
+K = TypeVar("K", bound=HasTag)
+
+
+class Registry(Generic[K]):
+    """The kinds of one seam, keyed by tag, in registration order."""
+
+    def __init__(self, seam: str, key: str) -> None:
+        self.seam = seam
+        """What the kinds are, for messages: `launcher`, `build type`, `check type`."""
+        self.key = key
+        """The config field holding the tag: `launcher` or `type`."""
+        self._kinds: dict[str, K] = {}
+        _REGISTRIES.append(self)
+
+    def register(self, kind: K) -> K:
+        """Add a kind; the config models then accept its tag. A tag is registered once."""
+        load_builtins()
+        if kind.tag in self._kinds:
+            raise ValueError(f"{self.seam} {kind.tag!r} is registered already")
+        self._kinds[kind.tag] = kind
+        self._in_builtin_order()
+        _changed()
+        return kind
+
+    def _in_builtin_order(self) -> None:
+        """Built-in kinds in BUILTIN's order (imports may run in another), then the rest."""
+        rank = {module: i for i, module in enumerate(BUILTIN)}
+        kinds = sorted(self._kinds.values(), key=lambda k: rank.get(k.config.__module__, len(rank)))
+        self._kinds = {k.tag: k for k in kinds}
+
+    def unregister(self, tag: str) -> None:
+        """Remove a kind (a test's toy, when the test ends)."""
+        del self._kinds[tag]
+        _changed()
+
+    @contextmanager
+    def registered(self, kind: K) -> Iterator[K]:
+        """A kind registered for the length of a `with` block."""
+        self.register(kind)
+        try:
+            yield kind
+        finally:
+            self.unregister(kind.tag)
+
+    def __getitem__(self, tag: str) -> K:
+        load_builtins()
+        try:
+            return self._kinds[tag]
+        except KeyError:
+            raise UnknownKind(f"no {self.seam} {tag!r} (known: {self.known()})") from None
+
+    def __contains__(self, tag: object) -> bool:
+        load_builtins()
+        return tag in self._kinds
+
+    def kinds(self) -> list[K]:
+        """Every kind, in registration order."""
+        load_builtins()
+        return list(self._kinds.values())
+
+    def tags(self) -> list[str]:
+        return [k.tag for k in self.kinds()]
+
+    def known(self) -> str:
+        """The tags, as error messages list them: `process, docker, slurm`."""
+        return ", ".join(self.tags())
+
+
+class Tagged:
+    """`Annotated[Base, Tagged(REGISTRY)]`: a discriminated union of the registry's config
+    models on its key, built when the model holding the field is (and rebuilt when a kind
+    registers)."""
+
+    def __init__(self, registry: Registry[Any]) -> None:
+        self.registry = registry
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        choices: dict[Any, CoreSchema] = {
+            k.tag: handler.generate_schema(k.config) for k in self.registry.kinds()
+        }
+        return core_schema.tagged_union_schema(choices, discriminator=self.registry.key)
+
+
+_REGISTRIES: list[Registry[Any]] = []
+_listeners: list[Callable[[], None]] = []
+_loading = False
+_loaded = False
+
+
+def on_change(listener: Callable[[], None]) -> None:
+    """Call `listener` whenever a kind registers or leaves after the built-ins loaded (the
+    config models rebuild their unions)."""
+    _listeners.append(listener)
+
+
+def _changed() -> None:
+    if _loaded:
+        for listener in _listeners:
+            listener()
+
+
+def load_builtins() -> None:
+    """Import the built-in kind modules once (they register themselves)."""
+    global _loading, _loaded
+    if _loaded or _loading:
+        return
+    _loading = True
+    try:
+        for module in BUILTIN:
+            importlib.import_module(module)
+    finally:
+        _loading = False
+    for registry in _REGISTRIES:
+        registry._in_builtin_order()
+    _loaded = True
+    _changed()
+
+
+def _nothing(*_: Any) -> None:
+    return None
+
+
+def _same(cfg: Any, *_: Any) -> Any:
+    return cfg
+
+
+# ---- launchers ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LauncherContext:
+    """What a launcher is made with besides its config (Setup.launcher)."""
+
+    env: Mapping[str, str]
+    """The config's server.env, expanded."""
+    environ: Mapping[str, str]
+    """The caller's environment (a process server inherits it)."""
+    secret_names: list[str]
+    base_dir: Path
+    """The config's folder."""
+    run_id: str
+    builder: Builder | None
+    logins: Mapping[str, tuple[str, str]]
+    report: Callable[[str], None]
+    slot_devices: list[tuple[str, ...] | None]
+    clock: Callable[[], float]
+    sleep: Callable[[float], None]
+
+
+@dataclass(frozen=True)
+class PreflightContext:
+    """What a launcher's pre-flight (before anything starts) may look at."""
+
+    base_dir: Path
+    env: Mapping[str, str]
+    """server.env, expanded."""
+    environ: Mapping[str, str]
+    ends: tuple[str, str]
+    """candidates.good and candidates.bad as written (refs, or images)."""
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What a launcher's pre-flight found: its config with secrets expanded, and secrets."""
+
+    server: Any
+    secrets: list[str] = field(default_factory=list)
+    """Values every output masks."""
+    logins: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Registry host → what `docker login` stored for it."""
+
+
+@dataclass(frozen=True)
+class DeviceContext:
+    """What a launcher's slot split looks at: `parallel`, the environments and the GPUs."""
+
+    parallel: int
+    env: Mapping[str, str]
+    environ: Mapping[str, str]
+    gpus: Callable[[], list[str] | None]
+    """The node's GPUs, asked only when needed."""
+
+
+@dataclass(frozen=True)
+class EndContext:
+    """What a launcher needs to resolve an end that is not a ref (an image)."""
+
+    launcher: Callable[[str], AbstractContextManager[Launcher]]
+    """This config's launcher, by run id, closed on the way out."""
+    source: GitSource
+
+
+def _no_devices(cfg: Any, ctx: DeviceContext) -> list[tuple[str, ...] | None]:
+    return []
+
+
+@dataclass(frozen=True)
+class LauncherKind:
+    """A launcher: `server.launcher: <tag>`."""
+
+    tag: str
+    config: type[BaseModel]
+    """Its `server:` model, a config.ServerBase with `launcher: Literal[tag]`."""
+    make: Callable[[Any, LauncherContext], Launcher]
+    runs_images: bool = False
+    """Its builds are images (image builds and `image:` bases fit it; a venv does not)."""
+    validate: Callable[[Any, Any], None] = _nothing
+    """Rules over the whole config (a config.Config) that are this launcher's; ValueError."""
+    preflight: Callable[[Any, PreflightContext], Preflight] = lambda cfg, _: Preflight(cfg)
+    """Checks before anything starts (tools on PATH, a folder); ConfigError."""
+    devices: Callable[[Any, DeviceContext], list[tuple[str, ...] | None]] = _no_devices
+    """Per slot, the GPUs its server alone uses; []: as configured."""
+    expand_paths: Callable[[Any, Mapping[str, str]], Any] = _same
+    """Its config with `${VAR}` expanded in its paths."""
+    resolve_end: Callable[[Any, EndContext, str, str], Candidate] | None = None
+    """An end that is not a ref (an image that names its commit); None: refs only."""
+
+
+LAUNCHERS: Registry[LauncherKind] = Registry("launcher", "launcher")
+
+
+# ---- build strategies --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StrategyRules:
+    """What a strategy's config rules look at beyond its own keys."""
+
+    key: str
+    """`build.strategies.<i>`, for messages."""
+    before: Sequence[Any]
+    """The strategies before it (their configs)."""
+    images: bool
+    """The launcher's builds are images (docker)."""
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    """What a strategy is made with besides its config."""
+
+    key: str
+    """`build.strategies.<i>`, for messages."""
+    index: int
+    source: GitSource
+    base_dir: Path
+    environ: Mapping[str, str]
+    """The caller's environment and server.env, expanded."""
+    secret_names: list[str]
+    resolve: Callable[[str, str], str]
+    """A ref (or an image naming its commit) to a commit; ConfigError naming the key."""
+    images: bool
+    """The launcher's builds are images (docker)."""
+
+
+@dataclass(frozen=True)
+class StrategyKind:
+    """A build strategy: `build.strategies: [{type: <tag>}]`."""
+
+    tag: str
+    config: type[BaseModel]
+    """Its model, a config.StrategyBase with `type: Literal[tag]`."""
+    make: Callable[[Any, BuildContext], tuple[BuildStrategy, ImageTarget | None]]
+    """The strategy, and where the launcher runs images: the image its builds go into."""
+    validate: Callable[[Any, StrategyRules], None] = _nothing
+    """Its rules against the launcher and the strategies before it; ValueError."""
+    secrets: Callable[[Any, Mapping[str, str], int], list[str]] = lambda *_: []
+    """Secret values its config holds (a login in an index URL), to mask everywhere."""
+
+
+STRATEGIES: Registry[StrategyKind] = Registry("build type", "type")
+
+
+# ---- checks ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    """What a check is made with besides its config."""
+
+    key: str
+    """`checks.<i>`, for messages."""
+    base_dir: Path
+    """The config's folder (files are relative to it)."""
+
+
+@dataclass(frozen=True)
+class CheckKind:
+    """A check: `checks: [{type: <tag>}]`."""
+
+    tag: str
+    config: type[BaseModel]
+    """Its model, a config.CheckBase with `type: Literal[tag]`."""
+    make: Callable[[Any, CheckContext], Check]
+    default: bool = False
+    """Run by a config without `checks:`."""
+    shows: frozenset[str] = frozenset()
+    """What the reports draw from its results' details: `divergences` (per-prompt cases with
+    the first divergent token and per-position |Δlogprob|), `accuracy` (metrics.accuracy and
+    its wilson95 interval)."""
+
+
+CHECKS: Registry[CheckKind] = Registry("check type", "type")
+
+
+def showing(what: str) -> frozenset[str]:
+    """The names of the checks whose details the reports draw as `what` (CheckKind.shows)."""
+    return frozenset(k.tag for k in CHECKS.kinds() if what in k.shows)
+
+
+# ---- candidate sources -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SourceContext:
+    """What a source is opened with besides its config."""
+
+    repo: Path
+    """The clone (`--repo`, else candidates.repo against the config's folder)."""
+    key: str
+    """What named it, for messages: `--repo` or `candidates.repo`."""
+
+
+@dataclass(frozen=True)
+class SourceKind:
+    """Where candidates come from: `candidates:` (git today; a `source:` tag arrives with the
+    second kind, e.g. package versions for dependency descent)."""
+
+    tag: str
+    config: type[BaseModel]
+    make: Callable[[Any, SourceContext], GitSource]
+
+
+SOURCES: Registry[SourceKind] = Registry("source", "source")
+GIT = "git"
+"""The source every config has until `candidates:` names another."""

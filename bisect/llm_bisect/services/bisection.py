@@ -1,0 +1,89 @@
+"""The bisection service: a range bisected into DIR (`run`), and one candidate probed
+(`check`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..config import config_digest
+from ..model import Candidate, ProbeOutcome, Regress
+from ..outdir import hold
+from ..probe import ProbeContext, Progress, probe
+from ..runner import RunResult, run, write_outputs, write_probe
+from .localization import localize_after_run
+from .setup import Setup, golden_file_of, plan_of, run_context, run_id_of
+
+
+def run_bisect(
+    s: Setup,
+    out_dir: Path,
+    *,
+    good: str | None = None,
+    bad: str | None = None,
+    find_fix: bool = False,
+    progress: Progress | None = None,
+    golden_file: Path | None = None,
+    given: Sequence[tuple[ProbeOutcome, str]] = (),
+) -> RunResult:
+    """Bisect the config's range (or --good/--bad) into `out_dir`. `golden_file`: the golden
+    to judge by instead of the config's; `given`: verdicts held already (the gate's)."""
+    config, plan = plan_of(s, good, bad, find_fix)
+    digest = config_digest(config) + (":fix" if find_fix else "")
+    named = golden_file or s.golden_path()  # else one is recorded from the good end into DIR
+    golden = s.golden_store(named, of=plan.good.commit) if named else None
+    judged_by = (named or out_dir / "golden.json").absolute()
+    with hold(out_dir):
+        # DIR's own golden: the journal's config digest (checks and server too) guards it
+        golden = golden or s.golden_store(out_dir / "golden.json", plan.good.commit, compare=False)
+        with s.launcher(run_id_of(out_dir, digest)) as launcher:
+            done = run(
+                plan,
+                digest=digest,
+                out_dir=out_dir,
+                launcher=launcher,
+                checks=s.checks,
+                client=s.client,
+                repeats=config.probe.runs,
+                reprobe=config.probe.reprobe,
+                progress=progress,
+                golden=golden,
+                scrub=s.scrub,
+                regress=Regress(config.regress),
+                coarse=config.candidates.coarse,
+                context={**run_context(s, config), "golden": str(judged_by)},
+                given=given,
+                parallel=config.parallel,
+            )
+        note = progress.note if progress is not None else (lambda _: None)
+        known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
+        found = localize_after_run(s, done.result, out_dir, note, known)
+        if found is not None:
+            note(found["line"])
+            done.result = write_outputs(out_dir, {**done.result, "localization": found}, s.scrub)
+        return done
+
+
+def check_one(
+    s: Setup, ref: str, out_dir: Path, progress: Progress, golden_file: Path | None = None
+) -> tuple[Candidate, ProbeOutcome]:
+    """Probe one candidate (the `check` command)."""
+    golden = s.golden_store(golden_file_of(s, golden_file))
+    candidate = s.resolve(ref, "--candidate")
+    with hold(out_dir), s.launcher(run_id_of(out_dir, "check")) as launcher:
+        for line in launcher.reap():
+            progress.note(line)
+        ctx = ProbeContext(
+            launcher,
+            s.checks,
+            s.client,
+            progress,
+            s.config.probe.runs,
+            golden,
+            Regress(s.config.regress),
+        )
+        outcome = probe(candidate, out_dir / "probes" / candidate.short, ctx)
+        write_probe(out_dir, outcome, s.scrub)
+    progress.finished(candidate, outcome)
+    return candidate, outcome

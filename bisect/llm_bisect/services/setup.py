@@ -1,0 +1,357 @@
+"""Setup: a config loaded and checked, its seams made (source, checks, builder, launcher);
+nothing started. Every service takes a Setup.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .. import collectenv
+from ..builds import Builder, ImageTarget, Strategy
+from ..builds.cache import BuildCache, unusable
+from ..checks import Check
+from ..checks.build import build_checks
+from ..checks.golden import GoldenStore, Identity
+from ..checks.golden import load as golden_load
+from ..client import OpenAIClient
+from ..config import (
+    Config,
+    caller_secret_names,
+    check_digest,
+    expand_env,
+    expand_paths,
+    load_config,
+    secret_names,
+    server_digest,
+)
+from ..environment import gpu_ids, node_environment
+from ..errors import ConfigError, LaunchError
+from ..kinds import (
+    GIT,
+    LAUNCHERS,
+    SOURCES,
+    STRATEGIES,
+    BuildContext,
+    DeviceContext,
+    EndContext,
+    LauncherContext,
+    PreflightContext,
+    SourceContext,
+)
+from ..launchers import Launcher, Server
+from ..model import Candidate
+from ..outdir import hold
+from ..probe import served_facts, startup_facts
+from ..redact import Scrub, url_credentials
+from ..report.links import web_url
+from ..search import Mode, Plan, build_plan
+from ..sources.git import GitSource
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A validated config with everything resolved; nothing started yet."""
+
+    config: Config
+    base_dir: Path
+    source: GitSource
+    checks: list[Check]
+    env: dict[str, str]
+    """The config's server.env, expanded."""
+    environ: Mapping[str, str]
+    """The caller's environment (a process server inherits it)."""
+    secret_names: list[str]
+    """Variables whose values a server log must not show: the config's and the caller's."""
+    scrub: Scrub = field(default_factory=Scrub)
+    """Every secret value (env, registry credentials, `docker login`), masked in all output."""
+    logins: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Registry host → what `docker login` stored for it."""
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    report: Callable[[str], None] = lambda _: None
+    builder: Builder | None = None
+    """How candidates are built (`build:`); None: the launcher starts them as they are."""
+    config_file: str = ""
+    """The config's absolute path (for the report's reproduce commands)."""
+    repo: str = ""
+    """The clone `--repo` named (absolute), for the reproduce commands; "": candidates.repo."""
+    devices: list[tuple[str, ...] | None] = field(default_factory=list)
+    """Per slot, the GPUs its server alone uses (launchers/devices.py); None: as configured."""
+    now: Callable[[], float] = time.time
+    """The wall clock (seconds since the epoch), for the times documents record."""
+
+    def client(self, server: Server) -> OpenAIClient:
+        return OpenAIClient(
+            server.base_url,
+            model=self.config.server.model,
+            timeout=self.config.server.request_timeout,
+            max_reply_bytes=int(self.config.server.max_reply_mb * 2**20),
+        )
+
+    @contextmanager
+    def launcher(self, run_id: str) -> Iterator[Launcher]:
+        """The config's launcher, closed (background pulls ended) on the way out."""
+        server = self.config.server
+        ctx = LauncherContext(
+            env=self.env,
+            environ=self.environ,
+            secret_names=self.secret_names,
+            base_dir=self.base_dir,
+            run_id=run_id,
+            builder=self.builder,
+            logins=self.logins,
+            report=self.report,
+            slot_devices=self.devices,
+            clock=self.clock,
+            sleep=self.sleep,
+        )
+        made = LAUNCHERS[server.launcher].make(server, ctx)
+        try:
+            yield made
+        finally:
+            made.close()
+
+    def golden_path(self) -> Path | None:
+        """The golden the config names, relative to the config's folder."""
+        return self.base_dir / self.config.golden if self.config.golden else None
+
+    def golden_identity(self) -> Identity:
+        """What a golden recorded under this config says it was made with (the model it
+        served is added when it is recorded)."""
+        config = self.config
+        return Identity(
+            model=config.server.model,
+            server=server_digest(config.server),
+            checks={c.type: check_digest(c) for c in config.checks},
+            repository=(config.candidates.url or web_url(self.source.remote_url())).rstrip("/"),
+        )
+
+    def golden_store(
+        self,
+        path: Path,
+        record_on: str | None = None,
+        *,
+        of: str | None = None,
+        compare: bool = True,
+    ) -> GoldenStore:
+        """The golden at `path` (GoldenStore) with this config's checks, scrub and identity: a
+        golden of another setup (unless not `compare`) or repository is refused here, before
+        anything starts."""
+        return GoldenStore(
+            path,
+            self.checks,
+            record_on,
+            of=of,
+            scrub=self.scrub,
+            identity=self.golden_identity(),
+            compare=compare,
+            known=self.knows,
+        )
+
+    def knows(self, commit: str) -> bool:
+        """Whether a commit is in candidates.repo."""
+        try:
+            self.source.resolve(commit, "golden")
+        except ConfigError:
+            return False
+        return True
+
+    def resolve(self, ref: str, key: str) -> Candidate:
+        """A git ref, or (docker launcher) an image reference whose metadata names a commit."""
+        try:
+            return self.source.resolve(ref, key)
+        except ConfigError:
+            resolve_end = LAUNCHERS[self.config.server.launcher].resolve_end
+            if resolve_end is None:
+                raise
+        return resolve_end(self.config.server, EndContext(self.launcher, self.source), ref, key)
+
+
+def setup(
+    config_path: Path,
+    environ: Mapping[str, str],
+    *,
+    repo: Path | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    report: Callable[[str], None] = lambda _: None,
+    now: Callable[[], float] = time.time,
+) -> Setup:
+    """Load and validate a config and open its repository (`repo`, else candidates.repo);
+    nothing is started."""
+    config = expand_paths(load_config(config_path), environ, repo_given=repo is not None)
+    base_dir = config_path.resolve().parent
+    repo_dir = repo.absolute() if repo is not None else base_dir / config.candidates.repo
+    opened = SourceContext(repo_dir, "--repo" if repo is not None else "candidates.repo")
+    source = SOURCES[GIT].make(config.candidates, opened)
+    env = expand_env(config.server.env, environ)
+    server = config.server
+    names = sorted({*secret_names(server.env), *caller_secret_names(environ)})
+    secrets = [{**environ, **env}[n] for n in names]
+    for value in {*env.values(), *environ.values()}:  # a login in a URL under any name
+        secrets += url_credentials(value)
+    for i, strategy in enumerate(config.build.strategies if config.build else []):
+        secrets += STRATEGIES[strategy.type].secrets(strategy, environ, i)
+    ends = (config.candidates.good, config.candidates.bad)
+    checked = LAUNCHERS[server.launcher].preflight(
+        server, PreflightContext(base_dir, env, environ, ends)
+    )
+    if checked.server is not server:
+        config = config.model_copy(update={"server": checked.server})
+    secrets += checked.secrets
+    logins = dict(checked.logins)
+    devices = slot_devices_of(config, env, environ)
+    if config.golden and (base_dir / config.golden).exists():
+        golden_load(base_dir / config.golden)  # its shape, before anything starts
+    made = Setup(
+        config,
+        base_dir,
+        source,
+        build_checks(config.checks, base_dir),
+        env,
+        environ,
+        names,
+        Scrub().with_secrets(secrets),
+        logins,
+        clock,
+        sleep,
+        report,
+    )
+    builder = _builder(
+        config,
+        base_dir,
+        source,
+        {**environ, **env},
+        names,
+        lambda ref, key: made.resolve(ref, key).commit,
+    )
+    return replace(
+        made,
+        builder=builder,
+        config_file=str(config_path.absolute()),
+        repo=str(repo_dir) if repo is not None else "",
+        devices=devices,
+        now=now,
+    )
+
+
+def slot_devices_of(
+    config: Config,
+    env: Mapping[str, str],
+    environ: Mapping[str, str],
+    gpus: Callable[[], list[str] | None] = gpu_ids,
+) -> list[tuple[str, ...] | None]:
+    """Per slot, the GPUs it alone uses (launchers/devices.py); ConfigError where `parallel`
+    would put several servers on the same GPUs. `gpus`: the node's, asked only when needed."""
+    server = config.server
+    return LAUNCHERS[server.launcher].devices(
+        server, DeviceContext(config.parallel, env, environ, gpus)
+    )
+
+
+def _builder(
+    config: Config,
+    base_dir: Path,
+    source: GitSource,
+    environ: Mapping[str, str],
+    secret_names: list[str],
+    resolve: Callable[[str, str], str],
+) -> Builder | None:
+    """The config's build strategies over its cache; every path and ref checked now
+    (`resolve`: a ref, or an image that names its commit, to a commit)."""
+    if config.build is None:
+        return None  # the launcher starts candidates as they are (docker: the image template)
+    strategies: list[Strategy] = []
+    targets: dict[int, ImageTarget] = {}
+    images = LAUNCHERS[config.server.launcher].runs_images
+    for i, cfg in enumerate(config.build.strategies):
+        key = f"build.strategies.{i}"
+        ctx = BuildContext(key, i, source, base_dir, environ, secret_names, resolve, images)
+        strategy, target = STRATEGIES[cfg.type].make(cfg, ctx)
+        strategies.append(strategy)
+        if target is not None:
+            targets[i] = target
+    root = base_dir / Path(config.build.cache.dir).expanduser()
+    problem = unusable(root)
+    if problem is not None:
+        raise ConfigError(f"build.cache.dir: {problem}")
+    budget = int(config.build.cache.disk_budget_gb * 1e9)
+    return Builder(strategies, BuildCache(root, budget), targets)
+
+
+def with_ends(config: Config, good: str | None, bad: str | None) -> Config:
+    """The config with --good / --bad applied."""
+    if good is None and bad is None:
+        return config
+    ends = config.candidates.model_copy(
+        update={k: v for k, v in (("good", good), ("bad", bad)) if v is not None}
+    )
+    return config.model_copy(update={"candidates": ends})
+
+
+def plan_of(s: Setup, good: str | None, bad: str | None, find_fix: bool) -> tuple[Config, Plan]:
+    config = with_ends(s.config, good, bad)
+    mode = Mode.FIX if find_fix else Mode.REGRESSION
+    plan = build_plan(
+        s.source, config.candidates.good, config.candidates.bad, mode, resolve=s.resolve
+    )
+    if s.builder is not None:  # route facts for the whole range, read as routes are asked for
+        s.builder.survey(plan.candidates)
+    return config, plan
+
+
+def run_id_of(out_dir: Path, digest: str) -> str:
+    """Stable for one output folder and config, so a resumed run finds its orphans."""
+    return hashlib.sha256(f"{out_dir.resolve()}\0{digest}".encode()).hexdigest()[:12]
+
+
+def run_context(s: Setup, config: Config) -> dict[str, Any]:
+    """How a run was asked for and where it runs (documents.Context), for its report."""
+    return {
+        "good_ref": config.candidates.good,
+        "bad_ref": config.candidates.bad,
+        "config": s.config_file,
+        "repo": s.repo,
+        "repo_url": (config.candidates.url or web_url(s.source.remote_url())).rstrip("/"),
+        "environment": node_environment(),
+    }
+
+
+def golden_file_of(s: Setup, given: Path | None) -> Path:
+    """The golden file a command uses: given, else the config's, else ./golden.json."""
+    return given or s.golden_path() or Path("golden.json")
+
+
+@contextmanager
+def serving(
+    s: Setup,
+    candidate: Candidate,
+    out_dir: Path,
+    run_id: str,
+    facts: dict[str, Any] | None = None,
+) -> Iterator[OpenAIClient]:
+    """One ready server for a candidate (golden, calibrate); untestable is an error here.
+    `facts`, when given, is filled with the build's fingerprint once the server stopped."""
+    probe_dir = out_dir / "probes" / candidate.short
+    with hold(out_dir), s.launcher(run_id) as launcher:
+        for line in launcher.reap():
+            s.report(line)
+        collectenv.clear(probe_dir)
+        with launcher.launch(candidate, probe_dir) as server:
+            try:
+                server.wait_ready()
+            except LaunchError as exc:
+                tail = f"\n{exc.log_tail}" if exc.log_tail else ""
+                raise LaunchError(f"{candidate.short} could not be tested: {exc}{tail}") from None
+            with s.client(server) as api:
+                yield api
+                if facts is not None:
+                    facts.update(served_facts(api, server))
+    if facts is not None:
+        facts.update(startup_facts(probe_dir))

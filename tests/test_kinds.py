@@ -1,0 +1,232 @@
+"""kinds.py: a launcher and a check are each one module.
+
+The toy launcher and the toy check below live in this test file alone: registered here, they
+are accepted by the config (`launcher: toy`, `type: toy`), listed in its errors and schema,
+and a bisection through the CLI's `run` uses them to find the culprit.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ClassVar, Literal
+
+import pytest
+from pydantic import BaseModel, ConfigDict
+from typer.testing import CliRunner
+
+from helpers import History, write_config
+from llm_bisect.checks import ChatEndpoint
+from llm_bisect.checks.golden import Golden
+from llm_bisect.cli import cli
+from llm_bisect.config import CheckBase, Config, ServerBase, parse_config
+from llm_bisect.errors import ConfigError, UnknownKind
+from llm_bisect.kinds import (
+    CHECKS,
+    LAUNCHERS,
+    CheckKind,
+    LauncherContext,
+    LauncherKind,
+)
+from llm_bisect.launchers import Artifact, Instrument
+from llm_bisect.model import Candidate, CheckResult
+from llm_bisect.sim.server import Engine, engine_settings, serve
+
+# ---- a toy launcher: the simulator's engine served in this process ---------------------------
+
+
+class ToyServerConfig(ServerBase):
+    """Each build served in-process by the simulator, with the fault its commit carries."""
+
+    launcher: Literal["toy"]
+    repo: str
+    """The history whose sim-engine.json names each commit's fault."""
+
+
+class ToyServer:
+    def __init__(self, engine: Engine) -> None:
+        self.http = serve(engine, 0)
+        self.base_url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+
+    def __enter__(self) -> ToyServer:
+        self.thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def wait_ready(self) -> None:
+        return None  # it answers once entered
+
+    def check_alive(self, wait: float = 0.0) -> None:
+        return None
+
+    def log_tail(self, lines: int = 20) -> str:
+        return ""
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {}
+
+    def stop(self) -> None:
+        if self.thread.is_alive():
+            self.http.shutdown()
+        self.http.server_close()
+
+
+class ToyLauncher:
+    started: ClassVar[list[str]] = []
+    """Every commit a toy launcher served, in order (what the test asserts on)."""
+
+    def __init__(self, cfg: ToyServerConfig, ctx: LauncherContext) -> None:
+        self.repo = ctx.base_dir / cfg.repo
+
+    def artifact(self, candidate: Candidate) -> Artifact:
+        return Artifact(ref=candidate.commit, available=True, local=True)
+
+    def launch(
+        self,
+        candidate: Candidate,
+        probe_dir: Path,
+        instrument: Instrument | None = None,
+        slot: int = 0,
+    ) -> ToyServer:
+        ToyLauncher.started.append(candidate.commit)
+        fault = str(engine_settings(self.repo, candidate.commit).get("fault", ""))
+        return ToyServer(Engine(candidate.commit, fault, "reasoning_content"))
+
+    def prefetch(self, candidates: list[Candidate]) -> None:
+        return None
+
+    def quiet(self) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def reap(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        return None
+
+
+TOY_LAUNCHER = LauncherKind("toy", ToyServerConfig, make=ToyLauncher)
+
+
+# ---- a toy check: one sum, answered with a number ------------------------------------------
+
+
+class ToyCheckConfig(CheckBase):
+    type: Literal["toy"]
+    a: int = 2
+    b: int = 2
+
+
+class ToySection(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    content: str | None
+
+
+class ToyCheck:
+    name = "toy"
+    needs_golden = False
+
+    def __init__(self, cfg: ToyCheckConfig) -> None:
+        self.prompt = f"What is {cfg.a}+{cfg.b}? Reply with the number only."
+        self.answer = cfg.a + cfg.b
+
+    def record(self, endpoint: ChatEndpoint) -> ToySection:
+        return ToySection(content=endpoint.chat(self.prompt, max_tokens=16).content)
+
+    def run(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
+        content = endpoint.chat(self.prompt, max_tokens=16).content or ""
+        passed = re.search(rf"\b{self.answer}\b", content) is not None
+        return CheckResult("toy", passed, float(passed), f"answered {content!r}")
+
+    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+        return {}
+
+    def noise(self, results: Sequence[CheckResult]) -> BaseModel | None:
+        return None
+
+
+TOY_CHECK = CheckKind("toy", ToyCheckConfig, make=lambda cfg, ctx: ToyCheck(cfg))
+
+
+@pytest.fixture
+def toys() -> Iterator[None]:
+    """The toy launcher and check registered for one test (and gone after it)."""
+    ToyLauncher.started = []
+    with LAUNCHERS.registered(TOY_LAUNCHER), CHECKS.registered(TOY_CHECK):
+        yield
+
+
+def toy_config(history: History, **over: Any) -> dict[str, Any]:
+    return {
+        "candidates": {"repo": str(history.repo), "good": history.shas[0], "bad": history.shas[-1]},
+        "server": {"launcher": "toy", "repo": str(history.repo), "model": "sim/tiny-chat"},
+        "checks": [{"type": "toy"}],
+        "localize": False,
+        **over,
+    }
+
+
+def test_a_toy_launcher_and_check_registered_from_the_tests_bisect_to_the_culprit(
+    tmp_path: Path, toys: None
+) -> None:
+    history = History(tmp_path, {5: "garbled-math"}, n=8)
+    config = write_config(tmp_path / "toy.yaml", toy_config(history))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    found = json.loads((out / "result.json").read_text())
+    assert found["status"] == "found"
+    assert found["culprit"]["commit"] == history.shas[5]
+    assert history.shas[5] in ToyLauncher.started  # the toy launcher served the probes
+    checks = {c["name"] for p in found["probes"] for c in p["checks"]}
+    assert checks == {"toy"}
+
+
+def test_a_registered_kind_is_in_the_config_its_errors_and_its_schema(toys: None) -> None:
+    base = {"candidates": {"repo": ".", "good": "a", "bad": "b"}}
+    cfg = parse_config(
+        {**base, "server": {"launcher": "toy", "repo": "."}, "checks": [{"type": "toy", "a": 3}]}
+    )
+    assert isinstance(cfg.server, ToyServerConfig)
+    assert cfg.checks == [ToyCheckConfig(type="toy", a=3)]
+    with pytest.raises(ConfigError, match=r"^server\.repo: required key is missing$"):
+        parse_config({**base, "server": {"launcher": "toy"}})
+    with pytest.raises(ConfigError, match=r"known: process, docker, slurm, toy\)$"):
+        parse_config({**base, "server": {"launcher": "k8s"}})
+    with pytest.raises(ConfigError, match=r"known: canary, expect, logprobs, eval, toy\)$"):
+        parse_config({**base, "server": {"command": ["x"]}, "checks": [{"type": "nope"}]})
+    schema = json.dumps(Config.model_json_schema())
+    assert "ToyServerConfig" in schema and "ToyCheckConfig" in schema
+
+
+def test_a_kind_that_left_is_unknown_again(toys: None) -> None:
+    LAUNCHERS.unregister("toy")
+    try:
+        with pytest.raises(ConfigError, match="unknown launcher 'toy'"):
+            parse_config({"candidates": {"repo": ".", "good": "a", "bad": "b"},
+                          "server": {"launcher": "toy", "repo": "."}})  # fmt: skip
+        with pytest.raises(
+            UnknownKind, match=r"no launcher 'toy' \(known: process, docker, slurm\)"
+        ):
+            LAUNCHERS["toy"]
+        assert "ToyServerConfig" not in json.dumps(Config.model_json_schema())
+    finally:
+        LAUNCHERS.register(TOY_LAUNCHER)
+
+
+def test_a_tag_is_registered_once() -> None:
+    with pytest.raises(ValueError, match="launcher 'docker' is registered already"):
+        LAUNCHERS.register(LauncherKind("docker", ToyServerConfig, make=ToyLauncher))
