@@ -104,8 +104,11 @@ def test_an_untestable_trial_is_never_bad_and_the_answer_says_a_smaller_set_may_
 
 def test_ends_that_do_not_reproduce_are_said() -> None:
     assert run(3, bad_if=lambda s: Outcome.GOOD)[0] == NotBad(Outcome.GOOD)
-    assert run(3, bad_if=lambda s: Outcome.UNRESOLVED)[0] == NotBad(Outcome.UNRESOLVED)
+    unsure_bad = run(3, bad_if=lambda s: Outcome.UNRESOLVED if s else Outcome.GOOD)
+    assert unsure_bad[0] == NotBad(Outcome.UNRESOLVED)
     assert run(3, bad_if=lambda s: Outcome.BAD)[0] == GoodIsBad(Outcome.BAD)
+    assert run(3, bad_if=lambda s: Outcome.UNRESOLVED)[0] == GoodIsBad(Outcome.UNRESOLVED)
+    assert run(3, bad_if=lambda s: Outcome.BAD)[1] == [frozenset()]  # GOOD first: no more
 
 
 @pytest.mark.parametrize(

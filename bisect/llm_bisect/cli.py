@@ -33,6 +33,7 @@ from .report.markdown import duration
 from .runner import result_of, write_outputs
 from .search import Answer, Plan, Status
 from .services.bisection import check_one, run_bisect
+from .services.configs import configs_setup, run_configs
 from .services.gate import GATE_FILE, run_gate
 from .services.golden import calibrate, record_golden
 from .services.localization import LOCALIZATION, localize_refs, with_localization
@@ -477,6 +478,40 @@ def gate_cmd(
         return doc.exit_code
 
     raise typer.Exit(guarded(body, CHECK_CODES))
+
+
+@cli.command("configs")
+def configs_cmd(
+    config: ConfigArg,
+    build: Annotated[str, typer.Option("--build", help="The ref both setups run.")],
+    good_server: Annotated[
+        Path, typer.Option("--good-server", help="YAML with the `server:` that serves right.")
+    ],
+    bad_server: Annotated[
+        Path, typer.Option("--bad-server", help="YAML with the `server:` that serves wrong.")
+    ],
+    out: OutOpt = Path("llm-bisect-configs"),
+    repo: RepoOpt = None,
+) -> None:
+    """At one build, the smallest set of flag and variable differences that turns GOOD bad.
+
+    Exit 0 found, 4 when BAD is not bad (or GOOD is bad too), 3 when trials that could not
+    be tested leave it open; resumes from --out's journal.
+    """
+
+    def body(term: Terminal) -> int:
+        progress = TerminalProgress(term)
+        cs = configs_setup(
+            config, os.environ, good_file=good_server, bad_file=bad_server, repo=repo,
+            report=progress.note,
+        )  # fmt: skip
+        term.mask(cs.scrub)
+        result = run_configs(cs, out, build=build, progress=progress)
+        term.out(f"{result.status}: {result.message}")
+        term.out(f"report: {out / 'report.md'}")
+        return result.exit_code
+
+    raise typer.Exit(guarded(body))
 
 
 @cli.command("candidates")

@@ -620,12 +620,32 @@ MAX_CONFIG_BYTES = 16 * 2**20
 """The most bytes read of a config file: far past any real one."""
 
 
-def load_config(path: Path) -> Config:
-    """Read and validate a YAML config file."""
+def load_config(path: Path, server: Mapping[str, Any] | None = None) -> Config:
+    """Read and validate a YAML config file; `server`: a `server:` section to use instead
+    of the file's (the `configs` command's GOOD and BAD setups)."""
+    data = read_yaml(path, "config")
+    if server is not None and isinstance(data, dict):
+        data = {**data, "server": dict(server)}
+    return parse_config(data)
+
+
+def load_server(path: Path, key: str) -> dict[str, Any]:
+    """The `server:` section of a YAML file (GOOD.yaml, BAD.yaml of `configs`)."""
+    data = read_yaml(path, key)
+    if not isinstance(data, dict) or not isinstance(data.get("server"), dict):
+        raise ConfigError(f"{key} {path}: no server: section (the config's own keys)")
+    unknown = sorted(str(k) for k in data if k != "server")
+    if unknown:
+        raise ConfigError(f"{key} {path}: unknown key {unknown[0]!r} (only server:)")
+    return dict(data["server"])
+
+
+def read_yaml(path: Path, what: str) -> Any:
+    """A YAML file's data, read up to MAX_CONFIG_BYTES; ConfigError naming what is wrong."""
     try:
         text = read_capped(path, MAX_CONFIG_BYTES).decode("utf-8")
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read config ({exc.strerror})") from None
+        raise ConfigError(f"{path}: cannot read {what} ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
@@ -636,7 +656,7 @@ def load_config(path: Path) -> Config:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{path}: not valid YAML{where}") from None
-    return parse_config(data)
+    return data
 
 
 GOLDEN_NEUTRAL = frozenset(

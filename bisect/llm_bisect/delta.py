@@ -114,7 +114,8 @@ def _split(c: Sequence[int], n: int) -> list[tuple[int, ...]]:
 def next_step(count: int, known: Mapping[frozenset[int], Outcome]) -> DeltaStep:
     """The next trial ddmin needs over `count` differences, or its answer.
 
-    BAD (every difference) is tried first, then GOOD (none): both ends must reproduce.
+    GOOD (no difference) is tried first (its probe records the golden the others are
+    judged by), then BAD (every difference): both ends must reproduce.
     """
     if count < 1:
         raise ConfigError("configs: GOOD and BAD set the same flags and variables")
@@ -130,10 +131,10 @@ def next_step(count: int, known: Mapping[frozenset[int], Outcome]) -> DeltaStep:
 
     everything = frozenset(range(count))
     try:
-        if (bad := test(everything)) is not Outcome.BAD:
-            return NotBad(bad)
         if (good := test(frozenset())) is not Outcome.GOOD:
             return GoodIsBad(good)
+        if (bad := test(everything)) is not Outcome.BAD:
+            return NotBad(bad)
         c: tuple[int, ...] = tuple(range(count))
         n = 2
         while len(c) >= 2:

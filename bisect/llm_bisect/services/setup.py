@@ -182,10 +182,12 @@ def setup(
     sleep: Callable[[float], None] = time.sleep,
     report: Callable[[str], None] = lambda _: None,
     now: Callable[[], float] = time.time,
+    server_section: Mapping[str, Any] | None = None,
 ) -> Setup:
     """Load and validate a config and open its repository (`repo`, else candidates.repo);
-    nothing is started."""
-    config = expand_paths(load_config(config_path), environ, repo_given=repo is not None)
+    nothing is started. `server_section`: a `server:` section used instead of the config's."""
+    loaded = load_config(config_path, server_section)
+    config = expand_paths(loaded, environ, repo_given=repo is not None)
     base_dir = config_path.resolve().parent
     repo_dir = repo.absolute() if repo is not None else base_dir / config.candidates.repo
     opened = SourceContext(repo_dir, "--repo" if repo is not None else "candidates.repo")

@@ -1,0 +1,305 @@
+"""The configs service: at one build, the smallest set of flag and variable differences
+that turns a GOOD server setup bad (delta.py), each trial a probe.
+
+    llm-bisect configs CONFIG --build REF --good-server GOOD.yaml --bad-server BAD.yaml
+
+GOOD.yaml and BAD.yaml each hold a `server:` section (the config's own keys); they may
+differ only in the command's flags (`server.command`, or `server.args` for images) and in
+`server.env`. The first trial is GOOD itself: its probe records DIR/golden.json, which
+every other trial is judged by with the config's checks; the second is BAD. A trial that
+cannot be tested (skip, unsure) is never bad.
+
+    DIR/configs.jsonl   the journal: the differences, then one `trial` event per probe
+                        (a run killed at any moment resumes without repeating one)
+    DIR/trials/N/       each trial's server log and collect_env
+    DIR/result.json     status, build, every difference, the smallest set, the trials
+    DIR/report.md
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..config import caller_secret_names, expand_env, load_server, secret_names
+from ..delta import (
+    DeltaStep,
+    Difference,
+    GoodIsBad,
+    Minimal,
+    Need,
+    NotBad,
+    Outcome,
+    apply,
+    differences,
+    next_step,
+)
+from ..errors import ConfigError
+from ..journal import Journal, read_events
+from ..model import Candidate, ProbeOutcome, Regress, Verdict
+from ..outdir import hold
+from ..probe import ProbeContext, Progress, probe
+from ..redact import Scrub
+from ..report import escape as esc
+from ..runner import write_atomic
+from .setup import Setup, run_id_of, setup
+
+JOURNAL = "configs.jsonl"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One setup probed: these differences applied to GOOD."""
+
+    subset: tuple[int, ...]
+    verdict: Verdict
+    reason: str
+
+
+@dataclass(frozen=True)
+class ConfigsResult:
+    """What `configs` found."""
+
+    status: str
+    """found, ambiguous (a smaller set may exist: trials could not be tested), not-bad
+    (BAD tested good), good-is-bad (GOOD tested bad), untestable (an end could not be)."""
+    build: Candidate
+    differences: list[Difference]
+    difference: tuple[int, ...]
+    """The smallest set found (indices into `differences`); empty when none was."""
+    trials: list[Trial]
+    message: str
+
+    @property
+    def exit_code(self) -> int:
+        return {"found": 0, "not-bad": 4, "good-is-bad": 4}.get(self.status, 3)
+
+
+def _argv_key(server: Mapping[str, Any]) -> str:
+    """The field holding the server's flags: `command` (processes, Slurm) or `args` (images)."""
+    return "command" if "command" in server else "args"
+
+
+def _compare(good: Setup, bad: Setup) -> tuple[str, list[Difference]]:
+    """The differences of two setups' flags and variables; ConfigError for anything else."""
+    g = good.config.server.model_dump()
+    b = bad.config.server.model_dump()
+    key = _argv_key(g)
+    for name in sorted({*g, *b} - {key, "env"}):
+        if g.get(name) != b.get(name):
+            raise ConfigError(
+                f"--bad-server: server.{name} differs from GOOD's: only the flags "
+                f"(server.{key}) and server.env may differ"
+            )
+    return key, differences(g[key] or [], b[key] or [], g["env"], b["env"])
+
+
+def _digest(build: str, diffs: list[Difference]) -> str:
+    data = [build, [[d.kind, d.name, d.good, d.bad] for d in diffs]]
+    return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
+
+
+def _trial_setup(s: Setup, bad: Setup, key: str, argv: list[str], env: dict[str, str]) -> Setup:
+    server = s.config.server.model_copy(update={key: argv, "env": env})
+    names = sorted({*s.secret_names, *bad.secret_names, *secret_names(env)})
+    return replace(
+        s,
+        config=s.config.model_copy(update={"server": server}),
+        env=expand_env(env, s.environ),
+        secret_names=names,
+        scrub=s.scrub.with_secrets(bad.scrub.secrets),
+    )
+
+
+_OUTCOME = {Verdict.GOOD: Outcome.GOOD, Verdict.BAD: Outcome.BAD}
+
+
+@dataclass(frozen=True)
+class ConfigsSetup:
+    """GOOD and BAD loaded and compared; nothing started."""
+
+    good: Setup
+    bad: Setup
+    key: str
+    """The server field the flags are in: `command` or `args`."""
+    differences: list[Difference]
+    secret: list[str]
+    """Variables whose values output never shows: both setups' and the caller's."""
+    scrub: Scrub
+
+
+def configs_setup(
+    config_path: Path,
+    environ: Mapping[str, str],
+    *,
+    good_file: Path,
+    bad_file: Path,
+    repo: Path | None = None,
+    report: Callable[[str], None] = lambda _: None,
+    clock: Callable[[], float] = time.monotonic,
+) -> ConfigsSetup:
+    """Load CONFIG with GOOD's and with BAD's server, and their differences; ConfigError
+    for setups that differ in anything but flags and variables."""
+    good_server = load_server(good_file, "--good-server")
+    bad_server = load_server(bad_file, "--bad-server")
+    s = setup(config_path, environ, repo=repo, clock=clock, report=report,
+              server_section=good_server)  # fmt: skip
+    bad = setup(config_path, environ, repo=repo, clock=clock, server_section=bad_server)
+    key, diffs = _compare(s, bad)
+    if not diffs:
+        raise ConfigError("--bad-server: GOOD and BAD set the same flags and variables")
+    names = sorted({*s.secret_names, *bad.secret_names, *caller_secret_names(environ)})
+    return ConfigsSetup(s, bad, key, diffs, names, s.scrub.with_secrets(bad.scrub.secrets))
+
+
+def run_configs(
+    cs: ConfigsSetup, out_dir: Path, *, build: str, progress: Progress
+) -> ConfigsResult:
+    """Find the smallest difference between GOOD and BAD that makes `build` bad."""
+    s, bad, key, diffs, names, scrub = (cs.good, cs.bad, cs.key, cs.differences, cs.secret,
+                                        cs.scrub)  # fmt: skip
+    candidate = s.resolve(build, "--build")
+    digest = _digest(candidate.commit, diffs)
+    good_argv = list(s.config.server.model_dump()[key] or [])
+    good_env = dict(s.config.server.env)
+    trials: list[Trial] = []
+    known: dict[frozenset[int], Outcome] = {}
+    with hold(out_dir):
+        golden = s.golden_store(out_dir / "golden.json", candidate.commit, compare=False)
+        with Journal(out_dir / JOURNAL, scrub) as journal:
+            for event in read_events(out_dir / JOURNAL):
+                if event["event"] == "run" and event.get("digest") != digest:
+                    raise ConfigError(
+                        f"--out {out_dir}: holds a configs run of another build or setups"
+                    )
+                if event["event"] == "probe":
+                    done = ProbeOutcome.from_json(event["outcome"])
+                    subset = tuple(int(i) for i in event["subset"])
+                    trials.append(Trial(subset, done.verdict, done.reason))
+                    known[frozenset(subset)] = _OUTCOME.get(done.verdict, Outcome.UNRESOLVED)
+            if not journal.reading.events:
+                journal.append(
+                    "run",
+                    version=VERSION,
+                    digest=digest,
+                    kind="configs",
+                    build=candidate.to_json(),
+                    differences=[_shown(d, names).label for d in diffs],
+                    plan={"mode": "regression", "anchor": None, "sequence": []},
+                )
+            for d in diffs:
+                progress.note(f"difference: {_shown(d, names).label}")
+            step: DeltaStep = next_step(len(diffs), known)
+            while isinstance(step, Need):
+                subset = tuple(sorted(step.subset))
+                argv, env = apply(good_argv, good_env, diffs, step.subset)
+                trial = _trial_setup(s, bad, key, argv, env)
+                shown = ", ".join(_shown(diffs[i], names).label for i in subset) or "none (GOOD)"
+                progress.note(f"trial {len(trials) + 1}: {shown}")
+                with trial.launcher(run_id_of(out_dir, digest)) as launcher:
+                    for line in launcher.reap():
+                        progress.note(line)
+                    ctx = ProbeContext(launcher, s.checks, trial.client, progress,
+                                       s.config.probe.runs, golden, Regress(s.config.regress),
+                                       s.clock)  # fmt: skip
+                    outcome = probe(candidate, out_dir / "trials" / str(len(trials) + 1), ctx)
+                journal.append("probe", subset=list(subset), outcome=outcome.to_json(),
+                               commit=candidate.commit)  # fmt: skip
+                progress.note(f"trial {len(trials) + 1}: {outcome.verdict.value} {outcome.reason}")
+                trials.append(Trial(subset, outcome.verdict, outcome.reason))
+                known[frozenset(subset)] = _OUTCOME.get(outcome.verdict, Outcome.UNRESOLVED)
+                step = next_step(len(diffs), known)
+        result = _result(candidate, diffs, trials, step, names)
+        doc = scrub.doc(_document(result, names))
+        write_atomic(out_dir / "result.json", json.dumps(doc, indent=2) + "\n")
+        write_atomic(out_dir / "report.md", scrub.text(_markdown(result, names)))
+    return result
+
+
+def _result(
+    build: Candidate,
+    diffs: list[Difference],
+    trials: list[Trial],
+    step: DeltaStep,
+    secret: Collection[str],
+) -> ConfigsResult:
+    def said(status: str, message: str, found: tuple[int, ...] = ()) -> ConfigsResult:
+        return ConfigsResult(status, build, diffs, found, trials, message)
+
+    if isinstance(step, Minimal):
+        labels = ", ".join(_shown(diffs[i], secret).label for i in step.subset)
+        if step.unresolved:
+            untested = f"{step.unresolved} trial(s) could not be tested: a smaller set may exist"
+            return said("ambiguous", f"turns GOOD bad: {labels} ({untested})", step.subset)
+        return said("found", f"turns GOOD bad: {labels}", step.subset)
+    if isinstance(step, NotBad):
+        if step.outcome is Outcome.GOOD:
+            return said("not-bad", "BAD tests good at this build")
+        return said("untestable", "BAD could not be tested")
+    assert isinstance(step, GoodIsBad)
+    if step.outcome is Outcome.BAD:
+        return said(
+            "good-is-bad", "GOOD tests bad at this build: the differences do not explain it"
+        )
+    return said("untestable", "GOOD could not be tested")
+
+
+def _shown(d: Difference, secret: Collection[str]) -> Difference:
+    """The difference as output shows it: a variable secret by its name shows no value."""
+    if d.kind != "env" or d.name not in secret:
+        return d
+    return Difference(d.kind, d.name, None if d.good is None else ("***",),
+                      None if d.bad is None else ("***",))  # fmt: skip
+
+
+def _document(r: ConfigsResult, secret: Collection[str]) -> dict[str, Any]:
+    def shown(d: Difference) -> dict[str, Any]:
+        d = _shown(d, secret)
+        return {"kind": d.kind, "name": d.name, "good": d.good, "bad": d.bad, "label": d.label}
+
+    return {
+        "kind": "configs",
+        "status": r.status,
+        "message": r.message,
+        "build": r.build.to_json(),
+        "differences": [shown(d) for d in r.differences],
+        "difference": [shown(r.differences[i]) for i in r.difference],
+        "trials": [
+            {
+                "applied": [shown(r.differences[i])["label"] for i in t.subset],
+                "verdict": t.verdict.value,
+                "reason": t.reason,
+            }
+            for t in r.trials
+        ],
+    }
+
+
+def _markdown(r: ConfigsResult, secret: Collection[str]) -> str:
+    r = replace(r, differences=[_shown(d, secret) for d in r.differences])
+    lines = [
+        f"# llm-bisect configs: {esc.text(r.status)}",
+        "",
+        f"Build {esc.code(r.build.short)} {esc.text(r.build.subject)}: {esc.text(r.message)}",
+        "",
+    ]
+    if r.difference:
+        lines += ["## The smallest difference that turns GOOD bad", ""]
+        lines += [f"- {esc.code(r.differences[i].label)}" for i in r.difference]
+        lines.append("")
+    lines += ["## Every difference of BAD from GOOD", "", "| # | BAD sets | GOOD sets |",
+              "|---|---|---|"]  # fmt: skip
+    for n, d in enumerate(r.differences, 1):
+        good = "(unset)" if d.good is None else " ".join(d.good)
+        lines.append(f"| {n} | {esc.code(d.label, table=True)} | {esc.code(good, table=True)} |")
+    lines += ["", "## Trials", "", "| # | applied to GOOD | verdict | why |", "|---|---|---|---|"]
+    for n, t in enumerate(r.trials, 1):
+        applied = ", ".join(r.differences[i].label for i in t.subset) or "none (GOOD)"
+        lines.append(f"| {n} | {esc.cell(applied)} | {t.verdict.value} | {esc.cell(t.reason)} |")
+    return "\n".join(lines) + "\n"

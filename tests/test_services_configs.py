@@ -1,0 +1,130 @@
+"""`llm-bisect configs`: the smallest flag/variable difference between a good and a bad
+server setup at one build, on the simulator whose fault depends on flags and variables
+(`fault_when`), as the GLM case's did on the MoE backend."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from helpers import History, live_processes, sim_command, wait_until, write_config
+from llm_bisect.cli import cli
+from llm_bisect.journal import read_events
+
+RULES = [  # the fault needs both: cutlass with DeepGEMM on
+    {"flags": {"--moe-backend": "cutlass"}, "env": {"VLLM_USE_DEEP_GEMM": "1"},
+     "fault": "garbled-math"},
+]  # fmt: skip
+FLAGS_GOOD = ["--moe-backend", "marlin", "--max-num-seqs", "8"]
+FLAGS_BAD = ["--moe-backend", "cutlass", "--max-num-seqs", "16", "--enable-expert-parallel"]
+ENV_GOOD = {"NCCL_CUMEM_ENABLE": "1", "VLLM_USE_DEEP_GEMM": "0"}
+ENV_BAD = {"NCCL_CUMEM_ENABLE": "0", "VLLM_USE_DEEP_GEMM": "1", "HF_TOKEN": "hf_s3cretvalue"}
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def setups(tmp_path: Path, rules: list[dict[str, Any]] = RULES, **bad_over: Any) -> dict[str, Any]:
+    h = History(tmp_path, {}, 2, settings={"fault_when": rules})
+    launches = tmp_path / "launches"
+    command = [*sim_command(h.repo), "--launch-log", str(launches)]
+    config = h.config(checks=[{"type": "canary"}, {"type": "expect"}])
+    good = write_config(tmp_path / "good.yaml", {"server": {
+        "command": [*command, *FLAGS_GOOD], "env": ENV_GOOD, "ready_timeout": 20}})  # fmt: skip
+    bad = write_config(tmp_path / "bad.yaml", {"server": {
+        "command": [*command, *FLAGS_BAD], "env": ENV_BAD, "ready_timeout": 20,
+        **bad_over}})  # fmt: skip
+    return {"h": h, "config": config, "good": good, "bad": bad, "launches": launches}
+
+
+def args(s: dict[str, Any], out: Path) -> list[str]:
+    return ["configs", str(s["config"]), "--build", s["h"].shas[-1], "--good-server",
+            str(s["good"]), "--bad-server", str(s["bad"]), "--out", str(out)]  # fmt: skip
+
+
+def test_the_two_differences_that_together_break_it_are_found(tmp_path: Path) -> None:
+    s = setups(tmp_path)
+    out = tmp_path / "out"
+    code, output = invoke(*args(s, out))
+    assert code == 0, output
+    assert "found: turns GOOD bad: --moe-backend cutlass, VLLM_USE_DEEP_GEMM=1" in output
+    result = json.loads((out / "result.json").read_text())
+    assert [d["label"] for d in result["difference"]] == [
+        "--moe-backend cutlass", "VLLM_USE_DEEP_GEMM=1",
+    ]  # fmt: skip
+    assert [d["label"] for d in result["differences"]] == [
+        "--moe-backend cutlass", "--max-num-seqs 16", "--enable-expert-parallel",
+        "NCCL_CUMEM_ENABLE=0", "VLLM_USE_DEEP_GEMM=1", "HF_TOKEN=***",
+    ]  # fmt: skip
+    trials = result["trials"]
+    assert trials[0] == {"applied": [], "verdict": "good", "reason": "2 check(s) passed"}
+    assert trials[1]["verdict"] == "bad" and len(trials[1]["applied"]) == 6  # BAD reproduces
+    assert len(trials) == 17  # ddmin on 6 differences whose 2 culprits sit in different halves
+    report = (out / "report.md").read_text()
+    assert "`--moe-backend cutlass`" in report and "hf_s3cretvalue" not in report
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert b"hf_s3cretvalue" not in path.read_bytes(), path
+    assert live_processes(str(s["h"].repo)) == []
+
+
+def test_a_bad_setup_that_is_not_bad_and_setups_that_differ_elsewhere(tmp_path: Path) -> None:
+    s = setups(tmp_path, rules=[])
+    code, output = invoke(*args(s, tmp_path / "out"))
+    assert code == 4, output
+    assert "not-bad: BAD tests good at this build" in output
+    s = setups(tmp_path / "other", ready_timeout=30)
+    code, output = invoke(*args(s, tmp_path / "out2"))
+    assert code == 2, output  # a config error, as `run` says it
+    assert output.strip().splitlines()[-1] == (
+        "llm-bisect: error: --bad-server: server.ready_timeout differs from GOOD's: only the flags "
+        "(server.command) and server.env may differ"
+    )
+    assert not (tmp_path / "out2").exists() and not s["launches"].exists()  # nothing started
+    (tmp_path / "empty.yaml").write_text("checks: []\n")
+    code, output = invoke(*[a if a != str(s["bad"]) else str(tmp_path / "empty.yaml")
+                            for a in args(s, tmp_path / "out3")])  # fmt: skip
+    assert code == 2 and "no server: section" in output and "Traceback" not in output
+
+
+def test_a_kill_mid_trial_resumes_without_repeating_a_trial(tmp_path: Path) -> None:
+    s = setups(tmp_path)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "llm_bisect.cli", *args(s, out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        assert wait_until(lambda: len(launched(s["launches"])) >= 3, timeout=120)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+    before = [e for e in read_events(out / "configs.jsonl") if e["event"] == "probe"]
+    assert wait_until(lambda: live_processes(str(s["h"].repo)) == [], timeout=15)
+    code, output = invoke(*args(s, out))
+    assert code == 0, output
+    after = [e for e in read_events(out / "configs.jsonl") if e["event"] == "probe"]
+    assert after[: len(before)] == before
+    subsets = [tuple(e["subset"]) for e in after]
+    assert len(subsets) == len(set(subsets)), "a trial ran twice"
+    assert len(launched(s["launches"])) <= len(after) + 1  # at most the one cut short, again
+
+
+def launched(launches: Path) -> list[str]:
+    return launches.read_text().split() if launches.exists() else []
+
+
+@pytest.mark.parametrize("missing", ["good", "bad"])
+def test_a_missing_setup_file_is_one_line(tmp_path: Path, missing: str) -> None:
+    s = setups(tmp_path)
+    s[missing] = tmp_path / "nope.yaml"
+    code, output = invoke(*args(s, tmp_path / "out"))
+    assert code == 2 and "nope.yaml: cannot read" in output and "Traceback" not in output
