@@ -34,6 +34,7 @@ from .runner import result_of, write_outputs
 from .search import Answer, Plan, Status
 from .services.bisection import check_one, run_bisect
 from .services.configs import configs_setup, run_configs
+from .services.deps import run_deps
 from .services.gate import GATE_FILE, run_gate
 from .services.golden import calibrate, record_golden
 from .services.localization import LOCALIZATION, localize_refs, with_localization
@@ -510,6 +511,37 @@ def configs_cmd(
         term.out(f"{result.status}: {result.message}")
         term.out(f"report: {out / 'report.md'}")
         return result.exit_code
+
+    raise typer.Exit(guarded(body))
+
+
+@cli.command("deps")
+def deps_cmd(
+    config: ConfigArg,
+    build: Annotated[str, typer.Option("--build", help="The engine's ref, held still.")],
+    package: Annotated[str, typer.Option("--package", help="The dependency, as pip names it.")],
+    good: Annotated[str, typer.Option("--good", help="Its version that works.")],
+    bad: Annotated[str, typer.Option("--bad", help="Its version that breaks.")],
+    index: Annotated[
+        str | None, typer.Option("--index", help="A PEP 503 simple index (default: PyPI).")
+    ] = None,
+    out: OutOpt = Path("llm-bisect-deps"),
+    repo: RepoOpt = None,
+) -> None:
+    """The first bad release of a dependency, the engine held at one build (resumes from
+    --out's journal; exit codes as `run`)."""
+
+    def body(term: Terminal) -> int:
+        progress = TerminalProgress(term)
+        s = _setup(term, config, progress, repo)
+        found = run_deps(
+            s, out, build=build, package=package, good=good, bad=bad, index=index,
+            progress=progress,
+        )  # fmt: skip
+        _print_answer(term, found.done.answer, out)
+        if found.first_bad_version is not None:
+            term.out(f"first bad version: {package} {found.first_bad_version}")
+        return STATUS_EXIT[found.done.answer.status]
 
     raise typer.Exit(guarded(body))
 

@@ -91,7 +91,7 @@ class DependencyStrategy:
     def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
         engine = self.engine()
         site = str(folder / "site")
-        below = engine.env.get("PYTHONPATH", "")
+        below = engine.env.get("PYTHONPATH") or self.environ.get("PYTHONPATH", "")
         env = {**engine.env, "PYTHONPATH": f"{site}{os.pathsep}{below}" if below else site}
         return Build(
             route=self.name, folder=engine.folder, python=engine.python, env=env,

@@ -178,6 +178,8 @@ class ResultDocument(_Doc):
     ended_at: float | None = None
     localization: dict[str, Any] | None = None
     """localization.json (localize.py), once the culprit was localised."""
+    first_bad_version: str | None = None
+    """`deps`: the first bad release of the dependency (the culprit's version)."""
     reversals: list[Reversal] = Field(default_factory=list)
     """Where the verdicts were not monotone (a good after a bad): the answer is then the
     last old→new step, the one the new end still has."""

@@ -1,0 +1,123 @@
+"""The deps service: the engine held at one build, the first bad release of a dependency.
+
+    llm-bisect deps CONFIG --build REF --package NAME --good VER --bad VER [--index URL]
+
+The releases of NAME after VER-good up to VER-bad (the index's list: pre- and post-releases
+included) become a small repository of versions, one commit each (DIR/versions.git); the
+engine's build at REF is made once by the config's own strategies; each release is then
+installed over it (builds/dependency.py) and the run bisects that repository as it does an
+engine's history: the same journal, resume, report and result.json, whose culprit is the
+first bad release (`first_bad_version`). A release that will not install is skip.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+from packaging.version import Version
+
+from ..builds import Builder
+from ..builds.cache import BuildCache
+from ..builds.dependency import DependencyStrategy
+from ..builds.wheel import MAX_PAGE_BYTES, find_uv
+from ..errors import ConfigError, LaunchError
+from ..outdir import hold
+from ..probe import Progress
+from ..redact import public_url
+from ..runner import RunResult, write_outputs
+from ..sources.git import GitSource
+from ..sources.versions import between, index_releases, version_at, version_history
+from .bisection import run_bisect
+from .setup import Setup
+
+PYPI = "https://pypi.org/simple"
+INDEX_TIMEOUT_S = 30.0
+
+
+def _fetch(url: str, accept: str) -> bytes:
+    """One index page, read up to MAX_PAGE_BYTES; ConfigError naming what failed."""
+    shown = public_url(url)
+    try:
+        with httpx.stream(
+            "GET", url, headers={"Accept": accept}, timeout=INDEX_TIMEOUT_S, follow_redirects=True
+        ) as reply:
+            if reply.status_code != 200:
+                raise ConfigError(f"--index: {shown} answered HTTP {reply.status_code}")
+            body = b""
+            for chunk in reply.iter_bytes():
+                body += chunk
+                if len(body) > MAX_PAGE_BYTES:
+                    raise ConfigError(f"--index: {shown} is larger than {MAX_PAGE_BYTES >> 20} MiB")
+            return body
+    except httpx.HTTPError as exc:
+        raise ConfigError(f"--index: {shown}: {type(exc).__name__}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class DepsResult:
+    done: RunResult
+    first_bad_version: str | None
+    versions: list[str]
+    """The releases bisected, oldest first (good excluded)."""
+
+
+def run_deps(
+    s: Setup,
+    out_dir: Path,
+    *,
+    build: str,
+    package: str,
+    good: str,
+    bad: str,
+    index: str | None,
+    progress: Progress,
+) -> DepsResult:
+    """Bisect the releases of `package` between `good` and `bad` over the engine at `build`."""
+    if s.builder is None:
+        raise ConfigError("deps: the engine's build needs build.strategies (the release is "
+                          "installed over it)")  # fmt: skip
+    engine_commit = s.resolve(build, "--build")
+    url = index or PYPI
+    releases = index_releases(url, package, _fetch)
+    ranged = between(releases, good, bad)  # both checked: versions the index has
+    good, bad = str(Version(good)), str(Version(bad))  # as the index's releases spell them
+    before = [r for r in releases if str(r) == good]
+    with hold(out_dir):
+        repo = out_dir / "versions.git"
+        commits = version_history(repo, package, [*before, *ranged])
+    progress.note(
+        f"deps: {len(ranged)} release(s) of {package} after {good} up to {bad}, over "
+        f"{engine_commit.short}"
+    )
+    try:
+        engine = s.builder.build(engine_commit)
+    except LaunchError as exc:
+        raise ConfigError(
+            f"--build: the engine's build at {engine_commit.short} failed: {exc}"
+        ) from None
+    try:
+        strategy = DependencyStrategy(
+            package=package, engine=lambda: engine, uv=find_uv(), index=index,
+            version_of=lambda c: version_at(repo, c.commit),
+            environ={**s.environ, **s.env},
+        )  # fmt: skip
+        cache: BuildCache = s.builder.cache
+        versions = replace(
+            s,
+            config=s.config.model_copy(update={"golden": None}),  # the good release records one
+            source=GitSource(repo, "deps"),
+            builder=Builder([strategy], cache),
+        )
+        done = run_bisect(
+            versions, out_dir, good=commits[good], bad=commits[bad], progress=progress
+        )
+    finally:
+        engine.release()
+    culprit = done.result.get("culprit")
+    first_bad = version_at(repo, culprit["commit"]) if culprit else None
+    if first_bad is not None:
+        done.result = write_outputs(out_dir, {**done.result, "first_bad_version": first_bad},
+                                    versions.scrub)  # fmt: skip
+    return DepsResult(done, first_bad, [str(r) for r in ranged])
