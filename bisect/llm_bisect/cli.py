@@ -34,6 +34,7 @@ from .runner import result_of, write_outputs
 from .search import Answer, Plan, Status
 from .services.bisection import check_one, run_bisect
 from .services.configs import configs_setup, run_configs
+from .services.confirm import with_confirmation
 from .services.deps import run_deps
 from .services.gate import GATE_FILE, run_gate
 from .services.golden import calibrate, record_golden
@@ -618,7 +619,7 @@ def report_cmd(
                 raise JournalError(
                     f"{out}: the run has not finished; resume it with `llm-bisect run`"
                 )
-            write_outputs(out, with_localization(result, out))
+            write_outputs(out, with_confirmation(with_localization(result, out), out))
         _print_answer(term, step, out)
         return STATUS_EXIT[step.status]
 

@@ -436,6 +436,11 @@ class Config(_Strict):
     """How candidates become runnable (overlay, command); default: as the launcher starts them."""
     localize: LocalizeConfig = Field(default_factory=LocalizeConfig)
     """`false`: no localisation probes after a run finds its culprit."""
+    confirm: bool | Literal["continue"] = True
+    """After a run finds its culprit: the bad end with it reverted and the good end with it
+    picked, built and probed (at most two probes; none where the run probed that tree
+    already). `false`: not. `continue`: when reverting it does not fix the bad end, bisect
+    what remains on the reverted line."""
     parallel: int = Field(default=1, ge=1, le=64)
     """The most probes in flight at once: k slots split the range into k+1 parts per round
     (local servers for the process launcher, containers on the engine for Docker)."""

@@ -87,20 +87,22 @@ def build_history(
     actor = git.Actor("Demo Maintainer", "maintainer@example.com")
     start = datetime(2026, 8, 9, 9, 0, tzinfo=timezone.utc)
     engine = repo_dir / "sim-engine.json"
-    notes = repo_dir / "CHANGELOG.md"
+    (repo_dir / "notes").mkdir(parents=True, exist_ok=True)
     shas: list[str] = []
     fault = "none"
     current = dict(settings or {})
     for i in range(n_commits + 1):
         fault = faults.get(i, fault)
         current.update((changes or {}).get(i, {}))
-        engine.write_text(json.dumps({**current, "fault": fault}) + "\n")
+        # a key a line, and each commit's note a file of its own: a revert or a pick of one
+        # commit applies over later ones as it would in a real repository
+        engine.write_text(json.dumps({**current, "fault": fault}, indent=1, sort_keys=True) + "\n")
         subject = (subjects or {}).get(i) or (
             "Nightly 2026-08-09" if i == 0 else f"{_SUBJECTS[i % len(_SUBJECTS)]} (#{24000 + i})"
         )
-        with notes.open("a") as f:
-            f.write(f"- {subject}\n")
-        repo.index.add([str(engine), str(notes)])
+        note = repo_dir / "notes" / f"{i:03d}.md"
+        note.write_text(f"- {subject}\n")
+        repo.index.add([str(engine), str(note)])
         date = f"{int((start + timedelta(hours=3 * i)).timestamp())} +0000"
         author = git.Actor(*authors[i]) if authors and i in authors else actor
         commit = repo.index.commit(

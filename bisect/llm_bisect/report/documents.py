@@ -143,6 +143,27 @@ class Context(_Doc):
     """The node: GPUs, driver, CUDA (from nvidia-smi), OS, Python, llm-bisect."""
 
 
+class ConfirmProbe(_Doc):
+    """One build of confirmation: the culprit reverted on the bad end, or picked on the good."""
+
+    kind: Literal["revert", "pick"]
+    onto: str
+    commit: str | None
+    """The commit made (under refs/llm-bisect/confirm/); None when it could not be."""
+    verdict: Literal["good", "bad"] | None
+    reason: str
+    reused: str | None = None
+    """The commit probed in the run whose tree this is: its verdict, no probe."""
+
+
+class Confirmation(_Doc):
+    status: Literal["confirmed", "not-confirmed", "cannot-confirm"]
+    reason: str
+    probes: list[ConfirmProbe]
+    continued: dict[str, Any] | None = None
+    """`confirm: continue`: the bisection of what remains on the reverted line."""
+
+
 class ResultDocument(_Doc):
     """DIR/result.json."""
 
@@ -178,6 +199,8 @@ class ResultDocument(_Doc):
     ended_at: float | None = None
     localization: dict[str, Any] | None = None
     """localization.json (localize.py), once the culprit was localised."""
+    confirmation: Confirmation | None = None
+    """The culprit reverted on the bad end and picked on the good end (services/confirm.py)."""
     first_bad_version: str | None = None
     """`deps`: the first bad release of the dependency (the culprit's version)."""
     reversals: list[Reversal] = Field(default_factory=list)

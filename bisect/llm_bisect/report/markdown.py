@@ -375,6 +375,29 @@ def _localization(doc: ResultDocument) -> list[str]:
     return lines
 
 
+def _confirmation(doc: ResultDocument) -> list[str]:
+    """Is it really that one: the culprit reverted on the bad end, picked on the good."""
+    found = doc.confirmation
+    if found is None:
+        return []
+    lines = ["## Confirmation", "", f"**{esc.text(found.status)}**: {esc.text(found.reason)}", ""]
+    for p in found.probes:
+        what = (
+            "the bad end with it reverted" if p.kind == "revert" else "the good end with it picked"
+        )
+        made = esc.code(p.commit[:12]) if p.commit else "(not made)"
+        verdict = p.verdict or "no verdict"
+        taken = f", the tree of {esc.code(p.reused[:12])} (its probe)" if p.reused else ""
+        lines.append(f"- {what} ({esc.code(p.onto[:12])}): {made}{taken}: {verdict}; "
+                     f"{esc.text(p.reason)}")  # fmt: skip
+    if found.continued:
+        lines += [
+            "",
+            f"Bisected on the reverted line: {esc.text(found.continued.get('message', ''))}",
+        ]
+    return [*lines, ""]
+
+
 def duration(seconds: float | None) -> str:
     """`1h 02m`, `12m 30s`, `8.4s`."""
     if seconds is None:
@@ -579,6 +602,7 @@ def render_markdown(doc: ResultDocument) -> str:
             "holds the commit that undid it; bisect it with `--find-fix`.",
             "",
         ]
+    lines += _confirmation(doc)
     lines += _warnings(doc)
     lines += _reproduce(doc)
     lines += _localization(doc)

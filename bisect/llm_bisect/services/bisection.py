@@ -10,8 +10,9 @@ from pathlib import Path
 from ..config import config_digest
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
-from ..probe import ProbeContext, Progress, probe
+from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..runner import RunResult, run, write_outputs, write_probe
+from .confirm import confirm
 from .localization import localize_after_run
 from .setup import Setup, golden_file_of, plan_of, run_context, run_id_of
 
@@ -56,6 +57,16 @@ def run_bisect(
                 given=given,
                 parallel=config.parallel,
             )
+            if config.confirm is not False:
+                ctx = ProbeContext(launcher, s.checks, s.client, progress or SilentProgress(),
+                                   config.probe.runs, golden, Regress(config.regress),
+                                   s.clock)  # fmt: skip
+                note = progress.note if progress is not None else (lambda _: None)
+                found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
+                if found is not None:
+                    done.result = write_outputs(
+                        out_dir, {**done.result, "confirmation": found}, s.scrub
+                    )
         note = progress.note if progress is not None else (lambda _: None)
         known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
         found = localize_after_run(s, done.result, out_dir, note, known)

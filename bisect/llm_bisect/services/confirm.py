@@ -1,0 +1,180 @@
+"""Confirmation: is the culprit really it? (`confirm: true`, the default.)
+
+After a run names a culprit C between the good end G and the bad end B:
+
+    revert   B with C's change taken back   good → C explains the bad end
+                                             bad  → not confirmed: another regression lies
+                                                    between C and B
+    pick     G with C's change made          bad  → C alone breaks the good end
+                                             good → not confirmed: C breaks only with what
+                                                    came between
+
+Both are commits of the candidates repository (sources/picks.py), built and probed like
+any other with the run's checks and golden. A revert or pick whose tree is one the run
+probed already (B is C itself; G is C's parent) takes that probe's verdict, costing
+nothing. A change that will not apply, a merge commit, or a build that cannot be tested
+gives `cannot-confirm` with the reason, never a verdict.
+
+The probes are journalled in DIR/confirm.jsonl: a run killed during confirmation resumes
+without repeating one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..journal import Journal, read_events
+from ..model import Candidate, ProbeOutcome, Verdict
+from ..probe import ProbeContext, probe
+from ..redact import Scrub
+from ..runner import write_atomic
+from ..sources.picks import Made, pick, revert
+
+JOURNAL = "confirm.jsonl"
+STORED = "confirmation.json"
+WHAT = {"revert": "the bad end with it reverted", "pick": "the good end with it picked"}
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class Trial:
+    kind: str
+    """`revert` (onto the bad end) or `pick` (onto the good end)."""
+    onto: str
+    commit: str | None
+    verdict: Verdict | None
+    reason: str
+    reused: str | None = None
+    """The probed commit whose tree this is (its verdict taken, no probe run)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "onto": self.onto,
+            "commit": self.commit,
+            "verdict": self.verdict.value if self.verdict else None,
+            "reason": self.reason,
+            "reused": self.reused,
+        }
+
+
+def _tree(repo: Path, commit: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", f"{commit}^{{tree}}"], capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
+def judge(revert_trial: Trial, pick_trial: Trial) -> tuple[str, str]:
+    """(status, reason) from the two trials. Pure."""
+    if revert_trial.verdict is None:
+        return "cannot-confirm", revert_trial.reason
+    if revert_trial.verdict is Verdict.BAD:
+        return "not-confirmed", (
+            f"reverting it does not fix the bad build ({revert_trial.onto[:12]}): another "
+            "regression lies between the culprit and the bad end"
+        )
+    if pick_trial.verdict is None:
+        return "confirmed", f"reverting it fixes the bad end ({pick_trial.reason})"
+    if pick_trial.verdict is Verdict.BAD:
+        return "confirmed", "reverting it fixes the bad end; picking it onto the good end breaks it"
+    return "not-confirmed", (
+        "reverting it fixes the bad end, but picking it onto the good end does not break it: "
+        "it breaks only together with what came between"
+    )
+
+
+def confirm(
+    repo: Path,
+    out_dir: Path,
+    result: Mapping[str, Any],
+    ctx: ProbeContext,
+    note: Callable[[str], None],
+    scrub: Scrub,
+) -> dict[str, Any] | None:
+    """The `confirmation` of result.json for a run that found its culprit; None otherwise."""
+    culprit = (result.get("culprit") or {}).get("commit")
+    if result.get("status") != "found" or not culprit or result.get("mode") != "regression":
+        return None
+    good, bad = str(result["good"]), str(result["bad"])
+    probed: dict[str, tuple[str, Verdict, str]] = {}  # tree -> (commit, verdict, reason)
+    for p in result.get("probes", []):
+        tree = _tree(repo, p["commit"])
+        if tree and p["verdict"] in ("good", "bad"):
+            probed[tree] = (p["commit"], Verdict(p["verdict"]), p.get("reason", ""))
+    digest = hashlib.sha256(f"{culprit}\0{good}\0{bad}".encode()).hexdigest()[:16]
+    path = out_dir / JOURNAL
+    done: dict[str, ProbeOutcome] = {}
+    for event in read_events(path):
+        if event["event"] == "run" and event.get("digest") != digest:
+            path.unlink()  # another culprit's confirmation: start anew
+            done = {}
+            break
+        if event["event"] == "probe":
+            outcome = ProbeOutcome.from_json(event["outcome"])
+            done[outcome.commit] = outcome
+    trials: list[Trial] = []
+    with Journal(path, scrub) as journal:
+        if not journal.reading.events:
+            plan: dict[str, Any] = {"mode": "regression", "anchor": None, "sequence": []}
+            journal.append("run", version=VERSION, digest=digest, kind="confirm", plan=plan)
+        for kind, onto in (("revert", bad), ("pick", good)):
+            if trials and trials[0].verdict is None:  # no verdict either way: a pick says no more
+                trials.append(
+                    Trial(kind, onto, None, None, "not tried: the revert gave no verdict")
+                )
+                break
+            make = revert if kind == "revert" else pick
+            made: Made = make(repo, culprit, onto)
+            if made.commit is None:
+                trials.append(Trial(kind, onto, None, None, made.reason))
+                continue
+            same = probed.get(_tree(repo, made.commit))
+            if same is not None:
+                commit, verdict, reason = same
+                trials.append(Trial(kind, onto, made.commit, verdict, reason, reused=commit))
+                continue
+            found = done.get(made.commit)
+            if found is not None:
+                outcome = found
+            else:
+                what = WHAT[kind]
+                note(f"confirm: probing {what} ({made.commit[:12]})")
+                candidate = Candidate(made.commit, subject=f"{what} ({culprit[:12]})")
+                outcome = probe(candidate, out_dir / "confirm" / kind, ctx)
+                journal.append("probe", kind=kind, outcome=outcome.to_json())
+            if outcome.verdict in (Verdict.GOOD, Verdict.BAD):
+                trials.append(Trial(kind, onto, made.commit, outcome.verdict, outcome.reason))
+            else:
+                why = (
+                    f"{WHAT[kind]} could not be tested ({outcome.verdict.value}): {outcome.reason}"
+                )
+                trials.append(Trial(kind, onto, made.commit, None, why))
+    status, reason = judge(trials[0], trials[1])
+    note(f"confirm: {status}: {reason}")
+    confirmation = {"status": status, "reason": reason, "probes": [t.to_json() for t in trials]}
+    stored = {"culprit": culprit, "good": good, "bad": bad, "confirmation": confirmation}
+    write_atomic(out_dir / STORED, json.dumps(scrub.doc(stored), indent=2) + "\n")
+    return confirmation
+
+
+def with_confirmation(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+    """result.json with what DIR/confirmation.json says of its culprit (`report DIR`)."""
+    try:
+        stored = json.loads((out_dir / STORED).read_text())
+    except (OSError, ValueError):
+        return result
+    culprit = (result.get("culprit") or {}).get("commit")
+    ends = (culprit, result.get("good"), result.get("bad"))
+    if (
+        not isinstance(stored, dict)
+        or (stored.get("culprit"), stored.get("good"), stored.get("bad")) != ends
+    ):
+        return result
+    return {**result, "confirmation": stored.get("confirmation")}

@@ -1,0 +1,96 @@
+"""Confirmation: after a run names its culprit, the bad end with it reverted and the good end
+with it picked are made as commits and probed (the simulator plays each commit's
+sim-engine.json, one key a line, so a revert applies over later commits as in a real tree)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from helpers import History, sim_command
+from llm_bisect.cli import cli
+
+SPACED = {"fault_spacer": 0, "fault_when": []}  # keeps the two culprits' lines apart
+
+
+def run(h: History, tmp_path: Path, **over: Any) -> tuple[int, str, dict[str, Any], list[str]]:
+    launches = tmp_path / "launches"
+    config = h.config(
+        server={"command": [*sim_command(h.repo), "--launch-log", str(launches)]},
+        checks=[{"type": "canary"}, {"type": "expect"}],
+        **over,
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    doc = json.loads((out / "result.json").read_text())
+    return result.exit_code, result.output, doc, launches.read_text().split()
+
+
+def test_a_lone_culprit_is_confirmed_by_its_revert_and_its_pick(tmp_path: Path) -> None:
+    h = History(tmp_path, {9: "degenerate-content"}, 16, settings=SPACED)
+    code, output, doc, launches = run(h, tmp_path)
+    assert code == 0, output
+    assert doc["culprit"]["commit"] == h.shas[9]
+    found = doc["confirmation"]
+    assert found["status"] == "confirmed", found
+    assert found["reason"] == (
+        "reverting it fixes the bad end; picking it onto the good end breaks it"
+    )
+    revert, pick = found["probes"]
+    assert (revert["kind"], revert["onto"], revert["verdict"]) == ("revert", h.shas[-1], "good")
+    assert (pick["kind"], pick["onto"], pick["verdict"]) == ("pick", h.shas[0], "bad")
+    assert revert["commit"] in launches and pick["commit"] in launches  # probed, both
+    refs = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(h.repo),
+            "for-each-ref",
+            "--format=%(objectname)",
+            "refs/llm-bisect/confirm/",
+        ],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert set(refs.split()) == {revert["commit"], pick["commit"]}
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Confirmation" in report and "**confirmed**" in report
+    # run again: read back from the journals, nothing probed anew; `report` keeps it
+    code, _, again, relaunched = run(h, tmp_path)
+    assert code == 0 and again["confirmation"] == found and relaunched == launches
+    assert CliRunner().invoke(cli, ["report", str(tmp_path / "out")]).exit_code == 0
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["confirmation"] == found
+
+
+def test_a_second_regression_after_the_culprit_is_said(tmp_path: Path) -> None:
+    second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
+    h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
+    code, output, doc, _ = run(h, tmp_path)
+    assert code == 0, output
+    assert doc["culprit"]["commit"] == h.shas[5]
+    found = doc["confirmation"]
+    assert found["status"] == "not-confirmed"
+    assert found["reason"].startswith("reverting it does not fix the bad build")
+    assert found["probes"][0]["verdict"] == "bad"
+
+
+def test_a_revert_that_does_not_apply_cannot_confirm_and_costs_no_probe(tmp_path: Path) -> None:
+    h = History(tmp_path, {5: "degenerate-content", 9: "null-content"}, 12)
+    code, output, doc, launches = run(h, tmp_path)
+    assert code == 0, output
+    found = doc["confirmation"]
+    assert found["status"] == "cannot-confirm"
+    assert "sim-engine.json: the change does not apply here (a conflict)" in found["reason"]
+    assert [p["commit"] for p in found["probes"]] == [None, None]
+    assert set(launches) == {p["commit"] for p in doc["probes"]}  # the run's commits only
+
+
+def test_confirm_false_spends_nothing(tmp_path: Path) -> None:
+    h = History(tmp_path, {9: "degenerate-content"}, 16)
+    code, _, doc, launches = run(h, tmp_path, confirm=False)
+    assert code == 0 and doc.get("confirmation") is None
+    assert set(launches) == {p["commit"] for p in doc["probes"]}
