@@ -94,3 +94,20 @@ def test_confirm_false_spends_nothing(tmp_path: Path) -> None:
     code, _, doc, launches = run(h, tmp_path, confirm=False)
     assert code == 0 and doc.get("confirmation") is None
     assert set(launches) == {p["commit"] for p in doc["probes"]}
+
+
+def test_confirm_continue_bisects_the_reverted_line_to_the_next_regression(
+    tmp_path: Path,
+) -> None:
+    second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
+    h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
+    code, output, doc, _ = run(h, tmp_path, confirm="continue")
+    assert code == 0, output
+    found = doc["confirmation"]
+    assert found["status"] == "not-confirmed"
+    went_on = found["continued"]
+    assert went_on["status"] == "found" and went_on["culprit"] == h.shas[9], went_on
+    assert went_on["message"].startswith(f"{h.shas[9][:12]} ")
+    nested = json.loads((tmp_path / "out" / "continued" / "result.json").read_text())
+    assert nested["confirmation"]["status"] == "confirmed"  # the second one, alone, is it
+    assert "Bisected on the reverted line" in (tmp_path / "out" / "report.md").read_text()

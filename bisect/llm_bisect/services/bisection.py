@@ -5,14 +5,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from ..config import config_digest
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..runner import RunResult, run, write_outputs, write_probe
-from .confirm import confirm
+from .confirm import confirm, continue_after
 from .localization import localize_after_run
 from .setup import Setup, golden_file_of, plan_of, run_context, run_id_of
 
@@ -73,6 +75,26 @@ def run_bisect(
         if found is not None:
             note(found["line"])
             done.result = write_outputs(out_dir, {**done.result, "localization": found}, s.scrub)
+        confirmation = done.result.get("confirmation")
+        if (
+            config.confirm == "continue"
+            and confirmation
+            and confirmation["probes"][0]["verdict"] == "bad"
+        ):
+            nested = replace(s, config=s.config.model_copy(update={"confirm": True}))
+
+            def bisect(line_good: str, line_bad: str) -> dict[str, Any]:
+                inner = run_bisect(nested, out_dir / "continued", good=line_good, bad=line_bad,
+                                   progress=progress)  # fmt: skip
+                return inner.result
+
+            sequence = [c.commit for c in plan.sequence]
+            went_on = continue_after(s.source.path, done.result, sequence, bisect, note)
+            note(f"confirm: {went_on['message']}")
+            confirmation = {**confirmation, "continued": went_on}
+            done.result = write_outputs(
+                out_dir, {**done.result, "confirmation": confirmation}, s.scrub
+            )
         return done
 
 

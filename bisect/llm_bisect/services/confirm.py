@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from ..model import Candidate, ProbeOutcome, Verdict
 from ..probe import ProbeContext, probe
 from ..redact import Scrub
 from ..runner import write_atomic
-from ..sources.picks import Made, pick, revert
+from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto
 
 JOURNAL = "confirm.jsonl"
 STORED = "confirmation.json"
@@ -178,3 +178,42 @@ def with_confirmation(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
     ):
         return result
     return {**result, "confirmation": stored.get("confirmation")}
+
+
+def continue_after(
+    repo: Path,
+    result: Mapping[str, Any],
+    sequence: Sequence[str],
+    bisect: Callable[[str, str], Mapping[str, Any]],
+    note: Callable[[str], None],
+) -> dict[str, Any]:
+    """`confirm: continue`: the culprit's revert did not fix the bad end, so bisect what
+    remains on the reverted line (each commit after the culprit, with it reverted); the
+    next culprit, named by the commit of the history it stands for. `bisect(good, bad)`
+    runs that bisection and returns its result."""
+    culprit = str(result["culprit"]["commit"])
+    after = list(sequence[sequence.index(culprit) :]) if culprit in sequence else []
+    line, why = reverted_line(repo, culprit, after)
+    if not line:
+        return {"status": "error", "culprit": None, "message": f"cannot continue: {why}"}
+    note(f"confirm: bisecting the {len(line)} commits after {culprit[:12]}, with it reverted")
+    found = bisect(line[0], line[-1])
+    status = str(found.get("status"))
+    made = (found.get("culprit") or {}).get("commit")
+    original = reverted_onto(repo, made) if made else None
+    if original is None:
+        return {"status": status, "culprit": None, "message": str(found.get("message", ""))}
+    subject = _subject_of(repo, original)
+    return {
+        "status": status,
+        "culprit": original,
+        "subject": subject,
+        "message": f"{original[:12]} {subject}: the next regression (with {culprit[:12]} reverted)",
+    }
+
+
+def _subject_of(repo: Path, commit: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "log", "-1", "--format=%s", commit], capture_output=True, text=True
+    )
+    return done.stdout.strip()

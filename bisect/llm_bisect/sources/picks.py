@@ -25,6 +25,14 @@ from pathlib import Path
 from ..errors import ConfigError
 
 REF_PREFIX = "refs/llm-bisect/confirm"
+_STAMP = {
+    "GIT_AUTHOR_NAME": "llm-bisect",
+    "GIT_AUTHOR_EMAIL": "llm-bisect@localhost",
+    "GIT_COMMITTER_NAME": "llm-bisect",
+    "GIT_COMMITTER_EMAIL": "llm-bisect@localhost",
+    "GIT_AUTHOR_DATE": "@0 +0000",  # the same inputs make the same commit, run after run
+    "GIT_COMMITTER_DATE": "@0 +0000",
+}
 
 
 @dataclass(frozen=True)
@@ -123,15 +131,7 @@ def _make(repo: Path, *, kind: str, culprit: str, onto: str, message: str) -> Ma
         tree = _merge_trees(repo, base, onto, theirs)
     except _Cannot as exc:
         return Made(None, f"{kind} of {culprit[:12]} onto {onto[:12]}: {exc}")
-    stamp = {
-        "GIT_AUTHOR_NAME": "llm-bisect",
-        "GIT_AUTHOR_EMAIL": "llm-bisect@localhost",
-        "GIT_COMMITTER_NAME": "llm-bisect",
-        "GIT_COMMITTER_EMAIL": "llm-bisect@localhost",
-        "GIT_AUTHOR_DATE": "@0 +0000",  # the same inputs make the same commit, run after run
-        "GIT_COMMITTER_DATE": "@0 +0000",
-    }
-    made = _git(repo, "commit-tree", tree, "-p", onto, "-F", "-", env=stamp,
+    made = _git(repo, "commit-tree", tree, "-p", onto, "-F", "-", env=_STAMP,
                 input=message.encode()).stdout.decode().strip()  # fmt: skip
     _git(repo, "update-ref", f"{REF_PREFIX}/{culprit}/{kind}-onto-{onto}", made)
     return Made(made)
@@ -155,3 +155,38 @@ def pick(repo: Path, culprit: str, onto: str) -> Made:
         message=f"{subject}\n\n(cherry picked from commit {culprit} by llm-bisect to "
         "confirm it)\n",
     )  # fmt: skip
+
+
+def reverted_line(repo: Path, culprit: str, commits: Sequence[str]) -> tuple[list[str], str]:
+    """A line of commits, one per given commit (oldest first), each that commit's tree with
+    the culprit reverted, each the child of the one before: the history as it would have been
+    without the culprit, to bisect what else broke after it. (The line, "") or ([], why not:
+    the first commit the revert does not apply to)."""
+    parents = _parents(repo, culprit)
+    if len(parents) != 1:
+        return [], f"{culprit[:12]} is a merge commit: which change to revert is not one"
+    line: list[str] = []
+    for commit in commits:
+        try:
+            tree = _merge_trees(repo, culprit, commit, parents[0])
+        except _Cannot as exc:
+            return [], f"revert of {culprit[:12]} onto {commit[:12]}: {exc}"
+        subject = _subject(repo, commit)
+        message = (f"{subject} (without {culprit[:12]})\n\nReverted-onto: {commit}\n"
+                   f"Reverts: {culprit}\n")  # fmt: skip
+        made = _git(repo, "commit-tree", tree, "-p", line[-1] if line else commit, "-F", "-",
+                    env=_STAMP, input=message.encode()).stdout.decode().strip()  # fmt: skip
+        line.append(made)
+    if not line:
+        return [], "no commits after the culprit"
+    _git(repo, "update-ref", f"{REF_PREFIX}/{culprit}/line-{commits[-1]}", line[-1])
+    return line, ""
+
+
+def reverted_onto(repo: Path, commit: str) -> str | None:
+    """The commit a commit of a reverted line stands for (its Reverted-onto trailer)."""
+    body = _git(repo, "log", "-1", "--format=%B", commit).stdout.decode(errors="replace")
+    for line in body.splitlines():
+        if line.startswith("Reverted-onto: "):
+            return line.removeprefix("Reverted-onto: ").strip()
+    return None
