@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import shutil
 import threading
-import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
@@ -45,6 +44,7 @@ from .. import collectenv
 from ..builds import Builder, ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..builds.prefetch import Prefetcher
+from ..clock import SYSTEM
 from ..config import DockerServerConfig, fill
 from ..environment import SMI_TIMEOUT_S
 from ..errors import LaunchError, PortTaken, ServerExited
@@ -500,8 +500,8 @@ class DockerLauncher:
         report: Callable[[str], None] = lambda _: None,
         slot_devices: Sequence[Sequence[str] | None] = (),
         ports: PortBook | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = SYSTEM.monotonic,
+        sleep: Callable[[float], None] = SYSTEM.sleep,
     ) -> None:
         self.cfg = cfg
         self.slot_devices = [None if d is None else tuple(d) for d in slot_devices]

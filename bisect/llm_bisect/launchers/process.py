@@ -16,7 +16,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -25,6 +24,7 @@ from typing import IO, Any
 from .. import collectenv
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
+from ..clock import SYSTEM
 from ..collectenv import LocalCollect
 from ..config import fill
 from ..errors import LaunchError, NotReady, PortTaken, ServerExited
@@ -234,8 +234,8 @@ class ProcessLauncher(Prefetching):
         collect_env: Sequence[str] | None = None,
         slot_devices: Sequence[Sequence[str] | None] = (),
         ports: PortBook | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = SYSTEM.monotonic,
+        sleep: Callable[[float], None] = SYSTEM.sleep,
     ) -> None:
         self.slot_devices = [None if d is None else tuple(d) for d in slot_devices]
         """Per slot, the GPUs its server alone uses (CUDA_VISIBLE_DEVICES, `{gpus}`)."""
