@@ -282,3 +282,27 @@ def test_a_cache_dir_that_cannot_be_a_folder_is_one_line(
         lines = output.strip().splitlines()
         assert code == exit_code and len(lines) == 1, output
         assert "build.cache.dir: " in lines[0] and "is not a folder" in lines[0], output
+
+
+class SteppingClock:
+    """A clock that moves `step` seconds each time it is read, and never waits."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 1000.0, step
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+    def time(self) -> float:
+        return self.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_build_takes_the_time_the_cache_s_clock_says(tmp_path: Path) -> None:
+    cache = BuildCache(tmp_path / "cache", 10**9, clock=SteppingClock(2.5))
+    lease, made = cache.obtain("k", {"what": "toy"}, lambda folder: {"files": 1})
+    lease.release()
+    assert made and lease.facts["seconds"] == pytest.approx(2.5)

@@ -24,7 +24,8 @@ from helpers import write_config
 from llm_bisect.builds import Build, ImageTarget
 from llm_bisect.builds.images import BASE_LABEL, ROUTE_LABEL, ImageDeriver, derived_ref
 from llm_bisect.cli import cli
-from llm_bisect.launchers.docker import RUN_LABEL, volume_binds
+from llm_bisect.launchers.docker import volume_binds
+from llm_bisect.launchers.docker_engine import RUN_LABEL
 from llm_bisect.model import Candidate
 from llm_bisect.sim.docker import PYTHON, layer_tar, sim_server
 

@@ -10,9 +10,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +27,25 @@ from typer.testing import CliRunner
 
 from helpers import History, probe_order, shell_words, wait_until, write_config
 from llm_bisect import app
+from llm_bisect.builds import Builder, ImageStrategy
+from llm_bisect.builds.cache import BuildCache
 from llm_bisect.cli import cli
 from llm_bisect.errors import PortTaken
 from llm_bisect.journal import read_events
+from llm_bisect.launchers.common import owner_label
 from llm_bisect.launchers.docker import (
-    COMMIT_LABEL,
-    OWNER_LABEL,
-    RUN_LABEL,
     DockerLauncher,
     DockerServerConfig,
     container_spec,
-    engine_address,
-    owner_label,
     run_line,
 )
+from llm_bisect.launchers.docker_engine import (
+    COMMIT_LABEL,
+    OWNER_LABEL,
+    RUN_LABEL,
+    engine_address,
+)
+from llm_bisect.launchers.spread import Spread
 from llm_bisect.model import Candidate
 from llm_bisect.registry import Registry, parse_image_ref
 from llm_bisect.sim.docker import (
@@ -874,3 +881,79 @@ def test_collect_env_and_the_gpus_come_from_inside_the_candidates_container(
     assert "collect_env.torch" in result["fingerprints"]["differences"]
     report = (out / "report.md").read_text()
     assert "| **torch** | `2.13.0+cu130` | `2.14.0` |" in report, report
+
+
+class EmptyEngine(BaseHTTPRequestHandler):
+    """A Docker engine with no images, on loopback: the API calls a launcher makes before it
+    starts anything (a second `docker_hosts` entry; a second dockerd would take the host's
+    docker0 bridge with it)."""
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path.endswith("/_ping"):
+            self._reply(200, b"OK", "text/plain")
+        elif path.endswith("/version"):
+            self._reply(200, json.dumps({"ApiVersion": "1.41", "Version": "empty"}).encode())
+        else:  # /images/<ref>/json, and anything else: not here
+            self._reply(404, json.dumps({"message": f"No such image: {path}"}).encode())
+
+    def _reply(self, code: int, body: bytes, kind: str = "application/json") -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def empty_engine() -> Iterator[docker.DockerClient]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), EmptyEngine)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    engine = docker.DockerClient(base_url=f"tcp://127.0.0.1:{server.server_address[1]}")
+    try:
+        yield engine
+    finally:
+        engine.close()
+        server.shutdown()
+        server.server_close()
+
+
+def test_each_docker_host_routes_by_its_own_engines_images(
+    client: docker.DockerClient,
+    empty_engine: docker.DockerClient,
+    repo_name: str,
+    tmp_path: Path,
+) -> None:
+    """Two `docker_hosts`, an image on the first engine only (`pull: never`): the first says
+    the candidate is its image and the second that it has none, whichever was made last;
+    a Spread over both asks the first."""
+    commit = "ab" * 20
+    import_image(client, f"{repo_name}:{commit}", {"fault": "none"})
+    server = {**sim_server(repo_name + ":{commit}"), "pull": "never"}
+    cfg = DockerServerConfig.model_validate(server)
+    builder = Builder([ImageStrategy()], BuildCache(tmp_path / "cache", 10**9))
+    engines = [
+        DockerLauncher(
+            cfg,
+            env={},
+            secret_names=[],
+            base_dir=tmp_path,
+            run_id="hosts",
+            client=engine,
+            builder=builder,
+        )
+        for engine in (client, empty_engine)
+    ]
+    try:
+        first, second = (e.artifact(Candidate(commit)) for e in engines)
+        assert (first.available, first.local) == (True, True), first
+        assert first.route.startswith("image:"), first
+        assert second.available is False and "no build" in second.reason, second
+        assert Spread(engines).artifact(Candidate(commit)) == first
+    finally:
+        for engine in engines:
+            engine.close()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llm_bisect.launchers.docker import docker_logins
+from llm_bisect.launchers.docker_images import docker_logins
 from llm_bisect.registry import DOCKER_HUB, ImageRef, Registry, RegistryError, parse_image_ref
 from llm_bisect.sim.docker import SimRegistry
 

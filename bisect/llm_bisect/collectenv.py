@@ -21,13 +21,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import guard  # ends collect_env with the harness, even on SIGKILL
+from .clock import SYSTEM, Clock
 from .environment import QUERY, SMI_TIMEOUT_S, parse_gpus
 from .files import head_text
 
@@ -230,8 +230,10 @@ class LocalCollect:
         into: Path,
         secret_names: Sequence[str] = (),
         timeout: float = TIMEOUT_S,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.argv = None if argv is None else list(argv)
+        self.clock = clock
         self.env = dict(env)
         self.cwd = cwd
         self.into = into
@@ -263,7 +265,7 @@ class LocalCollect:
         except OSError as exc:
             (self.into / CODE).write_text(f"off: cannot start it: {exc.strerror}\n")
             return
-        self._started = time.monotonic()
+        self._started = self.clock.monotonic()
 
     def finish(self) -> None:
         """Wait for collect_env (up to its timeout from its start), then list the GPUs."""
@@ -272,7 +274,7 @@ class LocalCollect:
         self._done = True
         proc = self._proc
         if proc is not None:
-            left = max(0.0, self._started + self.timeout - time.monotonic())
+            left = max(0.0, self._started + self.timeout - self.clock.monotonic())
             try:
                 code = str(proc.wait(timeout=left))
             except subprocess.TimeoutExpired:

@@ -9,7 +9,6 @@ thread (its answer no longer needed), which stops its server at once.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from . import collectenv
 from .checks import Check
 from .checks.golden import Golden, GoldenStore
 from .client import OpenAIClient
+from .clock import SYSTEM
 from .collectenv import collected
 from .errors import EndpointError, LaunchError, ReplyTooLarge, ServerFault
 from .files import head_text
@@ -81,7 +81,7 @@ class ProbeContext:
     golden: GoldenStore | None = None
     """The golden (recorded from the good end's probe when none exists yet)."""
     regress: Regress = Regress.SEMANTIC
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float] = SYSTEM.monotonic
 
 
 class Cancel:

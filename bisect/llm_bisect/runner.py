@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from .checks import Check
 from .checks.golden import GoldenStore
 from .checks.golden import warnings as golden_warnings
 from .client import OpenAIClient
+from .clock import SYSTEM, Clock
 from .errors import JournalError
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
 from .launchers import Launcher, Server
@@ -128,7 +128,7 @@ def run(
     scrub: Scrub | None = None,
     regress: Regress = Regress.SEMANTIC,
     coarse: bool = False,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock = SYSTEM,
     context: Mapping[str, Any] | None = None,
     given: Sequence[tuple[ProbeOutcome, str]] = (),
     parallel: int = 1,
@@ -152,7 +152,9 @@ def run(
     progress = progress or SilentProgress()
     scrub = scrub or Scrub()
     golden = golden or GoldenStore(out_dir / "golden.json", checks, plan.good.commit, scrub=scrub)
-    ctx = ProbeContext(launcher, checks, client, progress, repeats, golden, regress, clock)
+    ctx = ProbeContext(
+        launcher, checks, client, progress, repeats, golden, regress, clock.monotonic
+    )
     with Journal(out_dir / FILENAME, scrub) as journal:
         state = journal.reading.state
         if journal.reading.dropped:
@@ -173,10 +175,10 @@ def run(
                 regress=regress.value,
                 reprobe=reprobe,
                 context=dict(context or {}),
-                time=time.time(),
+                time=clock.time(),
             )
             for outcome, source in given:
-                journal.append("probe", outcome=outcome.to_json(), given=source, time=time.time())
+                journal.append("probe", outcome=outcome.to_json(), given=source, time=clock.time())
             state = read_journal(out_dir / FILENAME).state
             assert state is not None
         progress.planned(plan, len(state.probes))
@@ -187,9 +189,9 @@ def run(
             if coarse
             else frozenset()
         )
-        slots = _Slots(plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe)
+        slots = _Slots(plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock)
         step = slots.run()
-        done = time.time()
+        done = clock.time()
         journal.append("done", status=step.status.value, time=done)
     said = golden_warnings(golden.data) if golden.data else []
     for warning in said:
@@ -238,8 +240,10 @@ class _Slots:
         k: int,
         state: JournalState,
         reprobe: bool = False,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.plan, self.out_dir, self.journal, self.ctx = plan, out_dir, journal, ctx
+        self.clock = clock
         self.prefer, self.k, self.reprobe = prefer, k, reprobe
         self.probes = list(state.probes)
         self.spans = list(state.spans)
@@ -288,7 +292,7 @@ class _Slots:
         has one, and its own folder)."""
         taken = {f.slot for f in self.running.values()}
         slot = min(i for i in range(self.k) if i not in taken)
-        began, round_ = time.time(), self.depth + 1
+        began, round_ = self.clock.time(), self.depth + 1
         self.journal.append(
             "probe-start", commit=candidate.commit, slot=slot, round=round_, time=began
         )
@@ -310,7 +314,7 @@ class _Slots:
             if not flight.cancel.cancelled:
                 raise  # a bug: the run stops, and says so
             outcome = ProbeOutcome(flight.candidate.commit, Verdict.SKIP, CANCELLED)
-        ended = time.time()
+        ended = self.clock.time()
         if flight.cancel.cancelled:
             self.journal.append(
                 "probe-cancel", commit=flight.candidate.commit, slot=flight.slot, time=ended

@@ -164,6 +164,15 @@ class Based(Protocol):
 
     def base_of(self, candidate: Candidate) -> str | None: ...
 
+    def detached(self) -> Strategy:
+        """The same strategy, attached to nothing and knowing nothing of routes yet (the
+        Builder of another engine attaches it: see Builder.on_engine)."""
+        ...
+
+
+ImageLookup = Callable[[Candidate], tuple[bool | None, str]]
+"""One Docker engine's answer: (does the candidate's image exist?, the image or why not)."""
+
 
 class ImageStrategy:
     """The `image` route: the launcher's image template, as it has always been."""
@@ -171,17 +180,18 @@ class ImageStrategy:
     name = "image"
     cache_name = "image"
 
-    def __init__(self) -> None:
-        self.lookup: Callable[[Candidate], tuple[bool | None, str]] | None = None
-        """Set by the Docker launcher: (exists?, the image or why not) without pulling."""
+    def __init__(self, lookup: ImageLookup | None = None) -> None:
+        self._lookup = lookup
+        """One engine's (Builder.on_engine): (exists?, the image or why not) without pulling;
+        None: no engine, no image route."""
 
     def identity(self, candidate: Candidate) -> Mapping[str, Any]:
         return {}  # never cached: the launcher pulls it
 
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
-        if self.lookup is None:
+        if self._lookup is None:
             return False, "images run with launcher: docker"
-        found, detail = self.lookup(candidate)
+        found, detail = self._lookup(candidate)
         if found is None:  # a pull would fail as the lookup did: let the next route try
             return False, f"could not tell whether it exists: {detail}"
         return found, detail
@@ -215,13 +225,33 @@ class Builder:
         self._logs: dict[str, Path] = {}
         self._applies: dict[tuple[int, str], tuple[bool, str]] = {}
         """(strategy, commit) → what its `applies` said: an index or registry is asked once."""
+        self._surveyed: tuple[Candidate, ...] = ()
         for i, strategy in enumerate(self.strategies):
             if isinstance(strategy, Based):
                 strategy.attach(Earlier(self, i))
 
+    def on_engine(self, images: ImageLookup) -> Builder:
+        """The builder as one Docker engine sees it: its `image` routes ask that engine
+        (`images`), and so do the routes that follow from them (an overlay's base is the
+        nearest commit with an image there); the cache and the other strategies are shared.
+        Each engine gets its own: what one engine holds says nothing of another's."""
+        strategies = [
+            ImageStrategy(images)
+            if isinstance(s, ImageStrategy)
+            else s.detached()
+            if isinstance(s, Based)
+            else s
+            for s in self.strategies
+        ]
+        engine = Builder(strategies, self.cache, self.targets)
+        if self._surveyed:
+            engine.survey(self._surveyed)
+        return engine
+
     def survey(self, candidates: Sequence[Candidate]) -> None:
         """The range routes will be asked for (oldest first): strategies that can read what
         they need of it at once do so as routes are asked for."""
+        self._surveyed = tuple(candidates)
         commits = [c.commit for c in candidates]
         for strategy in self.strategies:
             if isinstance(strategy, Surveyed):

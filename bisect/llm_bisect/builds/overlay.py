@@ -458,6 +458,7 @@ class OverlayStrategy:
     ) -> None:
         """`base_commit` None: the nearest (`attach` names the strategies before it);
         `stage`: the build is a stage for an image (Docker launcher)."""
+        self._made_with = (history, python, package_dir, package, base_commit, compiled, stage)
         self.history = history
         self.python = python
         self.package_dir = package_dir
@@ -474,6 +475,19 @@ class OverlayStrategy:
     def attach(self, earlier: Earlier) -> None:
         """The strategies a `nearest` overlay takes its base from."""
         self.earlier = earlier
+
+    def detached(self) -> OverlayStrategy:
+        """The same overlay, attached to nothing, its route facts not read yet."""
+        history, python, package_dir, package, base_commit, compiled, stage = self._made_with
+        return OverlayStrategy(
+            history,
+            python=python,
+            package_dir=package_dir,
+            package=package,
+            base_commit=base_commit,
+            compiled=compiled,
+            stage=stage,
+        )
 
     def _artifact(self, commit: str) -> str | None:
         return self.earlier.artifact(commit) if self.earlier is not None else None

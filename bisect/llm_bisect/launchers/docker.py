@@ -5,37 +5,37 @@
     __exit__     stop (SIGTERM, then SIGKILL after stop_timeout) and remove, always
     reap()       remove the containers killed llm-bisect processes left behind (any run or
                  command: by owner label, `host:pid:start`, checked against live processes)
-    prefetch(cs) pull the images that could come next, in the background, within a
-                 disk budget; no new pull starts while checks run
+    prefetch(cs) make ready the images that could come next, in the background, within a
+                 disk budget (builds/prefetch.py); nothing new starts while checks run
+
+    docker_engine.py   one engine: images, containers, reaping (docker.errors end there)
+    docker_images.py   what an image is: lookup, labels, pulls (by digest), prefetch pulls
+    docker.py          the launcher: which image a candidate runs, its container, its server
 
 With `build:` a candidate's route is image (the template, as above), or wheel or
 overlay: an image derived from a base image (builds/images.py), made before the
-probe or by prefetch, reused while the base is the same.
+probe or by prefetch, reused while the base is the same. Each engine routes by its own
+images (Builder.on_engine): a `docker_hosts` engine without an image does not borrow
+another's answer.
 
 Each slot gets its own host port (a port another process took before the container
 started: the container starts again on another) and, given `slot_devices`, its own GPUs.
-
-Library errors (docker.errors) are translated here, at the boundary.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import threading
-import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager, suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
 import docker
-import docker.auth
-import docker.credentials.errors
 import docker.errors
 import docker.types
 from docker.models.containers import Container
@@ -43,8 +43,10 @@ from docker.models.images import Image
 from pydantic import Field, field_validator
 
 from .. import collectenv
-from ..builds import Builder, ImageStrategy, ImageTarget, Route
+from ..builds import Builder, ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
+from ..builds.prefetch import Prefetcher
+from ..clock import SYSTEM
 from ..config import (
     DOCKER_ARG_PLACEHOLDERS,
     IMAGE_PLACEHOLDERS,
@@ -69,55 +71,21 @@ from ..kinds import (
 )
 from ..model import Candidate
 from ..redact import Masker, redact
-from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
+from ..registry import Registry, parse_image_ref
 from ..report import escape as esc
 from . import Artifact, Instrument, Launcher
-from .common import (
-    LoggedServer,
-    PortBook,
-    owner_alive,
-    owner_label,
-    owner_pid,
-    stranger_on,
-    wait_ready,
-)
+from .common import LoggedServer, PortBook, owner_label, stranger_on, wait_ready
 from .devices import EXAMPLE, slot_devices
-
-RUN_LABEL = "llm-bisect.run"
-COMMIT_LABEL = "llm-bisect.commit"
-OWNER_LABEL = "llm-bisect.owner"
-"""`host:pid:start` of the llm-bisect process that made a container: reap() spares live owners."""
-
-
-def docker_logins(hosts: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """What `docker login` stored for these registry hosts (config.json, credential helpers)."""
-    try:
-        auth = docker.auth.load_config()
-    except (docker.errors.DockerException, OSError, ValueError):
-        return {}
-    found: dict[str, tuple[str, str]] = {}
-    for host in dict.fromkeys(hosts):
-        try:
-            entry = auth.resolve_authconfig(None if host == DOCKER_HUB else host)
-        except (docker.errors.DockerException, docker.credentials.errors.StoreError, OSError):
-            continue
-        if not entry:
-            continue
-        user = entry.get("Username") or entry.get("username")
-        password = entry.get("Password") or entry.get("password")
-        if user and password:
-            found[host] = (str(user), str(password))
-    return found
-
-
-@dataclass
-class PullStats:
-    """What the prefetcher did, for the report and the benchmark."""
-
-    prefetched: dict[str, float] = field(default_factory=dict)
-    """Image ref → seconds its prefetch pull took."""
-    waited: dict[str, float] = field(default_factory=dict)
-    """Image ref → seconds a probe waited for a pull (prefetch in flight or its own)."""
+from .docker_engine import (
+    COMMIT_LABEL,
+    OWNER_LABEL,
+    RUN_LABEL,
+    Engine,
+    docker_message,
+)
+from .docker_engine import reap_engine as reap_engine  # `llm-bisect reap` (app.py)
+from .docker_images import Images
+from .docker_images import docker_logins as docker_logins  # app.py
 
 
 def ulimit_list(ulimits: Mapping[str, Any]) -> list[docker.types.Ulimit]:
@@ -245,13 +213,13 @@ class DockerServer(LoggedServer):
             self.command = run_line(
                 spec, self.launcher.image_ref(self.candidate), self.launcher.secret_names
             )
-            self.container = self.launcher.client.containers.create(**spec)
+            self.container = self.launcher.engine.create(spec)
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log = self.log_path.open("ab")
             self._start()
         except docker.errors.DockerException as exc:
             self.stop()
-            raise LaunchError(f"docker: {_docker_message(exc)}", self.log_tail()) from exc
+            raise LaunchError(f"docker: {docker_message(exc)}", self.log_tail()) from exc
         except BaseException:
             self.stop()
             raise
@@ -264,7 +232,7 @@ class DockerServer(LoggedServer):
         self.port = (
             host_port if self.launcher.cfg.network_mode == "host" else self.launcher.cfg.port
         )
-        self.base_url = f"http://{self.launcher.address}:{host_port}"
+        self.base_url = f"http://{self.launcher.engine.address}:{host_port}"
 
     def spec(self, image: Image) -> dict[str, Any]:
         """The `containers.create` arguments of this server (its slot's port and devices)."""
@@ -279,7 +247,7 @@ class DockerServer(LoggedServer):
             run_id=self.launcher.run_id,
             base_dir=self.launcher.base_dir,
             owner=self.launcher.owner,
-            bind=self.launcher.bind,
+            bind=self.launcher.engine.bind,
             devices=self.devices,
         )
 
@@ -292,7 +260,7 @@ class DockerServer(LoggedServer):
                 self.container.start()
                 return
             except docker.errors.APIError as exc:
-                said = _docker_message(exc)
+                said = docker_message(exc)
                 if moves == PORT_MOVES or not any(m in said for m in _PORT_IN_USE):
                     raise
             old = self.host_port
@@ -314,7 +282,7 @@ class DockerServer(LoggedServer):
             self.command = run_line(
                 spec, self.launcher.image_ref(self.candidate), self.launcher.secret_names
             )
-            self.container = self.launcher.client.containers.create(**spec)
+            self.container = self.launcher.engine.create(spec)
 
     def _follow_logs(self) -> None:
         container, log = self.container, self._log
@@ -351,23 +319,24 @@ class DockerServer(LoggedServer):
     def check_alive(self, wait: float = 0.0) -> None:
         if self.container is None:
             raise ServerExited("the container is not running", None)
-        deadline = time.monotonic() + wait
+        clock, sleep = self.launcher.clock, self.launcher.sleep
+        deadline = clock() + wait
         while True:
             try:
                 self.container.reload()
             except docker.errors.NotFound:
                 raise ServerExited("the container is gone", None) from None
             except docker.errors.DockerException as exc:
-                raise LaunchError(f"docker: {_docker_message(exc)}") from exc
+                raise LaunchError(f"docker: {docker_message(exc)}") from exc
             state = self.container.attrs.get("State", {})
             if state.get("Status") in ("exited", "dead"):
                 code = state.get("ExitCode")
                 oom = " (OOM-killed)" if state.get("OOMKilled") else ""
-                time.sleep(0.2)  # let the log stream catch the last lines
+                sleep(0.2)  # let the log stream catch the last lines
                 raise ServerExited(f"container exited with code {code}{oom}", code, self.log_tail())
-            if time.monotonic() >= deadline:
+            if clock() >= deadline:
                 return
-            time.sleep(0.1)
+            sleep(0.1)
 
     def wait_ready(self) -> None:
         cfg = self.launcher.cfg
@@ -383,7 +352,7 @@ class DockerServer(LoggedServer):
         """On the host's network, what answers on the port must be this container's server
         (else the probe is untestable, never another server's verdict); a published port is
         the engine's own, and another engine's host cannot be looked at from here."""
-        if self.launcher.cfg.network_mode != "host" or self.launcher.address != "127.0.0.1":
+        if self.launcher.cfg.network_mode != "host" or self.launcher.engine.address != "127.0.0.1":
             return
         assert self.container is not None
         try:
@@ -448,7 +417,7 @@ class DockerServer(LoggedServer):
         try:
             code, out = self.container.exec_run([*BOUNDED, *argv])
         except docker.errors.DockerException as exc:
-            (into / collectenv.CODE).write_text(f"off: docker exec: {_docker_message(exc)}\n")
+            (into / collectenv.CODE).write_text(f"off: docker exec: {docker_message(exc)}\n")
             return
         text = out.decode("utf-8", "replace") if isinstance(out, bytes) else ""
         (into / collectenv.OUTPUT).write_text(redact(text, self.secrets))
@@ -471,17 +440,6 @@ INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
 PORT_MOVES = 3
 """How many times a container whose host port was taken starts again on another one."""
 _PORT_IN_USE = ("port is already allocated", "address already in use")
-
-
-def engine_address(base_url: str) -> str | None:
-    """The host whose published ports a Docker engine's URL reaches; None for this machine's
-    own engine (a unix socket, localhost). Pure."""
-    if not base_url or base_url.startswith(("unix:", "http+unix:", "npipe:", "http+docker:")):
-        return None
-    rest = base_url.split("://", 1)[-1].split("/", 1)[0]
-    host = rest.rsplit("@", 1)[-1]
-    host = host[1:].split("]", 1)[0] if host.startswith("[") else host.split(":", 1)[0]
-    return None if host in ("", "localhost", "127.0.0.1", "::1") else host
 
 
 def run_line(spec: Mapping[str, Any], ref: str, secret: Collection[str]) -> str:
@@ -544,13 +502,8 @@ def instrument_spec(spec: dict[str, Any], instrument: Instrument, image: Image |
     spec["environment"] = env
 
 
-def _docker_message(exc: docker.errors.DockerException) -> str:
-    explanation = getattr(exc, "explanation", None)
-    return str(explanation or exc).strip()
-
-
 class DockerLauncher:
-    """Containers per candidate through the Docker engine; see the module docstring."""
+    """Containers per candidate through one Docker engine; see the module docstring."""
 
     def __init__(
         self,
@@ -568,8 +521,8 @@ class DockerLauncher:
         report: Callable[[str], None] = lambda _: None,
         slot_devices: Sequence[Sequence[str] | None] = (),
         ports: PortBook | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = SYSTEM.monotonic,
+        sleep: Callable[[float], None] = SYSTEM.sleep,
     ) -> None:
         self.cfg = cfg
         self.slot_devices = [None if d is None else tuple(d) for d in slot_devices]
@@ -583,41 +536,25 @@ class DockerLauncher:
         self.base_dir = base_dir
         self.run_id = run_id
         self.owner = owner_label()
-        self.address, self.bind = "127.0.0.1", "127.0.0.1"
-        url = engine or os.environ.get("DOCKER_HOST", "")
-        where = engine_address(url)
-        if where is not None:  # another machine's engine: its published ports, there
-            self.address, self.bind = where, "0.0.0.0"
-        try:
-            self.client = client or (
-                docker.DockerClient(base_url=engine) if engine else docker.from_env()
-            )
-            self.client.ping()
-        except docker.errors.DockerException as exc:
-            at = f" at {url}" if url else ""
-            raise LaunchError(
-                f"docker: cannot reach the engine{at}: {_docker_message(exc)}"
-            ) from exc
-        self.registry = registry or Registry(
-            username=cfg.registry.username, password=cfg.registry.password, logins=logins
-        )
+        self.engine = Engine.connect(engine, client)
         self.report = report
         self.clock = clock
         self.sleep = sleep
-        self.stats = PullStats()
-        self._artifacts: dict[str, Artifact] = {}
-        self._pulls: dict[str, threading.Event] = {}
-        self._pull_lock = threading.Lock()
-        self._quiet = threading.Event()  # set while checks run: no new prefetch pull starts
-        self._prefetch_thread: threading.Thread | None = None
-        self._prefetch_queue: list[Candidate] = []
-        self._prefetched_bytes = 0
-        self._prefetched: set[str] = set()
-        self._probed: set[str] = set()
-        self._closed = threading.Event()
-        self.builder = builder
+        self.images = Images(
+            self.engine,
+            registry
+            or Registry(
+                username=cfg.registry.username, password=cfg.registry.password, logins=logins
+            ),
+            pull=cfg.pull,
+            report=report,
+            clock=clock,
+        )
+        self.stats = self.images.stats
+        self.builder = builder.on_engine(self._template_lookup) if builder is not None else None
+        """The config's builder as this engine sees it (its own image routes)."""
         self.deriver = ImageDeriver(
-            self.client,
+            self.engine.client,
             volumes=volume_binds(cfg.volumes, base_dir),
             labels={RUN_LABEL: run_id, OWNER_LABEL: self.owner},
             cache=str(builder.cache.root) if builder is not None else "",
@@ -625,10 +562,7 @@ class DockerLauncher:
         self.build_facts: dict[str, dict[str, Any]] = {}
         """Commit → what result.json records of its derived image's build."""
         self._routes: dict[str, Route] = {}
-        if builder is not None:
-            for strategy in builder.strategies:
-                if isinstance(strategy, ImageStrategy):
-                    strategy.lookup = self._template_lookup
+        self.prefetcher = Prefetcher(self._fetch_ahead)
 
     # -- artifacts ---------------------------------------------------------------------
 
@@ -654,22 +588,22 @@ class DockerLauncher:
         return found
 
     def _template_lookup(self, candidate: Candidate) -> tuple[bool | None, str]:
-        art = self._lookup(self.template_ref(candidate))
+        art = self.images.lookup(self.template_ref(candidate))
         return art.available, art.ref if art.available is not False else art.reason
 
     def artifact(self, candidate: Candidate) -> Artifact:
         """Whether the candidate's image exists (engine, then registry) or can be built."""
         route = self.route(candidate)
         if route is None:
-            return self._lookup(self.template_ref(candidate))
+            return self.images.lookup(self.template_ref(candidate))
         if route.strategy == "image":
-            found = self._lookup(self.template_ref(candidate))
+            found = self.images.lookup(self.template_ref(candidate))
             return replace(found, route=str(route))
         if route.strategy is None:
             ref = self.template_ref(candidate)
             return Artifact(ref, False, reason=f"no build: {route.detail}", route=str(route))
         ref = derived_ref(candidate, route.strategy)
-        made = self._has(ref)
+        made = self.engine.has(ref)
         assert self.builder is not None
         return Artifact(
             ref,
@@ -679,71 +613,11 @@ class DockerLauncher:
             ready=made or route.strategy == "wheel" or self.builder.cached(candidate, route),
         )
 
-    def _lookup(self, ref: str) -> Artifact:
-        """Whether an image exists, from the engine, then the registry (nothing pulled)."""
-        try:
-            image = self.client.images.get(ref)
-        except docker.errors.ImageNotFound:
-            image = None
-        except docker.errors.DockerException as exc:
-            return Artifact(ref, None, reason=f"docker: {_docker_message(exc)}")
-        if image is not None:
-            digests = image.attrs.get("RepoDigests") or []
-            found = Artifact(
-                ref,
-                True,
-                local=True,
-                ready=True,
-                digest=digests[0].split("@")[-1] if digests else str(image.id),
-                size=int(image.attrs.get("Size", 0)),
-            )
-        elif self.cfg.pull == "never":
-            found = Artifact(ref, False, reason=f"no artifact: image {ref} is not in the engine")
-        else:
-            found = self._remote_artifact(ref)
-        self._artifacts[ref] = found
-        return found
-
     def image_metadata(self, ref: str) -> tuple[dict[str, str] | None, list[str]]:
         """(labels, env) of an image from the engine, else the registry; (None, []) if missing."""
-        try:
-            attrs = self.client.images.get(ref).attrs
-            config = attrs.get("Config") or {}
-            return dict(config.get("Labels") or {}), list(config.get("Env") or [])
-        except docker.errors.ImageNotFound:
-            pass
-        except docker.errors.DockerException as exc:
-            raise LaunchError(f"docker: {_docker_message(exc)}") from exc
-        if self.cfg.pull == "never":
-            return None, []
-        try:
-            parsed = parse_image_ref(ref)
-        except ValueError:
-            return None, []
-        try:
-            manifest = self.registry.manifest(parsed)
-            if manifest is None:
-                return None, []
-            config = self.registry.image_config(parsed, manifest).get("config") or {}
-        except RegistryError as exc:
-            raise LaunchError(f"cannot read image {ref!r}: {exc}") from exc
-        return dict(config.get("Labels") or {}), list(config.get("Env") or [])
+        return self.images.metadata(ref)
 
-    def _remote_artifact(self, ref: str) -> Artifact:
-        try:
-            parsed = parse_image_ref(ref)
-        except ValueError as exc:
-            return Artifact(ref, False, reason=f"no artifact: {exc}")
-        try:
-            manifest = self.registry.manifest(parsed)
-        except RegistryError as exc:
-            return Artifact(ref, None, reason=str(exc))
-        if manifest is None:
-            where = f"in neither the engine nor {parsed.registry}"
-            return Artifact(ref, False, reason=f"no artifact: image {ref} is {where}")
-        return Artifact(ref, True, digest=manifest.digest, size=manifest.size, ready=True)
-
-    # -- pulls -------------------------------------------------------------------------
+    # -- images to run -----------------------------------------------------------------
 
     def ensure_image(self, candidate: Candidate) -> Image:
         """The candidate's image in the engine: pulled (by digest when the registry named
@@ -751,28 +625,10 @@ class DockerLauncher:
         route = self._routes.get(candidate.commit) if not candidate.artifact else None
         route = route or self.route(candidate)
         if route is None or route.strategy == "image":
-            return self._ensure(self.template_ref(candidate))
+            return self.images.ensure(self.template_ref(candidate))
         if route.strategy is None:
             raise LaunchError(f"no build: {route.detail}")
         return self._derived(candidate, route)
-
-    def _ensure(self, ref: str) -> Image:
-        """An image in the engine, pulled when missing (as `pull` says)."""
-        self._probed.add(ref)
-        art = self._artifacts.get(ref) or self._lookup(ref)
-        t0 = self.clock()
-        with self._pulling(ref) as mine:
-            if not mine:  # a prefetch of this image was under way; it is done now
-                self.stats.waited[ref] = self.clock() - t0
-            if self.cfg.pull == "always" or not self._has(ref):
-                if self.cfg.pull == "never":
-                    raise LaunchError(f"no artifact: image {ref} is not in the engine")
-                self._pull(ref, art, quiet_aware=False)
-                self.stats.waited[ref] = self.stats.waited.get(ref, 0.0) + self.clock() - t0
-        try:
-            return self.client.images.get(ref)
-        except docker.errors.DockerException as exc:
-            raise LaunchError(f"docker: {_docker_message(exc)}") from exc
 
     def _derived(self, candidate: Candidate, route: Route) -> Image:
         """The image derived from the candidate's build: found, or built now."""
@@ -780,7 +636,7 @@ class DockerLauncher:
         target = self.builder.targets[route.index]
         ref = derived_ref(candidate, route.strategy)
         key = self.builder.key(candidate, route)[0]
-        with self._pulling(ref):
+        with self.images.making(ref):
             base_ref, base = self._base_image(candidate, route, target)
             image = self.deriver.find(ref, str(base.id), key)
             cached = image is not None
@@ -817,14 +673,14 @@ class DockerLauncher:
         base commit's own: its published image, or the image derived from its build."""
         assert self.builder is not None
         if target.base:
-            return target.base, self._ensure(target.base)
+            return target.base, self.images.ensure(target.base)
         base, index = self.builder.base_of(candidate, route)
         strategy = self.builder.strategies[index]
         own = self.builder.targets.get(index)
         if strategy.name == "image":
-            return self.template_ref(base), self._ensure(self.template_ref(base))
+            return self.template_ref(base), self.images.ensure(self.template_ref(base))
         if strategy.name == "overlay" and own is not None and own.base:  # its base commit's
-            return own.base, self._ensure(own.base)
+            return own.base, self.images.ensure(own.base)
         found = self.builder.route(base)
         if found.index != index:
             raise LaunchError(f"overlay: the base {base.short} is built by {found.strategy} now")
@@ -839,127 +695,37 @@ class DockerLauncher:
             probe_dir.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(log, probe_dir / "build.log")
 
-    def _has(self, ref: str) -> bool:
-        try:
-            self.client.images.get(ref)
-        except docker.errors.ImageNotFound:
-            return False
-        return True
-
-    @contextmanager
-    def _pulling(self, ref: str) -> Iterator[bool]:
-        """Hold the one pull of `ref`; yields False after waiting for someone else's."""
-        with self._pull_lock:
-            event = self._pulls.get(ref)
-            mine = event is None
-            if event is None:
-                event = self._pulls[ref] = threading.Event()
-        if not mine:
-            event.wait()
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            with self._pull_lock:
-                del self._pulls[ref]
-            event.set()
-
-    def _pull(self, ref: str, art: Artifact, *, quiet_aware: bool) -> None:
-        parsed = None
-        with suppress(ValueError):
-            parsed = parse_image_ref(ref)
-        source = ref
-        if parsed is not None and art.digest.startswith("sha256:") and not art.local:
-            source = parsed.pinned(art.digest)  # by digest: the bytes the registry vouched for
-        repo, tag = source.split("@", 1) if "@" in source else _split_tag(source)
-        layers: dict[str, tuple[int, int]] = {}
-        last = 0.0
-        try:
-            stream = self.client.api.pull(repo, tag=tag or None, stream=True, decode=True)
-            for event in stream:
-                while quiet_aware and self._quiet.is_set() and not self._closed.is_set():
-                    time.sleep(0.1)  # reading nothing holds the pull back while checks run
-                if "error" in event:
-                    raise LaunchError(f"docker pull {source}: {event['error']}")
-                detail = event.get("progressDetail") or {}
-                if event.get("id") and detail.get("total"):
-                    layers[event["id"]] = (int(detail.get("current", 0)), int(detail["total"]))
-                now = self.clock()
-                if layers and now - last >= 2.0:
-                    done = sum(c for c, _ in layers.values())
-                    total = sum(t for _, t in layers.values())
-                    prefix = "prefetch" if quiet_aware else "pull"
-                    self.report(f"{prefix} {ref}: {done / 1e9:.2f} of {total / 1e9:.2f} GB")
-                    last = now
-        except docker.errors.DockerException as exc:
-            raise LaunchError(f"docker pull {source}: {_docker_message(exc)}") from exc
-        if "@" in source:
-            # A pull by digest leaves the image untagged; tag it so the template finds it.
-            ref_repo, ref_tag = _split_tag(ref)
-            with suppress(docker.errors.DockerException):
-                self.client.images.get(source).tag(ref_repo, ref_tag or "latest")
-
     # -- prefetch ----------------------------------------------------------------------
 
-    @contextmanager
-    def quiet(self) -> Iterator[None]:
-        """While inside, no prefetch pull starts and a running one is held back."""
-        self._quiet.set()
-        try:
-            yield
-        finally:
-            self._quiet.clear()
-
     def prefetch(self, candidates: Sequence[Candidate]) -> None:
-        """Pull these images in the background (the candidates that could come next)."""
-        if not self.cfg.prefetch.enabled:
-            return
-        with self._pull_lock:
-            self._prefetch_queue = list(candidates)
-        if self._prefetch_thread is None or not self._prefetch_thread.is_alive():
-            self._prefetch_thread = threading.Thread(target=self._prefetch_loop, daemon=True)
-            self._prefetch_thread.start()
+        """Make ready in the background the images of the candidates that could come next:
+        pulled, or derived from their builds (builds/prefetch.py)."""
+        if self.cfg.prefetch.enabled:
+            self.prefetcher.want(candidates)
 
-    def _prefetch_loop(self) -> None:
-        budget = self.cfg.prefetch.disk_budget_gb * 1e9
-        while not self._closed.is_set():
-            with self._pull_lock:
-                if not self._prefetch_queue:
-                    return
-                candidate = self._prefetch_queue.pop(0)
-            while self._quiet.is_set() and not self._closed.is_set():
-                time.sleep(0.1)
-            if self._closed.is_set():
-                return
-            ref = self.template_ref(candidate)
-            try:
-                route = self.route(candidate)
-                if route is not None and route.strategy not in (None, "image"):
-                    ref = derived_ref(candidate, route.strategy)
-                    if not self._has(ref):
-                        t0 = self.clock()
-                        self._derived(candidate, route)
-                        self.stats.prefetched[ref] = self.clock() - t0
-                    continue
-                if route is not None and route.strategy is None:
-                    continue
-                art = self._artifacts.get(ref) or self._lookup(ref)
-                if not art.available or art.local or self._has(ref):
-                    continue
-                if self._prefetched_bytes + art.size > budget:
-                    self.report(f"prefetch {ref}: skipped, over the disk budget")
-                    continue
-                with self._pulling(ref) as mine:
-                    if not mine or self._has(ref):
-                        continue
-                    t0 = self.clock()
-                    self._pull(ref, art, quiet_aware=True)
-                    self.stats.prefetched[ref] = self.clock() - t0
-                    self._prefetched_bytes += art.size
-                    self._prefetched.add(ref)
-            except LaunchError as exc:
-                self.report(f"prefetch {ref}: {exc}")
+    def quiet(self) -> AbstractContextManager[None]:
+        """While inside, no prefetch starts and a running pull is held back."""
+        return self.prefetcher.quiet()
+
+    def _fetch_ahead(self, candidate: Candidate) -> bool:
+        ref = self.template_ref(candidate)
+        try:
+            route = self.route(candidate)
+            if route is not None and route.strategy not in (None, "image"):
+                ref = derived_ref(candidate, route.strategy)
+                if self.engine.has(ref):
+                    return False
+                t0 = self.clock()
+                self._derived(candidate, route)
+                self.stats.prefetched[ref] = self.clock() - t0
+                return True
+            if route is not None and route.strategy is None:
+                return False
+            budget = self.cfg.prefetch.disk_budget_gb * 1e9
+            return self.images.prefetch(ref, budget, self.prefetcher.hold)
+        except LaunchError as exc:
+            self.report(f"prefetch {ref}: {exc}")
+            return False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -973,56 +739,17 @@ class DockerLauncher:
         return DockerServer(self, candidate, probe_dir, instrument, slot)
 
     def reap(self) -> list[str]:
-        """Remove the containers killed llm-bisect processes left behind (see reap_engine)."""
-        return reap_engine(self.client, self.run_id)
+        """Remove the containers killed llm-bisect processes left behind (Engine.reap)."""
+        return self.engine.reap(self.run_id)
 
     def close(self) -> None:
         """Stop prefetching; remove prefetched images no probe used (the budget is freed)."""
-        self._closed.set()
-        if self._prefetch_thread is not None:
-            self._prefetch_thread.join(timeout=30)
-        for ref in self._prefetched - self._probed:
-            with suppress(docker.errors.DockerException):
-                self.client.images.remove(ref)
-        self.registry.close()
+        self.prefetcher.close(wait=CLOSE_WAIT_S)
+        self.images.close()
 
 
-def reap_engine(client: docker.DockerClient, run_id: str = "") -> list[str]:
-    """Remove every container llm-bisect made on this engine whose owner process is gone
-    (a `check`, `golden`, `run`... killed by SIGKILL); one line per container.
-
-    A container whose owner still runs is spared: it belongs to a live run, on this node or
-    another (owner_alive). One with no owner label (an older llm-bisect) is removed only
-    when it carries `run_id`.
-    """
-    removed = []
-    try:
-        for container in client.containers.list(all=True, filters={"label": RUN_LABEL}):
-            labels = container.labels or {}
-            owner = labels.get(OWNER_LABEL, "")
-            mine = bool(run_id) and labels.get(RUN_LABEL) == run_id
-            if owner_alive(owner) if owner else not mine:
-                continue
-            with suppress(docker.errors.NotFound):
-                container.remove(force=True)
-                commit = labels.get(COMMIT_LABEL, "")
-                what = f"commit {commit[:12]}, " if commit else "a build, "
-                removed.append(
-                    f"docker: removed container {container.name} ({what}its llm-bisect "
-                    f"process {owner_pid(owner) if owner else '?'} is gone)"
-                )
-    except docker.errors.DockerException as exc:
-        raise LaunchError(f"docker: {_docker_message(exc)}") from exc
-    return removed
-
-
-def _split_tag(ref: str) -> tuple[str, str]:
-    """`repo:tag` → (repo, tag); a registry port is not a tag."""
-    head, _, last = ref.rpartition("/")
-    if ":" in last:
-        name, tag = last.rsplit(":", 1)
-        return (f"{head}/{name}" if head else name), tag
-    return ref, ""
+CLOSE_WAIT_S = 30.0
+"""Seconds close() waits for a prefetch in flight before removing what it prefetched."""
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
@@ -28,6 +27,7 @@ from pydantic import field_validator
 from .. import collectenv, guard
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
+from ..clock import SYSTEM
 from ..collectenv import LocalCollect
 from ..config import (
     BUILD_PLACEHOLDERS,
@@ -254,8 +254,8 @@ class ProcessLauncher(Prefetching):
         collect_env: Sequence[str] | None = None,
         slot_devices: Sequence[Sequence[str] | None] = (),
         ports: PortBook | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = SYSTEM.monotonic,
+        sleep: Callable[[float], None] = SYSTEM.sleep,
     ) -> None:
         self.slot_devices = [None if d is None else tuple(d) for d in slot_devices]
         """Per slot, the GPUs its server alone uses (CUDA_VISIBLE_DEVICES, `{gpus}`)."""

@@ -28,7 +28,6 @@ import shlex
 import shutil
 import string
 import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from pydantic import Field, field_validator
 from .. import collectenv
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
+from ..clock import SYSTEM
 from ..config import (
     IMAGE_PLACEHOLDERS,
     PROCESS_PLACEHOLDERS,
@@ -502,12 +502,13 @@ class SlurmServer(LoggedServer):
             return
         slurm = self.launcher.slurm
         slurm.cancel(job)
-        deadline = time.monotonic() + STOP_WAIT_S
-        while time.monotonic() < deadline:  # until Slurm has ended the job's processes
+        clock, sleep = self.launcher.clock, self.launcher.sleep
+        deadline = clock() + STOP_WAIT_S
+        while clock() < deadline:  # until Slurm has ended the job's processes
             with suppress(LaunchError):
                 if slurm.state(job).state not in (*LIVE_STATES, "COMPLETING"):
                     break
-            time.sleep(POLL_S)
+            sleep(POLL_S)
         self._scrub_log()
 
     def _scrub_log(self) -> None:
@@ -566,8 +567,8 @@ class SlurmLauncher(Prefetching):
         base_env: Mapping[str, str] | None = None,
         builder: Builder | None = None,
         report: Callable[[str], None] = lambda _: None,
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = SYSTEM.monotonic,
+        sleep: Callable[[float], None] = SYSTEM.sleep,
     ) -> None:
         self.cfg = cfg
         self.base_env = dict(os.environ if base_env is None else base_env)
