@@ -65,11 +65,13 @@ from .errors import (
     LocalizeError,
     RequestRejected,
 )
+from .fingerprint import Fingerprint
 from .fingerprint import differences as fingerprint_differences
 from .journal import Span
 from .launchers import Instrument, Launcher, Server
 from .launchers.devices import EXAMPLE, cuda_visible, slot_devices
 from .launchers.process import ProcessLauncher
+from .localize import LocalizationDoc
 from .localize import localize as localize_results
 from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
 from .outdir import hold, prepare
@@ -78,7 +80,7 @@ from .redact import Scrub, url_credentials
 from .registry import parse_image_ref
 from .report.documents import (
     Bisection,
-    CandidateDoc,
+    Build,
     Context,
     GateDocument,
     GoldenRef,
@@ -94,7 +96,7 @@ from .report.gate import (
     render_junit,
 )
 from .report.links import web_url
-from .report.result import probe_doc
+from .report.result import candidate_doc, outcome_of, probe_doc
 from .runner import (
     RunResult,
     run,
@@ -577,16 +579,16 @@ def run_id_of(out_dir: Path, digest: str) -> str:
     return hashlib.sha256(f"{out_dir.resolve()}\0{digest}".encode()).hexdigest()[:12]
 
 
-def run_context(s: Setup, config: Config) -> dict[str, Any]:
-    """How a run was asked for and where it runs (documents.Context), for its report."""
-    return {
-        "good_ref": config.candidates.good,
-        "bad_ref": config.candidates.bad,
-        "config": s.config_file,
-        "repo": s.repo,
-        "repo_url": (config.candidates.url or web_url(s.source.remote_url())).rstrip("/"),
-        "environment": node_environment(),
-    }
+def run_context(s: Setup, config: Config) -> Context:
+    """How a run was asked for and where it runs, for its report."""
+    return Context(
+        good_ref=config.candidates.good,
+        bad_ref=config.candidates.bad,
+        config=s.config_file,
+        repo=s.repo,
+        repo_url=(config.candidates.url or web_url(s.source.remote_url())).rstrip("/"),
+        environment=node_environment(),
+    )
 
 
 def run_bisect(
@@ -625,7 +627,7 @@ def run_bisect(
                 scrub=s.scrub,
                 regress=Regress(config.regress),
                 coarse=config.candidates.coarse,
-                context={**run_context(s, config), "golden": str(judged_by)},
+                context=run_context(s, config).model_copy(update={"golden": str(judged_by)}),
                 given=given,
                 parallel=config.parallel,
             )
@@ -633,8 +635,9 @@ def run_bisect(
         known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
         found = localize_after_run(s, done.result, out_dir, note, known)
         if found is not None:
-            note(found["line"])
-            done.result = write_outputs(out_dir, {**done.result, "localization": found}, s.scrub)
+            note(found.line)
+            with_found = done.result.model_copy(update={"localization": found})
+            done.result = write_outputs(out_dir, with_found, s.scrub)
         return done
 
 
@@ -703,7 +706,7 @@ def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> Golden:
     facts: dict[str, Any] = {}
     with serving(s, candidate, out_dir, run_id_of(out_dir, "golden"), facts) as api:
         data = golden_record(api, s.checks, candidate.commit, s.golden_identity())
-    data = data.model_copy(update={"fingerprint": facts})
+    data = data.model_copy(update={"fingerprint": Fingerprint.model_validate(facts)})
     golden_save(path, data, s.scrub)
     return data
 
@@ -777,7 +780,7 @@ def calibrate(
     results: dict[str, list[CheckResult]] = {c.name: [] for c in s.checks}
     flagged = 0
     for start in range(1 + restarts):
-        facts: dict[str, Any] = {}
+        facts: dict[str, Any] = {}  # the fingerprint's parts, as the launcher gives them
         run_id = run_id_of(out_dir, f"calibrate-{start}")
         with serving(s, candidate, out_dir, run_id, facts) as api:
             golden = store.ensure(api, candidate.commit)
@@ -786,7 +789,7 @@ def calibrate(
                 flagged += not all(r.passed for r in found)
                 for check, result in zip(s.checks, found, strict=True):
                     results[check.name].append(result)
-        store.keep(candidate.commit, facts)
+        store.keep(candidate.commit, Fingerprint.model_validate(facts))
     assert store.data is not None
     noise = {c.name: n for c in s.checks if (n := c.noise(results[c.name])) is not None}
     calibration = GoldenCalibration.model_validate(
@@ -874,7 +877,7 @@ def localize_builds(
     *,
     prompt: str | None = None,
     note: Callable[[str], None] = lambda _: None,
-) -> dict[str, Any]:
+) -> LocalizationDoc:
     """Run the last good and the first bad build with the worker extension on the same
     tokens and say where their outputs first differ (localize.py). A build this DIR
     already captured with the same settings is not started again. LocalizeError when a
@@ -941,24 +944,23 @@ def localize_builds(
         tokens=len(token_ids),
         collected_bytes=collected,
     )
-    return {
-        "good": good.commit,
-        "bad": bad.commit,
-        "prompt": text,
-        "seconds": seconds,
-        "reused": reused,
-        "forced": list(localize_instrument().args),
-        **found.to_json(),
-    }
+    return found.document(
+        good=good.commit,
+        bad=bad.commit,
+        prompt=text,
+        seconds=seconds,
+        reused=reused,
+        forced=list(localize_instrument().args),
+    )
 
 
 def localize_after_run(
     s: Setup,
-    result: dict[str, Any],
+    result: ResultDocument,
     out_dir: Path,
     note: Callable[[str], None],
     known: Mapping[str, Candidate] | None = None,
-) -> dict[str, Any] | None:
+) -> LocalizationDoc | None:
     """After a run that found its culprit: localise it (unless `localize: false`), into
     DIR/localization.json; a resumed run reads what it wrote. None when there is nothing
     to localise."""
@@ -979,38 +981,42 @@ def localize_after_run(
             note=note,
         )
     except LocalizeError as exc:
-        doc = {"good": good, "bad": bad, "error": str(exc), "line": f"not localised: {exc}"}
-    write_atomic(out_dir / LOCALIZATION, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
-    return doc
+        doc = LocalizationDoc(good=good, bad=bad, error=str(exc), line=f"not localised: {exc}")
+    return write_localization(out_dir, doc, s.scrub)
 
 
-def culprit_pair(result: dict[str, Any]) -> tuple[str, str] | None:
+def write_localization(out_dir: Path, doc: LocalizationDoc, scrub: Scrub) -> LocalizationDoc:
+    """DIR/localization.json, secrets masked; returns the document as written."""
+    clean = scrub.doc(doc.model_dump(mode="json"))
+    write_atomic(out_dir / LOCALIZATION, json.dumps(clean, indent=2) + "\n")
+    return LocalizationDoc.model_validate(clean)
+
+
+def culprit_pair(result: ResultDocument) -> tuple[str, str] | None:
     """(good, bad) commits a found result's culprit lies between: the last good and the first
     bad, or with --find-fix the fix and the commit before it. None unless found."""
-    span = result.get("range") or []
-    if result.get("status") != "found" or len(span) < 2:
+    span = result.range
+    if result.status is not Status.FOUND or len(span) < 2:
         return None
     old, new = span[0], span[-1]
-    return (new, old) if result.get("mode") == Mode.FIX.value else (old, new)
+    return (new, old) if result.mode is Mode.FIX else (old, new)
 
 
-def stored_localization(out_dir: Path, good: str, bad: str) -> dict[str, Any] | None:
+def stored_localization(out_dir: Path, good: str, bad: str) -> LocalizationDoc | None:
     """What DIR/localization.json says of these two builds; None when it is of others or
     cannot be read."""
     try:
-        doc = json.loads((out_dir / LOCALIZATION).read_text())
+        doc = LocalizationDoc.model_validate_json((out_dir / LOCALIZATION).read_bytes())
     except (ValueError, OSError):
         return None
-    if isinstance(doc, dict) and doc.get("good") == good and doc.get("bad") == bad:
-        return doc
-    return None
+    return doc if doc.good == good and doc.bad == bad else None
 
 
-def with_localization(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def with_localization(result: ResultDocument, out_dir: Path) -> ResultDocument:
     """result.json with what DIR/localization.json says of its culprit (`report DIR`)."""
     pair = culprit_pair(result)
     doc = stored_localization(out_dir, *pair) if pair is not None else None
-    return result if doc is None else {**result, "localization": doc}
+    return result if doc is None else result.model_copy(update={"localization": doc})
 
 
 def localize_refs(
@@ -1021,7 +1027,7 @@ def localize_refs(
     *,
     prompt: str | None,
     note: Callable[[str], None],
-) -> dict[str, Any]:
+) -> LocalizationDoc:
     """The `localize` command: two refs (or images), localised; DIR/localization.json."""
     good_c, bad_c = s.resolve(good, "--good"), s.resolve(bad, "--bad")
     if (good_c.commit, good_c.artifact) == (bad_c.commit, bad_c.artifact):
@@ -1031,8 +1037,7 @@ def localize_refs(
         )
     with hold(out_dir):
         doc = localize_builds(s, good_c, bad_c, out_dir, prompt=prompt, note=note)
-        write_atomic(out_dir / LOCALIZATION, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
-    return doc
+        return write_localization(out_dir, doc, s.scrub)
 
 
 GATE_FILE = "gate.json"
@@ -1042,11 +1047,11 @@ BISECT_DIR = "bisect"
 
 def compared_builds(golden: Golden, outcome: ProbeOutcome) -> Sides | None:
     """The golden's build and a candidate's, side by side, when both are known."""
-    if not golden.fingerprint or not outcome.fingerprint:
+    if not golden.fingerprint.known or not outcome.fingerprint.known:
         return None
     differ = fingerprint_differences(golden.fingerprint, outcome.fingerprint)
-    old = {"commit": golden.commit, **golden.fingerprint}
-    new = {"commit": outcome.commit, **outcome.fingerprint}
+    old = Build.of(golden.commit, None, golden.fingerprint)
+    new = Build.of(outcome.commit, None, outcome.fingerprint)
     return Sides(old=old, new=new, differences=differ)
 
 
@@ -1109,7 +1114,9 @@ def run_gate(
     golden = s.golden_store(path).data  # of this setup and repository, or refused here
     assert golden is not None
     digest = config_digest(s.config)
-    context = {**run_context(s, s.config), "good_ref": golden.commit, "bad_ref": candidate_ref}
+    context = run_context(s, s.config).model_copy(
+        update={"good_ref": golden.commit, "bad_ref": candidate_ref}
+    )
     resumed = _unfinished_gate(out_dir, digest, candidate.commit) if bisect_on_block else None
     if resumed is not None:
         progress.note(f"gate: {GATE_FILE} holds this candidate's verdict; the bisection resumes")
@@ -1122,12 +1129,12 @@ def run_gate(
             exit_code=EXIT_OF[decision],
             message=HEADLINE[decision],
             candidate_ref=candidate_ref,
-            candidate=CandidateDoc(**candidate.to_json()),
+            candidate=candidate_doc(candidate),
             golden=GoldenRef(path=str(path), commit=golden.commit, recorded=recorded),
             probe=probe_doc(outcome, candidate.subject, Span(started, time.time())),
             fingerprints=compared_builds(golden, outcome),
             warnings=golden_warnings(golden),
-            context=Context(**context),
+            context=context,
             config_digest=digest,
             started_at=started,
             ended_at=time.time(),
@@ -1146,7 +1153,7 @@ def run_gate(
                 "gate: the golden's build",
             ),
             (
-                ProbeOutcome.from_json(doc.probe.model_dump(mode="json", include=_OUTCOME)),
+                outcome_of(doc.probe),
                 "gate: the candidate's probe",
             ),
         ]
@@ -1164,7 +1171,7 @@ def run_gate(
             progress.note(f"gate: no bisection: {exc}")
             bisection = Bisection(out=str(where), status=Status.ERROR, message=str(exc))
         else:
-            result = ResultDocument.model_validate(done.result)
+            result = done.result
             bisection = Bisection(
                 out=str(where),
                 status=result.status,
@@ -1175,7 +1182,3 @@ def run_gate(
         doc = doc.model_copy(update={"bisection": bisection, "ended_at": time.time()})
     _write_gate(out_dir, doc, s.scrub, junit)
     return doc
-
-
-_OUTCOME = {"commit", "verdict", "reason", "checks", "timings", "log_tail", "fingerprint"}
-"""The fields of a ProbeDoc that a ProbeOutcome holds."""

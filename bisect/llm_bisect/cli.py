@@ -806,16 +806,16 @@ def localize_cmd(
         s = _setup(term, config, progress, repo)
         with _work_dir(out, "llm-bisect-localize-") as out_dir:
             doc = app.localize_refs(s, good, bad, out_dir, prompt=prompt, note=progress.note)
-            term.out(doc["line"])
-            if doc.get("why"):
-                term.out(f"  ({doc['why']})")
+            term.out(doc.line)
+            if doc.why:
+                term.out(f"  ({doc.why})")
             seconds = ", ".join(
-                [f"{k} {v:.0f}s" for k, v in doc["seconds"].items()]
-                + [f"{k} captured before" for k in doc.get("reused", [])]
+                [f"{k} {v:.0f}s" for k, v in doc.seconds.items()]
+                + [f"{k} captured before" for k in doc.reused]
             )
             term.out(
-                f"  {doc['tokens']} tokens; probes: {seconds}; "
-                f"collected {doc['collected_bytes'] / 1e6:.1f} MB"
+                f"  {doc.tokens} tokens; probes: {seconds}; "
+                f"collected {doc.collected_bytes / 1e6:.1f} MB"
             )
             if out is not None:
                 term.out(f"localization: {out_dir / app.LOCALIZATION}")
@@ -918,8 +918,8 @@ def demo_cmd(
             if images:
                 demo.remove_images(images)
         _print_answer(term, done.answer, out_dir)
-        probes = len(done.result["probes"])
-        started, ended = done.result.get("started_at"), done.result.get("ended_at")
+        probes = len(done.result.probes)
+        started, ended = done.result.started_at, done.result.ended_at
         wall = ended - started if started is not None and ended is not None else None
         term.say(f"demo: {probes} probes in {duration(wall)}")  # the figure report.md gives
         found = done.answer.culprit

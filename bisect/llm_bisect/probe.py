@@ -22,9 +22,9 @@ from .client import OpenAIClient
 from .collectenv import collected
 from .errors import EndpointError, LaunchError, ReplyTooLarge, ServerFault
 from .files import head_text
-from .fingerprint import parse_startup_log
+from .fingerprint import Fingerprint, parse_startup_log
 from .launchers import Launcher, Server
-from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
+from .model import Candidate, Cap, CheckResult, ProbeOutcome, Regress, TooLargeDetails, Verdict
 from .search import Plan
 from .verdict import combine_repeats, decide, judge
 
@@ -122,6 +122,7 @@ class _Found:
     results: tuple[CheckResult, ...] = ()
     log_tail: str = ""
     facts: dict[str, Any] = field(default_factory=dict)
+    """The fingerprint as its parts come in (a launcher's facts are a mapping)."""
 
 
 def probe(
@@ -172,8 +173,9 @@ def probe(
         found.verdict, found.reason = Verdict.SKIP, CANCELLED
     timings["total"] = clock() - t0
     found.facts.update(startup_facts(probe_dir))
+    fingerprint = Fingerprint.model_validate(found.facts)
     if ctx.golden is not None:
-        ctx.golden.keep(candidate.commit, found.facts)
+        ctx.golden.keep(candidate.commit, fingerprint)
     return ProbeOutcome(
         candidate.commit,
         found.verdict,
@@ -181,7 +183,7 @@ def probe(
         found.results,
         timings,
         found.log_tail,
-        found.facts,
+        fingerprint,
     )
 
 
@@ -244,5 +246,5 @@ def _run_check(check: Check, api: OpenAIClient, golden: Golden | None) -> CheckR
             passed=False,
             score=0.0,
             evidence=f"reply too large: {exc}",
-            details={"reply_too_large": {"cap_bytes": exc.cap}},
+            details=TooLargeDetails(reply_too_large=Cap(cap_bytes=exc.cap)),
         )

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..model import CheckResult
+from ..model import CheckResult, Threshold
 
 if TYPE_CHECKING:  # the simulator imports checks.gsm8k: keep this package stdlib-only
     from pydantic import BaseModel
@@ -49,7 +49,7 @@ class Check(Protocol):
         """Judge this endpoint, against `golden` when there is one."""
         ...
 
-    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+    def thresholds(self, golden: Golden | None) -> dict[str, Threshold]:
         """The thresholds in force with this golden, and where each came from; {} if none."""
         ...
 

@@ -14,10 +14,12 @@ or with a cut share far above the golden's, the eval never passes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import ConfigError
-from ..model import CheckResult
+from ..model import CheckDetails, CheckResult, Threshold
 from . import ChatEndpoint, map_concurrent
 from .budget import Asked, Budget, ask, unfinished
 from .dataset import Problems
@@ -33,6 +35,71 @@ NULL_SHARE_JUMP = 0.1
 """Bad when the share of null/empty content rises by more than this over the golden's."""
 CUT_SHARE_JUMP = 0.1
 """Bad when the share of answers cut by their budget rises by more than this over the golden's."""
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class EvalMetrics(_Part):
+    """The candidate's own figures over every problem."""
+
+    accuracy: float
+    null_share: float = 0.0
+    """Answers with null or empty content whose answer is in the reasoning channel."""
+    invalid_share: float = 0.0
+    """Answers with no number to read."""
+    cut_share: float = 0.0
+    """Answers the budget cut (and not degenerate): neither right nor wrong."""
+    wilson95: tuple[float, float] = (0.0, 1.0)
+    """The 95% Wilson interval of the accuracy."""
+
+
+class Paired(_Part):
+    """The candidate's answers against the golden's, problem by problem."""
+
+    n: int
+    """The problems compared (an answer the budget cut is left out)."""
+    right: int = 0
+    lost: int = 0
+    """Right in the golden, wrong now."""
+    gained: int = 0
+    p_value: float = 1.0
+    unfinished: int = 0
+    """Answers that did not finish where the good build did (counted wrong)."""
+
+
+class Power(_Part):
+    """How small an accuracy drop the eval could detect, by the test it decides with."""
+
+    model_config = ConfigDict(extra="forbid")
+    n: int
+    """The problems compared with the golden's answers."""
+    golden_accuracy: float
+    detectable_drop: float
+    alpha: float
+    power: float
+    test: str = ""
+    """The test the eval decides with (empty in results written before it was named)."""
+    flips: float = 0.0
+    """The share of answers assumed to change by chance, each way alike."""
+    tolerance: float = 0.0
+    """The drop the eval allows beyond chance (`tolerance`, 0 unless configured)."""
+
+
+class EvalDetails(CheckDetails):
+    """The eval's details: figures, thresholds, every answer and the paired comparison."""
+
+    model_config = ConfigDict(extra="ignore")
+    check: ClassVar[str] = "eval"
+    metrics: EvalMetrics | None = None
+    thresholds: dict[str, Threshold] = Field(default_factory=dict)
+    answers: list[str | None] = Field(default_factory=list)
+    """Per problem, the number read from the answer (None: none, or cut)."""
+    budgets: list[int] = Field(default_factory=list)
+    finish_reasons: list[str | None] = Field(default_factory=list)
+    paired: Paired | None = None
+    power: Power | None = None
 
 
 def score_answers(
@@ -150,35 +217,36 @@ class EvalCheck:
             completion_tokens=[a.reply.completion_tokens for a in asked],
         )
 
-    def _tolerance(self) -> dict[str, Any]:
+    def _tolerance(self) -> Threshold:
         if self._configured_tolerance is not None:
-            return {"value": self._configured_tolerance, "from": "config"}
-        return {"value": 0.0, "from": "none: the paired test decides"}
+            return Threshold(value=self._configured_tolerance, source="config")
+        return Threshold(value=0.0, source="none: the paired test decides")
 
     def _test(self) -> PairedTest:
-        return PairedTest(ALPHA, float(self._tolerance()["value"]))
+        return PairedTest(ALPHA, float(self._tolerance().value))
 
-    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+    def thresholds(self, golden: Golden | None) -> dict[str, Threshold]:
         if golden is None or golden.checks.eval is None:
             return {}
         return {
             "accuracy_drop": self._tolerance(),
-            "alpha": {"value": ALPHA, "from": TEST},
-            "null_share_jump": {"value": self.null_share_jump, "from": "config/default"},
-            "cut_share_jump": {"value": CUT_SHARE_JUMP, "from": "default"},
+            "alpha": Threshold(value=ALPHA, source=TEST),
+            "null_share_jump": Threshold(value=self.null_share_jump, source="config/default"),
+            "cut_share_jump": Threshold(value=CUT_SHARE_JUMP, source="default"),
         }
 
     def noise(self, results: Sequence[CheckResult]) -> EvalNoise:
-        accs = [float(r.details["metrics"]["accuracy"]) for r in results if "metrics" in r.details]
-        compared = [r.details["paired"] for r in results if "paired" in r.details]
-        flips = [(c["lost"] + c["gained"]) / c["n"] for c in compared if c["n"]]
+        found = [r.details for r in results if isinstance(r.details, EvalDetails)]
+        accs = [d.metrics.accuracy for d in found if d.metrics is not None]
+        compared = [d.paired for d in found if d.paired is not None]
+        flips = [(c.lost + c.gained) / c.n for c in compared if c.n]
         return EvalNoise(
             accuracy_spread=(max(accs) - min(accs)) if accs else 0.0,
             accuracies=accs,
             flips=max(flips, default=0.0),
         )
 
-    def _power(self, golden: Golden, compared: Pairs) -> dict[str, Any]:
+    def _power(self, golden: Golden, compared: Pairs) -> Power:
         """What this comparison could detect, by the test it used: the chance flips are the
         larger of what its gains show and what calibration saw."""
         noise = golden.calibration.eval if golden.calibration else None
@@ -186,16 +254,16 @@ class EvalCheck:
         section = golden.checks.eval
         assert section is not None
         test = self._test()
-        return {
-            "n": compared.n,
-            "golden_accuracy": compared.golden_accuracy if compared.n else section.accuracy,
-            "detectable_drop": test.detectable_drop(compared.n, compared.right, flips, POWER),
-            "alpha": test.alpha,
-            "power": POWER,
-            "test": TEST,
-            "flips": flips,
-            "tolerance": test.tolerance,
-        }
+        return Power(
+            n=compared.n,
+            golden_accuracy=compared.golden_accuracy if compared.n else section.accuracy,
+            detectable_drop=test.detectable_drop(compared.n, compared.right, flips, POWER),
+            alpha=test.alpha,
+            power=POWER,
+            test=TEST,
+            flips=flips,
+            tolerance=test.tolerance,
+        )
 
     def run(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
         gold = golden.checks.eval if golden else None
@@ -271,28 +339,25 @@ class EvalCheck:
         evidence = (
             f"{'; '.join(failed)} — {example}" if failed else f"{head}, golden {gold.accuracy:.0%}"
         )
-        metrics = {
-            k: got[k] for k in ("accuracy", "null_share", "invalid_share", "cut_share", "wilson95")
-        }
         return CheckResult(
             name=self.name,
             passed=not failed,
             score=got["accuracy"],
             evidence=evidence,
-            details={
-                "metrics": metrics,
-                "thresholds": self.thresholds(golden),
-                "answers": got["answers"],
-                "budgets": [a.max_tokens for a in asked],
-                "finish_reasons": [a.reply.finish_reason for a in asked],
-                "paired": {
-                    "n": compared.n,
-                    "right": compared.right,
-                    "lost": compared.lost,
-                    "gained": compared.gained,
-                    "p_value": p_value(compared.lost, compared.gained),
-                    "unfinished": sum(w is not None for w in late),
-                },
-                "power": self._power(golden, compared),
-            },
+            details=EvalDetails(
+                metrics=EvalMetrics.model_validate(got),
+                thresholds=self.thresholds(golden),
+                answers=got["answers"],
+                budgets=[a.max_tokens for a in asked],
+                finish_reasons=[a.reply.finish_reason for a in asked],
+                paired=Paired(
+                    n=compared.n,
+                    right=compared.right,
+                    lost=compared.lost,
+                    gained=compared.gained,
+                    p_value=p_value(compared.lost, compared.gained),
+                    unfinished=sum(w is not None for w in late),
+                ),
+                power=self._power(golden, compared),
+            ),
         )
