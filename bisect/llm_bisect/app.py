@@ -65,7 +65,6 @@ from .errors import (
     LocalizeError,
     RequestRejected,
 )
-from .fingerprint import Fingerprint
 from .fingerprint import differences as fingerprint_differences
 from .journal import Span
 from .launchers import Instrument, Launcher, Server
@@ -73,9 +72,9 @@ from .launchers.devices import EXAMPLE, cuda_visible, slot_devices
 from .launchers.process import ProcessLauncher
 from .localize import LocalizationDoc
 from .localize import localize as localize_results
-from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
+from .model import Candidate, CheckResult, ProbeOutcome, Regress, Threshold, Verdict
 from .outdir import hold, prepare
-from .probe import ProbeContext, Progress, probe, served_facts, startup_facts
+from .probe import Facts, ProbeContext, Progress, probe, served_facts, startup_facts
 from .redact import Scrub, url_credentials
 from .registry import parse_image_ref
 from .report.documents import (
@@ -676,7 +675,7 @@ def serving(
     candidate: Candidate,
     out_dir: Path,
     run_id: str,
-    facts: dict[str, Any] | None = None,
+    facts: Facts | None = None,
 ) -> Iterator[OpenAIClient]:
     """One ready server for a candidate (golden, calibrate); untestable is an error here.
     `facts`, when given, is filled with the build's fingerprint once the server stopped."""
@@ -694,19 +693,19 @@ def serving(
             with s.client(server) as api:
                 yield api
                 if facts is not None:
-                    facts.update(served_facts(api, server))
+                    facts.add(served_facts(api, server))
     if facts is not None:
-        facts.update(startup_facts(probe_dir))
+        facts.add(startup_facts(probe_dir))
 
 
 def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> Golden:
     """The `golden` command: record every check's reference from one (good) build."""
     candidate = s.resolve(ref, "--candidate")
     prepare(path.parent, "--output")
-    facts: dict[str, Any] = {}
+    facts = Facts()
     with serving(s, candidate, out_dir, run_id_of(out_dir, "golden"), facts) as api:
         data = golden_record(api, s.checks, candidate.commit, s.golden_identity())
-    data = data.model_copy(update={"fingerprint": Fingerprint.model_validate(facts)})
+    data = data.model_copy(update={"fingerprint": facts.fingerprint})
     golden_save(path, data, s.scrub)
     return data
 
@@ -762,8 +761,8 @@ def reap_servers(s: Setup | None, environ: Mapping[str, str]) -> Reaped:
 class Calibration:
     """What `calibrate` found."""
 
-    thresholds: dict[str, Any]
-    """The thresholds now in force, and where each came from."""
+    thresholds: dict[str, dict[str, Threshold]]
+    """Per check, the thresholds now in force, and where each came from."""
     runs: int
     flagged: int
     """Good-vs-good runs in which a golden check failed (by the thresholds in force then)."""
@@ -780,7 +779,7 @@ def calibrate(
     results: dict[str, list[CheckResult]] = {c.name: [] for c in s.checks}
     flagged = 0
     for start in range(1 + restarts):
-        facts: dict[str, Any] = {}  # the fingerprint's parts, as the launcher gives them
+        facts = Facts()
         run_id = run_id_of(out_dir, f"calibrate-{start}")
         with serving(s, candidate, out_dir, run_id, facts) as api:
             golden = store.ensure(api, candidate.commit)
@@ -789,7 +788,7 @@ def calibrate(
                 flagged += not all(r.passed for r in found)
                 for check, result in zip(s.checks, found, strict=True):
                     results[check.name].append(result)
-        store.keep(candidate.commit, Fingerprint.model_validate(facts))
+        store.keep(candidate.commit, facts.fingerprint)
     assert store.data is not None
     noise = {c.name: n for c in s.checks if (n := c.noise(results[c.name])) is not None}
     calibration = GoldenCalibration.model_validate(

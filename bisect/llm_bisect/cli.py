@@ -609,11 +609,9 @@ def calibrate_cmd(
             f"good-vs-good: {found.flagged} of {found.runs} runs flagged (by the thresholds then)"
         )
         for check, values in found.thresholds.items():
-            if check == "calibration":
-                continue
             for key, limit in values.items():
                 bound = ">=" if key.startswith("min_") else "<="
-                term.out(f"  {check}.{key} {bound} {limit['value']:.4g}  ({limit['from']})")
+                term.out(f"  {check}.{key} {bound} {limit.value:.4g}  ({limit.source})")
         return 0
 
     raise typer.Exit(guarded(body))

@@ -69,6 +69,10 @@ class Fingerprint(Sparse):
         """True when anything at all is known of the build."""
         return bool(self.model_dump())
 
+    def merged(self, more: Fingerprint) -> Fingerprint:
+        """This fingerprint with what `more` says besides (a key of `more` replaces it whole)."""
+        return Fingerprint.model_validate({**self.model_dump(), **more.model_dump()})
+
     def flat(self, *leave_out: str) -> dict[str, str]:
         """Every fact as `a.b` → text (flatten), but the keys `leave_out`."""
         return flatten(self.model_dump(mode="json", exclude=set(leave_out)))

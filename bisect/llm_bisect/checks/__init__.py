@@ -4,6 +4,16 @@ A check's metrics are pure functions (checks/metrics.py); the check itself
 only sends prompts through the client it is given. Each check records its
 section of the golden from the good build, and is handed the golden when it
 runs: rules are judged against what the good build did on the same prompt.
+
+What a check found, case by case, is its own pydantic model in its own module,
+a subclass of model.CheckDetails that names the check; defining it registers it,
+so result.json, gate.json and journals read it back typed:
+
+    class CanaryDetails(CheckDetails):
+        check: ClassVar[str] = "canary"
+        cases: list[CanaryCase] = Field(default_factory=list)
+
+(add it to report/documents.Details for the published schema to list it).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ or with a cut share far above the golden's, the eval never passes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -53,6 +53,14 @@ class EvalMetrics(_Part):
     """Answers the budget cut (and not degenerate): neither right nor wrong."""
     wilson95: tuple[float, float] = (0.0, 1.0)
     """The 95% Wilson interval of the accuracy."""
+
+
+class Scored(EvalMetrics):
+    """Every answer scored: the figures, and the number read from each answer."""
+
+    n: int
+    correct: int
+    answers: list[str | None]
 
 
 class Paired(_Part):
@@ -107,7 +115,7 @@ def score_answers(
     replies: Sequence[tuple[str | None, str | None]],
     cut: Sequence[bool] | None = None,
     extract: Callable[[str | None], str | None] = extract,
-) -> dict[str, Any]:
+) -> Scored:
     """Accuracy, Wilson interval, invalid, null-content and cut shares of (content, reasoning)."""
     n = len(problems)
     correct = invalid = null = 0
@@ -120,16 +128,16 @@ def score_answers(
         correct += got == problem.answer
         answers.append(got)
     low, high = wilson(correct, n)
-    return {
-        "n": n,
-        "correct": correct,
-        "accuracy": correct / n if n else 0.0,
-        "wilson95": [low, high],
-        "invalid_share": invalid / n if n else 0.0,
-        "null_share": null / n if n else 0.0,
-        "cut_share": sum(cut or ()) / n if n else 0.0,
-        "answers": answers,
-    }
+    return Scored(
+        n=n,
+        correct=correct,
+        accuracy=correct / n if n else 0.0,
+        wilson95=(low, high),
+        invalid_share=invalid / n if n else 0.0,
+        null_share=null / n if n else 0.0,
+        cut_share=sum(cut or ()) / n if n else 0.0,
+        answers=answers,
+    )
 
 
 def _unjudged(asked: Asked) -> bool:
@@ -211,7 +219,14 @@ class EvalCheck:
             self.extract,
         )
         return EvalSection(
-            **scored,
+            n=scored.n,
+            correct=scored.correct,
+            accuracy=scored.accuracy,
+            wilson95=scored.wilson95,
+            invalid_share=scored.invalid_share,
+            null_share=scored.null_share,
+            cut_share=scored.cut_share,
+            answers=scored.answers,
             budgets=[a.max_tokens for a in asked],
             finish_reasons=[a.reply.finish_reason for a in asked],
             completion_tokens=[a.reply.completion_tokens for a in asked],
@@ -281,11 +296,11 @@ class EvalCheck:
         got = score_answers(self.problems, replies, cut, self.extract)
         # a cut answer where the good build finished in N tokens, with 2N: wrong, not left out
         late = [unfinished(gold.finished_in(i), a.reply.cut, a.used) for i, a in enumerate(asked)]
-        answers = [None if w else a for a, w in zip(got["answers"], late, strict=True)]
+        answers = [None if w else a for a, w in zip(got.answers, late, strict=True)]
         left_out = [k and w is None for k, w in zip(cut, late, strict=True)]
         compared = paired(self.problems, gold.answers, answers, left_out)
         test = self._test()
-        jump = got["null_share"] - gold.null_share
+        jump = got.null_share - gold.null_share
         failed = []
         golden_finished = (
             any(r != "length" for r in gold.finish_reasons)
@@ -321,11 +336,11 @@ class EvalCheck:
             )
         if jump > self.null_share_jump:
             failed.append(
-                f"{got['null_share']:.0%} of answers have null content with the answer "
+                f"{got.null_share:.0%} of answers have null content with the answer "
                 f"in reasoning (golden {gold.null_share:.0%})"
             )
-        low, high = got["wilson95"]
-        head = f"accuracy {got['accuracy']:.0%} [{low:.0%}, {high:.0%}] on {got['n']}"
+        low, high = got.wilson95
+        head = f"accuracy {got.accuracy:.0%} [{low:.0%}, {high:.0%}] on {got.n}"
         if any(left_out):
             head += f" ({sum(left_out) / len(asked):.0%} cut by the budget, not counted)"
         example = next(
@@ -342,12 +357,18 @@ class EvalCheck:
         return CheckResult(
             name=self.name,
             passed=not failed,
-            score=got["accuracy"],
+            score=got.accuracy,
             evidence=evidence,
             details=EvalDetails(
-                metrics=EvalMetrics.model_validate(got),
+                metrics=EvalMetrics(
+                    accuracy=got.accuracy,
+                    null_share=got.null_share,
+                    invalid_share=got.invalid_share,
+                    cut_share=got.cut_share,
+                    wilson95=got.wilson95,
+                ),
                 thresholds=self.thresholds(golden),
-                answers=got["answers"],
+                answers=got.answers,
                 budgets=[a.max_tokens for a in asked],
                 finish_reasons=[a.reply.finish_reason for a in asked],
                 paired=Paired(

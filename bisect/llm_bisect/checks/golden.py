@@ -307,19 +307,9 @@ def missing(golden: Golden, checks: Sequence[Check]) -> None:
             )
 
 
-def thresholds(golden: Golden | None, checks: Sequence[Check]) -> dict[str, Any]:
-    """Every check's thresholds, and the calibration they came from, for the report."""
-    calibration = golden.calibration if golden else None
-    return {
-        "calibration": (
-            {"runs": calibration.runs, "restarts": calibration.restarts} if calibration else {}
-        ),
-        **{c.name: _dumped(t) for c in checks if (t := c.thresholds(golden))},
-    }
-
-
-def _dumped(limits: dict[str, Threshold]) -> dict[str, Any]:
-    return {k: v.model_dump(mode="json") for k, v in limits.items()}
+def thresholds(golden: Golden | None, checks: Sequence[Check]) -> dict[str, dict[str, Threshold]]:
+    """Every check's thresholds with this golden, and where each came from."""
+    return {c.name: t for c in checks if (t := c.thresholds(golden))}
 
 
 def warnings(golden: Golden) -> list[str]:
