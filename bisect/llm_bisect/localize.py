@@ -420,7 +420,7 @@ class Localization:
 
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class CallDoc(_Part):

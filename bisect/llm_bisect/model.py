@@ -11,12 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import (
-    AliasChoices,
-    BaseModel,
-    ConfigDict,
-    Field,
-)
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from .fingerprint import Fingerprint
 
@@ -100,7 +95,7 @@ class CheckDetails(BaseModel):
     and names its check (`check = "canary"`), which registers it for reading documents back.
     A check without its own model (a toy one) keeps its facts as they are."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", frozen=True)
     check: ClassVar[str] = ""
     """The name of the check these details are of ("" for the base)."""
 
@@ -114,6 +109,7 @@ class CheckDetails(BaseModel):
 class Cap(BaseModel):
     """The byte cap a server's reply passed."""
 
+    model_config = ConfigDict(frozen=True)
     cap_bytes: int
 
 
@@ -127,7 +123,7 @@ class TooLargeDetails(CheckDetails):
 class Threshold(BaseModel):
     """A threshold a check judged by, and where its value came from."""
 
-    model_config = ConfigDict(extra="forbid", serialize_by_alias=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
     value: int | float
     source: str = Field(validation_alias=AliasChoices("from", "source"), serialization_alias="from")
     """`default`, `config`, `calibration (0.0123 x 3)`, ..."""

@@ -12,7 +12,7 @@ class Sparse(BaseModel):
     build or a step may not have (a fingerprint without an image, a localisation that failed)
     keep the shape the untyped writers gave them. Unknown keys are kept."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", frozen=True)
 
     @model_serializer(mode="wrap")
     def _only_given(self, handler: SerializerFunctionWrapHandler) -> Any:

@@ -38,7 +38,7 @@ CUT_SHARE_JUMP = 0.1
 
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class EvalMetrics(_Part):

@@ -33,7 +33,7 @@ falls (an early stop is not close, and fails as such)."""
 
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 class Token(_Part):
