@@ -40,10 +40,12 @@ from typing import Any
 
 import yaml
 
+from llm_bisect.checks.logprobs import LogprobsDetails
 from llm_bisect.demo import build_history
+from llm_bisect.fingerprint import Fingerprint
 from llm_bisect.journal import read_events
 from llm_bisect.model import Candidate, CheckResult, ProbeOutcome, Verdict
-from llm_bisect.report.documents import GateDocument, ResultDocument
+from llm_bisect.report.documents import Context, GateDocument, ResultDocument
 from llm_bisect.report.gate import render_gate_html, render_gate_markdown, render_junit
 from llm_bisect.report.html import render_html
 from llm_bisect.report.markdown import render_markdown
@@ -483,7 +485,13 @@ def hostile_doc(rng: random.Random) -> ResultDocument:
         }
         checks = (
             CheckResult(_say(rng), verdict is Verdict.GOOD, 0.5, _say(rng)),
-            CheckResult("logprobs", verdict is Verdict.GOOD, 0.5, _say(rng), {"cases": [case]}),
+            CheckResult(
+                "logprobs",
+                verdict is Verdict.GOOD,
+                0.5,
+                _say(rng),
+                LogprobsDetails.model_validate({"cases": [case]}),
+            ),
         )
         fingerprint = {
             "command": _say(rng),
@@ -491,7 +499,13 @@ def hostile_doc(rng: random.Random) -> ResultDocument:
             "kernels": {"attention_backend": _say(rng)},
         }
         return ProbeOutcome(
-            seq[i].commit, verdict, _say(rng), checks, {"total": 1.0}, _say(rng), fingerprint
+            seq[i].commit,
+            verdict,
+            _say(rng),
+            checks,
+            {"total": 1.0},
+            _say(rng),
+            Fingerprint.model_validate(fingerprint),
         )
 
     probes = [probe(0, Verdict.GOOD), probe(4, Verdict.BAD), probe(1, Verdict.SKIP)]
@@ -503,7 +517,10 @@ def hostile_doc(rng: random.Random) -> ResultDocument:
         "repo_url": rng.choice(["https://github.com/o/r", _say(rng), "javascript:alert(1)"]),
         "environment": {"os": _say(rng), "gpus": [{"name": _say(rng)}], "driver": _say(rng)},
     }
-    result = build_result(plan, answer, probes, warnings=[_say(rng)], context=context)
+    typed = build_result(
+        plan, answer, probes, warnings=[_say(rng)], context=Context.model_validate(context)
+    )
+    result = typed.model_dump(mode="json")
     result["thresholds"] = {_say(rng): {_say(rng): {"value": 1.0, "from": _say(rng)}}}
     result["localization"] = {
         "line": _say(rng),

@@ -70,7 +70,7 @@ def test_wilson() -> None:
 def test_null_content_with_the_answer_in_reasoning_is_counted() -> None:
     problems = [Problem("q1", "4"), Problem("q2", "9")]
     got = score_answers(problems, [(None, "so it is 4"), ("The answer is 9.", None)])
-    assert got["accuracy"] == 0.5 and got["null_share"] == 0.5 and got["invalid_share"] == 0.5
+    assert got.accuracy == 0.5 and got.null_share == 0.5 and got.invalid_share == 0.5
 
 
 def test_an_output_that_ends_early_diverges_where_it_ended() -> None:

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 from llm_bisect.checks.dataset import Problems
-from llm_bisect.checks.eval import EvalCheck
+from llm_bisect.checks.eval import EvalCheck, EvalDetails
 from llm_bisect.checks.golden import EvalSection, Golden, Sections
 from llm_bisect.checks.gsm8k import instruct_prompt, load_problems
 from llm_bisect.client import ChatReply
@@ -73,15 +73,16 @@ def test_the_stated_detectable_drop_is_detected_with_the_stated_power() -> None:
     flipped = frozenset([1, 2, 3, *sorted(GOLDEN_WRONG)[:3]])
     same = check.run(Flipping(0, 0.0, 0.0, flipped), golden())
     assert same.passed, same.evidence
-    power = same.details["power"]
-    drop, stated, alpha = power["detectable_drop"], power["power"], power["alpha"]
+    assert isinstance(same.details, EvalDetails) and same.details.power is not None
+    power = same.details.power
+    drop, stated, alpha = power.detectable_drop, power.power, power.alpha
     assert 0 < drop < 0.25 and stated == 0.8 and alpha == 0.05
     chance = 3 / N  # each way
     seen = failure_rate(check, 400, lose=(chance + drop) * N / right, gain=chance * N / wrong)
     assert seen >= stated - 0.05, f"stated power {stated} at a drop of {drop:.3f}, seen {seen}"
     seen = failure_rate(check, 400, lose=chance * N / right, gain=chance * N / wrong)
     assert seen <= alpha + 0.02, f"false alarms {seen} at alpha {alpha}"
-    assert power["flips"] == 2 * chance and "McNemar" in power["test"]
+    assert power.flips == 2 * chance and "McNemar" in power.test
 
 
 class Cut:
@@ -114,11 +115,13 @@ def test_answers_that_never_finish_where_the_good_build_did_are_wrong() -> None:
     result = check.run(Cut(10**6), finished_golden("stop"))
     assert not result.passed
     assert f"{N} of them did not finish where the good build did in 40 tokens" in result.evidence
-    assert result.details["paired"]["n"] == N and result.details["paired"]["unfinished"] == N
+    assert isinstance(result.details, EvalDetails) and result.details.paired is not None
+    assert result.details.paired.n == N and result.details.paired.unfinished == N
     # cut with less room than twice the good build's 40 (a full context): not compared, but
     # nothing compared at all, and every answer cut where the golden's were not, never passes
     result = check.run(Cut(60), finished_golden("stop"))
-    assert not result.passed and result.details["paired"]["n"] == 0
+    assert isinstance(result.details, EvalDetails) and result.details.paired is not None
+    assert not result.passed and result.details.paired.n == 0
     assert "no answer could be compared with the golden's" in result.evidence
     assert "100% of answers were cut by their budget (golden 0%)" in result.evidence
     # where the good build was cut too, a cut answer is still no evidence

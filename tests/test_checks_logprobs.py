@@ -13,7 +13,7 @@ from llm_bisect.checks.golden import (
     LogprobsSection,
     Sections,
 )
-from llm_bisect.checks.logprobs import LogprobsCheck
+from llm_bisect.checks.logprobs import LogprobsCheck, LogprobsDetails
 from llm_bisect.client import ChatReply
 from llm_bisect.model import Step
 
@@ -59,7 +59,8 @@ def golden(noise: LogprobsNoise | None = None, tops: Sequence[str] = ()) -> Gold
 def test_the_golden_itself_passes() -> None:
     result = LogprobsCheck([PROMPT]).run(Scripted([step(t) for t in GOLDEN_TOKENS]), golden())
     assert result.passed, result.evidence
-    assert result.details["metrics"]["agreement"] == 1.0
+    assert isinstance(result.details, LogprobsDetails)
+    assert result.details.metrics.agreement == 1.0
 
 
 def test_a_build_that_stops_early_diverges_where_it_stopped() -> None:
@@ -68,8 +69,9 @@ def test_a_build_that_stops_early_diverges_where_it_stopped() -> None:
         check = LogprobsCheck([PROMPT])
         result = check.run(Scripted([step(t) for t in GOLDEN_TOKENS[:kept]]), golden())
         assert not result.passed, (kept, result.evidence)
-        (case,) = result.details["cases"]
-        assert case["first_divergence"] == kept and case["close"] is False
+        assert isinstance(result.details, LogprobsDetails)
+        (case,) = result.details.cases
+        assert case.first_divergence == kept and case.close is False
         assert f"tokens part at position {kept}: this output ends there" in result.evidence
 
 
@@ -83,14 +85,16 @@ def test_agreement_below_the_calibrated_floor_fails_even_when_the_swap_is_close(
         max_abs_delta=0.01, teacher_mean_abs_delta=0.01, not_close=0, min_agreement=1.0
     )
     result = LogprobsCheck([PROMPT]).run(Scripted(swapped), golden(steady, tops=["999"]))
-    assert result.details["cases"][0]["close"] is True  # vLLM's rule alone would pass it
+    assert isinstance(result.details, LogprobsDetails)
+    assert result.details.cases[0].close is True  # vLLM's rule alone would pass it
     assert not result.passed and "agreement 0.00 <" in result.evidence, result.evidence
-    limit = result.details["thresholds"]["min_agreement"]
-    assert limit["from"].startswith("calibration") and 0 < limit["value"] < 1
+    limit = result.details.thresholds["min_agreement"]
+    assert limit.source.startswith("calibration") and 0 < limit.value < 1
     noisy = LogprobsNoise(
         max_abs_delta=0.01, teacher_mean_abs_delta=0.01, not_close=0, min_agreement=0.0
     )
     for calibration in (noisy, None):
         result = LogprobsCheck([PROMPT]).run(Scripted(swapped), golden(calibration, tops=["999"]))
         assert result.passed, result.evidence
-        assert result.details["thresholds"]["min_agreement"]["value"] == 0.0
+        assert isinstance(result.details, LogprobsDetails)
+        assert result.details.thresholds["min_agreement"].value == 0.0

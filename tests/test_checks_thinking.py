@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from helpers import History
 from llm_bisect import app
+from llm_bisect.checks.canary import CanaryDetails
+from llm_bisect.checks.eval import EvalDetails
 from llm_bisect.cli import cli
 from llm_bisect.config import CHAT_PROMPTS
 from llm_bisect.terminal import TerminalProgress
@@ -60,12 +62,14 @@ def test_a_thinking_model_gets_budgets_that_fit_and_its_faults_are_found(
         failed = {c.name for c in outcome.checks if not c.passed}
         assert failed == CAUGHT[fault], (fault, outcome.reason)
         canary_result = next(c for c in outcome.checks if c.name == "canary")
-        unclosed = next(c for c in canary_result.details["cases"] if c["prompt"] == UNCLOSED)
-        assert unclosed["finish_reason"] == "length"
+        assert isinstance(canary_result.details, CanaryDetails)
+        unclosed = next(c for c in canary_result.details.cases if c.prompt == UNCLOSED)
+        assert unclosed.finish_reason == "length"
         if fault == "none":
-            assert unclosed["problems"] == []  # cut on every build: never evidence
+            assert unclosed.problems == []  # cut on every build: never evidence
             evaluated = next(c for c in outcome.checks if c.name == "eval")
-            assert set(evaluated.details["finish_reasons"]) == {"stop"}
+            assert isinstance(evaluated.details, EvalDetails)
+            assert set(evaluated.details.finish_reasons) == {"stop"}
         if fault == "null-content":
             assert "content is null" in canary_result.evidence
 

@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from llm_bisect.fingerprint import KERNEL_KEYS, differences, flatten, parse_startup_log
+from llm_bisect.fingerprint import (
+    KERNEL_KEYS,
+    Fingerprint,
+    differences,
+    flatten,
+    parse_startup_log,
+)
 from llm_bisect.sim.server import startup_log
 
 CORPUS: list[dict[str, Any]] = json.loads(
@@ -127,7 +133,9 @@ def test_the_simulator_prints_what_the_parser_reads_and_a_switch_shows() -> None
     assert good["attention_backend"] == "FLASH_ATTN" and good["engine_version"].endswith(
         commit[:12]
     )
-    assert differences({"kernels": good}, {"kernels": bad}) == ["kernels.moe_backend"]
+    assert differences(Fingerprint(kernels=good), Fingerprint(kernels=bad)) == [
+        "kernels.moe_backend"
+    ]
 
 
 def test_differences_mark_a_flashinfer_bump() -> None:
@@ -139,7 +147,9 @@ def test_differences_mark_a_flashinfer_bump() -> None:
         "packages": {"flashinfer": "0.5.3", "torch": "2.9.0"},
         "kernels": {"moe_backend": "CUTLASS"},
     }
-    assert differences(old, new) == ["packages.flashinfer"]
+    assert differences(Fingerprint.model_validate(old), Fingerprint.model_validate(new)) == [
+        "packages.flashinfer"
+    ]
     assert flatten(old)["kernels.moe_backend"] == "CUTLASS"
 
 

@@ -27,6 +27,7 @@ from helpers import (
     wait_until,
 )
 from llm_bisect import app
+from llm_bisect.fingerprint import Fingerprint
 from llm_bisect.journal import read_events
 from llm_bisect.launchers.common import LINE_CHARS
 from llm_bisect.report.documents import GateDocument, ResultDocument
@@ -121,9 +122,8 @@ def test_inconclusive_on_a_candidate_that_cannot_start(tmp_path: Path, history: 
     md = (out / "report.md").read_text()
     assert "INCONCLUSIVE" in md and "Builds compared" in md  # it said its kernels first
     # a candidate that said nothing of itself: the golden is sound, not the one to record anew
-    silent = doc.model_copy(
-        update={"fingerprints": None, "probe": doc.probe.model_copy(update={"fingerprint": {}})}
-    )
+    said_nothing = doc.probe.model_copy(update={"fingerprint": Fingerprint()})
+    silent = doc.model_copy(update={"fingerprints": None, "probe": said_nothing})
     md = render_gate_markdown(silent)
     assert "record it anew" not in md and "never served, so no builds are compared" in md, md
 

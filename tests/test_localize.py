@@ -163,7 +163,7 @@ def test_each_tensor_argument_of_a_decoder_layer_is_compared_by_name() -> None:
     assert found.first.event == "model.layers.1 (input residual)"
     assert "positions, hidden_states identical" in found.first.why, found.first.why
     assert "after model.layers.0 returned" in found.first.why, found.first.why
-    doc = found.to_json()
+    doc = found.document().model_dump(mode="json")
     assert doc["call"]["inputs"] == {"positions": 0.0, "hidden_states": 0.0, "residual": 1.0}
     assert doc["nonfinite"] == {"good": 0, "bad": 0, "first": None}
     # the residual a layer returns is its own output: the layer's code
@@ -188,7 +188,7 @@ def test_each_tensor_argument_of_a_decoder_layer_is_compared_by_name() -> None:
 def test_nan_or_inf_on_either_path_is_said() -> None:
     good, bad = vllm_network(), vllm_network({("model.layers.1", "output", "[0]"): [9.0] * 4})
     bad["events"][-4]["nonfinite"] = 3  # model.layers.1's output[0]
-    doc = localize([good], [bad]).to_json()
+    doc = localize([good], [bad]).document().model_dump(mode="json")
     assert doc["module"] == "model.layers.1" and doc["module_type"] == "1"
     assert doc["nonfinite"] == {
         "good": 0, "bad": 1, "first": "model.layers.1 (output[0]) in the bad build"
@@ -412,7 +412,7 @@ def test_vllm_call_signatures_localise_to_the_code_that_changed(torch_python: st
     assert between.first is not None and between.first.module == "model", between.line()
     assert between.first.event == "model.layers.1 (input hidden_states)", between.first
     assert "after model.layers.0" in between.first.why, between.first.why
-    doc = between.to_json()
+    doc = between.document().model_dump(mode="json")
     assert doc["call"]["module"] == "model.layers.1"
     assert doc["call"]["inputs"]["positions"] == 0.0 and doc["call"]["inputs"]["hidden_states"] > 0
     assert doc["nonfinite"] == {"good": 0, "bad": 0, "first": None}

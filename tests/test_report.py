@@ -37,7 +37,7 @@ SEQ = tuple(
 )
 
 
-def render_markdown(result: dict[str, Any]) -> str:
+def render_markdown(result: ResultDocument | dict[str, Any]) -> str:
     """report.md of a result.json document, read as the typed document it must be."""
     return render_doc(ResultDocument.model_validate(result))
 
@@ -59,7 +59,7 @@ def test_found_report_has_culprit_evidence_and_table() -> None:
         outcome(2, Verdict.GOOD, "I am well"),
         outcome(3, Verdict.BAD, "now now now"),
     ]
-    result = build_result(plan, answer, probes)
+    result = build_result(plan, answer, probes).model_dump(mode="json")
     assert result["status"] == "found"
     assert result["culprit"] == {**SEQ[3].to_json(), "artifact": ""}
     assert result["good"] == SEQ[0].commit and result["bad"] == SEQ[4].commit
@@ -88,7 +88,7 @@ def test_merge_base_bad_names_the_fix_range() -> None:
     answer = Answer(
         Status.NO_REGRESSION, None, (), "predates", fix_range=(SEQ[0].commit, anchor.commit)
     )
-    result = build_result(plan, answer, [])
+    result = build_result(plan, answer, []).model_dump(mode="json")
     assert result["merge_base"] == SEQ[0].commit
     assert result["fix_range"] == [SEQ[0].commit, anchor.commit]
     assert "--find-fix" in render_markdown(result)
@@ -110,7 +110,7 @@ def test_the_report_says_how_small_a_drop_the_eval_could_see() -> None:
         power["detectable_drop"] = test.detectable_drop(n, right, 6 / 64)
         check = CheckResult("eval", True, 0.92, "fine", {"power": power})
         probe = ProbeOutcome(SEQ[0].commit, Verdict.GOOD, "ok", (check,), {"total": 1.0})
-        result = build_result(plan, answer, [probe])
+        result = build_result(plan, answer, [probe]).model_dump(mode="json")
         assert result["eval_power"] == power
         md = render_markdown(result)
         assert f"The eval's {n} problems detect an accuracy drop of" in md
@@ -166,7 +166,7 @@ def _probe(i: int, verdict: Verdict, at: float) -> ProbeOutcome:
     )
 
 
-def golden_result() -> dict[str, Any]:
+def golden_result() -> ResultDocument:
     """A fixed found result: refs, links, reproduce, environment and divergence all present."""
     plan = Plan(Mode.REGRESSION, SHAS)
     answer = Answer(Status.FOUND, SHAS[3], (SHAS[2].commit, SHAS[3].commit), "first bad found")
@@ -328,7 +328,7 @@ def test_verdicts_that_are_not_monotone_are_said_with_what_each_re_probe_found()
         seen.setdefault(p.commit, []).append(p.verdict)
     answer = plan_step(plan, seen, reprobe=True)
     assert isinstance(answer, Answer) and answer.culprit == SEQ[3]
-    result = build_result(plan, answer, probes)
+    result = build_result(plan, answer, probes).model_dump(mode="json")
     assert result["retests"] == [
         {"commit": SEQ[1].commit, "verdicts": ["bad", "good"], "flaky": True},
         {"commit": SEQ[2].commit, "verdicts": ["good", "good"], "flaky": False},
@@ -341,7 +341,7 @@ def test_verdicts_that_are_not_monotone_are_said_with_what_each_re_probe_found()
     answer = plan_step(plan, {c: v[:1] for c, v in seen.items()})
     assert isinstance(answer, Answer) and answer.culprit == SEQ[3]
     assert answer.reversals == ((SEQ[1].commit, SEQ[2].commit),)
-    result = build_result(plan, answer, probes[:4] + probes[6:])
+    result = build_result(plan, answer, probes[:4] + probes[6:]).model_dump(mode="json")
     assert result["reversals"] == [{"new": SEQ[1].commit, "old": SEQ[2].commit}]
     md = render_markdown(result)
     assert f"good at {SEQ[2].short} after bad at {SEQ[1].short}" in md

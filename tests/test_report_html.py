@@ -16,7 +16,7 @@ import pytest
 
 from helpers import HOSTILE_LINE, HOSTILE_LOG, History, github_render
 from llm_bisect.checks.golden import Golden, Sections
-from llm_bisect.checks.logprobs import LogprobsCheck
+from llm_bisect.checks.logprobs import LogprobsCheck, LogprobsDetails
 from llm_bisect.client import OpenAIClient
 from llm_bisect.model import Verdict
 from llm_bisect.report.documents import CheckDoc, ProbeDoc, ResultDocument
@@ -152,7 +152,7 @@ def hrefs(page: str) -> list[str]:
 def test_a_repository_address_is_a_link_only_over_http(url: str) -> None:
     """A result.json whose repository address is no http(s) address of a repository (one
     written before candidates.url was checked, or edited) gives reports without its links."""
-    result = golden_result()
+    result = golden_result().model_dump(mode="json")
     result["context"]["repo_url"] = url
     doc = ResultDocument.model_validate(result)
     page = render_html(doc)
@@ -186,8 +186,9 @@ def test_the_logprob_plot_shows_where_the_tokens_part() -> None:
     """A flat zero line hid a build whose tokens part at position 2: the plot's data is not
     all zero, position 2 is marked, and the two tokens are named there."""
     bad = diverging_probe()
-    (case,) = bad.checks[0].details["cases"]
-    assert case["first_divergence"] == 2 and set(case["teacher_deltas"]) == {0.0}
+    assert isinstance(bad.checks[0].details, LogprobsDetails)
+    (case,) = bad.checks[0].details.cases
+    assert case.first_divergence == 2 and set(case.teacher_deltas) == {0.0}
     fig = logprob_figure(bad)
     assert fig is not None
     ys = [y for trace in fig.data for y in (trace.y or ()) if y is not None]
@@ -202,9 +203,11 @@ def test_top_k_alternatives_show_their_text() -> None:
     """report.md printed every top-k alternative as '' (the server's /detokenize did not
     know them): each shows its id and its text."""
     bad = diverging_probe()
-    (case,) = bad.checks[0].details["cases"]
-    tops = case["divergence"]["golden"]["top"] + case["divergence"]["candidate"]["top"]
-    assert len(tops) > 2 and all(t["text"] for t in tops), tops
+    assert isinstance(bad.checks[0].details, LogprobsDetails)
+    (case,) = bad.checks[0].details.cases
+    assert case.divergence is not None
+    tops = case.divergence.golden.top + case.divergence.candidate.top
+    assert len(tops) > 2 and all(t.text for t in tops), tops
     md = "\n".join(divergences(bad))
     assert "''" not in md, md
-    assert all(t["token"] in md for t in tops), md
+    assert all(t.token in md for t in tops), md

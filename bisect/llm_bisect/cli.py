@@ -389,11 +389,9 @@ def calibrate_cmd(
             f"good-vs-good: {found.flagged} of {found.runs} runs flagged (by the thresholds then)"
         )
         for check, values in found.thresholds.items():
-            if check == "calibration":
-                continue
             for key, limit in values.items():
                 bound = ">=" if key.startswith("min_") else "<="
-                term.out(f"  {check}.{key} {bound} {limit['value']:.4g}  ({limit['from']})")
+                term.out(f"  {check}.{key} {bound} {limit.value:.4g}  ({limit.source})")
         return 0
 
     raise typer.Exit(guarded(body))
@@ -651,16 +649,16 @@ def localize_cmd(
         s = _setup(term, config, progress, repo)
         with _work_dir(out, "llm-bisect-localize-") as out_dir:
             doc = localize_refs(s, good, bad, out_dir, prompt=prompt, note=progress.note)
-            term.out(doc["line"])
-            if doc.get("why"):
-                term.out(f"  ({doc['why']})")
+            term.out(doc.line)
+            if doc.why:
+                term.out(f"  ({doc.why})")
             seconds = ", ".join(
-                [f"{k} {v:.0f}s" for k, v in doc["seconds"].items()]
-                + [f"{k} captured before" for k in doc.get("reused", [])]
+                [f"{k} {v:.0f}s" for k, v in doc.seconds.items()]
+                + [f"{k} captured before" for k in doc.reused]
             )
             term.out(
-                f"  {doc['tokens']} tokens; probes: {seconds}; "
-                f"collected {doc['collected_bytes'] / 1e6:.1f} MB"
+                f"  {doc.tokens} tokens; probes: {seconds}; "
+                f"collected {doc.collected_bytes / 1e6:.1f} MB"
             )
             if out is not None:
                 term.out(f"localization: {out_dir / LOCALIZATION}")
@@ -763,8 +761,8 @@ def demo_cmd(
             if images:
                 demo.remove_images(images)
         _print_answer(term, done.answer, out_dir)
-        probes = len(done.result["probes"])
-        started, ended = done.result.get("started_at"), done.result.get("ended_at")
+        probes = len(done.result.probes)
+        started, ended = done.result.started_at, done.result.ended_at
         wall = ended - started if started is not None and ended is not None else None
         term.say(f"demo: {probes} probes in {duration(wall)}")  # the figure report.md gives
         found = done.answer.culprit

@@ -1,13 +1,17 @@
 """Fingerprints: what a build really is, read from its startup log and metadata. Pure.
 
-A fingerprint is a nested dict of strings:
+A fingerprint (`Fingerprint`) holds, each where known:
 
-    image     ref, digest, id, labels        (docker launcher)
-    server    version (/version), system_fingerprint
-    packages  torch, flashinfer, triton, transformers, nccl, vllm
-    kernels   what the startup log states: engine_version, attention_backend, moe_backend,
-              moe_quant, quantization, gemm_kernel, kv_cache_dtype, compilation_mode,
-              cudagraph_mode, ... (KERNEL_KEYS)
+    image        ref, digest, id, labels        (docker launcher)
+    server       version (/version), system_fingerprint
+    packages     torch, flashinfer, triton, transformers, nccl, vllm
+    kernels      what the startup log states: engine_version, attention_backend, moe_backend,
+                 moe_quant, quantization, gemm_kernel, kv_cache_dtype, compilation_mode,
+                 cudagraph_mode, ... (KERNEL_KEYS)
+    collect_env  what vLLM's collect_env said where the server ran (collectenv.py)
+    build        how the build was made (its route, cache, base)
+    command      the server command line; devices, the GPUs its slot had
+    (a launcher's own facts, e.g. `slurm`, are kept as they come)
 
 `flatten` and `differences` turn two of them into the side-by-side view a
 maintainer reads: a FlashInfer bump or a MoE backend change must stand out.
@@ -19,6 +23,60 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import Field
+
+from .sparse import Sparse
+
+
+class ImageFacts(Sparse):
+    """The image a build ran from."""
+
+    ref: str = ""
+    digest: str = ""
+    """`repo@sha256:...`, the immutable name."""
+    id: str = ""
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class ServedFacts(Sparse):
+    """What the ready server said it is."""
+
+    version: str | None = None
+    """Its /version."""
+    system_fingerprint: str | None = None
+    """The `system_fingerprint` its completions carried (vLLM: `vllm-<version>-<commit>`)."""
+
+
+class Fingerprint(Sparse):
+    """What a build really is (see the module docstring); a key nobody found stays absent."""
+
+    image: ImageFacts | None = None
+    server: ServedFacts | None = None
+    packages: dict[str, str] = Field(default_factory=dict)
+    """Fingerprint name (PACKAGES) → version found inside the build."""
+    kernels: dict[str, str] = Field(default_factory=dict)
+    """KERNEL_KEYS → what the startup log said."""
+    collect_env: dict[str, str] = Field(default_factory=dict)
+    build: dict[str, Any] = Field(default_factory=dict)
+    """The build's own facts: its route, whether it came from the cache, its base."""
+    command: str = ""
+    """How the server was started (a secret by its name only); not compared."""
+    devices: list[str] = Field(default_factory=list)
+
+    @property
+    def known(self) -> bool:
+        """True when anything at all is known of the build."""
+        return bool(self.model_dump())
+
+    def merged(self, more: Fingerprint) -> Fingerprint:
+        """This fingerprint with what `more` says besides (a key of `more` replaces it whole)."""
+        return Fingerprint.model_validate({**self.model_dump(), **more.model_dump()})
+
+    def flat(self, *leave_out: str) -> dict[str, str]:
+        """Every fact as `a.b` → text (flatten), but the keys `leave_out`."""
+        return flatten(self.model_dump(mode="json", exclude=set(leave_out)))
+
 
 PACKAGES = {
     "torch": "torch",
@@ -266,8 +324,8 @@ NOT_COMPARED = ("command",)
 """Fingerprint keys that say how a build was started, not what it is."""
 
 
-def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+def differences(a: Fingerprint, b: Fingerprint) -> list[str]:
     """Keys whose values differ between two fingerprints (flattened), sorted; how each was
     started (`command`) is not compared."""
-    fa, fb = (flatten({k: v for k, v in f.items() if k not in NOT_COMPARED}) for f in (a, b))
+    fa, fb = (f.flat(*NOT_COMPARED) for f in (a, b))
     return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))

@@ -28,6 +28,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from .sparse import Sparse
+
 NOISE_FACTOR = 4.0
 """An event's tolerance is at least this many times the good build's own difference."""
 FLOOR = 1e-3
@@ -380,56 +384,132 @@ class Localization:
             f"{first.difference:.2g}{at}; every module before it {before})"
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def document(self, **run: Any) -> LocalizationDoc:
+        """localization.json; `run`: what the localisation probes were (LocalizationDoc's
+        `good`, `bad`, `prompt`, `seconds`, `reused`, `forced`)."""
         first = self.first
-        return {
-            "line": self.line(),
-            "module": first.module if first else None,
-            "rank": first.rank if first else None,
-            "event": first.event if first else None,
-            "relative_difference": first.difference if first else None,
-            "tolerance": first.tolerance if first else None,
-            "before_max": first.before_max if first else None,
-            "why": first.why if first else None,
-            "module_type": (first.type or None) if first else None,
-            "call": _call_json(first) if first else None,
-            "after": (first.after or None) if first else None,
-            "nonfinite": _nonfinite_json(self.ranks),
-            "tokens": self.tokens,
-            "collected_bytes": self.collected_bytes,
-            "notes": list(self.notes),
-            "ranks": [
-                {
-                    "rank": r.rank,
-                    "module": r.module or None,
-                    "event": r.event or None,
-                    "relative_difference": r.difference,
-                    "events": r.events,
-                    "curve": [[p.module, p.difference] for p in r.curve],
-                }
+        return LocalizationDoc(
+            **run,
+            line=self.line(),
+            module=first.module if first else None,
+            rank=first.rank if first else None,
+            event=first.event if first else None,
+            relative_difference=first.difference if first else None,
+            tolerance=first.tolerance if first else None,
+            before_max=first.before_max if first else None,
+            why=first.why if first else None,
+            module_type=(first.type or None) if first else None,
+            call=_call_doc(first) if first else None,
+            after=(first.after or None) if first else None,
+            nonfinite=_nonfinite_doc(self.ranks),
+            tokens=self.tokens,
+            collected_bytes=self.collected_bytes,
+            notes=list(self.notes),
+            ranks=[
+                RankDoc(
+                    rank=r.rank,
+                    module=r.module or None,
+                    event=r.event or None,
+                    relative_difference=r.difference,
+                    events=r.events,
+                    curve=[(p.module, p.difference) for p in r.curve],
+                )
                 for r in self.ranks
             ],
-        }
+        )
 
 
-def _call_json(first: RankDivergence) -> dict[str, Any]:
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class CallDoc(_Part):
+    """The call the first divergence is in: each input and output, and its difference."""
+
+    module: str
+    """`model.layers.1`, `name#k` for its k-th call."""
+    inputs: dict[str, float] = Field(default_factory=dict)
+    """By argument name (`input` for one without a name)."""
+    outputs: dict[str, float] = Field(default_factory=dict)
+    """`output`, or `output[k]` for a tuple's k-th tensor."""
+
+
+class NonFiniteDoc(_Part):
+    """NaN or infinite values over every rank (NonFinite, summed)."""
+
+    good: int
+    bad: int
+    first: str | None = None
+
+
+class RankDoc(_Part):
+    """One rank's first divergence and its curve."""
+
+    rank: int
+    module: str | None = None
+    event: str | None = None
+    relative_difference: float = 0.0
+    events: int = 0
+    curve: list[tuple[str, float]] = Field(default_factory=list)
+    """(module, difference) per module call's outputs, in execution order."""
+
+
+class LocalizationDoc(Sparse):
+    """DIR/localization.json, and result.json's `localization`: where in the model two builds
+    first differ. One that failed has `good`, `bad`, `error` and `line` only."""
+
+    good: str = ""
+    """The last good build's commit."""
+    bad: str = ""
+    prompt: str = ""
+    """The text both builds ran (its tokens, then the good build's greedy continuation)."""
+    seconds: dict[str, float] = Field(default_factory=dict)
+    """Per localisation probe (`good`, `bad`, `again`), how long it took."""
+    reused: list[str] = Field(default_factory=list)
+    """The probes captured before (a DIR localised into again), not started again."""
+    forced: list[str] = Field(default_factory=list)
+    """What the localisation probes added to the server command (eager mode, ...)."""
+    error: str | None = None
+    """Why it could not localise (then the fields below are absent)."""
+    line: str = ""
+    """The sentence for the terminal and report.md."""
+    module: str | None = None
+    """Where the change enters; None when no module diverged."""
+    rank: int | None = None
+    event: str | None = None
+    relative_difference: float | None = None
+    tolerance: float | None = None
+    before_max: float | None = None
+    why: str | None = None
+    module_type: str | None = None
+    call: CallDoc | None = None
+    after: str | None = None
+    nonfinite: NonFiniteDoc | None = None
+    """None where the worker did not count them (an older localisation, too)."""
+    tokens: int = 0
+    collected_bytes: int = 0
+    notes: list[str] = Field(default_factory=list)
+    ranks: list[RankDoc] = Field(default_factory=list)
+
+
+def _call_doc(first: RankDivergence) -> CallDoc:
     """The call the first divergence is in: each input and output, and its difference."""
     inputs = {t.what.removeprefix("input").strip() or "input": t.difference
               for t in first.tensors if t.what.startswith("input")}  # fmt: skip
     outputs = {t.what: t.difference for t in first.tensors if t.what.startswith("output")}
-    return {"module": first.call, "inputs": inputs, "outputs": outputs}
+    return CallDoc(module=first.call, inputs=inputs, outputs=outputs)
 
 
-def _nonfinite_json(ranks: Sequence[RankDivergence]) -> dict[str, Any] | None:
+def _nonfinite_doc(ranks: Sequence[RankDivergence]) -> NonFiniteDoc | None:
     """NaN or infinite values over every rank; None where the worker did not count them."""
     known = [r.nonfinite for r in ranks if r.nonfinite is not None]
     if not known:
         return None
-    return {
-        "good": sum(n.good for n in known),
-        "bad": sum(n.bad for n in known),
-        "first": next((n.first for n in known if n.first), None),
-    }
+    return NonFiniteDoc(
+        good=sum(n.good for n in known),
+        bad=sum(n.bad for n in known),
+        first=next((n.first for n in known if n.first), None),
+    )
 
 
 def localize(

@@ -10,7 +10,11 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+
+from .fingerprint import Fingerprint
 
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -83,6 +87,59 @@ class Candidate:
         )
 
 
+DETAILS: dict[str, type[CheckDetails]] = {}
+"""A check's name → the model of its details (filled as each check module defines its own)."""
+
+
+class CheckDetails(BaseModel):
+    """What a check found, case by case: each check module subclasses it with its own fields
+    and names its check (`check = "canary"`), which registers it for reading documents back.
+    A check without its own model (a toy one) keeps its facts as they are."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    check: ClassVar[str] = ""
+    """The name of the check these details are of ("" for the base)."""
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if cls.check:
+            DETAILS[cls.check] = cls
+
+
+class Cap(BaseModel):
+    """The byte cap a server's reply passed."""
+
+    model_config = ConfigDict(frozen=True)
+    cap_bytes: int
+
+
+class TooLargeDetails(CheckDetails):
+    """Any check whose server sent a reply over the byte cap: it failed with only that."""
+
+    model_config = ConfigDict(extra="forbid")
+    reply_too_large: Cap
+
+
+class Threshold(BaseModel):
+    """A threshold a check judged by, and where its value came from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+    value: int | float
+    source: str = Field(validation_alias=AliasChoices("from", "source"), serialization_alias="from")
+    """`default`, `config`, `calibration (0.0123 x 3)`, ..."""
+
+
+def details_of(name: str, data: Any) -> CheckDetails:
+    """`data` read back as the details of the check called `name`."""
+    if isinstance(data, CheckDetails):
+        return data
+    if isinstance(data, dict) and "reply_too_large" in data:
+        return TooLargeDetails.model_validate(data)
+    model = DETAILS.get(name, CheckDetails)
+    return model.model_validate(data if data is not None else {})
+
+
 @dataclass(frozen=True)
 class CheckResult:
     """What one check concluded about one endpoint."""
@@ -95,8 +152,12 @@ class CheckResult:
     """A number in [0, 1]: the share of the check's cases that passed."""
     evidence: str
     """A short, human-readable excerpt: what the model said and why it failed or passed."""
-    details: dict[str, Any] = field(default_factory=dict)
-    """Per-case facts (prompts, outputs, metrics), JSON-serialisable."""
+    details: CheckDetails = field(default_factory=CheckDetails)
+    """Per-case facts (prompts, outputs, metrics): the check's own model (checks/<name>.py)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.details, CheckDetails):  # a check's facts as a plain mapping
+            object.__setattr__(self, "details", details_of(self.name, self.details))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -104,7 +165,7 @@ class CheckResult:
             "passed": self.passed,
             "score": self.score,
             "evidence": self.evidence,
-            "details": self.details,
+            "details": self.details.model_dump(mode="json"),
         }
 
     @classmethod
@@ -114,7 +175,7 @@ class CheckResult:
             passed=bool(data["passed"]),
             score=float(data["score"]),
             evidence=str(data.get("evidence", "")),
-            details=dict(data.get("details", {})),
+            details=details_of(str(data["name"]), data.get("details")),
         )
 
 
@@ -134,8 +195,12 @@ class ProbeOutcome:
     """Seconds spent per phase: `launch`, `ready`, `checks`, `total`."""
     log_tail: str = ""
     """Last lines of the server log, kept when the build was untestable."""
-    fingerprint: dict[str, Any] = field(default_factory=dict)
+    fingerprint: Fingerprint = field(default_factory=Fingerprint)
     """What the build really was: image, server version, packages, kernels (fingerprint.py)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.fingerprint, Fingerprint):  # the facts as a plain mapping
+            object.__setattr__(self, "fingerprint", Fingerprint.model_validate(self.fingerprint))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,7 +210,7 @@ class ProbeOutcome:
             "checks": [c.to_json() for c in self.checks],
             "timings": self.timings,
             "log_tail": self.log_tail,
-            "fingerprint": self.fingerprint,
+            "fingerprint": self.fingerprint.model_dump(mode="json"),
         }
 
     @classmethod
@@ -157,7 +222,7 @@ class ProbeOutcome:
             checks=tuple(CheckResult.from_json(c) for c in data.get("checks", [])),
             timings={str(k): float(v) for k, v in data.get("timings", {}).items()},
             log_tail=str(data.get("log_tail", "")),
-            fingerprint=dict(data.get("fingerprint", {})),
+            fingerprint=Fingerprint.model_validate(data.get("fingerprint") or {}),
         )
 
 

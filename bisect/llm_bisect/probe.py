@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from . import collectenv
 from .checks import Check
@@ -22,9 +22,9 @@ from .clock import SYSTEM
 from .collectenv import collected
 from .errors import EndpointError, LaunchError, ReplyTooLarge, ServerFault
 from .files import head_text
-from .fingerprint import parse_startup_log
+from .fingerprint import Fingerprint, ImageFacts, ServedFacts, parse_startup_log
 from .launchers import Launcher, Server
-from .model import Candidate, CheckResult, ProbeOutcome, Regress, Verdict
+from .model import Candidate, Cap, CheckResult, ProbeOutcome, Regress, TooLargeDetails, Verdict
 from .search import Plan
 from .verdict import combine_repeats, decide, judge
 
@@ -114,6 +114,17 @@ class Cancel:
 
 
 @dataclass
+class Facts:
+    """A build's fingerprint as its parts come in: its artifact, what it served, what its
+    startup log said once it stopped."""
+
+    fingerprint: Fingerprint = field(default_factory=Fingerprint)
+
+    def add(self, more: Fingerprint) -> None:
+        self.fingerprint = self.fingerprint.merged(more)
+
+
+@dataclass
 class _Found:
     """What one probe found out so far; becomes a ProbeOutcome once the server is gone."""
 
@@ -121,7 +132,7 @@ class _Found:
     reason: str = ""
     results: tuple[CheckResult, ...] = ()
     log_tail: str = ""
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: Facts = field(default_factory=Facts)
 
 
 def probe(
@@ -145,7 +156,7 @@ def probe(
     artifact = ctx.launcher.artifact(candidate)
     timings["artifact"] = clock() - t0
     if artifact.digest:
-        found.facts["image"] = {"ref": artifact.ref, "digest": artifact.digest}
+        found.facts.add(Fingerprint(image=ImageFacts(ref=artifact.ref, digest=artifact.digest)))
     if artifact.available is False:
         found.reason = artifact.reason or f"no artifact: {artifact.ref}"
     elif cancel is not None and cancel.cancelled:
@@ -171,9 +182,10 @@ def probe(
     if cancel is not None and cancel.cancelled:
         found.verdict, found.reason = Verdict.SKIP, CANCELLED
     timings["total"] = clock() - t0
-    found.facts.update(startup_facts(probe_dir))
+    found.facts.add(startup_facts(probe_dir))
+    fingerprint = found.facts.fingerprint
     if ctx.golden is not None:
-        ctx.golden.keep(candidate.commit, found.facts)
+        ctx.golden.keep(candidate.commit, fingerprint)
     return ProbeOutcome(
         candidate.commit,
         found.verdict,
@@ -181,28 +193,26 @@ def probe(
         found.results,
         timings,
         found.log_tail,
-        found.facts,
+        fingerprint,
     )
 
 
-def served_facts(api: OpenAIClient, server: Server) -> dict[str, Any]:
+def served_facts(api: OpenAIClient, server: Server) -> Fingerprint:
     """What a ready build says it is (/version, system_fingerprint) and what its launcher
-    knows of it (image, packages, the command)."""
-    return {
-        "server": {"version": api.version(), "system_fingerprint": api.system_fingerprint},
-        **server.fingerprint(),
-    }
+    knows of it (image, packages, the command: a mapping, read here)."""
+    served = ServedFacts(version=api.version(), system_fingerprint=api.system_fingerprint)
+    return Fingerprint(server=served).merged(Fingerprint.model_validate(server.fingerprint()))
 
 
-def startup_facts(probe_dir: Path) -> dict[str, Any]:
+def startup_facts(probe_dir: Path) -> Fingerprint:
     """The kernels a stopped build's startup log says it selected, when it names any, and
     its environment as vLLM's collect_env saw it, when a launcher ran that."""
     log = probe_dir / "server.log"
     kernels = parse_startup_log(head_text(log, STARTUP_LOG_BYTES)) if log.exists() else {}
-    facts: dict[str, Any] = {"kernels": kernels} if kernels else {}
+    facts = Fingerprint(kernels=kernels) if kernels else Fingerprint()
     environment = collected(probe_dir)
     if environment:
-        facts["collect_env"] = environment
+        facts = facts.merged(Fingerprint(collect_env=environment))
     return facts
 
 
@@ -216,7 +226,7 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
             for _ in range(ctx.repeats):
                 found.results = tuple(_run_check(check, api, baseline) for check in ctx.checks)
                 runs.append(judge(found.results))
-            found.facts.update(served_facts(api, server))
+            found.facts.add(served_facts(api, server))
     except EndpointError as exc:
         found.results = ()
         crash: str | None = None
@@ -244,5 +254,5 @@ def _run_check(check: Check, api: OpenAIClient, golden: Golden | None) -> CheckR
             passed=False,
             score=0.0,
             evidence=f"reply too large: {exc}",
-            details={"reply_too_large": {"cap_bytes": exc.cap}},
+            details=TooLargeDetails(reply_too_large=Cap(cap_bytes=exc.cap)),
         )

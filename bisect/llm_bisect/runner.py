@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from .checks import Check
 from .checks.golden import GoldenStore
@@ -33,7 +32,7 @@ from .launchers import Launcher, Server
 from .model import Candidate, ProbeOutcome, Regress, Verdict
 from .probe import CANCELLED, Cancel, ProbeContext, Progress, SilentProgress, probe
 from .redact import Scrub
-from .report.documents import ResultDocument
+from .report.documents import Context, ResultDocument
 from .report.html import render_html
 from .report.markdown import render_markdown
 from .report.result import build_result
@@ -51,7 +50,7 @@ class RunResult:
     """What `run` returns: the answer and the documents it wrote."""
 
     answer: Answer
-    result: dict[str, Any]
+    result: ResultDocument
     out_dir: Path
 
 
@@ -66,16 +65,16 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_outputs(
-    out_dir: Path, result: dict[str, Any], scrub: Scrub | None = None
-) -> dict[str, Any]:
+    out_dir: Path, result: ResultDocument, scrub: Scrub | None = None
+) -> ResultDocument:
     """result.json, report.md and report.html, each replaced atomically, secrets masked and
     long texts cut; returns the document as written."""
-    clean: dict[str, Any] = (scrub or Scrub()).doc(result)
+    clean = (scrub or Scrub()).doc(result.model_dump(mode="json"))
     doc = ResultDocument.model_validate(clean)
     write_atomic(out_dir / "result.json", json.dumps(clean, indent=2) + "\n")
     write_atomic(out_dir / "report.md", render_markdown(doc))
     write_atomic(out_dir / "report.html", render_html(doc))
-    return clean
+    return doc
 
 
 def write_probe(out_dir: Path, outcome: ProbeOutcome, scrub: Scrub | None = None) -> None:
@@ -86,7 +85,7 @@ def write_probe(out_dir: Path, outcome: ProbeOutcome, scrub: Scrub | None = None
 
 def result_of(
     state: JournalState, warnings: Sequence[str] = ()
-) -> tuple[Answer | Candidate, dict[str, Any] | None]:
+) -> tuple[Answer | Candidate, ResultDocument | None]:
     """The search's next step for a journal state, and result.json once it has an answer."""
     step = plan_step(state.plan, history(state.probes), reprobe=state.reprobe)
     if isinstance(step, Answer):
@@ -97,7 +96,7 @@ def result_of(
             state.regress,
             warnings,
             spans=state.spans,
-            context=state.context,
+            context=Context.model_validate(state.context),
             started=state.started,
             ended=state.ended,
             parallel=1 + max((s.slot or 0 for s in state.spans), default=0),
@@ -129,7 +128,7 @@ def run(
     regress: Regress = Regress.SEMANTIC,
     coarse: bool = False,
     clock: Clock = SYSTEM,
-    context: Mapping[str, Any] | None = None,
+    context: Context | None = None,
     given: Sequence[tuple[ProbeOutcome, str]] = (),
     parallel: int = 1,
 ) -> RunResult:
@@ -174,7 +173,7 @@ def run(
                 bad=plan.bad.commit,
                 regress=regress.value,
                 reprobe=reprobe,
-                context=dict(context or {}),
+                context=(context or Context()).model_dump(mode="json"),
                 time=clock.time(),
             )
             for outcome, source in given:
@@ -203,7 +202,7 @@ def run(
         regress,
         said,
         spans=slots.spans,
-        context=state.context,
+        context=Context.model_validate(state.context),
         started=state.started,
         ended=done,
         parallel=max(1, parallel),

@@ -4,6 +4,16 @@ A check's metrics are pure functions (checks/metrics.py); the check itself
 only sends prompts through the client it is given. Each check records its
 section of the golden from the good build, and is handed the golden when it
 runs: rules are judged against what the good build did on the same prompt.
+
+What a check found, case by case, is its own pydantic model in its own module,
+a subclass of model.CheckDetails that names the check; defining it registers it,
+so result.json, gate.json and journals read it back typed:
+
+    class CanaryDetails(CheckDetails):
+        check: ClassVar[str] = "canary"
+        cases: list[CanaryCase] = Field(default_factory=list)
+
+(add it to report/documents.Details for the published schema to list it).
 """
 
 from __future__ import annotations
@@ -12,7 +22,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from ..model import CheckResult
+from ..model import CheckResult, Threshold
 
 if TYPE_CHECKING:  # the simulator imports checks.gsm8k: keep this package stdlib-only
     from pydantic import BaseModel
@@ -49,7 +59,7 @@ class Check(Protocol):
         """Judge this endpoint, against `golden` when there is one."""
         ...
 
-    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+    def thresholds(self, golden: Golden | None) -> dict[str, Threshold]:
         """The thresholds in force with this golden, and where each came from; {} if none."""
         ...
 

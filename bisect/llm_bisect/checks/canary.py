@@ -15,13 +15,13 @@ A cut answer (`finish_reason: length`) is no evidence where the good build was c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from ..config import CHAT_PROMPTS, Asks
 from ..kinds import CHECKS, CheckContext, CheckKind
-from ..model import CheckResult
+from ..model import CheckDetails, CheckResult, Threshold
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
 from .budget import Budget, ask, budget_of, unfinished
 from .golden import Answer, CanarySection
@@ -38,6 +38,28 @@ NO_GOLDEN_HINT = (
     "judged without a golden: if the good build does this too, raise max_tokens, set "
     "chat_template_kwargs, pick other prompts, or record a golden (`llm-bisect golden`)"
 )
+
+
+JudgedAgainst = Literal["golden", "absolute rules"]
+"""What a check with absolute rules judged by: the good build's answers, or the rules alone."""
+
+
+class CanaryCase(Answer):
+    """One prompt: the candidate's answer, the good build's, and what was wrong with it."""
+
+    golden: Answer | None = None
+    """The good build's answer to the same prompt (None without a golden)."""
+    problems: list[str] = Field(default_factory=list)
+    """Why the answer is unhealthy, a sentence each; empty when healthy."""
+
+
+class CanaryDetails(CheckDetails):
+    """The canary's details: every prompt's answer, judged."""
+
+    model_config = ConfigDict(extra="ignore")
+    check: ClassVar[str] = "canary"
+    cases: list[CanaryCase] = Field(default_factory=list)
+    judged_against: JudgedAgainst = "golden"
 
 
 def judge_reply(
@@ -117,7 +139,7 @@ class CanaryCheck:
 
         return CanarySection(cases=map_concurrent(one, self.prompts, PROMPTS_AT_ONCE))
 
-    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+    def thresholds(self, golden: Golden | None) -> dict[str, Threshold]:
         return {}
 
     def noise(self, results: Sequence[CheckResult]) -> None:
@@ -133,17 +155,11 @@ class CanaryCheck:
             asked = ask(endpoint, prompt, budget)
             return base, answer_of(prompt, asked.reply, asked.max_tokens)
 
-        cases: list[dict[str, Any]] = []
+        cases: list[CanaryCase] = []
         failures: list[str] = []
         for base, got in map_concurrent(one, self.prompts, PROMPTS_AT_ONCE):
             problems = judge_reply(got.content, got.reasoning, got.finish_reason, base, got.used)
-            cases.append(
-                {
-                    **got.model_dump(),
-                    "golden": base.model_dump() if base else None,
-                    "problems": [p for _, p in problems],
-                }
-            )
+            cases.append(CanaryCase(**dict(got), golden=base, problems=[p for _, p in problems]))
             if problems:
                 channel, problem = problems[0]
                 shown = got.reasoning if channel == "reasoning" else got.content
@@ -151,8 +167,8 @@ class CanaryCheck:
         passed = not failures
         if passed:
             first = cases[0]
-            evidence = f"{first['prompt']!r} → {excerpt(first['content'])}"
-            cut = sum(c["finish_reason"] == "length" and not c["content"] for c in cases)
+            evidence = f"{first.prompt!r} → {excerpt(first.content)}"
+            cut = sum(c.cut and not c.content for c in cases)
             if cut:
                 evidence += f" ({cut} of {len(cases)} cut by their budget with no content)"
         else:
@@ -162,7 +178,9 @@ class CanaryCheck:
             passed=passed,
             score=1.0 - len(failures) / len(self.prompts),
             evidence=evidence,
-            details={"cases": cases, "judged_against": "golden" if section else "absolute rules"},
+            details=CanaryDetails(
+                cases=cases, judged_against="golden" if section else "absolute rules"
+            ),
         )
 
 

@@ -14,14 +14,14 @@ or with a cut share far above the golden's, the eval never passes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from ..config import Asks
 from ..errors import ConfigError
 from ..kinds import CHECKS, CheckContext, CheckKind
-from ..model import CheckResult
+from ..model import CheckDetails, CheckResult, Threshold
 from . import ChatEndpoint, map_concurrent
 from .budget import Asked, Budget, ask, budget_of, unfinished
 from .dataset import Problems
@@ -40,12 +40,85 @@ CUT_SHARE_JUMP = 0.1
 """Bad when the share of answers cut by their budget rises by more than this over the golden's."""
 
 
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class EvalMetrics(_Part):
+    """The candidate's own figures over every problem."""
+
+    accuracy: float
+    null_share: float = 0.0
+    """Answers with null or empty content whose answer is in the reasoning channel."""
+    invalid_share: float = 0.0
+    """Answers with no number to read."""
+    cut_share: float = 0.0
+    """Answers the budget cut (and not degenerate): neither right nor wrong."""
+    wilson95: tuple[float, float] = (0.0, 1.0)
+    """The 95% Wilson interval of the accuracy."""
+
+
+class Scored(EvalMetrics):
+    """Every answer scored: the figures, and the number read from each answer."""
+
+    n: int
+    correct: int
+    answers: list[str | None]
+
+
+class Paired(_Part):
+    """The candidate's answers against the golden's, problem by problem."""
+
+    n: int
+    """The problems compared (an answer the budget cut is left out)."""
+    right: int = 0
+    lost: int = 0
+    """Right in the golden, wrong now."""
+    gained: int = 0
+    p_value: float = 1.0
+    unfinished: int = 0
+    """Answers that did not finish where the good build did (counted wrong)."""
+
+
+class Power(_Part):
+    """How small an accuracy drop the eval could detect, by the test it decides with."""
+
+    model_config = ConfigDict(extra="forbid")
+    n: int
+    """The problems compared with the golden's answers."""
+    golden_accuracy: float
+    detectable_drop: float
+    alpha: float
+    power: float
+    test: str = ""
+    """The test the eval decides with (empty in results written before it was named)."""
+    flips: float = 0.0
+    """The share of answers assumed to change by chance, each way alike."""
+    tolerance: float = 0.0
+    """The drop the eval allows beyond chance (`tolerance`, 0 unless configured)."""
+
+
+class EvalDetails(CheckDetails):
+    """The eval's details: figures, thresholds, every answer and the paired comparison."""
+
+    model_config = ConfigDict(extra="ignore")
+    check: ClassVar[str] = "eval"
+    metrics: EvalMetrics | None = None
+    thresholds: dict[str, Threshold] = Field(default_factory=dict)
+    answers: list[str | None] = Field(default_factory=list)
+    """Per problem, the number read from the answer (None: none, or cut)."""
+    budgets: list[int] = Field(default_factory=list)
+    finish_reasons: list[str | None] = Field(default_factory=list)
+    paired: Paired | None = None
+    power: Power | None = None
+
+
 def score_answers(
     problems: Sequence[Problem],
     replies: Sequence[tuple[str | None, str | None]],
     cut: Sequence[bool] | None = None,
     extract: Callable[[str | None], str | None] = extract,
-) -> dict[str, Any]:
+) -> Scored:
     """Accuracy, Wilson interval, invalid, null-content and cut shares of (content, reasoning)."""
     n = len(problems)
     correct = invalid = null = 0
@@ -58,16 +131,16 @@ def score_answers(
         correct += got == problem.answer
         answers.append(got)
     low, high = wilson(correct, n)
-    return {
-        "n": n,
-        "correct": correct,
-        "accuracy": correct / n if n else 0.0,
-        "wilson95": [low, high],
-        "invalid_share": invalid / n if n else 0.0,
-        "null_share": null / n if n else 0.0,
-        "cut_share": sum(cut or ()) / n if n else 0.0,
-        "answers": answers,
-    }
+    return Scored(
+        n=n,
+        correct=correct,
+        accuracy=correct / n if n else 0.0,
+        wilson95=(low, high),
+        invalid_share=invalid / n if n else 0.0,
+        null_share=null / n if n else 0.0,
+        cut_share=sum(cut or ()) / n if n else 0.0,
+        answers=answers,
+    )
 
 
 def _unjudged(asked: Asked) -> bool:
@@ -149,41 +222,49 @@ class EvalCheck:
             self.extract,
         )
         return EvalSection(
-            **scored,
+            n=scored.n,
+            correct=scored.correct,
+            accuracy=scored.accuracy,
+            wilson95=scored.wilson95,
+            invalid_share=scored.invalid_share,
+            null_share=scored.null_share,
+            cut_share=scored.cut_share,
+            answers=scored.answers,
             budgets=[a.max_tokens for a in asked],
             finish_reasons=[a.reply.finish_reason for a in asked],
             completion_tokens=[a.reply.completion_tokens for a in asked],
         )
 
-    def _tolerance(self) -> dict[str, Any]:
+    def _tolerance(self) -> Threshold:
         if self._configured_tolerance is not None:
-            return {"value": self._configured_tolerance, "from": "config"}
-        return {"value": 0.0, "from": "none: the paired test decides"}
+            return Threshold(value=self._configured_tolerance, source="config")
+        return Threshold(value=0.0, source="none: the paired test decides")
 
     def _test(self) -> PairedTest:
-        return PairedTest(ALPHA, float(self._tolerance()["value"]))
+        return PairedTest(ALPHA, float(self._tolerance().value))
 
-    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+    def thresholds(self, golden: Golden | None) -> dict[str, Threshold]:
         if golden is None or golden.checks.eval is None:
             return {}
         return {
             "accuracy_drop": self._tolerance(),
-            "alpha": {"value": ALPHA, "from": TEST},
-            "null_share_jump": {"value": self.null_share_jump, "from": "config/default"},
-            "cut_share_jump": {"value": CUT_SHARE_JUMP, "from": "default"},
+            "alpha": Threshold(value=ALPHA, source=TEST),
+            "null_share_jump": Threshold(value=self.null_share_jump, source="config/default"),
+            "cut_share_jump": Threshold(value=CUT_SHARE_JUMP, source="default"),
         }
 
     def noise(self, results: Sequence[CheckResult]) -> EvalNoise:
-        accs = [float(r.details["metrics"]["accuracy"]) for r in results if "metrics" in r.details]
-        compared = [r.details["paired"] for r in results if "paired" in r.details]
-        flips = [(c["lost"] + c["gained"]) / c["n"] for c in compared if c["n"]]
+        found = [r.details for r in results if isinstance(r.details, EvalDetails)]
+        accs = [d.metrics.accuracy for d in found if d.metrics is not None]
+        compared = [d.paired for d in found if d.paired is not None]
+        flips = [(c.lost + c.gained) / c.n for c in compared if c.n]
         return EvalNoise(
             accuracy_spread=(max(accs) - min(accs)) if accs else 0.0,
             accuracies=accs,
             flips=max(flips, default=0.0),
         )
 
-    def _power(self, golden: Golden, compared: Pairs) -> dict[str, Any]:
+    def _power(self, golden: Golden, compared: Pairs) -> Power:
         """What this comparison could detect, by the test it used: the chance flips are the
         larger of what its gains show and what calibration saw."""
         noise = golden.calibration.eval if golden.calibration else None
@@ -191,16 +272,16 @@ class EvalCheck:
         section = golden.checks.eval
         assert section is not None
         test = self._test()
-        return {
-            "n": compared.n,
-            "golden_accuracy": compared.golden_accuracy if compared.n else section.accuracy,
-            "detectable_drop": test.detectable_drop(compared.n, compared.right, flips, POWER),
-            "alpha": test.alpha,
-            "power": POWER,
-            "test": TEST,
-            "flips": flips,
-            "tolerance": test.tolerance,
-        }
+        return Power(
+            n=compared.n,
+            golden_accuracy=compared.golden_accuracy if compared.n else section.accuracy,
+            detectable_drop=test.detectable_drop(compared.n, compared.right, flips, POWER),
+            alpha=test.alpha,
+            power=POWER,
+            test=TEST,
+            flips=flips,
+            tolerance=test.tolerance,
+        )
 
     def run(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
         gold = golden.checks.eval if golden else None
@@ -218,11 +299,11 @@ class EvalCheck:
         got = score_answers(self.problems, replies, cut, self.extract)
         # a cut answer where the good build finished in N tokens, with 2N: wrong, not left out
         late = [unfinished(gold.finished_in(i), a.reply.cut, a.used) for i, a in enumerate(asked)]
-        answers = [None if w else a for a, w in zip(got["answers"], late, strict=True)]
+        answers = [None if w else a for a, w in zip(got.answers, late, strict=True)]
         left_out = [k and w is None for k, w in zip(cut, late, strict=True)]
         compared = paired(self.problems, gold.answers, answers, left_out)
         test = self._test()
-        jump = got["null_share"] - gold.null_share
+        jump = got.null_share - gold.null_share
         failed = []
         golden_finished = (
             any(r != "length" for r in gold.finish_reasons)
@@ -258,11 +339,11 @@ class EvalCheck:
             )
         if jump > self.null_share_jump:
             failed.append(
-                f"{got['null_share']:.0%} of answers have null content with the answer "
+                f"{got.null_share:.0%} of answers have null content with the answer "
                 f"in reasoning (golden {gold.null_share:.0%})"
             )
-        low, high = got["wilson95"]
-        head = f"accuracy {got['accuracy']:.0%} [{low:.0%}, {high:.0%}] on {got['n']}"
+        low, high = got.wilson95
+        head = f"accuracy {got.accuracy:.0%} [{low:.0%}, {high:.0%}] on {got.n}"
         if any(left_out):
             head += f" ({sum(left_out) / len(asked):.0%} cut by the budget, not counted)"
         example = next(
@@ -276,30 +357,33 @@ class EvalCheck:
         evidence = (
             f"{'; '.join(failed)} — {example}" if failed else f"{head}, golden {gold.accuracy:.0%}"
         )
-        metrics = {
-            k: got[k] for k in ("accuracy", "null_share", "invalid_share", "cut_share", "wilson95")
-        }
         return CheckResult(
             name=self.name,
             passed=not failed,
-            score=got["accuracy"],
+            score=got.accuracy,
             evidence=evidence,
-            details={
-                "metrics": metrics,
-                "thresholds": self.thresholds(golden),
-                "answers": got["answers"],
-                "budgets": [a.max_tokens for a in asked],
-                "finish_reasons": [a.reply.finish_reason for a in asked],
-                "paired": {
-                    "n": compared.n,
-                    "right": compared.right,
-                    "lost": compared.lost,
-                    "gained": compared.gained,
-                    "p_value": p_value(compared.lost, compared.gained),
-                    "unfinished": sum(w is not None for w in late),
-                },
-                "power": self._power(golden, compared),
-            },
+            details=EvalDetails(
+                metrics=EvalMetrics(
+                    accuracy=got.accuracy,
+                    null_share=got.null_share,
+                    invalid_share=got.invalid_share,
+                    cut_share=got.cut_share,
+                    wilson95=got.wilson95,
+                ),
+                thresholds=self.thresholds(golden),
+                answers=got.answers,
+                budgets=[a.max_tokens for a in asked],
+                finish_reasons=[a.reply.finish_reason for a in asked],
+                paired=Paired(
+                    n=compared.n,
+                    right=compared.right,
+                    lost=compared.lost,
+                    gained=compared.gained,
+                    p_value=p_value(compared.lost, compared.gained),
+                    unfinished=sum(w is not None for w in late),
+                ),
+                power=self._power(golden, compared),
+            ),
         )
 
 

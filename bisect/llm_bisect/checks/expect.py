@@ -9,21 +9,40 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from ..config import MAX_TOKENS, Asks, Strict
 from ..kinds import CHECKS, CheckContext, CheckKind
-from ..model import CheckResult
+from ..model import CheckDetails, CheckResult, Threshold
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
 from .budget import Budget, ask, budget_of, unfinished
-from .canary import NO_GOLDEN_HINT
+from .canary import NO_GOLDEN_HINT, JudgedAgainst
 from .golden import ExpectAnswer, ExpectSection
 from .metrics import excerpt
 
 if TYPE_CHECKING:
     from .golden import Golden
+
+
+class ExpectCaseResult(ExpectAnswer):
+    """One case: the candidate's answer, the good build's, and whether it counted."""
+
+    golden: ExpectAnswer | None = None
+    """The good build's answer to the same case (None without a golden)."""
+    passed: bool
+    judged: bool
+    """False where the case did not count (cut by its budget, or the good build missed it)."""
+
+
+class ExpectDetails(CheckDetails):
+    """The expect check's details: every case's answer, judged."""
+
+    model_config = ConfigDict(extra="ignore")
+    check: ClassVar[str] = "expect"
+    cases: list[ExpectCaseResult] = Field(default_factory=list)
+    judged_against: JudgedAgainst = "golden"
 
 
 def _matches(pattern: re.Pattern[str], content: str | None) -> bool:
@@ -64,7 +83,7 @@ class ExpectCheck:
         )
         return ExpectSection(cases=cases)
 
-    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+    def thresholds(self, golden: Golden | None) -> dict[str, Threshold]:
         return {}
 
     def noise(self, results: Sequence[CheckResult]) -> None:
@@ -79,20 +98,13 @@ class ExpectCheck:
             budget = self.budget.from_golden(base.max_tokens) if base else self.budget
             return base, self._answer(endpoint, case[0], case[1], budget)
 
-        details: list[dict[str, Any]] = []
+        details: list[ExpectCaseResult] = []
         failures: list[str] = []
         for base, got in map_concurrent(one, self.cases, PROMPTS_AT_ONCE):
             late = unfinished(base.finished_in, got.cut, got.used) if base else None
             counts = late is not None or (not got.cut and (base is None or base.matched))
             ok = late is None and (got.matched or not counts)
-            details.append(
-                {
-                    **got.model_dump(),
-                    "golden": base.model_dump() if base else None,
-                    "passed": ok,
-                    "judged": counts,
-                }
-            )
+            details.append(ExpectCaseResult(**dict(got), golden=base, passed=ok, judged=counts))
             if late is not None:
                 failures.append(f"{got.prompt!r}: {late} — {excerpt(got.content)}")
             elif not ok:
@@ -100,7 +112,7 @@ class ExpectCheck:
         passed = not failures
         first = details[0]
         if passed:
-            evidence = f"{first['prompt']!r} → {excerpt(first['content'])}"
+            evidence = f"{first.prompt!r} → {excerpt(first.content)}"
         else:
             evidence = failures[0] + ("" if section else f" ({NO_GOLDEN_HINT})")
         return CheckResult(
@@ -108,7 +120,9 @@ class ExpectCheck:
             passed=passed,
             score=1.0 - len(failures) / len(self.cases),
             evidence=evidence,
-            details={"cases": details, "judged_against": "golden" if section else "absolute rules"},
+            details=ExpectDetails(
+                cases=details, judged_against="golden" if section else "absolute rules"
+            ),
         )
 
 

@@ -32,6 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError
 from ..files import read_capped
+from ..fingerprint import Fingerprint
+from ..model import Threshold
 from ..redact import Scrub
 
 if TYPE_CHECKING:
@@ -187,7 +189,7 @@ class Golden(_Doc):
     identity: Identity | None = None
     """What it was recorded with; None in a golden an older llm-bisect wrote (refused where
     a config is compared with it: it has to be recorded anew)."""
-    fingerprint: dict[str, Any] = Field(default_factory=dict)
+    fingerprint: Fingerprint = Field(default_factory=Fingerprint)
     """The good build's fingerprint (image, versions, packages, kernels, the server command)
     as the probe that recorded the golden found it: a gate compares the candidate's build
     with it. Empty in a golden recorded before llm-bisect kept it."""
@@ -308,15 +310,9 @@ def missing(golden: Golden, checks: Sequence[Check]) -> None:
             )
 
 
-def thresholds(golden: Golden | None, checks: Sequence[Check]) -> dict[str, Any]:
-    """Every check's thresholds, and the calibration they came from, for the report."""
-    calibration = golden.calibration if golden else None
-    return {
-        "calibration": (
-            {"runs": calibration.runs, "restarts": calibration.restarts} if calibration else {}
-        ),
-        **{c.name: t for c in checks if (t := c.thresholds(golden))},
-    }
+def thresholds(golden: Golden | None, checks: Sequence[Check]) -> dict[str, dict[str, Threshold]]:
+    """Every check's thresholds with this golden, and where each came from."""
+    return {c.name: t for c in checks if (t := c.thresholds(golden))}
 
 
 def warnings(golden: Golden) -> list[str]:
@@ -432,11 +428,11 @@ class GoldenStore:
         save(self.path, self.data, self.scrub)
         return self.data
 
-    def keep(self, commit: str, fingerprint: dict[str, Any]) -> None:
+    def keep(self, commit: str, fingerprint: Fingerprint) -> None:
         """Stamp a golden this store recorded with the fingerprint of the build it came from,
         once that build's probe ended (its startup log names the kernels only then)."""
         if self.recorded and self.data is not None and self.data.commit == commit:
-            self.update(self.data.model_copy(update={"fingerprint": dict(fingerprint)}))
+            self.update(self.data.model_copy(update={"fingerprint": fingerprint}))
 
     def update(self, golden: Golden) -> None:
         """Replace the golden (calibration added) and write it."""

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import CHAT_PROMPTS, MAX_TOKENS, Asks
 from ..errors import EndpointError
 from ..kinds import CHECKS, CheckContext, CheckKind
-from ..model import CheckResult, Step
+from ..model import CheckDetails, CheckResult, Step, Threshold
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
 from .compare import Divergence, diverge, teacher_deltas
 from .golden import LogprobsCase, LogprobsNoise, LogprobsSection
@@ -34,27 +34,100 @@ its worst). Without calibration there is no floor: one close swap is kernel nois
 falls (an early stop is not close, and fails as such)."""
 
 
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Token(_Part):
+    """One token at a divergence: its id (or text, where the server gave no ids), its text
+    where the server could say, and its logprob."""
+
+    token: str
+    text: str | None = None
+    logprob: float
+
+
+class Chosen(Token):
+    """The token one side chose at the divergence, and its top-k alternatives (likeliest
+    first)."""
+
+    top: list[Token] = Field(default_factory=list)
+
+
+class TokensPart(_Part):
+    """Both sides at the first position where their greedy tokens differ."""
+
+    position: int
+    golden: Chosen
+    candidate: Chosen
+
+
+class LogprobsCaseResult(_Part):
+    """One prompt, compared with the golden's greedy tokens and scored teacher-forced."""
+
+    prompt: str
+    first_divergence: int | None = None
+    close: bool = True
+    agreement: float = 1.0
+    max_abs_delta: float = 0.0
+    mean_abs_delta: float = 0.0
+    topk_max_abs_delta: float = 0.0
+    topk_overlap: float = 1.0
+    teacher_mean_abs_delta: float = 0.0
+    teacher_deltas: list[float] = Field(default_factory=list)
+    """|Δlogprob| of the golden's continuation at every position (teacher-forced)."""
+    greedy_deltas: list[float] = Field(default_factory=list)
+    """|Δlogprob| of the token both chose, up to the first divergence."""
+    golden: str | None = None
+    """The golden's text (content, else reasoning)."""
+    content: str | None = None
+    """This build's text (content, else reasoning)."""
+    finish_reason: str | None = None
+    divergence: TokensPart | None = None
+    """Both sides at the first divergence; None where there is none, or where one output
+    ends and the other goes on."""
+
+
+class LogprobsMetrics(_Part):
+    """The worst figures over every prompt, judged against the thresholds."""
+
+    max_abs_delta: float = 0.0
+    teacher_mean_abs_delta: float = 0.0
+    topk_max_abs_delta: float = 0.0
+    not_close: int = 0
+    agreement: float = 1.0
+
+
+class LogprobsDetails(CheckDetails):
+    """The logprobs check's details: each prompt compared, the worst figures, the thresholds."""
+
+    model_config = ConfigDict(extra="ignore")
+    check: ClassVar[str] = "logprobs"
+    cases: list[LogprobsCaseResult] = Field(default_factory=list)
+    metrics: LogprobsMetrics = Field(default_factory=LogprobsMetrics)
+    thresholds: dict[str, Threshold] = Field(default_factory=dict)
+
+
 def _steps(rows: Sequence[Sequence[Any]]) -> list[Step]:
     return [Step(str(t), float(lp), dict(top)) for t, lp, top in rows]
 
 
-def _token(key: str, logprob: float, texts: Mapping[str, str | None]) -> dict[str, Any]:
-    return {"token": key, "text": texts.get(key), "logprob": logprob}
+def _token(key: str, logprob: float, texts: Mapping[str, str | None]) -> Token:
+    return Token(token=key, text=texts.get(key), logprob=logprob)
 
 
-def divergence_of(d: Divergence, texts: Mapping[str, str | None]) -> dict[str, Any] | None:
+def divergence_of(d: Divergence, texts: Mapping[str, str | None]) -> TokensPart | None:
     """Both sides at the first divergence: token (id), its text, logprob and the top-k. Pure."""
     if d.first is None or d.at is None:
         return None
-    sides = {}
-    for side, step in zip(("golden", "candidate"), d.at, strict=True):
-        sides[side] = {
-            **_token(step.token, step.logprob, texts),
-            "top": [
-                _token(k, v, texts) for k, v in sorted(step.top.items(), key=lambda kv: -kv[1])
-            ],
-        }
-    return {"position": d.first, **sides}
+    golden, candidate = (
+        Chosen(
+            **dict(_token(step.token, step.logprob, texts)),
+            top=[_token(k, v, texts) for k, v in sorted(step.top.items(), key=lambda kv: -kv[1])],
+        )
+        for step in d.at
+    )
+    return TokensPart(position=d.first, golden=golden, candidate=candidate)
 
 
 class LogprobsCheck:
@@ -122,47 +195,47 @@ class LogprobsCheck:
         cases = map_concurrent(lambda p: self._case(endpoint, p), self.prompts, PROMPTS_AT_ONCE)
         return LogprobsSection(top_k=self.top_k, max_tokens=self.max_tokens, cases=cases)
 
-    def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+    def thresholds(self, golden: Golden | None) -> dict[str, Threshold]:
         calibration = golden.calibration if golden else None
         noise = calibration.logprobs if calibration else None
-        limits: dict[str, Any] = {}
+        limits: dict[str, Threshold] = {}
         for key, floor in (
             ("max_abs_delta", FLOOR_MAX_DELTA),
             ("teacher_mean_abs_delta", FLOOR_TEACHER_MEAN),
             ("topk_max_abs_delta", FLOOR_TOPK_DELTA),
         ):
             seen = getattr(noise, key, None) if noise else None
-            if self._configured[key] is not None:
-                limits[key] = {"value": self._configured[key], "from": "config"}
+            configured = self._configured[key]
+            if configured is not None:
+                limits[key] = Threshold(value=configured, source="config")
             elif seen is not None:
                 value = max(floor, NOISE_FACTOR * float(seen))
-                limits[key] = {
-                    "value": value,
-                    "from": f"calibration ({seen:.4f} x {NOISE_FACTOR:g})",
-                }
+                limits[key] = Threshold(
+                    value=value, source=f"calibration ({seen:.4f} x {NOISE_FACTOR:g})"
+                )
             else:
-                limits[key] = {"value": floor, "from": "default"}
+                limits[key] = Threshold(value=floor, source="default")
         allowed = noise.not_close if noise else 0
-        limits["not_close"] = {"value": allowed, "from": "calibration" if noise else "default"}
+        limits["not_close"] = Threshold(value=allowed, source="calibration" if noise else "default")
         if noise is not None and noise.min_agreement / NOISE_FACTOR < FLOOR_AGREEMENT:
-            limits["min_agreement"] = {
-                "value": noise.min_agreement / NOISE_FACTOR,
-                "from": f"calibration ({noise.min_agreement:.4f} / {NOISE_FACTOR:g})",
-            }
+            limits["min_agreement"] = Threshold(
+                value=noise.min_agreement / NOISE_FACTOR,
+                source=f"calibration ({noise.min_agreement:.4f} / {NOISE_FACTOR:g})",
+            )
         elif noise is not None:
-            limits["min_agreement"] = {"value": FLOOR_AGREEMENT, "from": "calibration (floor)"}
+            limits["min_agreement"] = Threshold(value=FLOOR_AGREEMENT, source="calibration (floor)")
         else:
-            limits["min_agreement"] = {"value": 0.0, "from": "default: no calibration"}
+            limits["min_agreement"] = Threshold(value=0.0, source="default: no calibration")
         return limits
 
     def noise(self, results: Sequence[CheckResult]) -> LogprobsNoise:
-        metrics = [r.details["metrics"] for r in results if "metrics" in r.details]
+        metrics = [r.details.metrics for r in results if isinstance(r.details, LogprobsDetails)]
         return LogprobsNoise(
-            max_abs_delta=max((m["max_abs_delta"] for m in metrics), default=0.0),
-            teacher_mean_abs_delta=max((m["teacher_mean_abs_delta"] for m in metrics), default=0.0),
-            topk_max_abs_delta=max((m["topk_max_abs_delta"] for m in metrics), default=0.0),
-            not_close=max((m["not_close"] for m in metrics), default=0),
-            min_agreement=min((m["agreement"] for m in metrics), default=1.0),
+            max_abs_delta=max((m.max_abs_delta for m in metrics), default=0.0),
+            teacher_mean_abs_delta=max((m.teacher_mean_abs_delta for m in metrics), default=0.0),
+            topk_max_abs_delta=max((m.topk_max_abs_delta for m in metrics), default=0.0),
+            not_close=max((m.not_close for m in metrics), default=0),
+            min_agreement=min((m.agreement for m in metrics), default=1.0),
         )
 
     def _texts(
@@ -186,7 +259,8 @@ class LogprobsCheck:
         if section is None:
             raise ValueError("the logprobs check needs a golden")
         limits_doc = self.thresholds(golden)
-        cases, problems, divergences = [], [], []
+        cases: list[LogprobsCaseResult] = []
+        problems, divergences = [], []
         worst_teacher, worst_delta, worst_top, not_close, agree = 0.0, 0.0, 0.0, 0, []
 
         def ask(g: LogprobsCase) -> tuple[Any, list[float | None]]:
@@ -205,22 +279,22 @@ class LogprobsCheck:
             not_close += not d.close
             agree.append(d.agreement)
             cases.append(
-                {
-                    "prompt": g.prompt,
-                    "first_divergence": d.first,
-                    "close": d.close,
-                    "agreement": d.agreement,
-                    "max_abs_delta": d.max_abs_delta,
-                    "mean_abs_delta": d.mean_abs_delta,
-                    "topk_max_abs_delta": d.topk_max_abs_delta,
-                    "topk_overlap": d.topk_overlap,
-                    "teacher_mean_abs_delta": teacher_mean,
-                    "teacher_deltas": [round(x, 5) for x in deltas],
-                    "greedy_deltas": [round(x, 5) for x in d.deltas],
-                    "golden": g.content if g.content is not None else g.reasoning,
-                    "content": reply.content if reply.content is not None else reply.reasoning,
-                    "finish_reason": reply.finish_reason,
-                }
+                LogprobsCaseResult(
+                    prompt=g.prompt,
+                    first_divergence=d.first,
+                    close=d.close,
+                    agreement=d.agreement,
+                    max_abs_delta=d.max_abs_delta,
+                    mean_abs_delta=d.mean_abs_delta,
+                    topk_max_abs_delta=d.topk_max_abs_delta,
+                    topk_overlap=d.topk_overlap,
+                    teacher_mean_abs_delta=teacher_mean,
+                    teacher_deltas=[round(x, 5) for x in deltas],
+                    greedy_deltas=[round(x, 5) for x in d.deltas],
+                    golden=g.content if g.content is not None else g.reasoning,
+                    content=reply.content if reply.content is not None else reply.reasoning,
+                    finish_reason=reply.finish_reason,
+                )
             )
             if not d.close:
                 if d.at is not None:
@@ -231,25 +305,27 @@ class LogprobsCheck:
                     why = "the golden's output ends there, this one goes on"
                 problems.append(
                     f"{g.prompt!r}: tokens part at position {d.first}: {why} — golden: "
-                    f"{excerpt(cases[-1]['golden'], 60)} / now: {excerpt(cases[-1]['content'], 60)}"
+                    f"{excerpt(cases[-1].golden, 60)} / now: {excerpt(cases[-1].content, 60)}"
                 )
         texts = self._texts(endpoint, divergences)
-        for case, d in zip(cases, divergences, strict=True):
-            case["divergence"] = divergence_of(d, texts)
-        metrics = {
-            "max_abs_delta": worst_delta,
-            "teacher_mean_abs_delta": worst_teacher,
-            "topk_max_abs_delta": worst_top,
-            "not_close": not_close,
-            "agreement": min(agree, default=1.0),
-        }
-        limits = {k: v["value"] for k, v in limits_doc.items()}
+        cases = [
+            case.model_copy(update={"divergence": divergence_of(d, texts)})
+            for case, d in zip(cases, divergences, strict=True)
+        ]
+        metrics = LogprobsMetrics(
+            max_abs_delta=worst_delta,
+            teacher_mean_abs_delta=worst_teacher,
+            topk_max_abs_delta=worst_top,
+            not_close=not_close,
+            agreement=min(agree, default=1.0),
+        )
+        limits = {k: v.value for k, v in limits_doc.items()}
         failed = []
         if not_close > limits["not_close"]:
             failed.append(f"{not_close} of {len(cases)} prompts not close")
-        if metrics["agreement"] < limits["min_agreement"]:
+        if metrics.agreement < limits["min_agreement"]:
             failed.append(
-                f"agreement {metrics['agreement']:.2f} < {limits['min_agreement']:.2f} (the "
+                f"agreement {metrics.agreement:.2f} < {limits['min_agreement']:.2f} (the "
                 "share of the golden's tokens matched before the first divergence, worst prompt)"
             )
         if worst_teacher > limits["teacher_mean_abs_delta"]:
@@ -278,7 +354,7 @@ class LogprobsCheck:
             passed=not failed,
             score=sum(agree) / len(agree) if agree else 1.0,
             evidence=evidence,
-            details={"cases": cases, "metrics": metrics, "thresholds": limits_doc},
+            details=LogprobsDetails(cases=cases, metrics=metrics, thresholds=limits_doc),
         )
 
 

@@ -8,10 +8,27 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    SerializerFunctionWrapHandler,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+)
 
-from ..model import Regress, Verdict
+from ..checks.canary import CanaryDetails
+from ..checks.eval import EvalDetails, Power
+from ..checks.expect import ExpectDetails
+from ..checks.logprobs import LogprobsDetails
+from ..fingerprint import Fingerprint
+from ..localize import LocalizationDoc
+from ..model import CheckDetails, Regress, Threshold, TooLargeDetails, Verdict, details_of
 from ..search import Mode, Status
+
+__all__ = ["LocalizationDoc", "Power"]
 
 RESULT_VERSION: Final = 2
 """result.json's version: 2 is the first typed one (a document without `version` is 1)."""
@@ -33,6 +50,13 @@ class CandidateDoc(_Doc):
     """The image named as an end, when one ran this commit."""
 
 
+Details = (
+    CanaryDetails | ExpectDetails | LogprobsDetails | EvalDetails | TooLargeDetails | CheckDetails
+)
+"""A check's details: the model of its module (by the check's name), any check's reply over
+the byte cap, or (a check without its own model) its facts as they are."""
+
+
 class CheckDoc(_Doc):
     """What one check concluded on one build."""
 
@@ -40,8 +64,13 @@ class CheckDoc(_Doc):
     passed: bool
     score: float
     evidence: str = ""
-    details: dict[str, Any] = Field(default_factory=dict)
-    """Per-case facts; their shape is the check's (see its module)."""
+    details: SerializeAsAny[Details] = Field(default_factory=CheckDetails)
+    """Per-case facts; their shape is the check's (see its module's `...Details`)."""
+
+    @field_validator("details", mode="before")
+    @classmethod
+    def _by_name(cls, data: Any, info: ValidationInfo) -> Any:
+        return details_of(str(info.data.get("name", "")), data)
 
 
 class ProbeDoc(_Doc):
@@ -55,7 +84,7 @@ class ProbeDoc(_Doc):
     """Seconds since the probe began at which each phase ended: artifact, launch, ready,
     then `checks` (their own duration) and `total`."""
     log_tail: str = ""
-    fingerprint: dict[str, Any] = Field(default_factory=dict)
+    fingerprint: Fingerprint = Field(default_factory=Fingerprint)
     """What the build really was (image, versions, kernels, build route) and `command`, the
     server command line it ran with."""
     subject: str = ""
@@ -100,29 +129,27 @@ class Step(_Doc):
     hi: int
 
 
+class Build(Fingerprint):
+    """One of two builds compared side by side: its commit, verdict and fingerprint."""
+
+    commit: str
+    verdict: Verdict | None = None
+    """None for a golden's build (it was recorded, not judged)."""
+
+    @classmethod
+    def of(cls, commit: str, verdict: Verdict | None, fingerprint: Fingerprint) -> Build:
+        """A build to compare: its commit and verdict beside its fingerprint."""
+        facts = fingerprint.model_dump()
+        given = {} if verdict is None else {"verdict": verdict}
+        return cls.model_validate({"commit": commit, **given, **facts})
+
+
 class Sides(_Doc):
     """The builds either side of the change, for comparison."""
 
-    old: dict[str, Any]
-    new: dict[str, Any]
+    old: Build
+    new: Build
     differences: list[str]
-
-
-class Power(_Doc):
-    """How small an accuracy drop the eval could detect, by the test it decides with."""
-
-    n: int
-    """The problems compared with the golden's answers."""
-    golden_accuracy: float
-    detectable_drop: float
-    alpha: float
-    power: float
-    test: str = ""
-    """The test the eval decides with (empty in results written before it was named)."""
-    flips: float = 0.0
-    """The share of answers assumed to change by chance, each way alike."""
-    tolerance: float = 0.0
-    """The drop the eval allows beyond chance (`tolerance`, 0 unless configured)."""
 
 
 class Context(_Doc):
@@ -164,6 +191,10 @@ class Confirmation(_Doc):
     """`confirm: continue`: the bisection of what remains on the reverted line."""
 
 
+ADDED_WHEN_KNOWN = ("confirmation", "first_bad_version")
+"""ResultDocument keys written only when not null."""
+
+
 class ResultDocument(_Doc):
     """DIR/result.json."""
 
@@ -181,7 +212,8 @@ class ResultDocument(_Doc):
     merge_base: str | None = None
     candidates: int
     fingerprints: Sides | None = None
-    thresholds: dict[str, Any] = Field(default_factory=dict)
+    thresholds: dict[str, dict[str, Threshold]] = Field(default_factory=dict)
+    """Per check, the thresholds it judged by and where each came from."""
     eval_power: Power | None = None
     warnings: list[str] = Field(default_factory=list)
     probes: list[ProbeDoc]
@@ -197,7 +229,7 @@ class ResultDocument(_Doc):
     context: Context = Field(default_factory=Context)
     started_at: float | None = None
     ended_at: float | None = None
-    localization: dict[str, Any] | None = None
+    localization: LocalizationDoc | None = None
     """localization.json (localize.py), once the culprit was localised."""
     confirmation: Confirmation | None = None
     """The culprit reverted on the bad end and picked on the good end (services/confirm.py)."""
@@ -212,6 +244,17 @@ class ResultDocument(_Doc):
     notes: list[str] = Field(default_factory=list)
     """What a person must know to trust the answer, a sentence each: verdicts not monotone,
     flaky builds, a merge base that could not be tested and what that cost."""
+
+    @model_serializer(mode="wrap")
+    def _added_when_known(self, handler: SerializerFunctionWrapHandler) -> Any:
+        """Keys added after version 2 was published are written only where they say
+        something: a result without them keeps the shape older readers know."""
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in ADDED_WHEN_KNOWN:
+                if data.get(key) is None:
+                    data.pop(key, None)
+        return data
 
     def probe_of(self, commit: str | None) -> ProbeDoc | None:
         """The latest probe of a commit that tested it (good or bad), else its latest (a

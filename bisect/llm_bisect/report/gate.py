@@ -62,7 +62,7 @@ def render_gate_markdown(doc: GateDocument) -> str:
     lines += divergences(probe)
     if doc.fingerprints is not None:
         lines += builds_compared(doc.fingerprints, "golden", "candidate")
-    elif not probe.fingerprint:
+    elif not probe.fingerprint.known:
         lines += ["The candidate's build never served, so no builds are compared.", ""]
     else:
         lines += [
@@ -97,7 +97,7 @@ def render_gate_markdown(doc: GateDocument) -> str:
             f"Its report: {esc.code(f'{b.out}/report.md')}",
             "",
         ]
-    command = probe.fingerprint.get("command")
+    command = probe.fingerprint.command
     config = doc.context.config or "CONFIG"
     again = ["llm-bisect", "gate", config, "--candidate", doc.candidate_ref]
     again += ["--golden", doc.golden.path, *reproduce_repo(doc.context)]

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import html
 from collections.abc import Sequence
-from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from ..checks.eval import EvalDetails
+from ..checks.logprobs import LogprobsDetails, Token, TokensPart
 from ..kinds import showing
 from ..model import Verdict
 from . import escape as esc
@@ -191,32 +192,31 @@ LOGPROBS_CAPTION = (
 )
 
 
-def _shown(token: dict[str, Any]) -> str:
+def _shown(token: Token) -> str:
     """A token as the plot names it: its text (repr, so spaces show), else its id."""
-    text = token.get("text")
-    return repr(esc.plain(text)) if text else f"id {esc.plain(token.get('token', '?'))}"
+    return repr(esc.plain(token.text)) if token.text else f"id {esc.plain(token.token)}"
 
 
-def _parting(divergence: dict[str, Any]) -> tuple[float, bool, str, str]:
+def _parting(divergence: TokensPart) -> tuple[float, bool, str, str]:
     """At the first divergence: how much less likely the candidate finds the golden's token
     (|Δlogprob|), whether that is only a lower bound (not in its top-k), a label naming both
     tokens, and a sentence with their logprobs."""
-    golden, now = divergence["golden"], divergence["candidate"]
-    top = {t["token"]: float(t["logprob"]) for t in now.get("top", [])}
-    bound = golden["token"] not in top and bool(top)
-    if golden["token"] in top:
-        drop = abs(float(golden["logprob"]) - top[golden["token"]])
+    golden, now = divergence.golden, divergence.candidate
+    top = {t.token: t.logprob for t in now.top}
+    bound = golden.token not in top and bool(top)
+    if golden.token in top:
+        drop = abs(golden.logprob - top[golden.token])
     elif top:  # below the least likely alternative this build listed
-        drop = max(0.0, float(golden["logprob"]) - min(top.values()))
+        drop = max(0.0, golden.logprob - min(top.values()))
     else:
-        drop = abs(float(golden["logprob"]) - float(now["logprob"]))
+        drop = abs(golden.logprob - now.logprob)
     said = (
-        f"tokens part at {divergence['position']}: golden {_shown(golden)} "
-        f"({float(golden['logprob']):.3f}) → now {_shown(now)} ({float(now['logprob']):.3f})"
+        f"tokens part at {divergence.position}: golden {_shown(golden)} "
+        f"({golden.logprob:.3f}) → now {_shown(now)} ({now.logprob:.3f})"
     )
     if bound:
         said += f"; the golden's token is not in this build's top-{len(top)}"
-    label = f"{divergence['position']}: {_shown(golden)} → {_shown(now)}"
+    label = f"{divergence.position}: {_shown(golden)} → {_shown(now)}"
     return drop, bound, label, said
 
 
@@ -233,9 +233,9 @@ def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
     cases = [
         c
         for check in bad.checks
-        if check.name in showing("divergences")
-        for c in check.details.get("cases", [])
-        if c.get("teacher_deltas") or c.get("greedy_deltas") or c.get("divergence")
+        if check.name in showing("divergences") and isinstance(check.details, LogprobsDetails)
+        for c in check.details.cases
+        if c.teacher_deltas or c.greedy_deltas or c.divergence
     ]
     if not cases:
         return None
@@ -243,13 +243,13 @@ def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
     palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf")
     for n, case in enumerate(cases):
         colour = palette[n % len(palette)]
-        prompt = esc.plain(case.get("prompt", ""))
+        prompt = esc.plain(case.prompt)
         name = esc.html_text(prompt if len(prompt) <= 40 else prompt[:39] + "…")
-        greedy = list(case.get("greedy_deltas") or [])
-        first = case.get("first_divergence")
-        divergence = case.get("divergence")
+        greedy = list(case.greedy_deltas)
+        first = case.first_divergence
+        divergence = case.divergence
         xs, ys = list(range(len(greedy))), greedy
-        parting = _parting(divergence) if isinstance(divergence, dict) else None
+        parting = _parting(divergence) if divergence is not None else None
         if parting is not None and isinstance(first, int):
             xs, ys = [*xs, first], [*ys, parting[0]]
         if ys:
@@ -260,7 +260,7 @@ def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
                     hovertemplate="position %{x}: |Δ| %{y:.3f}<extra></extra>",
                 )
             )  # fmt: skip
-        teacher = case.get("teacher_deltas") or []
+        teacher = case.teacher_deltas
         if teacher:
             fig.add_trace(
                 go.Scatter(
@@ -304,10 +304,11 @@ def logprob_figure(bad: ProbeDoc | None) -> go.Figure | None:
 
 def _accuracy(p: ProbeDoc) -> tuple[float, float, float] | None:
     for check in p.checks:
-        metrics = check.details.get("metrics") or {}
-        if check.name in showing("accuracy") and "accuracy" in metrics:
-            low, high = metrics.get("wilson95") or (metrics["accuracy"], metrics["accuracy"])
-            return float(metrics["accuracy"]), float(low), float(high)
+        details = check.details
+        shown = check.name in showing("accuracy") and isinstance(details, EvalDetails)
+        if shown and isinstance(details, EvalDetails) and details.metrics is not None:
+            low, high = details.metrics.wilson95
+            return details.metrics.accuracy, low, high
     return None
 
 
@@ -378,9 +379,9 @@ def _summary(doc: ResultDocument) -> str:
             else ""
         )
     )
-    found = doc.localization or {}
-    if found.get("line"):
-        rows.append(f"where in the model: {html.escape(str(found['line']))}")
+    found = doc.localization
+    if found is not None and found.line:
+        rows.append(f"where in the model: {html.escape(found.line)}")
     return '<div class="summary">' + "<br>".join(rows) + "</div>"
 
 

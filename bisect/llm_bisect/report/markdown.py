@@ -8,11 +8,11 @@ outside (git, servers, logs, the config) passes through `escape` on its way in.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..checks.gsm8k import DETECTABLE_WARN
-from ..fingerprint import NOT_COMPARED, flatten
+from ..checks.logprobs import Chosen, LogprobsDetails
+from ..fingerprint import NOT_COMPARED
 from ..kinds import showing
+from ..localize import LocalizationDoc
 from ..search import Mode, Status
 from . import escape as esc
 from .documents import CandidateDoc, Context, ProbeDoc, ResultDocument, Sides
@@ -74,23 +74,23 @@ def _evidence(doc: ResultDocument) -> list[str]:
     return ["## Evidence", "", *lines, *divergences(bad)] if lines else []
 
 
-def _side(token: dict[str, Any]) -> str:
-    text = token.get("text")
+def _side(token: Chosen) -> str:
+    text = token.text
     shown = (
-        f"{esc.code(token['token'], table=True)} {cell(repr(text), 24)}"
+        f"{esc.code(token.token, table=True)} {cell(repr(text), 24)}"
         if text is not None
-        else esc.code(token["token"], table=True)
+        else esc.code(token.token, table=True)
     )
-    return f"{shown} ({token['logprob']:.3f})"
+    return f"{shown} ({token.logprob:.3f})"
 
 
-def _top(token: dict[str, Any]) -> str:
+def _top(token: Chosen) -> str:
     """Each alternative's id, its text where the server gave one, and its logprob."""
     return ", ".join(
-        esc.code(t["token"], table=True)
-        + (f" {cell(repr(t['text']), 16)}" if t.get("text") else "")
-        + f" {t['logprob']:.2f}"
-        for t in token.get("top", [])
+        esc.code(t.token, table=True)
+        + (f" {cell(repr(t.text), 16)}" if t.text else "")
+        + f" {t.logprob:.2f}"
+        for t in token.top
     )
 
 
@@ -98,22 +98,23 @@ def divergences(probe: ProbeDoc) -> list[str]:
     """Where the bad side's greedy tokens first part from the golden's, prompt by prompt."""
     rows = []
     for check in probe.checks:
-        if check.name not in showing("divergences"):
+        shown = check.name in showing("divergences")
+        if not shown or not isinstance(check.details, LogprobsDetails):
             continue
-        for case in check.details.get("cases", []):
-            d = case.get("divergence")
-            teacher = f"{case.get('teacher_mean_abs_delta', 0.0):.3f}"
+        for case in check.details.cases:
+            d = case.divergence
+            teacher = f"{case.teacher_mean_abs_delta:.3f}"
             if d is None:  # no divergence, or one output ends where the other goes on
-                first = case.get("first_divergence")
+                first = case.first_divergence
                 where, ended = ("—", "") if first is None else (first, "one output ends here")
                 rows.append(
-                    f"| {cell(repr(case['prompt']), 40)} | {where} | — | — | {teacher} | {ended} |"
+                    f"| {cell(repr(case.prompt), 40)} | {where} | — | — | {teacher} | {ended} |"
                 )
                 continue
             rows.append(
-                f"| {cell(repr(case['prompt']), 40)} | {d['position']} "
-                f"| {_side(d['golden'])} | {_side(d['candidate'])} | {teacher} "
-                f"| golden: {_top(d['golden'])}<br>now: {_top(d['candidate'])} |"
+                f"| {cell(repr(case.prompt), 40)} | {d.position} "
+                f"| {_side(d.golden)} | {_side(d.candidate)} | {teacher} "
+                f"| golden: {_top(d.golden)}<br>now: {_top(d.candidate)} |"
             )
     if not rows:
         return []
@@ -179,8 +180,7 @@ def builds_compared(sides: Sides, old_label: str, new_label: str) -> list[str]:
     """Two builds' fingerprints side by side (a collapsed section); differences marked."""
     old, new = sides.old, sides.new
     strip = ("commit", "verdict", *NOT_COMPARED)
-    fo = flatten({k: v for k, v in old.items() if k not in strip})
-    fn = flatten({k: v for k, v in new.items() if k not in strip})
+    fo, fn = old.flat(*strip), new.flat(*strip)
     keys = sorted(fo.keys() | fn.keys(), key=lambda k: (k.startswith("image.labels"), k))
     if not keys:
         return []
@@ -194,7 +194,7 @@ def builds_compared(sides: Sides, old_label: str, new_label: str) -> list[str]:
         f"<details><summary><b>Builds compared</b> (the {old_label} and {new_label} builds' "
         f"fingerprints; {len([k for k in keys if k in differ])} differ)</summary>",
         "",
-        f"| | {old_label} `{old['commit'][:12]}` | {new_label} `{new['commit'][:12]}` |",
+        f"| | {old_label} `{old.commit[:12]}` | {new_label} `{new.commit[:12]}` |",
         "|---|---|---|",
     ]
     for key in keys:
@@ -227,14 +227,14 @@ def _collect_env(doc: ResultDocument) -> list[str]:
     if doc.fingerprints is None:
         return []
     fp = doc.fingerprints
-    old, new = fp.old.get("collect_env") or {}, fp.new.get("collect_env") or {}
-    if not isinstance(old, dict) or not isinstance(new, dict) or not (old or new):
+    old, new = fp.old.collect_env, fp.new.collect_env
+    if not (old or new):
         return []
     keys = sorted(old.keys() | new.keys())
     changed = [k for k in keys if old.get(k) != new.get(k)]
     same = [k for k in keys if k not in changed]
     old_label, new_label = _labels(doc)
-    a, b = fp.old["commit"][:12], fp.new["commit"][:12]
+    a, b = fp.old.commit[:12], fp.new.commit[:12]
     lines = [
         "## Environment of each build (collect_env)",
         "",
@@ -282,7 +282,7 @@ def _power(doc: ResultDocument) -> list[str]:
 
 def _thresholds(doc: ResultDocument) -> list[str]:
     rows = [
-        f"| {cell(check)} | {cell(key)} | {limit['value']:.4g} | {cell(limit['from'])} |"
+        f"| {cell(check)} | {cell(key)} | {limit.value:.4g} | {cell(limit.source)} |"
         for check, values in doc.thresholds.items()
         for key, limit in values.items()
     ]
@@ -296,33 +296,30 @@ CURVE_ROWS = 12
 """Module outputs shown around the first divergence."""
 
 
-def _nonfinite_line(found: dict[str, Any]) -> list[str]:
+def _nonfinite_line(found: LocalizationDoc) -> list[str]:
     """NaN or Inf on either path, where the worker extension counted them."""
-    counts = found.get("nonfinite")
-    if not isinstance(counts, dict):
+    counts = found.nonfinite
+    if counts is None:
         return []
-    if not counts.get("good") and not counts.get("bad"):
+    if not counts.good and not counts.bad:
         return ["No NaN or Inf on either path.", ""]
-    first = f" (first: {cell(counts['first'], 160)})" if counts.get("first") else ""
+    first = f" (first: {cell(counts.first, 160)})" if counts.first else ""
     return [
-        f"NaN or Inf in {counts.get('good', 0)} recorded tensors of the last good build and "
-        f"{counts.get('bad', 0)} of the first bad build{first}.",
+        f"NaN or Inf in {counts.good} recorded tensors of the last good build and "
+        f"{counts.bad} of the first bad build{first}.",
         "",
     ]
 
 
-def _call_table(found: dict[str, Any]) -> list[str]:
+def _call_table(found: LocalizationDoc) -> list[str]:
     """The tensors of the call where the divergence shows: which matched, which differ."""
-    call = found.get("call")
-    if not isinstance(call, dict) or not call.get("module"):
+    call = found.call
+    if call is None or not call.module:
         return []
-    tolerance = found.get("tolerance") or 0.0
+    tolerance = found.tolerance or 0.0
     rows = [
-        *[
-            (f"input {esc.code(name, table=True)}", d)
-            for name, d in (call.get("inputs") or {}).items()
-        ],
-        *[(esc.code(name, table=True), d) for name, d in (call.get("outputs") or {}).items()],
+        *[(f"input {esc.code(name, table=True)}", d) for name, d in call.inputs.items()],
+        *[(esc.code(name, table=True), d) for name, d in call.outputs.items()],
     ]
     if not rows:
         return []
@@ -331,7 +328,7 @@ def _call_table(found: dict[str, Any]) -> list[str]:
         return "identical" if d == 0 else (f"{d:.3g}" if d > tolerance else f"{d:.3g} (within)")
 
     head = [
-        f"| tensor of {esc.code(call['module'], table=True)} | relative difference |",
+        f"| tensor of {esc.code(call.module, table=True)} | relative difference |",
         "|---|---|",
     ]
     return [*head, *[f"| {what} | {said(d)} |" for what, d in rows], ""]
@@ -340,34 +337,31 @@ def _call_table(found: dict[str, Any]) -> list[str]:
 def _localization(doc: ResultDocument) -> list[str]:
     """Where in the model the culprit's effect enters (the localisation probes)."""
     found = doc.localization
-    if not found:
+    if found is None:
         return []
-    lines = ["## Where in the model", "", esc.text(found.get("line", "")), ""]
-    if found.get("error"):
+    lines = ["## Where in the model", "", esc.text(found.line), ""]
+    if found.error:
         return lines
-    if found.get("why"):
-        lines += [f"({esc.text(found['why'])})", ""]
+    if found.why:
+        lines += [f"({esc.text(found.why)})", ""]
     lines += _call_table(found)
     lines += _nonfinite_line(found)
-    seconds = found.get("seconds") or {}
     lines.append(
-        f"Last good `{found['good'][:12]}` and first bad `{found['bad'][:12]}`, teacher-forced "
-        f"on the same {found.get('tokens', 0)} tokens with the worker extension "
-        f"({esc.text(' '.join(found.get('forced', [])))}); "
+        f"Last good `{found.good[:12]}` and first bad `{found.bad[:12]}`, teacher-forced "
+        f"on the same {found.tokens} tokens with the worker extension "
+        f"({esc.text(' '.join(found.forced))}); "
         + ", ".join(
-            [f"{esc.text(role)} {s:.0f}s" for role, s in seconds.items()]
-            + [f"{esc.text(role)} captured before" for role in found.get("reused") or []]
+            [f"{esc.text(role)} {s:.0f}s" for role, s in found.seconds.items()]
+            + [f"{esc.text(role)} captured before" for role in found.reused]
         )
         + "."
     )
     lines.append("")
-    ranks = found.get("ranks") or []
-    rank = next(
-        (r for r in ranks if r.get("rank") == found.get("rank")), ranks[0] if ranks else None
-    )
-    curve = rank.get("curve", []) if rank else []
+    ranks = found.ranks
+    rank = next((r for r in ranks if r.rank == found.rank), ranks[0] if ranks else None)
+    curve = rank.curve if rank else []
     if curve:
-        at = next((i for i, (_, d) in enumerate(curve) if d > (found.get("tolerance") or 1.0)), 0)
+        at = next((i for i, (_, d) in enumerate(curve) if d > (found.tolerance or 1.0)), 0)
         shown = curve[max(0, at - 3) : max(0, at - 3) + CURVE_ROWS]
         lines += ["| module output | relative difference |", "|---|---|"]
         lines += [f"| {esc.code(m, table=True)} | {d:.3g} |" for m, d in shown]
@@ -472,7 +466,7 @@ def _reproduce(doc: ResultDocument) -> list[str]:
         f"{esc.shell([*check, good.commit, *named])}   # expect good: exit 0",
     ]
     lines = ["## Reproduce", "", *esc.fence("\n".join(commands), "bash"), ""]
-    command = bad.fingerprint.get("command")
+    command = bad.fingerprint.command
     if command:
         lines += [
             f"The server of `{bad.commit[:12]}` ran as (a secret by its name only: the line "

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
+from ..checks.eval import EvalDetails, Power
+from ..checks.logprobs import LogprobsDetails
 from ..fingerprint import differences
 from ..journal import Span
-from ..model import Candidate, ProbeOutcome, Regress, Verdict
+from ..model import Candidate, CheckResult, ProbeOutcome, Regress, Threshold, Verdict
 from ..search import Answer, Plan, Status, bounds, settle
 from .documents import (
+    Build,
     CandidateDoc,
+    CheckDoc,
     Context,
-    Power,
     ProbeDoc,
     ResultDocument,
     Retest,
@@ -22,23 +24,23 @@ from .documents import (
 )
 
 
-def thresholds_of(probes: Sequence[ProbeOutcome]) -> dict[str, Any]:
+def thresholds_of(probes: Sequence[ProbeOutcome]) -> dict[str, dict[str, Threshold]]:
     """The thresholds each golden check judged by (value and where it came from)."""
-    found: dict[str, Any] = {}
+    found: dict[str, dict[str, Threshold]] = {}
     for p in probes:
         for check in p.checks:
-            if "thresholds" in check.details and check.name not in found:
-                found[check.name] = check.details["thresholds"]
+            details = check.details
+            if isinstance(details, LogprobsDetails | EvalDetails) and check.name not in found:
+                found[check.name] = details.thresholds
     return found
 
 
-def power_of(probes: Sequence[ProbeOutcome]) -> dict[str, Any] | None:
+def power_of(probes: Sequence[ProbeOutcome]) -> Power | None:
     """What the eval could detect: n, the golden's accuracy, the smallest detectable drop."""
     for p in probes:
         for check in p.checks:
-            if "power" in check.details:
-                found: dict[str, Any] = check.details["power"]
-                return found
+            if isinstance(check.details, EvalDetails) and check.details.power is not None:
+                return check.details.power
     return None
 
 
@@ -50,11 +52,11 @@ def build_result(
     warnings: Sequence[str] = (),
     *,
     spans: Sequence[Span] = (),
-    context: Mapping[str, Any] | None = None,
+    context: Context | None = None,
     started: float | None = None,
     ended: float | None = None,
     parallel: int = 1,
-) -> dict[str, Any]:
+) -> ResultDocument:
     """The result.json document (documents.ResultDocument) of a finished (or stopped)
     search; `warnings`: where the good build fails a rule itself (from its golden); `spans`:
     when each probe ran, in order; `context`: how the run was asked for (documents.Context)."""
@@ -68,30 +70,29 @@ def build_result(
     if len(answer.range) >= 2 and answer.range[0] in last and answer.range[-1] in last:
         old, new = last[answer.range[0]], last[answer.range[-1]]
         sides = Sides(
-            old={"commit": old.commit, "verdict": old.verdict.value, **old.fingerprint},
-            new={"commit": new.commit, "verdict": new.verdict.value, **new.fingerprint},
+            old=Build.of(old.commit, old.verdict, old.fingerprint),
+            new=Build.of(new.commit, new.verdict, new.fingerprint),
             differences=differences(old.fingerprint, new.fingerprint),
         )
     message = answer.message
     end = last.get(plan.good.commit)
     if answer.status is Status.ERROR and end is not None and end.reason:
         message += f" (the good end: {end.reason})"
-    power = power_of(probes)
-    doc = ResultDocument(
+    return ResultDocument(
         status=answer.status,
         message=message,
         mode=plan.mode,
         regress=regress,
         good=plan.good.commit,
         bad=plan.bad.commit,
-        culprit=CandidateDoc(**culprit.to_json()) if culprit else None,
+        culprit=candidate_doc(culprit) if culprit else None,
         range=list(answer.range),
         fix_range=list(answer.fix_range) if answer.fix_range else None,
         merge_base=plan.sequence[0].commit if plan.anchor else None,
         candidates=len(plan.candidates),
         fingerprints=sides,
         thresholds=thresholds_of(probes),
-        eval_power=Power(**power) if power else None,
+        eval_power=power_of(probes),
         warnings=list(warnings),
         probes=[
             probe_doc(
@@ -106,14 +107,35 @@ def build_result(
         or sum(1 for s in spans if not s.given),
         narrowing=narrowing(plan, probes),
         sequence_length=len(plan.sequence),
-        context=Context(**(context or {})),
+        context=context or Context(),
         started_at=started,
         ended_at=ended,
         reversals=[Reversal(new=new, old=old) for new, old in answer.reversals],
         retests=retests(probes),
         notes=list(answer.notes),
     )
-    return doc.model_dump(mode="json")
+
+
+def candidate_doc(candidate: Candidate) -> CandidateDoc:
+    """A commit as result.json and gate.json hold it."""
+    return CandidateDoc(
+        commit=candidate.commit,
+        subject=candidate.subject,
+        author=candidate.author,
+        date=candidate.date,
+        artifact=candidate.artifact,
+    )
+
+
+def check_doc(result: CheckResult) -> CheckDoc:
+    """One check's result as result.json and gate.json hold it."""
+    return CheckDoc(
+        name=result.name,
+        passed=result.passed,
+        score=result.score,
+        evidence=result.evidence,
+        details=result.details,
+    )
 
 
 def retests(probes: Sequence[ProbeOutcome]) -> list[Retest]:
@@ -149,11 +171,33 @@ def probe_doc(outcome: ProbeOutcome, subject: str = "", span: Span | None = None
     """One probe as result.json and gate.json hold it."""
     span = span or Span()
     return ProbeDoc(
-        **outcome.to_json(),
+        commit=outcome.commit,
+        verdict=outcome.verdict,
+        reason=outcome.reason,
+        checks=[check_doc(c) for c in outcome.checks],
+        timings=outcome.timings,
+        log_tail=outcome.log_tail,
+        fingerprint=outcome.fingerprint,
         subject=subject,
         started_at=span.started,
         ended_at=span.ended,
         given=span.given,
         slot=span.slot,
         round=span.round,
+    )
+
+
+def outcome_of(doc: ProbeDoc) -> ProbeOutcome:
+    """What a probe in result.json or gate.json found, as the runner holds it (probe_doc's
+    inverse, but for when and where it ran)."""
+    return ProbeOutcome(
+        commit=doc.commit,
+        verdict=doc.verdict,
+        reason=doc.reason,
+        checks=tuple(
+            CheckResult(c.name, c.passed, c.score, c.evidence, c.details) for c in doc.checks
+        ),
+        timings=dict(doc.timings),
+        log_tail=doc.log_tail,
+        fingerprint=doc.fingerprint,
     )

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ..config import config_digest
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..probe import ProbeContext, Progress, SilentProgress, probe
+from ..report.documents import ResultDocument
 from ..runner import RunResult, run, write_outputs, write_probe
 from .confirm import confirm, continue_after
 from .localization import localize_after_run
@@ -55,7 +55,7 @@ def run_bisect(
                 scrub=s.scrub,
                 regress=Regress(config.regress),
                 coarse=config.candidates.coarse,
-                context={**run_context(s, config), "golden": str(judged_by)},
+                context=run_context(s, config).model_copy(update={"golden": str(judged_by)}),
                 given=given,
                 parallel=config.parallel,
             )
@@ -66,24 +66,21 @@ def run_bisect(
                 note = progress.note if progress is not None else (lambda _: None)
                 found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
                 if found is not None:
-                    done.result = write_outputs(
-                        out_dir, {**done.result, "confirmation": found}, s.scrub
-                    )
+                    confirmed = done.result.model_copy(update={"confirmation": found})
+                    done.result = write_outputs(out_dir, confirmed, s.scrub)
         note = progress.note if progress is not None else (lambda _: None)
         known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
-        found = localize_after_run(s, done.result, out_dir, note, known)
-        if found is not None:
-            note(found["line"])
-            done.result = write_outputs(out_dir, {**done.result, "localization": found}, s.scrub)
-        confirmation = done.result.get("confirmation")
-        if (
-            config.confirm == "continue"
-            and confirmation
-            and confirmation["probes"][0]["verdict"] == "bad"
-        ):
+        located = localize_after_run(s, done.result, out_dir, note, known)
+        if located is not None:
+            note(located.line)
+            with_found = done.result.model_copy(update={"localization": located})
+            done.result = write_outputs(out_dir, with_found, s.scrub)
+        confirmation = done.result.confirmation
+        reverted = confirmation.probes[0] if confirmation is not None else None
+        if config.confirm == "continue" and confirmation and reverted and reverted.verdict == "bad":
             nested = replace(s, config=s.config.model_copy(update={"confirm": True}))
 
-            def bisect(line_good: str, line_bad: str) -> dict[str, Any]:
+            def bisect(line_good: str, line_bad: str) -> ResultDocument:
                 inner = run_bisect(nested, out_dir / "continued", good=line_good, bad=line_bad,
                                    progress=progress)  # fmt: skip
                 return inner.result
@@ -91,10 +88,9 @@ def run_bisect(
             sequence = [c.commit for c in plan.sequence]
             went_on = continue_after(s.source.path, done.result, sequence, bisect, note)
             note(f"confirm: {went_on['message']}")
-            confirmation = {**confirmation, "continued": went_on}
-            done.result = write_outputs(
-                out_dir, {**done.result, "confirmation": confirmation}, s.scrub
-            )
+            went = confirmation.model_copy(update={"continued": went_on})
+            doc = done.result.model_copy(update={"confirmation": went})
+            done.result = write_outputs(out_dir, doc, s.scrub)
         return done
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,9 @@ from ..journal import Journal, read_events
 from ..model import Candidate, ProbeOutcome, Verdict
 from ..probe import ProbeContext, probe
 from ..redact import Scrub
+from ..report.documents import Confirmation, ResultDocument
 from ..runner import write_atomic
+from ..search import Mode, Status
 from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto
 
 JOURNAL = "confirm.jsonl"
@@ -93,21 +95,22 @@ def judge(revert_trial: Trial, pick_trial: Trial) -> tuple[str, str]:
 def confirm(
     repo: Path,
     out_dir: Path,
-    result: Mapping[str, Any],
+    result: ResultDocument,
     ctx: ProbeContext,
     note: Callable[[str], None],
     scrub: Scrub,
-) -> dict[str, Any] | None:
+) -> Confirmation | None:
     """The `confirmation` of result.json for a run that found its culprit; None otherwise."""
-    culprit = (result.get("culprit") or {}).get("commit")
-    if result.get("status") != "found" or not culprit or result.get("mode") != "regression":
+    if result.status is not Status.FOUND or result.culprit is None:
         return None
-    good, bad = str(result["good"]), str(result["bad"])
+    if result.mode is not Mode.REGRESSION:
+        return None
+    culprit, good, bad = result.culprit.commit, result.good, result.bad
     probed: dict[str, tuple[str, Verdict, str]] = {}  # tree -> (commit, verdict, reason)
-    for p in result.get("probes", []):
-        tree = _tree(repo, p["commit"])
-        if tree and p["verdict"] in ("good", "bad"):
-            probed[tree] = (p["commit"], Verdict(p["verdict"]), p.get("reason", ""))
+    for p in result.probes:
+        tree = _tree(repo, p.commit)
+        if tree and Verdict(p.verdict) in (Verdict.GOOD, Verdict.BAD):
+            probed[tree] = (p.commit, Verdict(p.verdict), p.reason)
     digest = hashlib.sha256(f"{culprit}\0{good}\0{bad}".encode()).hexdigest()[:16]
     path = out_dir / JOURNAL
     done: dict[str, ProbeOutcome] = {}
@@ -158,51 +161,52 @@ def confirm(
                 trials.append(Trial(kind, onto, made.commit, None, why))
     status, reason = judge(trials[0], trials[1])
     note(f"confirm: {status}: {reason}")
-    confirmation = {"status": status, "reason": reason, "probes": [t.to_json() for t in trials]}
-    stored = {"culprit": culprit, "good": good, "bad": bad, "confirmation": confirmation}
+    said = {"status": status, "reason": reason, "probes": [t.to_json() for t in trials]}
+    stored = {"culprit": culprit, "good": good, "bad": bad, "confirmation": said}
     write_atomic(out_dir / STORED, json.dumps(scrub.doc(stored), indent=2) + "\n")
-    return confirmation
+    return Confirmation.model_validate(scrub.doc(said))
 
 
-def with_confirmation(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def with_confirmation(result: ResultDocument, out_dir: Path) -> ResultDocument:
     """result.json with what DIR/confirmation.json says of its culprit (`report DIR`)."""
     try:
         stored = json.loads((out_dir / STORED).read_text())
-    except (OSError, ValueError):
+        found = Confirmation.model_validate(stored["confirmation"])
+    except (OSError, ValueError, KeyError, TypeError):
         return result
-    culprit = (result.get("culprit") or {}).get("commit")
-    ends = (culprit, result.get("good"), result.get("bad"))
+    culprit = result.culprit.commit if result.culprit else None
+    ends = (culprit, result.good, result.bad)
     if (
         not isinstance(stored, dict)
         or (stored.get("culprit"), stored.get("good"), stored.get("bad")) != ends
     ):
         return result
-    return {**result, "confirmation": stored.get("confirmation")}
+    return result.model_copy(update={"confirmation": found})
 
 
 def continue_after(
     repo: Path,
-    result: Mapping[str, Any],
+    result: ResultDocument,
     sequence: Sequence[str],
-    bisect: Callable[[str, str], Mapping[str, Any]],
+    bisect: Callable[[str, str], ResultDocument],
     note: Callable[[str], None],
 ) -> dict[str, Any]:
     """`confirm: continue`: the culprit's revert did not fix the bad end, so bisect what
     remains on the reverted line (each commit after the culprit, with it reverted); the
     next culprit, named by the commit of the history it stands for. `bisect(good, bad)`
     runs that bisection and returns its result."""
-    culprit = str(result["culprit"]["commit"])
+    assert result.culprit is not None
+    culprit = result.culprit.commit
     after = list(sequence[sequence.index(culprit) :]) if culprit in sequence else []
     line, why = reverted_line(repo, culprit, after)
     if not line:
         return {"status": "error", "culprit": None, "message": f"cannot continue: {why}"}
     note(f"confirm: bisecting the {len(line)} commits after {culprit[:12]}, with it reverted")
     found = bisect(line[0], line[-1])
-    status = str(found.get("status"))
-    made = (found.get("culprit") or {}).get("commit")
-    original = reverted_onto(repo, made) if made else None
+    status = found.status.value
+    original = reverted_onto(repo, found.culprit.commit) if found.culprit else None
     if original is None:
-        return {"status": status, "culprit": None, "message": str(found.get("message", ""))}
+        return {"status": status, "culprit": None, "message": found.message}
     subject = _subject_of(repo, original)
     return {
         "status": status,

@@ -115,9 +115,9 @@ def run_deps(
         )
     finally:
         engine.release()
-    culprit = done.result.get("culprit")
-    first_bad = version_at(repo, culprit["commit"]) if culprit else None
+    culprit = done.result.culprit
+    first_bad = version_at(repo, culprit.commit) if culprit else None
     if first_bad is not None:
-        done.result = write_outputs(out_dir, {**done.result, "first_bad_version": first_bad},
-                                    versions.scrub)  # fmt: skip
+        named = done.result.model_copy(update={"first_bad_version": first_bad})
+        done.result = write_outputs(out_dir, named, versions.scrub)
     return DepsResult(done, first_bad, [str(r) for r in ranged])

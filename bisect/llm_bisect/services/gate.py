@@ -19,11 +19,9 @@ from ..probe import Progress
 from ..redact import Scrub
 from ..report.documents import (
     Bisection,
-    CandidateDoc,
-    Context,
+    Build,
     GateDocument,
     GoldenRef,
-    ResultDocument,
     Sides,
 )
 from ..report.gate import (
@@ -34,7 +32,7 @@ from ..report.gate import (
     render_gate_markdown,
     render_junit,
 )
-from ..report.result import probe_doc
+from ..report.result import candidate_doc, outcome_of, probe_doc
 from ..runner import write_atomic
 from ..search import Status
 from .bisection import check_one, run_bisect
@@ -48,11 +46,11 @@ BISECT_DIR = "bisect"
 
 def compared_builds(golden: Golden, outcome: ProbeOutcome) -> Sides | None:
     """The golden's build and a candidate's, side by side, when both are known."""
-    if not golden.fingerprint or not outcome.fingerprint:
+    if not golden.fingerprint.known or not outcome.fingerprint.known:
         return None
     differ = fingerprint_differences(golden.fingerprint, outcome.fingerprint)
-    old = {"commit": golden.commit, **golden.fingerprint}
-    new = {"commit": outcome.commit, **outcome.fingerprint}
+    old = Build.of(golden.commit, None, golden.fingerprint)
+    new = Build.of(outcome.commit, None, outcome.fingerprint)
     return Sides(old=old, new=new, differences=differ)
 
 
@@ -115,7 +113,9 @@ def run_gate(
     golden = s.golden_store(path).data  # of this setup and repository, or refused here
     assert golden is not None
     digest = config_digest(s.config)
-    context = {**run_context(s, s.config), "good_ref": golden.commit, "bad_ref": candidate_ref}
+    context = run_context(s, s.config).model_copy(
+        update={"good_ref": golden.commit, "bad_ref": candidate_ref}
+    )
     resumed = _unfinished_gate(out_dir, digest, candidate.commit) if bisect_on_block else None
     if resumed is not None:
         progress.note(f"gate: {GATE_FILE} holds this candidate's verdict; the bisection resumes")
@@ -128,12 +128,12 @@ def run_gate(
             exit_code=EXIT_OF[decision],
             message=HEADLINE[decision],
             candidate_ref=candidate_ref,
-            candidate=CandidateDoc(**candidate.to_json()),
+            candidate=candidate_doc(candidate),
             golden=GoldenRef(path=str(path), commit=golden.commit, recorded=recorded),
             probe=probe_doc(outcome, candidate.subject, Span(started, s.now())),
             fingerprints=compared_builds(golden, outcome),
             warnings=golden_warnings(golden),
-            context=Context(**context),
+            context=context,
             config_digest=digest,
             started_at=started,
             ended_at=s.now(),
@@ -152,7 +152,7 @@ def run_gate(
                 "gate: the golden's build",
             ),
             (
-                ProbeOutcome.from_json(doc.probe.model_dump(mode="json", include=_OUTCOME)),
+                outcome_of(doc.probe),
                 "gate: the candidate's probe",
             ),
         ]
@@ -170,7 +170,7 @@ def run_gate(
             progress.note(f"gate: no bisection: {exc}")
             bisection = Bisection(out=str(where), status=Status.ERROR, message=str(exc))
         else:
-            result = ResultDocument.model_validate(done.result)
+            result = done.result
             bisection = Bisection(
                 out=str(where),
                 status=result.status,
@@ -181,7 +181,3 @@ def run_gate(
         doc = doc.model_copy(update={"bisection": bisection, "ended_at": s.now()})
     _write_gate(out_dir, doc, s.scrub, junit)
     return doc
-
-
-_OUTCOME = {"commit", "verdict", "reason", "checks", "timings", "log_tail", "fingerprint"}
-"""The fields of a ProbeDoc that a ProbeOutcome holds."""

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ..checks.golden import Calibration as GoldenCalibration
 from ..checks.golden import Golden
 from ..checks.golden import record as golden_record
 from ..checks.golden import save as golden_save
 from ..checks.golden import thresholds as golden_thresholds
-from ..model import CheckResult
+from ..model import CheckResult, Threshold
 from ..outdir import prepare
+from ..probe import Facts
 from .setup import Setup, run_id_of, serving
 
 
@@ -22,10 +22,10 @@ def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> Golden:
     """The `golden` command: record every check's reference from one (good) build."""
     candidate = s.resolve(ref, "--candidate")
     prepare(path.parent, "--output")
-    facts: dict[str, Any] = {}
+    facts = Facts()
     with serving(s, candidate, out_dir, run_id_of(out_dir, "golden"), facts) as api:
         data = golden_record(api, s.checks, candidate.commit, s.golden_identity())
-    data = data.model_copy(update={"fingerprint": facts})
+    data = data.model_copy(update={"fingerprint": facts.fingerprint})
     golden_save(path, data, s.scrub)
     return data
 
@@ -34,8 +34,8 @@ def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> Golden:
 class Calibration:
     """What `calibrate` found."""
 
-    thresholds: dict[str, Any]
-    """The thresholds now in force, and where each came from."""
+    thresholds: dict[str, dict[str, Threshold]]
+    """Per check, the thresholds now in force, and where each came from."""
     runs: int
     flagged: int
     """Good-vs-good runs in which a golden check failed (by the thresholds in force then)."""
@@ -52,7 +52,7 @@ def calibrate(
     results: dict[str, list[CheckResult]] = {c.name: [] for c in s.checks}
     flagged = 0
     for start in range(1 + restarts):
-        facts: dict[str, Any] = {}
+        facts = Facts()
         run_id = run_id_of(out_dir, f"calibrate-{start}")
         with serving(s, candidate, out_dir, run_id, facts) as api:
             golden = store.ensure(api, candidate.commit)
@@ -61,7 +61,7 @@ def calibrate(
                 flagged += not all(r.passed for r in found)
                 for check, result in zip(s.checks, found, strict=True):
                     results[check.name].append(result)
-        store.keep(candidate.commit, facts)
+        store.keep(candidate.commit, facts.fingerprint)
     assert store.data is not None
     noise = {c.name: n for c in s.checks if (n := c.noise(results[c.name])) is not None}
     calibration = GoldenCalibration.model_validate(

@@ -14,11 +14,14 @@ from ..client import OpenAIClient
 from ..config import config_digest
 from ..errors import ConfigError, EndpointError, LaunchError, LocalizeError, RequestRejected
 from ..launchers import Instrument
+from ..localize import LocalizationDoc
 from ..localize import localize as localize_results
 from ..model import Candidate
 from ..outdir import hold
+from ..redact import Scrub
+from ..report.documents import ResultDocument
 from ..runner import write_atomic
-from ..search import Mode
+from ..search import Mode, Status
 from .setup import Setup, run_id_of
 
 WORKER_DIR = Path(__file__).parent.parent / "data" / "worker"
@@ -99,7 +102,7 @@ def localize_builds(
     *,
     prompt: str | None = None,
     note: Callable[[str], None] = lambda _: None,
-) -> dict[str, Any]:
+) -> LocalizationDoc:
     """Run the last good and the first bad build with the worker extension on the same
     tokens and say where their outputs first differ (localize.py). A build this DIR
     already captured with the same settings is not started again. LocalizeError when a
@@ -166,24 +169,23 @@ def localize_builds(
         tokens=len(token_ids),
         collected_bytes=collected,
     )
-    return {
-        "good": good.commit,
-        "bad": bad.commit,
-        "prompt": text,
-        "seconds": seconds,
-        "reused": reused,
-        "forced": list(localize_instrument().args),
-        **found.to_json(),
-    }
+    return found.document(
+        good=good.commit,
+        bad=bad.commit,
+        prompt=text,
+        seconds=seconds,
+        reused=reused,
+        forced=list(localize_instrument().args),
+    )
 
 
 def localize_after_run(
     s: Setup,
-    result: dict[str, Any],
+    result: ResultDocument,
     out_dir: Path,
     note: Callable[[str], None],
     known: Mapping[str, Candidate] | None = None,
-) -> dict[str, Any] | None:
+) -> LocalizationDoc | None:
     """After a run that found its culprit: localise it (unless `localize: false`), into
     DIR/localization.json; a resumed run reads what it wrote. None when there is nothing
     to localise."""
@@ -204,38 +206,42 @@ def localize_after_run(
             note=note,
         )
     except LocalizeError as exc:
-        doc = {"good": good, "bad": bad, "error": str(exc), "line": f"not localised: {exc}"}
-    write_atomic(out_dir / LOCALIZATION, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
-    return doc
+        doc = LocalizationDoc(good=good, bad=bad, error=str(exc), line=f"not localised: {exc}")
+    return write_localization(out_dir, doc, s.scrub)
 
 
-def culprit_pair(result: dict[str, Any]) -> tuple[str, str] | None:
+def write_localization(out_dir: Path, doc: LocalizationDoc, scrub: Scrub) -> LocalizationDoc:
+    """DIR/localization.json, secrets masked; returns the document as written."""
+    clean = scrub.doc(doc.model_dump(mode="json"))
+    write_atomic(out_dir / LOCALIZATION, json.dumps(clean, indent=2) + "\n")
+    return LocalizationDoc.model_validate(clean)
+
+
+def culprit_pair(result: ResultDocument) -> tuple[str, str] | None:
     """(good, bad) commits a found result's culprit lies between: the last good and the first
     bad, or with --find-fix the fix and the commit before it. None unless found."""
-    span = result.get("range") or []
-    if result.get("status") != "found" or len(span) < 2:
+    span = result.range
+    if result.status is not Status.FOUND or len(span) < 2:
         return None
     old, new = span[0], span[-1]
-    return (new, old) if result.get("mode") == Mode.FIX.value else (old, new)
+    return (new, old) if result.mode is Mode.FIX else (old, new)
 
 
-def stored_localization(out_dir: Path, good: str, bad: str) -> dict[str, Any] | None:
+def stored_localization(out_dir: Path, good: str, bad: str) -> LocalizationDoc | None:
     """What DIR/localization.json says of these two builds; None when it is of others or
     cannot be read."""
     try:
-        doc = json.loads((out_dir / LOCALIZATION).read_text())
+        doc = LocalizationDoc.model_validate_json((out_dir / LOCALIZATION).read_bytes())
     except (ValueError, OSError):
         return None
-    if isinstance(doc, dict) and doc.get("good") == good and doc.get("bad") == bad:
-        return doc
-    return None
+    return doc if doc.good == good and doc.bad == bad else None
 
 
-def with_localization(result: dict[str, Any], out_dir: Path) -> dict[str, Any]:
+def with_localization(result: ResultDocument, out_dir: Path) -> ResultDocument:
     """result.json with what DIR/localization.json says of its culprit (`report DIR`)."""
     pair = culprit_pair(result)
     doc = stored_localization(out_dir, *pair) if pair is not None else None
-    return result if doc is None else {**result, "localization": doc}
+    return result if doc is None else result.model_copy(update={"localization": doc})
 
 
 def localize_refs(
@@ -246,7 +252,7 @@ def localize_refs(
     *,
     prompt: str | None,
     note: Callable[[str], None],
-) -> dict[str, Any]:
+) -> LocalizationDoc:
     """The `localize` command: two refs (or images), localised; DIR/localization.json."""
     good_c, bad_c = s.resolve(good, "--good"), s.resolve(bad, "--bad")
     if (good_c.commit, good_c.artifact) == (bad_c.commit, bad_c.artifact):
@@ -256,5 +262,4 @@ def localize_refs(
         )
     with hold(out_dir):
         doc = localize_builds(s, good_c, bad_c, out_dir, prompt=prompt, note=note)
-        write_atomic(out_dir / LOCALIZATION, json.dumps(s.scrub.doc(doc), indent=2) + "\n")
-    return doc
+        return write_localization(out_dir, doc, s.scrub)

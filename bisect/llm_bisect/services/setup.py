@@ -47,8 +47,9 @@ from ..kinds import (
 from ..launchers import Launcher, Server
 from ..model import Candidate
 from ..outdir import hold
-from ..probe import served_facts, startup_facts
+from ..probe import Facts, served_facts, startup_facts
 from ..redact import Scrub, url_credentials
+from ..report.documents import Context
 from ..report.links import web_url
 from ..search import Mode, Plan, build_plan
 from ..sources.git import GitSource
@@ -313,16 +314,16 @@ def run_id_of(out_dir: Path, digest: str) -> str:
     return hashlib.sha256(f"{out_dir.resolve()}\0{digest}".encode()).hexdigest()[:12]
 
 
-def run_context(s: Setup, config: Config) -> dict[str, Any]:
-    """How a run was asked for and where it runs (documents.Context), for its report."""
-    return {
-        "good_ref": config.candidates.good,
-        "bad_ref": config.candidates.bad,
-        "config": s.config_file,
-        "repo": s.repo,
-        "repo_url": (config.candidates.url or web_url(s.source.remote_url())).rstrip("/"),
-        "environment": node_environment(),
-    }
+def run_context(s: Setup, config: Config) -> Context:
+    """How a run was asked for and where it runs, for its report."""
+    return Context(
+        good_ref=config.candidates.good,
+        bad_ref=config.candidates.bad,
+        config=s.config_file,
+        repo=s.repo,
+        repo_url=(config.candidates.url or web_url(s.source.remote_url())).rstrip("/"),
+        environment=node_environment(),
+    )
 
 
 def golden_file_of(s: Setup, given: Path | None) -> Path:
@@ -336,7 +337,7 @@ def serving(
     candidate: Candidate,
     out_dir: Path,
     run_id: str,
-    facts: dict[str, Any] | None = None,
+    facts: Facts | None = None,
 ) -> Iterator[OpenAIClient]:
     """One ready server for a candidate (golden, calibrate); untestable is an error here.
     `facts`, when given, is filled with the build's fingerprint once the server stopped."""
@@ -354,6 +355,6 @@ def serving(
             with s.client(server) as api:
                 yield api
                 if facts is not None:
-                    facts.update(served_facts(api, server))
+                    facts.add(served_facts(api, server))
     if facts is not None:
-        facts.update(startup_facts(probe_dir))
+        facts.add(startup_facts(probe_dir))
