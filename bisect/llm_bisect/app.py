@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from . import collectenv
+from . import collectenv, enginecache
 from .builds import Builder, ImageStrategy, ImageTarget, Strategy
 from .builds.cache import BuildCache, unusable
 from .builds.command import CommandStrategy
@@ -317,6 +317,7 @@ def setup(
     repo_dir = repo.absolute() if repo is not None else base_dir / config.candidates.repo
     source = GitSource(repo_dir, "--repo" if repo is not None else "candidates.repo")
     env = expand_env(config.server.env, environ)
+    config, env = with_engine_cache(config, env, base_dir)
     server = config.server
     names = sorted({*secret_names(server.env), *caller_secret_names(environ)})
     secrets = [{**environ, **env}[n] for n in names]
@@ -379,6 +380,23 @@ def setup(
         repo=str(repo_dir) if repo is not None else "",
         devices=devices,
     )
+
+
+def with_engine_cache(
+    config: Config, env: Mapping[str, str], base_dir: Path
+) -> tuple[Config, dict[str, str]]:
+    """The server's environment with `probe.engine_cache`'s folders (the user's own values of
+    those variables win), and a container's bind of its root; unchanged when it is off."""
+    cache = config.probe.engine_cache
+    if cache is None or not cache.enabled:
+        return config, dict(env)
+    root = (base_dir / Path(cache.dir).expanduser()).absolute()
+    server = config.server
+    if isinstance(server, DockerServerConfig):
+        volumes = [*server.volumes, enginecache.cache_volume(root)]
+        server = server.model_copy(update={"volumes": volumes})
+        config = config.model_copy(update={"server": server})
+    return config, {**enginecache.cache_env(root), **env}
 
 
 def slot_devices_of(
@@ -628,6 +646,7 @@ def run_bisect(
                 context={**run_context(s, config), "golden": str(judged_by)},
                 given=given,
                 parallel=config.parallel,
+                early_stop=config.probe.early_stop,
             )
         note = progress.note if progress is not None else (lambda _: None)
         known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
@@ -660,6 +679,7 @@ def check_one(
             s.config.probe.runs,
             golden,
             Regress(s.config.regress),
+            early_stop=s.config.probe.early_stop,
         )
         outcome = probe(candidate, out_dir / "probes" / candidate.short, ctx)
         write_probe(out_dir, outcome, s.scrub)

@@ -9,7 +9,10 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pydantic stays out of the simulator's imports (checks import this module)
+    from .startup import Startup
 
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -135,9 +138,13 @@ class ProbeOutcome:
     """Last lines of the server log, kept when the build was untestable."""
     fingerprint: dict[str, Any] = field(default_factory=dict)
     """What the build really was: image, server version, packages, kernels (fingerprint.py)."""
+    startup: Startup | None = None
+    """Where the wait for the server went, phase by phase, from its log (startup.py)."""
+    not_run: tuple[str, ...] = ()
+    """Checks the suite did not run: it stopped at a decisive failure (`probe.early_stop`)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "commit": self.commit,
             "verdict": self.verdict.value,
             "reason": self.reason,
@@ -146,6 +153,11 @@ class ProbeOutcome:
             "log_tail": self.log_tail,
             "fingerprint": self.fingerprint,
         }
+        if self.startup is not None:
+            data["startup"] = self.startup.model_dump(mode="json")
+        if self.not_run:
+            data["not_run"] = list(self.not_run)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProbeOutcome:
@@ -157,4 +169,14 @@ class ProbeOutcome:
             timings={str(k): float(v) for k, v in data.get("timings", {}).items()},
             log_tail=str(data.get("log_tail", "")),
             fingerprint=dict(data.get("fingerprint", {})),
+            startup=_startup(data.get("startup")),
+            not_run=tuple(str(name) for name in data.get("not_run", ())),
         )
+
+
+def _startup(data: Any) -> Startup | None:
+    if data is None:
+        return None
+    from .startup import Startup  # pydantic only where a journal is read
+
+    return Startup.model_validate(data)

@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -132,12 +132,15 @@ def run(
     context: Mapping[str, Any] | None = None,
     given: Sequence[tuple[ProbeOutcome, str]] = (),
     parallel: int = 1,
+    early_stop: bool = False,
 ) -> RunResult:
     """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
     journal when there is one.
 
     `repeats`: runs of the check suite on each server; `reprobe`: a verdict that contradicts
     a neighbour's is probed again (a new server) before it is used (`probe.repeats: auto`).
+
+    `early_stop`: a probe's suite stops at its first failed check, except at the ends.
 
     `coarse`: candidates whose artifact is ready (an image, a published wheel, a
     cached build) are probed first, then the rest within the range left.
@@ -153,6 +156,8 @@ def run(
     scrub = scrub or Scrub()
     golden = golden or GoldenStore(out_dir / "golden.json", checks, plan.good.commit, scrub=scrub)
     ctx = ProbeContext(launcher, checks, client, progress, repeats, golden, regress, clock)
+    ends = frozenset({plan.good.commit, plan.bad.commit})  # their suites always run whole
+    ctx = replace(ctx, early_stop=early_stop, full=ends)
     with Journal(out_dir / FILENAME, scrub) as journal:
         state = journal.reading.state
         if journal.reading.dropped:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..model import Regress, Verdict
 from ..search import Mode, Status
+from ..startup import Startup
 
 RESULT_VERSION: Final = 2
 """result.json's version: 2 is the first typed one (a document without `version` is 1)."""
@@ -58,6 +59,10 @@ class ProbeDoc(_Doc):
     fingerprint: dict[str, Any] = Field(default_factory=dict)
     """What the build really was (image, versions, kernels, build route) and `command`, the
     server command line it ran with."""
+    startup: Startup | None = None
+    """Where the wait until ready went, phase by phase, from the server's own log lines."""
+    not_run: list[str] = Field(default_factory=list)
+    """Checks not run: the suite stopped at a decisive failure (`probe.early_stop`)."""
     subject: str = ""
     started_at: float | None = None
     """Wall-clock (Unix) time the probe began; None for a verdict the run was given."""
