@@ -663,9 +663,15 @@ def golden_file_of(s: Setup, given: Path | None) -> Path:
 
 
 def check_one(
-    s: Setup, ref: str, out_dir: Path, progress: Progress, golden_file: Path | None = None
+    s: Setup,
+    ref: str,
+    out_dir: Path,
+    progress: Progress,
+    golden_file: Path | None = None,
+    whole: bool = False,
 ) -> tuple[Candidate, ProbeOutcome]:
-    """Probe one candidate (the `check` command)."""
+    """Probe one candidate (the `check` command); `whole`: every check runs (a gate's
+    candidate becomes the bad end of the bisection it starts), else `probe.early_stop`."""
     golden = s.golden_store(golden_file_of(s, golden_file))
     candidate = s.resolve(ref, "--candidate")
     with hold(out_dir), s.launcher(run_id_of(out_dir, "check")) as launcher:
@@ -679,7 +685,7 @@ def check_one(
             s.config.probe.runs,
             golden,
             Regress(s.config.regress),
-            early_stop=s.config.probe.early_stop,
+            early_stop=s.config.probe.early_stop and not whole,
         )
         outcome = probe(candidate, out_dir / "probes" / candidate.short, ctx)
         write_probe(out_dir, outcome, s.scrub)
@@ -1135,7 +1141,7 @@ def run_gate(
         progress.note(f"gate: {GATE_FILE} holds this candidate's verdict; the bisection resumes")
         doc = resumed
     else:
-        _, outcome = check_one(s, candidate_ref, out_dir, progress, path)
+        _, outcome = check_one(s, candidate_ref, out_dir, progress, path, whole=True)
         decision = DECISION_OF[outcome.verdict]
         doc = GateDocument(
             decision=decision,
