@@ -149,12 +149,13 @@ def test_a_suite_stops_at_its_first_failed_check_except_at_the_ends(
 ) -> None:
     h: History = history({4: "degenerate-reasoning"}, n=8)
     out = tmp_path / "out"
-    config = h.config(probe={"early_stop": early_stop})
+    everything = ["canary", "expect", "logprobs", "eval"]
+    listed = [{"type": name} for name in reversed(everything)]  # they run cheapest first
+    config = h.config(probe={"early_stop": early_stop}, checks=listed)
     code, output = invoke("run", str(config), "--out", str(out))
     assert code == 0, output
     result = result_of(out)
     assert result["culprit"]["commit"] == h.shas[4]
-    everything = ["canary", "expect", "logprobs", "eval"]
     for p in result["probes"]:
         ran = [c["name"] for c in p["checks"]]
         if early_stop and p["verdict"] == "bad" and p["commit"] != h.shas[-1]:
