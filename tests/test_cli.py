@@ -807,7 +807,8 @@ def test_json_answers_go_to_stdout_alone(tmp_path: Path, history: Any) -> None:
     assert result.exit_code == 1, result.output
     probe = json.loads(result.stdout)
     assert probe["verdict"] == "bad" and probe["commit"] == h.shas[3]
-    assert {c["name"] for c in probe["checks"]} == {"canary", "expect"}
+    # the canary failed: the verdict is settled and expect is not run (probe.early_stop)
+    assert [c["name"] for c in probe["checks"]] == ["canary"] and probe["not_run"] == ["expect"]
 
 
 def test_schema_and_shell_completion() -> None:
