@@ -127,3 +127,48 @@ def test_answers_that_never_finish_where_the_good_build_did_are_wrong() -> None:
     # where the good build was cut too, a cut answer is still no evidence
     result = check.run(Cut(10**6), finished_golden("length"))
     assert result.passed, result.evidence
+
+
+class Counting(Flipping):
+    """Flipping, counting the problems it was asked."""
+
+    def __init__(self, seed: int, lose: float, gain: float) -> None:
+        super().__init__(seed, lose, gain)
+        self.asked = 0
+
+    def chat(self, prompt: str, *, max_tokens: int, **extra: Any) -> ChatReply:
+        self.asked += 1
+        return super().chat(prompt, max_tokens=max_tokens, **extra)
+
+
+def test_the_eval_stops_at_a_look_where_the_drop_is_beyond_doubt() -> None:
+    """run_early (probe.early_stop, not at a run's ends) asks in four groups: a build that
+    lost most answers is failed after the first quarter, says so, and states the power of
+    its last look; a good build is asked everything and passes; the false-alarm rate stays
+    within alpha (simulation)."""
+    check = EvalCheck(Problems(PROBLEMS, []), concurrency=1)
+    broken = Counting(0, lose=0.9, gain=0.0)
+    result = check.run_early(broken, golden())
+    assert not result.passed and broken.asked == N // 4, broken.asked
+    assert f"stopped after {N // 4} of {N} problems" in result.evidence
+    assert "group-sequential" in result.evidence
+    details = result.details
+    assert isinstance(details, EvalDetails)
+    assert details.sequential is not None and details.sequential.stopped
+    assert details.paired is not None and details.paired.n == N // 4
+    assert details.power is not None and abs(details.power.alpha - 0.047) < 1e-12
+    fine = Counting(0, lose=0.0, gain=0.0)
+    result = check.run_early(fine, golden())
+    assert result.passed and fine.asked == N
+    assert isinstance(result.details, EvalDetails) and result.details.sequential is not None
+    assert not result.details.sequential.stopped
+    chance = 3 / N
+    right, wrong = N - len(GOLDEN_WRONG), len(GOLDEN_WRONG)
+    trials = 300
+    alarms = sum(
+        not check.run_early(Flipping(t, chance * N / right, chance * N / wrong), golden()).passed
+        for t in range(trials)
+    )
+    assert alarms / trials <= 0.05 + 0.02, alarms / trials
+    whole = check.run(Counting(0, lose=0.9, gain=0.0), golden()).details
+    assert isinstance(whole, EvalDetails) and whole.sequential is None

@@ -6,7 +6,16 @@ import random
 
 import pytest
 
-from llm_bisect.checks.stats import ALPHA, POWER, PairedTest, Pairs, critical, p_value, pairs
+from llm_bisect.checks.stats import (
+    ALPHA,
+    POWER,
+    PairedTest,
+    Pairs,
+    SequentialTest,
+    critical,
+    p_value,
+    pairs,
+)
 
 
 def test_the_exact_one_sided_mcnemar_test() -> None:
@@ -76,3 +85,46 @@ def test_more_problems_and_fewer_flips_detect_smaller_drops() -> None:
     assert test.detectable_drop(1319, 1213, 0.02) < test.detectable_drop(64, 59, 0.02)
     assert test.detectable_drop(64, 59, 0.0) < test.detectable_drop(64, 59, 0.1)
     assert test.detectable_drop(0, 0) == 1.0 and test.detectable_drop(5, 0) == 1.0
+
+
+def _sequential(
+    test: SequentialTest, n: int, right: int, drop: float, flips: float, trials: int
+) -> tuple[float, float]:
+    """Builds drawn as `_fail_rate` draws them, answers taken in order: (how often the
+    sequential test fails them, the mean share of problems it asked)."""
+    rng = random.Random(f"seq-{n}-{right}-{drop}-{flips}")
+    lose = (flips / 2 + drop) * n / right
+    gain = flips / 2 * n / (n - right)
+    golden = [True] * right + [False] * (n - right)
+    failed, asked = 0, 0
+    for _ in range(trials):
+        rng.shuffle(golden)
+        got = [(rng.random() >= lose) if g else (rng.random() < gain) for g in golden]
+        fails, k = test.decide(golden, got)
+        failed += fails
+        asked += k
+    return failed / trials, asked / trials / n
+
+
+@pytest.mark.parametrize(
+    ("n", "right", "flips"),
+    [(64, 59, 6 / 64), (200, 160, 0.05), (1319, 1213, 0.02)],
+)
+def test_the_sequential_eval_keeps_its_error_rates_and_stops_early_on_a_clear_drop(
+    n: int, right: int, flips: float
+) -> None:
+    test = SequentialTest()
+    assert test.final.alpha == pytest.approx(ALPHA - 3 * test.interim)
+    trials = 400 if n > 1000 else 2000
+    false_alarms, _ = _sequential(test, n, right, 0.0, flips, trials)
+    assert false_alarms <= ALPHA + 0.015, f"false alarms {false_alarms} at alpha {ALPHA}"
+    drop = test.final.detectable_drop(n, right, flips)  # the power stated: a lower bound
+    seen, _ = _sequential(test, n, right, drop, flips, trials)
+    assert seen >= POWER - 0.04, f"stated at least {POWER} at a drop of {drop:.4f}, seen {seen}"
+    # a build that lost most of its answers is stopped early: on average after half at most
+    broken, asked = _sequential(test, n, right, 0.8 * right / n, flips, 200)
+    assert broken == 1.0 and asked <= 0.5, (broken, asked)
+    # answers given in order: stopped after the first quarter, or decided on all
+    golden = [True] * right + [False] * (n - right)
+    assert test.decide(golden, [False] * n) == (True, test.sizes(n)[0])
+    assert test.decide(golden, golden) == (False, n)

@@ -143,6 +143,31 @@ def test_failed_checks_are_no_regression_when_only_crashes_count(
         assert code == 0 and result["culprit"]["commit"] == h.shas[4]
 
 
+@pytest.mark.parametrize("early_stop", [True, False])
+def test_a_suite_stops_at_its_first_failed_check_except_at_the_ends(
+    tmp_path: Path, history: Any, early_stop: bool
+) -> None:
+    h: History = history({4: "degenerate-reasoning"}, n=8)
+    out = tmp_path / "out"
+    everything = ["canary", "expect", "logprobs", "eval"]
+    listed = [{"type": name} for name in reversed(everything)]  # they run cheapest first
+    config = h.config(probe={"early_stop": early_stop}, checks=listed)
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = result_of(out)
+    assert result["culprit"]["commit"] == h.shas[4]
+    for p in result["probes"]:
+        ran = [c["name"] for c in p["checks"]]
+        if early_stop and p["verdict"] == "bad" and p["commit"] != h.shas[-1]:
+            assert ran == ["canary"] and p["not_run"] == everything[1:], p["commit"]
+        else:  # good builds, the ends (the bad end too) and every probe without early stop
+            assert ran == everything and p.get("not_run", []) == [], p["commit"]
+    stopped = [p for p in result["probes"] if p.get("not_run")]
+    assert bool(stopped) is early_stop
+    report = (out / "report.md").read_text()
+    assert ("not run, the verdict settled: expect, logprobs, eval" in report) is early_stop
+
+
 def test_no_regression_and_a_good_end_that_fails_a_rule_itself(
     tmp_path: Path, history: Any
 ) -> None:
@@ -635,6 +660,41 @@ def test_ctrl_c_during_eval_on_a_hanging_server_is_prompt(tmp_path: Path) -> Non
     assert live_processes(str(h.repo)) == []
 
 
+def test_probes_share_the_engine_cache_and_say_where_their_start_went(
+    tmp_path: Path, history: Any
+) -> None:
+    h: History = history({1: "degenerate-content"}, n=2)
+    out = tmp_path / "out"
+    config = h.config(checks=SIMPLE_CHECKS, probe={"engine_cache": {"dir": "cache"}})
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    root = config.parent / "cache"
+    probes = result_of(out)["probes"]
+    assert probes
+    for p in probes:  # the same root for every probe, each cache in its folder
+        command = p["fingerprint"]["command"]
+        for name, folder in (
+            ("VLLM_CACHE_ROOT", "vllm"),
+            ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
+            ("TRITON_CACHE_DIR", "triton"),
+            ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
+            ("DG_JIT_CACHE_DIR", "deep_gemm"),
+        ):
+            assert f"{name}={root / folder}" in command, command
+        # the simulator logs vLLM's engine line: its start splits at it, up to ready
+        phases = p["startup"]["phases"]
+        assert [x["name"] for x in phases][-1] == "config"
+        assert phases[0]["start"] == p["timings"]["launch"]
+        assert phases[-1]["end"] == p["timings"]["ready"]
+    assert "Server starts" in (out / "report.md").read_text()
+    # a run without it gives the server none of these
+    plain = h.config(checks=SIMPLE_CHECKS)
+    code, output = invoke("run", str(plain), "--out", str(tmp_path / "plain"))
+    assert code == 0, output
+    for p in result_of(tmp_path / "plain")["probes"]:
+        assert "VLLM_CACHE_ROOT" not in p["fingerprint"]["command"]
+
+
 # --- one run per DIR; nothing left behind ------------------------------------------------
 
 
@@ -747,7 +807,8 @@ def test_json_answers_go_to_stdout_alone(tmp_path: Path, history: Any) -> None:
     assert result.exit_code == 1, result.output
     probe = json.loads(result.stdout)
     assert probe["verdict"] == "bad" and probe["commit"] == h.shas[3]
-    assert {c["name"] for c in probe["checks"]} == {"canary", "expect"}
+    # the canary failed: the verdict is settled and expect is not run (probe.early_stop)
+    assert [c["name"] for c in probe["checks"]] == ["canary"] and probe["not_run"] == ["expect"]
 
 
 def test_schema_and_shell_completion() -> None:

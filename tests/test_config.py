@@ -10,6 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import cli_bounded, live_processes, write_config
+from llm_bisect.app import with_engine_cache
 from llm_bisect.checks.canary import CanaryConfig
 from llm_bisect.checks.eval import EvalConfig
 from llm_bisect.checks.expect import ExpectConfig
@@ -18,6 +19,7 @@ from llm_bisect.cli import cli
 from llm_bisect.config import (
     MAX_CONFIG_BYTES,
     check_digest,
+    config_digest,
     expand_env,
     parse_config,
     server_digest,
@@ -368,3 +370,29 @@ def test_the_config_schema_is_published_and_explains_every_key() -> None:
     ]
     assert bare == []
     assert "`docker`" in models["DockerServerConfig"]["properties"]["launcher"]["description"]
+
+
+def test_the_engine_cache_is_one_root_every_kind_of_server_is_given(tmp_path: Path) -> None:
+    cache = {"probe": {"engine_cache": {"dir": "cache"}}}
+    root = tmp_path / "cache"
+    config, env = with_engine_cache(parse_config({**base(), **cache}), {"A": "1"}, tmp_path)
+    assert env == {
+        "A": "1",
+        "VLLM_CACHE_ROOT": f"{root}/vllm",
+        "TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor",
+        "TRITON_CACHE_DIR": f"{root}/triton",
+        "FLASHINFER_WORKSPACE_BASE": f"{root}/flashinfer",
+        "DG_JIT_CACHE_DIR": f"{root}/deep_gemm",
+    }
+    _, env = with_engine_cache(config, {"TRITON_CACHE_DIR": "/mine"}, tmp_path)
+    assert env["TRITON_CACHE_DIR"] == "/mine"  # the user's own setting wins
+    docker = {**base(), "server": {"launcher": "docker", "image": "v", "volumes": ["/m:/m"]}}
+    config, _ = with_engine_cache(parse_config({**docker, **cache}), {}, tmp_path)
+    assert config.server.volumes == ["/m:/m", f"{root}:{root}"]  # type: ignore[union-attr]
+    off = {"probe": {"engine_cache": {"dir": "cache", "enabled": False}}}
+    config, env = with_engine_cache(parse_config({**docker, **off}), {"A": "1"}, tmp_path)
+    assert env == {"A": "1"} and config.server.volumes == ["/m:/m"]  # type: ignore[union-attr]
+    # what a probe costs never makes a journal another config's
+    plain = config_digest(parse_config(base()))
+    assert config_digest(parse_config({**base(), **cache})) == plain
+    assert config_digest(parse_config({**base(), "probe": {"early_stop": False}})) == plain

@@ -82,6 +82,10 @@ def test_block_on_a_bad_candidate_with_json_and_junit(tmp_path: Path, history: A
     assert code == 1, output
     printed = json.loads(output[output.index("{") :])
     assert printed["decision"] == "block" and printed == json.loads((out / "gate.json").read_text())
+    # the candidate may become a bisection's bad end: every check ran (no early stop)
+    ran = [c["name"] for c in printed["probe"]["checks"]]
+    assert ran == ["canary", "expect", "logprobs", "eval"]
+    assert printed["probe"].get("not_run", []) == []  # written only where some were not run
     suite = ET.parse(junit).getroot()
     decision = next(c for c in suite if c.get("name") == "decision")
     assert decision.find("failure") is not None

@@ -20,8 +20,9 @@ from llm_bisect.checks.logprobs import LogprobsCheck, LogprobsDetails
 from llm_bisect.client import OpenAIClient
 from llm_bisect.model import Verdict
 from llm_bisect.report.documents import CheckDoc, ProbeDoc, ResultDocument
-from llm_bisect.report.html import ERRORS_ID, logprob_figure, render_html
+from llm_bisect.report.html import ERRORS_ID, logprob_figure, render_html, timeline_figure
 from llm_bisect.report.markdown import divergences, render_markdown
+from llm_bisect.startup import PHASE_LABELS, phases, read_marks
 from test_cli import invoke
 from test_client import sim
 from test_report import golden_result
@@ -211,3 +212,28 @@ def test_top_k_alternatives_show_their_text() -> None:
     md = "\n".join(divergences(bad))
     assert "''" not in md, md
     assert all(t.token in md for t in tops), md
+
+
+def test_the_timeline_splits_the_wait_until_ready_into_the_phases_the_log_names() -> None:
+    """A probe whose server log named its phases shows them in place of one `wait until
+    ready` bar, back to back from launch to ready, compile among them."""
+    entry = json.loads((Path(__file__).parent / "corpus" / "vllm_startup_phases.json").read_text())
+    doc = golden_result()
+    t = doc.probes[0].timings
+    started = phases(read_marks(entry["logs"][0]["lines"]), t["launch"], t["ready"])
+    assert started is not None
+    first_probe = doc.probes[0].model_copy(update={"startup": started})
+    doc = doc.model_copy(update={"probes": [first_probe, *doc.probes[1:]]})
+    fig = timeline_figure(doc)
+    assert fig is not None
+    first = [t for t in fig.data if any("1. " in str(y) for y in t.y)]
+    shown = {t.name: (float(t.base[0]), float(t.base[0]) + float(t.x[0])) for t in first}
+    assert "wait until ready" not in shown
+    offset = shown["look up the artifact"][0]  # where the probe's bar begins
+    names = [PHASE_LABELS[p.name] for p in started.phases]
+    assert [n for n in shown if n in names] == names
+    for p in started.phases:
+        assert shown[PHASE_LABELS[p.name]] == (offset + p.start, offset + p.end)
+    assert "torch.compile" in PHASE_LABELS["compile"]
+    # the other probes, without a startup, keep their one bar
+    assert any(t.name == "wait until ready" for t in fig.data)

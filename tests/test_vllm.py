@@ -225,10 +225,13 @@ def test_detection_table_of_real_code_bugs(bed: dict[str, Any]) -> None:
         assert code == 0, output
     table: dict[str, dict[str, str]] = {}
     timings: dict[str, str] = {}
+    whole = root / "whole.yaml"  # every check runs: this table is about what each catches
+    data = yaml.safe_load(bed["config"].read_text())
+    whole.write_text(yaml.safe_dump({**data, "probe": {"early_stop": False}}))
     for build, caught in CAUGHT.items():
         out = root / f"check-{build}"
         code, output = invoke(
-            "check", str(bed["config"]), "--candidate", shas[build], "--golden", str(golden),
+            "check", str(whole), "--candidate", shas[build], "--golden", str(golden),
             "--out", str(out),
         )  # fmt: skip
         table[build] = dict(re.findall(r"^  (\w+): (pass|FAIL)", output, re.M))
@@ -237,6 +240,12 @@ def test_detection_table_of_real_code_bugs(bed: dict[str, Any]) -> None:
         failed = {name for name, said in table[build].items() if said == "FAIL"}
         assert failed == caught, (build, output)
         assert code == (1 if caught else 0), output
+        # where the wait until ready went, from vLLM's own lines (eager: nothing compiled)
+        probe = json.loads((out / "probe.json").read_text())
+        phases = [p["name"] for p in probe["startup"]["phases"]]
+        assert phases == ["imports", "config", "engine", "weights", "kv_cache", "warmup", "api"]
+        assert probe["startup"]["phases"][-1]["end"] == probe["timings"]["ready"]
+        assert probe["startup"]["compile_cache"] == "" and "weights" in probe["startup"]["reported"]
         if build == "rope-alone":
             probe = json.loads((out / "probe.json").read_text())
             logprobs = next(c for c in probe["checks"] if c["name"] == "logprobs")
@@ -266,6 +275,41 @@ def test_detection_table_of_real_code_bugs(bed: dict[str, Any]) -> None:
     print()
     for build, row in table.items():
         print(f"{build:14} {row}  {timings[build]}")
+
+
+def test_a_changed_forward_compiles_anew_with_a_shared_cache(bed: dict[str, Any]) -> None:
+    """torch.compile on (no --enforce-eager) and one engine cache for the run: the parent
+    (`refactor`) compiles into it, then a commit whose LlamaMLP.forward skips the activation
+    (`mlp-alone`) must not be served from the parent's compiled graph: its verdict is bad
+    and its log shows a compile, no load. Two vLLM starts with compile (about 2 x 2 min)."""
+    shas, root = bed["shas"], bed["root"]
+    data = yaml.safe_load(bed["config"].read_text())
+    server = data["server"]
+    server["command"] = [a for a in server["command"] if a != "--enforce-eager"]
+    cache = root / "engine-cache"
+    data.update(
+        candidates={**data["candidates"], "good": shas["refactor"], "bad": shas["mlp-alone"]},
+        checks=[{"type": "logprobs"}],
+        probe={"engine_cache": {"dir": str(cache)}},
+    )
+    config = root / "compiled.yaml"
+    config.write_text(yaml.safe_dump(data))
+    out = root / "compiled"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == shas["mlp-alone"], output
+    probes = {p["commit"]: p for p in result["probes"]}
+    assert list(probes) == [shas["refactor"], shas["mlp-alone"]]
+    for sha, p in probes.items():
+        assert f"VLLM_CACHE_ROOT={cache / 'vllm'}" in p["fingerprint"]["command"]
+        assert "compile" in [x["name"] for x in p["startup"]["phases"]], p["startup"]
+        log = (out / "probes" / sha[:12] / "server.log").read_text()
+        assert "Directly load" not in log  # never served from another build's compile
+    # it compiled: into a folder of its own (the forward's first line moved: another AOT
+    # key), or over the parent's after vLLM saw the traced source change
+    assert probes[shas["mlp-alone"]]["startup"]["compile_cache"] == "miss"
+    assert any((cache / "vllm" / "torch_compile_cache").rglob("*")), "the cache was used"
 
 
 def test_calibrate_on_real_vllm_flags_no_good_run(bed: dict[str, Any]) -> None:

@@ -33,6 +33,7 @@ from .services.setup import (
     setup,
     slot_devices_of,
     with_ends,
+    with_engine_cache,
 )
 
 __all__ = [
@@ -66,5 +67,6 @@ __all__ = [
     "slot_devices_of",
     "stored_localization",
     "with_ends",
+    "with_engine_cache",
     "with_localization",
 ]

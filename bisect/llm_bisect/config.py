@@ -255,6 +255,29 @@ CheckConfig = Annotated[CheckBase, Tagged(CHECKS)]
 """One item of `checks:`: the model of the check its `type` names (kinds.CHECKS)."""
 
 
+class EngineCacheConfig(_Strict):
+    """One folder for the engine's compile and JIT caches, shared by every probe of a run (or
+    of every run on a node): vLLM's torch.compile cache (VLLM_CACHE_ROOT), TorchInductor's
+    (TORCHINDUCTOR_CACHE_DIR) and Triton's (TRITON_CACHE_DIR), FlashInfer's JIT
+    (FLASHINFER_WORKSPACE_BASE) and DeepGEMM's (DG_JIT_CACHE_DIR), each a subfolder.
+
+    Safe across commits because each is keyed by what it compiled from: vLLM's
+    torch_compile_cache folder by a hash of the config (compilation_config and the
+    parts of vllm_config that change the graph), of vllm.envs' compile factors and of the
+    source of every file Dynamo traced (the model's forward and what it calls: a commit
+    that changes them gets a new folder); Inductor's FX-graph cache by the graph, torch's
+    version and its config; Triton's by the kernel source and backend; FlashInfer's and
+    DeepGEMM's JIT by the kernel's generated source and flags. A commit whose own compiled
+    code (csrc) changes is another build and another torch version at most: the keys
+    still differ. docs/configuration.md says more."""
+
+    dir: str = Field(min_length=1)
+    """The cache root, relative to the config's folder (on the node: a process or Slurm
+    server reads it there; mounted into containers at the same path)."""
+    enabled: bool = True
+    """False: every probe compiles from nothing (the engine's default caches are not used)."""
+
+
 class ProbeConfig(_Strict):
     """How each candidate is judged."""
 
@@ -270,6 +293,14 @@ class ProbeConfig(_Strict):
         if isinstance(value, str) and value != "auto":
             raise ValueError("a number of runs (1 to 10) or auto")
         return value
+
+    early_stop: bool = True
+    """Run the checks cheapest first and stop a probe's suite at its first failed check (the
+    verdict is bad whatever the rest say; result.json names those not run). The run's good
+    and bad ends, the build a golden is recorded from, `repeats: N` (N > 1) and `regress:
+    crash` always run every check."""
+    engine_cache: EngineCacheConfig | None = None
+    """Compile and JIT caches shared by the probes (None: each probe starts cold)."""
 
     @property
     def runs(self) -> int:
@@ -711,6 +742,10 @@ def config_digest(config: Config) -> str:
     journal into "another config's"."""
     data = config.model_dump(mode="json", exclude_defaults=True)
     data.pop("localize", None)  # after the search: never a reason to start it again
+    for key in ("early_stop", "engine_cache"):  # what a probe costs, never its verdict
+        data.get("probe", {}).pop(key, None)
+    if data.get("probe") == {}:
+        data.pop("probe")
     data["candidates"].pop("url", None)  # links in the report only
     data.pop("parallel", None)  # how many at once, and where, never change a verdict
     data["server"].pop("docker_hosts", None)

@@ -10,11 +10,14 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from .fingerprint import Fingerprint
+
+if TYPE_CHECKING:
+    from .startup import Startup
 
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
@@ -197,13 +200,17 @@ class ProbeOutcome:
     """Last lines of the server log, kept when the build was untestable."""
     fingerprint: Fingerprint = field(default_factory=Fingerprint)
     """What the build really was: image, server version, packages, kernels (fingerprint.py)."""
+    startup: Startup | None = None
+    """Where the wait for the server went, phase by phase, from its log (startup.py)."""
+    not_run: tuple[str, ...] = ()
+    """Checks the suite did not run: it stopped at a decisive failure (`probe.early_stop`)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.fingerprint, Fingerprint):  # the facts as a plain mapping
             object.__setattr__(self, "fingerprint", Fingerprint.model_validate(self.fingerprint))
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "commit": self.commit,
             "verdict": self.verdict.value,
             "reason": self.reason,
@@ -212,6 +219,11 @@ class ProbeOutcome:
             "log_tail": self.log_tail,
             "fingerprint": self.fingerprint.model_dump(mode="json"),
         }
+        if self.startup is not None:
+            data["startup"] = self.startup.model_dump(mode="json")
+        if self.not_run:
+            data["not_run"] = list(self.not_run)
+        return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProbeOutcome:
@@ -223,7 +235,17 @@ class ProbeOutcome:
             timings={str(k): float(v) for k, v in data.get("timings", {}).items()},
             log_tail=str(data.get("log_tail", "")),
             fingerprint=Fingerprint.model_validate(data.get("fingerprint") or {}),
+            startup=_startup(data.get("startup")),
+            not_run=tuple(str(name) for name in data.get("not_run", ())),
         )
+
+
+def _startup(data: Any) -> Startup | None:
+    if data is None:
+        return None
+    from .startup import Startup  # startup.py imports this module
+
+    return Startup.model_validate(data)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from . import collectenv
-from .checks import Check
+from .checks import Check, StopsEarly, cheapest_first
 from .checks.golden import Golden, GoldenStore
 from .client import OpenAIClient
 from .clock import SYSTEM
@@ -26,6 +26,7 @@ from .fingerprint import Fingerprint, ImageFacts, ServedFacts, parse_startup_log
 from .launchers import Launcher, Server
 from .model import Candidate, Cap, CheckResult, ProbeOutcome, Regress, TooLargeDetails, Verdict
 from .search import Plan
+from .startup import Startup, phases, read_marks
 from .verdict import combine_repeats, decide, judge
 
 CRASH_WAIT_S = 3.0
@@ -82,6 +83,11 @@ class ProbeContext:
     """The golden (recorded from the good end's probe when none exists yet)."""
     regress: Regress = Regress.SEMANTIC
     clock: Callable[[], float] = SYSTEM.monotonic
+    early_stop: bool = False
+    """Stop a suite at its first failed check, when no later check can change the verdict
+    (`probe.early_stop`): the checks left are named in `not_run`."""
+    full: frozenset[str] = frozenset()
+    """Commits whose suites always run whole (a run's ends): their evidence is read in full."""
 
 
 class Cancel:
@@ -133,6 +139,7 @@ class _Found:
     results: tuple[CheckResult, ...] = ()
     log_tail: str = ""
     facts: Facts = field(default_factory=Facts)
+    not_run: tuple[str, ...] = ()
 
 
 def probe(
@@ -184,6 +191,9 @@ def probe(
     timings["total"] = clock() - t0
     found.facts.add(startup_facts(probe_dir))
     fingerprint = found.facts.fingerprint
+    started = None
+    if "launch" in timings and "ready" in timings:
+        started = startup_phases(probe_dir, timings["launch"], timings["ready"])
     if ctx.golden is not None:
         ctx.golden.keep(candidate.commit, fingerprint)
     return ProbeOutcome(
@@ -194,6 +204,8 @@ def probe(
         timings,
         found.log_tail,
         fingerprint,
+        started,
+        found.not_run,
     )
 
 
@@ -216,6 +228,15 @@ def startup_facts(probe_dir: Path) -> Fingerprint:
     return facts
 
 
+def startup_phases(probe_dir: Path, launch: float, ready: float) -> Startup | None:
+    """Where the wait from `launch` to `ready` (seconds since the probe began) went, from the
+    server log's own lines; None when it names no phase (not vLLM, or no log)."""
+    log = probe_dir / "server.log"
+    if not log.exists():
+        return None
+    return phases(read_marks(head_text(log, STARTUP_LOG_BYTES).splitlines()), launch, ready)
+
+
 def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidate) -> None:
     """Run the check suite `repeats` times on a ready server; fill in `found`."""
     runs: list[tuple[Verdict, str]] = []
@@ -223,12 +244,20 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
         with ctx.client(server) as api, ctx.launcher.quiet():
             golden = ctx.golden
             baseline = golden.ensure(api, candidate.commit) if golden is not None else None
+            stop = (
+                ctx.early_stop
+                and ctx.regress is not Regress.CRASH  # there a later crash is the verdict
+                and ctx.repeats == 1  # N runs look for flakiness: each run asks it all
+                and candidate.commit not in ctx.full
+                and (baseline is None or baseline.commit != candidate.commit)
+            )
+            checks = cheapest_first(ctx.checks)
             for _ in range(ctx.repeats):
-                found.results = tuple(_run_check(check, api, baseline) for check in ctx.checks)
+                found.results, found.not_run = _suite(checks, api, baseline, stop)
                 runs.append(judge(found.results))
             found.facts.add(served_facts(api, server))
     except EndpointError as exc:
-        found.results = ()
+        found.results, found.not_run = (), ()
         crash: str | None = None
         try:  # a dropped connection is often the server dying: give it a moment
             server.check_alive(wait=CRASH_WAIT_S)
@@ -244,9 +273,28 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
     found.verdict, found.reason = decide(ctx.regress, combine_repeats(runs), None)
 
 
-def _run_check(check: Check, api: OpenAIClient, golden: Golden | None) -> CheckResult:
-    """One check; a reply over the byte cap fails it, with that as its evidence."""
+def _suite(
+    checks: Sequence[Check], api: OpenAIClient, golden: Golden | None, stop: bool
+) -> tuple[tuple[CheckResult, ...], tuple[str, ...]]:
+    """The suite's results, and the checks not run: with `stop`, none after the first that
+    failed (one failed check makes the run bad, whatever the others say), and a check that
+    can stop within its cases (the eval) does."""
+    results: list[CheckResult] = []
+    for i, check in enumerate(checks):
+        results.append(_run_check(check, api, golden, early=stop))
+        if stop and not results[-1].passed:
+            return tuple(results), tuple(c.name for c in checks[i + 1 :])
+    return tuple(results), ()
+
+
+def _run_check(
+    check: Check, api: OpenAIClient, golden: Golden | None, early: bool = False
+) -> CheckResult:
+    """One check (`early`: one that can stop at a decisive part of its cases does); a reply
+    over the byte cap fails it, with that as its evidence."""
     try:
+        if early and isinstance(check, StopsEarly):
+            return check.run_early(api, golden)
         return check.run(api, golden)
     except ReplyTooLarge as exc:
         return CheckResult(

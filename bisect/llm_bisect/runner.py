@@ -18,7 +18,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import Check
@@ -131,12 +131,15 @@ def run(
     context: Context | None = None,
     given: Sequence[tuple[ProbeOutcome, str]] = (),
     parallel: int = 1,
+    early_stop: bool = False,
 ) -> RunResult:
     """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
     journal when there is one.
 
     `repeats`: runs of the check suite on each server; `reprobe`: a verdict that contradicts
     a neighbour's is probed again (a new server) before it is used (`probe.repeats: auto`).
+
+    `early_stop`: a probe's suite stops at its first failed check, except at the ends.
 
     `coarse`: candidates whose artifact is ready (an image, a published wheel, a
     cached build) are probed first, then the rest within the range left.
@@ -154,6 +157,8 @@ def run(
     ctx = ProbeContext(
         launcher, checks, client, progress, repeats, golden, regress, clock.monotonic
     )
+    ends = frozenset({plan.good.commit, plan.bad.commit})  # their suites always run whole
+    ctx = replace(ctx, early_stop=early_stop, full=ends)
     with Journal(out_dir / FILENAME, scrub) as journal:
         state = journal.reading.state
         if journal.reading.dropped:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
@@ -19,3 +19,20 @@ class Sparse(BaseModel):
         data = handler(self)
         given = self.model_fields_set | set(self.model_extra or {})
         return {k: v for k, v in data.items() if k in given} if isinstance(data, dict) else data
+
+
+class AddedLater(BaseModel):
+    """A document that grew keys after its version was published: each of `added_later` is
+    written only where it says something (not null, not empty), so a document without
+    them keeps the shape older readers know."""
+
+    added_later: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _said(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for key in self.added_later:
+                if key in data and data[key] in (None, [], {}):
+                    del data[key]
+        return data

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from ..model import CheckResult, Threshold
 
@@ -91,3 +91,24 @@ def map_concurrent(fn: Callable[[T], R], items: Sequence[T], workers: int) -> li
         raise
     pool.shutdown()
     return results
+
+
+@runtime_checkable
+class StopsEarly(Protocol):
+    """A check that can decide on part of its cases once the rest cannot change its verdict
+    within its stated error rates (the eval's SequentialTest); used under `probe.early_stop`
+    where a probe's suite may stop (never at a run's ends)."""
+
+    def run_early(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult: ...
+
+
+COST_RANK = {"canary": 0, "expect": 1, "logprobs": 2, "eval": 3}
+"""Checks by what a run of each costs, cheapest first: a few short greedy prompts (canary,
+expect), a short continuation with its logprobs and the golden's scored, then a set of
+problems (eval). Kinds not named here cost at least an eval (a benchmark harness)."""
+
+
+def cheapest_first(checks: Sequence[Check]) -> list[Check]:
+    """The suite in the order it runs: cheapest first, so that a suite that stops at its first
+    failure (`probe.early_stop`) spends least; checks of one cost keep the config's order."""
+    return sorted(checks, key=lambda c: COST_RANK.get(c.name, len(COST_RANK)))

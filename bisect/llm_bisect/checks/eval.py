@@ -16,12 +16,20 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ..config import Asks
 from ..errors import ConfigError
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckDetails, CheckResult, Threshold
+from ..sparse import AddedLater
 from . import ChatEndpoint, map_concurrent
 from .budget import Asked, Budget, ask, budget_of, unfinished
 from .dataset import Problems
@@ -29,7 +37,18 @@ from .dataset import load as load_problems
 from .golden import EvalNoise, EvalSection
 from .gsm8k import Problem, extract, instruct_prompt, last_integer, vllm_prompt, wilson
 from .metrics import degeneration, excerpt
-from .stats import ALPHA, POWER, TEST, PairedTest, Pairs, p_value, pairs
+from .stats import (
+    ALPHA,
+    INTERIM_ALPHA,
+    POWER,
+    SEQUENTIAL,
+    TEST,
+    PairedTest,
+    Pairs,
+    SequentialTest,
+    p_value,
+    pairs,
+)
 
 if TYPE_CHECKING:
     from .golden import Golden
@@ -98,8 +117,19 @@ class Power(_Part):
     """The drop the eval allows beyond chance (`tolerance`, 0 unless configured)."""
 
 
-class EvalDetails(CheckDetails):
+class Sequential(BaseModel):
+    """How a group-sequential eval went: its test, the problems asked, whether it stopped."""
+
+    model_config = ConfigDict(frozen=True)
+    test: str
+    asked: int
+    stopped: bool
+
+
+class EvalDetails(CheckDetails, AddedLater):
     """The eval's details: figures, thresholds, every answer and the paired comparison."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("sequential",)
 
     model_config = ConfigDict(extra="ignore")
     check: ClassVar[str] = "eval"
@@ -111,6 +141,8 @@ class EvalDetails(CheckDetails):
     finish_reasons: list[str | None] = Field(default_factory=list)
     paired: Paired | None = None
     power: Power | None = None
+    sequential: Sequential | None = None
+    """Where the suite could stop early: the problems asked in groups (`probe.early_stop`)."""
 
 
 def score_answers(
@@ -264,14 +296,13 @@ class EvalCheck:
             flips=max(flips, default=0.0),
         )
 
-    def _power(self, golden: Golden, compared: Pairs) -> Power:
+    def _power(self, golden: Golden, compared: Pairs, test: PairedTest) -> Power:
         """What this comparison could detect, by the test it used: the chance flips are the
         larger of what its gains show and what calibration saw."""
         noise = golden.calibration.eval if golden.calibration else None
         flips = max(compared.flips, noise.flips if noise else 0.0)
         section = golden.checks.eval
         assert section is not None
-        test = self._test()
         return Power(
             n=compared.n,
             golden_accuracy=compared.golden_accuracy if compared.n else section.accuracy,
@@ -284,6 +315,16 @@ class EvalCheck:
         )
 
     def run(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
+        return self._run(endpoint, golden, None)
+
+    def run_early(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
+        """As `run`, asking the problems in groups and stopping after one where the drop is
+        already beyond doubt (SequentialTest: the error rates stay those stated)."""
+        return self._run(endpoint, golden, SequentialTest(ALPHA, self._test().tolerance))
+
+    def _run(
+        self, endpoint: ChatEndpoint, golden: Golden | None, sequential: SequentialTest | None
+    ) -> CheckResult:
         gold = golden.checks.eval if golden else None
         if golden is None or gold is None:
             raise ValueError("the eval check needs a golden")
@@ -293,16 +334,31 @@ class EvalCheck:
                 f"{len(self.problems)}; record it anew"
             )
         recorded = gold.budgets or [self.budget.start] * len(self.problems)
-        asked = self._answers(endpoint, [self.budget.from_golden(b) for b in recorded])
-        replies = [(a.reply.content, a.reply.reasoning) for a in asked]
-        cut = [_unjudged(a) for a in asked]
-        got = score_answers(self.problems, replies, cut, self.extract)
-        # a cut answer where the good build finished in N tokens, with 2N: wrong, not left out
-        late = [unfinished(gold.finished_in(i), a.reply.cut, a.used) for i, a in enumerate(asked)]
-        answers = [None if w else a for a, w in zip(got.answers, late, strict=True)]
-        left_out = [k and w is None for k, w in zip(cut, late, strict=True)]
-        compared = paired(self.problems, gold.answers, answers, left_out)
-        test = self._test()
+        budgets = [self.budget.from_golden(b) for b in recorded]
+        sizes = sequential.sizes(len(self.problems)) if sequential else [len(self.problems)]
+        asked: list[Asked] = []
+        stopped = False
+        for look, size in enumerate(sizes, 1):
+            start = len(asked)
+            chunk = list(zip(self.problems[start:size], budgets[start:size], strict=True))
+            asked += map_concurrent(
+                lambda pb: ask(endpoint, self.prompt(pb[0]), pb[1]), chunk, self.concurrency
+            )
+            problems = self.problems[: len(asked)]
+            replies = [(a.reply.content, a.reply.reasoning) for a in asked]
+            cut = [_unjudged(a) for a in asked]
+            got = score_answers(problems, replies, cut, self.extract)
+            # a cut answer where the good build finished in N tokens, with 2N: wrong
+            late = [
+                unfinished(gold.finished_in(i), a.reply.cut, a.used) for i, a in enumerate(asked)
+            ]
+            answers = [None if w else a for a, w in zip(got.answers, late, strict=True)]
+            left_out = [k and w is None for k, w in zip(cut, late, strict=True)]
+            compared = paired(problems, gold.answers[: len(asked)], answers, left_out)
+            if sequential is not None and look < len(sizes) and sequential.stops(compared):
+                stopped = True
+                break
+        test = self._test() if sequential is None else sequential.final
         jump = got.null_share - gold.null_share
         failed = []
         golden_finished = (
@@ -315,13 +371,17 @@ class EvalCheck:
                 f"no answer could be compared with the golden's: {sum(left_out)} of "
                 f"{len(asked)} were cut by their budget where the good build finished"
             )
-        if test.fails(compared):
+        if stopped or test.fails(compared):
+            limit, named = (test.alpha, TEST) if not stopped else (INTERIM_ALPHA, SEQUENTIAL)
             line = (
                 f"accuracy {compared.accuracy:.0%} vs golden {compared.golden_accuracy:.0%} on "
                 f"the {compared.n} answers compared ({compared.lost} lost, {compared.gained} "
-                f"gained: p = {p_value(compared.lost, compared.gained):.2g} < {test.alpha:g}, "
-                f"{TEST}"
+                f"gained: p = {p_value(compared.lost, compared.gained):.2g} "
+                f"{'<=' if stopped else '<'} {limit:g}, "
+                f"{named}"
             )
+            if stopped:
+                line += f"; stopped after {len(asked)} of {len(self.problems)} problems"
             if test.tolerance:
                 line += f"; drop {compared.drop:.0%} > {test.tolerance:.0%}"
             failed.append(line + _ran_on(late, gold, "; {} of them") + ")")
@@ -349,7 +409,7 @@ class EvalCheck:
         example = next(
             (
                 f"{p.question[:50]!r} → {excerpt(c, 60)}"
-                for p, (c, _), a, out in zip(self.problems, replies, answers, left_out, strict=True)
+                for p, (c, _), a, out in zip(problems, replies, answers, left_out, strict=True)
                 if a != p.answer and not out
             ),
             "",
@@ -382,7 +442,12 @@ class EvalCheck:
                     p_value=p_value(compared.lost, compared.gained),
                     unfinished=sum(w is not None for w in late),
                 ),
-                power=self._power(golden, compared),
+                power=self._power(golden, compared, test),
+                sequential=(
+                    Sequential(test=SEQUENTIAL, asked=len(asked), stopped=stopped)
+                    if sequential is not None
+                    else None
+                ),
             ),
         )
 

@@ -6,17 +6,15 @@ The writers build these; the markdown and HTML renderers read them. Pure.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SerializeAsAny,
-    SerializerFunctionWrapHandler,
     ValidationInfo,
     field_validator,
-    model_serializer,
 )
 
 from ..checks.canary import CanaryDetails
@@ -27,6 +25,8 @@ from ..fingerprint import Fingerprint
 from ..localize import LocalizationDoc
 from ..model import CheckDetails, Regress, Threshold, TooLargeDetails, Verdict, details_of
 from ..search import Mode, Status
+from ..sparse import AddedLater
+from ..startup import Startup
 
 __all__ = ["LocalizationDoc", "Power"]
 
@@ -73,8 +73,10 @@ class CheckDoc(_Doc):
         return details_of(str(info.data.get("name", "")), data)
 
 
-class ProbeDoc(_Doc):
+class ProbeDoc(_Doc, AddedLater):
     """One candidate launched and checked."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("startup", "not_run")
 
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
     verdict: Verdict
@@ -87,6 +89,10 @@ class ProbeDoc(_Doc):
     fingerprint: Fingerprint = Field(default_factory=Fingerprint)
     """What the build really was (image, versions, kernels, build route) and `command`, the
     server command line it ran with."""
+    startup: Startup | None = None
+    """Where the wait until ready went, phase by phase, from the server's own log lines."""
+    not_run: list[str] = Field(default_factory=list)
+    """Checks not run: the suite stopped at a decisive failure (`probe.early_stop`)."""
     subject: str = ""
     started_at: float | None = None
     """Wall-clock (Unix) time the probe began; None for a verdict the run was given."""
@@ -191,12 +197,10 @@ class Confirmation(_Doc):
     """`confirm: continue`: the bisection of what remains on the reverted line."""
 
 
-ADDED_WHEN_KNOWN = ("confirmation", "first_bad_version")
-"""ResultDocument keys written only when not null."""
-
-
-class ResultDocument(_Doc):
+class ResultDocument(_Doc, AddedLater):
     """DIR/result.json."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("confirmation", "first_bad_version")
 
     version: Literal[2] = RESULT_VERSION
     status: Status
@@ -244,17 +248,6 @@ class ResultDocument(_Doc):
     notes: list[str] = Field(default_factory=list)
     """What a person must know to trust the answer, a sentence each: verdicts not monotone,
     flaky builds, a merge base that could not be tested and what that cost."""
-
-    @model_serializer(mode="wrap")
-    def _added_when_known(self, handler: SerializerFunctionWrapHandler) -> Any:
-        """Keys added after version 2 was published are written only where they say
-        something: a result without them keeps the shape older readers know."""
-        data = handler(self)
-        if isinstance(data, dict):
-            for key in ADDED_WHEN_KNOWN:
-                if data.get(key) is None:
-                    data.pop(key, None)
-        return data
 
     def probe_of(self, commit: str | None) -> ProbeDoc | None:
         """The latest probe of a commit that tested it (good or bad), else its latest (a

@@ -23,6 +23,7 @@ from ..checks.eval import EvalDetails
 from ..checks.logprobs import LogprobsDetails, Token, TokensPart
 from ..kinds import showing
 from ..model import Verdict
+from ..startup import PHASE_LABELS
 from . import escape as esc
 from .documents import ProbeDoc, ResultDocument
 from .links import commit_url, pr_number, pr_url
@@ -34,10 +35,21 @@ COLOURS = {
     Verdict.SKIP: "#9e9e9e",
     Verdict.UNSURE: "#ef6c00",
 }
+STARTUP_COLOURS: tuple[str, ...] = ("#004d40", "#00695c", "#00796b", "#00897b", "#8e24aa")
+STARTUP_COLOURS += ("#26a69a", "#4db6ac", "#80cbc4")
+"""imports, config, engine, weights, compile (purple: what a shared cache saves), ..."""
 PHASES = (
     ("artifact", "look up the artifact", "#90a4ae"),
     ("launch", "pull or build, start", "#5c6bc0"),
     ("ready", "wait until ready", "#26a69a"),
+    *(  # the wait until ready, phase by phase, where the server's log names them
+        (f"startup:{name}", label, colour)
+        for (name, label), colour in zip(
+            PHASE_LABELS.items(),
+            STARTUP_COLOURS,
+            strict=True,
+        )
+    ),
     ("checks", "checks", "#ffa726"),
     ("teardown", "stop", "#bdbdbd"),
 )
@@ -133,6 +145,10 @@ def _phases(p: ProbeDoc) -> list[tuple[str, float, float]]:
         if end >= start:
             spans.append((name, start, end))
             start = end
+    if p.startup is not None and p.startup.phases:
+        at = next((i for i, span in enumerate(spans) if span[0] == "ready"), None)
+        if at is not None:
+            spans[at : at + 1] = [(f"startup:{s.name}", s.start, s.end) for s in p.startup.phases]
     return spans
 
 
@@ -412,10 +428,17 @@ def render_html(doc: ResultDocument) -> str:
     plots: list[Plot] = [
         ("narrowing", narrowing_figure(doc), "no probe landed inside the range"),
         ("timeline", timeline_figure(doc), "no probe ran in this run"),
-        ("logprobs", logprob_figure(bad_probe(doc)), "no logprobs check on the bad side"),
+        ("logprobs", _bad_logprobs(doc), "no logprobs check on the bad side"),
         ("accuracy", accuracy_figure(doc), "no eval check in this run"),
     ]
     return page(title, _summary(doc), plots, table(doc.probes))
+
+
+def _bad_logprobs(doc: ResultDocument) -> go.Figure | None:
+    """The first bad build's logprobs, else (its suite stopped before them, `early_stop`) the
+    bad end's, which always runs every check; the plot's title names the build."""
+    figure = logprob_figure(bad_probe(doc))
+    return figure if figure is not None else logprob_figure(doc.probe_of(doc.bad))
 
 
 def page(title: str, summary: str, plots: Sequence[Plot], table: str) -> str:

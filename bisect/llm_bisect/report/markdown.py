@@ -14,6 +14,7 @@ from ..fingerprint import NOT_COMPARED
 from ..kinds import showing
 from ..localize import LocalizationDoc
 from ..search import Mode, Status
+from ..startup import PHASE_LABELS
 from . import escape as esc
 from .documents import CandidateDoc, Context, ProbeDoc, ResultDocument, Sides
 from .escape import cell
@@ -520,11 +521,12 @@ def _probes(doc: ResultDocument) -> list[str]:
         seconds = p.timings.get("total")
         shown = "" if seconds is None else f"{seconds:.1f}"
         reason = f"{p.reason} (given by {p.given})" if p.given else p.reason
+        settled = f" (not run, the verdict settled: {', '.join(p.not_run)})" if p.not_run else ""
         lines.append(
             f"| {i} | `{p.commit[:12]}` | {cell(p.subject, 60)} "
-            f"| {p.verdict.value} | {cell(reason)} | {shown} |"
+            f"| {p.verdict.value} | {cell(reason)}{esc.text(settled)} | {shown} |"
         )
-    lines += ["", "</details>", ""]
+    lines += ["", "</details>", "", *_startups(doc)]
     skipped = [p for p in doc.probes if p.verdict.value == "skip" and p.log_tail]
     if skipped:
         lines += ["## Untestable builds", ""]
@@ -539,6 +541,26 @@ def _probes(doc: ResultDocument) -> list[str]:
                 "",
             ]
     return lines
+
+
+def _startups(doc: ResultDocument) -> list[str]:
+    """Where each probe's wait until ready went, in seconds per phase its server's log names."""
+    started = [(i, p, p.startup) for i, p in enumerate(doc.probes, 1) if p.startup]
+    seen = {s.name for _, _, startup in started for s in startup.phases}
+    names = [n for n in PHASE_LABELS if n in seen]
+    if not names:
+        return []
+    lines = [
+        f"<details><summary><b>Server starts</b>, seconds per phase ({len(started)})</summary>",
+        "",
+        "| # | commit | " + " | ".join(names) + " | compile cache |",
+        "|---|--------|" + "---|" * len(names) + "---|",
+    ]
+    for i, p, startup in started:
+        took = {s.name: s.end - s.start for s in startup.phases}
+        cells = " | ".join(f"{took[n]:.0f}" if n in took else "" for n in names)
+        lines.append(f"| {i} | `{p.commit[:12]}` | {cells} | {startup.compile_cache} |")
+    return [*lines, "", "</details>", ""]
 
 
 def render_markdown(doc: ResultDocument) -> str:

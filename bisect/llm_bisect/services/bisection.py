@@ -58,6 +58,7 @@ def run_bisect(
                 context=run_context(s, config).model_copy(update={"golden": str(judged_by)}),
                 given=given,
                 parallel=config.parallel,
+                early_stop=config.probe.early_stop,
             )
             if config.confirm is not False:
                 ctx = ProbeContext(launcher, s.checks, s.client, progress or SilentProgress(),
@@ -95,9 +96,15 @@ def run_bisect(
 
 
 def check_one(
-    s: Setup, ref: str, out_dir: Path, progress: Progress, golden_file: Path | None = None
+    s: Setup,
+    ref: str,
+    out_dir: Path,
+    progress: Progress,
+    golden_file: Path | None = None,
+    whole: bool = False,
 ) -> tuple[Candidate, ProbeOutcome]:
-    """Probe one candidate (the `check` command)."""
+    """Probe one candidate (the `check` command); `whole`: every check runs (a gate's
+    candidate becomes the bad end of the bisection it starts), else `probe.early_stop`."""
     golden = s.golden_store(golden_file_of(s, golden_file))
     candidate = s.resolve(ref, "--candidate")
     with hold(out_dir), s.launcher(run_id_of(out_dir, "check")) as launcher:
@@ -111,6 +118,7 @@ def check_one(
             s.config.probe.runs,
             golden,
             Regress(s.config.regress),
+            early_stop=s.config.probe.early_stop and not whole,
         )
         outcome = probe(candidate, out_dir / "probes" / candidate.short, ctx)
         write_probe(out_dir, outcome, s.scrub)

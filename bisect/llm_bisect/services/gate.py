@@ -121,7 +121,7 @@ def run_gate(
         progress.note(f"gate: {GATE_FILE} holds this candidate's verdict; the bisection resumes")
         doc = resumed
     else:
-        _, outcome = check_one(s, candidate_ref, out_dir, progress, path)
+        _, outcome = check_one(s, candidate_ref, out_dir, progress, path, whole=True)
         decision = DECISION_OF[outcome.verdict]
         doc = GateDocument(
             decision=decision,

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import collectenv
+from .. import collectenv, enginecache
 from ..builds import Builder, ImageTarget, Strategy
 from ..builds.cache import BuildCache, unusable
 from ..checks import Check
@@ -194,6 +194,7 @@ def setup(
     opened = SourceContext(repo_dir, "--repo" if repo is not None else "candidates.repo")
     source = SOURCES[GIT].make(config.candidates, opened)
     env = expand_env(config.server.env, environ)
+    config, env = with_engine_cache(config, env, base_dir)
     server = config.server
     names = sorted({*secret_names(server.env), *caller_secret_names(environ)})
     secrets = [{**environ, **env}[n] for n in names]
@@ -242,6 +243,25 @@ def setup(
         devices=devices,
         now=now,
     )
+
+
+def with_engine_cache(
+    config: Config, env: Mapping[str, str], base_dir: Path
+) -> tuple[Config, dict[str, str]]:
+    """The server's environment with `probe.engine_cache`'s folders (the user's own values of
+    those variables win), and, for a launcher that runs images, a bind of its root;
+    unchanged when it is off."""
+    cache = config.probe.engine_cache
+    if cache is None or not cache.enabled:
+        return config, dict(env)
+    root = (base_dir / Path(cache.dir).expanduser()).absolute()
+    server = config.server
+    if LAUNCHERS[server.launcher].runs_images and "volumes" in type(server).model_fields:
+        volumes = [*getattr(server, "volumes"), enginecache.cache_volume(root)]  # noqa: B009
+        config = config.model_copy(
+            update={"server": server.model_copy(update={"volumes": volumes})}
+        )
+    return config, {**enginecache.cache_env(root), **env}
 
 
 def slot_devices_of(
