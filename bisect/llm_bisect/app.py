@@ -35,6 +35,7 @@ from .checks.golden import save as golden_save
 from .checks.golden import stale as golden_stale
 from .checks.golden import thresholds as golden_thresholds
 from .checks.golden import warnings as golden_warnings
+from .checks.vllm_eval import expand as expand_vllm_evals
 from .client import OpenAIClient
 from .config import CommandStrategy as CommandStrategyConfig
 from .config import (
@@ -309,11 +310,13 @@ def setup(
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     report: Callable[[str], None] = lambda _: None,
+    eval_config: Path | None = None,
 ) -> Setup:
     """Load and validate a config and open its repository (`repo`, else candidates.repo);
-    nothing is started."""
+    nothing is started. `eval_config`: a vLLM eval config file judged as one more check."""
     config = expand_paths(load_config(config_path), environ, repo_given=repo is not None)
     base_dir = config_path.resolve().parent
+    config = expand_vllm_evals(config, base_dir, eval_config)
     repo_dir = repo.absolute() if repo is not None else base_dir / config.candidates.repo
     source = GitSource(repo_dir, "--repo" if repo is not None else "candidates.repo")
     env = expand_env(config.server.env, environ)
@@ -1083,6 +1086,7 @@ def run_gate(
     good: str | None = None,
     bisect_on_block: bool = False,
     junit: Path | None = None,
+    eval_config: Path | None = None,
 ) -> GateDocument:
     """The `gate` command: one release candidate against the last good build's golden
     (recorded first with `record`), allow, block or inconclusive; on block with
@@ -1127,6 +1131,7 @@ def run_gate(
             probe=probe_doc(outcome, candidate.subject, Span(started, time.time())),
             fingerprints=compared_builds(golden, outcome),
             warnings=golden_warnings(golden),
+            eval_config=str(eval_config.absolute()) if eval_config else "",
             context=Context(**context),
             config_digest=digest,
             started_at=started,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -27,7 +28,7 @@ from . import __version__, app
 from .checks.golden import load as golden_load
 from .checks.golden import schema as golden_schema
 from .checks.golden import warnings as golden_warnings
-from .config import Config
+from .config import Config, DockerServerConfig
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
 from .launchers import Artifact
@@ -370,10 +371,11 @@ def _setup(
     config: Path,
     progress: TerminalProgress | None = None,
     repo: Path | None = None,
+    eval_config: Path | None = None,
 ) -> app.Setup:
     """The config's setup; from here on the terminal masks its secrets."""
     report = progress.note if progress else lambda line: term.say(f"    {line}")
-    s = app.setup(config, os.environ, repo=repo, report=report)
+    s = app.setup(config, os.environ, repo=repo, report=report, eval_config=eval_config)
     term.mask(s.scrub)
     return s
 
@@ -657,6 +659,16 @@ def gate_cmd(
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write a JUnit XML here, for CI.")
     ] = None,
+    eval_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-config",
+            help="A vLLM eval config (tests/evals/gsm8k/configs/*.yaml, "
+            ".buildkite/lm-eval-harness/configs/*.yaml, tests/evals/gpt_oss/configs/*.yaml) "
+            "judged as one more check: its thresholds a floor beside the golden's build, its "
+            "server_args added to the server command.",
+        ),
+    ] = None,
     repo: RepoOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -669,7 +681,7 @@ def gate_cmd(
 
     def body(term: Terminal) -> int:
         progress = TerminalProgress(term)
-        s = _setup(term, config, progress, repo)
+        s = _setup(term, config, progress, repo, eval_config)
         if junit is not None:
             prepare(junit.parent, "--junit")
         prepare(out)
@@ -683,6 +695,7 @@ def gate_cmd(
             good=good,
             bisect_on_block=bisect_on_block,
             junit=junit,
+            eval_config=eval_config,
         )
         if as_json:
             term.out((out / app.GATE_FILE).read_text().rstrip())
@@ -726,6 +739,9 @@ def candidates_cmd(
         term.out(f"bad:  {plan.bad.commit} {_printable(plan.bad.subject)}")
         if plan.anchor is not None:
             term.out(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
+        server = s.config.server
+        argv = server.args if isinstance(server, DockerServerConfig) else server.command
+        term.out(f"server: {_printable(shlex.join(argv))} (ready within {server.ready_timeout:g}s)")
         missing = 0
         with s.launcher("candidates") as launcher:
             for i, c in enumerate(plan.candidates):

@@ -26,6 +26,8 @@ from pydantic import (
     model_validator,
 )
 
+from .checks.lm_eval import LmEvalConfig
+from .checks.vllm_eval import VllmEvalConfig
 from .errors import ConfigError
 from .files import read_capped
 from .report.escape import safe_url
@@ -482,6 +484,8 @@ class EvalConfig(_Asks):
     """Accuracy drop allowed beyond chance (which the paired test judges); default 0."""
     null_share_jump: float = Field(default=0.1, ge=0, le=1)
     """Rise allowed in the share of answers with null content."""
+    min_accuracy: float | None = Field(default=None, ge=0, le=1)
+    """An absolute floor beside the golden (a vLLM gsm8k config's threshold - tolerance)."""
 
     download: bool = False
     """Fetch `dataset` from the Hugging Face Hub when the node's cache lacks it; default: the
@@ -502,7 +506,8 @@ class EvalConfig(_Asks):
 
 
 CheckConfig = Annotated[
-    CanaryConfig | ExpectConfig | LogprobsConfig | EvalConfig, Field(discriminator="type")
+    CanaryConfig | ExpectConfig | LogprobsConfig | EvalConfig | LmEvalConfig | VllmEvalConfig,
+    Field(discriminator="type"),
 ]
 
 
@@ -561,7 +566,9 @@ class LocalizeConfig(_Strict):
         return {"enabled": value} if isinstance(value, bool) else value
 
 
-def _default_checks() -> list[CanaryConfig | ExpectConfig | LogprobsConfig | EvalConfig]:
+def _default_checks() -> list[
+    CanaryConfig | ExpectConfig | LogprobsConfig | EvalConfig | LmEvalConfig | VllmEvalConfig
+]:
     return [
         CanaryConfig(type="canary"),
         ExpectConfig(type="expect"),
@@ -925,7 +932,7 @@ def expand_paths(config: Config, environ: Mapping[str, str], repo_given: bool = 
     return config.model_copy(update=update)
 
 
-CHECK_TYPES = "canary, expect, logprobs, eval"
+CHECK_TYPES = "canary, expect, logprobs, eval, lm_eval, vllm-eval"
 _SECRET_NAME = re.compile(
     r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|KEY|CREDENTIALS?|AUTH)(?:$|_)", re.I
 )
@@ -955,7 +962,8 @@ def caller_secret_names(environ: Mapping[str, str]) -> list[str]:
 def _loc(loc: tuple[int | str, ...]) -> str:
     # pydantic puts the discriminator value into the location; users never wrote it.
     # "constrained-int": the branch of probe.repeats (a count or `auto`)
-    tags = ("canary", "expect", "logprobs", "eval", "process", "docker", "slurm", "constrained-int")
+    tags = ("canary", "expect", "logprobs", "eval", "lm_eval", "vllm-eval", "process", "docker",
+            "slurm", "constrained-int")  # fmt: skip
     parts = [str(p) for p in loc if p not in tags]
     return ".".join(parts)
 
@@ -1034,6 +1042,12 @@ GOLDEN_NEUTRAL = frozenset(
         "null_share_jump",
         "concurrency",
         "download",
+        "num_concurrent",
+        "python",
+        "thresholds",
+        "timeout",
+        "source",
+        "min_accuracy",
     }
 )
 """Check settings that judge against a golden, or say how fast or from where, without

@@ -12,6 +12,8 @@ from .canary import CanaryCheck
 from .dataset import load as load_problems
 from .eval import EvalCheck
 from .expect import ExpectCheck
+from .lm_eval import LmEvalConfig
+from .lm_eval import build as build_lm_eval
 from .logprobs import LogprobsCheck
 
 
@@ -19,6 +21,11 @@ def build_checks(configs: list[CheckConfig], base_dir: Path) -> list[Check]:
     """The checks a config asks for, in its order; files relative to `base_dir`."""
     checks: list[Check] = []
     for i, cfg in enumerate(configs):
+        if isinstance(cfg, LmEvalConfig):
+            checks.append(build_lm_eval(cfg, base_dir, f"checks.{i}"))
+            continue
+        if not isinstance(cfg, CanaryConfig | ExpectConfig | LogprobsConfig | EvalConfig):
+            raise ConfigError(f"checks.{i}: a '{cfg.type}' entry is read before checks are made")
         budget = Budget(cfg.max_tokens, cfg.max_tokens_cap, cfg.extra())
         if isinstance(cfg, CanaryConfig):
             checks.append(CanaryCheck(cfg.prompts, budget=budget))
@@ -67,6 +74,7 @@ def build_checks(configs: list[CheckConfig], base_dir: Path) -> list[Check]:
                     budget=budget,
                     tolerance=cfg.tolerance,
                     null_share_jump=cfg.null_share_jump,
+                    min_accuracy=cfg.min_accuracy,
                 )
             )
     return checks

@@ -113,6 +113,7 @@ class EvalCheck:
         budget: Budget | None = None,
         tolerance: float | None = None,
         null_share_jump: float = NULL_SHARE_JUMP,
+        min_accuracy: float | None = None,
     ) -> None:
         self.problems = problems.asked
         self.shots = problems.shots
@@ -122,6 +123,8 @@ class EvalCheck:
         self.budget = budget or Budget(256)
         self._configured_tolerance = tolerance
         self.null_share_jump = null_share_jump
+        self.min_accuracy = min_accuracy
+        """An absolute floor beside the golden-relative judgement (a vLLM eval config's)."""
 
     def _answers(self, endpoint: ChatEndpoint, budgets: Sequence[Budget]) -> list[Asked]:
         return map_concurrent(
@@ -159,9 +162,15 @@ class EvalCheck:
         return PairedTest(ALPHA, float(self._tolerance()["value"]))
 
     def thresholds(self, golden: Golden | None) -> dict[str, Any]:
+        floor = (
+            {"min_accuracy": {"value": self.min_accuracy, "from": "config"}}
+            if self.min_accuracy is not None
+            else {}
+        )
         if golden is None or golden.checks.eval is None:
-            return {}
+            return floor
         return {
+            **floor,
             "accuracy_drop": self._tolerance(),
             "alpha": {"value": ALPHA, "from": TEST},
             "null_share_jump": {"value": self.null_share_jump, "from": "config/default"},
@@ -255,6 +264,10 @@ class EvalCheck:
             failed.append(
                 f"{got['null_share']:.0%} of answers have null content with the answer "
                 f"in reasoning (golden {gold.null_share:.0%})"
+            )
+        if self.min_accuracy is not None and got["accuracy"] < self.min_accuracy:
+            failed.append(
+                f"accuracy {got['accuracy']:.3f} below the threshold {self.min_accuracy:.3f}"
             )
         low, high = got["wilson95"]
         head = f"accuracy {got['accuracy']:.0%} [{low:.0%}, {high:.0%}] on {got['n']}"

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import ConfigError
 from ..files import read_capped
 from ..redact import Scrub
+from .lm_eval import LmEvalSection
 
 if TYPE_CHECKING:
     from . import Check, ServedEndpoint
@@ -132,6 +133,7 @@ class Sections(_Doc):
     expect: ExpectSection | None = None
     logprobs: LogprobsSection | None = None
     eval: EvalSection | None = None
+    lm_eval: LmEvalSection | None = None
 
 
 class LogprobsNoise(_Doc):

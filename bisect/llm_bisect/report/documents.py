@@ -235,6 +235,8 @@ class GateDocument(_Doc):
     warnings: list[str] = Field(default_factory=list)
     """Where the good build fails a rule itself (from its golden)."""
     context: Context = Field(default_factory=Context)
+    eval_config: str = ""
+    """The vLLM eval config `--eval-config` judged the candidate by (absolute); "": none."""
     config_digest: str = ""
     """What decides verdicts in the config (a resumed gate must have the same)."""
     started_at: float | None = None
