@@ -9,6 +9,7 @@ import os
 import subprocess
 import threading
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -333,3 +334,49 @@ def test_candidates_shows_the_command_with_the_files_server_args(
     (line,) = [x for x in result.output.splitlines() if x.startswith("server: ")]
     assert line.endswith("--enforce-eager --max-model-len 4096 (ready within 20s)"), line
     assert yaml.safe_load(config.read_text())["server"]["ready_timeout"] == 20
+
+
+def test_gate_with_a_vllm_gsm8k_config_applies_its_floor_beside_the_golden(
+    tmp_path: Path, history: Callable[..., History]
+) -> None:
+    """`gate --eval-config FILE` (vLLM's gsm8k format) on the simulator: one golden serves
+    both files (thresholds do not shape it); the healthy build (95% right on these 20) passes
+    a threshold of 0.5 (floor 0.42: 0.08 below, as vLLM's runner) and is blocked by one of
+    0.99 with the file's `tolerance: 0`, each said in the JUnit XML."""
+    from test_cli import invoke
+
+    h = history({}, n=4)
+    config = h.config(checks=[{"type": "expect"}])
+    files = {}
+    for name, threshold in (("low", "0.5"), ("high", "0.99\ntolerance: 0")):
+        files[name] = tmp_path / f"{name}.yaml"
+        files[name].write_text(
+            f"model_name: sim\naccuracy_threshold: {threshold}\nnum_questions: 20\n"
+            "num_fewshot: 5\nstartup_max_wait_seconds: 30\n"
+        )
+    golden = tmp_path / "golden.json"
+    outcomes = {}
+    for name in ("low", "high"):
+        out = tmp_path / f"gate-{name}"
+        code, output = invoke(
+            "gate", str(config), "--candidate", h.shas[2], "--golden", str(golden), "--record",
+            "--out", str(out), "--junit", str(out / "junit.xml"),
+            "--eval-config", str(files[name]),
+        )  # fmt: skip
+        doc = json.loads((out / "gate.json").read_text())
+        (evaluated,) = [c for c in doc["probe"]["checks"] if c["name"] == "eval"]
+        suite = ET.parse(out / "junit.xml").getroot()
+        (case,) = [c for c in suite if c.get("name") == "eval"]
+        outcomes[name] = (code, evaluated, case, doc, output)
+    code, evaluated, case, doc, output = outcomes["low"]
+    assert code == 0 and evaluated["passed"], output
+    assert evaluated["details"]["thresholds"]["min_accuracy"]["value"] == pytest.approx(0.42)
+    (prop,) = case.iter("property")
+    assert prop.get("name") == "accuracy" and float(prop.get("value") or 0) > 0.5
+    assert doc["eval_config"] == str(files["low"])
+    assert f"--eval-config {files['low']}" in (tmp_path / "gate-low" / "report.md").read_text()
+    code, evaluated, case, doc, output = outcomes["high"]
+    assert code == 1 and not evaluated["passed"], output
+    assert "below the threshold 0.990" in evaluated["evidence"], evaluated["evidence"]
+    assert case.find("failure") is not None
+    assert not doc["golden"]["recorded"], "the first gate's golden served the second file"
