@@ -408,7 +408,6 @@ class LmEvalCheck:
             out = Path(tmp) / "out"
             argv = command(self.cfg, self.lm_eval, base_url, model, out, self.include_path)
             env = {**self.environ, **OFFLINE_ENV, "OPENAI_API_KEY": "EMPTY"}
-            env.setdefault("HF_HOME", str(Path(tmp) / "hf"))
             started = time.monotonic()
             try:
                 done = subprocess.run(
