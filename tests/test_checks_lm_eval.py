@@ -21,6 +21,8 @@ from typer.testing import CliRunner
 from helpers import History, write_config
 from llm_bisect.checks.golden import Golden, Sections
 from llm_bisect.checks.lm_eval import (
+    LAUNCH,
+    LOCAL_ONLY,
     LmEvalCheck,
     LmEvalConfig,
     SampleRun,
@@ -89,6 +91,7 @@ def test_lm_eval_on_a_local_task_tells_a_garbled_build_from_the_good_one() -> No
         thresholds={"llm_bisect_arith": {ARITH: 0.9}},
     )
     check = LmEvalCheck(cfg, lm_eval_argv(python), TASKS)
+    assert check.lm_eval[2].startswith(LOCAL_ONLY), "a local task: lm-eval indexes its folder only"
     seconds = []
     with sim("none") as good:
         t0 = time.monotonic()
@@ -173,6 +176,15 @@ def _samples(out: Path, task: str, right: list[bool]) -> None:
     (folder / "results_2026-12-02T05-39-34.937383.json").write_text(
         json.dumps({"results": results})
     )
+
+
+def test_lm_eval_indexes_only_the_include_path_when_every_task_is_there() -> None:
+    python = ["python", "-c", LAUNCH]
+    mine = LmEvalConfig(type="lm_eval", tasks=["llm_bisect_arith", "llm_bisect_known"])
+    assert LmEvalCheck(mine, python, TASKS).lm_eval[2] == LOCAL_ONLY + LAUNCH
+    hub = LmEvalConfig(type="lm_eval", tasks=["llm_bisect_arith", "gsm8k"])
+    assert LmEvalCheck(hub, python, TASKS).lm_eval[2] == LAUNCH
+    assert LmEvalCheck(mine, python, None).lm_eval[2] == LAUNCH
 
 
 def test_per_document_results_are_read_by_metric_and_filter(tmp_path: Path) -> None:

@@ -53,6 +53,14 @@ LAUNCH = (
 """`python -m lm_eval`, less the torch environment report it writes into its results file
 (which llm-bisect does not read): that imports torch and runs collect_env, about 14 s a
 probe on a busy CPU node."""
+LOCAL_ONLY = (
+    "import functools, lm_eval.tasks.manager as m\n"
+    "m.TaskManager.__init__ = functools.partialmethod(m.TaskManager.__init__, "
+    "include_defaults=False)\n"
+)
+"""Put before LAUNCH when every task asked for is defined in `include_path`: lm-eval then
+indexes that folder only, not its thousands of built-in task files (half its start)."""
+_DEFINES = re.compile(r"^(?:task|group):\s*['\"]?([^'\"\s#]+)", re.M)
 _SAMPLES = re.compile(r"^samples_(?P<task>.+)_\d{4}-\d\d-\d\dT[\d\-.]+\.jsonl$")
 
 
@@ -218,6 +226,18 @@ def lm_eval_argv(python: str | None, base: Path | None = None) -> list[str]:
         )
     interpreter = _interpreter(script)
     return [interpreter, "-c", LAUNCH] if interpreter else [script]
+
+
+def local_tasks(folder: Path) -> set[str]:
+    """The task and group names the YAML files under `folder` define (read as text: lm-eval's
+    YAML has its own tags)."""
+    found: set[str] = set()
+    for path in folder.rglob("*.y*ml"):
+        try:
+            found.update(_DEFINES.findall(path.read_text(encoding="utf-8", errors="replace")))
+        except OSError:
+            continue
+    return found
 
 
 def command(
@@ -396,6 +416,9 @@ class LmEvalCheck:
         self.cfg = cfg
         self.lm_eval = list(lm_eval)
         self.include_path = include_path
+        local = include_path is not None and set(cfg.tasks) <= local_tasks(include_path)
+        if local and self.lm_eval[1:] == ["-c", LAUNCH]:
+            self.lm_eval[2] = LOCAL_ONLY + LAUNCH
         self.environ = dict(os.environ if environ is None else environ)
         self.needs_golden = not cfg.thresholds
         """With thresholds, a golden is not needed: they judge alone (absolute rules)."""
