@@ -58,7 +58,9 @@ def test_a_thinking_model_gets_budgets_that_fit_and_its_faults_are_found(
 
     for i, fault in enumerate(FAULTS):
         s = app.setup(config, {})
-        _, outcome = app.check_one(s, h.shas[i], tmp_path / fault, TerminalProgress(), golden_file)
+        _, outcome = app.check_one(
+            s, h.shas[i], tmp_path / fault, TerminalProgress(), golden_file, whole=True
+        )  # every check: this table is about what each catches
         failed = {c.name for c in outcome.checks if not c.passed}
         assert failed == CAUGHT[fault], (fault, outcome.reason)
         canary_result = next(c for c in outcome.checks if c.name == "canary")

@@ -88,7 +88,8 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
         ),
         (
             {"checks": [{"type": "vibes"}]},
-            "checks.0: unknown check type 'vibes' (known: canary, expect, logprobs, eval)",
+            "checks.0: unknown check type 'vibes' (known: canary, expect, logprobs, eval, "
+            "lm_eval, vllm-eval)",
         ),
         ({"checks": [{"prompts": ["hi"]}]}, "checks.0: a check needs a 'type'"),
         ({"checks": [{"type": "canary", "prompt": ["hi"]}]}, "checks.0.prompt: unknown key"),

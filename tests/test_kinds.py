@@ -206,7 +206,9 @@ def test_a_registered_kind_is_in_the_config_its_errors_and_its_schema(toys: None
         parse_config({**base, "server": {"launcher": "toy"}})
     with pytest.raises(ConfigError, match=r"known: process, docker, slurm, toy\)$"):
         parse_config({**base, "server": {"launcher": "k8s"}})
-    with pytest.raises(ConfigError, match=r"known: canary, expect, logprobs, eval, toy\)$"):
+    with pytest.raises(
+        ConfigError, match=r"known: canary, expect, logprobs, eval, lm_eval, vllm-eval, toy\)$"
+    ):
         parse_config({**base, "server": {"command": ["x"]}, "checks": [{"type": "nope"}]})
     schema = json.dumps(Config.model_json_schema())
     assert "ToyServerConfig" in schema and "ToyCheckConfig" in schema

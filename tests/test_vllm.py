@@ -387,16 +387,25 @@ def test_localize_names_a_layers_own_code_and_the_models_code_between_layers(
 
 
 def test_gate_on_real_vllm_allows_a_doc_change_and_blocks_a_rope_bug(
-    bed: dict[str, Any],
+    bed: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The release gate against the good build's golden: a docs-only commit is allowed, a
-    commit that scales RoPE wrongly is blocked; both reports name the real server command."""
+    commit that scales RoPE wrongly is blocked; both reports name the real server command.
+    Both gates also judge by a vLLM lm-eval-harness config (`--eval-config`): lm-eval itself,
+    from the venv (`lm_eval` on PATH), on a local task the tiny model passes."""
     shas, root = bed["shas"], bed["root"]
     golden = root / "gate-golden.json"
+    tools = root / "lm-eval-bin"  # lm_eval alone on PATH, not the venv's python3
+    tools.mkdir(exist_ok=True)
+    if not (tools / "lm_eval").exists():
+        (tools / "lm_eval").symlink_to(bed["venv"] / "bin" / "lm_eval")
+    monkeypatch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+    eval_config = str(Path(__file__).parent / "data" / "lm_eval" / "vllm-known.yaml")
     t0 = time.monotonic()
     code, output = invoke(
         "gate", str(bed["config"]), "--candidate", shas["doc"], "--golden", str(golden),
         "--record", "--good", shas["base"], "--out", str(root / "gate-doc"),
+        "--eval-config", eval_config,
     )  # fmt: skip
     allowed = time.monotonic() - t0
     assert code == 0 and f"\nallow: {shas['doc']}" in output, output
@@ -404,10 +413,25 @@ def test_gate_on_real_vllm_allows_a_doc_change_and_blocks_a_rope_bug(
     code, output = invoke(
         "gate", str(bed["config"]), "--candidate", shas["rope-alone"], "--golden", str(golden),
         "--out", str(root / "gate-rope"), "--junit", str(root / "gate-rope" / "junit.xml"),
+        "--eval-config", eval_config,
     )  # fmt: skip
     blocked = time.monotonic() - t0
     assert code == 1 and f"\nblock: {shas['rope-alone']}" in output, output
     gate = json.loads((root / "gate-rope" / "gate.json").read_text())
+    recorded = json.loads(golden.read_text())["checks"]["lm_eval"]["tasks"]["llm_bisect_known"]
+    assert recorded["correct"] == [True, True], recorded  # the tiny model passes the task
+    lm_eval = next(c for c in gate["probe"]["checks"] if c["name"] == "lm_eval")
+    (task,) = lm_eval["details"]["tasks"]
+    assert lm_eval["passed"] and task["value"] == 1.0 and task["golden_value"] == 1.0, lm_eval
+    assert task["floor"] == {"exact_match,strict-match": pytest.approx(0.92)} and task["n"] == 2
+    (case,) = ET.parse(root / "gate-rope" / "junit.xml").findall(
+        "testcase[@name='lm_eval/llm_bisect_known']"
+    )
+    props = {p.get("name"): p.get("value") for p in case.iter("property")}
+    assert props == {"metric": "exact_match,strict-match", "value": "1.0000", "golden": "1.0000",
+                     "threshold exact_match,strict-match": "0.9200"}  # fmt: skip
+    print(f"\nlm-eval in the gate: {lm_eval['details']['seconds']:.1f}s")
+    print((root / "gate-rope" / "junit.xml").read_text())
     assert gate["golden"]["commit"] == shas["base"] and not gate["golden"]["recorded"]
     logprobs = next(c for c in gate["probe"]["checks"] if c["name"] == "logprobs")
     deltas = [d for case in logprobs["details"]["cases"] for d in case["teacher_deltas"]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import tempfile
 import traceback
@@ -155,10 +156,11 @@ def _setup(
     config: Path,
     progress: TerminalProgress | None = None,
     repo: Path | None = None,
+    eval_config: Path | None = None,
 ) -> Setup:
     """The config's setup; from here on the terminal masks its secrets."""
     report = progress.note if progress else lambda line: term.say(f"    {line}")
-    s = setup(config, os.environ, repo=repo, report=report)
+    s = setup(config, os.environ, repo=repo, report=report, eval_config=eval_config)
     term.mask(s.scrub)
     return s
 
@@ -435,6 +437,16 @@ def gate_cmd(
     junit: Annotated[
         Path | None, typer.Option("--junit", help="Also write a JUnit XML here, for CI.")
     ] = None,
+    eval_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-config",
+            help="A vLLM eval config (tests/evals/gsm8k/configs/*.yaml, "
+            ".buildkite/lm-eval-harness/configs/*.yaml, tests/evals/gpt_oss/configs/*.yaml) "
+            "judged as one more check: its thresholds a floor beside the golden's build, its "
+            "server_args added to the server command.",
+        ),
+    ] = None,
     repo: RepoOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -447,7 +459,7 @@ def gate_cmd(
 
     def body(term: Terminal) -> int:
         progress = TerminalProgress(term)
-        s = _setup(term, config, progress, repo)
+        s = _setup(term, config, progress, repo, eval_config)
         if junit is not None:
             prepare(junit.parent, "--junit")
         prepare(out)
@@ -461,6 +473,7 @@ def gate_cmd(
             good=good,
             bisect_on_block=bisect_on_block,
             junit=junit,
+            eval_config=eval_config,
         )
         if as_json:
             term.out((out / GATE_FILE).read_text().rstrip())
@@ -569,6 +582,10 @@ def candidates_cmd(
         term.out(f"bad:  {plan.bad.commit} {printable(plan.bad.subject)}")
         if plan.anchor is not None:
             term.out(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
+        server = s.config.server
+        argv = getattr(server, "command" if "command" in type(server).model_fields else "args")
+        shown = printable(shlex.join(argv))
+        term.out(f"server: {shown} (ready within {server.ready_timeout:g}s)")
         missing = 0
         with s.launcher("candidates") as launcher:
             for i, c in enumerate(plan.candidates):

@@ -204,6 +204,11 @@ class OpenAIClient:
     def __enter__(self) -> OpenAIClient:
         return self
 
+    @property
+    def base_url(self) -> str:
+        """The server's address (`http://host:port`), for a tool that asks it itself (lm-eval)."""
+        return str(self._http.base_url).rstrip("/")
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 

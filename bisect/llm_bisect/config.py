@@ -704,6 +704,12 @@ GOLDEN_NEUTRAL = frozenset(
         "null_share_jump",
         "concurrency",
         "download",
+        "num_concurrent",
+        "python",
+        "thresholds",
+        "timeout",
+        "source",
+        "min_accuracy",
     }
 )
 """Check settings that judge against a golden, or say how fast or from where, without

@@ -58,6 +58,8 @@ BUILTIN = (
     "llm_bisect.checks.expect",
     "llm_bisect.checks.logprobs",
     "llm_bisect.checks.eval",
+    "llm_bisect.checks.lm_eval",
+    "llm_bisect.checks.vllm_eval",
 )
 """The modules whose import registers the built-in kinds, in the order the config schema
 lists them."""

@@ -33,6 +33,6 @@ class AddedLater(BaseModel):
         data = handler(self)
         if isinstance(data, dict):
             for key in self.added_later:
-                if key in data and data[key] in (None, [], {}):
+                if key in data and data[key] in (None, "", [], {}):
                     del data[key]
         return data

@@ -223,6 +223,7 @@ class EvalCheck:
         budget: Budget | None = None,
         tolerance: float | None = None,
         null_share_jump: float = NULL_SHARE_JUMP,
+        min_accuracy: float | None = None,
     ) -> None:
         self.problems = problems.asked
         self.shots = problems.shots
@@ -232,6 +233,8 @@ class EvalCheck:
         self.budget = budget or Budget(256)
         self._configured_tolerance = tolerance
         self.null_share_jump = null_share_jump
+        self.min_accuracy = min_accuracy
+        """An absolute floor beside the golden-relative judgement (a vLLM eval config's)."""
 
     def _answers(self, endpoint: ChatEndpoint, budgets: Sequence[Budget]) -> list[Asked]:
         return map_concurrent(
@@ -276,9 +279,15 @@ class EvalCheck:
         return PairedTest(ALPHA, float(self._tolerance().value))
 
     def thresholds(self, golden: Golden | None) -> dict[str, Threshold]:
+        floor = (
+            {"min_accuracy": Threshold(value=self.min_accuracy, source="config")}
+            if self.min_accuracy is not None
+            else {}
+        )
         if golden is None or golden.checks.eval is None:
-            return {}
+            return floor
         return {
+            **floor,
             "accuracy_drop": self._tolerance(),
             "alpha": Threshold(value=ALPHA, source=TEST),
             "null_share_jump": Threshold(value=self.null_share_jump, source="config/default"),
@@ -402,6 +411,10 @@ class EvalCheck:
                 f"{got.null_share:.0%} of answers have null content with the answer "
                 f"in reasoning (golden {gold.null_share:.0%})"
             )
+        if self.min_accuracy is not None and got.accuracy < self.min_accuracy:
+            failed.append(
+                f"accuracy {got.accuracy:.3f} below the threshold {self.min_accuracy:.3f}"
+            )
         low, high = got.wilson95
         head = f"accuracy {got.accuracy:.0%} [{low:.0%}, {high:.0%}] on {got.n}"
         if any(left_out):
@@ -482,6 +495,8 @@ class EvalConfig(Asks):
     """Accuracy drop allowed beyond chance (which the paired test judges); default 0."""
     null_share_jump: float = Field(default=0.1, ge=0, le=1)
     """Rise allowed in the share of answers with null content."""
+    min_accuracy: float | None = Field(default=None, ge=0, le=1)
+    """An absolute floor beside the golden (a vLLM gsm8k config's threshold - tolerance)."""
 
     download: bool = False
     """Fetch `dataset` from the Hugging Face Hub when the node's cache lacks it; default: the
@@ -530,6 +545,7 @@ def from_config(cfg: EvalConfig, ctx: CheckContext) -> EvalCheck:
         budget=budget_of(cfg),
         tolerance=cfg.tolerance,
         null_share_jump=cfg.null_share_jump,
+        min_accuracy=cfg.min_accuracy,
     )
 
 

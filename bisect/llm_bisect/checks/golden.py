@@ -26,7 +26,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -35,6 +35,7 @@ from ..files import read_capped
 from ..fingerprint import Fingerprint
 from ..model import Threshold
 from ..redact import Scrub
+from ..sparse import AddedLater
 
 if TYPE_CHECKING:
     from . import Check, ServedEndpoint
@@ -129,14 +130,43 @@ class EvalSection(_Doc):
         return used or (self.budgets[i] if i < len(self.budgets) else None)
 
 
-class Sections(_Doc):
+class SampleRun(BaseModel):
+    """One task's result from one build."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: str
+    """The per-document metric judged, `name,filter`."""
+    value: float
+    """Its aggregate over the documents (lm-eval's)."""
+    values: dict[str, float] = Field(default_factory=dict)
+    """Every aggregate lm-eval reported for the task (`exact_match,flexible-extract`, ...)."""
+    doc_ids: list[int]
+    correct: list[bool]
+    """Per document (in `doc_ids` order): right by `metric`."""
+
+
+class LmEvalSection(BaseModel):
+    """The good build's lm-eval results, per task."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tasks: dict[str, SampleRun] = Field(min_length=1)
+    seconds: float = 0.0
+    """How long lm-eval ran."""
+
+
+class Sections(_Doc, AddedLater):
     model_config = ConfigDict(extra="allow", frozen=True)
     """Beside the built-in checks' sections: those of checks registered elsewhere (kinds)."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("lm_eval",)
 
     canary: CanarySection | None = None
     expect: ExpectSection | None = None
     logprobs: LogprobsSection | None = None
     eval: EvalSection | None = None
+    lm_eval: LmEvalSection | None = None
 
 
 class LogprobsNoise(_Doc):

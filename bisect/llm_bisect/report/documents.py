@@ -20,6 +20,7 @@ from pydantic import (
 from ..checks.canary import CanaryDetails
 from ..checks.eval import EvalDetails, Power
 from ..checks.expect import ExpectDetails
+from ..checks.lm_eval import LmEvalDetails
 from ..checks.logprobs import LogprobsDetails
 from ..fingerprint import Fingerprint
 from ..localize import LocalizationDoc
@@ -51,7 +52,13 @@ class CandidateDoc(_Doc):
 
 
 Details = (
-    CanaryDetails | ExpectDetails | LogprobsDetails | EvalDetails | TooLargeDetails | CheckDetails
+    CanaryDetails
+    | ExpectDetails
+    | LogprobsDetails
+    | EvalDetails
+    | LmEvalDetails
+    | TooLargeDetails
+    | CheckDetails
 )
 """A check's details: the model of its module (by the check's name), any check's reply over
 the byte cap, or (a check without its own model) its facts as they are."""
@@ -282,8 +289,10 @@ class Bisection(_Doc):
     """Probes the bisection ran itself (the two verdicts the gate held are not counted)."""
 
 
-class GateDocument(_Doc):
+class GateDocument(_Doc, AddedLater):
     """DIR/gate.json: one release candidate judged against the last good build's golden."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("eval_config",)
 
     version: Literal[1] = GATE_VERSION
     decision: Decision
@@ -296,6 +305,8 @@ class GateDocument(_Doc):
     warnings: list[str] = Field(default_factory=list)
     """Where the good build fails a rule itself (from its golden)."""
     context: Context = Field(default_factory=Context)
+    eval_config: str = ""
+    """The vLLM eval config `--eval-config` judged the candidate by (absolute); "": none."""
     config_digest: str = ""
     """What decides verdicts in the config (a resumed gate must have the same)."""
     started_at: float | None = None

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ..model import Verdict
+from ..checks.eval import EvalDetails
+from ..checks.lm_eval import LmEvalDetails, TaskJudgement
+from ..model import CheckDetails, Verdict
 from . import escape as esc
 from .documents import Decision, GateDocument
 from .escape import cell
@@ -101,6 +103,7 @@ def render_gate_markdown(doc: GateDocument) -> str:
     config = doc.context.config or "CONFIG"
     again = ["llm-bisect", "gate", config, "--candidate", doc.candidate_ref]
     again += ["--golden", doc.golden.path, *reproduce_repo(doc.context)]
+    again += ["--eval-config", doc.eval_config] if doc.eval_config else []
     lines += [
         "## Reproduce",
         "",
@@ -128,6 +131,11 @@ def render_gate_html(doc: GateDocument) -> str:
     return page(f"gate {doc.decision} {doc.candidate_ref}", summary, plots, table([doc.probe]))
 
 
+def _tasks(details: CheckDetails) -> list[TaskJudgement]:
+    """The per-task judgements of an lm_eval check's details; [] for any other check."""
+    return list(details.tasks) if isinstance(details, LmEvalDetails) else []
+
+
 def render_junit(doc: GateDocument) -> str:
     """A JUnit XML: one test case per check, and `decision`, which fails on block and errs
     when the candidate could not be tested (so a dashboard never shows it green). Every text
@@ -145,11 +153,36 @@ def render_junit(doc: GateDocument) -> str:
     # a dashboard splits a classname at its dots into packages ("llm-bisect", "gate",
     # "v0", "27", "0"): none in it, whatever the ref holds
     classname = x(f"llm-bisect/gate/{doc.candidate_ref}".replace(".", "_"))
+    tasks = 0
     for check in probe.checks:
         case = ET.SubElement(suite, "testcase", classname=classname, name=x(check.name))
         if not check.passed:
             failure = ET.SubElement(case, "failure", message=x(check.evidence[:500]))
             failure.text = x(check.evidence)
+        metrics = check.details.metrics if isinstance(check.details, EvalDetails) else None
+        accuracy = metrics.accuracy if metrics is not None else None
+        if accuracy is not None:
+            props = ET.SubElement(case, "properties")
+            ET.SubElement(props, "property", name="accuracy", value=f"{accuracy:.4f}")
+        for judged in _tasks(check.details):  # an lm_eval check: a test case per task
+            tasks += 1
+            task = ET.SubElement(
+                suite, "testcase", classname=classname, name=x(f"{check.name}/{judged.task}")
+            )
+            props = ET.SubElement(task, "properties")
+            shown = {"metric": judged.metric, "value": f"{judged.value:.4f}"}
+            if judged.golden_value is not None:
+                shown["golden"] = f"{judged.golden_value:.4f}"
+            for metric, least in judged.floor.items():
+                shown[f"threshold {metric}"] = f"{least:.4f}"
+            for name, value in shown.items():
+                ET.SubElement(props, "property", name=x(name), value=x(value))
+            if not judged.passed:
+                text = "; ".join(judged.failures)
+                ET.SubElement(task, "failure", message=x(text[:500])).text = x(text)
+    suite.set("tests", str(len(probe.checks) + 1 + tasks))
+    failed_tasks = sum(not j.passed for c in probe.checks for j in _tasks(c.details))
+    suite.set("failures", str(int(suite.get("failures", "0")) + failed_tasks))
     case = ET.SubElement(
         suite,
         "testcase",

@@ -87,6 +87,7 @@ def run_gate(
     good: str | None = None,
     bisect_on_block: bool = False,
     junit: Path | None = None,
+    eval_config: Path | None = None,
 ) -> GateDocument:
     """The `gate` command: one release candidate against the last good build's golden
     (recorded first with `record`), allow, block or inconclusive; on block with
@@ -133,6 +134,7 @@ def run_gate(
             probe=probe_doc(outcome, candidate.subject, Span(started, s.now())),
             fingerprints=compared_builds(golden, outcome),
             warnings=golden_warnings(golden),
+            eval_config=str(eval_config.absolute()) if eval_config else "",
             context=context,
             config_digest=digest,
             started_at=started,

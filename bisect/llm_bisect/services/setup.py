@@ -19,6 +19,7 @@ from ..checks import Check
 from ..checks.build import build_checks
 from ..checks.golden import GoldenStore, Identity
 from ..checks.golden import load as golden_load
+from ..checks.vllm_eval import expand as expand_vllm_evals
 from ..client import OpenAIClient
 from ..config import (
     Config,
@@ -184,12 +185,15 @@ def setup(
     report: Callable[[str], None] = lambda _: None,
     now: Callable[[], float] = time.time,
     server_section: Mapping[str, Any] | None = None,
+    eval_config: Path | None = None,
 ) -> Setup:
     """Load and validate a config and open its repository (`repo`, else candidates.repo);
-    nothing is started. `server_section`: a `server:` section used instead of the config's."""
+    nothing is started. `server_section`: a `server:` section used instead of the config's;
+    `eval_config`: a vLLM eval config file judged as one more check."""
     loaded = load_config(config_path, server_section)
     config = expand_paths(loaded, environ, repo_given=repo is not None)
     base_dir = config_path.resolve().parent
+    config = expand_vllm_evals(config, base_dir, eval_config)
     repo_dir = repo.absolute() if repo is not None else base_dir / config.candidates.repo
     opened = SourceContext(repo_dir, "--repo" if repo is not None else "candidates.repo")
     source = SOURCES[GIT].make(config.candidates, opened)

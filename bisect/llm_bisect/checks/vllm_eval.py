@@ -1,0 +1,266 @@
+"""vLLM's own eval config files as checks: `checks: [{type: vllm-eval, path: FILE}]`.
+
+Three formats, told apart by their keys, each read as vLLM's runner reads it:
+
+    tests/evals/gsm8k/configs/*.yaml         accuracy_threshold, num_questions, num_fewshot
+        (tests/evals/gsm8k/test_gsm8k_correctness.py: vLLM's few-shot GSM8K over
+        completions, max_tokens 256; passes at accuracy >= threshold - tolerance (0.08))
+        → the `eval` check, format `vllm`, with that floor
+    .buildkite/lm-eval-harness/configs/*.yaml  tasks: [{name, metrics: [{name, value}]}]
+        (.buildkite/lm-eval-harness/test_lm_eval_correctness.py: passes at
+        measured >= value * (1 - rtol), rtol 0.08) → the `lm_eval` check, with those floors
+    tests/evals/gpt_oss/configs/*.yaml       metric_threshold, reasoning_effort
+        (tests/evals/gpt_oss/test_gpqa_correctness.py: gpt_oss.evals GPQA, passes at
+        metric >= threshold - 0.05) → the `lm_eval` check on lm-eval's GPQA diamond
+        (the same questions, lm-eval's prompt), with that floor
+
+Beside the floor, the golden-relative judgement of the check stands. The file's
+`server_args` (and the lm-eval file's server keys: max_model_len, kv_cache_dtype, ...) are
+added to `server.command` (docker: `server.args`); `startup_max_wait_seconds` becomes
+`server.ready_timeout` unless the config sets one. A bad file is one line naming it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
+
+import yaml
+from pydantic import ConfigDict, Field, ValidationError
+
+from ..config import CheckBase
+from ..errors import ConfigError
+from ..files import read_capped
+from ..kinds import CHECKS, CheckContext, CheckKind
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+GSM8K_TOLERANCE = 0.08
+"""tests/evals/gsm8k/test_gsm8k_correctness.py: `eval_config.get("tolerance", 0.08)`."""
+LM_EVAL_RTOL = 0.08
+""".buildkite/lm-eval-harness/test_lm_eval_correctness.py: DEFAULT_RTOL."""
+GPT_OSS_TOLERANCE = 0.05
+"""tests/evals/gpt_oss/test_gpqa_correctness.py: TOL."""
+GPQA_TASK = "gpqa_diamond_cot_zeroshot"
+GPQA_METRIC = "exact_match,flexible-extract"
+MAX_FILE_BYTES = 2**20
+_SERVER_FLAGS = {
+    "max_model_len": "--max-model-len",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "moe_backend": "--moe-backend",
+}
+_SERVER_SWITCHES = {"enforce_eager": "--enforce-eager", "trust_remote_code": "--trust-remote-code"}
+
+
+class VllmEvalConfig(CheckBase):
+    """One of vLLM's eval config files, read into a check (gsm8k, lm-eval-harness, gpt_oss)."""
+
+    model_config = ConfigDict(strict=True)
+
+    type: Literal["vllm-eval"]
+    """`vllm-eval`: a vLLM eval config (tests/evals/... or .buildkite/lm-eval-harness/...)."""
+    path: str
+    """The file, relative to the config."""
+    python: str | None = None
+    """For lm-eval-harness and gpt_oss files: the interpreter that has lm_eval."""
+    include_path: str | None = None
+    """For lm-eval-harness files: a folder of task YAMLs (relative to the config)."""
+    data: str | None = None
+    """For gsm8k files: GSM8K-format JSONL (relative to the config); default: the bundled set."""
+    num_concurrent: int = Field(default=8, ge=1, le=256)
+    """Requests in flight at once."""
+
+
+@dataclass(frozen=True)
+class Read:
+    """What a vLLM eval file asks for."""
+
+    kind: Literal["gsm8k", "lm-eval-harness", "gpt_oss"]
+    check: dict[str, Any]
+    """The check config it becomes (an `eval` or `lm_eval` entry), before validation."""
+    server_args: list[str] = field(default_factory=list)
+    ready_timeout: float | None = None
+
+
+def _get(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise ConfigError(f"{where}: required key '{key}' is missing")
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        names = {int: "an integer", str: "a string", list: "a list", dict: "a mapping"}
+        want = names.get(kind, "a number") if isinstance(kind, type) else "a number"
+        raise ConfigError(f"{where}: '{key}' must be {want}, got {value!r}")
+    return value
+
+
+def _flag(value: Any, key: str, where: str) -> bool:
+    """A YAML boolean, or the strings vLLM's files also write ("true", "false")."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise ConfigError(f"{where}: '{key}' must be true or false, got {value!r}")
+
+
+def _opt(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    return _get(data, key, kind, where) if data.get(key) is not None else None
+
+
+def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
+    """A vLLM eval file; ConfigError with one line naming the file and key."""
+    try:
+        text = read_capped(path, MAX_FILE_BYTES).decode("utf-8")
+        data = yaml.safe_load(text)
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read '{path}' ({exc.strerror})") from None
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        raise ConfigError(f"{where}: '{path}' is not YAML text") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: '{path}' is not a vLLM eval config (not a mapping)")
+    here = f"{where}: '{path.name}'"
+    number = (int, float)
+    server_args = _opt(data, "server_args", str, here)
+    args = shlex.split(server_args) if server_args else []
+    wait = _opt(data, "startup_max_wait_seconds", number, here)
+    if "accuracy_threshold" in data or "num_questions" in data:
+        threshold = float(_get(data, "accuracy_threshold", number, here))
+        tolerance = _opt(data, "tolerance", number, here)
+        _get(data, "model_name", str, here)
+        check: dict[str, Any] = {
+            "type": "eval",
+            "format": "vllm",
+            "limit": _get(data, "num_questions", int, here),
+            "shots": _get(data, "num_fewshot", int, here),
+            "max_tokens": _opt(data, "max_tokens", int, here) or 256,
+            "concurrency": cfg.num_concurrent,
+            "min_accuracy": max(
+                0.0, threshold - (GSM8K_TOLERANCE if tolerance is None else tolerance)
+            ),
+        }
+        if cfg.data is not None:
+            check["path"] = cfg.data
+        return Read("gsm8k", check, args, float(wait) if wait is not None else None)
+    if "tasks" in data:
+        _get(data, "model_name", str, here)
+        tasks = _get(data, "tasks", list, here)
+        rtol = float(_opt(data, "rtol", number, here) or LM_EVAL_RTOL)
+        floors: dict[str, dict[str, float]] = {}
+        for i, task in enumerate(tasks):
+            at = f"{here} tasks.{i}"
+            if not isinstance(task, dict):
+                raise ConfigError(f"{at}: a task is a mapping with name and metrics")
+            name = _get(task, "name", str, at)
+            metrics = _get(task, "metrics", list, at)
+            floors[name] = {}
+            for j, metric in enumerate(metrics):
+                if not isinstance(metric, dict):
+                    raise ConfigError(f"{at}.metrics.{j}: a metric is a mapping with name, value")
+                value = float(_get(metric, "value", number, f"{at}.metrics.{j}"))
+                floors[name][_get(metric, "name", str, f"{at}.metrics.{j}")] = value * (1 - rtol)
+        check = {
+            "type": "lm_eval",
+            "tasks": list(floors),
+            "thresholds": floors,
+            "num_concurrent": cfg.num_concurrent,
+            "source": str(path),
+        }
+        for key in ("limit", "num_fewshot"):
+            value = _opt(data, key, int, here)
+            if value is not None:
+                check[key] = value
+        for key in ("apply_chat_template", "fewshot_as_multiturn"):
+            if data.get(key) is not None:
+                check[key] = _flag(data[key], key, here)
+        if check.get("apply_chat_template"):  # the server applies it: no tokenizer here
+            check["api"] = "chat-completions"
+        if data.get("gen_kwargs") is not None:
+            check["gen_kwargs"] = _get(data, "gen_kwargs", dict, here)
+        if cfg.python is not None:
+            check["python"] = cfg.python
+        # llm-bisect's own key in such a file (relative to it): where its local tasks are
+        own = _opt(data, "include_path", str, here)
+        if cfg.include_path is not None:
+            check["include_path"] = cfg.include_path
+        elif own is not None:
+            check["include_path"] = str((path.parent / own).absolute())
+        for key, flag in _SERVER_FLAGS.items():
+            if data.get(key) is not None:
+                args += [flag, str(data[key])]
+        for key, flag in _SERVER_SWITCHES.items():
+            if data.get(key) is not None and _flag(data[key], key, here):
+                args.append(flag)
+        return Read("lm-eval-harness", check, args, float(wait) if wait is not None else None)
+    if "metric_threshold" in data:
+        _get(data, "model_name", str, here)
+        threshold = float(_get(data, "metric_threshold", number, here))
+        effort = _opt(data, "reasoning_effort", str, here)
+        check = {
+            "type": "lm_eval",
+            "tasks": [GPQA_TASK],
+            "api": "chat-completions",
+            "thresholds": {GPQA_TASK: {GPQA_METRIC: max(0.0, threshold - GPT_OSS_TOLERANCE)}},
+            "num_concurrent": cfg.num_concurrent,
+            "source": str(path),
+        }
+        if effort is not None:
+            check["gen_kwargs"] = {"reasoning_effort": effort}
+        if cfg.python is not None:
+            check["python"] = cfg.python
+        return Read("gpt_oss", check, args, float(wait) if wait is not None else None)
+    raise ConfigError(
+        f"{where}: '{path}' is not a vLLM eval config this llm-bisect reads (no "
+        "accuracy_threshold, tasks or metric_threshold: gsm8k, lm-eval-harness or gpt_oss)"
+    )
+
+
+def expand(config: Config, base_dir: Path, extra: Path | None = None) -> Config:
+    """The config with each `vllm-eval` entry (and `extra`, a file `gate --eval-config`
+    names) read into the check it asks for, its server arguments added to the server's
+    command and its startup wait made the ready timeout (unless the config sets one)."""
+    entries: list[Any] = list(config.checks)
+    if extra is not None:
+        entries.append(VllmEvalConfig(type="vllm-eval", path=str(extra.absolute())))
+    if not any(isinstance(e, VllmEvalConfig) for e in entries):
+        return config
+    checks: list[Any] = []
+    args: list[str] = []
+    wait: float | None = None
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, VllmEvalConfig):
+            checks.append(entry)
+            continue
+        where = (
+            "--eval-config" if extra is not None and i == len(entries) - 1 else f"checks.{i}.path"
+        )
+        found = read(base_dir / entry.path, where, entry)
+        try:
+            checks.append(CHECKS[str(found.check["type"])].config.model_validate(found.check))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"][1:])
+            raise ConfigError(f"{where}: '{entry.path}' {loc}: {err['msg']}") from None
+        args += found.server_args
+        wait = found.ready_timeout if found.ready_timeout is not None else wait
+    names = [c.type for c in checks]
+    for name in ("eval", "lm_eval"):
+        if names.count(name) > 1:
+            raise ConfigError(f"checks: {names.count(name)} '{name}' checks (files included); one")
+    server = config.server
+    update: dict[str, Any] = {}
+    if args:
+        key = "command" if "command" in type(server).model_fields else "args"  # images: args
+        update[key] = [*getattr(server, key), *args]
+    if wait is not None and "ready_timeout" not in server.model_fields_set:
+        update["ready_timeout"] = wait
+    return config.model_copy(update={"checks": checks, "server": server.model_copy(update=update)})
+
+
+def from_config(cfg: VllmEvalConfig, ctx: CheckContext) -> NoReturn:
+    """Never made: setup reads each entry into the check its file asks for (`expand`)."""
+    raise ConfigError(f"{ctx.key}: a 'vllm-eval' entry is read before checks are made")
+
+
+KIND = CHECKS.register(CheckKind("vllm-eval", VllmEvalConfig, make=from_config))
