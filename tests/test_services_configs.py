@@ -128,3 +128,21 @@ def test_a_missing_setup_file_is_one_line(tmp_path: Path, missing: str) -> None:
     s[missing] = tmp_path / "nope.yaml"
     code, output = invoke(*args(s, tmp_path / "out"))
     assert code == 2 and "nope.yaml: cannot read" in output and "Traceback" not in output
+
+
+def test_a_flag_named_like_a_secret_never_shows_its_value(tmp_path: Path) -> None:
+    h = History(tmp_path, {}, 2, settings={"fault_when": []})
+    command = sim_command(h.repo)
+    config = h.config(checks=[{"type": "canary"}])
+    good = write_config(tmp_path / "good.yaml", {"server": {
+        "command": [*command, "--api-key", "sk-goodS3cret99"], "ready_timeout": 20}})  # fmt: skip
+    bad = write_config(tmp_path / "bad.yaml", {"server": {
+        "command": [*command, "--api-key=sk-badS3cret77"], "ready_timeout": 20}})  # fmt: skip
+    out = tmp_path / "out"
+    code, output = invoke("configs", str(config), "--build", h.shas[-1], "--good-server",
+                          str(good), "--bad-server", str(bad), "--out", str(out))  # fmt: skip
+    assert code == 4, output  # the key makes no fault: BAD is not bad
+    assert "--api-key=***" in output
+    for text in [output, *(p.read_text() for p in out.rglob("*") if p.is_file() and
+                           p.suffix in (".json", ".jsonl", ".md", ".log", ".txt"))]:  # fmt: skip
+        assert "S3cret" not in text

@@ -76,6 +76,10 @@ def test_a_second_regression_after_the_culprit_is_said(tmp_path: Path) -> None:
     assert found["status"] == "not-confirmed"
     assert found["reason"].startswith("reverting it does not fix the bad build")
     assert found["probes"][0]["verdict"] == "bad"
+    pick = found["probes"][1]  # a pick cannot change "not confirmed": no probe spent on it
+    assert (
+        pick["commit"] is None and pick["reason"] == "not tried: the revert was bad: not confirmed"
+    )
 
 
 def test_a_revert_that_does_not_apply_cannot_confirm_and_costs_no_probe(tmp_path: Path) -> None:

@@ -106,3 +106,30 @@ def test_what_cannot_be_made_says_why(repo: Path) -> None:
     made = revert(repo, merge, merge)
     assert not made.ok
     assert made.reason == f"{merge[:12]} is a merge commit: which change to revert is not one"
+
+
+def test_a_binary_file_both_sides_changed_cannot_be_merged_and_says_so(repo: Path) -> None:
+    (repo / "w.bin").write_bytes(b"\0weights-1\0")
+    git(repo, "add", "w.bin")
+    commit(repo, "base", {"vllm/layer.py": LAYER})
+    (repo / "w.bin").write_bytes(b"\0weights-2\0")
+    git(repo, "add", "w.bin")
+    culprit = commit(repo, "culprit", {"vllm/layer.py": LAYER.replace("attn(x)", "attn2(x)")})
+    (repo / "w.bin").write_bytes(b"\0weights-3\0")
+    git(repo, "add", "w.bin")
+    later = commit(repo, "later", {"README": "x\n"})
+    made = revert(repo, culprit, later)
+    assert not made.ok and "w.bin: the change does not apply here" in made.reason
+
+
+def test_a_bare_clone_and_a_path_with_spaces_merge_as_well(repo: Path, tmp_path: Path) -> None:
+    spaced = "vllm/model executor/layer one.py"
+    commit(repo, "base", {spaced: LAYER, "README": "v\n"})
+    culprit = commit(repo, "culprit", {spaced: LAYER.replace("norm(x)", "fused_norm(x)")})
+    bad = commit(repo, "later", {spaced: LAYER.replace("norm(x)", "fused_norm(x)").replace(
+        "mlp(x)", "mlp2(x)")})  # fmt: skip
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True)
+    made = revert(bare, culprit, bad)
+    assert made.ok, made.reason
+    assert show(bare, made.commit or "", spaced) == LAYER.replace("mlp(x)", "mlp2(x)").rstrip()

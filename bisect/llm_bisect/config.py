@@ -11,7 +11,7 @@ import json
 import math
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
@@ -588,6 +588,26 @@ def secret_names(env: Mapping[str, str]) -> list[str]:
     Literal values such as `VLLM_ATTENTION_BACKEND: FLASHINFER` stay readable in logs.
     """
     return sorted(k for k, v in env.items() if _ENV_REF.search(v) or _SECRET_NAME.search(k))
+
+
+def secret_flag(name: str) -> bool:
+    """A command-line flag named like a secret (`--api-key`, `--hf-token`)."""
+    return bool(secret_names({name.lstrip("-").replace("-", "_").upper(): ""}))
+
+
+def secret_flag_values(argv: Sequence[str]) -> list[str]:
+    """The values of the flags named like secrets in a command line (`--api-key X`,
+    `--api-key=X`): masked wherever the command is written."""
+    found: list[str] = []
+    for i, word in enumerate(argv):
+        name, eq, value = word.partition("=")
+        if not name.startswith("--") or not secret_flag(name):
+            continue
+        if eq:
+            found.append(value)
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            found.append(argv[i + 1])
+    return [v for v in found if v]
 
 
 CALLER_SECRET_MIN = 8

@@ -26,7 +26,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import caller_secret_names, expand_env, load_server, secret_names
+from ..config import (
+    caller_secret_names,
+    config_digest,
+    expand_env,
+    load_server,
+    secret_flag,
+    secret_flag_values,
+    secret_names,
+)
 from ..delta import (
     DeltaStep,
     Difference,
@@ -100,8 +108,10 @@ def _compare(good: Setup, bad: Setup) -> tuple[str, list[Difference]]:
     return key, differences(g[key] or [], b[key] or [], g["env"], b["env"])
 
 
-def _digest(build: str, diffs: list[Difference]) -> str:
-    data = [build, [[d.kind, d.name, d.good, d.bad] for d in diffs]]
+def _digest(build: str, diffs: list[Difference], config: str) -> str:
+    """What decides the trials' verdicts: the build, the differences, and the rest of the
+    config (checks, thresholds, repeats: another config is another run)."""
+    data = [build, [[d.kind, d.name, d.good, d.bad] for d in diffs], config]
     return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
 
 
@@ -113,7 +123,7 @@ def _trial_setup(s: Setup, bad: Setup, key: str, argv: list[str], env: dict[str,
         config=s.config.model_copy(update={"server": server}),
         env=expand_env(env, s.environ),
         secret_names=names,
-        scrub=s.scrub.with_secrets(bad.scrub.secrets),
+        scrub=s.scrub,
     )
 
 
@@ -155,7 +165,10 @@ def configs_setup(
     if not diffs:
         raise ConfigError("--bad-server: GOOD and BAD set the same flags and variables")
     names = sorted({*s.secret_names, *bad.secret_names, *caller_secret_names(environ)})
-    return ConfigsSetup(s, bad, key, diffs, names, s.scrub.with_secrets(bad.scrub.secrets))
+    flagged = [v for c in (s, bad) for v in secret_flag_values(getattr(c.config.server, key) or [])]
+    scrub = s.scrub.with_secrets([*bad.scrub.secrets, *flagged])
+    s = replace(s, scrub=scrub)  # the golden, the journal and every trial mask them all
+    return ConfigsSetup(s, bad, key, diffs, names, scrub)
 
 
 def run_configs(
@@ -165,7 +178,7 @@ def run_configs(
     s, bad, key, diffs, names, scrub = (cs.good, cs.bad, cs.key, cs.differences, cs.secret,
                                         cs.scrub)  # fmt: skip
     candidate = s.resolve(build, "--build")
-    digest = _digest(candidate.commit, diffs)
+    digest = _digest(candidate.commit, diffs, config_digest(s.config))
     good_argv = list(s.config.server.model_dump()[key] or [])
     good_env = dict(s.config.server.env)
     trials: list[Trial] = []
@@ -251,11 +264,21 @@ def _result(
 
 
 def _shown(d: Difference, secret: Collection[str]) -> Difference:
-    """The difference as output shows it: a variable secret by its name shows no value."""
-    if d.kind != "env" or d.name not in secret:
-        return d
-    return Difference(d.kind, d.name, None if d.good is None else ("***",),
-                      None if d.bad is None else ("***",))  # fmt: skip
+    """The difference as output shows it: a variable secret by its name, or a flag named
+    like a secret, shows no value."""
+    if d.kind == "env" and d.name in secret:
+        return Difference(d.kind, d.name, None if d.good is None else ("***",),
+                          None if d.bad is None else ("***",))  # fmt: skip
+    if d.kind == "flag" and secret_flag(d.name):
+
+        def masked(words: tuple[str, ...] | None) -> tuple[str, ...] | None:
+            if words is None:
+                return None
+            head, eq, _ = words[0].partition("=")
+            return (f"{head}=***",) if eq else (head, *["***"] * (len(words) > 1))
+
+        return Difference(d.kind, d.name, masked(d.good), masked(d.bad))
+    return d
 
 
 def _document(r: ConfigsResult, secret: Collection[str]) -> dict[str, Any]:

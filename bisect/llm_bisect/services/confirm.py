@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..journal import Journal, read_events
 from ..model import Candidate, ProbeOutcome, Verdict
 from ..probe import ProbeContext, probe
@@ -83,7 +84,15 @@ def judge(revert_trial: Trial, pick_trial: Trial) -> tuple[str, str]:
             "regression lies between the culprit and the bad end"
         )
     if pick_trial.verdict is None:
-        return "confirmed", f"reverting it fixes the bad end ({pick_trial.reason})"
+        return "confirmed", (
+            f"by the revert alone: reverting it fixes the bad end (the pick: {pick_trial.reason})"
+        )
+    if revert_trial.reused and pick_trial.reused and pick_trial.verdict is Verdict.BAD:
+        return "confirmed", (
+            "by the run's own probes only: the bad end with it reverted is its parent's tree "
+            f"({revert_trial.reused[:12]}, good) and the good end with it picked its own (bad); "
+            "no build was added"
+        )
     if pick_trial.verdict is Verdict.BAD:
         return "confirmed", "reverting it fixes the bad end; picking it onto the good end breaks it"
     return "not-confirmed", (
@@ -128,13 +137,15 @@ def confirm(
             plan: dict[str, Any] = {"mode": "regression", "anchor": None, "sequence": []}
             journal.append("run", version=VERSION, digest=digest, kind="confirm", plan=plan)
         for kind, onto in (("revert", bad), ("pick", good)):
-            if trials and trials[0].verdict is None:  # no verdict either way: a pick says no more
-                trials.append(
-                    Trial(kind, onto, None, None, "not tried: the revert gave no verdict")
-                )
+            if trials and trials[0].verdict is not Verdict.GOOD:  # a pick cannot change it
+                was = "no verdict" if trials[0].verdict is None else "bad: not confirmed"
+                trials.append(Trial(kind, onto, None, None, f"not tried: the revert was {was}"))
                 break
             make = revert if kind == "revert" else pick
-            made: Made = make(repo, culprit, onto)
+            try:
+                made: Made = make(repo, culprit, onto)
+            except ConfigError as exc:  # git itself failed: never an answer, never a crash
+                made = Made(None, f"{kind} of {culprit[:12]} onto {onto[:12]}: {exc}")
             if made.commit is None:
                 trials.append(Trial(kind, onto, None, None, made.reason))
                 continue

@@ -86,7 +86,8 @@ def run_deps(
     before = [r for r in releases if str(r) == good]
     with hold(out_dir):
         repo = out_dir / "versions.git"
-        commits = version_history(repo, package, [*before, *ranged])
+        over = f"engine: {engine_commit.commit}\nindex: {public_url(url)}"
+        commits = version_history(repo, package, [*before, *ranged], over)
     progress.note(
         f"deps: {len(ranged)} release(s) of {package} after {good} up to {bad}, over "
         f"{engine_commit.short}"
@@ -106,7 +107,8 @@ def run_deps(
         cache: BuildCache = s.builder.cache
         versions = replace(
             s,
-            config=s.config.model_copy(update={"golden": None}),  # the good release records one
+            # the good release records its golden; a revert of a version means nothing
+            config=s.config.model_copy(update={"golden": None, "confirm": False}),
             source=GitSource(repo, "deps"),
             builder=Builder([strategy], cache),
         )

@@ -28,6 +28,7 @@ from ..config import (
     expand_env,
     expand_paths,
     load_config,
+    secret_flag_values,
     secret_names,
     server_digest,
 )
@@ -204,6 +205,8 @@ def setup(
     secrets = [{**environ, **env}[n] for n in names]
     for value in {*env.values(), *environ.values()}:  # a login in a URL under any name
         secrets += url_credentials(value)
+    for argv_key in ("command", "args", "worker_command", "entrypoint"):  # `--api-key X`
+        secrets += secret_flag_values(getattr(server, argv_key, None) or [])
     for i, strategy in enumerate(config.build.strategies if config.build else []):
         secrets += STRATEGIES[strategy.type].secrets(strategy, environ, i)
     ends = (config.candidates.good, config.candidates.bad)

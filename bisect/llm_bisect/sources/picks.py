@@ -106,13 +106,18 @@ def _merge_trees(repo: Path, base: str, ours: str, theirs: str) -> str:
                 file = Path(tmp) / str(n)
                 file.write_bytes(_blob(repo, by_stage[n][1]))
                 files.append(str(file))
-            merged = _git(repo, "merge-file", "-p", "-q", *files, ok=range(0, 128))
+            # merge-file: 0 clean, N > 0 conflicts, 255 an error (a binary file)
+            merged = _git(repo, "merge-file", "-p", "-q", *files, ok=range(0, 256))
             if merged.returncode != 0:
-                raise _Cannot(f"{path}: the change does not apply here (a conflict)")
+                why = "a conflict" if merged.returncode < 128 else "not text, or unmergeable"
+                raise _Cannot(f"{path}: the change does not apply here ({why})")
             written = _git(repo, "hash-object", "-w", "--stdin", input=merged.stdout).stdout
-            _git(repo, "update-index", "--force-remove", "--", path, env=env)
-            _git(repo, "update-index", "--add", "--cacheinfo",
-                 f"{modes.pop()},{written.decode().strip()},{path}", env=env)  # fmt: skip
+            # the unmerged stages out, the merged entry in: plumbing that needs no work tree
+            # (a bare clone), NUL-ended so any path goes through as it is
+            raw = path.encode("utf-8", "surrogateescape")
+            lines = b"0 " + b"0" * 40 + b"\t" + raw + b"\0"
+            lines += modes.pop().encode() + b" " + written.strip() + b"\t" + raw + b"\0"
+            _git(repo, "update-index", "-z", "--index-info", env=env, input=lines)
         return _git(repo, "write-tree", "--missing-ok", env=env).stdout.decode().strip()
 
 
@@ -186,7 +191,8 @@ def reverted_line(repo: Path, culprit: str, commits: Sequence[str]) -> tuple[lis
 def reverted_onto(repo: Path, commit: str) -> str | None:
     """The commit a commit of a reverted line stands for (its Reverted-onto trailer)."""
     body = _git(repo, "log", "-1", "--format=%B", commit).stdout.decode(errors="replace")
-    for line in body.splitlines():
+    found = None
+    for line in body.splitlines():  # the last: a subject may start with the same words
         if line.startswith("Reverted-onto: "):
-            return line.removeprefix("Reverted-onto: ").strip()
-    return None
+            found = line.removeprefix("Reverted-onto: ").strip()
+    return found

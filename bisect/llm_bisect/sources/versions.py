@@ -101,7 +101,10 @@ def between(releases: Iterable[Release], good: str, bad: str) -> list[Release]:
     old, new = ends
     if not old < new:
         raise ConfigError(f"--good {good} is not older than --bad {bad}")
-    return [listed[v] for v in sorted(listed) if old < v <= new]
+    local = old.local is not None or new.local is not None
+    return [  # builds of a release for another platform (`+cu124`): only when an end is one
+        listed[v] for v in sorted(listed) if old < v <= new and (local or v.local is None)
+    ]
 
 
 def index_releases(index: str, project: str, fetch: Fetch) -> list[Release]:
@@ -132,10 +135,14 @@ def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
     return done.stdout.decode().strip()
 
 
-def version_history(repo: Path, project: str, releases: Sequence[Release]) -> dict[str, str]:
+def version_history(
+    repo: Path, project: str, releases: Sequence[Release], over: str = ""
+) -> dict[str, str]:
     """A repository whose history is the releases, oldest first, one commit each (its
-    subject `NAME VERSION`, its VERSION file `NAME==VERSION`), on branch `main`; each
-    version's commit. The same releases make the same commits (a resumed run finds them)."""
+    subject `NAME VERSION`, its VERSION file `NAME==VERSION` then `over`: what the releases
+    are installed over, so that another engine build or index makes other commits) on branch
+    `main`; each version's commit. The same releases make the same commits (a resumed run
+    finds them)."""
     name = canonicalize_name(project)
     if not (repo / "HEAD").exists():
         repo.mkdir(parents=True, exist_ok=True)
@@ -143,7 +150,8 @@ def version_history(repo: Path, project: str, releases: Sequence[Release]) -> di
     commits: dict[str, str] = {}
     parent: str | None = None
     for release in releases:
-        blob = _git(repo, "hash-object", "-w", "--stdin", input=f"{name}=={release}\n".encode())
+        text = f"{name}=={release}\n" + (f"{over.rstrip()}\n" if over else "")
+        blob = _git(repo, "hash-object", "-w", "--stdin", input=text.encode())
         tree = _git(repo, "mktree", input=f"100644 blob {blob}\t{VERSION_FILE}\n".encode())
         subject = f"{name} {release}" + (" (yanked)" if release.yanked else "")
         parents = ["-p", parent] if parent else []
@@ -160,5 +168,5 @@ def version_at(repo: Path, commit: str) -> str | None:
         ["git", "-C", str(repo), "cat-file", "blob", f"{commit}:{VERSION_FILE}"],
         capture_output=True,
     )
-    text = done.stdout.decode(errors="replace").strip()
-    return text.partition("==")[2] or None if done.returncode == 0 else None
+    first = done.stdout.decode(errors="replace").partition("\n")[0].strip()
+    return first.partition("==")[2] or None if done.returncode == 0 else None
