@@ -115,3 +115,25 @@ def test_confirm_continue_bisects_the_reverted_line_to_the_next_regression(
     nested = json.loads((tmp_path / "out" / "continued" / "result.json").read_text())
     assert nested["confirmation"]["status"] == "confirmed"  # the second one, alone, is it
     assert "Bisected on the reverted line" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_what_each_pair_of_trials_says() -> None:
+    from llm_bisect.model import Verdict
+    from llm_bisect.services.confirm import Trial, judge
+
+    g, b = "a" * 40, "b" * 40
+    good, bad = Verdict.GOOD, Verdict.BAD
+    assert judge(Trial("revert", b, "c" * 40, good, ""), Trial("pick", g, "d" * 40, bad, "")) == (
+        "confirmed",
+        "reverting it fixes the bad end; picking it onto the good end breaks it",
+    )
+    reused = judge(Trial("revert", b, "c" * 40, good, "", reused=g),
+                   Trial("pick", g, "d" * 40, bad, "", reused=b))  # fmt: skip
+    assert reused[0] == "confirmed" and reused[1].startswith("by the run's own probes only")
+    alone = judge(Trial("revert", b, "c" * 40, good, ""), Trial("pick", g, None, None, "conflict"))
+    assert alone == ("confirmed", "by the revert alone: reverting it fixes the bad end "
+                     "(the pick: conflict)")  # fmt: skip
+    assert judge(Trial("revert", b, None, None, "x: a conflict"),
+                 Trial("pick", g, None, None, ""))[0] == "cannot-confirm"  # fmt: skip
+    assert judge(Trial("revert", b, "c" * 40, good, ""),
+                 Trial("pick", g, "d" * 40, good, ""))[0] == "not-confirmed"  # fmt: skip

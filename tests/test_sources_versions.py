@@ -93,3 +93,12 @@ def test_ends_the_index_does_not_have_are_one_line_errors(
     )
     with pytest.raises(ConfigError, match=message):
         between(releases, good, bad)
+
+
+def test_builds_for_another_platform_are_left_out_unless_an_end_is_one() -> None:
+    files = [*FILES, "flashinfer_python-0.6.16+cu124-py3-none-any.whl"]
+    releases = parse_index(
+        "".join(f'<a href="{f}">{f}</a>' for f in files).encode(), "flashinfer-python"
+    )
+    assert "0.6.16+cu124" not in [str(r) for r in between(releases, "0.6.15", "0.6.16.post3")]
+    assert "0.6.16+cu124" in [str(r) for r in between(releases, "0.6.15", "0.6.16+cu124")]
