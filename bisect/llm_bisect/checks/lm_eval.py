@@ -24,15 +24,16 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ..builds import run_logged
+from ..clock import SYSTEM
 from ..config import CheckBase
-from ..errors import ConfigError, EndpointError
+from ..errors import ConfigError, EndpointError, LaunchError
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckDetails, CheckResult
 from .golden import LmEvalSection, SampleRun
@@ -388,7 +389,9 @@ class LmEvalCheck:
         lm_eval: Sequence[str],
         include_path: Path | None = None,
         environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = SYSTEM.monotonic,
     ) -> None:
+        self.clock = clock
         self.cfg = cfg
         self.lm_eval = list(lm_eval)
         self.include_path = include_path
@@ -407,24 +410,15 @@ class LmEvalCheck:
             out = Path(tmp) / "out"
             argv = command(self.cfg, self.lm_eval, base_url, model, out, self.include_path)
             env = {**self.environ, **OFFLINE_ENV, "OPENAI_API_KEY": "EMPTY"}
-            started = time.monotonic()
-            try:
-                done = subprocess.run(
-                    argv,
-                    cwd=self.include_path or tmp,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    errors="replace",
-                    timeout=self.cfg.timeout,
-                    check=False,
-                )
-            except subprocess.TimeoutExpired:
-                raise EndpointError(f"lm-eval ran past {self.cfg.timeout:g} s") from None
-            seconds = time.monotonic() - started
-            if done.returncode != 0:
-                tail = (done.stdout + done.stderr)[-OUTPUT_TAIL:]
-                raise EndpointError(f"lm-eval exited {done.returncode}: {tail.strip()}")
+            started = self.clock()
+            log = Path(tmp) / "lm-eval.log"
+            try:  # under the guard: a killed run leaves no lm-eval behind
+                run_logged(argv, log, env=env, cwd=self.include_path or Path(tmp),
+                           timeout=self.cfg.timeout, what="lm-eval")  # fmt: skip
+            except LaunchError as exc:
+                tail = log.read_text(errors="replace")[-OUTPUT_TAIL:] if log.exists() else ""
+                raise EndpointError(f"{exc}: {tail.strip()}") from None
+            seconds = self.clock() - started
             return read_samples(out, self.cfg.tasks, self.cfg.metric), argv, seconds
 
     def record(self, endpoint: ChatEndpoint) -> LmEvalSection:
