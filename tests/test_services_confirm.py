@@ -137,3 +137,36 @@ def test_what_each_pair_of_trials_says() -> None:
                  Trial("pick", g, None, None, ""))[0] == "cannot-confirm"  # fmt: skip
     assert judge(Trial("revert", b, "c" * 40, good, ""),
                  Trial("pick", g, "d" * 40, good, ""))[0] == "not-confirmed"  # fmt: skip
+
+
+def test_a_culprit_that_bumps_a_pin_names_it_and_the_deps_command(tmp_path: Path) -> None:
+    h = History(tmp_path, {}, 2, settings=SPACED)
+    engine = json.loads((h.repo / "sim-engine.json").read_text())
+
+    def step(message: str, pin: str, fault: str) -> str:
+        (h.repo / "requirements").mkdir(exist_ok=True)
+        (h.repo / "requirements" / "cuda.txt").write_text(
+            f"torch==2.13.0\nflashinfer-python=={pin}\n"
+        )
+        (h.repo / "sim-engine.json").write_text(json.dumps({**engine, "fault": fault}, indent=1,
+                                                           sort_keys=True) + "\n")  # fmt: skip
+        subprocess.run(["git", "-C", str(h.repo), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(h.repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                        "commit", "--allow-empty", "-qm", message], check=True)  # fmt: skip
+        return subprocess.run(["git", "-C", str(h.repo), "rev-parse", "HEAD"], text=True,
+                              capture_output=True, check=True).stdout.strip()  # fmt: skip
+
+    good = step("pin flashinfer", "0.6.15.post1", "none")
+    culprit = step("Bump Flashinfer version to 0.6.16.post3", "0.6.16.post3", "degenerate-content")
+    h.shas += [good, culprit, step("[Doc] later", "0.6.16.post3", "degenerate-content")]
+    code, output, doc, _ = run(h, tmp_path)
+    assert code == 0, output
+    assert doc["culprit"]["commit"] == culprit
+    assert [b["label"] for b in doc["bumps"]] == ["flashinfer-python 0.6.15.post1 → 0.6.16.post3"]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Dependencies it bumps" in report
+    config = tmp_path / f"config-{h.configs}.yaml"
+    assert (f"llm-bisect deps {config} --build '{culprit}^' --package flashinfer-python "
+            "--good 0.6.15.post1 --bad 0.6.16.post3") in report  # fmt: skip
+    assert CliRunner().invoke(cli, ["report", str(tmp_path / "out")]).exit_code == 0
+    assert "## Dependencies it bumps" in (tmp_path / "out" / "report.md").read_text()

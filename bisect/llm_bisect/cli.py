@@ -29,7 +29,7 @@ from .journal import FILENAME, read_journal
 from .launchers import Artifact
 from .model import Candidate, Verdict
 from .outdir import hold, prepare
-from .report.documents import schemas
+from .report.documents import ResultDocument, schemas
 from .report.markdown import duration
 from .runner import result_of, write_outputs
 from .search import Answer, Plan, Status
@@ -634,11 +634,23 @@ def report_cmd(
                 raise JournalError(
                     f"{out}: the run has not finished; resume it with `llm-bisect run`"
                 )
-            write_outputs(out, with_confirmation(with_localization(result, out), out))
+            result = with_confirmation(with_localization(result, out), out)
+            write_outputs(out, _with_bumps(result, out / "result.json"))
         _print_answer(term, step, out)
         return STATUS_EXIT[step.status]
 
     raise typer.Exit(guarded(body))
+
+
+def _with_bumps(result: ResultDocument, written: Path) -> ResultDocument:
+    """The culprit's dependency bumps the result.json written before held (git is not read
+    again): `report DIR` keeps them."""
+    try:
+        before = ResultDocument.model_validate_json(written.read_bytes())
+    except (OSError, ValueError):
+        return result
+    same = before.culprit and result.culprit and before.culprit.commit == result.culprit.commit
+    return result.model_copy(update={"bumps": before.bumps}) if same else result
 
 
 @cli.command("localize")

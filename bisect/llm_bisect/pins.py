@@ -10,14 +10,16 @@ Dockerfile's `ARG FLASHINFER_VERSION` and docker/versions.json together). Read h
   pkg==${NAME_VERSION}` line near it installs (else after the argument);
 - docker/versions.json's `"NAME_VERSION": {"default": "1.2"}`, named as the ARG is.
 
-Pure: text in, bumps out.
+Pure: text in, bumps out (`commit_bumps` reads a commit's diff with git).
 """
 
 from __future__ import annotations
 
 import re
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -188,3 +190,21 @@ def bumps(diff: str) -> list[Bump]:
             name, f"=={old_value}" if old_value else "", f"=={new_value}" if new_value else "", path
         )
     return list(by_name.values())
+
+
+PIN_FILES = ("*requirements*", "*requirements*/**", "*.in", "pyproject.toml", "setup.py",
+             "setup.cfg", "*Dockerfile*", "*.dockerfile", "*versions.json")  # fmt: skip
+"""Where pins live (git pathspecs, any folder): the culprit's diff is read for these only."""
+
+
+def commit_bumps(repo: Path, commit: str) -> list[Bump]:
+    """The bumps a commit makes (its diff against its first parent); [] when git cannot say."""
+    specs = [f":(glob)**/{p}" for p in PIN_FILES]
+    done = subprocess.run(
+        ["git", "-C", str(repo), "show", "--format=", "--first-parent", "--no-renames", commit,
+         "--", *specs],
+        capture_output=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        return []
+    return bumps(done.stdout.decode("utf-8", "replace"))

@@ -204,10 +204,21 @@ class Confirmation(_Doc):
     """`confirm: continue`: the bisection of what remains on the reverted line."""
 
 
+class BumpDoc(_Doc):
+    """A dependency pin the culprit changes (pins.py): `flashinfer-python 0.6.15 → 0.6.16`."""
+
+    name: str
+    old: str
+    """The old pin as written (`==0.6.15.post1`, `>=2.9`); "" where there was none."""
+    new: str
+    files: list[str] = Field(default_factory=list)
+    label: str = ""
+
+
 class ResultDocument(_Doc, AddedLater):
     """DIR/result.json."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("confirmation", "first_bad_version")
+    added_later: ClassVar[tuple[str, ...]] = ("confirmation", "first_bad_version", "bumps")
 
     version: Literal[2] = RESULT_VERSION
     status: Status
@@ -244,6 +255,8 @@ class ResultDocument(_Doc, AddedLater):
     """localization.json (localize.py), once the culprit was localised."""
     confirmation: Confirmation | None = None
     """The culprit reverted on the bad end and picked on the good end (services/confirm.py)."""
+    bumps: list[BumpDoc] = Field(default_factory=list)
+    """Dependency pins the culprit changes, from its diff (pins.py)."""
     first_bad_version: str | None = None
     """`deps`: the first bad release of the dependency (the culprit's version)."""
     reversals: list[Reversal] = Field(default_factory=list)

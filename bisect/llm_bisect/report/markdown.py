@@ -370,6 +370,27 @@ def _localization(doc: ResultDocument) -> list[str]:
     return lines
 
 
+def _bumps(doc: ResultDocument) -> list[str]:
+    """The dependency pins the culprit changes, and the `deps` command that descends into
+    each bump of an exact version (the engine held at the culprit's parent)."""
+    if not doc.bumps or doc.culprit is None:
+        return []
+    lines = ["## Dependencies it bumps", ""]
+    lines += [f"- {esc.code(b.label)} ({esc.text(', '.join(b.files))})" for b in doc.bumps]
+    commands = []
+    for b in doc.bumps:
+        old, new = b.old.removeprefix("=="), b.new.removeprefix("==")
+        if b.old.startswith("==") and b.new.startswith("==") and "," not in old + new:
+            argv = ["llm-bisect", "deps", doc.context.config or "CONFIG", "--build",
+                    f"{doc.culprit.commit}^", "--package", b.name, "--good", old, "--bad", new,
+                    *reproduce_repo(doc.context)]  # fmt: skip
+            commands.append(esc.shell(argv))
+    if commands:
+        lines += ["", "The first bad release of each, the engine held at the culprit's parent:", ""]
+        lines += esc.fence("\n".join(commands), "bash")
+    return [*lines, ""]
+
+
 def _confirmation(doc: ResultDocument) -> list[str]:
     """Is it really that one: the culprit reverted on the bad end, picked on the good."""
     found = doc.confirmation
@@ -619,6 +640,7 @@ def render_markdown(doc: ResultDocument) -> str:
             "",
         ]
     lines += _confirmation(doc)
+    lines += _bumps(doc)
     lines += _warnings(doc)
     lines += _reproduce(doc)
     lines += _localization(doc)

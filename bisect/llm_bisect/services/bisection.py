@@ -11,9 +11,11 @@ from pathlib import Path
 from ..config import config_digest
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
+from ..pins import commit_bumps
 from ..probe import ProbeContext, Progress, SilentProgress, probe
-from ..report.documents import ResultDocument
+from ..report.documents import BumpDoc, ResultDocument
 from ..runner import RunResult, run, write_outputs, write_probe
+from ..search import Status
 from .confirm import confirm, continue_after
 from .localization import localize_after_run
 from .setup import Setup, golden_file_of, plan_of, run_context, run_id_of
@@ -76,6 +78,15 @@ def run_bisect(
             note(located.line)
             with_found = done.result.model_copy(update={"localization": located})
             done.result = write_outputs(out_dir, with_found, s.scrub)
+        if done.result.status is Status.FOUND and done.result.culprit is not None:
+            found_bumps = [
+                BumpDoc(name=b.name, old=b.old, new=b.new, files=list(b.files), label=b.label)
+                for b in commit_bumps(s.source.path, done.result.culprit.commit)
+            ]
+            if found_bumps:
+                note("the culprit bumps " + ", ".join(b.label for b in found_bumps))
+                bumped = done.result.model_copy(update={"bumps": found_bumps})
+                done.result = write_outputs(out_dir, bumped, s.scrub)
         confirmation = done.result.confirmation
         reverted = confirmation.probes[0] if confirmation is not None else None
         if config.confirm == "continue" and confirmation and reverted and reverted.verdict == "bad":
