@@ -71,6 +71,9 @@ def test_the_two_differences_that_together_break_it_are_found(tmp_path: Path) ->
     assert len(trials) == 17  # ddmin on 6 differences whose 2 culprits sit in different halves
     report = (out / "report.md").read_text()
     assert "`--moe-backend cutlass`" in report and "hf_s3cretvalue" not in report
+    located = result["localization"]  # GOOD against the smallest bad setup, at the build
+    assert located["good"] == located["bad"] == s["h"].shas[-1] and "error" not in located
+    assert located["line"] in report
     for path in out.rglob("*"):
         if path.is_file():
             assert b"hf_s3cretvalue" not in path.read_bytes(), path

@@ -47,14 +47,16 @@ from ..delta import (
     differences,
     next_step,
 )
-from ..errors import ConfigError
+from ..errors import ConfigError, LocalizeError
 from ..journal import Journal, read_events
+from ..localize import LocalizationDoc
 from ..model import Candidate, ProbeOutcome, Regress, Verdict
 from ..outdir import hold
 from ..probe import ProbeContext, Progress, probe
 from ..redact import Scrub
 from ..report import escape as esc
 from ..runner import write_atomic
+from .localization import localize_builds, write_localization
 from .setup import Setup, run_id_of, setup
 
 JOURNAL = "configs.jsonl"
@@ -83,6 +85,9 @@ class ConfigsResult:
     """The smallest set found (indices into `differences`); empty when none was."""
     trials: list[Trial]
     message: str
+    localization: LocalizationDoc | None = None
+    """GOOD against the smallest bad setup at the build: the first module whose output
+    differs, and whether either side had NaN/Inf (`localize: false`: none)."""
 
     @property
     def exit_code(self) -> int:
@@ -229,6 +234,18 @@ def run_configs(
                 known[frozenset(subset)] = _OUTCOME.get(outcome.verdict, Outcome.UNRESOLVED)
                 step = next_step(len(diffs), known)
         result = _result(candidate, diffs, trials, step, names)
+        if isinstance(step, Minimal) and s.config.localize.enabled:
+            argv, env = apply(good_argv, good_env, diffs, frozenset(step.subset))
+            smallest = _trial_setup(s, bad, key, argv, env)
+            try:
+                located = localize_builds(s, candidate, candidate, out_dir, note=progress.note,
+                                          bad_setup=smallest)  # fmt: skip
+            except LocalizeError as exc:
+                located = LocalizationDoc(good=candidate.commit, bad=candidate.commit,
+                                          error=str(exc), line=f"not localised: {exc}")  # fmt: skip
+            located = write_localization(out_dir, located, scrub)
+            progress.note(located.line)
+            result = replace(result, localization=located)
         doc = scrub.doc(_document(result, names))
         write_atomic(out_dir / "result.json", json.dumps(doc, indent=2) + "\n")
         write_atomic(out_dir / "report.md", scrub.text(_markdown(result, names)))
@@ -293,6 +310,7 @@ def _document(r: ConfigsResult, secret: Collection[str]) -> dict[str, Any]:
         "build": r.build.to_json(),
         "differences": [shown(d) for d in r.differences],
         "difference": [shown(r.differences[i]) for i in r.difference],
+        "localization": r.localization.model_dump(mode="json") if r.localization else None,
         "trials": [
             {
                 "applied": [shown(r.differences[i])["label"] for i in t.subset],
@@ -321,6 +339,9 @@ def _markdown(r: ConfigsResult, secret: Collection[str]) -> str:
     for n, d in enumerate(r.differences, 1):
         good = "(unset)" if d.good is None else " ".join(d.good)
         lines.append(f"| {n} | {esc.code(d.label, table=True)} | {esc.code(good, table=True)} |")
+    if r.localization is not None:
+        lines += ["## Where in the model (GOOD against the smallest bad setup)", "",
+                  esc.text(r.localization.line), ""]  # fmt: skip
     lines += ["", "## Trials", "", "| # | applied to GOOD | verdict | why |", "|---|---|---|---|"]
     for n, t in enumerate(r.trials, 1):
         applied = ", ".join(r.differences[i].label for i in t.subset) or "none (GOOD)"

@@ -102,11 +102,13 @@ def localize_builds(
     *,
     prompt: str | None = None,
     note: Callable[[str], None] = lambda _: None,
+    bad_setup: Setup | None = None,
 ) -> LocalizationDoc:
     """Run the last good and the first bad build with the worker extension on the same
     tokens and say where their outputs first differ (localize.py). A build this DIR
     already captured with the same settings is not started again. LocalizeError when a
-    build cannot be instrumented."""
+    build cannot be instrumented. `bad_setup`: the bad side served by another setup (one
+    build, two server setups: `configs`)."""
     cfg = s.config.localize
     text = prompt or cfg.prompt
     note(
@@ -118,13 +120,15 @@ def localize_builds(
     seconds: dict[str, float] = {}
     reused: list[str] = []
     collected = 0
-    with s.launcher(run_id_of(out_dir, "localize")) as launcher:
-        for line in launcher.reap():
-            note(line)
-        for role, candidate in (("good", good), ("bad", bad)):
+    for role, candidate in (("good", good), ("bad", bad)):
+        rs = bad_setup if role == "bad" and bad_setup is not None else s
+        with rs.launcher(run_id_of(out_dir, f"localize-{role}")) as launcher:
+            for line in launcher.reap():
+                note(line)
             t0 = s.clock()
-            probe_dir = out_dir / "localize" / candidate.short
-            key = _capture_key(s, candidate, text)
+            folder = candidate.short if good.commit != bad.commit else f"{candidate.short}-{role}"
+            probe_dir = out_dir / "localize" / folder
+            key = _capture_key(rs, candidate, text)
             stored = _stored_capture(
                 probe_dir, key, token_ids if role == "bad" else None,
                 again=role == "good", saved=cfg.save_tensors,
@@ -143,7 +147,7 @@ def localize_builds(
             try:
                 with launcher.launch(candidate, probe_dir, localize_instrument()) as server:
                     server.wait_ready()
-                    with s.client(server) as api:
+                    with rs.client(server) as api:
                         if not token_ids:
                             token_ids = api.tokenize(text)
                             token_ids += api.continuation(token_ids, cfg.tokens)
