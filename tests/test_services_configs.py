@@ -118,7 +118,8 @@ def test_a_kill_mid_trial_resumes_without_repeating_a_trial(tmp_path: Path) -> N
     assert after[: len(before)] == before
     subsets = [tuple(e["subset"]) for e in after]
     assert len(subsets) == len(set(subsets)), "a trial ran twice"
-    assert len(launched(s["launches"])) <= len(after) + 1  # at most the one cut short, again
+    # at most the one cut short, again; then localisation's two servers (GOOD, the smallest)
+    assert len(launched(s["launches"])) <= len(after) + 1 + 2
 
 
 def launched(launches: Path) -> list[str]:
