@@ -178,6 +178,8 @@ def probe_doc(outcome: ProbeOutcome, subject: str = "", span: Span | None = None
         timings=outcome.timings,
         log_tail=outcome.log_tail,
         fingerprint=outcome.fingerprint,
+        startup=outcome.startup,
+        not_run=list(outcome.not_run),
         subject=subject,
         started_at=span.started,
         ended_at=span.ended,
@@ -200,4 +202,6 @@ def outcome_of(doc: ProbeDoc) -> ProbeOutcome:
         timings=dict(doc.timings),
         log_tail=doc.log_tail,
         fingerprint=doc.fingerprint,
+        startup=doc.startup,
+        not_run=tuple(doc.not_run),
     )
