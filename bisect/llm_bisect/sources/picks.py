@@ -25,7 +25,7 @@ from pathlib import Path
 from ..errors import ConfigError
 
 REF_PREFIX = "refs/llm-bisect/confirm"
-_STAMP = {
+STAMP = {
     "GIT_AUTHOR_NAME": "llm-bisect",
     "GIT_AUTHOR_EMAIL": "llm-bisect@localhost",
     "GIT_COMMITTER_NAME": "llm-bisect",
@@ -33,6 +33,8 @@ _STAMP = {
     "GIT_AUTHOR_DATE": "@0 +0000",  # the same inputs make the same commit, run after run
     "GIT_COMMITTER_DATE": "@0 +0000",
 }
+"""Who and when the commits llm-bisect makes say (confirmation's, the versions repository's):
+fixed, so the same inputs make the same commits, run after run."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +138,7 @@ def _make(repo: Path, *, kind: str, culprit: str, onto: str, message: str) -> Ma
         tree = _merge_trees(repo, base, onto, theirs)
     except _Cannot as exc:
         return Made(None, f"{kind} of {culprit[:12]} onto {onto[:12]}: {exc}")
-    made = _git(repo, "commit-tree", tree, "-p", onto, "-F", "-", env=_STAMP,
+    made = _git(repo, "commit-tree", tree, "-p", onto, "-F", "-", env=STAMP,
                 input=message.encode()).stdout.decode().strip()  # fmt: skip
     _git(repo, "update-ref", f"{REF_PREFIX}/{culprit}/{kind}-onto-{onto}", made)
     return Made(made)
@@ -180,7 +182,7 @@ def reverted_line(repo: Path, culprit: str, commits: Sequence[str]) -> tuple[lis
         message = (f"{subject} (without {culprit[:12]})\n\nReverted-onto: {commit}\n"
                    f"Reverts: {culprit}\n")  # fmt: skip
         made = _git(repo, "commit-tree", tree, "-p", line[-1] if line else commit, "-F", "-",
-                    env=_STAMP, input=message.encode()).stdout.decode().strip()  # fmt: skip
+                    env=STAMP, input=message.encode()).stdout.decode().strip()  # fmt: skip
         line.append(made)
     if not line:
         return [], "no commits after the culprit"

@@ -28,6 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import ConfigError
 from ..index_page import links
+from .picks import STAMP
 
 Fetch = Callable[[str, str], bytes]
 """GET a URL with an Accept header; the body (raises ConfigError naming what failed)."""
@@ -114,20 +115,12 @@ def index_releases(index: str, project: str, fetch: Fetch) -> list[Release]:
 
 
 VERSION_FILE = "VERSION"
-_STAMP = {
-    "GIT_AUTHOR_NAME": "llm-bisect",
-    "GIT_AUTHOR_EMAIL": "llm-bisect@localhost",
-    "GIT_COMMITTER_NAME": "llm-bisect",
-    "GIT_COMMITTER_EMAIL": "llm-bisect@localhost",
-    "GIT_AUTHOR_DATE": "@0 +0000",  # the same releases make the same commits, run after run
-    "GIT_COMMITTER_DATE": "@0 +0000",
-}
 
 
 def _git(repo: Path, *args: str, input: bytes | None = None) -> str:
     done = subprocess.run(
         ["git", "-C", str(repo), *args], input=input, capture_output=True,
-        env={**os.environ, **_STAMP},
+        env={**os.environ, **STAMP},
     )  # fmt: skip
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip()
