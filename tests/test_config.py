@@ -25,6 +25,7 @@ from llm_bisect.config import (
     server_digest,
 )
 from llm_bisect.errors import ConfigError
+from llm_bisect.services.setup import fast_section
 
 
 def base() -> dict[str, Any]:
@@ -57,6 +58,11 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
             "candidates.goood: unknown key",
         ),
         ({"extra": 1}, "extra: unknown key"),
+        (
+            {"probe": {"fast": {}}},
+            "probe.fast: give args or env: a fast setup that adds nothing is the full one",
+        ),
+        ({"probe": {"fast": {"args": "--enforce-eager"}}}, "probe.fast.args: Input should be"),
         (
             {"candidates": {"repo": ".", "good": "a", "bad": "b", "url": "javascript:alert(1)//"}},
             "candidates.url: not an http(s) address of a repository: 'javascript:alert(1)//'",
@@ -371,6 +377,21 @@ def test_the_config_schema_is_published_and_explains_every_key() -> None:
     ]
     assert bare == []
     assert "`docker`" in models["DockerServerConfig"]["properties"]["launcher"]["description"]
+
+
+def test_fast_flags_go_after_every_command_of_the_server_and_its_variables_over_its_own() -> None:
+    slurm = {
+        "command": ["vllm", "serve", "m", "--max-model-len", "8192"],
+        "worker_command": ["vllm", "serve", "m", "--headless"],
+        "env": {"A": "1", "B": "2"},
+    }
+    made = fast_section(slurm, ["--enforce-eager", "--max-model-len", "2048"], {"B": "3"})
+    assert made["command"][-4:] == ["8192", "--enforce-eager", "--max-model-len", "2048"]
+    assert made["worker_command"] == [*slurm["worker_command"], "--enforce-eager",
+                                      "--max-model-len", "2048"]  # fmt: skip
+    assert made["env"] == {"A": "1", "B": "3"} and slurm["env"] == {"A": "1", "B": "2"}
+    image = fast_section({"image": "vllm/vllm-openai:{commit}"}, ["--enforce-eager"], {})
+    assert image["args"] == ["--enforce-eager"] and "command" not in image
 
 
 def test_the_engine_cache_is_one_root_every_kind_of_server_is_given(tmp_path: Path) -> None:

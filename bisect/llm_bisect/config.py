@@ -278,6 +278,26 @@ class EngineCacheConfig(_Strict):
     """False: every probe compiles from nothing (the engine's default caches are not used)."""
 
 
+class FastConfig(_Strict):
+    """A cheaper server setup the search runs in (`run` only): the same build with flags added
+    (e.g. `--enforce-eager`, a shorter `--max-model-len`) and variables set. The search runs
+    in it only when the ends reproduce there (good end good, bad end bad); the answer is then
+    probed in the full setup (the ends, the last good and the first bad) before it is given,
+    and a disagreement is searched again in full."""
+
+    args: list[str] = Field(default_factory=list)
+    """Added after the server's own flags (`server.command`, a Slurm `worker_command` too, or
+    an image's `server.args`): a flag given twice takes its last value, as vLLM reads it."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Set over `server.env` (`${VAR}` expanded as there)."""
+
+    @model_validator(mode="after")
+    def _something(self) -> FastConfig:
+        if not self.args and not self.env:
+            raise ValueError("give args or env: a fast setup that adds nothing is the full one")
+        return self
+
+
 class ProbeConfig(_Strict):
     """How each candidate is judged."""
 
@@ -301,6 +321,8 @@ class ProbeConfig(_Strict):
     crash` always run every check."""
     engine_cache: EngineCacheConfig | None = None
     """Compile and JIT caches shared by the probes (None: each probe starts cold)."""
+    fast: FastConfig | None = None
+    """Search in a cheaper setup, confirm the answer at full fidelity (None: full setup only)."""
 
     @property
     def runs(self) -> int:
@@ -768,7 +790,9 @@ def config_digest(config: Config) -> str:
     journal into "another config's"."""
     data = config.model_dump(mode="json", exclude_defaults=True)
     data.pop("localize", None)  # after the search: never a reason to start it again
-    for key in ("early_stop", "engine_cache"):  # what a probe costs, never its verdict
+    # what a probe costs, never its verdict; `fast` picks which commits the full setup
+    # probes, never what they are: a run resumes with it set or not
+    for key in ("early_stop", "engine_cache", "fast"):
         data.get("probe", {}).pop(key, None)
     if data.get("probe") == {}:
         data.pop("probe")

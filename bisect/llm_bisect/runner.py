@@ -132,6 +132,7 @@ def run(
     given: Sequence[tuple[ProbeOutcome, str]] = (),
     parallel: int = 1,
     early_stop: bool = False,
+    first: frozenset[str] = frozenset(),
 ) -> RunResult:
     """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
     journal when there is one.
@@ -142,7 +143,8 @@ def run(
     `early_stop`: a probe's suite stops at its first failed check, except at the ends.
 
     `coarse`: candidates whose artifact is ready (an image, a published wheel, a
-    cached build) are probed first, then the rest within the range left.
+    cached build) are probed first, then the rest within the range left. `first`: commits
+    probed first in their place, instead (a fast setup's answer, probed in the full one).
 
     `context` (documents.Context: the refs as given, the config, the node) goes into the
     journal's first event and the report. `given`: verdicts the run starts with instead of
@@ -188,7 +190,7 @@ def run(
         progress.planned(plan, len(state.probes))
         for line in launcher.reap():  # what killed llm-bisect processes left
             progress.note(line)
-        prefer = (
+        prefer = first or (
             frozenset(c.commit for c in plan.candidates if launcher.artifact(c).ready)
             if coarse
             else frozenset()

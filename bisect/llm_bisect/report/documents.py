@@ -215,10 +215,32 @@ class BumpDoc(_Doc):
     label: str = ""
 
 
+class FastDoc(_Doc):
+    """`probe.fast`: the search in the fast setup (DIR/fast), then its answer in the full."""
+
+    args: list[str]
+    env: dict[str, str]
+    """The fast setup's variables (a secret's value masked)."""
+    status: Status
+    """The fast search's."""
+    message: str
+    reproduced: bool
+    """Both ends reproduced in the fast setup, so the search ran in it; else in full."""
+    range: list[str]
+    """The fast answer: its last good, then every commit that could be the first bad."""
+    probes: int
+    """Probes in the fast setup (the full setup's are result.json's `probes`)."""
+    agreed: bool | None
+    """The full setup found what the fast one did; None where the ends did not reproduce."""
+    line: str
+
+
 class ResultDocument(_Doc, AddedLater):
     """DIR/result.json."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("confirmation", "first_bad_version", "bumps")
+    added_later: ClassVar[tuple[str, ...]] = (
+        "confirmation", "first_bad_version", "bumps", "fast",
+    )  # fmt: skip
 
     version: Literal[2] = RESULT_VERSION
     status: Status
@@ -259,6 +281,8 @@ class ResultDocument(_Doc, AddedLater):
     """Dependency pins the culprit changes, from its diff (pins.py)."""
     first_bad_version: str | None = None
     """`deps`: the first bad release of the dependency (the culprit's version)."""
+    fast: FastDoc | None = None
+    """`probe.fast`: where the search ran, and whether the full setup agreed."""
     reversals: list[Reversal] = Field(default_factory=list)
     """Where the verdicts were not monotone (a good after a bad): the answer is then the
     last old→new step, the one the new end still has."""

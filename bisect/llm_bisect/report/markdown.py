@@ -391,6 +391,21 @@ def _bumps(doc: ResultDocument) -> list[str]:
     return [*lines, ""]
 
 
+def _fast(doc: ResultDocument) -> list[str]:
+    """`probe.fast`: where the search ran, and whether the full setup agreed."""
+    fast = doc.fast
+    if fast is None:
+        return []
+    lines = ["## Fast probes", "", esc.text(fast.line), ""]
+    if fast.reproduced:
+        lines += [
+            "The full setup probed the fast answer first; the verdicts above are the full "
+            "setup's. The fast search, with its own golden: `fast/report.md`.",
+            "",
+        ]
+    return lines
+
+
 def _confirmation(doc: ResultDocument) -> list[str]:
     """Is it really that one: the culprit reverted on the bad end, picked on the good."""
     found = doc.confirmation
@@ -639,6 +654,7 @@ def render_markdown(doc: ResultDocument) -> str:
             "holds the commit that undid it; bisect it with `--find-fix`.",
             "",
         ]
+    lines += _fast(doc)
     lines += _confirmation(doc)
     lines += _bumps(doc)
     lines += _warnings(doc)

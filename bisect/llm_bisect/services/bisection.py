@@ -4,21 +4,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import config_digest
+from ..config import FastConfig, config_digest, secret_flag_values
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..pins import commit_bumps
 from ..probe import ProbeContext, Progress, SilentProgress, probe
-from ..report.documents import BumpDoc, ResultDocument
+from ..report.documents import BumpDoc, FastDoc, ResultDocument
 from ..runner import RunResult, run, write_outputs, write_probe
 from ..search import Status
 from .confirm import confirm, continue_after
 from .localization import localize_after_run
-from .setup import Setup, golden_file_of, plan_of, run_context, run_id_of
+from .setup import Setup, fast_setup, golden_file_of, plan_of, run_context, run_id_of
+
+FAST_DIR = "fast"
 
 
 def run_bisect(
@@ -33,7 +35,56 @@ def run_bisect(
     given: Sequence[tuple[ProbeOutcome, str]] = (),
 ) -> RunResult:
     """Bisect the config's range (or --good/--bad) into `out_dir`. `golden_file`: the golden
-    to judge by instead of the config's; `given`: verdicts held already (the gate's)."""
+    to judge by instead of the config's; `given`: verdicts held already (the gate's, whose
+    bisection runs in the full setup only).
+
+    With `probe.fast`, the search runs first in the fast setup, into DIR/fast (its own
+    journal, golden and probes); where both ends reproduce there, the full setup probes its
+    answer first (the ends, the last good, the first bad), and searches on in full wherever
+    it disagrees. The full run in DIR gives the answer; result.json's `fast` says how."""
+    if s.config.probe.fast is None or given:
+        return _bisect(s, out_dir, good=good, bad=bad, find_fix=find_fix, progress=progress,
+                       golden_file=golden_file, given=given)  # fmt: skip
+    note = progress.note if progress is not None else (lambda _: None)
+    fast_s = fast_setup(s)
+    s = replace(s, scrub=s.scrub.with_secrets(fast_s.scrub.secrets))
+    shown = fast_shown(s.config.probe.fast, s.secret_names)
+    note(f"fast: searching in the fast setup ({shown}) into {out_dir / FAST_DIR}")
+    quick = _bisect(fast_s, out_dir / FAST_DIR, good=good, bad=bad, find_fix=find_fix,
+                    progress=progress)  # fmt: skip
+    answer = quick.answer
+    reproduced = answer.status in (Status.FOUND, Status.AMBIGUOUS)
+    first = frozenset(answer.range) if reproduced else frozenset()
+    if reproduced:
+        note(f"fast: {answer.message}; probing its answer in the full setup")
+    else:
+        note(f"fast: the fast setup does not reproduce the ends ({answer.message}): "
+             "searching in the full setup")  # fmt: skip
+
+    def with_fast(result: ResultDocument) -> ResultDocument:
+        doc = fast_doc(s.config.probe.fast, s.secret_names, quick.result, result)
+        note(doc.line)
+        return result.model_copy(update={"fast": doc})
+
+    return _bisect(s, out_dir, good=good, bad=bad, find_fix=find_fix, progress=progress,
+                   golden_file=golden_file, first=first, decorate=with_fast)  # fmt: skip
+
+
+def _bisect(
+    s: Setup,
+    out_dir: Path,
+    *,
+    good: str | None = None,
+    bad: str | None = None,
+    find_fix: bool = False,
+    progress: Progress | None = None,
+    golden_file: Path | None = None,
+    given: Sequence[tuple[ProbeOutcome, str]] = (),
+    first: frozenset[str] = frozenset(),
+    decorate: Callable[[ResultDocument], ResultDocument] | None = None,
+) -> RunResult:
+    """One bisection in one setup; `first`: commits probed first where they lie in the range
+    left; `decorate`: what the result gains once the search is over (before confirmation)."""
     config, plan = plan_of(s, good, bad, find_fix)
     digest = config_digest(config) + (":fix" if find_fix else "")
     named = golden_file or s.golden_path()  # else one is recorded from the good end into DIR
@@ -61,7 +112,10 @@ def run_bisect(
                 given=given,
                 parallel=config.parallel,
                 early_stop=config.probe.early_stop,
+                first=first,
             )
+            if decorate is not None:
+                done.result = write_outputs(out_dir, decorate(done.result), s.scrub)
             if config.confirm is not False:
                 ctx = ProbeContext(launcher, s.checks, s.client, progress or SilentProgress(),
                                    config.probe.runs, golden, Regress(config.regress),
@@ -135,3 +189,50 @@ def check_one(
         write_probe(out_dir, outcome, s.scrub)
     progress.finished(candidate, outcome)
     return candidate, outcome
+
+
+def fast_shown(fast: FastConfig | None, secret: Collection[str]) -> str:
+    """The fast setup as output shows it: its flags and variables, a secret's value masked."""
+    assert fast is not None
+    hidden = set(secret_flag_values(fast.args))
+    words = ["***" if a in hidden else a for a in fast.args]
+    words += [f"{k}={'***' if k in secret else v}" for k, v in fast.env.items()]
+    return " ".join(words)
+
+
+def fast_doc(
+    fast: FastConfig | None, secret: Collection[str], quick: ResultDocument, full: ResultDocument
+) -> FastDoc:
+    """What the fast search found and whether the full run agrees. Pure."""
+    assert fast is not None
+    shown = fast_shown(fast, secret)
+    reproduced = quick.status in (Status.FOUND, Status.AMBIGUOUS)
+    n, m = len(quick.probes), len(full.probes)
+    env = {k: "***" if k in secret else v for k, v in fast.env.items()}
+    doc = FastDoc(args=list(fast.args), env=env, status=quick.status, message=quick.message,
+                  reproduced=reproduced, range=list(quick.range), probes=n, agreed=None,
+                  line="")  # fmt: skip
+    if not reproduced:
+        line = (f"fast setup ({shown}): {quick.message}; the search ran in the full setup "
+                f"({m} probes)")  # fmt: skip
+        return doc.model_copy(update={"line": line})
+    last = len(quick.range) - 1
+    found_fast = quick.culprit.commit[:12] if quick.culprit else f"{last} candidates"
+    said = f"fast setup ({shown}): {n} probes found {found_fast}"
+    if (
+        full.status is Status.FOUND
+        and quick.culprit is not None
+        and full.culprit is not None
+        and full.culprit.commit == quick.culprit.commit
+    ):
+        line = f"{said}; the full setup agrees ({m} probes in full)"
+        return doc.model_copy(update={"agreed": True, "line": line})
+    differs = []
+    for commit in quick.range:
+        in_full, in_fast = full.probe_of(commit), quick.probe_of(commit)
+        if in_full is not None and in_fast is not None and in_full.verdict != in_fast.verdict:
+            differs.append(f"{commit[:12]} is {in_full.verdict.value} in full")
+    why = "; ".join(differs) or full.message
+    found = full.culprit.commit[:12] if full.culprit else full.status.value
+    line = f"{said}; the full setup disagrees ({why}) and searched on in full: {found} ({m} probes)"
+    return doc.model_copy(update={"agreed": False, "line": line})

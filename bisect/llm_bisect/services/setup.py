@@ -28,6 +28,7 @@ from ..config import (
     expand_env,
     expand_paths,
     load_config,
+    read_yaml,
     secret_flag_values,
     secret_names,
     server_digest,
@@ -250,6 +251,47 @@ def setup(
         devices=devices,
         now=now,
     )
+
+
+FAST_ARGV = ("command", "worker_command", "args")
+"""The server fields `probe.fast.args` are added to, where the launcher's server has them."""
+
+
+def fast_section(
+    server: Mapping[str, Any], args: list[str], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """A config's raw `server:` section with the fast setup's flags after its own and its
+    variables over its own. Pure."""
+    section = dict(server)
+    for key in FAST_ARGV:
+        argv = section.get(key)
+        if isinstance(argv, list):
+            section[key] = [*argv, *args]
+    if args and not any(isinstance(section.get(k), list) for k in FAST_ARGV):
+        section["args"] = list(args)  # an image's server with no flags of its own
+    section["env"] = {**dict(section.get("env") or {}), **env}
+    return section
+
+
+def fast_setup(s: Setup) -> Setup:
+    """The config's fast setup (`probe.fast`): its flags and variables over the server's, and
+    nothing after the search (confirmation and localisation are the full setup's), with a
+    golden of its own (recorded from the good end in the fast setup)."""
+    fast = s.config.probe.fast
+    assert fast is not None
+    data = read_yaml(Path(s.config_file), "config")
+    section = fast_section(data["server"], fast.args, fast.env)
+    made = setup(Path(s.config_file), s.environ, repo=Path(s.repo) if s.repo else None,
+                 clock=s.clock, sleep=s.sleep, now=s.now, server_section=section)  # fmt: skip
+    config = made.config.model_copy(
+        update={
+            "golden": None,
+            "confirm": False,
+            "localize": made.config.localize.model_copy(update={"enabled": False}),
+            "probe": made.config.probe.model_copy(update={"fast": None}),
+        }
+    )
+    return replace(made, config=config, report=s.report)
 
 
 def with_engine_cache(

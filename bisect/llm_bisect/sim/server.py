@@ -25,7 +25,8 @@ container, SIGTERM is then ignored), `escape` (a child that
 leaves the process group with setsid and outlives its parent). A commit's
 `log_lines` are printed at startup as they are (escapes, fences, markup). A commit's
 `hold_file` keeps its server from listening while that file exists, so a test
-can stop a run at a known probe without guessing how long anything takes.
+can stop a run at a known probe without guessing how long anything takes (except in a
+server whose environment sets the variable `hold_unless_env` names: one setup of two).
 
 A commit's `fault_when` plays a fault of one setup only, as the GLM case's MoE backend
 did: a list of `{"flags": {"--moe-backend": "cutlass"}, "env": {"VLLM_USE_DEEP_GEMM": "1"},
@@ -461,6 +462,8 @@ def main(argv: list[str]) -> int:
         print(line, flush=True)
     time.sleep(delay)
     hold = settings.get("hold_file")
+    if os.environ.get(str(settings.get("hold_unless_env", ""))):
+        hold = None
     if hold and Path(hold).exists():
         print(f"sim: held until {hold} is gone", flush=True)
         while Path(hold).exists():
