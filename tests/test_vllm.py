@@ -52,9 +52,8 @@ CPU_STARTUP = {
     "cudagraph_mode": "NONE",
 }
 CAUGHT = {
-    # build: the default checks that must fail on it (all others pass)
-    "doc": set(),
-    "refactor": set(),
+    # build: the default checks that must fail on it (all others pass); no false alarm on
+    # `doc` (the gate below allows it) nor on `refactor` (good in the bisection above)
     "parser-alone": {"canary", "expect", "eval"},
     "rope-alone": {"logprobs"},
     "mlp-alone": {"logprobs"},
@@ -155,6 +154,15 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     assert sea["content"] is None and sea["reasoning"]
     report = (out / "report.md").read_text()
     assert "content is null" in report
+    # two regressions in the range (`config`, then `rope`): the bad end with the culprit
+    # reverted is still bad (on logprobs), so the culprit is not all of it
+    confirmation = result["confirmation"]
+    assert confirmation["status"] == "not-confirmed", confirmation
+    revert, pick = confirmation["probes"]
+    assert revert["kind"] == "revert" and revert["onto"] == shas["rope"], revert
+    assert revert["verdict"] == "bad" and revert["commit"] and not revert["reused"], revert
+    assert pick["commit"] is None and "not tried" in pick["reason"], pick
+    assert "reverting it does not fix the bad build" in report
     # vLLM's own collect_env ran with each build's python: the venv's torch, vLLM's version
     torch = subprocess.run(
         [str(bed["venv"] / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
@@ -310,6 +318,11 @@ def test_a_changed_forward_compiles_anew_with_a_shared_cache(bed: dict[str, Any]
     # key), or over the parent's after vLLM saw the traced source change
     assert probes[shas["mlp-alone"]]["startup"]["compile_cache"] == "miss"
     assert any((cache / "vllm" / "torch_compile_cache").rglob("*")), "the cache was used"
+    # confirmed at no cost: the bad end with it reverted is the good end's tree, the good end
+    # with it picked the culprit's own
+    confirmation = result["confirmation"]
+    assert confirmation["status"] == "confirmed", confirmation
+    assert "by the run's own probes only" in confirmation["reason"], confirmation
 
 
 def test_calibrate_on_real_vllm_flags_no_good_run(bed: dict[str, Any]) -> None:
@@ -384,6 +397,44 @@ def test_localize_names_a_layers_own_code_and_the_models_code_between_layers(
         assert modules.count("model") == 1 and "<root>" in modules, "the root has its own label"
         print(f"\n{output.strip()}")
     assert found["reused"] == ["good"], "the second localisation started the bad build only"
+
+
+def test_configs_names_the_one_flag_that_changes_real_vllm_output(bed: dict[str, Any]) -> None:
+    """The GLM case's question at one build: GOOD and BAD servers differ in a flag that
+    changes the model's numerics (`--hf-overrides` of the RMSNorm epsilon, as a wrong
+    backend flag would) and in a variable that changes nothing. `configs` names the flag
+    alone, and localises GOOD against it: the first module whose output differs, no NaN or
+    Inf on either side. Five vLLM starts: GOOD, BAD, the flag alone, and the localisation's
+    two."""
+    shas, root = bed["shas"], bed["root"]
+    server = yaml.safe_load(bed["config"].read_text())["server"]
+    overrides = json.dumps({"rms_norm_eps": 0.1})
+    good, bad = root / "good-server.yaml", root / "bad-server.yaml"
+    good.write_text(yaml.safe_dump({"server": server}))
+    bad.write_text(yaml.safe_dump({"server": {
+        **server,
+        "command": [*server["command"], "--hf-overrides", overrides],
+        "env": {**server["env"], "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
+    }}))  # fmt: skip
+    out = root / "configs"
+    t0 = time.monotonic()
+    code, output = invoke(
+        "configs", str(bed["config"]), "--build", shas["refactor"], "--good-server", str(good),
+        "--bad-server", str(bad), "--out", str(out),
+    )  # fmt: skip
+    took = time.monotonic() - t0
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert [d["label"] for d in result["difference"]] == [f"--hf-overrides {overrides}"], output
+    assert [t["verdict"] for t in result["trials"]] == ["good", "bad", "bad"], result["trials"]
+    located = result["localization"]
+    assert located["good"] == located["bad"] == shas["refactor"], located
+    assert located["module"] == "model.layers.0.input_layernorm", located
+    assert located["nonfinite"] == {"good": 0, "bad": 0, "first": None}, located
+    report = (out / "report.md").read_text()
+    assert f"`--hf-overrides {overrides}`" in report and located["line"] in report
+    print(f"\nconfigs: {len(result['trials'])} trials and a localisation in {took:.0f}s")
+    print(result["message"], "|", located["line"])
 
 
 def test_gate_on_real_vllm_allows_a_doc_change_and_blocks_a_rope_bug(
