@@ -768,6 +768,7 @@ def config_digest(config: Config) -> str:
     journal into "another config's"."""
     data = config.model_dump(mode="json", exclude_defaults=True)
     data.pop("localize", None)  # after the search: never a reason to start it again
+    data.pop("confirm", None)  # the same: `continue` set after "not confirmed" resumes
     for key in ("early_stop", "engine_cache"):  # what a probe costs, never its verdict
         data.get("probe", {}).pop(key, None)
     if data.get("probe") == {}:
