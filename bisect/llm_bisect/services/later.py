@@ -100,7 +100,7 @@ def probe_later(
                 found.append(LaterDoc(ref=ref, commit=commit, verdict=verdict, reason=why))
                 continue
             if commit not in done:
-                note(f"later: probing {ref} ({candidate.short})")
+                note(printable(f"later: probing {ref} ({candidate.short})"))
                 made = probe(candidate, out_dir / "later" / candidate.short, ctx)
                 journal.append("probe", ref=ref, outcome=made.to_json())
                 done[commit] = made
