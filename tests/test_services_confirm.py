@@ -170,3 +170,17 @@ def test_a_culprit_that_bumps_a_pin_names_it_and_the_deps_command(tmp_path: Path
             "--good 0.6.15.post1 --bad 0.6.16.post3") in report  # fmt: skip
     assert CliRunner().invoke(cli, ["report", str(tmp_path / "out")]).exit_code == 0
     assert "## Dependencies it bumps" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_confirm_continue_set_after_a_not_confirmed_run_resumes_it(tmp_path: Path) -> None:
+    second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
+    h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
+    code, output, doc, first = run(h, tmp_path)
+    assert code == 0, output
+    assert doc["confirmation"]["status"] == "not-confirmed"
+    code, output, doc, launches = run(h, tmp_path, confirm="continue")
+    assert code == 0, output
+    again = launches[len(first) :]
+    assert again and not set(again) & set(first), again  # nothing of the first run probed anew
+    went_on = doc["confirmation"]["continued"]
+    assert went_on["status"] == "found" and went_on["culprit"] == h.shas[9], went_on

@@ -39,6 +39,7 @@ from .services.confirm import with_confirmation
 from .services.deps import run_deps
 from .services.gate import GATE_FILE, run_gate
 from .services.golden import calibrate, record_golden
+from .services.later import with_later
 from .services.localization import LOCALIZATION, localize_refs, with_localization
 from .services.reap import reap_servers
 from .services.setup import Setup, golden_file_of, plan_of, setup
@@ -634,7 +635,7 @@ def report_cmd(
                 raise JournalError(
                     f"{out}: the run has not finished; resume it with `llm-bisect run`"
                 )
-            result = with_confirmation(with_localization(result, out), out)
+            result = with_later(with_confirmation(with_localization(result, out), out), out)
             write_outputs(out, _with_bumps(result, out / "result.json"))
         _print_answer(term, step, out)
         return STATUS_EXIT[step.status]

@@ -67,6 +67,10 @@ class CandidatesConfig(_Strict):
     coarse: bool = False
     """Coarse then fine: bisect first among candidates whose artifact is ready (an image, a
     published wheel, a cached build), then within the range left with any build."""
+    later: list[str] = Field(default_factory=list)
+    """Refs newer than the bad end, oldest first (a later release, a nightly): once the
+    culprit is found, each is probed with the run's checks, to say where the regression
+    ends; the newest good again gives the `--find-fix` command that finds the fix."""
     url: str | None = None
     """The repository's web address, for links in report.md (commit, PR, compare range);
     default: from the clone's `origin` remote, when it is a GitHub or GitLab address."""
@@ -790,6 +794,7 @@ def config_digest(config: Config) -> str:
     journal into "another config's"."""
     data = config.model_dump(mode="json", exclude_defaults=True)
     data.pop("localize", None)  # after the search: never a reason to start it again
+    data.pop("confirm", None)  # the same: `continue` set after "not confirmed" resumes
     # what a probe costs, never its verdict; `fast` picks which commits the full setup
     # probes, never what they are: a run resumes with it set or not
     for key in ("early_stop", "engine_cache", "fast"):
@@ -797,6 +802,7 @@ def config_digest(config: Config) -> str:
     if data.get("probe") == {}:
         data.pop("probe")
     data["candidates"].pop("url", None)  # links in the report only
+    data["candidates"].pop("later", None)  # probed after the search, as `confirm`
     data.pop("parallel", None)  # how many at once, and where, never change a verdict
     data["server"].pop("docker_hosts", None)
     data["server"].pop("slot_gpus", None)

@@ -165,8 +165,10 @@ class Sides(_Doc):
     differences: list[str]
 
 
-class Context(_Doc):
+class Context(_Doc, AddedLater):
     """How the run was asked for and where it ran: what a bug report needs besides results."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("out",)
 
     good_ref: str = ""
     """candidates.good as the user gave it (a tag, a branch, an image)."""
@@ -181,6 +183,8 @@ class Context(_Doc):
     """The repository's web address (candidates.url, else from the remote), for links."""
     environment: dict[str, Any] = Field(default_factory=dict)
     """The node: GPUs, driver, CUDA (from nvidia-smi), OS, Python, llm-bisect."""
+    out: str = ""
+    """The run's folder (absolute), for the commands that resume it; "": not recorded."""
 
 
 class ConfirmProbe(_Doc):
@@ -202,6 +206,18 @@ class Confirmation(_Doc):
     probes: list[ConfirmProbe]
     continued: dict[str, Any] | None = None
     """`confirm: continue`: the bisection of what remains on the reverted line."""
+
+
+class LaterDoc(_Doc):
+    """A build newer than the bad end (`candidates.later`), probed once the culprit was
+    found: where the regression ends."""
+
+    ref: str
+    """The ref as the config gives it."""
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    verdict: Verdict
+    """good: good again; bad: still bad; skip or unsure: could not be tested."""
+    reason: str = ""
 
 
 class BumpDoc(_Doc):
@@ -239,7 +255,7 @@ class ResultDocument(_Doc, AddedLater):
     """DIR/result.json."""
 
     added_later: ClassVar[tuple[str, ...]] = (
-        "confirmation", "first_bad_version", "bumps", "fast",
+        "confirmation", "first_bad_version", "bumps", "later", "fast",
     )  # fmt: skip
 
     version: Literal[2] = RESULT_VERSION
@@ -279,6 +295,8 @@ class ResultDocument(_Doc, AddedLater):
     """The culprit reverted on the bad end and picked on the good end (services/confirm.py)."""
     bumps: list[BumpDoc] = Field(default_factory=list)
     """Dependency pins the culprit changes, from its diff (pins.py)."""
+    later: list[LaterDoc] = Field(default_factory=list)
+    """`candidates.later`, each probed with the run's checks (services/later.py)."""
     first_bad_version: str | None = None
     """`deps`: the first bad release of the dependency (the culprit's version)."""
     fast: FastDoc | None = None

@@ -16,7 +16,7 @@ from ..localize import LocalizationDoc
 from ..search import Mode, Status
 from ..startup import PHASE_LABELS
 from . import escape as esc
-from .documents import CandidateDoc, Context, ProbeDoc, ResultDocument, Sides
+from .documents import CandidateDoc, Context, LaterDoc, ProbeDoc, ResultDocument, Sides
 from .escape import cell
 from .links import commit_url, compare_url, pr_number, pr_url
 
@@ -426,6 +426,83 @@ def _confirmation(doc: ResultDocument) -> list[str]:
             "",
             f"Bisected on the reverted line: {esc.text(found.continued.get('message', ''))}",
         ]
+    again = run_again(doc)
+    if again is not None:
+        lines += [
+            "",
+            "To bisect what remains (each commit after the culprit, with it reverted), set "
+            "`confirm: continue` in the config and run the same command again; it resumes "
+            "from the run's journal, no probe repeated:",
+            "",
+            *esc.fence(esc.shell(again), "bash"),
+        ]
+    return [*lines, ""]
+
+
+def run_again(doc: ResultDocument) -> list[str] | None:
+    """The command that resumes this run, when its culprit's revert did not fix the bad end
+    and what remains was not bisected (`confirm: continue` not set); None otherwise."""
+    found = doc.confirmation
+    if found is None or found.status != "not-confirmed" or found.continued:
+        return None
+    revert = next((p for p in found.probes if p.kind == "revert"), None)
+    if revert is None or revert.verdict != "bad":
+        return None
+    ctx = doc.context
+    ends = [*(["--good", ctx.good_ref] if ctx.good_ref else []),
+            *(["--bad", ctx.bad_ref] if ctx.bad_ref else [])]  # fmt: skip
+    return ["llm-bisect", "run", ctx.config or "CONFIG", *ends, "--out", ctx.out or "DIR",
+            *reproduce_repo(ctx)]  # fmt: skip
+
+
+LATER_SAID = {"good": "good again", "bad": "still bad"}
+
+
+def good_again(doc: ResultDocument) -> LaterDoc | None:
+    """The newest later build that is good again (the last such in `candidates.later`)."""
+    fixed = [x for x in doc.later if x.verdict.value == "good"]
+    return fixed[-1] if fixed and doc.mode is Mode.REGRESSION else None
+
+
+def fix_command(doc: ResultDocument) -> list[str] | None:
+    """The `--find-fix` run from the bad end to the newest later build that is good again;
+    None when none is."""
+    fixed = good_again(doc)
+    if fixed is None:
+        return None
+    ctx = doc.context
+    return ["llm-bisect", "run", ctx.config or "CONFIG", "--find-fix", "--good", fixed.commit,
+            "--bad", doc.bad, "--out", (ctx.out or "DIR") + "-fix",
+            *reproduce_repo(ctx)]  # fmt: skip
+
+
+def _later(doc: ResultDocument) -> list[str]:
+    """Where the regression ends: each build newer than the bad end, and the command that
+    finds the fix when one of them is good again."""
+    if not doc.later:
+        return []
+    lines = [
+        "## Where it ends",
+        "",
+        f"Builds newer than the bad end `{doc.bad[:12]}` (`candidates.later`), probed with the "
+        "run's checks and golden:",
+        "",
+    ]
+    for x in doc.later:
+        said = LATER_SAID.get(x.verdict.value, f"could not be tested ({x.verdict.value})")
+        why = f": {cell(x.reason, 300)}" if x.reason else ""
+        lines.append(f"- {esc.code(x.ref)} (`{x.commit[:12]}`): **{said}**{why}")
+    fix, fixed = fix_command(doc), good_again(doc)
+    if fix is not None and fixed is not None:
+        lines += [
+            "",
+            f"The fix lies between the bad end `{doc.bad[:12]}` and `{fixed.commit[:12]}`; "
+            "find it with:",
+            "",
+            *esc.fence(esc.shell(fix), "bash"),
+        ]
+    elif any(x.verdict.value == "bad" for x in doc.later):
+        lines += ["", "No later build tested is good again: the regression has not ended."]
     return [*lines, ""]
 
 
@@ -656,6 +733,7 @@ def render_markdown(doc: ResultDocument) -> str:
         ]
     lines += _fast(doc)
     lines += _confirmation(doc)
+    lines += _later(doc)
     lines += _bumps(doc)
     lines += _warnings(doc)
     lines += _reproduce(doc)

@@ -17,6 +17,7 @@ from ..report.documents import BumpDoc, FastDoc, ResultDocument
 from ..runner import RunResult, run, write_outputs, write_probe
 from ..search import Status
 from .confirm import confirm, continue_after
+from .later import next_steps, probe_later, resolve_later
 from .localization import localize_after_run
 from .setup import Setup, fast_setup, golden_file_of, plan_of, run_context, run_id_of
 
@@ -86,6 +87,7 @@ def _bisect(
     """One bisection in one setup; `first`: commits probed first where they lie in the range
     left; `decorate`: what the result gains once the search is over (before confirmation)."""
     config, plan = plan_of(s, good, bad, find_fix)
+    later = resolve_later(config.candidates.later, s.resolve)
     digest = config_digest(config) + (":fix" if find_fix else "")
     named = golden_file or s.golden_path()  # else one is recorded from the good end into DIR
     golden = s.golden_store(named, of=plan.good.commit) if named else None
@@ -108,7 +110,9 @@ def _bisect(
                 scrub=s.scrub,
                 regress=Regress(config.regress),
                 coarse=config.candidates.coarse,
-                context=run_context(s, config).model_copy(update={"golden": str(judged_by)}),
+                context=run_context(s, config).model_copy(
+                    update={"golden": str(judged_by), "out": str(out_dir.absolute())}
+                ),
                 given=given,
                 parallel=config.parallel,
                 early_stop=config.probe.early_stop,
@@ -125,6 +129,15 @@ def _bisect(
                 if found is not None:
                     confirmed = done.result.model_copy(update={"confirmation": found})
                     done.result = write_outputs(out_dir, confirmed, s.scrub)
+            if later:
+                say = progress.note if progress is not None else (lambda _: None)
+                ctx = ProbeContext(launcher, s.checks, s.client, progress or SilentProgress(),
+                                   config.probe.runs, golden, Regress(config.regress),
+                                   s.clock)  # fmt: skip
+                ends = probe_later(s.source.path, out_dir, done.result, later, ctx, say, s.scrub)
+                if ends:
+                    ended = done.result.model_copy(update={"later": ends})
+                    done.result = write_outputs(out_dir, ended, s.scrub)
         note = progress.note if progress is not None else (lambda _: None)
         known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
         located = localize_after_run(s, done.result, out_dir, note, known)
@@ -144,7 +157,9 @@ def _bisect(
         confirmation = done.result.confirmation
         reverted = confirmation.probes[0] if confirmation is not None else None
         if config.confirm == "continue" and confirmation and reverted and reverted.verdict == "bad":
-            nested = replace(s, config=s.config.model_copy(update={"confirm": True}))
+            only = s.config.candidates.model_copy(update={"later": []})  # the outer run's
+            inner = s.config.model_copy(update={"confirm": True, "candidates": only})
+            nested = replace(s, config=inner)
 
             def bisect(line_good: str, line_bad: str) -> ResultDocument:
                 inner = run_bisect(nested, out_dir / "continued", good=line_good, bad=line_bad,
@@ -157,6 +172,8 @@ def _bisect(
             went = confirmation.model_copy(update={"continued": went_on})
             doc = done.result.model_copy(update={"confirmation": went})
             done.result = write_outputs(out_dir, doc, s.scrub)
+        for line in next_steps(done.result):
+            note(line)
         return done
 
 

@@ -274,9 +274,9 @@ def fast_section(
 
 
 def fast_setup(s: Setup) -> Setup:
-    """The config's fast setup (`probe.fast`): its flags and variables over the server's, and
-    nothing after the search (confirmation and localisation are the full setup's), with a
-    golden of its own (recorded from the good end in the fast setup)."""
+    """The config's fast setup (`probe.fast`): its flags and variables over the server's,
+    nothing after the search (confirmation, localisation and `candidates.later` are the full
+    setup's), and a golden of its own (recorded from the good end in the fast setup)."""
     fast = s.config.probe.fast
     assert fast is not None
     data = read_yaml(Path(s.config_file), "config")
@@ -287,6 +287,7 @@ def fast_setup(s: Setup) -> Setup:
         update={
             "golden": None,
             "confirm": False,
+            "candidates": made.config.candidates.model_copy(update={"later": []}),
             "localize": made.config.localize.model_copy(update={"enabled": False}),
             "probe": made.config.probe.model_copy(update={"fast": None}),
         }

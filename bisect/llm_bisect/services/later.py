@@ -1,0 +1,147 @@
+"""Where the regression ends (`candidates.later`): once a run found its culprit, each build
+newer than the bad end (a later release, a nightly) is probed with the run's checks and
+golden.
+
+    good ──── culprit ──── bad end ──── later₁ ──── later₂ ...
+                                         still bad?  good again?
+
+A later build good again bounds the fix: the newest such gives the `--find-fix` command that
+finds it (report/markdown.py). A later ref whose tree is one the run probed already (its
+culprit's revert, a probe of the range) takes that verdict, costing nothing; a build that
+cannot be tested is said as such, never good or bad.
+
+The probes are journalled in DIR/later.jsonl, so a run killed here resumes without repeating
+one; DIR/later.json keeps the answer for `report DIR`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..journal import Journal, read_events
+from ..model import Candidate, ProbeOutcome, Verdict
+from ..probe import ProbeContext, probe
+from ..redact import Scrub
+from ..report.documents import LaterDoc, ResultDocument
+from ..report.escape import shell
+from ..report.markdown import LATER_SAID, fix_command, run_again
+from ..runner import write_atomic
+from ..search import Mode, Status
+from ..terminal import printable
+
+JOURNAL = "later.jsonl"
+STORED = "later.json"
+VERSION = 1
+
+
+def resolve_later(refs: Sequence[str], resolve: Callable[[str, str], Candidate]) -> list[
+    tuple[str, Candidate]
+]:  # fmt: skip
+    """Each of `candidates.later` with its commit; ConfigError (`candidates.later: no such
+    ref 'x'`) for one that names none, before anything starts."""
+    return [(ref, resolve(ref, "candidates.later")) for ref in refs]
+
+
+def _tree(repo: Path, commit: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", f"{commit}^{{tree}}"], capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
+def probe_later(
+    repo: Path,
+    out_dir: Path,
+    result: ResultDocument,
+    later: Sequence[tuple[str, Candidate]],
+    ctx: ProbeContext,
+    note: Callable[[str], None],
+    scrub: Scrub,
+) -> list[LaterDoc]:
+    """result.json's `later` for a run that found its culprit; [] otherwise (or none given)."""
+    if not later or result.status is not Status.FOUND or result.mode is not Mode.REGRESSION:
+        return []
+    probed: dict[str, tuple[str, Verdict, str]] = {}  # tree -> (commit, verdict, reason)
+    confirmed = result.confirmation.probes if result.confirmation else []
+    for commit, verdict, reason in [
+        *((p.commit, p.verdict.value, p.reason) for p in result.probes),
+        *((p.commit, p.verdict, p.reason) for p in confirmed if p.commit and p.verdict),
+    ]:
+        if commit and verdict in ("good", "bad"):
+            probed.setdefault(_tree(repo, commit), (commit, Verdict(verdict), reason or ""))
+    digest = hashlib.sha256(f"{result.good}\0{result.bad}".encode()).hexdigest()[:16]
+    path = out_dir / JOURNAL
+    done: dict[str, ProbeOutcome] = {}
+    for event in read_events(path):
+        if event["event"] == "run" and event.get("digest") != digest:
+            path.unlink()  # another range's: start anew
+            done = {}
+            break
+        if event["event"] == "probe":
+            outcome = ProbeOutcome.from_json(event["outcome"])
+            done[outcome.commit] = outcome
+    found: list[LaterDoc] = []
+    with Journal(path, scrub) as journal:
+        if not journal.reading.events:
+            plan: dict[str, Any] = {"mode": "regression", "anchor": None, "sequence": []}
+            journal.append("run", version=VERSION, digest=digest, kind="later", plan=plan)
+        for ref, candidate in later:
+            commit = candidate.commit
+            tree = _tree(repo, commit)
+            same = probed.get(tree) if tree else None
+            if same is not None and commit not in done:
+                was, verdict, reason = same
+                why = reason if was == commit else f"the tree of {was[:12]}, probed: {reason}"
+                found.append(LaterDoc(ref=ref, commit=commit, verdict=verdict, reason=why))
+                continue
+            if commit not in done:
+                note(printable(f"later: probing {ref} ({candidate.short})"))
+                made = probe(candidate, out_dir / "later" / candidate.short, ctx)
+                journal.append("probe", ref=ref, outcome=made.to_json())
+                done[commit] = made
+            outcome = done[commit]
+            if tree and outcome.verdict in (Verdict.GOOD, Verdict.BAD):
+                probed.setdefault(tree, (commit, outcome.verdict, outcome.reason))
+            found.append(
+                LaterDoc(ref=ref, commit=commit, verdict=outcome.verdict, reason=outcome.reason)
+            )
+    for x in found:
+        said = LATER_SAID.get(x.verdict.value, f"could not be tested ({x.verdict.value})")
+        note(printable(f"later: {x.ref} ({x.commit[:12]}): {said}"))
+    stored = {"good": result.good, "bad": result.bad, "later": [x.model_dump() for x in found]}
+    write_atomic(out_dir / STORED, json.dumps(scrub.doc(stored), indent=2) + "\n")
+    return [LaterDoc.model_validate(x) for x in scrub.doc(stored)["later"]]
+
+
+def with_later(result: ResultDocument, out_dir: Path) -> ResultDocument:
+    """result.json with what DIR/later.json says of its range (`report DIR`)."""
+    try:
+        stored = json.loads((out_dir / STORED).read_text())
+        found = [LaterDoc.model_validate(x) for x in stored["later"]]
+        ends = (stored["good"], stored["bad"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return result
+    if ends != (result.good, result.bad) or result.status is not Status.FOUND:
+        return result
+    return result.model_copy(update={"later": found})
+
+
+def next_steps(doc: ResultDocument) -> list[str]:
+    """The terminal's last lines: how to bisect what remains after a culprit whose revert
+    did not fix the bad end, and how to find the fix a later build bounds."""
+    lines = []
+    again = run_again(doc)
+    if again is not None:
+        lines.append(
+            "confirm: to bisect what remains, set `confirm: continue` in the config and run "
+            f"the same command again (it resumes): {shell(again)}"
+        )
+    fix = fix_command(doc)
+    if fix is not None:
+        lines.append(f"later: to find the fix: {shell(fix)}")
+    return [printable(line) for line in lines]

@@ -1,0 +1,197 @@
+"""Where the regression ends (`candidates.later`): after a run found its culprit, builds newer
+than the bad end are probed with the run's checks; one good again gives the `--find-fix`
+command, which, run as printed, finds the fix. Also: the next step a run that was not
+confirmed prints (`confirm: continue`, the same command again)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+from typer.testing import CliRunner
+
+from helpers import HOSTILE_TAGS, History, github_render, shell_words, sim_command
+from llm_bisect.cli import cli
+from llm_bisect.model import Verdict
+from llm_bisect.report.documents import Context, LaterDoc, ResultDocument
+from llm_bisect.report.markdown import render_markdown
+
+CHECKS = [{"type": "canary"}, {"type": "expect"}]
+
+
+def config_of(h: History, tmp_path: Path, **over: Any) -> Path:
+    launches = tmp_path / "launches"
+    server = {"command": [*sim_command(h.repo), "--launch-log", str(launches)]}
+    return h.config(server=server, checks=CHECKS, **over)
+
+
+def launched(tmp_path: Path) -> list[str]:
+    log = tmp_path / "launches"
+    return log.read_text().split() if log.exists() else []
+
+
+def tag(h: History, name: str, commit: str) -> None:
+    subprocess.run(["git", "-C", str(h.repo), "tag", name, commit], check=True)
+
+
+def commands(md: str, word: str) -> list[str]:
+    """The command lines of report.md's bash blocks that hold `word`."""
+    return [
+        line
+        for info, content in github_render(md).fences
+        if info == "bash"
+        for line in content.splitlines()
+        if word in line
+    ]
+
+
+def test_a_later_build_good_again_gives_the_command_that_finds_the_fix(tmp_path: Path) -> None:
+    h = History(tmp_path, {5: "degenerate-content", 9: "none"}, 12)
+    tag(h, "v0.28.0", h.shas[10])
+    tag(h, "nightly", h.shas[8])
+    config = config_of(h, tmp_path, bad=h.shas[7], confirm=False,
+                       candidates={"later": ["nightly", "v0.28.0"]})  # fmt: skip
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["culprit"]["commit"] == h.shas[5]
+    assert [{k: x[k] for k in ("ref", "commit", "verdict")} for x in doc["later"]] == [
+        {"ref": "nightly", "commit": h.shas[8], "verdict": "bad"},
+        {"ref": "v0.28.0", "commit": h.shas[10], "verdict": "good"},
+    ]
+    first = launched(tmp_path)
+    assert h.shas[8] in first and h.shas[10] in first
+    md = (out / "report.md").read_text()
+    assert "## Where it ends" in md
+    assert f"- `nightly` (`{h.shas[8][:12]}`): **still bad**" in md
+    assert f"- `v0.28.0` (`{h.shas[10][:12]}`): **good again**" in md
+    [line] = commands(md, "--find-fix")
+    assert line == shlex.join(["llm-bisect", "run", str(config.absolute()), "--find-fix",
+                               "--good", h.shas[10], "--bad", h.shas[7], "--out",
+                               f"{out.absolute()}-fix"])  # fmt: skip
+    assert f"later: to find the fix: {line}" in done.output  # the terminal says the same
+    # run again: the later probes come back from DIR/later.jsonl, none repeated
+    again = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert launched(tmp_path) == first
+    assert json.loads((out / "result.json").read_text())["later"] == doc["later"]
+    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0  # `report` keeps it
+    assert json.loads((out / "result.json").read_text())["later"] == doc["later"]
+    # the command as printed finds the fix
+    words = shlex.split(line)
+    assert words[0] == "llm-bisect"
+    fixed = CliRunner().invoke(cli, words[1:])
+    assert fixed.exit_code == 0, fixed.output
+    fix = json.loads((Path(f"{out}-fix") / "result.json").read_text())
+    assert fix["mode"] == "fix" and fix["status"] == "found"
+    assert fix["culprit"]["commit"] == h.shas[9]
+
+
+def test_a_later_build_still_bad_or_untestable_offers_no_fix_command(tmp_path: Path) -> None:
+    h = History(tmp_path, {5: "degenerate-content", 11: "crash-on-start"}, 12)
+    config = config_of(h, tmp_path, bad=h.shas[7], confirm=False,
+                       candidates={"later": [h.shas[9], h.shas[11]]})  # fmt: skip
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    doc = json.loads((out / "result.json").read_text())
+    assert [(x["commit"], x["verdict"]) for x in doc["later"]] == [
+        (h.shas[9], "bad"),
+        (h.shas[11], "skip"),
+    ]
+    md = (out / "report.md").read_text()
+    assert f"(`{h.shas[9][:12]}`): **still bad**" in md
+    assert f"(`{h.shas[11][:12]}`): **could not be tested (skip)**" in md
+    assert "--find-fix" not in md and "--find-fix" not in done.output
+    assert "**good again**" not in md
+    assert "No later build tested is good again: the regression has not ended." in md
+
+
+def test_a_later_ref_whose_tree_was_probed_takes_its_verdict(tmp_path: Path) -> None:
+    h = History(tmp_path, {5: "degenerate-content"}, 8)
+    same = subprocess.run(  # the bad end's tree, another commit
+        ["git", "-C", str(h.repo), "commit-tree", f"{h.shas[-1]}^{{tree}}", "-p", h.shas[-1],
+         "-m", "rebuild"], capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    config = config_of(h, tmp_path, confirm=False, candidates={"later": [same]})
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    [later] = json.loads((out / "result.json").read_text())["later"]
+    assert later["verdict"] == "bad" and later["commit"] == same
+    assert later["reason"].startswith(f"the tree of {h.shas[-1][:12]}, probed")
+    assert same not in launched(tmp_path)
+
+
+def test_an_unknown_later_ref_is_one_line_and_starts_nothing(tmp_path: Path) -> None:
+    h = History(tmp_path, {5: "degenerate-content"}, 8)
+    config = config_of(h, tmp_path, candidates={"later": ["v9.9.9"]})
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 2
+    assert done.output == "llm-bisect: error: candidates.later: no such ref 'v9.9.9'\n"
+    assert not out.exists() and launched(tmp_path) == []
+
+
+def test_a_run_not_confirmed_says_how_to_bisect_what_remains(tmp_path: Path) -> None:
+    second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
+    spaced = {"fault_spacer": 0, "fault_when": []}
+    h = History(tmp_path, {5: "degenerate-content"}, 12, settings=spaced, changes={9: second})
+    config = config_of(h, tmp_path)
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    md = (out / "report.md").read_text()
+    assert "set `confirm: continue` in the config and run the same command again" in md
+    [line] = commands(md, "llm-bisect run")
+    assert line == shlex.join(["llm-bisect", "run", str(config.absolute()), "--good", h.shas[0],
+                               "--bad", h.shas[-1], "--out", str(out.absolute())])  # fmt: skip
+    assert line in done.output  # the terminal's last note
+    first = launched(tmp_path)
+    # as the report says: `confirm: continue` in the config, the same command again
+    data = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**data, "confirm": "continue"}, sort_keys=False))
+    again = CliRunner().invoke(cli, shlex.split(line)[1:])
+    assert again.exit_code == 0, again.output
+    assert not set(launched(tmp_path)[len(first) :]) & set(first)
+    went_on = json.loads((out / "result.json").read_text())["confirmation"]["continued"]
+    assert went_on["culprit"] == h.shas[9]
+    md = (out / "report.md").read_text()
+    assert "confirm: continue" not in md and "confirm: to bisect" not in again.output
+
+
+def test_later_refs_and_commands_are_escaped(tmp_path: Path) -> None:
+    sha = "a" * 40
+    doc = ResultDocument.model_validate(
+        {
+            "status": "found", "message": "m", "mode": "regression", "good": "b" * 40,
+            "bad": "c" * 40, "culprit": {"commit": "d" * 40}, "range": ["b" * 40, "d" * 40],
+            "candidates": 3, "probes": [],
+        }
+    )  # fmt: skip
+    hostile = f"{tmp_path}/{HOSTILE_TAGS[0]}"
+    doc = doc.model_copy(
+        update={
+            "later": [
+                LaterDoc(ref=t, commit=sha, verdict=Verdict.GOOD, reason=HOSTILE_TAGS[1])
+                for t in HOSTILE_TAGS
+            ],
+            "context": Context(config=hostile, out=hostile, repo=hostile),
+        }
+    )
+    md = render_markdown(doc)
+    rendered = github_render(md)
+    assert rendered.problems == []
+    for t in HOSTILE_TAGS:
+        assert t in rendered.text
+    [line] = commands(md, "--find-fix")
+    (tmp_path / "sh").mkdir()
+    words = shell_words(line, tmp_path / "sh")
+    assert words == ["llm-bisect", "run", hostile, "--find-fix", "--good", sha, "--bad", "c" * 40,
+                     "--out", f"{hostile}-fix", "--repo", hostile]  # fmt: skip
+    assert list((tmp_path / "sh").iterdir()) == []  # nothing in it ran
