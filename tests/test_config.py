@@ -81,6 +81,11 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
             "server.command: unknown placeholder '{prot}'",
         ),
         (
+            {"server": {"command": ["serve", "--hf-overrides", '{"rms_norm_eps": 0.1}']}},
+            """server.command: '{"rms_norm_eps": 0.1}' is read as a placeholder: write a literal """
+            """brace twice ('{{"rms_norm_eps": 0.1}}')""",
+        ),
+        (
             {"server": {"command": ["x"], "ready_timeout": "soon"}},
             "server.ready_timeout: Input should be a valid number, got 'soon'",
         ),

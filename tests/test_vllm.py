@@ -163,6 +163,10 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     assert revert["verdict"] == "bad" and revert["commit"] and not revert["reused"], revert
     assert pick["commit"] is None and "not tried" in pick["reason"], pick
     assert "reverting it does not fix the bad build" in report
+    # and how to bisect what remains: the same command again, with `confirm: continue`
+    fences = [c for info, c in github_render(report).fences if info == "bash"]
+    again = next(shlex.split(c) for c in fences if c.startswith("llm-bisect run "))
+    assert again[:3] == ["llm-bisect", "run", str(config)] and again[-2:] == ["--out", str(out)]
     # vLLM's own collect_env ran with each build's python: the venv's torch, vLLM's version
     torch = subprocess.run(
         [str(bed["venv"] / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
@@ -186,7 +190,7 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
         assert words[:2] == ["llm-bisect", "check"] and words[words.index("--candidate") + 1] == sha
         named = [Path(words[2]), Path(words[words.index("--golden") + 1])]
         assert named == [config, out / "golden.json"] and all(p.is_file() for p in named), line
-    server = [c for info, c in github_render(report).fences if info == "bash"][1]
+    server = next(c for c in fences if "vllm.entrypoints.openai.api_server" in c)
     shown = shell_words(server, root / "sh")  # server.env's, and the overlay's PYTHONPATH
     assert {"HF_HUB_OFFLINE=1", "TOKENIZERS_PARALLELISM=false", "VLLM_CPU_KVCACHE_SPACE=1"} <= set(
         shown
@@ -413,7 +417,8 @@ def test_configs_names_the_one_flag_that_changes_real_vllm_output(bed: dict[str,
     good.write_text(yaml.safe_dump({"server": server}))
     bad.write_text(yaml.safe_dump({"server": {
         **server,
-        "command": [*server["command"], "--hf-overrides", overrides],
+        # a literal brace is written twice in a command (`{port}` is a placeholder)
+        "command": [*server["command"], "--hf-overrides", "{" + overrides + "}"],
         "env": {**server["env"], "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
     }}))  # fmt: skip
     out = root / "configs"
@@ -425,14 +430,18 @@ def test_configs_names_the_one_flag_that_changes_real_vllm_output(bed: dict[str,
     took = time.monotonic() - t0
     assert code == 0, output
     result = json.loads((out / "result.json").read_text())
-    assert [d["label"] for d in result["difference"]] == [f"--hf-overrides {overrides}"], output
+    labels = [d["label"] for d in result["difference"]]
+    assert labels == ["--hf-overrides {" + overrides + "}"], output  # as the config says it
     assert [t["verdict"] for t in result["trials"]] == ["good", "bad", "bad"], result["trials"]
     located = result["localization"]
     assert located["good"] == located["bad"] == shas["refactor"], located
     assert located["module"] == "model.layers.0.input_layernorm", located
     assert located["nonfinite"] == {"good": 0, "bad": 0, "first": None}, located
     report = (out / "report.md").read_text()
-    assert f"`--hf-overrides {overrides}`" in report and located["line"] in report
+    assert f"`{labels[0]}`" in report and located["line"] in report
+    # vLLM was given the value itself (its log of non-default args, BAD's trial)
+    (log,) = (out / "trials" / "2").rglob("server.log")
+    assert "'hf_overrides': {'rms_norm_eps': 0.1}" in log.read_text()
     print(f"\nconfigs: {len(result['trials'])} trials and a localisation in {took:.0f}s")
     print(result["message"], "|", located["line"])
 

@@ -523,6 +523,12 @@ def template_fields(template: str, key: str) -> list[str]:
     except ValueError as exc:
         raise ValueError(f"malformed template {template!r} ({exc})") from exc
     for _, field, spec, conversion in parts:
+        if field is not None and not field.isidentifier():  # JSON in a flag: {"a": 1}
+            whole = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
+            raise ValueError(
+                f"'{{{whole}}}' is read as a placeholder: write a literal brace twice "
+                f"('{{{{{whole}}}}}')"
+            )
         if field is not None and (spec or conversion):
             written = field + (f"!{conversion}" if conversion else "")
             written += f":{spec}" if spec else ""

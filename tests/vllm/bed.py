@@ -434,7 +434,7 @@ def config(
             ],
             "env": {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
                     "TOKENIZERS_PARALLELISM": "false"},
-            "ready_timeout": 300,
+            "ready_timeout": 900,  # a limit, not a wait: compile on a busy machine
             "request_timeout": 180,
         },
         # no `checks`: the defaults, as a new user runs it

@@ -37,7 +37,7 @@ from ..redact import Scrub
 from ..report.documents import Confirmation, ResultDocument
 from ..runner import write_atomic
 from ..search import Mode, Status
-from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto
+from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto, tree_of
 
 JOURNAL = "confirm.jsonl"
 STORED = "confirmation.json"
@@ -65,13 +65,6 @@ class Trial:
             "reason": self.reason,
             "reused": self.reused,
         }
-
-
-def _tree(repo: Path, commit: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", f"{commit}^{{tree}}"], capture_output=True, text=True
-    )
-    return done.stdout.strip()
 
 
 def judge(revert_trial: Trial, pick_trial: Trial) -> tuple[str, str]:
@@ -117,7 +110,7 @@ def confirm(
     culprit, good, bad = result.culprit.commit, result.good, result.bad
     probed: dict[str, tuple[str, Verdict, str]] = {}  # tree -> (commit, verdict, reason)
     for p in result.probes:
-        tree = _tree(repo, p.commit)
+        tree = tree_of(repo, p.commit)
         if tree and Verdict(p.verdict) in (Verdict.GOOD, Verdict.BAD):
             probed[tree] = (p.commit, Verdict(p.verdict), p.reason)
     digest = hashlib.sha256(f"{culprit}\0{good}\0{bad}".encode()).hexdigest()[:16]
@@ -149,7 +142,7 @@ def confirm(
             if made.commit is None:
                 trials.append(Trial(kind, onto, None, None, made.reason))
                 continue
-            same = probed.get(_tree(repo, made.commit))
+            same = probed.get(tree_of(repo, made.commit))
             if same is not None:
                 commit, verdict, reason = same
                 trials.append(Trial(kind, onto, made.commit, verdict, reason, reused=commit))

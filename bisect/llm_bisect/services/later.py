@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from ..report.escape import shell
 from ..report.markdown import LATER_SAID, fix_command, run_again
 from ..runner import write_atomic
 from ..search import Mode, Status
+from ..sources.picks import tree_of
 from ..terminal import printable
 
 JOURNAL = "later.jsonl"
@@ -45,13 +45,6 @@ def resolve_later(refs: Sequence[str], resolve: Callable[[str, str], Candidate])
     """Each of `candidates.later` with its commit; ConfigError (`candidates.later: no such
     ref 'x'`) for one that names none, before anything starts."""
     return [(ref, resolve(ref, "candidates.later")) for ref in refs]
-
-
-def _tree(repo: Path, commit: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", f"{commit}^{{tree}}"], capture_output=True, text=True
-    )
-    return done.stdout.strip()
 
 
 def probe_later(
@@ -73,7 +66,7 @@ def probe_later(
         *((p.commit, p.verdict, p.reason) for p in confirmed if p.commit and p.verdict),
     ]:
         if commit and verdict in ("good", "bad"):
-            probed.setdefault(_tree(repo, commit), (commit, Verdict(verdict), reason or ""))
+            probed.setdefault(tree_of(repo, commit), (commit, Verdict(verdict), reason or ""))
     digest = hashlib.sha256(f"{result.good}\0{result.bad}".encode()).hexdigest()[:16]
     path = out_dir / JOURNAL
     done: dict[str, ProbeOutcome] = {}
@@ -92,7 +85,7 @@ def probe_later(
             journal.append("run", version=VERSION, digest=digest, kind="later", plan=plan)
         for ref, candidate in later:
             commit = candidate.commit
-            tree = _tree(repo, commit)
+            tree = tree_of(repo, commit)
             same = probed.get(tree) if tree else None
             if same is not None and commit not in done:
                 was, verdict, reason = same

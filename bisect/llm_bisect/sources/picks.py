@@ -190,6 +190,12 @@ def reverted_line(repo: Path, culprit: str, commits: Sequence[str]) -> tuple[lis
     return line, ""
 
 
+def tree_of(repo: Path, commit: str) -> str:
+    """The commit's tree ("" when git cannot say): two commits with one tree build alike."""
+    done = _git(repo, "rev-parse", f"{commit}^{{tree}}", ok=range(256))
+    return done.stdout.decode().strip() if done.returncode == 0 else ""
+
+
 def reverted_onto(repo: Path, commit: str) -> str | None:
     """The commit a commit of a reverted line stands for (its Reverted-onto trailer)."""
     body = _git(repo, "log", "-1", "--format=%B", commit).stdout.decode(errors="replace")
