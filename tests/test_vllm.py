@@ -431,14 +431,15 @@ def test_configs_names_the_one_flag_that_changes_real_vllm_output(bed: dict[str,
     assert code == 0, output
     result = json.loads((out / "result.json").read_text())
     labels = [d["label"] for d in result["difference"]]
-    assert labels == ["--hf-overrides {" + overrides + "}"], output  # as the config says it
+    (label,) = labels  # the flag as the config writes it, shell-quoted
+    assert shlex.split(label) == ["--hf-overrides", "{" + overrides + "}"], output
     assert [t["verdict"] for t in result["trials"]] == ["good", "bad", "bad"], result["trials"]
     located = result["localization"]
     assert located["good"] == located["bad"] == shas["refactor"], located
     assert located["module"] == "model.layers.0.input_layernorm", located
     assert located["nonfinite"] == {"good": 0, "bad": 0, "first": None}, located
     report = (out / "report.md").read_text()
-    assert f"`{labels[0]}`" in report and located["line"] in report
+    assert f"- `{label}`" in report and located["line"] in report
     # vLLM was given the value itself (its log of non-default args, BAD's trial)
     (log,) = (out / "trials" / "2").rglob("server.log")
     assert "'hf_overrides': {'rms_norm_eps': 0.1}" in log.read_text()
