@@ -21,7 +21,6 @@ minutes on 2 cores. Take /tmp/heavy.lock around it on a shared machine.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -36,18 +35,10 @@ from typer.testing import CliRunner
 from llm_bisect.cli import cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_vllm import BED, make_bed
+from bench_vllm import bed_module, make_bed
 
 DOCS_BEFORE, DOCS_AFTER = 12, 4
 TOUCHED = "vllm/entrypoints/openai/api_server.py"
-
-
-def bed_module() -> Any:
-    spec = importlib.util.spec_from_file_location("bed", BED / "bed.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def long_branch(repo: Path, start: str) -> tuple[str, str, str]:

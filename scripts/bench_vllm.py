@@ -38,13 +38,18 @@ from llm_bisect.terminal import TerminalProgress
 BED = Path(__file__).resolve().parent.parent / "tests" / "vllm"
 
 
-def bed_config(*args: Any) -> dict[str, Any]:
-    """tests/vllm/bed.py's config() (an llm-bisect config over the bed)."""
+def bed_module() -> Any:
+    """tests/vllm/bed.py, loaded by path (it is no package)."""
     spec = importlib.util.spec_from_file_location("bed", BED / "bed.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    made: dict[str, Any] = module.config(*args)
+    return module
+
+
+def bed_config(*args: Any) -> dict[str, Any]:
+    """tests/vllm/bed.py's config() (an llm-bisect config over the bed)."""
+    made: dict[str, Any] = bed_module().config(*args)
     return made
 
 

@@ -246,6 +246,21 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return read_journal(path).events
 
 
+def side_probes(path: Path, digest: str) -> dict[str, ProbeOutcome]:
+    """The probes a side journal of a run (confirm.jsonl, later.jsonl) holds, by commit. One
+    written for another question (its `run` event's digest differs) is removed: its answers
+    are not this one's."""
+    done: dict[str, ProbeOutcome] = {}
+    for event in read_events(path):
+        if event["event"] == "run" and event.get("digest") != digest:
+            path.unlink()
+            return {}
+        if event["event"] == "probe":
+            outcome = ProbeOutcome.from_json(event["outcome"])
+            done[outcome.commit] = outcome
+    return done
+
+
 class Journal:
     """Appends events durably: each line is flushed and fsynced before `append` returns.
 
@@ -287,3 +302,11 @@ class Journal:
         self._file.write(line + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
+
+
+def begin_side(journal: Journal, kind: str, digest: str, version: int) -> None:
+    """A side journal's first event, once: what it answers (`digest`), as `read_journal`
+    reads any journal's head."""
+    if not journal.reading.events:
+        plan: dict[str, Any] = {"mode": "regression", "anchor": None, "sequence": []}
+        journal.append("run", version=version, digest=digest, kind=kind, plan=plan)

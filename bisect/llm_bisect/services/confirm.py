@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..journal import Journal, read_events
-from ..model import Candidate, ProbeOutcome, Verdict
+from ..journal import Journal, begin_side, side_probes
+from ..model import Candidate, Verdict
 from ..probe import ProbeContext, probe
 from ..redact import Scrub
 from ..report.documents import Confirmation, ResultDocument
@@ -115,20 +115,10 @@ def confirm(
             probed[tree] = (p.commit, Verdict(p.verdict), p.reason)
     digest = hashlib.sha256(f"{culprit}\0{good}\0{bad}".encode()).hexdigest()[:16]
     path = out_dir / JOURNAL
-    done: dict[str, ProbeOutcome] = {}
-    for event in read_events(path):
-        if event["event"] == "run" and event.get("digest") != digest:
-            path.unlink()  # another culprit's confirmation: start anew
-            done = {}
-            break
-        if event["event"] == "probe":
-            outcome = ProbeOutcome.from_json(event["outcome"])
-            done[outcome.commit] = outcome
+    done = side_probes(path, digest)  # another culprit's confirmation is dropped
     trials: list[Trial] = []
     with Journal(path, scrub) as journal:
-        if not journal.reading.events:
-            plan: dict[str, Any] = {"mode": "regression", "anchor": None, "sequence": []}
-            journal.append("run", version=VERSION, digest=digest, kind="confirm", plan=plan)
+        begin_side(journal, "confirm", digest, VERSION)
         for kind, onto in (("revert", bad), ("pick", good)):
             if trials and trials[0].verdict is not Verdict.GOOD:  # a pick cannot change it
                 was = "no verdict" if trials[0].verdict is None else "bad: not confirmed"

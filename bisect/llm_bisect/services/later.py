@@ -20,10 +20,9 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from ..journal import Journal, read_events
-from ..model import Candidate, ProbeOutcome, Verdict
+from ..journal import Journal, begin_side, side_probes
+from ..model import Candidate, Verdict
 from ..probe import ProbeContext, probe
 from ..redact import Scrub
 from ..report.documents import LaterDoc, ResultDocument
@@ -69,20 +68,10 @@ def probe_later(
             probed.setdefault(tree_of(repo, commit), (commit, Verdict(verdict), reason or ""))
     digest = hashlib.sha256(f"{result.good}\0{result.bad}".encode()).hexdigest()[:16]
     path = out_dir / JOURNAL
-    done: dict[str, ProbeOutcome] = {}
-    for event in read_events(path):
-        if event["event"] == "run" and event.get("digest") != digest:
-            path.unlink()  # another range's: start anew
-            done = {}
-            break
-        if event["event"] == "probe":
-            outcome = ProbeOutcome.from_json(event["outcome"])
-            done[outcome.commit] = outcome
+    done = side_probes(path, digest)  # another range's is dropped
     found: list[LaterDoc] = []
     with Journal(path, scrub) as journal:
-        if not journal.reading.events:
-            plan: dict[str, Any] = {"mode": "regression", "anchor": None, "sequence": []}
-            journal.append("run", version=VERSION, digest=digest, kind="later", plan=plan)
+        begin_side(journal, "later", digest, VERSION)
         for ref, candidate in later:
             commit = candidate.commit
             tree = tree_of(repo, commit)
