@@ -58,6 +58,11 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
             "candidates.goood: unknown key",
         ),
         ({"extra": 1}, "extra: unknown key"),
+        ({"search": {"flake": 0.7}}, "search.flake: a lie rate is at least 0 and below 0.5"),
+        ({"search": {"max_probes": 1}}, "search.max_probes: a number of probes from 2 to 10000"),
+        ({"search": {"flake": "sometimes"}}, "search.flake: a lie rate (0 to 0.5) or auto"),
+        ({"search": {"confidence": 1}}, "search.confidence: Input should be less than 1"),
+        ({"search": {"max_probes": "lots"}}, "search.max_probes: a number of probes or auto"),
         (
             {"probe": {"fast": {}}},
             "probe.fast: give args or env: a fast setup that adds nothing is the full one",
@@ -423,3 +428,13 @@ def test_the_engine_cache_is_one_root_every_kind_of_server_is_given(tmp_path: Pa
     plain = config_digest(parse_config(base()))
     assert config_digest(parse_config({**base(), **cache})) == plain
     assert config_digest(parse_config({**base(), "probe": {"early_stop": False}})) == plain
+
+
+def test_the_search_weighs_verdicts_and_never_makes_a_journal_another_config_s() -> None:
+    assert parse_config(base()).search.policy.exact  # flake 0: the bisection, probe for probe
+    auto = parse_config({**base(), "search": {"flake": "auto", "max_probes": 40}}).search.policy
+    assert (auto.flake, auto.confidence, auto.max_probes, auto.exact) == (None, 0.99, 40, False)
+    assert parse_config({**base(), "search": {"flake": 0}}).search.policy.exact
+    assert config_digest(parse_config({**base(), "search": {"flake": "auto"}})) == config_digest(
+        parse_config(base())
+    )

@@ -196,3 +196,52 @@ def test_slots_on_one_host_get_their_own_gpus_and_each_probe_records_them(
         assert p["fingerprint"]["devices"] == mine[p["slot"]], p
         log = (out / "probes" / p["commit"][:12] / "server.log").read_text()
         assert f"sim: CUDA_VISIBLE_DEVICES={','.join(mine[p['slot']])}" in log
+
+
+def test_a_start_that_lies_is_outvoted_and_the_report_names_the_verdict(tmp_path: Path) -> None:
+    # The third server start serves the other side's behaviour (a good build answers as a
+    # bad one). Taken as a fact it moves the answer; weighed (`search.flake: auto`) it is
+    # probed again, outvoted, and named.
+    h = History(tmp_path, {17: "degenerate-reasoning"}, 24)
+
+    def config(name: str, search: dict[str, Any]) -> tuple[Path, Path]:
+        launches = tmp_path / f"launches-{name}"
+        command = [*h.config_command(), "--launch-log", str(launches), "--lie-at", "3"]
+        server = {"command": command, "ready_timeout": 60}
+        return h.config(server=server, search=search, localize={"enabled": False}), launches
+
+    today, _ = config("today", {"flake": 0})
+    code, output = invoke("run", str(today), "--out", str(tmp_path / "today"))
+    assert code == 0, output
+    assert (
+        json.loads((tmp_path / "today" / "result.json").read_text())["culprit"]["commit"]
+        != (h.shas[17])
+    )
+
+    weighed, launches = config("auto", {"flake": "auto"})
+    out = tmp_path / "auto"
+    code, output = invoke("run", str(weighed), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "found" and result["culprit"]["commit"] == h.shas[17]
+    liar = launched(launches)[2]
+    search = result["search"]
+    assert [(d["commit"], d["verdict"]) for d in search["disagreed"]] == [(liar, "bad")]
+    assert liar in search["again"] and search["flake"] == "auto"
+    assert result["culprit"]["posterior"] == search["posterior"] >= 0.99
+    first = (out / "report.md").read_text().splitlines()[0]
+    assert f"found: {h.shas[17][:12]}" in first
+    assert "(posterior 0.99" in first and "1 verdict disagreed and was probed again" in first
+
+    code, output = invoke("report", str(out))  # from the journal: the same weighing
+    assert code == 0, output
+    assert json.loads((out / "result.json").read_text())["search"] == search
+
+    stricter, _ = config("auto", {"flake": 0.05, "confidence": 0.999})  # resumes: same verdicts
+    code, output = invoke("run", str(stricter), "--out", str(out))
+    assert code == 0, output
+    assert [e["search"]["flake"] for e in events(out, "search")] == [0.05]
+    again = json.loads((out / "result.json").read_text())
+    assert again["search"]["confidence"] == 0.999 and again["search"]["posterior"] >= 0.999
+    assert again["culprit"]["commit"] == h.shas[17]
+    assert live_processes(str(h.repo)) == []

@@ -28,6 +28,7 @@ from pydantic import (
 from .errors import ConfigError
 from .files import read_capped
 from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged, on_change
+from .posterior import EXACT, Policy
 from .report.escape import safe_url
 
 PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build", "gpus"})
@@ -339,6 +340,59 @@ class ProbeConfig(_Strict):
         return self.repeats == "auto"
 
 
+class SearchConfig(_Strict):
+    """How the search weighs verdicts and when it stops (posterior.py)."""
+
+    flake: float | Literal["auto"] = 0.0
+    """How often a verdict lies (a start that glitches, decoding that is not deterministic):
+    `0`, verdicts are facts (the deterministic bisection, and `probe.repeats`' handling of
+    reversals); a rate (`0.05`), the posterior search with that rate both ways; `auto`, the
+    posterior search with the rates learnt from the run's own verdicts (the ends and
+    candidates probed again)."""
+
+    @field_validator("flake", mode="before")
+    @classmethod
+    def _auto_or_rate(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "auto":
+            raise ValueError("a lie rate (0 to 0.5) or auto")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if not 0 <= value < 0.5:
+                raise ValueError(f"a lie rate is at least 0 and below 0.5, not {value}")
+            return float(value)
+        return value
+
+    confidence: float = Field(default=0.99, gt=0.5, lt=1, allow_inf_nan=False)
+    """The posterior the answer needs (not `flake: 0`): below it the run ends ambiguous,
+    naming the credible set."""
+    max_probes: int | Literal["auto"] = "auto"
+    """The most probes of the search (not `flake: 0`); `auto`: 3 x log2(candidates) + 6."""
+
+    @field_validator("max_probes", mode="before")
+    @classmethod
+    def _auto_or_count(cls, value: Any) -> Any:
+        if isinstance(value, str) and value != "auto":
+            raise ValueError("a number of probes or auto")
+        if isinstance(value, int) and not isinstance(value, bool) and not 2 <= value <= 10000:
+            raise ValueError(f"a number of probes from 2 to 10000, not {value}")
+        return value
+
+    batch: Literal["joint", "quantiles"] = "joint"
+    """With `parallel` slots: the batch that tells most together, or the posterior's
+    quantiles (cheaper to choose)."""
+
+    @property
+    def policy(self) -> Policy:
+        """The search's Policy (posterior.EXACT for `flake: 0`)."""
+        if self.flake == 0:
+            return EXACT
+        return Policy(
+            flake=None if self.flake == "auto" else self.flake,
+            confidence=self.confidence,
+            max_probes=None if self.max_probes == "auto" else self.max_probes,
+            batch=self.batch,
+        )
+
+
 LOCALIZE_PROMPT = "The capital of France is Paris. The capital of Italy is"
 
 
@@ -484,6 +538,8 @@ class Config(_Strict):
     """What each probe asks the server; default: canary, expect, logprobs and eval."""
     probe: ProbeConfig = Field(default_factory=ProbeConfig)
     """How each candidate is judged: `repeats`."""
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    """How verdicts are weighed and when the search stops: `flake`, `confidence`."""
     regress: Literal["semantic", "crash", "any"] = "semantic"
     """What counts as a regression: failed checks (semantic), a crash, 5xx or reset during
     checks (crash), or both (any). A build that never starts is skip under every policy."""
@@ -801,6 +857,8 @@ def config_digest(config: Config) -> str:
     data = config.model_dump(mode="json", exclude_defaults=True)
     data.pop("localize", None)  # after the search: never a reason to start it again
     data.pop("confirm", None)  # the same: `continue` set after "not confirmed" resumes
+    data.pop("search", None)  # how verdicts are weighed, never what they are (the journal
+    # keeps the policy each resume ran under)
     # what a probe costs, never its verdict; `fast` picks which commits the full setup
     # probes, never what they are: a run resumes with it set or not
     for key in ("early_stop", "engine_cache", "fast"):

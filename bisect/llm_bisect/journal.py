@@ -5,6 +5,8 @@
     {"event": "probe-start", ...}    a probe began on a slot, in a round (a kill may follow)
     {"event": "probe", ...}          a probe finished: verdict, checks, timings
     {"event": "probe-cancel", ...}   a probe was stopped: its answer was no longer needed
+    {"event": "search", ...}         a resume weighs verdicts another way (`search:`) from
+                                     here on; the head holds the first (none: flake 0)
     {"event": "done", ...}           the search ended
 
 A run resumes from it: finished probes are read back and never run again.
@@ -28,6 +30,7 @@ from typing import Any, TextIO
 
 from .errors import JournalError
 from .model import Candidate, ProbeOutcome, Regress
+from .posterior import EXACT, Policy
 from .redact import Scrub
 from .search import Mode, Plan
 
@@ -61,6 +64,12 @@ def _run(e: dict[str, Any]) -> None:
     Regress(e.get("regress", Regress.SEMANTIC.value))
     if not isinstance(e.get("reprobe", False), bool):
         raise ValueError("reprobe is not a boolean")
+    if "search" in e:
+        _search(e)
+
+
+def _search(e: dict[str, Any]) -> None:
+    Policy.from_json(e["search"])
 
 
 def _probe(e: dict[str, Any]) -> None:
@@ -81,6 +90,7 @@ _EVENTS: dict[str, Callable[[dict[str, Any]], None]] = {
     "probe-start": _probe_start,
     "probe": _probe,
     "probe-cancel": _probe_start,
+    "search": _search,
     "done": _done,
 }
 
@@ -139,6 +149,9 @@ class JournalState:
     reprobe: bool = False
     """Whether a verdict that contradicts a neighbour's is probed again (`probe.repeats:
     auto`; journals older than `reprobe` hold none: no)."""
+    policy: Policy = EXACT
+    """How verdicts are weighed (`search:`): the latest `search` event's, else the head's
+    (journals without one: flake 0, verdicts as facts)."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +240,7 @@ def _state(events: list[dict[str, Any]]) -> JournalState | None:
             )
     done = [_when(e) for e in events if e["event"] == "done"]
     context = head.get("context")
+    weighed = [e["search"] for e in events if "search" in e and e["event"] in ("run", "search")]
     return JournalState(
         digest=head["digest"],
         plan=plan_from_json(head["plan"]),
@@ -238,6 +252,7 @@ def _state(events: list[dict[str, Any]]) -> JournalState | None:
         spans=tuple(spans),
         rounds=rounds,
         reprobe=head.get("reprobe") is True,
+        policy=Policy.from_json(weighed[-1]) if weighed else EXACT,
     )
 
 

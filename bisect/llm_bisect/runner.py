@@ -30,6 +30,7 @@ from .errors import JournalError
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
 from .launchers import Launcher, Server
 from .model import Candidate, ProbeOutcome, Regress, Verdict
+from .posterior import EXACT, Policy
 from .probe import CANCELLED, Cancel, ProbeContext, Progress, SilentProgress, probe
 from .redact import Scrub
 from .report.documents import Context, ResultDocument
@@ -87,7 +88,7 @@ def result_of(
     state: JournalState, warnings: Sequence[str] = ()
 ) -> tuple[Answer | Candidate, ResultDocument | None]:
     """The search's next step for a journal state, and result.json once it has an answer."""
-    step = plan_step(state.plan, history(state.probes), reprobe=state.reprobe)
+    step = plan_step(state.plan, history(state.probes), reprobe=state.reprobe, policy=state.policy)
     if isinstance(step, Answer):
         return step, build_result(
             state.plan,
@@ -100,6 +101,7 @@ def result_of(
             started=state.started,
             ended=state.ended,
             parallel=1 + max((s.slot or 0 for s in state.spans), default=0),
+            policy=state.policy,
         )
     return step, None
 
@@ -122,6 +124,7 @@ def run(
     client: Callable[[Server], OpenAIClient],
     repeats: int = 1,
     reprobe: bool = False,
+    policy: Policy = EXACT,
     progress: Progress | None = None,
     golden: GoldenStore | None = None,
     scrub: Scrub | None = None,
@@ -139,6 +142,8 @@ def run(
 
     `repeats`: runs of the check suite on each server; `reprobe`: a verdict that contradicts
     a neighbour's is probed again (a new server) before it is used (`probe.repeats: auto`).
+    `policy`: how verdicts are weighed (`search:`; EXACT: as facts); a resume under another
+    policy journals it and goes on under it.
 
     `early_stop`: a probe's suite stops at its first failed check, except at the ends.
 
@@ -180,6 +185,7 @@ def run(
                 bad=plan.bad.commit,
                 regress=regress.value,
                 reprobe=reprobe,
+                **({} if policy.exact else {"search": policy.to_json()}),
                 context=(context or Context()).model_dump(mode="json"),
                 time=clock.time(),
             )
@@ -187,6 +193,9 @@ def run(
                 journal.append("probe", outcome=outcome.to_json(), given=source, time=clock.time())
             state = read_journal(out_dir / FILENAME).state
             assert state is not None
+        elif state.policy != policy:
+            journal.append("search", search=policy.to_json(), time=clock.time())
+            progress.note(f"search: verdicts weighed by {_weighed(policy)} from here on")
         progress.planned(plan, len(state.probes))
         for line in launcher.reap():  # what killed llm-bisect processes left
             progress.note(line)
@@ -195,7 +204,9 @@ def run(
             if coarse
             else frozenset()
         )
-        slots = _Slots(plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock)
+        slots = _Slots(
+            plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock, policy
+        )
         step = slots.run()
         done = clock.time()
         journal.append("done", status=step.status.value, time=done)
@@ -213,9 +224,18 @@ def run(
         started=state.started,
         ended=done,
         parallel=max(1, parallel),
+        policy=policy,
     )
     written = write_outputs(out_dir, result, scrub)
     return RunResult(step, written, out_dir)
+
+
+def _weighed(policy: Policy) -> str:
+    """How a policy weighs verdicts, for a person."""
+    if policy.exact:
+        return "flake 0 (as facts)"
+    rate = "auto" if policy.flake is None else f"{policy.flake:g}"
+    return f"flake {rate}, confidence {policy.confidence:g}"
 
 
 @dataclass
@@ -247,9 +267,10 @@ class _Slots:
         state: JournalState,
         reprobe: bool = False,
         clock: Clock = SYSTEM,
+        policy: Policy = EXACT,
     ) -> None:
         self.plan, self.out_dir, self.journal, self.ctx = plan, out_dir, journal, ctx
-        self.clock = clock
+        self.clock, self.policy = clock, policy
         self.prefer, self.k, self.reprobe = prefer, k, reprobe
         self.probes = list(state.probes)
         self.spans = list(state.spans)
@@ -267,26 +288,33 @@ class _Slots:
                 raise
 
     def _loop(self, pool: ThreadPoolExecutor) -> Answer:
-        reprobe = self.reprobe
+        reprobe, policy = self.reprobe, self.policy
         while True:
             seen = history(self.probes)
             busy = {f.candidate.commit: f for f in self.running.values()}
-            for commit in no_longer_needed(self.plan, seen, frozenset(busy), reprobe=reprobe):
+            needless = no_longer_needed(
+                self.plan, seen, frozenset(busy), reprobe=reprobe, policy=policy
+            )
+            for commit in needless:
                 if not busy[commit].cancel.cancelled:
                     busy[commit].cancel()
             # A cancelled probe still holds its slot and its commit until it ends: the search
             # may want that commit again (verdicts that are not monotone move the range back).
             free = self.k - len(self.running)
-            step = plan_batch(self.plan, seen, free, self.prefer, frozenset(busy), reprobe=reprobe)
+            step = plan_batch(
+                self.plan, seen, free, self.prefer, frozenset(busy), reprobe=reprobe, policy=policy
+            )
             if isinstance(step, Answer) and not self.running:
                 return step
             if isinstance(step, list):
                 for candidate in step:
                     self._start(pool, candidate, len(seen.get(candidate.commit, ())))
                 if self.k == 1 and step:
-                    ahead = lookahead(self.plan, seen, step[0], self.prefer, reprobe=reprobe)
+                    ahead = lookahead(
+                        self.plan, seen, step[0], self.prefer, reprobe=reprobe, policy=policy
+                    )
                     self.ctx.launcher.prefetch(ahead)
-            self.ctx.progress.narrowed(*left_of(self.plan, seen, reprobe=reprobe))
+            self.ctx.progress.narrowed(*left_of(self.plan, seen, reprobe=reprobe, policy=policy))
             if not self.running:  # never: the search waits only while a probe runs
                 raise RuntimeError(f"the search stalled at {step!r}")
             done, _ = wait(self.running, return_when=FIRST_COMPLETED)
@@ -305,9 +333,12 @@ class _Slots:
         flight = _Flight(candidate, slot, round_, began)
         name = candidate.short if not before else f"{candidate.short}-{before + 1}"
         if before:
-            self.ctx.progress.note(
-                f"{candidate.short}: probing again, its verdict contradicts a neighbour's"
+            why = (
+                "its verdict contradicts a neighbour's"
+                if self.policy.exact
+                else "another verdict of it tells most about the culprit now"
             )
+            self.ctx.progress.note(f"{candidate.short}: probing again, {why}")
         probe_dir = self.out_dir / "probes" / name
         future = pool.submit(probe, candidate, probe_dir, self.ctx, flight.cancel, slot)
         self.running[future] = flight

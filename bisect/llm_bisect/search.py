@@ -47,10 +47,11 @@ import enum
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from .errors import ConfigError
 from .model import Candidate, Verdict
+from .posterior import EXACT, Belief, Decision, Policy, Rates, believe, decide, disagreeing
 from .sources import Source
 
 
@@ -94,6 +95,35 @@ class Outcome:
     """One sentence for a person."""
     reversals: tuple[tuple[int, int], ...] = ()
     """Where the verdicts were not monotone (`reversals`)."""
+    belief: Confidence | None = None
+    """How sure the answer is, when verdicts may lie (the posterior search)."""
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """What the posterior says of an answer (the search with `search.flake` other than 0)."""
+
+    posterior: float
+    """The posterior of the answer (the culprit; the group, when ambiguous)."""
+    credible: tuple[int, ...]
+    """The fewest hypotheses holding the confidence: candidate indices, or 0 (the old end is
+    new already) and n (no change in the range)."""
+    disagreed: tuple[tuple[int, Verdict], ...]
+    """Every verdict that disagrees with the answer (index, verdict), in order."""
+    rates: Rates
+    """The lie rates the run's verdicts point to (their posterior mean)."""
+    probes: int
+    """Probes spent."""
+    again: tuple[int, ...] = ()
+    """Candidates probed more than once."""
+    no_change: float = 0.0
+    """The posterior of hypothesis n: nothing changed in the range."""
+    confidence: float = 0.99
+    """The posterior an answer needs."""
+    settle: tuple[int, ...] = ()
+    """Below the confidence: the candidates that would tell most, probed next."""
+    budget: int = 0
+    """The most probes the search could spend (`search.max_probes`)."""
 
 
 def _untestable(v: Verdict) -> bool:
@@ -314,6 +344,127 @@ def remaining_probes(
     return len(again) + ends + (math.ceil(math.log2(left + 1)) if left > 0 else 0)
 
 
+def posterior_batch(
+    n: int,
+    history: Mapping[int, Sequence[Verdict]],
+    k: int,
+    mode: Mode,
+    policy: Policy,
+    prefer: frozenset[int] = frozenset(),
+    running: frozenset[int] = frozenset(),
+    old_end_known: bool = False,
+) -> list[int] | Outcome:
+    """Up to `k` indices to probe now besides those `running`, or the Outcome, when verdicts
+    may lie (posterior.py): every probe of each index counts, a candidate may be probed
+    again, and the answer is the hypothesis whose posterior reaches `policy.confidence`.
+
+    The ends go first (each is the evidence of its side); an end that cannot be tested ends
+    the search as today. A candidate no probe could test leaves the pool; hypotheses only
+    such candidates separate are one group (an ambiguous answer). `old_end_known`: index 0
+    (an untested merge base) is taken as old-state. An empty list: wait for a running probe.
+    """
+    if n < 2:
+        raise ValueError("a search needs at least the two ends")
+    new = mode.new_state
+    tested = {i: [v for v in seen if not _untestable(v)] for i, seen in history.items()}
+    untestable = frozenset(i for i, seen in history.items() if seen and not tested[i])
+    ends = (n - 1,) if old_end_known else (0, n - 1)
+    for end in ends:
+        if end in untestable:
+            v = combined(history[end])
+            return Outcome(
+                Status.ERROR, None, (), f"{_end_name(mode, end == n - 1)} could not be tested "
+                f"({v.value})"
+            )  # fmt: skip
+    waiting = [e for e in ends if e not in history and e not in running]
+    if waiting:
+        return waiting[:k]
+    pool = frozenset(range(n)) - untestable - (frozenset({0}) if old_end_known else frozenset())
+    belief = believe(n, tested, new, policy, old_end_known=old_end_known)
+    spent = sum(len(seen) for seen in history.values())
+    decision = decide(belief, policy, new, pool, spent, k, running, prefer)
+    if decision.probes:
+        return list(decision.probes)
+    if decision.answer is None and not decision.group and not decision.exhausted:
+        return []
+    settle: tuple[int, ...] = ()
+    if decision.exhausted:
+        more = replace(policy, max_probes=spent + 1)
+        settle = decide(belief, more, new, pool, spent, max(k, 1), running, prefer).probes
+    return _posterior_outcome(n, history, tested, belief, decision, mode, policy, spent, settle)
+
+
+def _posterior_outcome(
+    n: int,
+    history: Mapping[int, Sequence[Verdict]],
+    tested: Mapping[int, Sequence[Verdict]],
+    belief: Belief,
+    decision: Decision,
+    mode: Mode,
+    policy: Policy,
+    spent: int,
+    settle: tuple[int, ...] = (),
+) -> Outcome:
+    """The posterior's answer as the search's Outcome, with how sure it is."""
+    new = mode.new_state
+    top = decision.answer if decision.answer is not None else belief.top()
+    against = disagreeing(tested, top, new)
+    again = tuple(i for i, seen in sorted(history.items()) if len(seen) > 1)
+    credible = belief.credible(policy.confidence)
+    held = belief.of(top)
+
+    def sure(p: float) -> Confidence:
+        return Confidence(p, credible, tuple(against), belief.rates, spent, again,
+                          belief.of(n), policy.confidence, settle, policy.budget(n))  # fmt: skip
+
+    said = f"posterior {held:.3f}"
+    if against:
+        said += f"; {len(against)} verdict(s) disagreed"
+    if decision.answer == 0:
+        return Outcome(
+            Status.ERROR, None, (), f"{_end_name(mode, False)} is already {new.value}: the "
+            f"change is older than this range ({said})", belief=sure(held)
+        )  # fmt: skip
+    if decision.answer == n:
+        return Outcome(
+            Status.NO_REGRESSION, None, (), f"{_end_name(mode, True)} tests "
+            f"{mode.old_state.value}: no change in this range ({said})", belief=sure(held)
+        )  # fmt: skip
+    if decision.answer is not None:
+        return Outcome(
+            Status.FOUND, top, (top - 1, top),
+            f"first {new.value} candidate found ({said})", belief=sure(held)
+        )  # fmt: skip
+    if decision.group:
+        first, last = decision.group[0], decision.group[-1]
+        inner = tuple(c for c in decision.group if 0 < c < n)
+        lo = max(first - 1, 0)
+        mass = belief.of_range(first, last)
+        tail = " (or no change at all)" if last == n else ""
+        return Outcome(
+            Status.AMBIGUOUS, None, (lo, *inner),
+            f"{len(inner) - 1} untestable candidate(s) border the change: any of "
+            f"{len(inner)} could be the first {new.value}{tail} (together posterior {mass:.3f})",
+            belief=sure(mass),
+        )  # fmt: skip
+    inner = tuple(c for c in credible if 0 < c < n)
+    lo = max(min(inner) - 1, 0) if inner else 0
+    likeliest = (
+        "no change in the range"
+        if top == n
+        else f"{_end_name(mode, False)} already {new.value}"
+        if top == 0
+        else f"the most likely first {new.value}"
+    )
+    return Outcome(
+        Status.AMBIGUOUS, None, (lo, *inner),
+        f"the probe budget ({policy.budget(n)}, search.max_probes) is spent below the "
+        f"confidence {policy.confidence}: {likeliest} holds only "
+        f"{held:.3f}; {len(credible)} hypotheses hold {policy.confidence}",
+        belief=sure(held),
+    )  # fmt: skip
+
+
 Seen = Mapping[str, Verdict] | Mapping[str, Sequence[Verdict]]
 """Commit → its verdict, or every verdict its probes gave, in order."""
 
@@ -323,12 +474,21 @@ def history_of(seen: Seen) -> dict[str, tuple[Verdict, ...]]:
     return {c: (v,) if isinstance(v, Verdict) else tuple(v) for c, v in seen.items()}
 
 
-def left_of(plan: Plan, verdicts: Seen, *, reprobe: bool = False) -> tuple[int, int]:
+def left_of(
+    plan: Plan, verdicts: Seen, *, reprobe: bool = False, policy: Policy = EXACT
+) -> tuple[int, int]:
     """(candidates that could still be the first in the new state, probes still needed at
-    most when none is skipped), for a person watching."""
+    most when none is skipped), for a person watching; when verdicts may lie, the credible
+    set's size and the probes that would halve it down to one."""
     history = history_of(verdicts)
     index = {c.commit: i for i, c in enumerate(plan.sequence)}
     n = len(plan.sequence)
+    if not policy.exact:
+        mine = {index[c]: [v for v in seen if not _untestable(v)]
+                for c, seen in history.items() if c in index}  # fmt: skip
+        belief = believe(n, mine, plan.mode.new_state, policy)
+        size = len(belief.credible(policy.confidence))
+        return size, (math.ceil(math.log2(size)) if size > 1 else 0) + 1
     settled = settle({index[c]: v for c, v in history.items() if c in index}, plan.mode, reprobe)
     lo, hi = bounds(n, settled.verdicts, plan.mode)
     anchor = 1 if plan.anchor is not None and plan.anchor.commit not in history else 0
@@ -400,6 +560,35 @@ class Answer:
     notes: tuple[str, ...] = ()
     """What a person must know to trust the answer, a sentence each: verdicts not monotone,
     flaky builds, a merge base that could not be tested and what that cost."""
+    sure: Sure | None = None
+    """How sure the answer is (the posterior search: `search.flake` other than 0)."""
+
+
+@dataclass(frozen=True)
+class Sure:
+    """An answer's posterior, in commits."""
+
+    posterior: float
+    """The posterior of the answer: the culprit's, or the group's when ambiguous."""
+    credible: tuple[str, ...]
+    """The fewest commits that hold the confidence as the first new-state one (the old end
+    among them: it may be new already)."""
+    no_change: float
+    """The posterior that nothing changed in the range (the new end is in the old state)."""
+    disagreed: tuple[tuple[str, Verdict], ...]
+    """Each verdict that disagrees with the answer: (commit, what it said), in order."""
+    again: tuple[str, ...]
+    """Commits probed more than once."""
+    rates: Rates
+    """The lie rates the verdicts point to (their posterior mean)."""
+    probes: int
+    """Probes the search spent."""
+    confidence: float
+    """The posterior an answer needs (`search.confidence`)."""
+    settle: tuple[str, ...] = ()
+    """Below the confidence: the commits that would tell most, probed next."""
+    budget: int = 0
+    """The most probes the search could spend (`search.max_probes`)."""
 
 
 @dataclass(frozen=True)
@@ -414,12 +603,15 @@ class _View:
     reprobe: bool
     base: Verdict | None = None
     """The merge base's verdict when it could not be tested (taken as old-state)."""
+    history: Mapping[int, Sequence[Verdict]] = field(default_factory=dict)
+    """Index → every verdict of its probes, in order."""
 
 
-def _view(plan: Plan, seen: Seen, reprobe: bool) -> Candidate | Answer | _View:
+def _view(plan: Plan, seen: Seen, reprobe: bool, exact: bool = True) -> Candidate | Answer | _View:
     """The good end, the anchor or the merge base while one is still to probe (alone, first:
     the golden is recorded from the good end), an Answer they settle, else the sequence's
-    verdicts for the index search."""
+    verdicts for the index search. Not `exact` (the posterior search): a merge base whose
+    probes disagree is neither untestable nor settled; the posterior weighs it."""
     history = history_of(seen)
     mode, seq = plan.mode, plan.sequence
     if plan.good.commit not in history:
@@ -431,6 +623,9 @@ def _view(plan: Plan, seen: Seen, reprobe: bool) -> Candidate | Answer | _View:
             if cand.commit not in history:
                 return cand
             v = combined(history[cand.commit])
+            said = {x for x in history[cand.commit] if not _untestable(x)}
+            if not exact and cand is base and len(said) > 1:
+                continue  # a verdict of it lied: index 0 of the posterior, as the old end
             if _untestable(v) and cand is base:
                 base_untested = v  # git bisect warns and goes on; so do we (see _answer)
                 continue
@@ -457,7 +652,7 @@ def _view(plan: Plan, seen: Seen, reprobe: bool) -> Candidate | Answer | _View:
     if base_untested is not None:
         known[0] = mode.old_state
     tested = {i: sum(1 for v in seen_i if not _untestable(v)) for i, seen_i in mine.items()}
-    return _View(known, settled.again, settled.flaky, tested, reprobe, base_untested)
+    return _View(known, settled.again, settled.flaky, tested, reprobe, base_untested, mine)
 
 
 def _answer(plan: Plan, outcome: Outcome, view: _View) -> Answer:
@@ -521,6 +716,32 @@ def _answer(plan: Plan, outcome: Outcome, view: _View) -> Answer:
             )
         else:
             notes.append(f"{what}. That cost nothing here: the search ended at the ends.")
+    sure = None
+    if outcome.belief is not None:
+        b = outcome.belief
+        n = len(seq)
+        sure = Sure(
+            b.posterior,
+            tuple(seq[c].commit for c in b.credible if c < n),
+            b.no_change,
+            tuple((seq[i].commit, v) for i, v in b.disagreed),
+            tuple(seq[i].commit for i in b.again),
+            b.rates,
+            b.probes,
+            b.confidence,
+            tuple(seq[i].commit for i in b.settle),
+            b.budget,
+        )
+        for i in sorted({i for i, _ in b.disagreed}):
+            against = [v.value for j, v in b.disagreed if j == i]
+            later = [w.value for w in view.history.get(i, ())]
+            times = f"{len(against)} of {len(later)} times" if len(later) > 1 else "once"
+            notes.append(
+                f"A verdict disagreed with the answer: {seq[i].short} tested {against[0]} "
+                f"{times} (its probes: {', '.join(later)}); the posterior weighs it as a "
+                f"likely lie (lie rates: good read bad {b.rates.false_bad:.3f}, bad read good "
+                f"{b.rates.false_good:.3f})."
+            )
     return Answer(
         status,
         culprit,
@@ -529,6 +750,7 @@ def _answer(plan: Plan, outcome: Outcome, view: _View) -> Answer:
         reversals=tuple((seq[a].commit, seq[b].commit) for a, b in pairs),
         flaky=tuple(seq[i].commit for i in sorted(view.flaky)),
         notes=tuple(notes),
+        sure=sure,
     )
 
 
@@ -543,14 +765,20 @@ def plan_step(
     prefer: frozenset[str] = frozenset(),
     *,
     reprobe: bool = False,
+    policy: Policy = EXACT,
 ) -> Candidate | Answer:
     """The next candidate to probe, or the Answer. `verdicts` (a verdict, or every probe's)
     and `prefer` (commits with a ready artifact, probed first: coarse then fine) are keyed by
     commit; `reprobe` (settle): both sides of a reversal are probed again before either is
-    used.
+    used. `policy`: how verdicts are weighed (EXACT: as facts; else the posterior search).
 
     The good end goes first in both modes: the golden is recorded from it.
     """
+    if not policy.exact:
+        batch = plan_batch(plan, verdicts, 1, prefer, policy=policy)
+        if isinstance(batch, Answer):
+            return batch
+        return batch[0]
     view = _view(plan, verdicts, reprobe)
     if not isinstance(view, _View):
         return view
@@ -568,18 +796,35 @@ def plan_batch(
     running: frozenset[str] = frozenset(),
     *,
     reprobe: bool = False,
+    policy: Policy = EXACT,
 ) -> list[Candidate] | Answer:
-    """Up to `k` candidates to probe now besides those `running` (next_batch), or the Answer.
+    """Up to `k` candidates to probe now besides those `running` (next_batch, or
+    posterior_batch when verdicts may lie), or the Answer.
 
     The good end goes alone, first: the golden is recorded from it; so do the anchor and the
     merge base of a range whose ends are on two branches. An empty list: wait (never while
     nothing runs)."""
-    view = _view(plan, verdicts, reprobe)
+    view = _view(plan, verdicts, reprobe and policy.exact, policy.exact)
     if isinstance(view, Answer):
         return view
     if isinstance(view, Candidate):
         return [] if running else [view]
     seq = plan.sequence
+    if not policy.exact:
+        view = replace(view, flaky=frozenset())  # a verdict that disagrees is weighed, not dropped
+        found = posterior_batch(
+            len(seq),
+            view.history,
+            k,
+            plan.mode,
+            policy,
+            _indices(plan, prefer),
+            _indices(plan, running),
+            old_end_known=view.base is not None,
+        )
+        if isinstance(found, Outcome):
+            return _answer(plan, found, view)
+        return [seq[i] for i in found]
     batch = next_batch(
         len(seq),
         view.known,
@@ -595,9 +840,18 @@ def plan_batch(
 
 
 def no_longer_needed(
-    plan: Plan, verdicts: Seen, running: frozenset[str], *, reprobe: bool = False
+    plan: Plan,
+    verdicts: Seen,
+    running: frozenset[str],
+    *,
+    reprobe: bool = False,
+    policy: Policy = EXACT,
 ) -> frozenset[str]:
-    """Running probes to cancel: the search is over, or they lie outside the open interval."""
+    """Running probes to cancel: the search is over, or (verdicts taken as facts) they lie
+    outside the open interval; when verdicts may lie, every running probe still tells."""
+    if not policy.exact:
+        over = isinstance(plan_batch(plan, verdicts, 0, running=running, policy=policy), Answer)
+        return running if over else frozenset()
     view = _view(plan, verdicts, reprobe)
     if isinstance(view, Answer):
         return running
@@ -618,13 +872,14 @@ def lookahead(
     prefer: frozenset[str] = frozenset(),
     *,
     reprobe: bool = False,
+    policy: Policy = EXACT,
 ) -> list[Candidate]:
     """The candidates probed right after `current`, for each verdict it may get (for prefetch)."""
     history = history_of(verdicts)
     found: list[Candidate] = []
     for verdict in (plan.mode.new_state, plan.mode.old_state, Verdict.SKIP):
         then = {**history, current.commit: (*history.get(current.commit, ()), verdict)}
-        step = plan_step(plan, then, prefer, reprobe=reprobe)
+        step = plan_step(plan, then, prefer, reprobe=reprobe, policy=policy)
         if isinstance(step, Candidate) and step not in found:
             found.append(step)
     return found

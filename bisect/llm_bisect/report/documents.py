@@ -40,8 +40,10 @@ class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class CandidateDoc(_Doc):
+class CandidateDoc(_Doc, AddedLater):
     """One commit, as a maintainer reads it."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("posterior",)
 
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
     subject: str = ""
@@ -49,6 +51,8 @@ class CandidateDoc(_Doc):
     date: str = ""
     artifact: str = ""
     """The image named as an end, when one ran this commit."""
+    posterior: float | None = None
+    """The culprit's posterior (the posterior search, `search.flake` other than 0)."""
 
 
 Details = (
@@ -251,11 +255,58 @@ class FastDoc(_Doc):
     line: str
 
 
+class Disagreed(_Doc):
+    """One verdict that disagrees with the answer."""
+
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    verdict: Verdict
+    """What its probe said."""
+    verdicts: list[Verdict]
+    """What every probe of that commit said, in order."""
+
+
+class Rates(_Doc):
+    """How often a verdict lies, by what the build truly is."""
+
+    false_bad: float
+    """A good build's verdict reads bad."""
+    false_good: float
+    """A bad build's verdict reads good."""
+
+
+class SearchDoc(_Doc):
+    """The posterior search (`search.flake` other than 0): how verdicts were weighed, and
+    how sure the answer is."""
+
+    flake: float | Literal["auto"]
+    """The lie rate the search assumed; `auto`: learnt from the run's verdicts."""
+    confidence: float
+    """The posterior an answer needs."""
+    max_probes: int
+    """The probe budget."""
+    posterior: float
+    """The answer's posterior: the culprit's; the group's when ambiguous."""
+    no_change: float
+    """The posterior that nothing changed in the range (the bad end is good)."""
+    credible: list[str]
+    """The fewest commits holding the confidence as the first new-state one."""
+    disagreed: list[Disagreed]
+    """Each verdict that disagrees with the answer, in order."""
+    again: list[str]
+    """Commits probed more than once."""
+    rates: Rates
+    """The lie rates the verdicts point to (their posterior mean)."""
+    probes: int
+    """Probes the search spent."""
+    settle: list[str] = Field(default_factory=list)
+    """When ambiguous: the candidates probing next would tell most about."""
+
+
 class ResultDocument(_Doc, AddedLater):
     """DIR/result.json."""
 
     added_later: ClassVar[tuple[str, ...]] = (
-        "confirmation", "first_bad_version", "bumps", "later", "fast",
+        "confirmation", "first_bad_version", "bumps", "later", "fast", "search",
     )  # fmt: skip
 
     version: Literal[2] = RESULT_VERSION
@@ -301,6 +352,9 @@ class ResultDocument(_Doc, AddedLater):
     """`deps`: the first bad release of the dependency (the culprit's version)."""
     fast: FastDoc | None = None
     """`probe.fast`: where the search ran, and whether the full setup agreed."""
+    search: SearchDoc | None = None
+    """The posterior search (`search.flake` other than 0): the rate, the confidence, the
+    credible set and the verdicts that disagreed."""
     reversals: list[Reversal] = Field(default_factory=list)
     """Where the verdicts were not monotone (a good after a bad): the answer is then the
     last old→new step, the one the new end still has."""

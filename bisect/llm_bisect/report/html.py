@@ -27,7 +27,7 @@ from ..startup import PHASE_LABELS
 from . import escape as esc
 from .documents import ProbeDoc, ResultDocument
 from .links import commit_url, pr_number, pr_url
-from .markdown import bad_probe, duration
+from .markdown import bad_probe, duration, sureness
 
 COLOURS = {
     Verdict.GOOD: "#2e7d32",
@@ -384,6 +384,9 @@ def _summary(doc: ResultDocument) -> str:
         pr_href = pr_url(base, pr) if pr is not None else ""
         pr_link = f' (<a href="{html.escape(pr_href)}">#{pr}</a>)' if pr_href else ""
         rows.append(f"culprit {sha} {esc.html_text(c.subject)}{pr_link}")
+    sure = sureness(doc)
+    if sure:
+        rows.append(f"confidence: {esc.html_text(sure)}")
     ctx = doc.context
     rows.append(
         f"good <code>{esc.html_text(ctx.good_ref or _short(doc.good))}</code> → bad "

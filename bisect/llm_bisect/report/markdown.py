@@ -139,10 +139,17 @@ def _caveats(doc: ResultDocument) -> list[str]:
         lines += ["", "Probed again:", ""]
         lines += [
             f"- `{r.commit[:12]}`: {', then '.join(v.value for v in r.verdicts)}"
-            + (" — flaky, counted unsure" if r.flaky else "")
+            + (_flaky_said(doc) if r.flaky else "")
             for r in doc.retests
         ]
     return [*lines, ""]
+
+
+def _flaky_said(doc: ResultDocument) -> str:
+    """What became of a build whose probes said good and bad."""
+    if doc.search is not None:
+        return " — the posterior weighs every probe"
+    return " — flaky, counted unsure"
 
 
 def _warnings(doc: ResultDocument) -> list[str]:
@@ -391,6 +398,44 @@ def _bumps(doc: ResultDocument) -> list[str]:
     return [*lines, ""]
 
 
+def _confidence(doc: ResultDocument) -> list[str]:
+    """How the posterior search weighed verdicts and how sure the answer is."""
+    found = doc.search
+    if found is None:
+        return []
+    rate = "auto (learnt from this run)" if found.flake == "auto" else f"{found.flake:g}"
+    lines = [
+        "## Confidence",
+        "",
+        f"- posterior of the answer: {found.posterior:.4f} (needed: {found.confidence:g}); "
+        f"no change in the range: {found.no_change:.4f}",
+        f"- lie rate assumed: `search.flake: {rate}`; the verdicts point to a good build "
+        f"reading bad {found.rates.false_bad:.3f} and a bad one reading good "
+        f"{found.rates.false_good:.3f}",
+        f"- probes: {found.probes} of at most {found.max_probes} (`search.max_probes`)",
+        f"- credible set ({found.confidence:g}): "
+        + ", ".join(
+            [f"`{c[:12]}`" for c in found.credible]
+            + (["no change in the range"] if found.no_change >= 1 - found.confidence else [])
+        ),
+    ]
+    for commit in dict.fromkeys(d.commit for d in found.disagreed):
+        said = [d for d in found.disagreed if d.commit == commit]
+        lines.append(
+            f"- disagreed: `{commit[:12]}` tested {said[0].verdict.value} {len(said)} time(s) "
+            f"(its probes: {', '.join(v.value for v in said[0].verdicts)})"
+        )
+    if found.settle:
+        lines += [
+            "",
+            "To settle it, raise `search.max_probes` (or lower `search.confidence`) and run the "
+            "same command again: the run resumes from its journal and probes next "
+            + ", ".join(f"`{c[:12]}`" for c in found.settle)
+            + ".",
+        ]
+    return [*lines, ""]
+
+
 def _fast(doc: ResultDocument) -> list[str]:
     """`probe.fast`: where the search ran, and whether the full setup agreed."""
     fast = doc.fast
@@ -534,12 +579,30 @@ def _linked(base: str, c: CandidateDoc) -> str:
     return f"{sha} {cell(c.subject, 100)}{pr_link}"
 
 
+def sureness(doc: ResultDocument) -> str:
+    """How sure the answer is, in a few words (the posterior search; "" with flake 0)."""
+    found = doc.search
+    if found is None:
+        return ""
+    said = f"posterior {found.posterior:.3f}"
+    if found.disagreed:
+        again = set(found.again)
+        probed = all(d.commit in again for d in found.disagreed)
+        n = len(found.disagreed)
+        said += f"; {n} verdict{'s' if n != 1 else ''} disagreed"
+        said += " and were probed again" if probed and n > 1 else ""
+        said += " and was probed again" if probed and n == 1 else ""
+    return said
+
+
 def _summary(doc: ResultDocument) -> list[str]:
     """The block a maintainer reads first: what was found, between which builds, at what cost."""
     ctx, base = doc.context, doc.context.repo_url
     what = "first bad commit" if doc.mode is Mode.REGRESSION else "first good commit (the fix)"
+    sure = sureness(doc)
     if doc.culprit is not None:
         head = f"> **{doc.status.value}** · {what}: {_linked(base, doc.culprit)}"
+        head += f" ({sure})" if sure else ""
     else:
         head = f"> **{doc.status.value}** · {cell(doc.message, 200)}"
     compare = compare_url(base, doc.range[0], doc.range[-1]) if len(doc.range) >= 2 else ""
@@ -680,11 +743,14 @@ def render_markdown(doc: ResultDocument) -> str:
     """The report of a run."""
     status = doc.status
     title = (
-        f"{doc.culprit.commit[:12]} {cell(doc.culprit.subject, 80)}"
+        f"{status.value}: {doc.culprit.commit[:12]} {cell(doc.culprit.subject, 80)}"
+        if doc.culprit is not None and doc.search is not None
+        else f"{doc.culprit.commit[:12]} {cell(doc.culprit.subject, 80)}"
         if doc.culprit is not None
         else status.value
     )
-    lines = [f"# llm-bisect: {title}", "", *_summary(doc)]
+    sure = sureness(doc)
+    lines = [f"# llm-bisect: {title}" + (f" ({sure})" if sure else ""), "", *_summary(doc)]
     lines.append(f"**Status:** {status.value} — {esc.text(doc.message)}")
     lines.append("")
     lines.append(f"- good: `{doc.good}`")
@@ -731,6 +797,7 @@ def render_markdown(doc: ResultDocument) -> str:
             "holds the commit that undid it; bisect it with `--find-fix`.",
             "",
         ]
+    lines += _confidence(doc)
     lines += _fast(doc)
     lines += _confirmation(doc)
     lines += _later(doc)

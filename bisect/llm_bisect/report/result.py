@@ -9,16 +9,20 @@ from ..checks.logprobs import LogprobsDetails
 from ..fingerprint import differences
 from ..journal import Span
 from ..model import Candidate, CheckResult, ProbeOutcome, Regress, Threshold, Verdict
+from ..posterior import EXACT, Policy
 from ..search import Answer, Plan, Status, bounds, settle
 from .documents import (
     Build,
     CandidateDoc,
     CheckDoc,
     Context,
+    Disagreed,
     ProbeDoc,
+    Rates,
     ResultDocument,
     Retest,
     Reversal,
+    SearchDoc,
     Sides,
     Step,
 )
@@ -56,10 +60,12 @@ def build_result(
     started: float | None = None,
     ended: float | None = None,
     parallel: int = 1,
+    policy: Policy = EXACT,
 ) -> ResultDocument:
     """The result.json document (documents.ResultDocument) of a finished (or stopped)
     search; `warnings`: where the good build fails a rule itself (from its golden); `spans`:
-    when each probe ran, in order; `context`: how the run was asked for (documents.Context)."""
+    when each probe ran, in order; `context`: how the run was asked for (documents.Context);
+    `policy`: how the search weighed verdicts (`search:`)."""
     by_commit: Mapping[str, Candidate] = {c.commit: c for c in plan.candidates}
     culprit = answer.culprit
     last: dict[str, ProbeOutcome] = {}  # probed again: its latest outcome that tested it
@@ -85,7 +91,7 @@ def build_result(
         regress=regress,
         good=plan.good.commit,
         bad=plan.bad.commit,
-        culprit=candidate_doc(culprit) if culprit else None,
+        culprit=candidate_doc(culprit, answer) if culprit else None,
         range=list(answer.range),
         fix_range=list(answer.fix_range) if answer.fix_range else None,
         merge_base=plan.sequence[0].commit if plan.anchor else None,
@@ -113,17 +119,48 @@ def build_result(
         reversals=[Reversal(new=new, old=old) for new, old in answer.reversals],
         retests=retests(probes),
         notes=list(answer.notes),
+        search=search_doc(answer, probes, policy),
     )
 
 
-def candidate_doc(candidate: Candidate) -> CandidateDoc:
-    """A commit as result.json and gate.json hold it."""
+def search_doc(answer: Answer, probes: Sequence[ProbeOutcome], policy: Policy) -> SearchDoc | None:
+    """How the posterior search weighed verdicts and how sure its answer is (None: flake 0)."""
+    sure = answer.sure
+    if sure is None or policy.exact:
+        return None
+    said: dict[str, list[Verdict]] = {}
+    for p in probes:
+        said.setdefault(p.commit, []).append(p.verdict)
+    return SearchDoc(
+        flake="auto" if policy.flake is None else policy.flake,
+        confidence=policy.confidence,
+        max_probes=sure.budget,
+        posterior=round(sure.posterior, 6),
+        no_change=round(sure.no_change, 6),
+        credible=list(sure.credible),
+        disagreed=[
+            Disagreed(commit=c, verdict=v, verdicts=said.get(c, [v])) for c, v in sure.disagreed
+        ],
+        again=list(sure.again),
+        rates=Rates(
+            false_bad=round(sure.rates.false_bad, 6), false_good=round(sure.rates.false_good, 6)
+        ),
+        probes=sure.probes,
+        settle=list(sure.settle),
+    )
+
+
+def candidate_doc(candidate: Candidate, answer: Answer | None = None) -> CandidateDoc:
+    """A commit as result.json and gate.json hold it; with the answer that names it, its
+    posterior (the posterior search)."""
+    sure = answer.sure if answer is not None else None
     return CandidateDoc(
         commit=candidate.commit,
         subject=candidate.subject,
         author=candidate.author,
         date=candidate.date,
         artifact=candidate.artifact,
+        posterior=round(sure.posterior, 6) if sure is not None else None,
     )
 
 

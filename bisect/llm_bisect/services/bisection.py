@@ -105,6 +105,7 @@ def _bisect(
                 client=s.client,
                 repeats=config.probe.runs,
                 reprobe=config.probe.reprobe,
+                policy=config.search.policy,
                 progress=progress,
                 golden=golden,
                 scrub=s.scrub,

@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -411,6 +412,23 @@ def _fault_when(
     return None
 
 
+def _starts(log: Path) -> int:
+    """Starts the launch log holds so far."""
+    try:
+        return len(log.read_text().split())
+    except FileNotFoundError:
+        return 0
+
+
+def _lies(args: argparse.Namespace, number: int) -> bool:
+    """Whether start `number` serves the other side's behaviour (--lie-rate, --lie-at)."""
+    if str(number) in {x.strip() for x in str(args.lie_at).split(",")}:
+        return True
+    return bool(args.lie_rate) and random.Random(f"{args.lie_seed}:{number}").random() < float(
+        args.lie_rate
+    )
+
+
 def main(argv: list[str]) -> int:
     started = time.time()
     parser = argparse.ArgumentParser(prog="python -m llm_bisect.sim", description=__doc__)
@@ -422,6 +440,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--fault", choices=FAULTS, help="override the commit's fault")
     parser.add_argument("--startup-delay", type=float, help="seconds before listening")
     parser.add_argument("--launch-log", type=Path, help="append the commit here on start")
+    # a start that lies serves the other side's behaviour: nothing but repetition exposes it
+    parser.add_argument(
+        "--lie-rate",
+        type=float,
+        default=0.0,
+        help="each start lies with this probability (seeded: --lie-seed, its number)",
+    )
+    parser.add_argument("--lie-seed", type=int, default=0)
+    parser.add_argument("--lie-at", default="", help="starts that lie, by number (1, 2, ...)")
+    parser.add_argument("--lie-fault", choices=FAULTS, default="degenerate-reasoning",
+                        help="what a build without a fault serves when its start lies")  # fmt: skip
     # vLLM's flags that `localize` adds: the worker extension answers /collective_rpc
     parser.add_argument("--worker-extension-cls")
     parser.add_argument("--enforce-eager", action="store_true")
@@ -446,8 +475,11 @@ def main(argv: list[str]) -> int:
         else float(settings.get("startup_delay", 0.0))
     )
     if args.launch_log:
+        number = _starts(args.launch_log) + 1
         with args.launch_log.open("a") as f:
             f.write(args.commit + "\n")
+        if fault != "crash-on-start" and _lies(args, number):
+            fault = args.lie_fault if fault == "none" else "none"
     print(f"sim: serving {args.commit[:12]} (fault: {fault}) on port {args.port}", flush=True)
     print(f"sim: started at {started:.6f}", flush=True)
     if args.worker_extension_cls:  # as vLLM logs them

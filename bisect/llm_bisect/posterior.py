@@ -1,0 +1,471 @@
+"""The culprit's posterior: verdicts that may lie in; how likely each candidate is to be the
+first in the new state, and the probe(s) that would tell most, out. Pure: no I/O, no clock.
+
+    hypotheses   c = 0 ......... 1 .. n-1 .......... c = n
+                 the old end     candidate c is     the new end is in the old state
+                 is new already  the first new one  (no change in this range)
+
+A probe of candidate i truly shows the new state iff i >= c. A verdict lies at a rate that
+depends on what the build truly is: a good build reads bad with `false_bad`, a bad one reads
+good with `false_good` (a flaky start makes a bad build look good more often than the
+reverse). Every server start is one observation; `skip` and `unsure` carry none. The rates
+are known (`search.flake: 0.05`) or learnt from the run itself (`auto`): a grid of rate
+pairs under a prior that favours small ones, each weighted by how well it explains every
+verdict seen — the ends probed again, re-probes that disagree.
+
+The likelihood of c depends only on which observed candidates lie at or after it, so the
+hypotheses fall into segments between observed candidates, one likelihood each: the
+posterior is a few numbers, whatever n is.
+
+    observed       G        G     B        B
+    index       0  1  2  3  4  5  6  7  8  9
+    segments   [0][ 1 ..... 4 ][5  6][7 .. 9][10]
+
+Hypotheses that only never-tested candidates separate form one group (`groups`): no probe
+can tell them apart, and a group that holds the confidence is an ambiguous answer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import product
+
+from .model import Verdict
+
+RATE_GRID: tuple[tuple[float, float], ...] = (
+    (0.0, 0.30),
+    (0.002, 0.15),
+    (0.01, 0.15),
+    (0.03, 0.12),
+    (0.06, 0.10),
+    (0.1, 0.08),
+    (0.18, 0.06),
+    (0.3, 0.04),
+)
+"""`flake: auto`: the lie rates a run may have and how likely each is before any verdict
+(each of false_bad and false_good alike, independently). Most runs lie rarely; the run's
+own verdicts move the weight (bench_noise.py measures the choice)."""
+
+END_PRIOR = 0.02
+"""How likely, before any verdict, each end is to be wrong (the good end already bad, the
+bad end good): small, since the user says so, but never nil, so an end that contradicts
+itself is probed again before the run says so."""
+
+
+@dataclass(frozen=True)
+class Rates:
+    """How often a verdict lies, by what the build truly is."""
+
+    false_bad: float
+    """A good build's verdict reads bad."""
+    false_good: float
+    """A bad build's verdict reads good."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How the search weighs verdicts and when it stops (`search` in the config)."""
+
+    flake: float | None = None
+    """The lie rate per verdict (both ways); None: learnt from the run (`auto`); 0: verdicts
+    are facts (the deterministic bisection)."""
+    confidence: float = 0.99
+    """The posterior the answer needs."""
+    max_probes: int | None = None
+    """The most probes of one search (None: `budget(n)`)."""
+    batch: str = "joint"
+    """k slots: `joint` (the batch of greatest information together) or `quantiles`."""
+
+    @property
+    def exact(self) -> bool:
+        """Whether verdicts are taken as facts (today's bisection, probe for probe)."""
+        return self.flake == 0
+
+    def grid(self) -> tuple[tuple[Rates, float], ...]:
+        """The rate pairs considered and their prior weights (summing to 1)."""
+        if self.flake is not None:
+            return ((Rates(self.flake, self.flake), 1.0),)
+        return tuple((Rates(a, b), wa * wb) for (a, wa), (b, wb) in product(RATE_GRID, RATE_GRID))
+
+    def budget(self, n: int) -> int:
+        return self.max_probes if self.max_probes is not None else budget(n)
+
+    def to_json(self) -> dict[str, object]:
+        """As the journal and result.json hold it."""
+        return {
+            "flake": "auto" if self.flake is None else self.flake,
+            "confidence": self.confidence,
+            "max_probes": self.max_probes,
+            "batch": self.batch,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> Policy:
+        """The policy to_json wrote; ValueError for anything else."""
+        flake, confidence = data.get("flake"), data.get("confidence")
+        max_probes, batch = data.get("max_probes"), data.get("batch", "joint")
+        if flake != "auto" and not (
+            isinstance(flake, int | float) and not isinstance(flake, bool) and 0 <= flake < 0.5
+        ):
+            raise ValueError(f"flake {flake!r} is not a lie rate or auto")
+        if not (isinstance(confidence, float) and 0.5 < confidence < 1):
+            raise ValueError(f"confidence {confidence!r} is not in (0.5, 1)")
+        if max_probes is not None and not (
+            isinstance(max_probes, int) and not isinstance(max_probes, bool) and max_probes >= 2
+        ):
+            raise ValueError(f"max_probes {max_probes!r} is not a count")
+        if batch not in ("joint", "quantiles"):
+            raise ValueError(f"batch {batch!r} is not joint or quantiles")
+        return cls(
+            None if flake == "auto" else float(flake),
+            confidence,
+            max_probes,
+            str(batch),
+        )
+
+
+EXACT = Policy(flake=0.0)
+
+
+def budget(n: int) -> int:
+    """The default most probes of a search of n candidates: three times what bisection needs
+    without lies, and some for the ends."""
+    return 3 * math.ceil(math.log2(max(n, 2))) + 6
+
+
+def _log(x: float) -> float:
+    return math.log(x) if x > 0 else -math.inf
+
+
+def _lse(values: Sequence[float]) -> float:
+    top = max(values)
+    if top == -math.inf:
+        return -math.inf
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def _h(p: float) -> float:
+    """Binary entropy, in bits."""
+    if p <= 0 or p >= 1:
+        return 0.0
+    return -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
+@dataclass(frozen=True)
+class Belief:
+    """The posterior over the hypotheses 0..n (see the module docstring)."""
+
+    n: int
+    cuts: tuple[int, ...]
+    """The observed candidates, sorted: segment j holds c in (cuts[j-1], cuts[j]]."""
+    mass: tuple[float, ...]
+    """Each segment's posterior mass (len(cuts) + 1 of them, summing to 1)."""
+    weights: tuple[float, ...]
+    """The prior weight of each hypothesis 0..n."""
+    cum: tuple[float, ...]
+    """cum[c]: the prior weight of hypotheses 0..c-1 (n + 2 of them)."""
+    rates: Rates
+    """The lie rates the verdicts point to (their posterior mean)."""
+    rate_weights: tuple[tuple[Rates, float], ...]
+    """Each rate pair's posterior weight."""
+    before: tuple[float, ...] = ()
+    """before[j]: the posterior mass of segments 0..j-1."""
+
+    def __post_init__(self) -> None:
+        if not self.before:
+            acc = [0.0]
+            for m in self.mass:
+                acc.append(acc[-1] + m)
+            object.__setattr__(self, "before", tuple(acc))
+
+    def _segment(self, c: int) -> int:
+        return bisect.bisect_left(self.cuts, c)
+
+    def _span(self, j: int) -> tuple[int, int]:
+        """Segment j's hypotheses, first and last."""
+        first = self.cuts[j - 1] + 1 if j > 0 else 0
+        last = self.cuts[j] if j < len(self.cuts) else self.n
+        return first, last
+
+    def _share(self, first: int, last: int) -> float:
+        return self.cum[last + 1] - self.cum[first]
+
+    def of(self, c: int) -> float:
+        """The posterior of hypothesis c."""
+        j = self._segment(c)
+        first, last = self._span(j)
+        whole = self._share(first, last)
+        return self.mass[j] * self.weights[c] / whole if whole > 0 else 0.0
+
+    def of_range(self, first: int, last: int) -> float:
+        """The posterior of hypotheses first..last."""
+        return self.cdf(last) - (self.cdf(first - 1) if first > 0 else 0.0)
+
+    def cdf(self, i: int) -> float:
+        """P(c <= i): the chance that candidate i is truly in the new state."""
+        if i < 0:
+            return 0.0
+        if i >= self.n:
+            return 1.0
+        j = self._segment(i)
+        first, last = self._span(j)
+        whole = self._share(first, last)
+        part = self.mass[j] * self._share(first, i) / whole if whole > 0 else 0.0
+        return self.before[j] + part
+
+    def top(self) -> int:
+        """The most likely hypothesis (the earliest of equals)."""
+        best, best_p = 0, -1.0
+        for j, m in enumerate(self.mass):
+            first, last = self._span(j)
+            whole = self._share(first, last)
+            if whole <= 0:
+                continue
+            c = max(range(first, last + 1), key=lambda h: (self.weights[h], -h))
+            p = m * self.weights[c] / whole
+            if p > best_p + 1e-15:
+                best, best_p = c, p
+        return best
+
+    def credible(self, level: float) -> tuple[int, ...]:
+        """The fewest hypotheses holding `level` of the posterior, in order."""
+        ranked = sorted(range(self.n + 1), key=lambda c: (-self.of(c), c))
+        taken: list[int] = []
+        total = 0.0
+        for c in ranked:
+            if total >= level:
+                break
+            taken.append(c)
+            total += self.of(c)
+        return tuple(sorted(taken))
+
+
+def believe(
+    n: int,
+    seen: Mapping[int, Sequence[Verdict]],
+    new: Verdict,
+    policy: Policy,
+    weights: Sequence[float] | None = None,
+    old_end_known: bool = False,
+) -> Belief:
+    """The posterior from every probe of each candidate 0..n-1 (`seen`); `new`: the verdict of
+    the new state (bad when looking for a regression). `weights`: prior weights of the
+    candidates 1..n-1 (default uniform: the hook for weights by touched paths).
+    `old_end_known`: the old end is taken as old (an untested merge base), c = 0 ruled out."""
+    inner = list(weights) if weights is not None else [1.0] * (n - 1)
+    if len(inner) != n - 1:
+        raise ValueError("one prior weight per candidate between the ends")
+    scale = (1 - 2 * END_PRIOR) / (sum(inner) or 1.0)
+    prior = [0.0 if old_end_known else END_PRIOR, *(w * scale for w in inner), END_PRIOR]
+    cum = [0.0]
+    for w in prior:
+        cum.append(cum[-1] + w)
+    counts: dict[int, tuple[int, int]] = {}  # index -> (new-state verdicts, old-state verdicts)
+    for i, verdicts in seen.items():
+        shown_new = sum(1 for v in verdicts if v is new)
+        shown_old = sum(1 for v in verdicts if v in (Verdict.GOOD, Verdict.BAD) and v is not new)
+        if shown_new or shown_old:
+            counts[i] = (shown_new, shown_old)
+    cuts = tuple(sorted(counts))
+    grid = policy.grid()
+    obs = [counts[i] for i in cuts]
+    seg_first = [cuts[j - 1] + 1 if j > 0 else 0 for j in range(len(cuts) + 1)]
+    seg_last = [cuts[j] if j < len(cuts) else n for j in range(len(cuts) + 1)]
+    seg_prior = [_log(cum[b + 1] - cum[a]) for a, b in zip(seg_first, seg_last, strict=True)]
+    per_rate: list[list[float]] = []  # log prior of the rate + log likelihood, per segment
+    for rates, weight in grid:
+        # truly new: a new-state verdict is right; truly old: an old-state verdict is right
+        lie_new = rates.false_good if new is Verdict.BAD else rates.false_bad
+        lie_old = rates.false_bad if new is Verdict.BAD else rates.false_good
+        lo_lie, lo_ok = _log(lie_old), _log(1 - lie_old)
+        ln_lie, ln_ok = _log(lie_new), _log(1 - lie_new)
+        as_old = [(k_new * lo_lie if k_new else 0.0) + (k_old * lo_ok if k_old else 0.0)
+                  for k_new, k_old in obs]  # fmt: skip
+        as_new = [(k_new * ln_ok if k_new else 0.0) + (k_old * ln_lie if k_old else 0.0)
+                  for k_new, k_old in obs]  # fmt: skip
+        # segment j: cuts[:j] lie before c (truly old), cuts[j:] at or after it (truly new)
+        tail = [0.0] * (len(cuts) + 1)
+        for j in range(len(cuts) - 1, -1, -1):
+            tail[j] = tail[j + 1] + as_new[j]
+        head, row = 0.0, []
+        lw = _log(weight)
+        for j in range(len(cuts) + 1):
+            row.append(lw + seg_prior[j] + head + tail[j])
+            if j < len(cuts):
+                head += as_old[j]
+        per_rate.append(row)
+    seg_log = [_lse([row[j] for row in per_rate]) for j in range(len(cuts) + 1)]
+    total = _lse(seg_log)
+    if total == -math.inf:  # no rate pair explains the verdicts (flake 0 and a contradiction)
+        raise ValueError("the verdicts contradict each other and the lie rate is 0")
+    mass = tuple(math.exp(v - total) for v in seg_log)
+    rate_post = [math.exp(_lse(row) - total) for row in per_rate]
+    mean = Rates(
+        sum(p * r.false_bad for p, (r, _) in zip(rate_post, grid, strict=True)),
+        sum(p * r.false_good for p, (r, _) in zip(rate_post, grid, strict=True)),
+    )
+    return Belief(
+        n,
+        cuts,
+        mass,
+        tuple(prior),
+        tuple(cum),
+        mean,
+        tuple((r, p) for (r, _), p in zip(grid, rate_post, strict=True)),
+    )
+
+
+def gain(p_new: float, rates: Rates, new: Verdict) -> float:
+    """The expected information (bits) about the culprit of one verdict on a candidate that is
+    truly new with probability `p_new`."""
+    lie_new = rates.false_good if new is Verdict.BAD else rates.false_bad
+    lie_old = rates.false_bad if new is Verdict.BAD else rates.false_good
+    shows_new = p_new * (1 - lie_new) + (1 - p_new) * lie_old
+    return _h(shows_new) - p_new * _h(lie_new) - (1 - p_new) * _h(lie_old)
+
+
+def _batch_gain(belief: Belief, chosen: Sequence[int], rates: Rates, new: Verdict) -> float:
+    """The expected information of verdicts on all of `chosen` together (they are independent
+    given the culprit): H(Y) - sum of H(Y_i | c)."""
+    picks = sorted(chosen)
+    lie_new = rates.false_good if new is Verdict.BAD else rates.false_bad
+    lie_old = rates.false_bad if new is Verdict.BAD else rates.false_good
+    # class j: c in (picks[j-1], picks[j]]: picks[:j] truly old, picks[j:] truly new
+    edges = [belief.cdf(i) for i in picks]
+    classes = [b - a for a, b in zip([0.0, *edges], [*edges, 1.0], strict=True)]
+    joint = 0.0
+    for shown in product((True, False), repeat=len(picks)):  # True: reads new
+        p = 0.0
+        for j, w in enumerate(classes):
+            if w <= 0:
+                continue
+            like = w
+            for m, reads_new in enumerate(shown):
+                truly_new = m >= j
+                lie = lie_new if truly_new else lie_old
+                right = reads_new == truly_new
+                like *= (1 - lie) if right else lie
+            p += like
+        if p > 0:
+            joint -= p * math.log2(p)
+    alone = sum(belief.cdf(i) * _h(lie_new) + (1 - belief.cdf(i)) * _h(lie_old) for i in picks)
+    return joint - alone
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the posterior says: go on (`probes`), or the answer."""
+
+    probes: tuple[int, ...] = ()
+    """Candidates to probe now (empty: the search is over, or waits for a running probe)."""
+    answer: int | None = None
+    """The hypothesis that holds the confidence (0: the old end is new already; n: no change)."""
+    group: tuple[int, ...] = ()
+    """When no probe can separate the likely hypotheses: the group holding the confidence."""
+    exhausted: bool = False
+    """The probe budget is spent below the confidence."""
+
+
+def groups(n: int, pool: frozenset[int]) -> list[tuple[int, int]]:
+    """Runs of hypotheses no probe can separate (first, last): c and c+1 differ only in
+    candidate c's truth, so they part only where c can still be probed (`pool`)."""
+    runs: list[tuple[int, int]] = []
+    first = 0
+    for c in range(n):
+        if c in pool:
+            runs.append((first, c))
+            first = c + 1
+    runs.append((first, n))
+    return runs
+
+
+def decide(
+    belief: Belief,
+    policy: Policy,
+    new: Verdict,
+    pool: frozenset[int],
+    spent: int,
+    k: int = 1,
+    running: frozenset[int] = frozenset(),
+    prefer: frozenset[int] = frozenset(),
+) -> Decision:
+    """The answer if one hypothesis (or a group no probe can split) holds the confidence, or
+    the budget is spent; else up to k candidates of `pool` to probe besides those `running`,
+    those that tell most about the culprit (a candidate may be probed again)."""
+    top = belief.top()
+    if (
+        belief.of(top) >= policy.confidence
+        and (top in pool or top == belief.n)
+        and (top == 0 or top - 1 in pool)
+    ):
+        return Decision(answer=top)
+    for first, last in groups(belief.n, pool):
+        if first < last and belief.of_range(first, last) >= policy.confidence:
+            return Decision(group=tuple(range(first, last + 1)))
+    if spent >= policy.budget(belief.n):
+        return Decision(exhausted=True)
+    free = sorted(pool - running)
+    if not free or k <= 0:
+        return Decision()
+    rates = belief.rates
+    if policy.batch == "quantiles" and k > 1 and not running:
+        return Decision(probes=_quantiles(belief, free, k))
+    picks: list[int] = []
+    for _ in range(min(k, len(free))):
+        options = [i for i in _options(belief, free, k) if i not in picks]
+        if not options:
+            break
+        base = [*running, *picks]
+        scored = [(_batch_gain(belief, [*base, i], rates, new), i) for i in options]
+        best = max(g for g, _ in scored)
+        near = [(g, i) for g, i in scored if g >= best - 1e-12]
+        ready = [(g, i) for g, i in scored if i in prefer and g >= 0.5 * best]
+        choice = ready or near
+        picks.append(min(choice, key=lambda gi: (-gi[0], abs(belief.cdf(gi[1]) - 0.5), gi[1]))[1])
+    return Decision(probes=tuple(picks))
+
+
+def _options(belief: Belief, free: Sequence[int], k: int) -> list[int]:
+    """The candidates worth scoring: every one in a small range, else those at the posterior's
+    quantiles and every candidate observed already (a re-probe)."""
+    if len(free) <= 48:
+        return list(free)
+    marks = 8 * (k + 1)
+    cuts = set(belief.cuts)
+    found = {i for i in free if i in cuts}
+    cdfs = [belief.cdf(i) for i in free]
+    for m in range(1, marks):
+        at = bisect.bisect_left(cdfs, m / marks)
+        for j in (at - 1, at):
+            if 0 <= j < len(free):
+                found.add(free[j])
+    return sorted(found)
+
+
+def _quantiles(belief: Belief, free: Sequence[int], k: int) -> tuple[int, ...]:
+    """k candidates at the posterior's k+1-quantiles (the cheap batch)."""
+    cdfs = [belief.cdf(i) for i in free]
+    picks: list[int] = []
+    for m in range(1, k + 1):
+        target = m / (k + 1)
+        at = min(range(len(free)), key=lambda j: (abs(cdfs[j] - target), free[j]))
+        if free[at] not in picks:
+            picks.append(free[at])
+    return tuple(picks)
+
+
+def disagreeing(
+    seen: Mapping[int, Sequence[Verdict]], culprit: int, new: Verdict
+) -> list[tuple[int, Verdict]]:
+    """Every verdict that disagrees with `culprit` being the first new-state candidate."""
+    old = Verdict.GOOD if new is Verdict.BAD else Verdict.BAD
+    found: list[tuple[int, Verdict]] = []
+    for i in sorted(seen):
+        truth = new if i >= culprit else old
+        for v in seen[i]:
+            if v in (Verdict.GOOD, Verdict.BAD) and v is not truth:
+                found.append((i, v))
+    return found

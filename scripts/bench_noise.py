@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""How often each search names a wrong culprit when verdicts lie, and what it costs.
+
+Random histories: n uniform in [10, 500], the first bad candidate uniform in [1, n-1], a
+fixed seed. A lie serves exactly the other side's verdict: nothing but repetition exposes
+it. Lies are iid at a rate per probe, or `sticky` (one candidate next to the culprit, on
+either side, always lies; every other verdict is true). Three searches on the same
+histories:
+
+  today    the deterministic bisection (`search.flake: 0`, `probe.repeats: auto`: a
+           reversal is probed again)
+  plain    a plain probabilistic bisection: the rate known, the ends known, the posterior
+           median probed, stop at posterior 0.99 (Horstein; it checks the harness)
+  auto     the posterior search as shipped (`search.flake: auto`: the rate unknown to it)
+
+Each row: wrong culprits named found (%), right (%), no answer (%), mean probes and, with
+k slots, mean rounds, each with a 95 % interval (Wilson for rates, normal for means).
+
+Usage: python scripts/bench_noise.py [--histories 2000] [--seed 20261204] [--lies 0,0.05,...]
+  [--searches today,plain,auto] [--slots 1,4] [--jobs 2]
+About 20 minutes on 2 cores at 2,000 histories per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import random
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bisect"))
+
+from llm_bisect.model import Candidate, Verdict
+from llm_bisect.posterior import Policy
+from llm_bisect.search import Answer, Mode, Plan, plan_batch
+
+
+@dataclass(frozen=True)
+class World:
+    n: int
+    culprit: int
+    lie: float | str
+    seed: int
+
+    def liar(self) -> int:
+        """The candidate that always lies (`sticky`): next to the culprit."""
+        rng = random.Random(self.seed * 7 + 1)
+        return self.culprit - 1 if rng.random() < 0.5 and self.culprit > 1 else self.culprit
+
+    def verdict(self, i: int, rng: random.Random) -> Verdict:
+        truth = Verdict.BAD if i >= self.culprit else Verdict.GOOD
+        lies = i == self.liar() if self.lie == "sticky" else rng.random() < float(self.lie)
+        return (Verdict.GOOD if truth is Verdict.BAD else Verdict.BAD) if lies else truth
+
+
+@dataclass(frozen=True)
+class Run:
+    status: str
+    right: bool
+    probes: int
+    rounds: int
+
+
+def searched(world: World, search: str, k: int) -> Run:
+    rng = random.Random(world.seed)
+    if search == "plain":
+        return _plain(world, rng)
+    seq = tuple(Candidate(f"{i:040x}") for i in range(world.n + 1))
+    plan = Plan(Mode.REGRESSION, seq)
+    policy = Policy(flake=0.0) if search == "today" else Policy()
+    seen: dict[str, list[Verdict]] = {}
+    probes = rounds = 0
+    while not isinstance(step := plan_batch(plan, seen, k, reprobe=True, policy=policy), Answer):
+        rounds += 1
+        for c in step:
+            seen.setdefault(c.commit, []).append(world.verdict(int(c.commit, 16), rng))
+            probes += 1
+        if probes > 10 * world.n:
+            raise SystemExit(f"stalled on {world}")
+    culprit = None if step.culprit is None else int(step.culprit.commit, 16)
+    return Run(step.status.value, culprit == world.culprit, probes, rounds)
+
+
+def _plain(world: World, rng: random.Random) -> Run:
+    """Horstein's bisection: the rate known, the ends known (not probed), the posterior
+    over candidates 1..n-1 uniform at first, the posterior median probed, stop at 0.99."""
+    n = world.n + 1
+    rate = 0.05 if world.lie == "sticky" else float(world.lie)
+    post = np.full(n - 1, 1.0 / (n - 1))  # post[j]: candidate j + 1 is the first bad
+    probes = 0
+    while post.max() < 0.99 and probes < 200:
+        cdf = np.cumsum(post)  # cdf[j]: P(c <= j + 1), the chance candidate j + 1 is bad
+        i = int(np.argmin(np.abs(cdf[:-1] - 0.5))) + 1  # the median (never the last: known)
+        says_bad = world.verdict(i, rng) is Verdict.BAD
+        truly_bad = np.arange(1, n) <= i  # c <= i: candidate i is bad
+        post = post * np.where(truly_bad == says_bad, 1 - rate, rate)
+        post /= post.sum()
+        probes += 1
+    found = int(post.argmax()) + 1
+    status = "found" if post.max() >= 0.99 else "ambiguous"
+    return Run(status, found == world.culprit, probes, probes)
+
+
+def worlds(count: int, seed: int, lie: float | str) -> list[World]:
+    rng = random.Random(seed)
+    found = []
+    for h in range(count):
+        n = rng.randint(10, 500)
+        found.append(World(n, rng.randint(1, n - 1), lie, seed * 100_003 + h))
+    return found
+
+
+def _one(job: tuple[World, str, int]) -> Run:
+    return searched(*job)
+
+
+def wilson(k: int, n: int) -> tuple[float, float]:
+    if n == 0:
+        return 0.0, 0.0
+    z, p = 1.96, k / n
+    mid = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return 100 * max(0.0, mid - half), 100 * min(1.0, mid + half)
+
+
+def mean(xs: Sequence[int]) -> tuple[float, float]:
+    m = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / max(1, len(xs) - 1))
+    return m, 1.96 * sd / math.sqrt(len(xs))
+
+
+def row(search: str, lie: float | str, k: int, runs: Sequence[Run]) -> str:
+    n = len(runs)
+    wrong = sum(1 for r in runs if r.status == "found" and not r.right)
+    right = sum(1 for r in runs if r.right)
+    none = n - wrong - right
+    lo, hi = wilson(wrong, n)
+    p, pe = mean([r.probes for r in runs])
+    rd, re = mean([r.rounds for r in runs])
+    return (
+        f"| {search} | {lie} | {k} | {100 * wrong / n:.1f} [{lo:.1f}, {hi:.1f}] | "
+        f"{100 * right / n:.1f} | {100 * none / n:.1f} | {p:.1f} ± {pe:.1f} | "
+        + (f"{rd:.1f} ± {re:.1f} |" if k > 1 else "- |")
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--histories", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=20261204)
+    parser.add_argument("--lies", default="0,0.05,0.1,0.2,sticky")
+    parser.add_argument("--searches", default="today,plain,auto")
+    parser.add_argument("--slots", default="1,4")
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    lies: list[float | str] = [x if x == "sticky" else float(x) for x in args.lies.split(",")]
+    print(f"{args.histories} histories per row, seed {args.seed}, n in [10, 500]")
+    print()
+    print("| search | lie | slots | wrong, found (%) [95 %] | right (%) | no answer (%) "
+          "| probes | rounds |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
+    began = time.monotonic()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for lie in lies:
+            for search in args.searches.split(","):
+                for k in [int(x) for x in args.slots.split(",")]:
+                    if search == "plain" and k > 1:
+                        continue
+                    jobs = [(w, search, k) for w in worlds(args.histories, args.seed, lie)]
+                    runs = list(pool.map(_one, jobs, chunksize=16))
+                    print(row(search, lie, k, runs), flush=True)
+    print()
+    print(f"{time.monotonic() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
