@@ -231,7 +231,8 @@ def _artifact_cell(art: Artifact) -> str:
 def _print_answer(term: Terminal, answer: Answer, out_dir: Path) -> None:
     if answer.culprit is not None:
         c = answer.culprit
-        term.out(f"{answer.status.value}: {c.commit} {printable(c.subject)}")
+        sure = f" (posterior {answer.sure.posterior:.3f})" if answer.sure is not None else ""
+        term.out(f"{answer.status.value}: {c.commit} {printable(c.subject)}{sure}")
     else:
         term.out(f"{answer.status.value}: {printable(answer.message)}")
         if answer.status is Status.AMBIGUOUS:

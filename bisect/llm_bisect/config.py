@@ -343,12 +343,12 @@ class ProbeConfig(_Strict):
 class SearchConfig(_Strict):
     """How the search weighs verdicts and when it stops (posterior.py)."""
 
-    flake: float | Literal["auto"] = 0.0
+    flake: float | Literal["auto"] = "auto"
     """How often a verdict lies (a start that glitches, decoding that is not deterministic):
-    `0`, verdicts are facts (the deterministic bisection, and `probe.repeats`' handling of
-    reversals); a rate (`0.05`), the posterior search with that rate both ways; `auto`, the
-    posterior search with the rates learnt from the run's own verdicts (the ends and
-    candidates probed again)."""
+    `auto` (the default), the posterior search with the rates learnt from the run's own
+    verdicts (the ends and candidates probed again); a rate (`0.05`), the posterior search
+    with that rate both ways; `0`, verdicts are facts (the deterministic bisection, and
+    `probe.repeats`' handling of reversals)."""
 
     @field_validator("flake", mode="before")
     @classmethod
@@ -365,7 +365,7 @@ class SearchConfig(_Strict):
     """The posterior the answer needs (not `flake: 0`): below it the run ends ambiguous,
     naming the credible set."""
     max_probes: int | Literal["auto"] = "auto"
-    """The most probes of the search (not `flake: 0`); `auto`: 3 x log2(candidates) + 6."""
+    """The most probes of the search (not `flake: 0`); `auto`: 4 x log2(candidates) + 8."""
 
     @field_validator("max_probes", mode="before")
     @classmethod

@@ -424,6 +424,7 @@ def config(
     return {
         "candidates": {"repo": str(repo), **ends},
         "build": {"strategies": strategies, "cache": {"dir": str(builds)}},
+        "search": {"flake": 0},  # the bed's faults never lie: each probe is a vLLM start
         "server": {
             "command": [
                 "{python}", "-m", "vllm.entrypoints.openai.api_server",
