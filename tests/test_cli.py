@@ -1021,3 +1021,19 @@ def test_config_paths_take_environment_variables(tmp_path: Path, history: Any) -
         "candidates", str(config), "--repo", str(h.repo), env={"LLM_BISECT_WS": None}
     )
     assert code == 0 and f"good: {h.shas[0]}" in output, output
+
+
+def test_a_good_end_that_is_broken_itself_stops_the_run_instead_of_calling_all_good(
+    tmp_path: Path, history: Any
+) -> None:
+    # The good end already degenerates (an older regression): its golden would excuse every
+    # build, and the run used to end "no-regression" (exit 4). It stops, one line, exit 1.
+    h: History = history({0: "degenerate-content"}, n=8)
+    out = tmp_path / "out"
+    code, output = invoke("run", str(h.config()), "--out", str(out))
+    assert code == 1, output
+    lines = [line for line in output.splitlines() if "canary prompts" in line]
+    assert len(lines) == 1 and f"the good end {h.shas[0][:12]} answers" in lines[0]
+    assert "Pick an older good end" in lines[0] and "Traceback" not in output
+    assert not (out / "golden.json").exists()  # not kept: a run again records anew
+    assert live_processes(str(h.repo)) == []

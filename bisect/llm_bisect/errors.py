@@ -31,6 +31,10 @@ class ConfigError(LlmBisectError):
     """The config, a ref or a command-line argument is invalid."""
 
 
+class BrokenGoodEnd(LlmBisectError):
+    """The good end's own answers are degenerate or empty: a golden from it judges nothing."""
+
+
 class UnknownKind(ConfigError):
     """No kind of this seam is registered under the tag (kinds.py): never a silent default."""
 

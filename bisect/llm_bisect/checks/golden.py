@@ -30,12 +30,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import ConfigError
+from ..errors import BrokenGoodEnd, ConfigError
 from ..files import read_capped
 from ..fingerprint import Fingerprint
 from ..model import Threshold
 from ..redact import Scrub
 from ..sparse import AddedLater
+from .metrics import degeneration
 
 if TYPE_CHECKING:
     from . import Check, ServedEndpoint
@@ -345,6 +346,34 @@ def thresholds(golden: Golden | None, checks: Sequence[Check]) -> dict[str, dict
     return {c.name: t for c in checks if (t := c.thresholds(golden))}
 
 
+def broken(golden: Golden) -> list[str]:
+    """The canary prompts the good build itself answers badly by the absolute rules: content
+    null or empty (not cut by its budget), or content or reasoning degenerate. Pure."""
+    section = golden.checks.canary
+    found = []
+    for case in section.cases if section else []:
+        empty = not (case.content and case.content.strip())
+        if (empty and not case.cut) or degeneration(case.content) or degeneration(case.reasoning):
+            found.append(case.prompt)
+    return found
+
+
+def refuse_broken(golden: Golden) -> None:
+    """BrokenGoodEnd when more than half the canary prompts are answered badly by the build
+    the golden comes from: every build would then test good against it."""
+    bad = broken(golden)
+    section = golden.checks.canary
+    total = len(section.cases) if section else 0
+    if total and 2 * len(bad) > total:
+        shown = ", ".join(repr(p[:40]) for p in bad[:3]) + (", ..." if len(bad) > 3 else "")
+        raise BrokenGoodEnd(
+            f"the good end {golden.commit[:12]} answers {len(bad)} of {total} canary prompts "
+            f"with degenerate or empty content ({shown}): a golden recorded from it would call "
+            "every build good. Pick an older good end (the regression may be older than this "
+            "range), or run again if its start glitched (its golden is not kept)"
+        )
+
+
 def warnings(golden: Golden) -> list[str]:
     """Where the good build itself fails a rule, so the rule cannot tell builds apart there. Pure.
 
@@ -369,6 +398,11 @@ def warnings(golden: Golden) -> list[str]:
                 found.append(
                     f"{where} has no content ({case.finish_reason}), so null content is not "
                     "judged there (pick another prompt, or check the reasoning parser)"
+                )
+            elif degeneration(case.content) or degeneration(case.reasoning):
+                found.append(
+                    f"{where} is degenerate itself, so degeneration there counts only where a "
+                    "build is clearly worse (pick another prompt, or an older good end)"
                 )
             elif isinstance(case, ExpectAnswer) and not case.matched:
                 found.append(
@@ -453,7 +487,9 @@ class GoldenStore:
             return self.data
         if commit != self.record_on:
             raise ConfigError(f"golden: none recorded yet, and {commit[:12]} is not the good end")
-        self.data = record(endpoint, self.checks, commit, self.identity)
+        data = record(endpoint, self.checks, commit, self.identity)
+        refuse_broken(data)  # not kept: a run again records anew
+        self.data = data
         self.recorded = True
         save(self.path, self.data, self.scrub)
         return self.data
