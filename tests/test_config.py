@@ -18,6 +18,7 @@ from llm_bisect.checks.logprobs import LogprobsConfig
 from llm_bisect.cli import cli
 from llm_bisect.config import (
     MAX_CONFIG_BYTES,
+    SearchConfig,
     check_digest,
     config_digest,
     expand_env,
@@ -431,10 +432,10 @@ def test_the_engine_cache_is_one_root_every_kind_of_server_is_given(tmp_path: Pa
 
 
 def test_the_search_weighs_verdicts_and_never_makes_a_journal_another_config_s() -> None:
-    assert parse_config(base()).search.policy.exact  # flake 0: the bisection, probe for probe
-    auto = parse_config({**base(), "search": {"flake": "auto", "max_probes": 40}}).search.policy
+    assert parse_config(base()).search.policy == SearchConfig(flake="auto").policy  # default
+    auto = parse_config({**base(), "search": {"max_probes": 40}}).search.policy
     assert (auto.flake, auto.confidence, auto.max_probes, auto.exact) == (None, 0.99, 40, False)
     assert parse_config({**base(), "search": {"flake": 0}}).search.policy.exact
-    assert config_digest(parse_config({**base(), "search": {"flake": "auto"}})) == config_digest(
+    assert config_digest(parse_config({**base(), "search": {"flake": 0}})) == config_digest(
         parse_config(base())
     )
