@@ -96,8 +96,8 @@ def map_concurrent(fn: Callable[[T], R], items: Sequence[T], workers: int) -> li
 @runtime_checkable
 class StopsEarly(Protocol):
     """A check that can decide on part of its cases once the rest cannot change its verdict
-    within its stated error rates (the eval's SequentialTest); used under `probe.early_stop`
-    where a probe's suite may stop (never at a run's ends)."""
+    (the eval's SequentialTest: the verdict is the whole set's); used under
+    `probe.early_stop` where a probe's suite may stop (never at a run's ends)."""
 
     def run_early(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult: ...
 

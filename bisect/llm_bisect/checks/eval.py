@@ -39,7 +39,6 @@ from .gsm8k import Problem, extract, instruct_prompt, last_integer, vllm_prompt,
 from .metrics import degeneration, excerpt
 from .stats import (
     ALPHA,
-    INTERIM_ALPHA,
     POWER,
     SEQUENTIAL,
     TEST,
@@ -118,7 +117,7 @@ class Power(_Part):
 
 
 class Sequential(BaseModel):
-    """How a group-sequential eval went: its test, the problems asked, whether it stopped."""
+    """How an eval asked in groups went: its test, the problems asked, whether it stopped."""
 
     model_config = ConfigDict(frozen=True)
     test: str
@@ -328,7 +327,7 @@ class EvalCheck:
 
     def run_early(self, endpoint: ChatEndpoint, golden: Golden | None) -> CheckResult:
         """As `run`, asking the problems in groups and stopping after one where the drop is
-        already beyond doubt (SequentialTest: the error rates stay those stated)."""
+        settled (SequentialTest: the verdict is the whole set's, only cheaper)."""
         return self._run(endpoint, golden, SequentialTest(ALPHA, self._test().tolerance))
 
     def _run(
@@ -364,7 +363,8 @@ class EvalCheck:
             answers = [None if w else a for a, w in zip(got.answers, late, strict=True)]
             left_out = [k and w is None for k, w in zip(cut, late, strict=True)]
             compared = paired(problems, gold.answers[: len(asked)], answers, left_out)
-            if sequential is not None and look < len(sizes) and sequential.stops(compared):
+            left = len(self.problems) - len(asked)
+            if sequential is not None and look < len(sizes) and sequential.stops(compared, left):
                 stopped = True
                 break
         test = self._test() if sequential is None else sequential.final
@@ -381,16 +381,18 @@ class EvalCheck:
                 f"{len(asked)} were cut by their budget where the good build finished"
             )
         if stopped or test.fails(compared):
-            limit, named = (test.alpha, TEST) if not stopped else (INTERIM_ALPHA, SEQUENTIAL)
+            named = SEQUENTIAL if stopped else TEST
             line = (
                 f"accuracy {compared.accuracy:.0%} vs golden {compared.golden_accuracy:.0%} on "
                 f"the {compared.n} answers compared ({compared.lost} lost, {compared.gained} "
                 f"gained: p = {p_value(compared.lost, compared.gained):.2g} "
-                f"{'<=' if stopped else '<'} {limit:g}, "
-                f"{named}"
+                f"< {test.alpha:g}, {named}"
             )
             if stopped:
-                line += f"; stopped after {len(asked)} of {len(self.problems)} problems"
+                line += (
+                    f"; stopped after {len(asked)} of {len(self.problems)} problems: it fails "
+                    "even if every one left were gained"
+                )
             if test.tolerance:
                 line += f"; drop {compared.drop:.0%} > {test.tolerance:.0%}"
             failed.append(line + _ran_on(late, gold, "; {} of them") + ")")

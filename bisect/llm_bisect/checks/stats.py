@@ -176,41 +176,42 @@ def _detectable(test: PairedTest, n: int, right: int, flips: float, power: float
     return high
 
 
-INTERIM_ALPHA = 0.001
-"""The p-value an interim look must reach to stop (Haybittle-Peto)."""
 LOOKS = 4
-SEQUENTIAL = "group-sequential exact McNemar test (Haybittle-Peto: interim p <= 0.001)"
+SEQUENTIAL = (
+    "exact McNemar test on paired answers, curtailed: asked in groups, stopped once no "
+    "answer left could make it pass"
+)
 
 
 @dataclass(frozen=True)
 class SequentialTest:
-    """The eval asked in `looks` groups, stopping as soon as the drop is beyond doubt.
+    """The eval asked in `looks` groups, stopping as soon as its verdict is settled.
 
         looks    1/4 n      2/4 n      3/4 n      n
-        fail if  p <= i     p <= i     p <= i     PairedTest at alpha - (looks - 1) i
+        fail if  it fails even with every answer left gained            PairedTest
 
     After each of the first looks - 1 groups the answers so far are compared with the
-    golden's (exact one-sided McNemar on the discordant pairs so far): the eval stops and
-    fails when p <= `interim`. Else the last look decides with the whole set at what is left
-    of `alpha`. A build with no drop fails at some look with probability at most
-    (looks - 1) * interim + (alpha - (looks - 1) * interim) = alpha (Bonferroni, whatever
-    the looks' dependence), and it fails whenever the last look alone would: the power
-    stated for `final` is a lower bound on this test's."""
+    golden's, and every problem not asked yet is taken as gained (wrong in the golden, right
+    now): the worst case for failing. When the whole set's PairedTest fails even so, it
+    fails whatever the rest say, and the eval stops. Else the last look decides on the whole
+    set. The verdict is always the one the whole set gives (`probe.early_stop` changes only
+    what a probe costs, never its verdict): the error rates and the power stated are the
+    PairedTest's own."""
 
     alpha: float = ALPHA
     tolerance: float = 0.0
     looks: int = LOOKS
-    interim: float = INTERIM_ALPHA
 
     @property
     def final(self) -> PairedTest:
-        """The last look's test, at the alpha the interim looks left."""
-        return PairedTest(self.alpha - (self.looks - 1) * self.interim, self.tolerance)
+        """The whole set's test: the one a probe without early stop decides by."""
+        return PairedTest(self.alpha, self.tolerance)
 
-    def stops(self, p: Pairs) -> bool:
-        """At an interim look: the drop so far is beyond doubt (and beyond the tolerance)."""
-        m = p.lost + p.gained
-        return p.n > 0 and p.lost >= critical(m, self.interim) and p.drop > self.tolerance
+    def stops(self, p: Pairs, left: int) -> bool:
+        """At an interim look, `left` problems not asked yet: the whole set fails even if
+        every one of them were gained."""
+        worst = Pairs(n=p.n + left, right=p.right, lost=p.lost, gained=p.gained + left)
+        return p.n > 0 and self.final.fails(worst)
 
     def sizes(self, n: int) -> list[int]:
         """How many problems are answered at each look (the last: all n)."""
@@ -220,6 +221,6 @@ class SequentialTest:
         """(fails, problems answered when it decided), answers taken in order."""
         n = len(golden_right)
         for k in self.sizes(n)[:-1]:
-            if self.stops(pairs(golden_right[:k], got_right[:k])):
+            if self.stops(pairs(golden_right[:k], got_right[:k]), n - k):
                 return True, k
         return self.final.fails(pairs(golden_right, got_right)), n
