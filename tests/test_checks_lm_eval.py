@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import threading
 import time
@@ -29,7 +30,9 @@ from llm_bisect.checks.lm_eval import (
     LmEvalDetails,
     SampleRun,
     command,
+    holm,
     judge_task,
+    judge_tasks,
     lm_eval_argv,
     read_samples,
 )
@@ -396,3 +399,44 @@ def test_gate_with_a_vllm_gsm8k_config_applies_its_floor_beside_the_golden(
     assert "below the threshold 0.990" in evaluated["evidence"], evaluated["evidence"]
     assert case.find("failure") is not None
     assert not doc["golden"]["recorded"], "the first gate's golden served the second file"
+
+
+def _group(
+    rng: random.Random, tasks: int, docs: int, lose: float, gain: float
+) -> tuple[dict[str, SampleRun], dict[str, SampleRun]]:
+    """An MMLU-like group: the golden's answers and a build's, each answer of the build
+    flipped by chance (`lose` of the golden's right ones, `gain` of its wrong ones)."""
+    gold, got = {}, {}
+    for t in range(tasks):
+        right = [rng.random() < 0.7 for _ in range(docs)]
+        now = [(rng.random() >= lose) if r else (rng.random() < gain) for r in right]
+        ids = list(range(docs))
+        gold[f"sub{t}"] = SampleRun(metric="acc", value=0.7, doc_ids=ids, correct=right)
+        got[f"sub{t}"] = SampleRun(metric="acc", value=0.7, doc_ids=ids, correct=now)
+    return got, gold
+
+
+def test_a_group_of_57_subtasks_fails_a_good_build_no_more_often_than_one_task() -> None:
+    # a build without a drop (3 % of answers change by chance, as many gained as lost):
+    # judged task by task at 0.05 each, it failed about half its probes; with Holm's
+    # correction the whole group fails it at most 5 % of the time
+    rng = random.Random(57)
+    test = PairedTest()
+    alarms = 0
+    for _ in range(200):
+        got, gold = _group(rng, 57, 100, lose=0.03 / 2 / 0.7, gain=0.03 / 2 / 0.3)
+        alarms += any(not j.passed for j in judge_tasks(got, gold, {}, test))
+    assert alarms / 200 <= 0.05 + 0.03, alarms
+    # a subtask that really broke is still caught among the 57
+    got, gold = _group(rng, 57, 100, lose=0.02, gain=0.02)
+    broken = [c and rng.random() < 0.2 for c in got["sub3"].correct]
+    got["sub3"] = got["sub3"].model_copy(update={"correct": broken})
+    judged = {j.task: j for j in judge_tasks(got, gold, {}, test)}
+    assert not judged["sub3"].passed and "Holm over 57 tasks" in judged["sub3"].failures[0]
+
+
+def test_holm_steps_down_and_stops_at_the_first_it_keeps() -> None:
+    assert holm([0.001, 0.04, 0.012], 0.05) == [0.05 / 3, 0.05, 0.05 / 2]
+    assert holm([0.001, 0.02, 0.03, 0.04], 0.05) == [0.05 / 4, 0.0, 0.0, 0.0]
+    assert holm([0.2, 0.001], 0.05) == [0.0, 0.025]
+    assert holm([], 0.05) == []

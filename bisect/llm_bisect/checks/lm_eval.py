@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -326,6 +327,57 @@ def read_samples(
     return runs
 
 
+def paired_with(got: SampleRun, gold: SampleRun) -> Pairs:
+    """A task's documents paired with the golden's, by document id. Pure."""
+    theirs = dict(zip(gold.doc_ids, gold.correct, strict=True))
+    both = [(theirs[d], c) for d, c in zip(got.doc_ids, got.correct, strict=True) if d in theirs]
+    return pairs([g for g, _ in both], [c for _, c in both])
+
+
+def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[float]:
+    """The level each of m tests is judged at, Holm's step-down: the k-th smallest p-value
+    at alpha / (m - k + 1) while every smaller one was rejected, 0 after the first that was
+    not (none after it fails). The chance that any of m builds-without-a-drop tests fails
+    stays at most alpha, whatever their dependence. Pure."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    levels = [0.0] * len(p_values)
+    for k, i in enumerate(order):
+        level = alpha / (len(p_values) - k)
+        if p_values[i] > level:
+            break
+        levels[i] = level
+    return levels
+
+
+def judge_tasks(
+    runs: Mapping[str, SampleRun],
+    gold: Mapping[str, SampleRun] | None,
+    floors: Mapping[str, Mapping[str, float]],
+    test: PairedTest,
+) -> list[TaskJudgement]:
+    """Every task, the paired tests corrected for their number (Holm): a group of 57
+    subtasks fails no more often than one task when nothing dropped. Pure."""
+    golden = gold or {}
+    p = {
+        t: p_value(c.lost, c.gained)
+        for t, got in runs.items()
+        if t in golden
+        for c in [paired_with(got, golden[t])]
+    }
+    levels = dict(zip(p, holm(list(p.values()), test.alpha), strict=True))
+    return [
+        judge_task(
+            task,
+            got,
+            golden.get(task),
+            floors.get(task, {}),
+            replace(test, alpha=levels.get(task, test.alpha)),
+            tests=len(p),
+        )
+        for task, got in runs.items()
+    ]
+
+
 def judge_task(
     task: str,
     got: SampleRun,
@@ -333,23 +385,22 @@ def judge_task(
     floor: Mapping[str, float],
     test: PairedTest,
     flips: float = 0.0,
+    tests: int = 1,
 ) -> TaskJudgement:
     """One task: paired against the golden's documents (when there is a golden), and each
-    absolute floor. Pure."""
+    absolute floor; `tests`: how many tasks' paired tests the level is corrected for. Pure."""
     failures = []
     compared = Pairs(0, 0, 0, 0)
     if gold is not None:
-        theirs = dict(zip(gold.doc_ids, gold.correct, strict=True))
-        both = [
-            (theirs[d], c) for d, c in zip(got.doc_ids, got.correct, strict=True) if d in theirs
-        ]
-        compared = pairs([g for g, _ in both], [c for _, c in both])
-        if test.fails(compared):
+        compared = paired_with(got, gold)
+        if test.alpha > 0 and test.fails(compared):
+            holm_said = f", Holm over {tests} tasks" if tests > 1 else ""
             line = (
                 f"{task}: {got.metric} {compared.accuracy:.0%} vs golden "
                 f"{compared.golden_accuracy:.0%} on the {compared.n} documents compared "
                 f"({compared.lost} lost, {compared.gained} gained: p = "
-                f"{p_value(compared.lost, compared.gained):.2g} < {test.alpha:g}, {TEST})"
+                f"{p_value(compared.lost, compared.gained):.2g} <= {test.alpha:.2g}, "
+                f"{TEST}{holm_said})"
             )
             failures.append(line)
     for metric, least in floor.items():
@@ -369,9 +420,9 @@ def judge_task(
         lost=compared.lost,
         gained=compared.gained,
         p_value=p_value(compared.lost, compared.gained),
-        detectable_drop=test.detectable_drop(
+        detectable_drop=replace(test, alpha=ALPHA / tests).detectable_drop(
             compared.n, compared.right, max(flips, compared.flips), POWER
-        ),
+        ),  # at the level every task is judged at, at least (Bonferroni's)
         passed=not failures,
         failures=failures,
     )
@@ -453,16 +504,7 @@ class LmEvalCheck:
             raise ValueError("the lm_eval check needs a golden")
         runs, argv, seconds = self._run(endpoint)
         test = self._test()
-        judged = [
-            judge_task(
-                task,
-                got,
-                gold.tasks.get(task) if gold else None,
-                self.cfg.thresholds.get(task, {}),
-                test,
-            )
-            for task, got in runs.items()
-        ]
+        judged = judge_tasks(runs, gold.tasks if gold else None, self.cfg.thresholds, test)
         for task in self.cfg.thresholds:
             if task not in runs:
                 judged.append(
