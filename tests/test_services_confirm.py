@@ -184,3 +184,44 @@ def test_confirm_continue_set_after_a_not_confirmed_run_resumes_it(tmp_path: Pat
     assert again and not set(again) & set(first), again  # nothing of the first run probed anew
     went_on = doc["confirmation"]["continued"]
     assert went_on["status"] == "found" and went_on["culprit"] == h.shas[9], went_on
+
+
+def test_a_culprit_a_lie_made_is_not_confirmed_and_the_search_probes_on_to_the_real_one(
+    tmp_path: Path,
+) -> None:
+    # commit 16's first two starts serve the bad side: the search names 16 at 0.99; its
+    # revert does not fix the bad end, so the run probes on (ten times the evidence) and
+    # names 17, which its trials confirm. Exit 0 only then.
+    h = History(tmp_path, {17: "degenerate-content"}, 24)
+    lie = ["--lie-on", f"{h.shas[16]}:2"]
+    launches = tmp_path / "launches"
+    config = h.config(
+        server={"command": [*sim_command(h.repo), "--launch-log", str(launches), *lie]},
+        checks=[{"type": "canary"}, {"type": "expect"}],
+        search={"flake": "auto"},
+        localize={"enabled": False},
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["status"] == "found" and doc["culprit"]["commit"] == h.shas[17]
+    assert doc["confirmation"]["status"] == "confirmed"
+    assert "a verdict on the way may have lied" in result.output
+    assert doc["search"]["confidence"] == 0.999
+    assert any(d["commit"] == h.shas[16] for d in doc["search"]["disagreed"])
+
+
+def test_a_second_regression_under_the_posterior_ends_ambiguous_not_found(
+    tmp_path: Path,
+) -> None:
+    # two real steps: the culprit's verdicts hold when probed again, its revert stays bad;
+    # never `found` with exit 0, and the message says it is more than one step
+    second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
+    h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
+    code, output, doc, _ = run(h, tmp_path, search={"flake": "auto"})
+    assert code == 3, output
+    assert doc["status"] == "ambiguous" and doc["culprit"]["commit"] == h.shas[5]
+    assert doc["confirmation"]["status"] == "not-confirmed"
+    assert "supports more than one step" in doc["message"]
+    assert "supports more than one step" in (tmp_path / "out" / "report.md").read_text()

@@ -12,6 +12,7 @@ from ..config import FastConfig, config_digest, secret_flag_values
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..pins import commit_bumps
+from ..posterior import Policy
 from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..report.documents import BumpDoc, FastDoc, ResultDocument
 from ..runner import RunResult, run, write_outputs, write_probe
@@ -96,29 +97,33 @@ def _bisect(
         # DIR's own golden: the journal's config digest (checks and server too) guards it
         golden = golden or s.golden_store(out_dir / "golden.json", plan.good.commit, compare=False)
         with s.launcher(run_id_of(out_dir, digest)) as launcher:
-            done = run(
-                plan,
-                digest=digest,
-                out_dir=out_dir,
-                launcher=launcher,
-                checks=s.checks,
-                client=s.client,
-                repeats=config.probe.runs,
-                reprobe=config.probe.reprobe,
-                policy=config.search.policy,
-                progress=progress,
-                golden=golden,
-                scrub=s.scrub,
-                regress=Regress(config.regress),
-                coarse=config.candidates.coarse,
-                context=run_context(s, config).model_copy(
-                    update={"golden": str(judged_by), "out": str(out_dir.absolute())}
-                ),
-                given=given,
-                parallel=config.parallel,
-                early_stop=config.probe.early_stop,
-                first=first,
-            )
+
+            def search(policy: Policy) -> RunResult:
+                return run(
+                    plan,
+                    digest=digest,
+                    out_dir=out_dir,
+                    launcher=launcher,
+                    checks=s.checks,
+                    client=s.client,
+                    repeats=config.probe.runs,
+                    reprobe=config.probe.reprobe,
+                    policy=policy,
+                    progress=progress,
+                    golden=golden,
+                    scrub=s.scrub,
+                    regress=Regress(config.regress),
+                    coarse=config.candidates.coarse,
+                    context=run_context(s, config).model_copy(
+                        update={"golden": str(judged_by), "out": str(out_dir.absolute())}
+                    ),
+                    given=given,
+                    parallel=config.parallel,
+                    early_stop=config.probe.early_stop,
+                    first=first,
+                )
+
+            done = search(config.search.policy)
             if decorate is not None:
                 done.result = write_outputs(out_dir, decorate(done.result), s.scrub)
             if config.confirm is not False:
@@ -127,6 +132,21 @@ def _bisect(
                                    s.clock)  # fmt: skip
                 note = progress.note if progress is not None else (lambda _: None)
                 found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
+                policy = config.search.policy
+                if found is not None and found.status == "not-confirmed" and not policy.exact:
+                    # a verdict on the way may have lied: ten times the evidence, then again
+                    stricter = replace(policy, confidence=1 - (1 - policy.confidence) / 10)
+                    note(
+                        "confirm: not confirmed; probing on until the posterior reaches "
+                        f"{stricter.confidence:g} (a verdict on the way may have lied)"
+                    )
+                    was = done.answer.culprit
+                    done = search(stricter)
+                    if decorate is not None:
+                        done.result = write_outputs(out_dir, decorate(done.result), s.scrub)
+                    found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
+                    if found is not None and found.status == "not-confirmed":
+                        done = _unconfirmed(done, found.reason, was == done.answer.culprit, s)
                 if found is not None:
                     confirmed = done.result.model_copy(update={"confirmation": found})
                     done.result = write_outputs(out_dir, confirmed, s.scrub)
@@ -176,6 +196,23 @@ def _bisect(
         for line in next_steps(done.result):
             note(line)
         return done
+
+
+def _unconfirmed(done: RunResult, reason: str, held: bool, s: Setup) -> RunResult:
+    """A culprit its confirmation does not bear out, after the stricter search: ambiguous,
+    never `found` with exit 0. `held`: the stricter search named the same culprit."""
+    sure = done.answer.sure
+    p = f" (posterior {sure.posterior:.4f})" if sure is not None else ""
+    why = (
+        f"the culprit's own verdicts held when probed again{p}, so the evidence supports "
+        "more than one step (`confirm: continue` bisects what remains)"
+        if held
+        else f"the search probed on and named another culprit{p}, which is not confirmed either"
+    )
+    message = f"not confirmed: {reason}; {why}"
+    answer = replace(done.answer, status=Status.AMBIGUOUS, message=message)
+    result = done.result.model_copy(update={"status": Status.AMBIGUOUS, "message": message})
+    return RunResult(answer, write_outputs(done.out_dir, result, s.scrub), done.out_dir)
 
 
 def check_one(

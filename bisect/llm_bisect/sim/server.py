@@ -412,17 +412,21 @@ def _fault_when(
     return None
 
 
-def _starts(log: Path) -> int:
-    """Starts the launch log holds so far."""
+def _starts(log: Path, commit: str | None = None) -> int:
+    """Starts the launch log holds so far (of `commit` only, when given)."""
     try:
-        return len(log.read_text().split())
+        return sum(1 for c in log.read_text().split() if commit is None or c == commit)
     except FileNotFoundError:
         return 0
 
 
-def _lies(args: argparse.Namespace, number: int) -> bool:
-    """Whether start `number` serves the other side's behaviour (--lie-rate, --lie-at)."""
+def _lies(args: argparse.Namespace, number: int, mine: int) -> bool:
+    """Whether start `number` (the `mine`-th of its commit) serves the other side's
+    behaviour (--lie-rate, --lie-at, --lie-on)."""
     if str(number) in {x.strip() for x in str(args.lie_at).split(",")}:
+        return True
+    commit, _, times = str(args.lie_on).partition(":")
+    if commit and args.commit.startswith(commit) and mine <= int(times or 10**9):
         return True
     return bool(args.lie_rate) and random.Random(f"{args.lie_seed}:{number}").random() < float(
         args.lie_rate
@@ -449,6 +453,7 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--lie-seed", type=int, default=0)
     parser.add_argument("--lie-at", default="", help="starts that lie, by number (1, 2, ...)")
+    parser.add_argument("--lie-on", default="", help="COMMIT:K: its first K starts lie")
     parser.add_argument("--lie-fault", choices=FAULTS, default="degenerate-reasoning",
                         help="what a build without a fault serves when its start lies")  # fmt: skip
     # vLLM's flags that `localize` adds: the worker extension answers /collective_rpc
@@ -476,9 +481,10 @@ def main(argv: list[str]) -> int:
     )
     if args.launch_log:
         number = _starts(args.launch_log) + 1
+        mine = _starts(args.launch_log, args.commit) + 1
         with args.launch_log.open("a") as f:
             f.write(args.commit + "\n")
-        if fault != "crash-on-start" and _lies(args, number):
+        if fault != "crash-on-start" and _lies(args, number, mine):
             fault = args.lie_fault if fault == "none" else "none"
     print(f"sim: serving {args.commit[:12]} (fault: {fault}) on port {args.port}", flush=True)
     print(f"sim: started at {started:.6f}", flush=True)
