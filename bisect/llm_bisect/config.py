@@ -343,7 +343,7 @@ class ProbeConfig(_Strict):
 class SearchConfig(_Strict):
     """How the search weighs verdicts and when it stops (posterior.py)."""
 
-    flake: float | Literal["auto"] = "auto"
+    flake: Annotated[float, Field(ge=0, lt=0.5)] | Literal["auto"] = "auto"
     """How often a verdict lies (a start that glitches, decoding that is not deterministic):
     `auto` (the default), the posterior search with the rates learnt from the run's own
     verdicts (the ends and candidates probed again); a rate (`0.05`), the posterior search
@@ -353,9 +353,11 @@ class SearchConfig(_Strict):
     @field_validator("flake", mode="before")
     @classmethod
     def _auto_or_rate(cls, value: Any) -> Any:
-        if isinstance(value, str) and value != "auto":
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError("a lie rate (0 to 0.5) or auto")
-        if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int | float):
             if not 0 <= value < 0.5:
                 raise ValueError(f"a lie rate is at least 0 and below 0.5, not {value}")
             return float(value)
@@ -364,13 +366,15 @@ class SearchConfig(_Strict):
     confidence: float = Field(default=0.99, gt=0.5, lt=1, allow_inf_nan=False)
     """The posterior the answer needs (not `flake: 0`): below it the run ends ambiguous,
     naming the credible set."""
-    max_probes: int | Literal["auto"] = "auto"
+    max_probes: Annotated[int, Field(ge=2, le=10000)] | Literal["auto"] = "auto"
     """The most probes of the search (not `flake: 0`); `auto`: 4 x log2(candidates) + 8."""
 
     @field_validator("max_probes", mode="before")
     @classmethod
     def _auto_or_count(cls, value: Any) -> Any:
-        if isinstance(value, str) and value != "auto":
+        if value == "auto":
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError("a number of probes or auto")
         if isinstance(value, int) and not isinstance(value, bool) and not 2 <= value <= 10000:
             raise ValueError(f"a number of probes from 2 to 10000, not {value}")

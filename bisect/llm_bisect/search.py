@@ -390,7 +390,9 @@ def posterior_batch(
     settle: tuple[int, ...] = ()
     if decision.exhausted:
         more = replace(policy, max_probes=spent + 1)
-        settle = decide(belief, more, new, pool, spent, max(k, 1), running, prefer).probes
+        settle = decide(
+            belief, more, new, pool, spent, 1, frozenset(), prefer
+        ).probes  # as `report` says it
     return _posterior_outcome(n, history, tested, belief, decision, mode, policy, spent, settle)
 
 
