@@ -1037,3 +1037,24 @@ def test_a_good_end_that_is_broken_itself_stops_the_run_instead_of_calling_all_g
     assert "Pick an older good end" in lines[0] and "Traceback" not in output
     assert not (out / "golden.json").exists()  # not kept: a run again records anew
     assert live_processes(str(h.repo)) == []
+
+
+def test_a_build_bad_with_another_symptom_than_the_bad_end_is_said(
+    tmp_path: Path, history: Any
+) -> None:
+    # commits 5..8 garble arithmetic (expect fails); from 9 on, reasoning degenerates
+    # (canary fails) and the arithmetic is right again: two regressions, two symptoms
+    h: History = history({5: "garbled-math", 9: "degenerate-reasoning"}, n=12)
+    out = tmp_path / "out"
+    checks = [{"type": "canary"}, {"type": "expect"}]
+    code, output = invoke("run", str(h.config(checks=checks, localize=False)), "--out", str(out))
+    assert code == 0, output
+    result = result_of(out)
+    other = [n for n in result["notes"] if "another symptom than the bad end" in n]
+    bad_mid = [
+        p["commit"] for p in result["probes"]
+        if p["verdict"] == "bad" and h.shas.index(p["commit"]) in range(5, 9)
+    ]  # fmt: skip
+    assert bad_mid and len(other) == len(set(bad_mid)), (other, bad_mid)
+    assert "it failed expect, the bad end canary" in other[0]
+    assert "another symptom than the bad end" in (out / "report.md").read_text()

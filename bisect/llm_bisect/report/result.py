@@ -10,7 +10,7 @@ from ..fingerprint import differences
 from ..journal import Span
 from ..model import Candidate, CheckResult, ProbeOutcome, Regress, Threshold, Verdict
 from ..posterior import EXACT, Policy
-from ..search import Answer, Plan, Status, bounds, settle
+from ..search import Answer, Mode, Plan, Status, bounds, settle
 from .documents import (
     Build,
     CandidateDoc,
@@ -118,9 +118,32 @@ def build_result(
         ended_at=ended,
         reversals=[Reversal(new=new, old=old) for new, old in answer.reversals],
         retests=retests(probes),
-        notes=list(answer.notes),
+        notes=[*answer.notes, *other_symptoms(plan, probes)],
         search=search_doc(answer, probes, policy),
     )
+
+
+def other_symptoms(plan: Plan, probes: Sequence[ProbeOutcome]) -> list[str]:
+    """A note for each build that tested bad with another symptom than the bad end's: none
+    of the checks it failed is one the bad end failed (another regression in the range, not
+    the one bisected). Regression mode only; a crash has no symptom to compare. Pure."""
+    if plan.mode is not Mode.REGRESSION:
+        return []
+    failed: dict[str, tuple[str, ...]] = {}
+    for p in probes:
+        if p.verdict is Verdict.BAD:
+            failed[p.commit] = tuple(c.name for c in p.checks if not c.passed)
+    end = failed.get(plan.bad.commit, ())
+    if not end:
+        return []
+    short = {c.commit: c.short for c in (*plan.candidates, plan.good, plan.bad)}
+    return [
+        f"{short.get(commit, commit[:12])} tested bad with another symptom than the bad end: "
+        f"it failed {', '.join(theirs)}, the bad end {', '.join(end)}: another regression may "
+        "lie in the range, besides the bad end's"
+        for commit, theirs in failed.items()
+        if commit != plan.bad.commit and theirs and not set(theirs) & set(end)
+    ]
 
 
 def search_doc(answer: Answer, probes: Sequence[ProbeOutcome], policy: Policy) -> SearchDoc | None:
