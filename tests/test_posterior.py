@@ -263,6 +263,10 @@ def test_decide_with_k_slots_returns_distinct_candidates() -> None:
         found = decide(belief, Policy(batch=batch), Verdict.BAD, pool, 2, k=4)
         assert len(set(found.probes)) == 4, batch
         assert all(10 < i < 90 for i in found.probes)
+    # 16 slots (2 ** 16 joint outcomes): the quantiles, none of those running
+    running = frozenset({30, 60})
+    found = decide(belief, Policy(), Verdict.BAD, pool, 2, k=16, running=running)
+    assert len(set(found.probes)) == 16 and not set(found.probes) & running
 
 
 def test_a_merge_base_whose_verdicts_disagree_is_weighed_not_called_untestable() -> None:

@@ -356,6 +356,11 @@ def _batch_gain(belief: Belief, chosen: Sequence[int], rates: Rates, new: Verdic
     return joint - alone
 
 
+JOINT_MOST = 6
+"""The most probes a joint batch weighs together (its outcomes: 2 ** k); more slots take the
+posterior's quantiles."""
+
+
 @dataclass(frozen=True)
 class Decision:
     """What the posterior says: go on (`probes`), or the answer."""
@@ -412,8 +417,8 @@ def decide(
     if not free or k <= 0:
         return Decision()
     rates = belief.rates
-    if policy.batch == "quantiles" and k > 1 and not running:
-        return Decision(probes=_quantiles(belief, free, k))
+    if (policy.batch == "quantiles" and k > 1 and not running) or k + len(running) > JOINT_MOST:
+        return Decision(probes=_quantiles(belief, free, min(k, len(free))))
     picks: list[int] = []
     for _ in range(min(k, len(free))):
         options = [i for i in _options(belief, free, k) if i not in picks]
