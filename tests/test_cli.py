@@ -1032,11 +1032,28 @@ def test_a_good_end_that_is_broken_itself_stops_the_run_instead_of_calling_all_g
     out = tmp_path / "out"
     code, output = invoke("run", str(h.config()), "--out", str(out))
     assert code == 1, output
-    lines = [line for line in output.splitlines() if "canary prompts" in line]
+    lines = [
+        line for line in output.splitlines()
+        if "canary prompts" in line and "starting it again" not in line
+    ]  # fmt: skip
     assert len(lines) == 1 and f"the good end {h.shas[0][:12]} answers" in lines[0]
     assert "Pick an older good end" in lines[0] and "Traceback" not in output
     assert not (out / "golden.json").exists()  # not kept: a run again records anew
+    assert output.count("starting it again") == 1  # started twice: a glitch is given a chance
     assert live_processes(str(h.repo)) == []
+
+
+def test_a_good_end_whose_first_start_glitched_is_started_again(
+    tmp_path: Path, history: Any
+) -> None:
+    h: History = history({6: "null-content"}, n=8)
+    launches = tmp_path / "launches"
+    command = [*h.config_command(), "--launch-log", str(launches), "--lie-at", "1"]
+    out = tmp_path / "out"
+    code, output = invoke("run", str(h.config(server={"command": command})), "--out", str(out))
+    assert code == 0, output
+    assert "starting it again" in output and result_of(out)["culprit"]["commit"] == h.shas[6]
+    assert launched(launches)[:2] == [h.shas[0], h.shas[0]]
 
 
 def test_a_build_bad_with_another_symptom_than_the_bad_end_is_said(

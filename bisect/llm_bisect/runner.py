@@ -26,7 +26,7 @@ from .checks.golden import GoldenStore
 from .checks.golden import warnings as golden_warnings
 from .client import OpenAIClient
 from .clock import SYSTEM, Clock
-from .errors import JournalError
+from .errors import BrokenGoodEnd, JournalError
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
 from .launchers import Launcher, Server
 from .model import Candidate, ProbeOutcome, Regress, Verdict
@@ -277,6 +277,9 @@ class _Slots:
         self.depth = state.rounds
         """The latest round whose answer is in: a probe started now is in the next one."""
         self.running: dict[Future[ProbeOutcome], _Flight] = {}
+        self.broken_starts = 0
+        """Starts of the good end whose answers were broken (BrokenGoodEnd): one is a glitch
+        and the good end starts again; a second stops the run."""
 
     def run(self) -> Answer:
         with ThreadPoolExecutor(max_workers=self.k, thread_name_prefix="probe") as pool:
@@ -347,6 +350,12 @@ class _Slots:
         flight = self.running.pop(future)
         try:
             outcome = future.result()
+        except BrokenGoodEnd as exc:
+            self.broken_starts += 1
+            if self.broken_starts > 1 or flight.cancel.cancelled:
+                raise
+            self.ctx.progress.note(f"{exc}; starting it again (a start that glitched?)")
+            return  # nothing journalled: the search asks for the good end again
         except Exception:
             if not flight.cancel.cancelled:
                 raise  # a bug: the run stops, and says so

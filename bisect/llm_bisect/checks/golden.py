@@ -370,7 +370,7 @@ def refuse_broken(golden: Golden) -> None:
             f"the good end {golden.commit[:12]} answers {len(bad)} of {total} canary prompts "
             f"with degenerate or empty content ({shown}): a golden recorded from it would call "
             "every build good. Pick an older good end (the regression may be older than this "
-            "range), or run again if its start glitched (its golden is not kept)"
+            "range); its golden is not kept"
         )
 
 
