@@ -144,7 +144,9 @@ def _bisect(
                     done = search(stricter)
                     if decorate is not None:
                         done.result = write_outputs(out_dir, decorate(done.result), s.scrub)
-                    found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
+                    found = confirm(
+                        s.source.path, out_dir, done.result, ctx, note, s.scrub, again=True
+                    )
                     if found is not None and found.status == "not-confirmed":
                         done = _unconfirmed(done, found.reason, was == done.answer.culprit, s)
                 if found is not None:

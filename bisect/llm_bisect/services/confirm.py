@@ -40,6 +40,7 @@ from ..search import Mode, Status
 from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto, tree_of
 
 JOURNAL = "confirm.jsonl"
+AGAIN = "confirm-again.jsonl"
 STORED = "confirmation.json"
 WHAT = {"revert": "the bad end with it reverted", "pick": "the good end with it picked"}
 VERSION = 1
@@ -101,8 +102,11 @@ def confirm(
     ctx: ProbeContext,
     note: Callable[[str], None],
     scrub: Scrub,
+    again: bool = False,
 ) -> Confirmation | None:
-    """The `confirmation` of result.json for a run that found its culprit; None otherwise."""
+    """The `confirmation` of result.json for a run that found its culprit; None otherwise.
+    `again`: the trials run on new starts, journalled apart (confirm-again.jsonl), where a
+    first confirmation's trial may have lied (the posterior search's second look)."""
     if result.status is not Status.FOUND or result.culprit is None:
         return None
     if result.mode is not Mode.REGRESSION:
@@ -114,7 +118,7 @@ def confirm(
         if tree and Verdict(p.verdict) in (Verdict.GOOD, Verdict.BAD):
             probed[tree] = (p.commit, Verdict(p.verdict), p.reason)
     digest = hashlib.sha256(f"{culprit}\0{good}\0{bad}".encode()).hexdigest()[:16]
-    path = out_dir / JOURNAL
+    path = out_dir / (AGAIN if again else JOURNAL)
     done = side_probes(path, digest)  # another culprit's confirmation is dropped
     trials: list[Trial] = []
     with Journal(path, scrub) as journal:
@@ -144,7 +148,8 @@ def confirm(
                 what = WHAT[kind]
                 note(f"confirm: probing {what} ({made.commit[:12]})")
                 candidate = Candidate(made.commit, subject=f"{what} ({culprit[:12]})")
-                outcome = probe(candidate, out_dir / "confirm" / kind, ctx)
+                where = out_dir / ("confirm-again" if again else "confirm") / kind
+                outcome = probe(candidate, where, ctx)
                 journal.append("probe", kind=kind, outcome=outcome.to_json())
             if outcome.verdict in (Verdict.GOOD, Verdict.BAD):
                 trials.append(Trial(kind, onto, made.commit, outcome.verdict, outcome.reason))
