@@ -36,7 +36,7 @@ from .redact import Scrub
 from .report.documents import Context, ResultDocument
 from .report.html import render_html
 from .report.markdown import render_markdown
-from .report.result import build_result
+from .report.result import build_result, verdicts_by_commit
 from .search import Answer, Plan, left_of, lookahead, no_longer_needed, plan_batch, plan_step
 
 
@@ -108,10 +108,7 @@ def result_of(
 
 def history(probes: Sequence[ProbeOutcome]) -> dict[str, list[Verdict]]:
     """Commit → the verdict of each of its probes, in order (what the search reads)."""
-    found: dict[str, list[Verdict]] = {}
-    for p in probes:
-        found.setdefault(p.commit, []).append(p.verdict)
-    return found
+    return verdicts_by_commit(probes)
 
 
 def run(

@@ -347,15 +347,14 @@ def thresholds(golden: Golden | None, checks: Sequence[Check]) -> dict[str, dict
 
 
 def broken(golden: Golden) -> list[str]:
-    """The canary prompts the good build itself answers badly by the absolute rules: content
-    null or empty (not cut by its budget), or content or reasoning degenerate. Pure."""
+    """The canary prompts the good build itself answers badly by the canary's absolute rules
+    (canary.judge_reply without a baseline): content null or empty (not cut by its budget),
+    or content or reasoning degenerate. Pure."""
+    from .canary import judge_reply  # canary reads this module's Answer: imported here
+
     section = golden.checks.canary
-    found = []
-    for case in section.cases if section else []:
-        empty = not (case.content and case.content.strip())
-        if (empty and not case.cut) or degeneration(case.content) or degeneration(case.reasoning):
-            found.append(case.prompt)
-    return found
+    cases = section.cases if section else []
+    return [c.prompt for c in cases if judge_reply(c.content, c.reasoning, c.finish_reason)]
 
 
 def refuse_broken(golden: Golden) -> None:

@@ -590,8 +590,7 @@ def sureness(doc: ResultDocument) -> str:
         probed = all(d.commit in again for d in found.disagreed)
         n = len(found.disagreed)
         said += f"; {n} verdict{'s' if n != 1 else ''} disagreed"
-        said += " and were probed again" if probed and n > 1 else ""
-        said += " and was probed again" if probed and n == 1 else ""
+        said += f" and {'were' if n != 1 else 'was'} probed again" if probed else ""
     return said
 
 

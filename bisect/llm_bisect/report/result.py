@@ -151,9 +151,7 @@ def search_doc(answer: Answer, probes: Sequence[ProbeOutcome], policy: Policy) -
     sure = answer.sure
     if sure is None or policy.exact:
         return None
-    said: dict[str, list[Verdict]] = {}
-    for p in probes:
-        said.setdefault(p.commit, []).append(p.verdict)
+    said = verdicts_by_commit(probes)
     return SearchDoc(
         flake="auto" if policy.flake is None else policy.flake,
         confidence=policy.confidence,
@@ -198,11 +196,17 @@ def check_doc(result: CheckResult) -> CheckDoc:
     )
 
 
-def retests(probes: Sequence[ProbeOutcome]) -> list[Retest]:
-    """Every commit probed more than once, with each probe's verdict (flaky: good and bad)."""
+def verdicts_by_commit(probes: Sequence[ProbeOutcome]) -> dict[str, list[Verdict]]:
+    """Commit → the verdict of each of its probes, in order."""
     seen: dict[str, list[Verdict]] = {}
     for p in probes:
         seen.setdefault(p.commit, []).append(p.verdict)
+    return seen
+
+
+def retests(probes: Sequence[ProbeOutcome]) -> list[Retest]:
+    """Every commit probed more than once, with each probe's verdict (flaky: good and bad)."""
+    seen = verdicts_by_commit(probes)
     return [
         Retest(commit=c, verdicts=vs, flaky={Verdict.GOOD, Verdict.BAD} <= set(vs))
         for c, vs in seen.items()
