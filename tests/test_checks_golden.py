@@ -26,6 +26,7 @@ FAULTS = [
     "degenerate-content",
     "garbled-math",
     "eos-ignored",
+    "nan-logprobs",
 ]
 CAUGHT = {
     # fault: the checks that must fail (all others must pass)
@@ -37,6 +38,7 @@ CAUGHT = {
     "degenerate-content": {"canary", "expect", "logprobs", "eval"},
     "garbled-math": {"expect"},
     "eos-ignored": {"canary", "expect", "logprobs", "eval"},
+    "nan-logprobs": {"logprobs"},  # the text is the golden's: only the numbers tell
 }
 
 

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from helpers import cli_bounded
 from llm_bisect.checks.golden import (
     Calibration,
     Golden,
@@ -16,6 +21,7 @@ from llm_bisect.checks.golden import (
 from llm_bisect.checks.logprobs import LogprobsCheck, LogprobsDetails
 from llm_bisect.client import ChatReply
 from llm_bisect.model import Step
+from llm_bisect.report.documents import ResultDocument
 
 PROMPT = "hello how are you"
 GOLDEN_TOKENS = [str(100 + i) for i in range(32)]
@@ -98,3 +104,69 @@ def test_agreement_below_the_calibrated_floor_fails_even_when_the_swap_is_close(
         assert result.passed, result.evidence
         assert isinstance(result.details, LogprobsDetails)
         assert result.details.thresholds["min_agreement"].value == 0.0
+
+
+def nan_at(kept: int) -> list[Step]:
+    """The golden's tokens, the logprobs NaN from position `kept` on."""
+    return [
+        Step(t, -0.1 if i < kept else float("nan"), {t: -0.1 if i < kept else float("nan")})
+        for i, t in enumerate(GOLDEN_TOKENS)
+    ]
+
+
+def test_nan_logprobs_on_the_golden_text_fail_with_the_positions_named() -> None:
+    """max(0.0, nan) is 0.0: a NaN once passed as "max |Δ| 0.000"."""
+    result = LogprobsCheck([PROMPT]).run(Scripted(nan_at(3)), golden())
+    assert not result.passed, result.evidence
+    assert "29 logprob(s) NaN or infinite where the golden's are numbers" in result.evidence
+    assert "position(s) 3, 4, 5" in result.evidence
+    assert isinstance(result.details, LogprobsDetails)
+    assert result.details.metrics.non_finite == 29
+    assert result.details.cases[0].non_finite == list(range(3, 32))
+    text = result.details.model_dump_json()  # every figure written is a number
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} written"))
+
+
+def test_zero_probability_on_both_sides_is_agreement() -> None:
+    """-inf (vLLM writes -9999.0) for an alternative the golden also gave probability 0."""
+    inf = float("-inf")
+    steps = [Step(t, -0.1, {t: -0.1, "7": inf}) for t in GOLDEN_TOKENS]
+    g = golden().checks.logprobs
+    assert g is not None
+    cases = [
+        c.model_copy(update={"steps": [(t, -0.1, {t: -0.1, "7": inf}) for t in GOLDEN_TOKENS]})
+        for c in g.cases
+    ]
+    gold = golden().model_copy(
+        update={
+            "checks": golden().checks.model_copy(
+                update={"logprobs": g.model_copy(update={"cases": cases})}
+            )
+        }
+    )
+    result = LogprobsCheck([PROMPT]).run(Scripted(steps), gold)
+    assert result.passed, result.evidence
+    # where the golden's alternative is a number, -inf now is not agreement
+    result = LogprobsCheck([PROMPT]).run(Scripted(steps), golden(tops=["7"]))
+    assert not result.passed and "NaN or infinite" in result.evidence
+
+
+def test_a_bisection_onto_nan_logprobs_names_them_and_its_documents_read_back(
+    tmp_path: Path, history: Any
+) -> None:
+    """A NaN once made result.json fail to write (236 validation errors), and so resume and
+    `report DIR`."""
+    h = history({5: "nan-logprobs"}, n=8)
+    out = tmp_path / "out"
+    code, said = cli_bounded("run", str(h.config()), "--out", str(out))
+    assert code == 0, said
+    assert f"found: {h.shas[5]}" in said
+    doc = ResultDocument.model_validate_json((out / "result.json").read_bytes())
+    culprit = doc.probe_of(h.shas[5])
+    assert culprit is not None
+    (logprobs,) = [c for c in culprit.checks if c.name == "logprobs"]
+    assert "NaN or infinite where the golden's are numbers" in logprobs.evidence
+    code, again = cli_bounded("report", str(out))
+    assert code == 0 and f"found: {h.shas[5]}" in again, again
+    code, resumed = cli_bounded("run", str(h.config()), "--out", str(out))
+    assert code == 0 and f"found: {h.shas[5]}" in resumed, resumed

@@ -23,7 +23,7 @@ from . import __version__
 from .checks.golden import load as golden_load
 from .checks.golden import schema as golden_schema
 from .checks.golden import warnings as golden_warnings
-from .config import Config
+from .config import Config, shown
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
 from .launchers import Artifact
@@ -586,8 +586,8 @@ def candidates_cmd(
             term.out(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
         server = s.config.server
         argv = getattr(server, "command" if "command" in type(server).model_fields else "args")
-        shown = printable(shlex.join(argv))
-        term.out(f"server: {shown} (ready within {server.ready_timeout:g}s)")
+        words = printable(shlex.join(shown(a) for a in argv))
+        term.out(f"server: {words} (ready within {server.ready_timeout:g}s)")
         missing = 0
         with s.launcher("candidates") as launcher:
             for i, c in enumerate(plan.candidates):

@@ -11,6 +11,7 @@ real server on loopback or at `httpx.MockTransport`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -160,13 +161,24 @@ def _key(token: str) -> str:
     return token.removeprefix("token_id:")
 
 
+ZERO_PROBABILITY = -9999.0
+"""The logprob vLLM sends for a token of probability 0 (`max(logprob, -9999.0)` in
+vllm/entrypoints/openai/serving_chat.py: OpenAI's JSON-serializable -inf)."""
+
+
+def _logprob(value: float) -> float:
+    """-inf as vLLM writes it (ZERO_PROBABILITY); NaN and +inf stay: no logprob is either, and
+    the logprobs check names them."""
+    return ZERO_PROBABILITY if value == -math.inf else value
+
+
 def _steps(logprobs: _ChoiceLogprobs | None) -> tuple[Step, ...]:
     entries = (logprobs.content if logprobs else None) or []
     return tuple(
         Step(
             token=_key(e.token),
-            logprob=e.logprob,
-            top={_key(t.token): t.logprob for t in e.top_logprobs},
+            logprob=_logprob(e.logprob),
+            top={_key(t.token): _logprob(t.logprob) for t in e.top_logprobs},
         )
         for e in entries
     )
@@ -357,7 +369,7 @@ class OpenAIClient:
         out: list[float | None] = []
         for tid, row in zip(token_ids, rows, strict=False):
             entry = row.get(str(tid)) if row is not None else None
-            out.append(entry.logprob if entry is not None else None)
+            out.append(_logprob(entry.logprob) if entry is not None else None)
         return out
 
 

@@ -625,6 +625,17 @@ def fill(template: str, values: Mapping[str, str]) -> str:
     return template.format_map(dict(values))
 
 
+class _Kept(dict[str, str]):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def shown(template: str) -> str:
+    """A template as a person reads it: its placeholders kept (`{port}`), a literal brace
+    (`{{`, as JSON from an eval file is escaped) shown once."""
+    return template.format_map(_Kept())
+
+
 def expand_value(value: str, environ: Mapping[str, str], key: str) -> str:
     """Expand `${VAR}` in one value from the caller's environment; `key` names it in errors."""
 

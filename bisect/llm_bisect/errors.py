@@ -2,7 +2,8 @@
 
     LlmBisectError                 base: every error the tool raises on purpose
     ├── ConfigError                the config, a ref or a CLI argument is wrong (exit 2)
-    │   └── UnknownKind            no launcher, strategy, check or source has this tag (kinds)
+    │   ├── UnknownKind            no launcher, strategy, check or source has this tag (kinds)
+    │   └── HarnessError           an eval harness (lm-eval) wrote what cannot be read
     ├── JournalError               DIR holds a journal that cannot be resumed
     │   └── DirInUse               another live llm-bisect holds DIR
     ├── LaunchError                a server could not be started or became unusable
@@ -37,6 +38,11 @@ class BrokenGoodEnd(LlmBisectError):
 
 class UnknownKind(ConfigError):
     """No kind of this seam is registered under the tag (kinds.py): never a silent default."""
+
+
+class HarnessError(ConfigError):
+    """An eval harness (lm-eval) wrote output that cannot be read: its version or install,
+    not the build under test (every build would read the same)."""
 
 
 class JournalError(LlmBisectError):

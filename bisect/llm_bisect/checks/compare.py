@@ -17,6 +17,7 @@ change that moves the runners-up but leaves the greedy text intact still shows.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -60,9 +61,9 @@ def diverge(golden: Sequence[Step], candidate: Sequence[Step]) -> Divergence:
             first, at = i, (g, c)
             close = g.token in c.top and c.token in g.top
             break
-        deltas.append(abs(g.logprob - c.logprob))
+        deltas += _delta(g.logprob, c.logprob)
         shared = g.top.keys() & c.top.keys()
-        top_deltas += [abs(g.top[t] - c.top[t]) for t in shared]
+        top_deltas += [d for t in shared for d in _delta(g.top[t], c.top[t])]
         if g.top or c.top:
             overlaps.append(len(shared) / max(len(g.top), len(c.top)))
     else:
@@ -82,12 +83,51 @@ def diverge(golden: Sequence[Step], candidate: Sequence[Step]) -> Divergence:
     )
 
 
+def _delta(golden: float, candidate: float) -> list[float]:
+    """[|Δ|] where both are numbers; [] where either is NaN or infinite (`non_finite` names
+    those: a difference of them is no figure)."""
+    both = math.isfinite(golden) and math.isfinite(candidate)
+    return [abs(golden - candidate)] if both else []
+
+
 def teacher_deltas(
     golden: Sequence[float | None], candidate: Sequence[float | None]
 ) -> list[float]:
     """|Δlogprob| of the golden continuation's tokens, golden vs candidate, per position."""
     return [
-        abs(g - c)
+        d
         for g, c in zip(golden, candidate, strict=False)
         if g is not None and c is not None
+        for d in _delta(g, c)
     ]
+
+
+def _broken(golden: float | None, candidate: float) -> bool:
+    """A candidate value no logprob can be (NaN, +inf, -inf) where the golden's is not the
+    same: -inf where the golden also gave probability 0 is agreement."""
+    if math.isfinite(candidate):
+        return False
+    return not (candidate == -math.inf and golden == -math.inf)
+
+
+def non_finite(
+    golden: Sequence[Step],
+    candidate: Sequence[Step],
+    golden_teacher: Sequence[float | None] = (),
+    teacher: Sequence[float | None] = (),
+) -> list[int]:
+    """Positions where the candidate's chosen logprob, a top-k logprob or its teacher-forced
+    score of the golden's token is NaN or infinite and the golden's is not. Pure."""
+    found = set()
+    for i, c in enumerate(candidate):
+        g = golden[i] if i < len(golden) else None
+        mine = g.logprob if g is not None and g.token == c.token else None
+        if _broken(mine, c.logprob) or any(
+            _broken(g.top.get(t) if g is not None else None, v) for t, v in c.top.items()
+        ):
+            found.add(i)
+    for i, c_score in enumerate(teacher):
+        g_score = golden_teacher[i] if i < len(golden_teacher) else None
+        if c_score is not None and _broken(g_score, c_score):
+            found.add(i)
+    return sorted(found)

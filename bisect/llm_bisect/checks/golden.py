@@ -23,6 +23,7 @@ calibration (the good build checked against itself), else from defaults.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -131,8 +132,10 @@ class EvalSection(_Doc):
         return used or (self.budgets[i] if i < len(self.budgets) else None)
 
 
-class SampleRun(BaseModel):
+class SampleRun(AddedLater):
     """One task's result from one build."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("not_numbers",)
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -142,6 +145,8 @@ class SampleRun(BaseModel):
     """Its aggregate over the documents (lm-eval's)."""
     values: dict[str, float] = Field(default_factory=dict)
     """Every aggregate lm-eval reported for the task (`exact_match,flexible-extract`, ...)."""
+    not_numbers: list[str] = Field(default_factory=list)
+    """The aggregates it reported as NaN or infinite: no floor passes them."""
     doc_ids: list[int]
     correct: list[bool]
     """Per document (in `doc_ids` order): right by `metric`."""
@@ -357,9 +362,34 @@ def broken(golden: Golden) -> list[str]:
     return [c.prompt for c in cases if judge_reply(c.content, c.reasoning, c.finish_reason)]
 
 
+def non_finite(golden: Golden) -> list[str]:
+    """The logprobs prompts where the good build's own logprobs are NaN or +inf (no logprob
+    is either; -inf is probability 0, which the client writes as vLLM does). Pure."""
+    section = golden.checks.logprobs
+    cases = section.cases if section else []
+    return [
+        c.prompt
+        for c in cases
+        if any(
+            not math.isfinite(v) and v != -math.inf
+            for _, lp, top in c.steps
+            for v in (lp, *top.values())
+        )
+        or any(v is not None and not math.isfinite(v) and v != -math.inf for v in c.teacher)
+    ]
+
+
 def refuse_broken(golden: Golden) -> None:
     """BrokenGoodEnd when more than half the canary prompts are answered badly by the build
-    the golden comes from: every build would then test good against it."""
+    the golden comes from, or when its own logprobs are NaN: every build would then test good
+    against it."""
+    nan = non_finite(golden)
+    if nan:
+        raise BrokenGoodEnd(
+            f"the good end {golden.commit[:12]} sends NaN or infinite logprobs for "
+            f"{len(nan)} logprobs prompt(s) ({nan[0][:40]!r}): a golden recorded from it "
+            "compares with no number. Pick an older good end; its golden is not kept"
+        )
     bad = broken(golden)
     section = golden.checks.canary
     total = len(section.cases) if section else 0

@@ -19,6 +19,7 @@ HF_DATASETS_OFFLINE are set, and requests go as text (no tokenizer is loaded).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import shutil
@@ -34,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..builds import run_logged
 from ..clock import SYSTEM
 from ..config import CheckBase
-from ..errors import ConfigError, EndpointError, LaunchError
+from ..errors import ConfigError, EndpointError, HarnessError, LaunchError
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckDetails, CheckResult
 from .golden import LmEvalSection, SampleRun
@@ -274,51 +275,102 @@ def _split(metric: str) -> tuple[str, str]:
     return name, kind or "none"
 
 
+def _json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise HarnessError(f"lm-eval wrote {what} that is not JSON") from None
+
+
+def _aggregates(results: Any, task: str) -> tuple[dict[str, float], list[str]]:
+    """A task's aggregate metrics (`name,filter`), and those lm-eval reported as no number
+    (NaN, infinite): none of those passes a floor."""
+    row = results.get(task) if isinstance(results, dict) else None
+    numbers, not_numbers = {}, []
+    for k, v in (row if isinstance(row, dict) else {}).items():
+        if not isinstance(v, int | float) or isinstance(v, bool) or "," not in k:
+            continue
+        if "_stderr" in k:
+            continue
+        if math.isfinite(v):
+            numbers[k] = float(v)
+        else:
+            not_numbers.append(k)
+    return numbers, not_numbers
+
+
+def _metrics_of(line: dict[str, Any]) -> list[str]:
+    """The metric names of one sample: `metrics` (lm-eval 0.4.3 and later), else (older
+    versions) its numeric keys that are no document field."""
+    named = line.get("metrics")
+    if isinstance(named, list) and all(isinstance(m, str) for m in named):
+        return list(named)
+    skip = {"doc_id", "doc", "target", "arguments", "resps", "filtered_resps", "filter"}
+    return [
+        k
+        for k, v in line.items()
+        if k not in skip and isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+
+
+def _sample(line: Any, where: str) -> dict[str, Any]:
+    if not isinstance(line, dict):
+        raise HarnessError(f"lm-eval wrote {where}: a sample that is not a JSON object")
+    doc_id = line.get("doc_id")
+    if isinstance(doc_id, bool) or not isinstance(doc_id, int):
+        raise HarnessError(f"lm-eval wrote {where}: a sample whose doc_id is {doc_id!r:.40}")
+    return line
+
+
 def read_samples(
     out: Path, tasks_wanted: Sequence[str], metric: str | None
 ) -> dict[str, SampleRun]:
     """Per task, the per-document results lm-eval wrote under `out`. Pure but for reading.
 
-    A task group's subtasks each have their own file and are judged each."""
+    A task group's subtasks each have their own file and are judged each. Output that is
+    not what lm-eval writes (a version this does not read) is a HarnessError naming it."""
     results: dict[str, Any] = {}
     for found in sorted(out.rglob("results_*.json")):
-        results.update(json.loads(found.read_text(encoding="utf-8")).get("results", {}))
+        doc = _json(found.read_text(encoding="utf-8", errors="replace"), f"'{found.name}'")
+        got = doc.get("results", {}) if isinstance(doc, dict) else None
+        if not isinstance(got, dict):
+            raise HarnessError(f"lm-eval wrote '{found.name}' whose 'results' is not a mapping")
+        results.update(got)
     runs: dict[str, SampleRun] = {}
     for found in sorted(out.rglob("samples_*.jsonl")):
         m = _SAMPLES.match(found.name)
         if m is None:
             continue
         task = m.group("task")
-        lines = [json.loads(x) for x in found.read_text(encoding="utf-8").splitlines() if x]
+        where = f"'{found.name}'"
+        text = found.read_text(encoding="utf-8", errors="replace")
+        lines = [_sample(_json(x, where), where) for x in text.splitlines() if x.strip()]
         if not lines:
             continue
-        aggregate = {
-            k: float(v)
-            for k, v in results.get(task, {}).items()
-            if isinstance(v, int | float)
-            and not isinstance(v, bool)
-            and "," in k
-            and "_stderr" not in k
-        }
+        aggregate, not_numbers = _aggregates(results, task)
+        named = _metrics_of(lines[0])
+        if metric is None and not aggregate and not named:
+            raise HarnessError(f"lm-eval wrote {where}: samples that name no metric")
         # default: the first metric lm-eval reports for the task (its first filter's)
-        first = f"{lines[0]['metrics'][0]},{lines[0].get('filter', 'none')}"
+        first = f"{named[0] if named else ''},{lines[0].get('filter', 'none')}"
         chosen = metric or next(iter(aggregate), first)
         name, kind = _split(chosen)
         picked = sorted(
-            (int(x["doc_id"]), x[name])
-            for x in lines
-            if x.get("filter", "none") == kind and name in x
+            (x["doc_id"], x[name]) for x in lines if x.get("filter", "none") == kind and name in x
         )
         if not picked:
-            raise EndpointError(
-                f"lm-eval: task {task!r} has no per-document {chosen!r} (its samples hold "
-                f"{lines[0].get('metrics')} under filter {lines[0].get('filter')!r})"
+            raise HarnessError(
+                f"lm-eval wrote {where}: task {task!r} has no per-document {chosen!r} (its "
+                f"samples hold {named} under filter {lines[0].get('filter')!r})"[:400]
             )
-        correct = [isinstance(v, int | float) and v >= 1 for _, v in picked]
+        correct = [
+            isinstance(v, int | float) and not isinstance(v, bool) and v >= 1 for _, v in picked
+        ]
         runs[task] = SampleRun(
             metric=chosen,
             value=aggregate.get(chosen, sum(correct) / len(correct)),
             values=aggregate,
+            not_numbers=not_numbers,
             doc_ids=[d for d, _ in picked],
             correct=correct,
         )
@@ -405,7 +457,9 @@ def judge_task(
             failures.append(line)
     for metric, least in floor.items():
         value = got.values.get(metric, got.value if metric == got.metric else None)
-        if value is None:
+        if metric in got.not_numbers:
+            failures.append(f"{task}: lm-eval reported {metric} as no number (NaN or infinite)")
+        elif value is None:
             failures.append(f"{task}: lm-eval reported no {metric!r} (has {sorted(got.values)})")
         elif value < least:
             failures.append(f"{task}: {metric} {value:.3f} below the threshold {least:.3f}")

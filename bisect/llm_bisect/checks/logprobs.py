@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..config import CHAT_PROMPTS, MAX_TOKENS, Asks
 from ..errors import EndpointError
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckDetails, CheckResult, Step, Threshold
+from ..sparse import AddedLater
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
-from .compare import Divergence, diverge, teacher_deltas
+from .compare import Divergence, diverge, non_finite, teacher_deltas
 from .golden import LogprobsCase, LogprobsNoise, LogprobsSection
 from .metrics import excerpt
 
@@ -44,7 +46,13 @@ class Token(_Part):
 
     token: str
     text: str | None = None
-    logprob: float
+    logprob: float | None
+    """None where the server sent no number (NaN or infinite: the check names those)."""
+
+    @field_validator("logprob", mode="before")
+    @classmethod
+    def _number(cls, value: Any) -> Any:
+        return value if not isinstance(value, float) or math.isfinite(value) else None
 
 
 class Chosen(Token):
@@ -62,8 +70,10 @@ class TokensPart(_Part):
     candidate: Chosen
 
 
-class LogprobsCaseResult(_Part):
+class LogprobsCaseResult(_Part, AddedLater):
     """One prompt, compared with the golden's greedy tokens and scored teacher-forced."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("non_finite",)
 
     prompt: str
     first_divergence: int | None = None
@@ -83,19 +93,26 @@ class LogprobsCaseResult(_Part):
     content: str | None = None
     """This build's text (content, else reasoning)."""
     finish_reason: str | None = None
+    non_finite: list[int] = Field(default_factory=list)
+    """Positions where this build's logprobs are NaN or infinite and the golden's are not."""
     divergence: TokensPart | None = None
     """Both sides at the first divergence; None where there is none, or where one output
     ends and the other goes on."""
 
 
-class LogprobsMetrics(_Part):
+class LogprobsMetrics(_Part, AddedLater):
     """The worst figures over every prompt, judged against the thresholds."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("non_finite",)
 
     max_abs_delta: float = 0.0
     teacher_mean_abs_delta: float = 0.0
     topk_max_abs_delta: float = 0.0
     not_close: int = 0
     agreement: float = 1.0
+    non_finite: int | None = None
+    """Positions, over every prompt, whose logprobs are NaN or infinite (the golden's not);
+    None where there are none."""
 
 
 class LogprobsDetails(CheckDetails):
@@ -268,8 +285,12 @@ class LogprobsCheck:
             return reply, self._teacher(endpoint, g.prompt_token_ids, g.token_ids)
 
         answers = map_concurrent(ask, section.cases, PROMPTS_AT_ONCE)
+        broken: list[tuple[str, list[int]]] = []
         for g, (reply, teacher) in zip(section.cases, answers, strict=True):
             d = diverge(_steps(g.steps), list(reply.steps))
+            where = non_finite(_steps(g.steps), list(reply.steps), g.teacher, teacher)
+            if where:
+                broken.append((g.prompt, where))
             divergences.append(d)
             deltas = teacher_deltas(g.teacher, teacher)
             teacher_mean = sum(deltas) / len(deltas) if deltas else 0.0
@@ -294,6 +315,7 @@ class LogprobsCheck:
                     golden=g.content if g.content is not None else g.reasoning,
                     content=reply.content if reply.content is not None else reply.reasoning,
                     finish_reason=reply.finish_reason,
+                    non_finite=where,
                 )
             )
             if not d.close:
@@ -318,9 +340,18 @@ class LogprobsCheck:
             topk_max_abs_delta=worst_top,
             not_close=not_close,
             agreement=min(agree, default=1.0),
+            non_finite=sum(len(w) for _, w in broken) or None,
         )
         limits = {k: v.value for k, v in limits_doc.items()}
         failed = []
+        if broken:
+            prompt, where = broken[0]
+            shown = ", ".join(map(str, where[:8])) + (", ..." if len(where) > 8 else "")
+            failed.append(
+                f"{metrics.non_finite} logprob(s) NaN or infinite where the golden's are "
+                f"numbers, on {len(broken)} of {len(cases)} prompts ({prompt[:40]!r} at "
+                f"position(s) {shown})"
+            )
         if not_close > limits["not_close"]:
             failed.append(f"{not_close} of {len(cases)} prompts not close")
         if metrics.agreement < limits["min_agreement"]:

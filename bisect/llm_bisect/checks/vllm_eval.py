@@ -22,6 +22,7 @@ added to `server.command` (docker: `server.args`); `startup_max_wait_seconds` be
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,6 +110,67 @@ def _opt(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: s
     return _get(data, key, kind, where) if data.get(key) is not None else None
 
 
+MAX_WAIT_S = 7 * 86400.0
+"""The longest startup wait a file may ask for (a week): more is a typo, and `.inf` a hang."""
+
+
+def _number(
+    data: dict[str, Any],
+    key: str,
+    where: str,
+    *,
+    default: float | None = None,
+    low: float = 0.0,
+    high: float = 1.0,
+) -> float:
+    """A finite number in [low, high]: `data[key]` as vLLM's runner reads it
+    (`eval_config.get(key, default)`), or `data[key]` where there is no default. `.nan`,
+    `.inf` or a 400-digit integer is one line naming the key."""
+    if default is not None and key not in data:
+        return default
+    value = _get(data, key, (int, float), where)
+    number = float(value) if isinstance(value, float) or abs(value) < 10**18 else math.inf
+    if not math.isfinite(number) or not low <= number <= high:
+        raise ConfigError(
+            f"{where}: '{key}' must be a number from {low:g} to {high:g}, got {value!r}"[:300]
+        )
+    return number
+
+
+def _arg(text: str) -> Any:
+    """One value of lm-eval's `k=v,k=v` strings, typed as lm_eval.utils.handle_arg_string
+    types it: true/false, an integer, a float, else the text."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
+
+
+def _gen_kwargs(value: dict[str, Any] | str, where: str) -> dict[str, Any]:
+    """`gen_kwargs` as a mapping, or as lm-eval's command line writes it
+    (`temperature=0,top_p=1,until=<|END|>`: lm_eval.utils.simple_parse_args_string)."""
+    if isinstance(value, dict):
+        return value
+    pairs = [p for p in value.split(",") if p.strip()]
+    if any("=" not in p for p in pairs):
+        raise ConfigError(f"{where}: 'gen_kwargs' is not key=value pairs: {value[:80]!r}")
+    return {k.strip(): _arg(v.strip()) for k, v in (p.split("=", 1) for p in pairs)}
+
+
+def _words(line: str, where: str) -> list[str]:
+    """Server arguments as vLLM's runner splits them (`shlex.split`), as data: a brace in
+    them (JSON: `--speculative-config '{"method": ...}'`) is no placeholder of llm-bisect's."""
+    try:
+        words = shlex.split(line)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: 'server_args' cannot be split into words ({exc})") from None
+    return [w.replace("{", "{{").replace("}", "}}") for w in words]
+
+
 def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
     """A vLLM eval file; ConfigError with one line naming the file and key."""
     try:
@@ -118,16 +180,25 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
         raise ConfigError(f"{where}: cannot read '{path}' ({exc.strerror})") from None
     except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
         raise ConfigError(f"{where}: '{path}' is not YAML text") from None
+    if data is None:
+        raise ConfigError(f"{where}: '{path}' is empty (no keys: commented out?)")
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: '{path}' is not a vLLM eval config (not a mapping)")
     here = f"{where}: '{path.name}'"
-    number = (int, float)
     server_args = _opt(data, "server_args", str, here)
-    args = shlex.split(server_args) if server_args else []
-    wait = _opt(data, "startup_max_wait_seconds", number, here)
+    args = _words(server_args, here) if server_args else []
+    wait = (
+        _number(data, "startup_max_wait_seconds", here, high=MAX_WAIT_S)
+        if data.get("startup_max_wait_seconds") is not None
+        else None
+    )
+    if wait is not None and wait <= 0:
+        raise ConfigError(f"{here}: 'startup_max_wait_seconds' must be above 0, got {wait:g}")
     if "accuracy_threshold" in data or "num_questions" in data:
-        threshold = float(_get(data, "accuracy_threshold", number, here))
-        tolerance = _opt(data, "tolerance", number, here)
+        # tests/evals/gsm8k/test_gsm8k_correctness.py: eval_config["accuracy_threshold"],
+        # eval_config.get("tolerance", 0.08)
+        threshold = _number(data, "accuracy_threshold", here)
+        tolerance = _number(data, "tolerance", here, default=GSM8K_TOLERANCE)
         _get(data, "model_name", str, here)
         check: dict[str, Any] = {
             "type": "eval",
@@ -136,17 +207,17 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
             "shots": _get(data, "num_fewshot", int, here),
             "max_tokens": _opt(data, "max_tokens", int, here) or 256,
             "concurrency": cfg.num_concurrent,
-            "min_accuracy": max(
-                0.0, threshold - (GSM8K_TOLERANCE if tolerance is None else tolerance)
-            ),
+            "min_accuracy": max(0.0, threshold - tolerance),
         }
         if cfg.data is not None:
             check["path"] = cfg.data
-        return Read("gsm8k", check, args, float(wait) if wait is not None else None)
+        return Read("gsm8k", check, args, wait)
     if "tasks" in data:
         _get(data, "model_name", str, here)
         tasks = _get(data, "tasks", list, here)
-        rtol = float(_opt(data, "rtol", number, here) or LM_EVAL_RTOL)
+        # .buildkite/lm-eval-harness/test_lm_eval_correctness.py:
+        # rtol = eval_config.get("rtol", DEFAULT_RTOL); min_acceptable = value * (1 - rtol)
+        rtol = _number(data, "rtol", here, default=LM_EVAL_RTOL)
         floors: dict[str, dict[str, float]] = {}
         for i, task in enumerate(tasks):
             at = f"{here} tasks.{i}"
@@ -158,7 +229,7 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
             for j, metric in enumerate(metrics):
                 if not isinstance(metric, dict):
                     raise ConfigError(f"{at}.metrics.{j}: a metric is a mapping with name, value")
-                value = float(_get(metric, "value", number, f"{at}.metrics.{j}"))
+                value = _number(metric, "value", f"{at}.metrics.{j}", low=-1e9, high=1e9)
                 floors[name][_get(metric, "name", str, f"{at}.metrics.{j}")] = value * (1 - rtol)
         check = {
             "type": "lm_eval",
@@ -177,7 +248,7 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
         if check.get("apply_chat_template"):  # the server applies it: no tokenizer here
             check["api"] = "chat-completions"
         if data.get("gen_kwargs") is not None:
-            check["gen_kwargs"] = _get(data, "gen_kwargs", dict, here)
+            check["gen_kwargs"] = _gen_kwargs(_get(data, "gen_kwargs", (dict, str), here), here)
         if cfg.python is not None:
             check["python"] = cfg.python
         # llm-bisect's own key in such a file (relative to it): where its local tasks are
@@ -188,14 +259,15 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
             check["include_path"] = str((path.parent / own).absolute())
         for key, flag in _SERVER_FLAGS.items():
             if data.get(key) is not None:
-                args += [flag, str(data[key])]
+                args += [flag, str(data[key]).replace("{", "{{").replace("}", "}}")]
         for key, flag in _SERVER_SWITCHES.items():
             if data.get(key) is not None and _flag(data[key], key, here):
                 args.append(flag)
-        return Read("lm-eval-harness", check, args, float(wait) if wait is not None else None)
+        return Read("lm-eval-harness", check, args, wait)
     if "metric_threshold" in data:
         _get(data, "model_name", str, here)
-        threshold = float(_get(data, "metric_threshold", number, here))
+        # tests/evals/gpt_oss/test_gpqa_correctness.py: eval_config["metric_threshold"], TOL
+        threshold = _number(data, "metric_threshold", here)
         effort = _opt(data, "reasoning_effort", str, here)
         check = {
             "type": "lm_eval",
@@ -209,7 +281,7 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
             check["gen_kwargs"] = {"reasoning_effort": effort}
         if cfg.python is not None:
             check["python"] = cfg.python
-        return Read("gpt_oss", check, args, float(wait) if wait is not None else None)
+        return Read("gpt_oss", check, args, wait)
     raise ConfigError(
         f"{where}: '{path}' is not a vLLM eval config this llm-bisect reads (no "
         "accuracy_threshold, tasks or metric_threshold: gsm8k, lm-eval-harness or gpt_oss)"

@@ -14,6 +14,7 @@ too); links are http(s) only (`links`).
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -213,22 +214,29 @@ def _shown(token: Token) -> str:
     return repr(esc.plain(token.text)) if token.text else f"id {esc.plain(token.token)}"
 
 
+def _number(logprob: float | None) -> float:
+    """A logprob as a figure: NaN where the server sent none (NaN or infinite)."""
+    return math.nan if logprob is None else logprob
+
+
 def _parting(divergence: TokensPart) -> tuple[float, bool, str, str]:
     """At the first divergence: how much less likely the candidate finds the golden's token
     (|Δlogprob|), whether that is only a lower bound (not in its top-k), a label naming both
     tokens, and a sentence with their logprobs."""
     golden, now = divergence.golden, divergence.candidate
-    top = {t.token: t.logprob for t in now.top}
+    top = {t.token: _number(t.logprob) for t in now.top}
     bound = golden.token not in top and bool(top)
+    mine, theirs = _number(golden.logprob), _number(now.logprob)
     if golden.token in top:
-        drop = abs(golden.logprob - top[golden.token])
+        drop = abs(mine - top[golden.token])
     elif top:  # below the least likely alternative this build listed
-        drop = max(0.0, golden.logprob - min(top.values()))
+        drop = max(0.0, mine - min(top.values()))
     else:
-        drop = abs(golden.logprob - now.logprob)
+        drop = abs(mine - theirs)
+    drop = drop if math.isfinite(drop) else 0.0  # a NaN logprob: the check names it
     said = (
         f"tokens part at {divergence.position}: golden {_shown(golden)} "
-        f"({golden.logprob:.3f}) → now {_shown(now)} ({now.logprob:.3f})"
+        f"({mine:.3f}) → now {_shown(now)} ({theirs:.3f})"
     )
     if bound:
         said += f"; the golden's token is not in this build's top-{len(top)}"

@@ -75,6 +75,10 @@ def _evidence(doc: ResultDocument) -> list[str]:
     return ["## Evidence", "", *lines, *divergences(bad)] if lines else []
 
 
+def _logprob(value: float | None, digits: int) -> str:
+    return "NaN or inf" if value is None else f"{value:.{digits}f}"
+
+
 def _side(token: Chosen) -> str:
     text = token.text
     shown = (
@@ -82,7 +86,7 @@ def _side(token: Chosen) -> str:
         if text is not None
         else esc.code(token.token, table=True)
     )
-    return f"{shown} ({token.logprob:.3f})"
+    return f"{shown} ({_logprob(token.logprob, 3)})"
 
 
 def _top(token: Chosen) -> str:
@@ -90,7 +94,7 @@ def _top(token: Chosen) -> str:
     return ", ".join(
         esc.code(t.token, table=True)
         + (f" {cell(repr(t.text), 16)}" if t.text else "")
-        + f" {t.logprob:.2f}"
+        + f" {_logprob(t.logprob, 2)}"
         for t in token.top
     )
 

@@ -25,6 +25,7 @@ then cover every generated token, reasoning first.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import re
 import zlib
@@ -112,6 +113,8 @@ def logprob(tid: int, position: int, fault: str = "none") -> float:
     base = -(0.01 + ((tid * 7 + position * 13) % 50) / 200)
     if fault == "numerics":
         return base - 0.8
+    if fault == "nan-logprobs":  # the text stays the golden's; the numbers are gone
+        return math.nan
     if fault == "kernel-noise":
         return base + (((tid + position) % 9) - 4) / 1000
     return base

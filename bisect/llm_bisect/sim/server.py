@@ -70,6 +70,7 @@ FAULTS = (
     "kernel-noise",
     "reasoning-parser",
     "eos-ignored",
+    "nan-logprobs",
 )
 WARMUP_REQUESTS = 4
 """`bad-warmup` answers its first this-many chat requests with degenerate content."""
