@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers import History, cli_bounded
+from llm_bisect import guard
+from llm_bisect.config import argv_secret_names
 from llm_bisect.redact import Masker, Scrub, public_url, redact, url_credentials
 
 SECRETS = st.lists(st.text("ab1:", min_size=1, max_size=6), max_size=3)
@@ -60,3 +71,98 @@ def test_credentials_in_a_url_are_secrets_and_hidden_from_its_public_form() -> N
     assert public_url(url) == "https://***@wheels.example.com:8443/abc/cpu/"
     assert url_credentials("https://tok3n-abc@h/x/") == ["tok3n-abc"]
     assert url_credentials("https://h/x/") == [] and public_url("https://h/x/") == "https://h/x/"
+
+
+@given(
+    st.lists(
+        st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=12), max_size=5
+    )
+)
+def test_a_command_line_with_named_secrets_runs_as_written_from_the_readers_variables(
+    words: list[str],
+) -> None:
+    """Whatever the words around them (quotes included), `sh` reads the line back as the
+    command with each secret taken from its variable; nothing of a secret is in the line."""
+    argv = ["serve", *words, "--api-key", "k3y'\"x", "--otlp", "https://u:T0KEN@h/", *words]
+    names = argv_secret_names(argv)
+    assert names["k3y'\"x"] == "LLM_BISECT_API_KEY"
+    assert names["u:T0KEN"] == "LLM_BISECT_OTLP_LOGIN"
+    scrub = Scrub().with_secrets(names, names)
+    line = scrub.shell(shlex.join(argv))
+    assert "T0KEN" not in line and "k3y" not in line
+    env = {"LLM_BISECT_API_KEY": "k3y'\"x", "LLM_BISECT_OTLP_LOGIN": "u:T0KEN", "PATH": "/bin"}
+    done = subprocess.run(["sh", "-c", "printf '%s\\0' " + line], env=env, capture_output=True)
+    assert done.stdout.decode().split("\0")[:-1] == argv
+
+
+def test_a_secret_without_a_variable_is_masked_in_a_command_line() -> None:
+    scrub = Scrub().with_secrets(["hunter2hunter"])
+    assert scrub.shell("serve --pw 'a hunter2hunter b'") == "serve --pw 'a *** b'"
+    assert scrub.doc({"command": "x 'hunter2hunter'"}) == {"command": "x '***'"}
+
+
+SECRETS = ("TOKEN1234abc", "s3cr3tkeyXYZ", "fastsecretVALUE9", "buildKEYzz99", "BUILDTOK77")
+
+
+def test_no_secret_of_a_command_line_reaches_any_output_and_the_printed_one_still_runs(
+    tmp_path: Path, history: Callable[..., History]
+) -> None:
+    """A URL login and an `--api-key` in the server's argv, a secret in `probe.fast.env` and
+    in a build command's argv once reached report.md's Reproduce block, result.json,
+    golden.json, the journal, build logs, BUILD.json and the terminal."""
+    h = history({5: "garbled-math"}, n=8)
+    endpoint = "https://u:TOKEN1234abc@host/x"
+    config = h.config(
+        server={"command": [*h.config_command(), "--otlp-traces-endpoint", endpoint,
+                            "--api-key", "s3cr3tkeyXYZ"]},
+        probe={"fast": {"env": {"MY_SECRET_TOKEN": "fastsecretVALUE9"}}},
+        build={"cache": {"dir": str(tmp_path / "cache")}, "strategies": [
+            {"type": "command", "run": ["true", "--api-key", "buildKEYzz99",
+                                        "https://bu:BUILDTOK77@h/"]}]},
+    )  # fmt: skip
+    out = tmp_path / "out"
+    code, said = cli_bounded("run", str(config), "--out", str(out))
+    assert code == 0 and f"found: {h.shas[5]}" in said, said
+    code, listed = cli_bounded("candidates", str(config))
+    assert code == 0, listed
+    for text in (said, listed):
+        assert not [s for s in SECRETS if s in text]
+    written = [p for root in (out, tmp_path / "cache") for p in root.rglob("*") if p.is_file()]
+    assert len(written) > 20
+    leaked = [(p, s) for p in written for s in SECRETS if s.encode() in p.read_bytes()]
+    assert not leaked, leaked
+    report = (out / "report.md").read_text()
+    (line,) = [x for x in report.splitlines() if "--otlp-traces-endpoint" in x]
+    env = {**os.environ, "LLM_BISECT_OTLP_TRACES_ENDPOINT_LOGIN": "u:TOKEN1234abc",
+           "LLM_BISECT_API_KEY": "s3cr3tkeyXYZ"}  # fmt: skip
+    done = subprocess.run(["sh", "-c", "printf '%s\\0' " + line], env=env, capture_output=True)
+    words = done.stdout.decode().split("\0")[:-1]
+    assert words[words.index("--otlp-traces-endpoint") + 1] == endpoint
+    assert words[words.index("--api-key") + 1] == "s3cr3tkeyXYZ"
+
+
+def test_the_guard_masks_the_values_it_is_given_and_keeps_them_from_the_child() -> None:
+    script = "import os, sys; print(sys.argv[1], os.environ.get('LLM_BISECT_GUARD_SECRETS'))"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-I",
+            guard.__file__,
+            "1",
+            "--",
+            sys.executable,
+            "-c",
+            script,
+            "the key is 9f8e7d6c5b",
+        ],
+        env={guard.SECRETS_VAR: json.dumps(["9f8e7d6c5b"])},
+        stdout=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip  (stdin open: the guard ends its child at EOF)
+    assert proc.stdout is not None
+    said = proc.stdout.read()
+    assert proc.stdin is not None
+    proc.stdin.close()
+    assert proc.wait() == 0
+    assert said.strip() == "the key is *** None"

@@ -713,6 +713,44 @@ def secret_flag_values(argv: Sequence[str]) -> list[str]:
     return [v for v in found if v]
 
 
+def argv_secrets(argv: Sequence[str]) -> list[str]:
+    """Every secret a command line carries: the values of flags named like secrets
+    (`--api-key X`) and each login in a URL (`--otlp-traces-endpoint https://u:T@host/`,
+    `--x=https://u:T@host/`), as written and decoded. Pure."""
+    return list(argv_secret_names(argv))
+
+
+def _variable(flag: str, suffix: str = "") -> str:
+    stem = re.sub(r"[^A-Z0-9]+", "_", flag.lstrip("-").upper()).strip("_") or "SECRET"
+    return f"LLM_BISECT_{stem}{suffix}"
+
+
+def _value_after(argv: Sequence[str], i: int) -> bool:
+    """The word after flag `i` is its value (`--api-key X`), not the next flag."""
+    return i + 1 < len(argv) and bool(argv[i + 1]) and not argv[i + 1].startswith("-")
+
+
+def argv_secret_names(argv: Sequence[str]) -> dict[str, str]:
+    """Each secret a command line carries (see argv_secrets), and the variable a printed
+    command takes it from (`--api-key X`: LLM_BISECT_API_KEY; the login of
+    `--otlp-traces-endpoint URL`: LLM_BISECT_OTLP_TRACES_ENDPOINT_LOGIN). Pure."""
+    from .redact import url_logins  # redact is pure and imports nothing of ours
+
+    found: dict[str, str] = {}
+    for i, word in enumerate(argv):
+        name, eq, value = word.partition("=")
+        flag = name if name.startswith("--") else ""
+        if flag and eq and secret_flag(flag) and value:
+            found.setdefault(value, _variable(flag))
+        elif flag and not eq and secret_flag(flag) and _value_after(argv, i):
+            found.setdefault(argv[i + 1], _variable(flag))
+        before = argv[i - 1] if i and argv[i - 1].startswith("--") else "url"
+        where, url = (flag, value) if flag and eq else (before, word)
+        for secret, part in url_logins(url):
+            found.setdefault(secret, _variable(where, f"_{part}"))
+    return found
+
+
 CALLER_SECRET_MIN = 8
 """A caller's variable named like a secret is masked from this length: real tokens are long,
 while `HF_HUB_DISABLE_IMPLICIT_TOKEN=true` must not mask every `true`."""

@@ -15,7 +15,9 @@ all of them, the group and every descendant, when
 Then it exits with the server's code (128+N for a signal N).
 
 The server's output passes through the guard, which masks the values of
-the environment variables named with --redact (secrets never reach a log).
+the environment variables named with --redact and the values listed (JSON) in
+LLM_BISECT_GUARD_SECRETS, which the guard takes out of the server's environment
+(secrets never reach a log: a command line's `--api-key X` or URL login included).
 
 Run as a file with `python -I guard.py GRACE [--redact NAME,...] -- ARGV...`;
 stdlib only, so it starts fast and needs nothing installed.
@@ -24,6 +26,7 @@ stdlib only, so it starts fast and needs nothing installed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -34,6 +37,7 @@ import types
 from typing import IO
 
 PR_SET_CHILD_SUBREAPER = 36
+SECRETS_VAR = "LLM_BISECT_GUARD_SECRETS"
 
 
 def _become_subreaper() -> None:
@@ -123,11 +127,9 @@ def main(argv: list[str]) -> int:
         print("usage: guard.py GRACE [--redact NAME,...] -- ARGV...", file=sys.stderr)
         return 2
     grace = float(argv[0])
-    secrets = sorted(
-        (os.environ[n].encode() for n in names if len(os.environ.get(n, "")) >= 4),
-        key=len,
-        reverse=True,
-    )
+    given = json.loads(os.environ.pop(SECRETS_VAR, "[]") or "[]")  # the child never sees it
+    values = [os.environ.get(n, "") for n in names] + [v for v in given if isinstance(v, str)]
+    secrets = sorted({v.encode() for v in values if len(v) >= 4}, key=len, reverse=True)
     ending = threading.Event()
 
     def on_signal(signum: int, frame: types.FrameType | None) -> None:

@@ -9,7 +9,7 @@ with megabytes of text, cannot put either into a file.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, AnyStr
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -91,9 +91,10 @@ class Masker:
         return _masked(text, _spans(text, self.secrets), MASK.encode())
 
 
-def url_credentials(url: str) -> list[str]:
-    """The secrets a URL carries in its `user:password@` part (as written and decoded):
-    the password and the pair, or a user alone (a token). Pure."""
+def url_logins(url: str) -> list[tuple[str, str]]:
+    """The secrets a URL carries in its `user:password@` part (as written and decoded),
+    each with what it is: the pair (`LOGIN`) and the password (`PASSWORD`), or a user alone
+    (a token: `LOGIN`). Pure."""
     try:
         parts = urlsplit(url)
         user, password = parts.username, parts.password
@@ -102,9 +103,17 @@ def url_credentials(url: str) -> list[str]:
     if not user and not password:
         return []
     userinfo = parts.netloc.rpartition("@")[0]
-    found = [userinfo, unquote(userinfo)]
-    found += [password, unquote(password)] if password else [user or "", unquote(user or "")]
-    return list(dict.fromkeys(s for s in found if s))
+    found = [(userinfo, "LOGIN"), (unquote(userinfo), "LOGIN")]
+    if password:
+        found += [(password, "PASSWORD"), (unquote(password), "PASSWORD")]
+    else:
+        found += [(user or "", "LOGIN"), (unquote(user or ""), "LOGIN")]
+    return list(dict.fromkeys((s, k) for s, k in found if s))
+
+
+def url_credentials(url: str) -> list[str]:
+    """The secrets a URL carries in its `user:password@` part (url_logins). Pure."""
+    return list(dict.fromkeys(s for s, _ in url_logins(url)))
 
 
 def public_url(url: str) -> str:
@@ -127,27 +136,85 @@ def clip(text: str, limit: int = MAX_TEXT) -> str:
     return f"{text[:limit]}… [cut: {len(text)} characters in all, sha256 {digest}]"
 
 
+def _in_quotes(secret: str) -> str:
+    """A secret as it stands inside a word shlex.quote put in single quotes."""
+    return secret.replace("'", "'\"'\"'")
+
+
+def _quoting(line: str, start: int, end: int, state: str) -> str:
+    """The quote `sh` is inside at `end` ("'", '"' or ""), reading from `start` in `state`."""
+    i = start
+    while i < end:
+        c = line[i]
+        if state == "'":
+            state = "" if c == "'" else state
+        elif state == '"':
+            if c == "\\":
+                i += 1
+            elif c == '"':
+                state = ""
+        elif c in "'\"":
+            state = c
+        elif c == "\\":
+            i += 1
+        i += 1
+    return state
+
+
 @dataclass(frozen=True)
 class Scrub:
     """The secrets of one run, and how to keep them (and oversized texts) out of output."""
 
     secrets: tuple[str, ...] = ()
     max_text: int = MAX_TEXT
+    names: tuple[tuple[str, str], ...] = ()
+    """(secret, variable): a command line written takes that secret from `"$variable"`."""
 
-    def with_secrets(self, more: Iterable[str]) -> Scrub:
-        found = {*self.secrets, *(s for s in more if len(s) >= MIN_SECRET)}
-        return Scrub(tuple(sorted(found, key=len, reverse=True)), self.max_text)
+    def with_secrets(self, more: Iterable[str], names: Mapping[str, str] | None = None) -> Scrub:
+        """Also these secrets (and each as it stands in a single-quoted shell word, as
+        shlex.join writes a `'` in it), `names` giving a secret's variable."""
+        given = {s for s in more if len(s) >= MIN_SECRET}
+        quoted = {_in_quotes(s): s for s in given if "'" in s}
+        found = {*self.secrets, *given, *quoted}
+        named = {**dict(self.names), **{k: v for k, v in (names or {}).items() if k in found}}
+        named |= {q: named[s] for q, s in quoted.items() if s in named}
+        return Scrub(tuple(sorted(found, key=len, reverse=True)), self.max_text,
+                     tuple(sorted(named.items())))  # fmt: skip
 
     def text(self, text: str) -> str:
         """A text with every secret masked (not cut: terminal lines and logs stay whole)."""
         return redact(text, self.secrets) if self.secrets else text
 
+    def shell(self, line: str) -> str:
+        """A command line (as shlex.join writes it) with each secret that has a variable
+        replaced by `"$variable"` (closing and reopening a single-quoted word around it),
+        so that `sh` runs it with the reader's own value; any other secret is ***."""
+        named = dict(self.names)
+        spans = _spans(line, [s for s in self.secrets if s in named])
+        if not spans:
+            return self.text(line)
+        parts, at, state = [], 0, ""
+        for start, end in spans:
+            state = _quoting(line, at, start, state)
+            name = named.get(line[start:end])
+            var = f'"${name}"' if name else "'***'"
+            parts += [line[at:start], f"'{var}'" if state == "'" else var]
+            at = end
+        parts.append(line[at:])
+        return self.text("".join(parts))
+
     def doc(self, value: Any) -> Any:
-        """A JSON value with every string (keys too) masked and cut to `max_text`."""
+        """A JSON value with every string (keys too) masked and cut to `max_text`; a string
+        under `command` is a command line (`shell`)."""
         if isinstance(value, str):
             return clip(self.text(value), self.max_text)
         if isinstance(value, dict):
-            return {self.doc(str(k)): self.doc(v) for k, v in value.items()}
+            return {
+                self.doc(str(k)): clip(self.shell(v), self.max_text)
+                if k == "command" and isinstance(v, str)
+                else self.doc(v)
+                for k, v in value.items()
+            }
         if isinstance(value, list | tuple):
             return [self.doc(v) for v in value]
         return value

@@ -42,6 +42,7 @@ from ..errors import ConfigError, LaunchError
 from ..kinds import STRATEGIES, StrategyKind, StrategyRules
 from ..launchers.common import tail as log_tail
 from ..model import Candidate
+from ..redact import redact as redact_text
 from .cache import BuildCache, as_json
 
 
@@ -410,16 +411,18 @@ def run_logged(
     timeout: float | None = None,
     what: str,
     redact: Sequence[str] = (),
+    secrets: Sequence[str] = (),
 ) -> None:
     """Run a build step under the guard (guard.py), output appended to `log`.
 
-    The values of the `redact` variables never reach the log. A non-zero exit or
+    The values of the `redact` variables and the `secrets` never reach the log (the
+    command line written first included). A non-zero exit or
     a timeout is a LaunchError (the candidate is skip). The
     guard ends the step and everything it started when this process stops
     waiting: a timeout, Ctrl-C, the run ending, even a SIGKILL of llm-bisect.
     """
     with log.open("ab") as f:
-        f.write(("$ " + " ".join(argv) + "\n").encode())
+        f.write(("$ " + redact_text(" ".join(argv), secrets) + "\n").encode())
         f.flush()
         try:
             proc = subprocess.Popen(
@@ -434,7 +437,7 @@ def run_logged(
                     *argv,
                 ],
                 cwd=cwd,
-                env=dict(env),
+                env={**env, guard.SECRETS_VAR: json.dumps(list(secrets))},
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.PIPE,

@@ -10,6 +10,7 @@ the folder it runs in and the machine (a build of another command is never reuse
 
 from __future__ import annotations
 
+import hashlib
 import platform
 import sys
 from collections.abc import Mapping, Sequence
@@ -18,9 +19,10 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from ..config import StrategyBase, check_placeholders, fill
+from ..config import StrategyBase, argv_secrets, check_placeholders, fill
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..model import Candidate
+from ..redact import redact
 from . import Build, ImageTarget, run_logged
 
 
@@ -40,16 +42,26 @@ class CommandStrategy:
         secret_names: Sequence[str] = (),
     ) -> None:
         self.secret_names = list(secret_names)
+        self.secrets = argv_secrets(run)
+        """What its command line carries (`--api-key X`, a URL login): masked in its log
+        and its facts."""
         self.run = list(run)
         self.cwd = cwd
         self.timeout = timeout
         self.env = dict(env)
 
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
-        return True, " ".join(self.run)
+        return True, redact(" ".join(self.run), self.secrets)
 
     def identity(self, candidate: Candidate) -> dict[str, Any]:
-        return {"run": self.run, "cwd": str(self.cwd), "machine": platform.machine()}
+        """What makes its build (written in BUILD.json): a secret of the command line by its
+        hash only, so another key is another build and no key is on disk."""
+        run = [redact(a, self.secrets) for a in self.run]
+        found = {"run": run, "cwd": str(self.cwd), "machine": platform.machine()}
+        if self.secrets:
+            joined = "\0".join(sorted(self.secrets)).encode()
+            found["secrets"] = hashlib.sha256(joined).hexdigest()[:16]
+        return found
 
     def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
         values = {"commit": candidate.commit, "short": candidate.short, "out": str(out)}
@@ -62,8 +74,9 @@ class CommandStrategy:
             timeout=self.timeout,
             what="build command",
             redact=self.secret_names,
+            secrets=self.secrets,
         )
-        return {"command": argv}
+        return {"command": [redact(a, self.secrets) for a in argv]}
 
     def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
         venv = folder / "bin" / "python"
@@ -104,11 +117,17 @@ def from_config(
     return strategy, None
 
 
+def _secrets(cfg: CommandStrategyConfig, environ: Mapping[str, str], i: int) -> list[str]:
+    return argv_secrets(cfg.run)
+
+
 def _validate(cfg: CommandStrategyConfig, rules: StrategyRules) -> None:
     if rules.images:
         raise ValueError(f"{rules.key}: command builds run with launcher: process")
 
 
 KIND = STRATEGIES.register(
-    StrategyKind("command", CommandStrategyConfig, make=from_config, validate=_validate)
+    StrategyKind(
+        "command", CommandStrategyConfig, make=from_config, validate=_validate, secrets=_secrets
+    )
 )

@@ -53,6 +53,7 @@ from ..config import (
     ServerBase,
     SlotGpus,
     Strict,
+    argv_secrets,
     check_placeholders,
     expand_value,
     fill,
@@ -531,6 +532,7 @@ class DockerLauncher:
         self.env = dict(env)
         self.secret_names = list(secret_names)
         self.secrets = [self.env[n] for n in secret_names if n in self.env]
+        self.secrets += argv_secrets([*cfg.args, *(cfg.entrypoint or [])])  # a URL login
         if cfg.registry.password:
             self.secrets.append(cfg.registry.password)
         self.base_dir = base_dir

@@ -12,6 +12,7 @@ race) starts the server again on another port.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -33,6 +34,7 @@ from ..config import (
     BUILD_PLACEHOLDERS,
     PROCESS_PLACEHOLDERS,
     CommandServerBase,
+    argv_secrets,
     check_placeholders,
     expand_value,
     fill,
@@ -98,7 +100,10 @@ class ProcessServer(LoggedServer):
         self.log_path = log_path
         self.ready_timeout = ready_timeout
         self.secret_names = secret_names
-        self.secrets = [self.env[n] for n in secret_names if n in self.env]
+        self.argv_secrets = argv_secrets(self.argv)
+        """What the command line carries (`--api-key X`, a URL login): the guard masks them
+        in the log as it masks the named variables."""
+        self.secrets = [self.env[n] for n in secret_names if n in self.env] + self.argv_secrets
         self.clock = clock
         self.sleep = sleep
         self.base_url = f"http://127.0.0.1:{port}"
@@ -130,7 +135,7 @@ class ProcessServer(LoggedServer):
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 cwd=self.cwd,
-                env=self.env,
+                env={**self.env, guard.SECRETS_VAR: json.dumps(self.argv_secrets)},
                 start_new_session=True,
             )
         except OSError as exc:

@@ -45,6 +45,7 @@ from ..config import (
     IMAGE_PLACEHOLDERS,
     PROCESS_PLACEHOLDERS,
     CommandServerBase,
+    argv_secrets,
     check_placeholders,
     fill,
 )
@@ -351,6 +352,7 @@ class SlurmServer(LoggedServer):
         self.values = dict(values)
         self.instrument = instrument
         self.secrets = [self.env[n] for n in launcher.secret_names if n in self.env]
+        self.secrets += argv_secrets([*self.cfg.command, *(self.cfg.worker_command or [])])
         self.port = int(values["port"])
         self.base_url = ""
         self.job: str | None = None

@@ -8,12 +8,13 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import FastConfig, config_digest, secret_flag_values
+from ..config import FastConfig, argv_secrets, config_digest, secret_names
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..pins import commit_bumps
 from ..posterior import Policy
 from ..probe import ProbeContext, Progress, SilentProgress, probe
+from ..redact import redact
 from ..report.documents import BumpDoc, FastDoc, ResultDocument
 from ..runner import RunResult, run, write_outputs, write_probe
 from ..search import Status
@@ -251,9 +252,10 @@ def check_one(
 def fast_shown(fast: FastConfig | None, secret: Collection[str]) -> str:
     """The fast setup as output shows it: its flags and variables, a secret's value masked."""
     assert fast is not None
-    hidden = set(secret_flag_values(fast.args))
-    words = ["***" if a in hidden else a for a in fast.args]
-    words += [f"{k}={'***' if k in secret else v}" for k, v in fast.env.items()]
+    hidden = set(argv_secrets(fast.args))
+    words = [redact(a, hidden) for a in fast.args]
+    named = {*secret, *secret_names(fast.env)}  # the fast setup's own secrets too
+    words += [f"{k}={'***' if k in named else redact(v, hidden)}" for k, v in fast.env.items()]
     return " ".join(words)
 
 
@@ -265,7 +267,7 @@ def fast_doc(
     shown = fast_shown(fast, secret)
     reproduced = quick.status in (Status.FOUND, Status.AMBIGUOUS)
     n, m = len(quick.probes), len(full.probes)
-    env = {k: "***" if k in secret else v for k, v in fast.env.items()}
+    env = {k: "***" if k in {*secret, *secret_names(fast.env)} else v for k, v in fast.env.items()}
     doc = FastDoc(args=list(fast.args), env=env, status=quick.status, message=quick.message,
                   reproduced=reproduced, range=list(quick.range), probes=n, agreed=None,
                   line="")  # fmt: skip

@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from ..config import (
+    argv_secrets,
     caller_secret_names,
     config_digest,
     expand_env,
     load_server,
     secret_flag,
-    secret_flag_values,
     secret_names,
 )
 from ..delta import (
@@ -170,7 +170,7 @@ def configs_setup(
     if not diffs:
         raise ConfigError("--bad-server: GOOD and BAD set the same flags and variables")
     names = sorted({*s.secret_names, *bad.secret_names, *caller_secret_names(environ)})
-    flagged = [v for c in (s, bad) for v in secret_flag_values(getattr(c.config.server, key) or [])]
+    flagged = [v for c in (s, bad) for v in argv_secrets(getattr(c.config.server, key) or [])]
     scrub = s.scrub.with_secrets([*bad.scrub.secrets, *flagged])
     s = replace(s, scrub=scrub)  # the golden, the journal and every trial mask them all
     return ConfigsSetup(s, bad, key, diffs, names, scrub)

@@ -23,13 +23,13 @@ from ..checks.vllm_eval import expand as expand_vllm_evals
 from ..client import OpenAIClient
 from ..config import (
     Config,
+    argv_secret_names,
     caller_secret_names,
     check_digest,
     expand_env,
     expand_paths,
     load_config,
     read_yaml,
-    secret_flag_values,
     secret_names,
     server_digest,
 )
@@ -206,8 +206,19 @@ def setup(
     secrets = [{**environ, **env}[n] for n in names]
     for value in {*env.values(), *environ.values()}:  # a login in a URL under any name
         secrets += url_credentials(value)
+    variables = {v: n for n, v in zip(names, secrets[: len(names)], strict=True)}  # "$NAME"
     for argv_key in ("command", "args", "worker_command", "entrypoint"):  # `--api-key X`
-        secrets += secret_flag_values(getattr(server, argv_key, None) or [])
+        named = argv_secret_names(getattr(server, argv_key, None) or [])  # and URL logins
+        secrets += list(named)
+        variables = {**named, **variables}
+    fast = config.probe.fast
+    if fast is not None:  # the fast setup's own, for every line this run prints
+        fast_env = expand_env(fast.env, environ)
+        secrets += [fast_env[n] for n in secret_names(fast.env) if n in fast_env]
+        secrets += [c for v in fast_env.values() for c in url_credentials(v)]
+        named = argv_secret_names(fast.args)
+        secrets += list(named)
+        variables = {**named, **variables}
     for i, strategy in enumerate(config.build.strategies if config.build else []):
         secrets += STRATEGIES[strategy.type].secrets(strategy, environ, i)
     ends = (config.candidates.good, config.candidates.bad)
@@ -229,7 +240,7 @@ def setup(
         env,
         environ,
         names,
-        Scrub().with_secrets(secrets),
+        Scrub().with_secrets(secrets, variables),
         logins,
         clock,
         sleep,
