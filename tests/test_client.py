@@ -217,3 +217,76 @@ def test_a_server_that_drops_every_request_is_still_a_server_fault() -> None:
         assert len(server.bodies) == 2  # sent once more on a fresh connection, then given up
     finally:
         server.close()
+
+
+@contextmanager
+def trickler() -> Iterator[str]:
+    """A server that answers 200 and then sends its body a byte every 0.2 s, without end:
+    no single read ever waits long enough for httpx's (per-read) timeout."""
+    import socket
+
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=drip, args=(conn,), daemon=True).start()
+
+    def drip(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+                while not stop.wait(0.2):
+                    conn.sendall(b" ")
+            except OSError:
+                return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+def _ends(call: Any) -> BaseException | None:
+    """What the call raised, or fail when it has not ended in 60 s (it once ran on for 500 s
+    and more: the bound is the test's, not a guess at speed)."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:
+            raised.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(60)
+    assert not worker.is_alive(), "the read never ended"
+    return raised[0] if raised else None
+
+
+def test_a_reply_that_trickles_ends_at_the_request_timeout() -> None:
+    with trickler() as url, OpenAIClient(url, timeout=1.0) as client:
+        raised = _ends(client.models)
+    assert isinstance(raised, EndpointError) and "deadline" in str(raised), raised
+
+
+def test_an_index_page_that_trickles_is_bounded_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`deps` once read such a page for over 100 s with its 30 s timeout."""
+    from llm_bisect.errors import ConfigError
+    from llm_bisect.services import deps
+
+    monkeypatch.setattr(deps, "INDEX_TIMEOUT_S", 1.0)
+    with trickler() as url:
+        raised = _ends(lambda: deps._fetch(url + "/simple/x/", "text/html"))
+    assert isinstance(raised, ConfigError) and "ReadTimeout" in str(raised), raised

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -439,3 +440,36 @@ def test_the_search_weighs_verdicts_and_never_makes_a_journal_another_config_s()
     assert config_digest(parse_config({**base(), "search": {"flake": 0}})) == config_digest(
         parse_config(base())
     )
+
+
+def _bomb(levels: int = 9) -> str:
+    """A billion-laughs document: each alias list repeats the one before nine times."""
+    lines = ['a0: &a0 ["lol"]']
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "extra_body: {bomb: *a8}",  # 9 ** 8 = 43 million values from under 800 bytes
+        "chat_template_kwargs: &me {self: [*me]}",  # a value that holds itself
+    ],
+)
+def test_yaml_aliases_that_expand_without_end_are_one_line(tmp_path: Path, body: str) -> None:
+    """A 784-byte alias bomb in checks[].extra_body once kept `candidates` running past 60 s
+    (the JSON walk expands every alias). cli_bounded: a hang fails the test at 120 s."""
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    text = (
+        f"{_bomb()}\ncandidates: {{repo: repo, good: a, bad: b}}\n"
+        f"server: {{command: [serve, --port, '{{port}}']}}\n"
+        f"checks:\n  - type: canary\n    {body}\n"
+    )
+    assert len(text.encode()) < 1200
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    code, said = cli_bounded("candidates", str(config))
+    assert code == 2, said
+    (line,) = said.strip().splitlines()
+    assert "aliases (*name) expand past 200,000 values, or a value holds itself" in line, line

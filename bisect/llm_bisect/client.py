@@ -12,6 +12,8 @@ real server on loopback or at `httpx.MockTransport`.
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -209,6 +211,8 @@ class OpenAIClient:
             limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
         )
         self._model = model
+        self.timeout = timeout
+        """Seconds a whole request may take (each read's limit too)."""
         self.max_reply_bytes = max_reply_bytes
         self.system_fingerprint: str | None = None
         """The last `system_fingerprint` a completion carried (vLLM: `vllm-<version>-<commit>`)."""
@@ -236,13 +240,14 @@ class OpenAIClient:
         refuses the second; one that drops every request drops it too: a ServerFault either way.
         """
         what = f"{method} {path}"
+        deadline = time.monotonic() + self.timeout  # the whole request, every read included
         for attempt in range(2):
             answered = False
             try:
                 with self._http.stream(method, path, **kwargs) as response:
                     answered = True
                     if response.status_code != 200:
-                        head = _read(response, ERROR_BODY_BYTES, what, cut=True)
+                        head = _read(response, ERROR_BODY_BYTES, what, cut=True, deadline=deadline)
                         text = head.decode("utf-8", "replace")
                         status = response.status_code
                         error = (
@@ -253,7 +258,7 @@ class OpenAIClient:
                             else EndpointError
                         )
                         raise error(f"{what}: HTTP {status}: {text[:200]}")
-                    return _read(response, cap or self.max_reply_bytes, what)
+                    return _read(response, cap or self.max_reply_bytes, what, deadline=deadline)
             except httpx.TimeoutException as exc:
                 raise EndpointError(f"{what}: {type(exc).__name__}: {exc}") from exc
             except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
@@ -373,14 +378,34 @@ class OpenAIClient:
         return out
 
 
-def _read(response: httpx.Response, cap: int, what: str, *, cut: bool = False) -> bytes:
-    """At most `cap` bytes of a streamed body: cut there (`cut`), else ReplyTooLarge past it."""
+def within(chunks: Iterable[bytes], deadline: float) -> Iterator[bytes]:
+    """A streamed body's chunks until the monotonic `deadline`, then httpx.ReadTimeout.
+
+    httpx's timeouts are per read: a server that trickles a byte a second never trips
+    one, so every caller bounds the whole reply this way (the wait ends at most one read
+    past the deadline)."""
+    for chunk in chunks:
+        yield chunk
+        if time.monotonic() > deadline:
+            raise httpx.ReadTimeout("the reply took past its whole deadline")
+
+
+def _read(
+    response: httpx.Response,
+    cap: int,
+    what: str,
+    *,
+    cut: bool = False,
+    deadline: float = math.inf,
+) -> bytes:
+    """At most `cap` bytes of a streamed body: cut there (`cut`), else ReplyTooLarge past it;
+    httpx.ReadTimeout past the `deadline`."""
     declared = response.headers.get("Content-Length", "")
     if not cut and declared.isdigit() and int(declared) > cap:
         raise ReplyTooLarge(what, cap, int(declared))
     chunks: list[bytes] = []
     size = 0
-    for chunk in response.iter_bytes():
+    for chunk in within(response.iter_bytes(), deadline):
         chunks.append(chunk)
         size += len(chunk)
         if size > cap:

@@ -837,6 +837,65 @@ def load_server(path: Path, key: str) -> dict[str, Any]:
     return dict(data["server"])
 
 
+MAX_YAML_NODES = 200_000
+"""Values a YAML document may hold once its aliases are expanded: a few hundred bytes of
+`&a [*b, *b, ...]` expand to billions, and every reader of the data would walk them."""
+
+
+def expanded_size(data: Any, limit: int = MAX_YAML_NODES) -> int | None:
+    """How many values the data holds with every shared (aliased) part counted each time it
+    appears; None past `limit` or where a part holds itself (`&a [*a]`). Pure; linear in
+    the distinct parts."""
+    sizes: dict[int, int] = {}
+    open_now: set[int] = set()
+
+    def size(value: Any) -> int | None:
+        if not isinstance(value, dict | list):
+            return 1
+        key = id(value)
+        if key in sizes:
+            return sizes[key]
+        if key in open_now:
+            return None
+        open_now.add(key)
+        total = 1
+        for item in value.values() if isinstance(value, dict) else value:
+            inner = size(item)
+            if inner is None:
+                return None
+            total += inner
+            if total > limit:
+                return None
+        open_now.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(data)
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """YAML text's data (safe_load); ConfigError naming `where` when it is not YAML, is nested
+    too deep, or its aliases expand past MAX_YAML_NODES values (or into themselves)."""
+    try:
+        data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{where}: not valid YAML (nested too deep)") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{where}: not valid YAML{at}") from None
+    try:
+        fits = expanded_size(data)
+    except RecursionError:
+        fits = None
+    if fits is None:
+        raise ConfigError(
+            f"{where}: its aliases (*name) expand past {MAX_YAML_NODES:,} values, or a value "
+            "holds itself: write the values out"
+        )
+    return data
+
+
 def read_yaml(path: Path, what: str) -> Any:
     """A YAML file's data, read up to MAX_CONFIG_BYTES; ConfigError naming what is wrong."""
     try:
@@ -845,15 +904,7 @@ def read_yaml(path: Path, what: str) -> Any:
         raise ConfigError(f"{path}: cannot read {what} ({exc.strerror})") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    try:
-        data = yaml.safe_load(text)
-    except RecursionError:
-        raise ConfigError(f"{path}: not valid YAML (nested too deep)") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{where}") from None
-    return data
+    return load_yaml(text, str(path))
 
 
 GOLDEN_NEUTRAL = frozenset(

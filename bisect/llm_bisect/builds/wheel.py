@@ -37,6 +37,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,7 @@ from packaging import tags as packaging_tags
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from pydantic import ConfigDict, field_validator
 
+from ..client import within
 from ..config import (
     ENV_REF,
     IMAGE_PLACEHOLDERS,
@@ -271,7 +273,7 @@ class WheelStrategy:
                 if declared.isdigit() and int(declared) > MAX_PAGE_BYTES:
                     return None, too_large
                 body = bytearray()
-                for chunk in reply.iter_bytes():
+                for chunk in within(reply.iter_bytes(), time.monotonic() + INDEX_TIMEOUT_S):
                     body += chunk
                     if len(body) > MAX_PAGE_BYTES:
                         return None, too_large

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 import yaml
 from pydantic import ConfigDict, Field, ValidationError
 
-from ..config import CheckBase
+from ..config import CheckBase, expanded_size
 from ..errors import ConfigError
 from ..files import read_capped
 from ..kinds import CHECKS, CheckContext, CheckKind
@@ -180,6 +180,8 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
         raise ConfigError(f"{where}: cannot read '{path}' ({exc.strerror})") from None
     except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
         raise ConfigError(f"{where}: '{path}' is not YAML text") from None
+    if expanded_size(data) is None:
+        raise ConfigError(f"{where}: '{path}' has aliases that expand past reading")
     if data is None:
         raise ConfigError(f"{where}: '{path}' is empty (no keys: commented out?)")
     if not isinstance(data, dict):

@@ -12,6 +12,7 @@ first bad release (`first_bad_version`). A release that will not install is skip
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from ..builds import Builder
 from ..builds.cache import BuildCache
 from ..builds.dependency import DependencyStrategy
 from ..builds.wheel import MAX_PAGE_BYTES, find_uv
+from ..client import within
 from ..errors import ConfigError, LaunchError
 from ..outdir import hold
 from ..probe import Progress
@@ -46,7 +48,7 @@ def _fetch(url: str, accept: str) -> bytes:
             if reply.status_code != 200:
                 raise ConfigError(f"--index: {shown} answered HTTP {reply.status_code}")
             body = b""
-            for chunk in reply.iter_bytes():
+            for chunk in within(reply.iter_bytes(), time.monotonic() + INDEX_TIMEOUT_S):
                 body += chunk
                 if len(body) > MAX_PAGE_BYTES:
                     raise ConfigError(f"--index: {shown} is larger than {MAX_PAGE_BYTES >> 20} MiB")
