@@ -60,9 +60,32 @@ _FIELDS = {
     "GPU models and configuration": "gpu_models",
 }
 _NOTHING = frozenset({"", "N/A", "Could not collect", "No CUDA", "None"})
-_LINE = re.compile(r"^([A-Za-z][\w /().-]*?)\s*:\s?(.*)$")
-_PIP = re.compile(r"^\[(?:pip\d?|conda)\]\s+([\w.\-]+)(?:==|\s+)([^\s]+)")
-_GPU = re.compile(r"^GPU \d+: (.+?)(?: \(UUID: [^)]*\))?\s*$")
+_KEY = re.compile(r"[A-Za-z][\w /().-]{0,80}")
+_PIP = re.compile(r"\[(?:pip\d?|conda)\] {1,80}([\w.\-]{1,200})(?:==| {1,80})([^\s]{1,200})")
+_GPU = re.compile(r"GPU \d{1,4}: ")
+LINE_CHARS = 2048
+"""The start of each collect_env line read: its own lines are short, and a 2 MiB line of
+something else must cost no more than a short one (every pattern here is linear)."""
+
+
+def _field(line: str) -> tuple[str, str] | None:
+    """`Key   : value` (or `Key: value`) as (key, value), split at the first colon. Pure."""
+    key, colon, value = line.partition(":")
+    key = key.rstrip()
+    if not colon or not _KEY.fullmatch(key):
+        return None
+    return key, value.strip()
+
+
+def _gpu(line: str) -> str | None:
+    """`GPU 0: NVIDIA H200 (UUID: GPU-...)` as its model, or None. Pure."""
+    m = _GPU.match(line)
+    if m is None:
+        return None
+    model = line[m.end() :].strip()
+    if model.endswith(")") and " (UUID: " in model:
+        model = model[: model.rindex(" (UUID: ")].rstrip()
+    return model or None
 
 
 @dataclass(frozen=True)
@@ -113,27 +136,29 @@ def parse(text: str) -> CollectEnv:
     values: dict[str, str] = {}
     libraries: dict[str, str] = {}
     gpus: list[str] = []
-    lines = text.splitlines()
+    lines = [line[:LINE_CHARS] for line in text.splitlines()]
     for i, line in enumerate(lines):
         pip = _PIP.match(line)
         if pip:
             libraries.setdefault(pip.group(1), pip.group(2))
             continue
-        m = _LINE.match(line)
-        if not m or m.group(1).strip() not in _FIELDS:
+        field = _field(line)
+        if field is None or field[0] not in _FIELDS:
             continue
-        key, value = _FIELDS[m.group(1).strip()], m.group(2).strip()
+        key, value = _FIELDS[field[0]], field[1]
         if key == "gpu_models":
             listed = [value] if value else []
             if not value:  # several GPUs: one line each below
                 for more in lines[i + 1 :]:
-                    if not _GPU.match(more.strip()):
+                    if _gpu(more.strip()) is None:
                         break
                     listed.append(more.strip())
-            gpus = [g.group(1) for g in map(_GPU.match, listed) if g]
+            gpus = [g for g in map(_gpu, listed) if g]
             continue
         if value not in _NOTHING:
-            values.setdefault(key, re.sub(r"\s*\(git sha: [^)]*\)$", "", value))
+            if value.endswith(")") and " (git sha: " in value:
+                value = value[: value.rindex(" (git sha: ")].rstrip()
+            values.setdefault(key, value)
     return CollectEnv(gpu_models=tuple(gpus), libraries=libraries, **values)
 
 

@@ -161,59 +161,66 @@ def _r(pattern: str, **kw: Any) -> _Rule:
 
 
 _RULES: list[_Rule] = [
-    _r(r"\bLLM engine \(v(?P<engine_version>[\w.+\-]+)\)"),
-    _r(r"vLLM API server version (?P<engine_version>[\w.+\-]+)"),
-    _r(r"\bvLLM version:? v?(?P<engine_version>[\w.+\-]+)"),
-    _r(r"[█▀▄]\s+version\s+(?P<engine_version>[\w.+\-]+)\s*$"),
-    _r(r"Automatically detected platform (?P<platform>\w+)"),
-    _r(r"\bdevice_config=(?P<platform>\w+)"),
-    _r(r"(?<![\w.])dtype=(?:torch\.)?(?P<dtype>\w+)"),
-    _r(r"\bquantization=(?P<quantization>[\w\-]+)"),
-    _r(r"'quantization': '(?P<quantization>[\w\-]+)'"),
-    _r(r"\bkv_cache_dtype=(?P<kv_cache_dtype>\w+)"),
-    _r(r"'kv_cache_dtype': '(?P<kv_cache_dtype>\w+)'"),
-    _r(r"Using (?P<kv_cache_dtype>\w+) data type to store kv cache"),
-    _r(r"Using (?P<kv_cache_layout>\w+) KV cache layout"),
-    _r(r"\benforce_eager['\"]?\s*[:=]\s*(?P<enforce_eager>True|False)"),
+    _r(r"\bLLM engine \(v(?P<engine_version>[\w.+\-]{1,80})\)"),
+    _r(r"vLLM API server version (?P<engine_version>[\w.+\-]{1,80})"),
+    _r(r"\bvLLM version:? v?(?P<engine_version>[\w.+\-]{1,80})"),
+    _r(r"[█▀▄]\s{1,80}version\s{1,80}(?P<engine_version>[\w.+\-]{1,80})\s{0,80}$"),
+    _r(r"Automatically detected platform (?P<platform>\w{1,40})"),
+    _r(r"\bdevice_config=(?P<platform>\w{1,40})"),
+    _r(r"(?<![\w.])dtype=(?:torch\.)?(?P<dtype>\w{1,40})"),
+    _r(r"\bquantization=(?P<quantization>[\w\-]{1,80})"),
+    _r(r"'quantization': '(?P<quantization>[\w\-]{1,80})'"),
+    _r(r"\bkv_cache_dtype=(?P<kv_cache_dtype>\w{1,40})"),
+    _r(r"'kv_cache_dtype': '(?P<kv_cache_dtype>\w{1,40})'"),
+    _r(r"Using (?P<kv_cache_dtype>\w{1,40}) data type to store kv cache"),
+    _r(r"Using (?P<kv_cache_layout>\w{1,40}) KV cache layout"),
+    _r(r"\benforce_eager['\"]?\s{0,4}[:=]\s{0,4}(?P<enforce_eager>True|False)"),
     _r(r"\b(?P<enforce_eager>Enforce eager) set\b"),
-    _r(r"['\"]mode['\"]:\s*<CompilationMode\.(?P<compilation_mode>\w+)"),
-    _r(r"compilation_config=\{['\"]level['\"]:\s*(?P<compilation_mode>\d+)"),
-    _r(r"['\"]cudagraph_mode['\"]:\s*<?(?:CUDAGraphMode\.)?(?P<cudagraph_mode>\[\d, \d\]|\w+)"),
-    _r(r"Capturing CUDA graphs? \((?P<cudagraph_capture>[^)]*)\)"),
+    _r(r"['\"]mode['\"]:\s{0,4}<CompilationMode\.(?P<compilation_mode>\w{1,40})"),
+    _r(r"compilation_config=\{['\"]level['\"]:\s{0,4}(?P<compilation_mode>\d{1,3})"),
+    _r(
+        r"['\"]cudagraph_mode['\"]:\s{0,4}<?(?:CUDAGraphMode\.)?"
+        r"(?P<cudagraph_mode>\[\d, \d\]|\w{1,40})"
+    ),
+    _r(r"Capturing CUDA graphs? \((?P<cudagraph_capture>[^)]{0,400})\)"),
     _r(r"Capturing cudagraphs for (?P<cudagraph_capture>decoding)"),
     _r(
-        r"Using (?P<attention_backend>\w+) (?:attention )?backend out of potential backends: "
-        r"(?P<attention_candidates>\[.*?\])"
+        r"Using (?P<attention_backend>\w{1,80}) (?:attention )?backend out of potential backends: "
+        r"(?P<attention_candidates>\[[^\]]{0,1000}\])"
     ),
-    _r(r"Using (?P<mla_prefill_backend>\w+) MLA prefill backend"),
+    _r(r"Using (?P<mla_prefill_backend>\w{1,80}) MLA prefill backend"),
     _r(
-        rf"Using '?(?P<moe_backend>[\w .\-]+?)'? (?P<moe_quant>{_MOE_QUANT}) MoE backend"
-        r"(?: out of potential backends: (?P<moe_candidates>\[.*?\]))?"
+        rf"Using '?(?P<moe_backend>[\w .\-]{{1,80}}?)'? (?P<moe_quant>{_MOE_QUANT}) MoE backend"
+        r"(?: out of potential backends: (?P<moe_candidates>\[[^\]]{0,1000}\]))?"
     ),
     _r(
-        rf"Using FlashInfer (?P<moe_quant>{_MOE_QUANT}) MoE (?P<moe_backend>\w+) backend",
+        rf"Using FlashInfer (?P<moe_quant>{_MOE_QUANT}) MoE (?P<moe_backend>\w{{1,80}}) backend",
         prefix=("moe_backend", "FlashInfer "),
     ),
-    _r(rf"Using (?P<moe_backend>[\w .\-]+?) backend for (?P<moe_quant>{_MOE_QUANT}) MoE"),
-    _r(r"\b(?P<moe_quant>Fp8|Mxfp4|NvFp4|Fp4)MoeBackend\.(?P<moe_backend>\w+)"),
-    _r(r"Using (?P<moe_backend>FlashInfer \w+) kernels(?: for (?P<moe_method>\w+MoE\w*))?"),
-    _r(r"Using (?P<moe_backend>\w+) for (?P<moe_method>\w+MoE\w*)"),
-    _r(r"Using (?P<moe_method>\w+MoEMethod)\s*$"),
-    _r(r"Using (?P<moe_backend>[\w\-]+(?: [\w\-]+)?) (?:MoE|moe) backend"),
-    _r(r"Using (?P<moe_backend>[\w\- ]+?) (?:backend |kernels? )?for (?:fused )?MoE"),
+    _r(rf"Using (?P<moe_backend>[\w .\-]{{1,80}}?) backend for (?P<moe_quant>{_MOE_QUANT}) MoE"),
+    _r(r"\b(?P<moe_quant>Fp8|Mxfp4|NvFp4|Fp4)MoeBackend\.(?P<moe_backend>\w{1,80})"),
     _r(
-        r"(?:Using|Selected) (?P<gemm_kernel>\w+Kernel) for (?P<target>[\w ]+?)\.?\s*$",
+        r"Using (?P<moe_backend>FlashInfer \w{1,80}) kernels"
+        r"(?: for (?P<moe_method>\w{1,80}MoE\w{0,80}))?"
+    ),
+    _r(r"Using (?P<moe_backend>\w{1,80}) for (?P<moe_method>\w{1,80}MoE\w{0,80})"),
+    _r(r"Using (?P<moe_method>\w{1,80}MoEMethod)\s{0,80}$"),
+    _r(r"Using (?P<moe_backend>[\w\-]{1,80}(?: [\w\-]{1,80})?) (?:MoE|moe) backend"),
+    _r(r"Using (?P<moe_backend>[\w\- ]{1,80}?) (?:backend |kernels? )?for (?:fused )?MoE"),
+    _r(
+        r"(?:Using|Selected) (?P<gemm_kernel>\w{1,80}Kernel) for "
+        r"(?P<target>[\w ]{1,80}?)\.?\s{0,80}$",
         joined=("gemm_kernel", "target"),
         unless=re.compile(r"MoE"),
     ),
     _r(
-        r"Using (?P<gemm_kernel>\w+) for (?P<target>\w+LinearMethod)",
+        r"Using (?P<gemm_kernel>\w{1,80}) for (?P<target>\w{1,80}LinearMethod)",
         joined=("gemm_kernel", "target"),
     ),
     _r(
-        r"Using (?:AttentionBackendEnum\.|_Backend\.)?(?P<attention_backend>\w[\w ]*?) backend"
-        r"(?: with (?P<kv_cache_layout>\w+) KV cache layout)?(?: on V1 engine| on XPU)?"
-        r"(?: by default for .*)?\.?\s*$",
+        r"Using (?:AttentionBackendEnum\.|_Backend\.)?(?P<attention_backend>\w[\w ]{0,80}?) backend"
+        r"(?: with (?P<kv_cache_layout>\w{1,40}) KV cache layout)?(?: on V1 engine| on XPU)?"
+        r"(?: by default for [^\n]{0,400})?\.?\s{0,80}$",
         unless=_NOT_ATTENTION,
     ),
 ]
@@ -231,8 +238,10 @@ _WORTH_READING = re.compile(
     r"|MoeBackend"
 )
 """A word every rule needs: most lines of a long log are passed over at once."""
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_SOURCE = re.compile(r"^(?:[\w.\-]+: )?\((?P<source>[A-Za-z][\w ]*?)(?: pid=\d+)?\)\s")
+_ANSI = re.compile(r"\x1b\[[0-9;?]{0,40}[A-Za-z]")
+_SOURCE = re.compile(
+    r"^(?:[\w.\-]{1,80}: )?\((?P<source>[A-Za-z][\w ]{0,80}?)(?: pid=\d{1,9})?\)\s"
+)
 
 
 def _normal(key: str, value: str) -> str:

@@ -104,7 +104,7 @@ PHASE_LABELS = {"imports": "process start, imports", **{m.phase: m.label for m i
 _S = r"(?P<s>\d+(?:\.\d+)?)"
 _REPORTED = (
     ("weights", re.compile(rf"Loading weights took {_S} ?s")),
-    ("model_load", re.compile(rf"Model loading took [\d.]+ ?GiB(?: memory)? and {_S} s")),
+    ("model_load", re.compile(rf"Model loading took [\d.]{{1,20}} ?GiB(?: memory)? and {_S} s")),
     ("compile", re.compile(rf"torch\.compile t(?:akes|ook) {_S} s in total")),
     ("dynamo", re.compile(rf"Dynamo bytecode transform time: {_S} s")),
     ("graph_capture", re.compile(rf"Graph capturing finished in {_S} secs")),
@@ -119,7 +119,7 @@ _MISS = re.compile(r"Compiling a graph for |saved AOT compiled function|Compilin
 _STAMP = re.compile(
     r"\b(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<stamp>\d\d-\d\d \d\d:\d\d:\d\d)\b"
 )
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_ANSI = re.compile(r"\x1b\[[0-9;?]{0,40}[A-Za-z]")
 _YEAR_S = 365 * 86400
 LINE_BYTES = 4096
 """The start of each line read (vLLM's own lines are short; logged prompts can be long)."""
