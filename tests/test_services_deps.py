@@ -86,6 +86,10 @@ def test_the_first_bad_release_is_named_and_one_that_will_not_install_is_skip(
         assert "1.3" not in versions  # past the bad end: not in the range
         again = CliRunner().invoke(cli, argv)  # a finished run: read back, nothing probed
         assert again.exit_code == 0 and "first bad version: SimDep 1.1.post1" in again.output
+        # 1.0.0 is the index's 1.0 (PEP 440): once a KeyError after the engine's build
+        spelt = CliRunner().invoke(cli, [*argv[:6], "--good", "1.0.0", *argv[8:]])
+        assert spelt.exit_code == 0, spelt.output
+        assert "first bad version: SimDep 1.1.post1" in spelt.output
         assert "confirmation" not in doc  # a revert of a release means nothing
         other = CliRunner().invoke(cli, [*argv[:3], h.shas[-2], *argv[4:]])  # another engine
         assert other.exit_code == 2 and "first bad version" not in other.output, other.output

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,3 +103,18 @@ def test_builds_for_another_platform_are_left_out_unless_an_end_is_one() -> None
     )
     assert "0.6.16+cu124" not in [str(r) for r in between(releases, "0.6.15", "0.6.16.post3")]
     assert "0.6.16+cu124" in [str(r) for r in between(releases, "0.6.15", "0.6.16+cu124")]
+
+
+@pytest.mark.parametrize(
+    ("page", "said"),
+    [
+        ('{"files": [{"filename": 5}]}', "has a filename 5"),  # was AttributeError
+        ('{"files": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deep"),  # RecursionError
+        ('{"files": [["x"]]}', "is malformed (TypeError"),
+        ('{"files": 5}', "is malformed (TypeError"),
+    ],
+)
+def test_a_json_page_no_index_writes_is_one_line(page: str, said: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(said)) as caught:
+        parse_index(page.encode(), "flashinfer-python")
+    assert "\n" not in str(caught.value)

@@ -84,7 +84,8 @@ def run_deps(
     url = index or PYPI
     releases = index_releases(url, package, _fetch)
     ranged = between(releases, good, bad)  # both checked: versions the index has
-    good, bad = str(Version(good)), str(Version(bad))  # as the index's releases spell them
+    spelt = {r.version: str(r) for r in releases}  # `--good 1.0.0` is the index's `1.0`
+    good, bad = spelt[Version(good)], spelt[Version(bad)]
     before = [r for r in releases if str(r) == good]
     with hold(out_dir):
         repo = out_dir / "versions.git"

@@ -71,8 +71,15 @@ def parse_index(body: bytes, project: str) -> list[Release]:
         try:
             doc = json.loads(text)
             files = [(f["filename"], bool(f.get("yanked"))) for f in doc.get("files", [])]
+        except RecursionError:
+            raise ConfigError(f"{project}: the index's JSON page is nested too deep") from None
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise ConfigError(f"{project}: the index's JSON page is malformed: {exc}") from exc
+            why = f"{type(exc).__name__}: {exc}"[:200]
+            raise ConfigError(f"{project}: the index's JSON page is malformed ({why})") from None
+        wrong = [name for name, _ in files if not isinstance(name, str)]
+        if wrong:
+            shown = repr(wrong[0])[:40]
+            raise ConfigError(f"{project}: the index's JSON page has a filename {shown}")
     else:
         files = [(link.filename, link.yanked) for link in links(text)]
     yanked: dict[Version, bool] = {}
