@@ -1075,3 +1075,24 @@ def test_a_build_bad_with_another_symptom_than_the_bad_end_is_said(
     assert bad_mid and len(other) == len(set(bad_mid)), (other, bad_mid)
     assert "it failed expect, the bad end canary" in other[0]
     assert "another symptom than the bad end" in (out / "report.md").read_text()
+
+
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(
+    tmp_path: Path, history: Any
+) -> None:
+    """/dev/full answers every write with ENOSPC: report.html's temporary file is put there.
+    It once was a traceback, and report.html.tmp was left behind."""
+    h: History = history({3: "garbled-math"}, n=4)
+    out = tmp_path / "out"
+    code, said = invoke("run", str(h.config()), "--out", str(out))
+    assert code == 0, said
+    before = (out / "report.html").read_bytes()
+    (out / "report.html.tmp").symlink_to("/dev/full")
+    code, said = invoke("report", str(out))
+    assert code == 1, said
+    (line,) = [x for x in said.splitlines() if x.startswith("llm-bisect: error")]
+    assert "report.html': No space left on device; the journal keeps every" in line, said
+    assert not (out / "report.html.tmp").exists() and not (out / "report.html.tmp").is_symlink()
+    assert (out / "report.html").read_bytes() == before
+    code, said = invoke("report", str(out))  # space again: it writes
+    assert code == 0, said

@@ -473,3 +473,53 @@ def test_yaml_aliases_that_expand_without_end_are_one_line(tmp_path: Path, body:
     assert code == 2, said
     (line,) = said.strip().splitlines()
     assert "aliases (*name) expand past 200,000 values, or a value holds itself" in line, line
+
+
+FAKE_LM_EVAL_PYTHON = "#!/bin/sh\nexit 0\n"  # says it has lm_eval; never asked more here
+
+
+def _variant(tmp_path: Path, case: str) -> Path:
+    subprocess.run(["git", "init", "-q", str(tmp_path / "repo")], check=True)
+    server = "server: {command: ['true', --port, '{port}']}\n"
+    head = "candidates: {repo: repo, good: a, bad: b}\n"
+    if case == "long integer":
+        text = head + server + f"search: {{max_probes: {'9' * 4400}}}\n"
+    elif case == "NUL in a path":
+        text = head + server + 'probe: {engine_cache: {dir: "/tmp/ca\\0che"}}\n'
+    elif case == "include_path /":
+        fake = tmp_path / "python"
+        fake.write_text(FAKE_LM_EVAL_PYTHON)
+        fake.chmod(0o755)
+        text = (
+            head
+            + server
+            + (f"checks: [{{type: lm_eval, tasks: [t], include_path: /, python: '{fake}'}}]\n")
+        )
+    else:  # a SHA-256 repository
+        repo = tmp_path / "sha256"
+        subprocess.run(["git", "init", "-q", "--object-format=sha256", str(repo)], check=True)
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=a", "-c", "user.email=a@b",
+                        "commit", "-q", "--allow-empty", "-m", "x"], check=True)  # fmt: skip
+        text = "candidates: {repo: sha256, good: HEAD, bad: HEAD}\n" + server
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "said"),
+    [
+        ("long integer", "a value YAML cannot hold (Exceeds the limit (4300 digits)"),
+        ("NUL in a path", "probe.engine_cache.dir: holds a NUL byte"),
+        ("include_path /", "checks.0.include_path: '/' holds more than 20,000 files"),
+        ("SHA-256 repository", "is a SHA256 repository (git's objectformat)"),
+    ],
+)
+def test_inputs_past_what_python_or_git_takes_are_one_line(
+    tmp_path: Path, case: str, said: str
+) -> None:
+    """Each was a traceback (ValueError, OverflowError, a walk of /proc, a 64-digit id)."""
+    code, output = cli_bounded("candidates", str(_variant(tmp_path, case)))
+    assert code == 2, output
+    (line,) = output.strip().splitlines()
+    assert line.startswith("llm-bisect: error: ") and said in line, line

@@ -3,6 +3,7 @@ errors mapped to exit codes once."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
@@ -104,6 +105,10 @@ class ExitCodes:
 CHECK_CODES = ExitCodes(CHECK_EXIT_USAGE, CHECK_EXIT_FAILED, CHECK_EXIT_FAILED)
 
 
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+"""Errors of the machine, not of llm-bisect: one line, and the run resumes once they are fixed."""
+
+
 def guarded(fn: Callable[[Terminal], T], codes: ExitCodes = ExitCodes()) -> T:
     """Run a command body; map the error tree to exit codes in one place."""
     term = Terminal()
@@ -113,22 +118,35 @@ def guarded(fn: Callable[[Terminal], T], codes: ExitCodes = ExitCodes()) -> T:
         term.error(message)
         raise typer.Exit(code)
 
+    def internal() -> NoReturn:
+        """In an `except`: the traceback of a bug (or Python's own exit, without `bug`)."""
+        if codes.bug is None:
+            raise  # the exception being handled
+        term.say("llm-bisect: internal error (a bug in llm-bisect, not a verdict):")
+        term.say(traceback.format_exc().rstrip())
+        raise typer.Exit(codes.bug) from None
+
     try:
         return fn(term)
     except (ConfigError, JournalError) as exc:
         fail(str(exc), codes.usage)
     except LlmBisectError as exc:
         fail(str(exc), codes.failed)
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            internal()
+        where = f"'{exc.filename}'" if exc.filename else "an output"
+        fail(
+            f"cannot write {where}: {exc.strerror}; the journal keeps every finished probe "
+            "(free the space and run the same command again)",
+            codes.failed,
+        )
     except KeyboardInterrupt as exc:
         sig = "terminated" if isinstance(exc, _Terminated) else "interrupted"
         term.say(f"llm-bisect: {sig}; servers stopped; the journal keeps every finished probe")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except Exception:
-        if codes.bug is None:
-            raise
-        term.say("llm-bisect: internal error (a bug in llm-bisect, not a verdict):")
-        term.say(traceback.format_exc().rstrip())
-        raise typer.Exit(codes.bug) from None
+        internal()
     finally:
         term.close()
         signal.signal(signal.SIGTERM, previous)

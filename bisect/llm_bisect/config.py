@@ -800,10 +800,34 @@ def _one_line(exc: ValidationError) -> str:
     return f"{loc}: {msg}, got {value!r}"
 
 
+def nul_at(value: Any, where: str = "") -> str | None:
+    """The key of a string holding a NUL byte (no path, argument or variable can), or None."""
+    if isinstance(value, str):
+        return (where or "the value") if "\0" in value else None
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for k, item in items:
+        key = f"{where}.{k}" if where else str(k)
+        if isinstance(k, str) and "\0" in k:
+            return key
+        found = nul_at(item, key)
+        if found is not None:
+            return found
+    return None
+
+
 def parse_config(data: Any) -> Config:
     """Validate parsed YAML; raise ConfigError with one line naming the key."""
     if not isinstance(data, dict):
         raise ConfigError("config: expected a mapping at the top level")
+    nul = nul_at(data)
+    if nul is not None:
+        raise ConfigError(f"{nul}: holds a NUL byte (no path, argument or variable can)")
     server = data.get("server")
     if isinstance(server, dict) and "launcher" not in server:
         data = {**data, "server": {**server, "launcher": "process"}}
@@ -884,6 +908,8 @@ def load_yaml(text: str, where: str) -> Any:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{where}: not valid YAML{at}") from None
+    except ValueError as exc:  # an integer of 4,300+ digits (Python's int limit)
+        raise ConfigError(f"{where}: a value YAML cannot hold ({str(exc)[:80]})") from None
     try:
         fits = expanded_size(data)
     except RecursionError:

@@ -56,13 +56,21 @@ class RunResult:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` in one step (fsync'd first)."""
+    """Replace `path` with `text` in one step (fsync'd first); where it cannot be written
+    (the disk full), nothing half-written is left (no `.tmp`) and the OSError goes on."""
     tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, exc.filename or str(path)) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_outputs(

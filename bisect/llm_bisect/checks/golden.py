@@ -275,10 +275,14 @@ def save(path: Path, golden: Golden, scrub: Scrub | None = None) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     clean = (scrub or Scrub()).doc(golden.model_dump(mode="json"))
-    tmp.write_text(json.dumps(clean, indent=1) + "\n", encoding="utf-8")
-    with tmp.open("rb") as f:
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    try:
+        tmp.write_text(json.dumps(clean, indent=1) + "\n", encoding="utf-8")
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except BaseException:  # the disk full: nothing half-written left
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def record(

@@ -36,6 +36,7 @@ from ..builds import run_logged
 from ..clock import SYSTEM
 from ..config import CheckBase
 from ..errors import ConfigError, EndpointError, HarnessError, LaunchError
+from ..files import read_capped
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckDetails, CheckResult
 from .golden import LmEvalSection, SampleRun
@@ -207,15 +208,33 @@ def lm_eval_argv(python: str | None, base: Path | None = None) -> list[str]:
     return [interpreter, "-c", LAUNCH] if interpreter else [script]
 
 
+MAX_TASK_BYTES = 4 * 2**20
+"""The most bytes read of one task YAML (a task's file is a few KB)."""
+MAX_INCLUDE_ENTRIES = 20_000
+"""Files and folders `include_path` may hold: a folder of task YAMLs, not `/` (whose walk
+would read /proc without end)."""
+
+
 def local_tasks(folder: Path) -> set[str]:
     """The task and group names the YAML files under `folder` define (read as text: lm-eval's
-    YAML has its own tags)."""
+    YAML has its own tags); ConfigError past MAX_INCLUDE_ENTRIES entries."""
     found: set[str] = set()
-    for path in folder.rglob("*.y*ml"):
-        try:
-            found.update(_DEFINES.findall(path.read_text(encoding="utf-8", errors="replace")))
-        except OSError:
-            continue
+    seen = 0
+    for root, dirs, files in os.walk(folder):
+        seen += len(dirs) + len(files)
+        if seen > MAX_INCLUDE_ENTRIES:
+            raise ConfigError(
+                f"include_path: '{folder}' holds more than {MAX_INCLUDE_ENTRIES:,} files and "
+                "folders: name the folder of the task YAMLs"
+            )
+        for name in files:
+            if not name.endswith((".yaml", ".yml")):
+                continue
+            try:  # a regular file only: a FIFO named .yaml must not block the walk
+                text = read_capped(Path(root) / name, MAX_TASK_BYTES)
+            except OSError:
+                continue
+            found.update(_DEFINES.findall(text.decode("utf-8", "replace")))
     return found
 
 
@@ -591,10 +610,9 @@ def build(cfg: LmEvalConfig, base_dir: Path, key: str) -> LmEvalCheck:
         if not include.is_dir():
             raise ConfigError(f"{key}.include_path: not a folder '{cfg.include_path}'")
     try:
-        argv = lm_eval_argv(cfg.python, base_dir)
+        return LmEvalCheck(cfg, lm_eval_argv(cfg.python, base_dir), include)
     except ConfigError as exc:
         raise ConfigError(f"{key}.{exc}") from None
-    return LmEvalCheck(cfg, argv, include)
 
 
 def from_config(cfg: LmEvalConfig, ctx: CheckContext) -> LmEvalCheck:

@@ -178,7 +178,7 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
         data = yaml.safe_load(text)
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read '{path}' ({exc.strerror})") from None
-    except (UnicodeDecodeError, yaml.YAMLError, RecursionError):
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError):
         raise ConfigError(f"{where}: '{path}' is not YAML text") from None
     if expanded_size(data) is None:
         raise ConfigError(f"{where}: '{path}' has aliases that expand past reading")
