@@ -77,6 +77,19 @@ def test_the_two_differences_that_together_break_it_are_found(tmp_path: Path) ->
     for path in out.rglob("*"):
         if path.is_file():
             assert b"hf_s3cretvalue" not in path.read_bytes(), path
+    # a folder holds one kind of run: `run` there once took configs' golden (recorded at
+    # another build, with another server), said "the good end is already bad" and
+    # overwrote configs' result.json and report.md
+    written = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    gate = ["gate", str(s["config"]), "--candidate", "HEAD"]
+    for command, usage in ((["run", str(s["config"])], 2), (gate, 128)):
+        code, output = invoke(*command, "--out", str(out), "--repo", str(s["h"].repo))
+        assert code == usage, output
+        (line,) = output.strip().splitlines()
+        assert "holds a `configs` run, and a folder holds one kind of run" in line, line
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == written
+    code, output = invoke(*args(s, out))  # configs itself reads its run back
+    assert code == 0 and "found: turns GOOD bad" in output, output
     assert live_processes(str(s["h"].repo)) == []
 
 

@@ -29,7 +29,7 @@ from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
 from .launchers import Artifact
 from .model import Candidate, Verdict
-from .outdir import hold, prepare
+from .outdir import claim, hold, prepare
 from .report.documents import ResultDocument, schemas
 from .report.markdown import duration
 from .runner import result_of, write_outputs
@@ -271,6 +271,7 @@ def run_cmd(
     """Bisect the config's range to the first bad commit (resumes from --out's journal)."""
 
     def body(term: Terminal) -> int:
+        claim(out, "run")
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo)
         done = run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
@@ -478,6 +479,7 @@ def gate_cmd(
     """
 
     def body(term: Terminal) -> int:
+        claim(out, "gate")
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo, eval_config)
         if junit is not None:
@@ -533,6 +535,7 @@ def configs_cmd(
     """
 
     def body(term: Terminal) -> int:
+        claim(out, "configs")
         progress = TerminalProgress(term)
         cs = configs_setup(
             config, os.environ, good_file=good_server, bad_file=bad_server, repo=repo,
@@ -564,6 +567,7 @@ def deps_cmd(
     --out's journal; exit codes as `run`)."""
 
     def body(term: Terminal) -> int:
+        claim(out, "deps")
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo)
         found = run_deps(

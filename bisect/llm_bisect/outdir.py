@@ -17,6 +17,30 @@ from pathlib import Path
 from .errors import ConfigError, DirInUse
 
 LOCK_FILE = ".lock"
+KINDS = (
+    ("configs", "configs.jsonl"),
+    ("deps", "versions.git"),
+    ("gate", "gate.json"),
+    ("run", "journal.jsonl"),
+)
+"""The kind of run a folder holds, by the file that only that kind writes (first match)."""
+
+
+def kind_of(out_dir: Path) -> str | None:
+    """Which command's run the folder holds (`run`, `configs`, `deps`, `gate`), or None."""
+    return next((kind for kind, marker in KINDS if (out_dir / marker).exists()), None)
+
+
+def claim(out_dir: Path, kind: str, key: str = "--out") -> None:
+    """ConfigError when DIR holds another kind of run: a folder holds one kind (a `run`
+    would take the golden `configs` recorded at another build, and overwrite its report).
+    `report`, `localize`, a resume and `confirm: continue` read or extend a run as it is."""
+    found = kind_of(out_dir)
+    if found is not None and found != kind:
+        raise ConfigError(
+            f"{key}: '{out_dir}' holds a `{found}` run, and a folder holds one kind of run: "
+            f"pick a new {key} for `{kind}`"
+        )
 
 
 def prepare(out_dir: Path, key: str = "--out") -> Path:
