@@ -127,7 +127,14 @@ def test_setups_that_cannot_be_compared_are_one_line_errors(
         next_step(len(diffs), {})
 
 
-def test_a_negative_number_is_a_value_and_a_flag_given_twice_counts_once() -> None:
+def test_a_negative_number_is_a_value_and_a_flag_given_twice_keeps_both_copies() -> None:
+    """An append-type flag (`--middleware a.B --middleware c.D`) takes every copy: the BAD
+    trial once ran only the last, which is not the setup the user wrote."""
     diffs = differences(["s", "--t", "-1", "--t", "2"], ["s", "--t", "-1"], {}, {})
-    assert diffs == [Difference("flag", "--t", ("--t", "2"), ("--t", "-1"))]
+    assert diffs == [Difference("flag", "--t", ("--t", "-1", "--t", "2"), ("--t", "-1"))]
     assert apply(["s", "--t", "2"], {}, diffs, frozenset({0}))[0] == ["s", "--t", "-1"]
+    bad = ["s", "--middleware", "a.B", "--x", "1", "--middleware", "c.D"]
+    (diff,) = differences(["s", "--x", "1"], bad, {}, {})
+    assert diff.label == "--middleware a.B --middleware c.D"
+    argv = apply(["s", "--x", "1"], {}, [diff], frozenset({0}))[0]
+    assert argv == ["s", "--x", "1", "--middleware", "a.B", "--middleware", "c.D"]

@@ -163,7 +163,8 @@ def flag_groups(argv: Sequence[str]) -> tuple[list[str], dict[str, tuple[str, ..
 
     A flag's words are the flag as written (`--x=1` or `--x`) and the words after it up to
     the next word starting with `-` (none: a bare switch); a negative number is a value. A
-    flag given twice keeps its last words, as argparse does.
+    flag given twice keeps every copy, in order (`--middleware a.B --middleware c.D`): an
+    append-type flag takes them all and any other its last, as vLLM's argparse reads them.
     """
     head: list[str] = []
     flags: dict[str, tuple[str, ...]] = {}
@@ -171,8 +172,7 @@ def flag_groups(argv: Sequence[str]) -> tuple[list[str], dict[str, tuple[str, ..
     for word in argv:
         if word.startswith("-") and len(word) > 1 and not _is_number(word):
             name, eq, _ = word.partition("=")
-            flags.pop(name, None)  # the last one counts, and where it stands
-            flags[name] = (word,)
+            flags[name] = (*flags.get(name, ()), word)
             current = None if eq else name
         elif current is not None:
             flags[current] = (*flags[current], word)
