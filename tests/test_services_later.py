@@ -54,12 +54,13 @@ def test_a_later_build_good_again_gives_the_command_that_finds_the_fix(tmp_path:
     tag(h, "v0.28.0", h.shas[10])
     tag(h, "nightly", h.shas[8])
     config = config_of(h, tmp_path, bad=h.shas[7], confirm=False,
-                       candidates={"later": ["nightly", "v0.28.0"]})  # fmt: skip
+                       candidates={"later": ["v0.28.0", "nightly"]})  # fmt: skip
     out = tmp_path / "out"
     done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
     assert done.exit_code == 0, done.output
     doc = json.loads((out / "result.json").read_text())
     assert doc["culprit"]["commit"] == h.shas[5]
+    # oldest first by ancestry, whatever the config's order ("newest" was the last written)
     assert [{k: x[k] for k in ("ref", "commit", "verdict")} for x in doc["later"]] == [
         {"ref": "nightly", "commit": h.shas[8], "verdict": "bad"},
         {"ref": "v0.28.0", "commit": h.shas[10], "verdict": "good"},
@@ -195,3 +196,36 @@ def test_later_refs_and_commands_are_escaped(tmp_path: Path) -> None:
     assert words == ["llm-bisect", "run", hostile, "--find-fix", "--good", sha, "--bad", "c" * 40,
                      "--out", f"{hostile}-fix", "--repo", hostile]  # fmt: skip
     assert list((tmp_path / "sh").iterdir()) == []  # nothing in it ran
+
+
+def test_a_later_ref_older_than_the_bad_end_is_one_line_and_another_branch_is_not(
+    tmp_path: Path,
+) -> None:
+    """A ref older than the bad end once made the printed `--find-fix` command fail ("good
+    ... is older than bad"). A release tag on its own branch is newer, not older."""
+    from llm_bisect.services.later import resolve_later
+    from llm_bisect.sources.git import GitSource
+
+    h = History(tmp_path, {5: "degenerate-content"}, 8)
+    tag(h, "v0.26.0", h.shas[3])
+    config = config_of(h, tmp_path, candidates={"later": ["v0.26.0"]})
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 2, done.output
+    assert done.output == (
+        f"llm-bisect: error: candidates.later: 'v0.26.0' ({h.shas[3][:12]}) is not newer "
+        f"than the bad end {h.shas[-1][:12]} (it is older): a later build comes after it\n"
+    )
+    assert not out.exists() and launched(tmp_path) == []
+    git = ["git", "-C", str(h.repo)]
+    tree = subprocess.run([*git, "rev-parse", f"{h.shas[6]}^{{tree}}"], capture_output=True,
+                          text=True, check=True).stdout.strip()  # fmt: skip
+    branch = subprocess.run(
+        [*git, "-c", "user.name=r", "-c", "user.email=r@e", "commit-tree", tree, "-p",
+         h.shas[6], "-m", "release v0.27.1"], capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    tag(h, "v0.27.1", branch)
+    source = GitSource(h.repo)
+    bad = source.resolve(h.shas[-1], "bad")
+    found = resolve_later(["v0.27.1"], source.resolve, bad, source.is_ancestor)
+    assert [(r, c.commit) for r, c in found] == [("v0.27.1", branch)]

@@ -508,7 +508,7 @@ LATER_SAID = {"good": "good again", "bad": "still bad"}
 
 
 def good_again(doc: ResultDocument) -> LaterDoc | None:
-    """The newest later build that is good again (the last such in `candidates.later`)."""
+    """The newest later build that is good again (the last such: `later` is oldest first)."""
     fixed = [x for x in doc.later if x.verdict.value == "good"]
     return fixed[-1] if fixed and doc.mode is Mode.REGRESSION else None
 

@@ -89,7 +89,12 @@ def _bisect(
     """One bisection in one setup; `first`: commits probed first where they lie in the range
     left; `decorate`: what the result gains once the search is over (before confirmation)."""
     config, plan = plan_of(s, good, bad, find_fix)
-    later = resolve_later(config.candidates.later, s.resolve)
+    later = resolve_later(
+        config.candidates.later,
+        s.resolve,
+        None if find_fix else plan.bad,
+        s.source.is_ancestor,
+    )
     digest = config_digest(config) + (":fix" if find_fix else "")
     named = golden_file or s.golden_path()  # else one is recorded from the good end into DIR
     golden = s.golden_store(named, of=plan.good.commit) if named else None

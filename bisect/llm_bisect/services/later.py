@@ -16,11 +16,13 @@ one; DIR/later.json keeps the answer for `report DIR`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from ..errors import ConfigError
 from ..journal import Journal, begin_side, side_probes
 from ..model import Candidate, Verdict
 from ..probe import ProbeContext, probe
@@ -38,12 +40,39 @@ STORED = "later.json"
 VERSION = 1
 
 
-def resolve_later(refs: Sequence[str], resolve: Callable[[str, str], Candidate]) -> list[
-    tuple[str, Candidate]
-]:  # fmt: skip
-    """Each of `candidates.later` with its commit; ConfigError (`candidates.later: no such
-    ref 'x'`) for one that names none, before anything starts."""
-    return [(ref, resolve(ref, "candidates.later")) for ref in refs]
+def resolve_later(
+    refs: Sequence[str],
+    resolve: Callable[[str, str], Candidate],
+    bad: Candidate | None = None,
+    is_ancestor: Callable[[str, str], bool] | None = None,
+) -> list[tuple[str, Candidate]]:
+    """Each of `candidates.later` with its commit, oldest first: by ancestry where two are
+    related (a later release after an earlier one), by date otherwise; ConfigError before
+    anything starts for one that names no commit (`no such ref 'x'`), or (given the `bad`
+    end) one that is the bad end or older than it. A release tag on another branch (v0.28.0
+    after v0.27.0, on its own branch) is newer, not older."""
+    found = [(ref, resolve(ref, "candidates.later")) for ref in refs]
+    if bad is None or is_ancestor is None:
+        return found
+    for ref, c in found:
+        if c.commit == bad.commit or is_ancestor(c.commit, bad.commit):
+            raise ConfigError(
+                f"candidates.later: {ref!r} ({c.short}) is not newer than the bad end "
+                f"{bad.short} (it is {'the bad end' if c.commit == bad.commit else 'older'}): "
+                "a later build comes after it"
+            )
+
+    def older_first(a: tuple[str, Candidate], b: tuple[str, Candidate]) -> int:
+        x, y = a[1], b[1]
+        if x.commit == y.commit:
+            return 0
+        if is_ancestor(x.commit, y.commit):
+            return -1
+        if is_ancestor(y.commit, x.commit):
+            return 1
+        return (x.date > y.date) - (x.date < y.date)
+
+    return sorted(found, key=functools.cmp_to_key(older_first))
 
 
 def probe_later(
