@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import suppress
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import yaml
 from typer.testing import CliRunner
 
 from helpers import History, probe_order, shell_words, wait_until, write_config
-from llm_bisect import app
+from llm_bisect import app, lease
 from llm_bisect.builds import Builder, ImageStrategy
 from llm_bisect.builds.cache import BuildCache
 from llm_bisect.cli import cli
@@ -491,6 +492,14 @@ def test_reap_spares_the_containers_of_a_live_run(
     orphan = client.containers.create(
         f"{repo_name}:x", ["x"], labels={RUN_LABEL: run_id, OWNER_LABEL: owner_label(ended.pid)}
     )
+    lease.write(owner_label(ended.pid), 0.0)  # it died: its lease expired
+    # an owner in another PID namespace (a CI runner container sharing the host name and
+    # docker.sock): its pid is no process here, and its lease is on its own disk. It was
+    # once removed, a live run's container, for its PID alone.
+    elsewhere = client.containers.create(
+        f"{repo_name}:x", ["x"],
+        labels={RUN_LABEL: run_id, OWNER_LABEL: f"{socket.gethostname()}:4194000:77"},
+    )  # fmt: skip
     cfg = DockerServerConfig.model_validate(sim_server(repo_name + ":{commit}"))
     launcher = DockerLauncher(
         cfg, env={}, secret_names=[], base_dir=tmp_path, run_id=run_id, client=client
@@ -498,10 +507,17 @@ def test_reap_spares_the_containers_of_a_live_run(
     try:
         assert len(launcher.reap()) == 1
         left = {c.id for c in containers_of(client, run_id, RUN_LABEL)}
-        assert left == {alive.id} and orphan.id not in left
+        assert left == {alive.id, elsewhere.id} and orphan.id not in left
+        lease.write(f"{socket.gethostname()}:4194000:77", time.time() + 600, "pid:[4026530001]")
+        assert launcher.reap() == []
+        lease.write(f"{socket.gethostname()}:4194000:77", 0.0)  # expired: its owner died
+        assert len(launcher.reap()) == 1
+        assert {c.id for c in containers_of(client, run_id, RUN_LABEL)} == {alive.id}
     finally:
         launcher.close()
         alive.remove(force=True)
+        with suppress(docker.errors.NotFound):
+            elsewhere.remove(force=True)
 
 
 def killed_check(client: docker.DockerClient, config: Path, commit: str, out: Path) -> Any:
@@ -511,6 +527,7 @@ def killed_check(client: docker.DockerClient, config: Path, commit: str, out: Pa
         [*cli, "check", str(config), "--candidate", commit, "--out", str(out)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "LLM_BISECT_LEASE_S": "2"},  # its lease lapses soon after the kill
     )
     log = out / "probes" / commit[:12] / "server.log"
     try:
@@ -520,6 +537,8 @@ def killed_check(client: docker.DockerClient, config: Path, commit: str, out: Pa
         proc.wait()
     (left,) = containers_of(client, commit, COMMIT_LABEL)
     assert left.status in ("created", "running"), "a SIGKILLed check leaves its container"
+    owner = left.labels[OWNER_LABEL]
+    assert wait_until(lambda: lease.held(owner) is False, 30), "a dead owner's lease lapses"
     return left
 
 

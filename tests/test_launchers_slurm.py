@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 import yaml
 
 from helpers import History, live_processes, probe_order, shell_words, sim_command, wait_until
+from llm_bisect import lease
 from llm_bisect.config import load_config
 from llm_bisect.journal import read_events
 from llm_bisect.launchers import Instrument
@@ -152,7 +154,7 @@ def held_check(tmp_path: Path, token: str) -> tuple[History, subprocess.Popen[by
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [*CLI, "check", str(config), "--candidate", h.shas[1], "--out", str(out)],
-        env={**os.environ, "TEST_SLURM_TOKEN": token},
+        env={**os.environ, "TEST_SLURM_TOKEN": token, "LLM_BISECT_LEASE_S": "2"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -198,6 +200,9 @@ def test_reap_cancels_a_killed_checks_job_and_spares_a_live_ones(
         proc = checks["dead"][1]
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        # reap goes by the owner's lease, never by its PID alone: it lapses once not renewed
+        (held,) = lease.folder().glob(f"*-{proc.pid}-*.lease")
+        assert wait_until(lambda: float(held.read_text().split()[0]) < time.time(), 30)
         code, output = invoke("reap")
         assert code == 0, output
         said = f"slurm: cancelled job {jobs[dead]} ({dead}; its llm-bisect process {proc.pid} is"

@@ -12,6 +12,7 @@ import re
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import IO, Protocol
 
 import httpx
 
+from .. import lease
 from ..client import ModelList, parse_reply
 from ..errors import EndpointError, LaunchError, NotReady, ServerExited
 from ..redact import redact
@@ -149,20 +151,38 @@ def _start_time(pid: int) -> str | None:
 
 
 def owner_label(pid: int | None = None) -> str:
-    """This process as the owner of what it starts (a container label, a Slurm job's comment)."""
+    """This process as the owner of what it starts (a container label, a Slurm job's
+    comment); its lease (lease.py) is held from here on, renewed while it lives."""
+    own = pid is None
     pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_start_time(pid) or ''}"
+    label = f"{socket.gethostname()}:{pid}:{_start_time(pid) or ''}"
+    if own:
+        lease.hold(label)
+    return label
 
 
 def owner_alive(label: str) -> bool:
-    """Whether the owner a label names still runs; another host's owners are taken as alive."""
+    """Whether the owner a label names may still run. False where its lease lapsed, or where
+    the lease says it lived in this very PID namespace on this host and no process of its
+    pid and start time is there (a resume right after a SIGKILL need not wait the lease
+    out). No lease to read (another PID namespace's disk, an older llm-bisect) is no proof
+    of death: a PID alone never condemns a server."""
+    found = lease.read(label)
+    if found is None:
+        return True
+    if found.expires <= time.time():
+        return False
     host, _, rest = label.partition(":")
     pid, _, started = rest.partition(":")
-    if host != socket.gethostname():
-        return True
-    if not pid.isdigit():
-        return False
-    return _start_time(int(pid)) == started and started != ""
+    if found.namespace != lease.namespace() or host != socket.gethostname():
+        return True  # its processes are not ours to see
+    return pid.isdigit() and started != "" and _start_time(int(pid)) == started
+
+
+def reapable(owner: str, mine: bool) -> bool:
+    """Whether `reap` removes a server: one whose owner is gone (owner_alive), or one with no
+    owner (an older llm-bisect) of this run (`mine`)."""
+    return not owner_alive(owner) if owner else mine
 
 
 def owner_pid(label: str) -> str:

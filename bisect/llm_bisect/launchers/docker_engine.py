@@ -19,7 +19,7 @@ from docker.models.containers import Container
 from docker.models.images import Image
 
 from ..errors import LaunchError
-from .common import owner_alive, owner_pid
+from .common import owner_pid, reapable
 
 RUN_LABEL = "llm-bisect.run"
 COMMIT_LABEL = "llm-bisect.commit"
@@ -124,9 +124,9 @@ class Engine:
         """Remove every container llm-bisect made on this engine whose owner process is gone
         (a `check`, `golden`, `run`... killed by SIGKILL); one line per container.
 
-        A container whose owner still runs is spared: it belongs to a live run, on this node
-        or another (owner_alive). One with no owner label (an older llm-bisect) is removed
-        only when it carries `run_id`.
+        A container whose owner may still run is spared: its lease holds, or cannot be read
+        (owner_alive: never a PID alone). One with no owner label (an older llm-bisect) is
+        removed only when it carries `run_id`.
         """
         removed = []
         try:
@@ -134,7 +134,7 @@ class Engine:
                 labels = container.labels or {}
                 owner = labels.get(OWNER_LABEL, "")
                 mine = bool(run_id) and labels.get(RUN_LABEL) == run_id
-                if owner_alive(owner) if owner else not mine:
+                if not reapable(owner, mine):
                     continue
                 with suppress(docker.errors.NotFound):
                     container.remove(force=True)

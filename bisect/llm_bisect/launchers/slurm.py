@@ -57,7 +57,7 @@ from ..report import escape as esc
 from ..retry import NotYetReady
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
-from .common import LoggedServer, free_port, owner_alive, owner_label, owner_pid, ready_once
+from .common import LoggedServer, free_port, owner_label, owner_pid, ready_once, reapable
 from .process import check_cwd, cwd_of, expand_cwd, needs_build
 
 RUNTIME = {"head": "LLM_BISECT_HEAD", "node_rank": "SLURM_NODEID", "nnodes": "SLURM_NNODES"}
@@ -615,9 +615,9 @@ class SlurmLauncher(Prefetching):
 
 def reap_queue(slurm: Slurm, run_id: str = "") -> list[str]:
     """Cancel this user's llm-bisect jobs whose owner (named in the job's comment) is gone:
-    a `check`, `golden`, `run`... killed by SIGKILL; one line per job. A live owner's jobs
-    are spared (another run on this node, or a run on another node); a job with no owner is
-    cancelled only when it carries `run_id`."""
+    a `check`, `golden`, `run`... killed by SIGKILL (its lease lapsed); one line per job. A
+    job whose owner's lease holds or cannot be read is spared (never a PID alone); one of
+    no owner is cancelled only when it carries `run_id`."""
     lines = []
     for job, name, comment in slurm.jobs():
         words = comment.split()
@@ -625,7 +625,7 @@ def reap_queue(slurm: Slurm, run_id: str = "") -> list[str]:
             continue
         owner = next((w[6:] for w in words if w.startswith("owner=")), "")
         mine = bool(run_id) and f"run={run_id}" in words
-        if owner_alive(owner) if owner else not mine:
+        if not reapable(owner, mine):
             continue
         try:
             slurm.run(["scancel", job])

@@ -118,14 +118,14 @@ class GitSource:
         except (git.NoSuchPathError, git.InvalidGitRepositoryError) as exc:
             raise ConfigError(f"{key}: not a git repository '{path}'") from exc
         self.path = path
-        with suppress(git.GitCommandError):  # git before 2.29 has no object formats: SHA-1
-            found = str(self._repo.git.rev_parse("--show-object-format")).strip()
-            if found not in ("sha1", ""):
-                raise ConfigError(
-                    f"{key}: '{path}' is a {found.upper()} repository (git's objectformat); "
-                    "llm-bisect reads SHA-1 ones (commit ids of 40 hex digits): a SHA-1 clone"
-                    " of the same history works"
-                )
+        with self._repo.config_reader("repository") as conf:  # read, no git run
+            found = str(conf.get_value("extensions", "objectformat", "sha1")).lower()
+        if found != "sha1":
+            raise ConfigError(
+                f"{key}: '{path}' is a {found.upper()} repository (git's objectformat); "
+                "llm-bisect reads SHA-1 ones (commit ids of 40 hex digits): a SHA-1 clone"
+                " of the same history works"
+            )
 
     def remote_url(self) -> str:
         """The fetch URL of `origin` (else of the first remote); "" when there is none."""

@@ -1,0 +1,59 @@
+"""Leases: a run's servers are reaped only once its lease lapsed, never for a PID alone."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import wait_until
+from llm_bisect import lease
+from llm_bisect.launchers.common import owner_alive
+
+
+@pytest.fixture(autouse=True)
+def leases(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("LLM_BISECT_LEASES", str(tmp_path / "leases"))
+    return tmp_path / "leases"
+
+
+def test_only_a_lease_that_lapsed_condemns_its_owner() -> None:
+    owner = "ci-runner:4194000:12345"  # a pid that is no process here (another namespace)
+    assert lease.held(owner) is None and owner_alive(owner)  # cannot tell: spared
+    lease.write(owner, time.time() + 60)
+    assert lease.held(owner) is True and owner_alive(owner)
+    lease.write(owner, time.time() - 1)
+    assert lease.held(owner) is False and not owner_alive(owner)
+
+
+def test_a_process_renews_its_lease_and_a_killed_one_lets_it_lapse(leases: Path) -> None:
+    script = (
+        "import sys, time; from llm_bisect.launchers.common import owner_label; "
+        "print(owner_label(), flush=True); time.sleep(600)"
+    )
+    env = {**os.environ, "LLM_BISECT_LEASE_S": "1", "LLM_BISECT_LEASES": str(leases)}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env,
+                            text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        owner = proc.stdout.readline().strip()
+        first = lease.expires(owner)
+        assert first is not None
+        assert wait_until(lambda: (lease.expires(owner) or 0) > first, 30), "renewed"
+        assert owner_alive(owner)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert wait_until(lambda: lease.held(owner) is False, 30)  # no renewal: it lapses
+
+
+def test_a_clean_exit_expires_the_lease_at_once(leases: Path) -> None:
+    script = "from llm_bisect.launchers.common import owner_label; print(owner_label())"
+    env = {**os.environ, "LLM_BISECT_LEASES": str(leases)}
+    owner = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env=env, check=True).stdout.strip()  # fmt: skip
+    assert lease.held(owner) is False
