@@ -119,7 +119,7 @@ def test_replies_are_read_up_to_a_cap_whatever_they_declare() -> None:
     transport = httpx.MockTransport(endless)
     with (
         OpenAIClient("http://sim", model="m", max_reply_bytes=1_000_000, transport=transport) as c,
-        pytest.raises(ReplyTooLarge, match="reply of more is over the cap"),
+        pytest.raises(ReplyTooLarge, match="the reply ran past the cap of"),
     ):
         c.chat("hi", max_tokens=8)
 

@@ -523,3 +523,17 @@ def test_inputs_past_what_python_or_git_takes_are_one_line(
     assert code == 2, output
     (line,) = output.strip().splitlines()
     assert line.startswith("llm-bisect: error: ") and said in line, line
+
+
+def test_the_engine_cache_dir_expands_variables_and_is_no_file(tmp_path: Path) -> None:
+    """`${VAR}` there was taken as it is written, and a file was accepted as the folder."""
+    cache = {"probe": {"engine_cache": {"dir": "${SCRATCH}/cache"}}}
+    config = parse_config({**base(), **cache})
+    _, env = with_engine_cache(config, {}, tmp_path, {"SCRATCH": str(tmp_path / "s")})
+    assert env["TRITON_CACHE_DIR"] == f"{tmp_path}/s/cache/triton"
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "cache").write_text("a file")
+    with pytest.raises(ConfigError, match=r"probe.engine_cache.dir: '.*/s/cache' is a file"):
+        with_engine_cache(config, {}, tmp_path, {"SCRATCH": str(tmp_path / "s")})
+    with pytest.raises(ConfigError, match=r"\$\{SCRATCH\} is not set"):
+        with_engine_cache(config, {}, tmp_path, {})

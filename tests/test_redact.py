@@ -166,3 +166,20 @@ def test_the_guard_masks_the_values_it_is_given_and_keeps_them_from_the_child() 
     proc.stdin.close()
     assert proc.wait() == 0
     assert said.strip() == "the key is *** None"
+
+
+def test_the_guard_passes_at_most_its_cap_and_says_it_cut() -> None:
+    """collect_env's output is capped this way (a chatty one once wrote 50 MB)."""
+    script = "import sys\nfor _ in range(5000): print('x' * 99)"
+    proc = subprocess.Popen(
+        [sys.executable, "-I", guard.__file__, "1", "--cap", "1000", "--", sys.executable,
+         "-c", script], stdout=subprocess.PIPE, stdin=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdin is not None
+    out = proc.stdout.read()
+    proc.stdin.close()
+    assert proc.wait() == 0  # the child wrote all it wanted: the rest was read and dropped
+    assert out.startswith(b"x" * 99 + b"\n") and out.endswith(
+        b"[llm-bisect: output cut at 1000 bytes]\n"
+    )
+    assert len(out) < 1100

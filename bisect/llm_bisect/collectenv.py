@@ -35,6 +35,9 @@ OUTPUT = "collect_env.txt"
 CODE = "collect_env.rc"
 GPUS = "gpus.csv"
 TIMEOUT_S = 300
+MAX_OUTPUT_BYTES = 4 * 2**20
+"""The most of collect_env's output kept (its own is some 10 KB; a chatty one once wrote
+50 MB): the rest is dropped, said in the file."""
 """The most seconds collect_env may take (it runs `pip list`, `nvidia-smi topo`, ...)."""
 SMI_ARGV = ("nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader")
 READ_BYTES = 2 * 2**20
@@ -231,10 +234,12 @@ def node_lines(run: str | None, into: Path) -> list[str]:
     if run is None:
         code = f"echo 'off: server.collect_env is empty' > {folder}/{CODE}"
     else:
-        code = (
-            f"if command -v timeout >/dev/null; then timeout {TIMEOUT_S} {run}; else {run}; fi"
-            f" > {folder}/{OUTPUT} 2>&1; code=$?; "
-            f'if [ "$code" = 124 ]; then code=timeout; fi; echo "$code" > {folder}/{CODE}'
+        code = (  # the exit code from inside the pipe, the output cut by head
+            f"{{ if command -v timeout >/dev/null; then timeout {TIMEOUT_S} {run}; else {run}; "
+            f"fi 2>&1; echo $? > {folder}/{CODE}.part; }} | head -c {MAX_OUTPUT_BYTES} "
+            f"> {folder}/{OUTPUT}; code=$(cat {folder}/{CODE}.part 2>/dev/null); "
+            f'rm -f {folder}/{CODE}.part; if [ "$code" = 124 ]; then code=timeout; fi; '
+            f'echo "$code" > {folder}/{CODE}'
         )
     return [
         "# what this node and build are (nvidia-smi, vLLM's collect_env), beside the server",
@@ -278,8 +283,9 @@ class LocalCollect:
         try:
             with (self.into / OUTPUT).open("wb") as out:
                 redact = ["--redact", ",".join(self.secret_names)]
+                cap = ["--cap", str(MAX_OUTPUT_BYTES)]
                 self._proc = subprocess.Popen(
-                    [sys.executable, "-I", guard.__file__, "1", *redact, "--", *self.argv],
+                    [sys.executable, "-I", guard.__file__, "1", *cap, *redact, "--", *self.argv],
                     stdin=subprocess.PIPE,
                     stdout=out,
                     stderr=subprocess.STDOUT,

@@ -86,10 +86,12 @@ class ReplyTooLarge(EndpointError):
     """A reply was longer than the cap on the bytes read per reply (`server.max_reply_mb`)."""
 
     def __init__(self, what: str, cap: int, declared: int | None) -> None:
-        size = f"{declared} bytes" if declared is not None else "more"
-        super().__init__(
-            f"{what}: reply of {size} is over the cap of {cap} bytes (server.max_reply_mb)"
+        said = (
+            f"a reply of {declared} bytes is over the cap of {cap} bytes"
+            if declared is not None
+            else f"the reply ran past the cap of {cap} bytes"
         )
+        super().__init__(f"{what}: {said} (server.max_reply_mb)")
         self.cap = cap
 
 

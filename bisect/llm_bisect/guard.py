@@ -19,7 +19,8 @@ the environment variables named with --redact and the values listed (JSON) in
 LLM_BISECT_GUARD_SECRETS, which the guard takes out of the server's environment
 (secrets never reach a log: a command line's `--api-key X` or URL login included).
 
-Run as a file with `python -I guard.py GRACE [--redact NAME,...] -- ARGV...`;
+Run as a file with `python -I guard.py GRACE [--cap BYTES] [--redact NAME,...] -- ARGV...`
+(`--cap`: the most bytes of output passed on; the rest is dropped);
 stdlib only, so it starts fast and needs nothing installed.
 """
 
@@ -109,22 +110,37 @@ def _end_all(child: subprocess.Popen[bytes], grace: float) -> None:
     _reap_adopted()
 
 
-def _copy_output(source: IO[bytes], secrets: list[bytes]) -> None:
+def _copy_output(source: IO[bytes], secrets: list[bytes], cap: int | None = None) -> None:
+    """The child's output, secrets masked; past `cap` bytes the rest is read and dropped
+    (said once), so a chatty child cannot fill the disk."""
     out = sys.stdout.buffer
+    left = cap
     for line in source:
+        if left is not None and left <= 0:
+            if left == 0:
+                out.write(f"\n[llm-bisect: output cut at {cap} bytes]\n".encode())
+                out.flush()
+                left = -1
+            continue
         for secret in secrets:
             line = line.replace(secret, b"***")
+        if left is not None:
+            line, left = line[:left], left - len(line[:left])
         out.write(line)
         out.flush()
 
 
 def main(argv: list[str]) -> int:
     names: list[str] = []
+    cap: int | None = None
+    if len(argv) > 2 and argv[1] == "--cap":
+        cap = int(argv[2])
+        argv = [argv[0], *argv[3:]]
     if len(argv) > 2 and argv[1] == "--redact":
         names = [n for n in argv[2].split(",") if n]
         argv = [argv[0], *argv[3:]]
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: guard.py GRACE [--redact NAME,...] -- ARGV...", file=sys.stderr)
+        print("usage: guard.py GRACE [--cap N] [--redact NAME,...] -- ARGV...", file=sys.stderr)
         return 2
     grace = float(argv[0])
     given = json.loads(os.environ.pop(SECRETS_VAR, "[]") or "[]")  # the child never sees it
@@ -148,7 +164,7 @@ def main(argv: list[str]) -> int:
         print(f"llm-bisect guard: cannot start {argv[2]!r}: {exc.strerror}", file=sys.stderr)
         return 127
     assert child.stdout is not None
-    copier = threading.Thread(target=_copy_output, args=(child.stdout, secrets), daemon=True)
+    copier = threading.Thread(target=_copy_output, args=(child.stdout, secrets, cap), daemon=True)
     copier.start()
 
     def watch_stdin() -> None:

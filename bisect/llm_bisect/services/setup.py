@@ -28,6 +28,7 @@ from ..config import (
     check_digest,
     expand_env,
     expand_paths,
+    expand_value,
     load_config,
     read_yaml,
     secret_names,
@@ -200,7 +201,7 @@ def setup(
     opened = SourceContext(repo_dir, "--repo" if repo is not None else "candidates.repo")
     source = SOURCES[GIT].make(config.candidates, opened)
     env = expand_env(config.server.env, environ)
-    config, env = with_engine_cache(config, env, base_dir)
+    config, env = with_engine_cache(config, env, base_dir, environ)
     server = config.server
     names = sorted({*secret_names(server.env), *caller_secret_names(environ)})
     secrets = [{**environ, **env}[n] for n in names]
@@ -307,15 +308,23 @@ def fast_setup(s: Setup) -> Setup:
 
 
 def with_engine_cache(
-    config: Config, env: Mapping[str, str], base_dir: Path
+    config: Config,
+    env: Mapping[str, str],
+    base_dir: Path,
+    environ: Mapping[str, str] | None = None,
 ) -> tuple[Config, dict[str, str]]:
     """The server's environment with `probe.engine_cache`'s folders (the user's own values of
     those variables win), and, for a launcher that runs images, a bind of its root;
-    unchanged when it is off."""
+    unchanged when it is off. Its `dir` has `${VAR}` expanded (from `environ`) and must not
+    name a file: ConfigError."""
     cache = config.probe.engine_cache
     if cache is None or not cache.enabled:
         return config, dict(env)
-    root = (base_dir / Path(cache.dir).expanduser()).absolute()
+    key = "probe.engine_cache.dir"
+    written = expand_value(cache.dir, environ or {}, key)
+    root = (base_dir / Path(written).expanduser()).absolute()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(f"{key}: '{written}' is a file, not a folder")
     server = config.server
     if LAUNCHERS[server.launcher].runs_images and "volumes" in type(server).model_fields:
         volumes = [*getattr(server, "volumes"), enginecache.cache_volume(root)]  # noqa: B009

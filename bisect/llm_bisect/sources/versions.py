@@ -147,19 +147,31 @@ def version_history(
     if not (repo / "HEAD").exists():
         repo.mkdir(parents=True, exist_ok=True)
         _git(repo, "init", "-q", "--bare", "-b", "main")
-    commits: dict[str, str] = {}
-    parent: str | None = None
-    for release in releases:
-        text = f"{name}=={release}\n" + (f"{over.rstrip()}\n" if over else "")
-        blob = _git(repo, "hash-object", "-w", "--stdin", input=text.encode())
-        tree = _git(repo, "mktree", input=f"100644 blob {blob}\t{VERSION_FILE}\n".encode())
+    if not releases:
+        return {}
+    # one `git fast-import` for the whole history: three git calls per release cost some
+    # 24 minutes for an index of 100k links. Its commits are byte for byte the ones
+    # hash-object, mktree and commit-tree made (STAMP's names and dates), so a resumed run
+    # finds its probes.
+    who = f"{STAMP['GIT_COMMITTER_NAME']} <{STAMP['GIT_COMMITTER_EMAIL']}> 0 +0000"
+    stream = bytearray(b"reset refs/heads/main\n")
+    for i, release in enumerate(releases):
+        text = (f"{name}=={release}\n" + (f"{over.rstrip()}\n" if over else "")).encode()
         subject = f"{name} {release}" + (" (yanked)" if release.yanked else "")
-        parents = ["-p", parent] if parent else []
-        parent = _git(repo, "commit-tree", tree, *parents, "-m", subject)
-        commits[str(release)] = parent
-    if parent is not None:
-        _git(repo, "update-ref", "refs/heads/main", parent)
-    return commits
+        message = f"{subject}\n".encode()
+        stream += b"blob\nmark :%d\ndata %d\n%s\n" % (2 * i + 1, len(text), text)
+        stream += b"commit refs/heads/main\nmark :%d\n" % (2 * i + 2)
+        stream += f"author {who}\ncommitter {who}\n".encode()
+        stream += b"data %d\n%s" % (len(message), message)
+        stream += f"M 100644 :{2 * i + 1} {VERSION_FILE}\n\n".encode()
+    marks = repo / "llm-bisect-marks"
+    try:
+        _git(repo, "fast-import", "--quiet", "--force", f"--export-marks={marks}",
+             input=bytes(stream))  # fmt: skip
+        by_mark = dict(line.split(" ", 1) for line in marks.read_text().splitlines())
+    finally:
+        marks.unlink(missing_ok=True)
+    return {str(r): by_mark[f":{2 * i + 2}"].strip() for i, r in enumerate(releases)}
 
 
 def version_at(repo: Path, commit: str) -> str | None:
