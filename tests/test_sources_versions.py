@@ -157,8 +157,6 @@ def test_the_versions_history_is_made_in_one_fast_import_with_the_same_commits(
     made = version_history(tmp_path / "v.git", "SimDep", releases, "engine: e")
     subprocess.run(["git", "init", "-q", "--bare", str(tmp_path / "p.git")], check=True)
     assert made == _plumbing(tmp_path / "p.git", "simdep", releases, "engine: e")  # resumable
-        tmp_path / "p.git", "simdep", releases, "engine: e"
-    )  # a resume finds them
     assert version_at(tmp_path / "v.git", made["1.1"]) == "1.1"
     assert version_history(tmp_path / "v.git", "SimDep", releases[:2], "engine: e") == {
         k: made[k] for k in ("1.0", "1.0.post1")
