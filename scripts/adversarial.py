@@ -71,9 +71,12 @@ def sim(repo: Path, launches: Path) -> list[str]:
 
 
 def cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> tuple[int, str]:
-    done = subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, env=env or dict(os.environ), timeout=timeout
-    )
+    """Exit code and output; -9 where it ran past `timeout` (a hang)."""
+    try:
+        done = subprocess.run([*CLI, *args], capture_output=True, text=True,
+                              env=env or dict(os.environ), timeout=timeout)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return -9, "hang"
     return done.returncode, done.stdout + done.stderr
 
 
@@ -273,6 +276,11 @@ HOSTILE = {
     "not JSON": {"reply": "<html>502 Bad Gateway</html>"},
     "100 MB reply": {"pad": 100_000_000},
     "500 with env": {"error_env": ["HF_TOKEN"]},
+    "trickle": {"trickle": True},  # a byte every 0.2 s: bounded by request_timeout, whole
+    "NaN logprobs": {
+        "reply": '{"choices": [{"message": {"content": "4"}, "logprobs": '
+        '{"content": [{"token": "4", "logprob": NaN, "top_logprobs": []}]}}]}'
+    },
 }
 
 
@@ -289,21 +297,41 @@ def hostile(work: Path) -> None:
         yaml.safe_dump(
             {
                 "candidates": {"repo": str(repo), "good": shas[0], "bad": shas[-1]},
-                "server": {"command": sim(repo, launches), "ready_timeout": 10},
+                "server": {
+                    "command": sim(repo, launches),
+                    "ready_timeout": 10,
+                    "request_timeout": 5,
+                },
                 "checks": [{"type": "canary"}, {"type": "expect"}],
             }
         )
     )
-    tracebacks = 0
+    tracebacks = hangs = 0
     print(f"hostile servers: {len(HOSTILE)} kinds, each through `check`")
     for i, name in enumerate(HOSTILE, 1):
         t0 = time.monotonic()
-        code, output = cli("check", str(config), "--candidate", shas[i], timeout=600)
-        # a traceback of llm-bisect's own; the server's log tail may hold the server's
-        tracebacks += "Traceback" in output.split("server log")[0]
+        code, output = cli("check", str(config), "--candidate", shas[i], timeout=300)
+        # a traceback of llm-bisect's own; the server's log tail may hold the server's;
+        # an exit 129 "internal error" counts as one
+        tracebacks += "Traceback" in output.split("server log")[0] or code == 129
+        hangs += code == -9
         first = output.strip().splitlines()[0] if output.strip() else ""
         print(f"  {name:<18} exit {code:3d} in {time.monotonic() - t0:5.1f}s  {first[:90]}")
-    print(f"  tracebacks: {tracebacks}")
+    nan = work / "nan-engine"  # NaN logprobs on the golden's text: bad, not "max |Δ| 0.000"
+    nan_shas = build_history(nan, {2: "nan-logprobs"}, n_commits=3)
+    nan_config = work / "nan.yaml"
+    nan_config.write_text(yaml.safe_dump({
+        "candidates": {"repo": str(nan), "good": nan_shas[0], "bad": nan_shas[-1]},
+        "server": {"command": sim(nan, launches), "ready_timeout": 10},
+        "checks": [{"type": "logprobs"}], "search": {"flake": 0},
+    }))  # fmt: skip
+    code, output = cli("run", str(nan_config), "--out", str(work / "nan-out"))
+    wrong = code != 0 or f"found: {nan_shas[2]}" not in output
+    code, again = cli("report", str(work / "nan-out"))
+    wrong |= code != 0
+    tracebacks += "Traceback" in output + again
+    print(f"  NaN logprobs bisected: {'wrong' if wrong else 'right'}, documents read back")
+    print(f"  tracebacks: {tracebacks}  hangs: {hangs}")
 
 
 def secrets(work: Path) -> None:
@@ -316,19 +344,25 @@ def secrets(work: Path) -> None:
         settings={"hostile": {"echo_env": names}, "print_env": names},
         changes={4: {"hostile": {"error_env": names}}, 5: {"hostile": {"echo_env": names}}},
     )
-    values = {"hf_AdversarialSecret1", "literal-pass-1234", "ghp_CallerTokenValue9"}
+    values = {"hf_AdversarialSecret1", "literal-pass-1234", "ghp_CallerTokenValue9",
+              "urlLoginToken77", "argvApiKey88", "fastEnvToken99", "buildArgvKey66"}  # fmt: skip
     config = work / "secret.yaml"
     config.write_text(
         yaml.safe_dump(
             {
                 "candidates": {"repo": str(repo), "good": shas[0], "bad": shas[-1]},
                 "server": {
-                    "command": sim(repo, launches),
+                    # a URL login and an --api-key in the argv, as a server flag
+                    "command": [*sim(repo, launches), "--otlp-traces-endpoint",
+                                "https://u:urlLoginToken77@h/", "--api-key", "argvApiKey88"],
                     "env": {"HF_TOKEN": "${MY_HF_TOKEN}", "DB_PASSWORD": "literal-pass-1234"},
                 },
+                "probe": {"fast": {"env": {"MY_FAST_TOKEN": "fastEnvToken99"}}},
+                "build": {"cache": {"dir": str(work / "secret-cache")}, "strategies": [
+                    {"type": "command", "run": ["true", "--api-key", "buildArgvKey66"]}]},
             }
         )
-    )
+    )  # fmt: skip
     env = {**os.environ, "MY_HF_TOKEN": "hf_AdversarialSecret1"}
     env["GITHUB_TOKEN"] = "ghp_CallerTokenValue9"
     out = work / "secret-out"
@@ -339,6 +373,8 @@ def secrets(work: Path) -> None:
     texts = {"terminal": said + said2 + said3}
     texts |= {str(p): p.read_text(errors="replace") for p in out.rglob("*") if p.is_file()}
     texts[str(golden)] = golden.read_text()
+    cache = work / "secret-cache"
+    texts |= {str(p): p.read_text(errors="replace") for p in cache.rglob("*") if p.is_file()}
     leaks = [(where, v) for where, text in texts.items() for v in values if v in text]
     echoed = sum(text.count("=***") for text in texts.values())
     print(f"secrets: {len(values)} values, {len(texts)} outputs read, {echoed} masked echoes")
@@ -456,7 +492,7 @@ def junit_problems(text: str) -> list[str]:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
         return [f"not well-formed: {exc}"]
-    made = {"testsuite", "testcase", "failure", "error"}
+    made = {"testsuite", "testcase", "failure", "error", "properties", "property"}
     return [f"<{e.tag}>" for e in root.iter() if e.tag not in made]
 
 

@@ -12,6 +12,12 @@ the right exit code, no traceback, no hang, no unbounded read, and start nothing
                  file (sparse), a symlink to /dev/zero
     localize     the same build as --good and --bad
     colon        a rule over the whole config (no stray ": " before it)
+    yaml         an alias bomb, a value that holds itself, a 4,400-digit integer, a NUL byte
+    eval files   vLLM eval configs with .nan/.inf thresholds and waits, a 400-digit wait, an
+                 unbalanced quote, JSON in server_args (read, not refused), gen_kwargs as a
+                 string
+    harness      lm-eval writing invalid JSON, a list for results, samples without doc_id
+    paths        include_path: /, a SHA-256 repository, engine_cache.dir naming a file
 
 Each case runs in a subprocess capped at 4 GiB of address space and 120 s. Figures, not
 assertions (the tests assert).
@@ -306,6 +312,96 @@ def file_cases(b: Bench) -> list[tuple[str, Callable[[Path], None], str]]:
     ]
 
 
+FAKE_LM_EVAL = """#!{python}
+import json, os, pathlib, sys
+if "--output_path" not in sys.argv:
+    sys.exit(0)
+out = pathlib.Path(sys.argv[sys.argv.index("--output_path") + 1]) / "served"
+out.mkdir(parents=True)
+(out / "samples_t_2026-01-01T00-00-00.0.jsonl").write_text(os.environ["FAKE_SAMPLES"])
+(out / "results_2026-01-01T00-00-00.0.json").write_text(os.environ["FAKE_RESULTS"])
+"""
+
+
+def _bomb() -> str:
+    lines = ['a0: &a0 ["lol"]']
+    for i in range(1, 9):
+        lines.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]")
+    return "\n".join(lines)
+
+
+def newer_cases(b: Bench) -> list[tuple[str, list[str], dict[str, str], bool]]:
+    """(name, argv, extra environment, whether it must succeed) of the classes issue 33 named:
+    raw YAML, vLLM eval files, lm-eval output, paths git or Python cannot take."""
+    head = yaml.safe_dump({
+        "candidates": {"repo": str(b.repo), "good": b.shas[0], "bad": b.shas[-1]},
+        "server": {"command": b.command(), "ready_timeout": 30},
+    })  # fmt: skip
+    raw = {
+        "alias bomb": f"{_bomb()}\n{head}checks: [{{type: canary, extra_body: {{x: *a8}}}}]\n",
+        "a value that holds itself": f"{head}checks: [{{type: canary, "
+        "chat_template_kwargs: &me {{self: [*me]}}}}]\n",
+        "4,400-digit integer": f"{head}search: {{max_probes: {'9' * 4400}}}\n",
+        "NUL byte": f'{head}probe: {{engine_cache: {{dir: "/tmp/a\\0b"}}}}\n',
+        "engine_cache.dir a file": f"{head}probe: {{engine_cache: {{dir: {b.work / 'afile'}}}}}\n",
+    }
+    (b.work / "afile").write_text("not a folder")
+    gsm = "model_name: x\nnum_questions: 5\nnum_fewshot: 5\n"
+    evals = {
+        "eval .nan threshold": (gsm + "accuracy_threshold: .nan\n", False),
+        "eval .inf wait": (
+            gsm + "accuracy_threshold: 0.5\nstartup_max_wait_seconds: .inf\n", False),
+        "eval 400-digit wait": (
+            gsm + f"accuracy_threshold: 0.5\nstartup_max_wait_seconds: {'9' * 400}\n", False),
+        "eval unbalanced quote": (
+            gsm + "accuracy_threshold: 0.5\nserver_args: \"--a 'b\"\n", False),
+        "eval rtol .nan": ("model_name: x\nrtol: .nan\ntasks: [{name: t, metrics: "
+                           "[{name: acc, value: 0.5}]}]\n", False),
+        "eval JSON in server_args": (gsm + "accuracy_threshold: 0.5\nserver_args: >-\n"
+                                     "  --speculative-config '{\"method\":\"mtp\"}'\n", True),
+        "eval gen_kwargs a string": ("model_name: x\ngen_kwargs: 'temperature=0,until=<|E|>'\n"
+                                     "tasks: [{name: t, metrics: [{name: acc, value: 0.5}]}]\n",
+                                     True),
+    }  # fmt: skip
+    cases: list[tuple[str, list[str], dict[str, str], bool]] = []
+    fake = b.work / "lm-eval-python"
+    fake.write_text(FAKE_LM_EVAL.format(python=sys.executable))
+    fake.chmod(0o755)
+    for name, text in raw.items():
+        path = b.work / f"raw-{len(cases)}.yaml"
+        path.write_text(text)
+        cases.append((f"yaml {name}", ["candidates", str(path)], {}, False))
+    for name, (text, fine) in evals.items():
+        path = b.work / f"eval-{len(cases)}.yaml"
+        path.write_text(text)
+        config = b.config(checks=[{"type": "vllm-eval", "path": str(path), "python": str(fake)}])
+        cases.append((name, ["candidates", str(config)], {}, fine))
+    lm = b.config(checks=[{"type": "lm_eval", "tasks": ["t"], "python": str(fake),
+                           "thresholds": {"t": {"acc,none": 0.5}}}])  # fmt: skip
+    good = '{"doc_id": 0, "filter": "none", "metrics": ["acc"], "acc": 1}\n'
+    outputs = {
+        "results not JSON": (good, "{broken"),
+        "results a list": (good, '{"results": [1]}'),
+        "sample without doc_id": ('{"filter": "none", "metrics": ["acc"], "acc": 1}\n', "{}"),
+        "doc_id not an integer": ('{"doc_id": "7", "metrics": ["acc"], "acc": 1}\n', "{}"),
+    }
+    for name, (samples, results) in outputs.items():
+        env = {"FAKE_SAMPLES": samples, "FAKE_RESULTS": results}
+        cases.append((f"lm-eval {name}", ["check", str(lm), "--candidate", b.shas[1]], env, False))
+    root = b.config(checks=[{"type": "lm_eval", "tasks": ["t"], "python": str(fake),
+                             "include_path": "/"}])  # fmt: skip
+    cases.append(("include_path /", ["candidates", str(root)], {}, False))
+    sha256 = b.work / "sha256"
+    subprocess.run(["git", "init", "-q", "--object-format=sha256", str(sha256)], check=True)
+    subprocess.run(["git", "-C", str(sha256), "-c", "user.name=a", "-c", "user.email=a@b",
+                    "commit", "-q", "--allow-empty", "-m", "x"], check=True)  # fmt: skip
+    other = b.work / "sha256.yaml"
+    ends = {"repo": str(sha256), "good": "HEAD", "bad": "HEAD"}
+    other.write_text(yaml.safe_dump({"candidates": ends, "server": {"command": b.command()}}))
+    cases.append(("a SHA-256 repository", ["candidates", str(other)], {}, False))
+    return cases
+
+
 def judge(
     outcomes: Counter[str], name: str, code: int | None, output: str, usage: int, started: bool
 ) -> None:
@@ -366,6 +462,17 @@ def main() -> None:
             code, output = cli(*args)
             judge(outcomes, name, code, output, USAGE.get(args[0], 2), b.started())
             b.launches.unlink(missing_ok=True)
+        for name, args, extra, fine in newer_cases(b):
+            code, output = cli(*args, env={**os.environ, **extra})
+            if fine and code == 0:
+                outcomes["read as meant"] += 1
+            else:  # lm-eval runs against a server: its output is read after one started
+                harness = name.startswith("lm-eval")
+                started = b.started() and not harness
+                if harness:  # the probe's progress lines, then the error
+                    output = "\n".join(x for x in output.splitlines() if not x.startswith("["))
+                judge(outcomes, name, code, output, USAGE.get(args[0], 2), started)
+            b.launches.unlink(missing_ok=True)
         localized = str(b.config())
         for good, bad in ((b.shas[1], b.shas[1]), (b.shas[1], b.shas[1][:9]), ("HEAD", b.shas[-1])):
             code, output = cli("localize", localized, "--good", good, "--bad", bad)
@@ -374,7 +481,8 @@ def main() -> None:
     print(f"bad inputs: {sum(outcomes.values())} tried")
     for kind, count in outcomes.most_common():
         print(f"  {count:4d}  {kind}")
-    print(f"  tracebacks: {outcomes['traceback']}")
+    hangs = outcomes["hang (killed at 120 s)"]
+    print(f"  tracebacks: {outcomes['traceback']}  hangs: {hangs}")
 
 
 if __name__ == "__main__":

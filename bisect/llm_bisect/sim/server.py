@@ -20,7 +20,8 @@ real engine should, to show the harness survives them: a raw `reply` body,
 a raw `models` list, `pad` characters of content, `say` (a text put before
 the content: markup, control characters), `echo_env` (values of these
 variables in the content), `error_env` (a 500 whose body holds them), `hang`
-(POST requests never answered), `default_sigterm` (no handler: as PID 1 in a
+(POST requests never answered), `trickle` (POST answered a byte every 0.2 s, without end),
+`default_sigterm` (no handler: as PID 1 in a
 container, SIGTERM is then ignored), `escape` (a child that
 leaves the process group with setsid and outlives its parent). A commit's
 `log_lines` are printed at startup as they are (escapes, fences, markup). A commit's
@@ -38,6 +39,7 @@ The server takes any other `--flag [value]` as vLLM would, for these rules to re
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -82,7 +84,17 @@ def _token_text(tid: int, as_ids: bool, text: str) -> str:
     return f"token_id:{tid}" if as_ids else text
 
 
-HOSTILE = ("reply", "models", "pad", "echo_env", "error_env", "hang", "default_sigterm", "escape")
+HOSTILE = (
+    "reply",
+    "models",
+    "pad",
+    "echo_env",
+    "error_env",
+    "hang",
+    "trickle",
+    "default_sigterm",
+    "escape",
+)
 
 
 class Engine:
@@ -305,6 +317,16 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": "not found"})
                 return
             hostile = engine.hostile
+            if hostile.get("trickle"):  # 200, then a byte every 0.2 s: no read ever times out
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    while True:
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                return
             if hostile.get("hang"):
                 sys.stderr.write("sim: holding request (hang)\n")
                 sys.stderr.flush()
