@@ -9,6 +9,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from llm_bisect.sources.versions import (
     Release,
     between,
     index_releases,
+    installable,
     parse_index,
     version_at,
     version_history,
@@ -161,3 +163,19 @@ def test_the_versions_history_is_made_in_one_fast_import_with_the_same_commits(
     assert version_history(tmp_path / "v.git", "SimDep", releases[:2], "engine: e") == {
         k: made[k] for k in ("1.0", "1.0.post1")
     }  # another range over the same repository: main starts anew
+
+
+def test_a_release_with_wheels_for_other_platforms_only_is_not_installable() -> None:
+    """364 of 1,007 releases an index listed once cost a probe each, only to say skip."""
+    from llm_bisect.services.deps import wheel_tags
+
+    supported = wheel_tags(sys.executable)
+    assert supported is not None and "py3-none-any" in supported
+    files = ["simdep-2.0-cp27-cp27m-win32.whl", "simdep-2.0-cp27-none-macosx_10_6_intel.whl"]
+    other = Release(Version("2.0"), files=tuple(files))
+    assert not installable(other, supported)
+    assert installable(Release(Version("2.1"), files=("simdep-2.1-py3-none-any.whl",)), supported)
+    assert installable(Release(Version("2.2"), files=(*files, "simdep-2.2.tar.gz")), supported)
+    assert installable(other, None)  # the interpreter cannot say: every release is tried
+    (listed,) = parse_index("".join(f'<a href="{f}">{f}</a>' for f in files).encode(), "simdep")
+    assert listed.files == tuple(files)

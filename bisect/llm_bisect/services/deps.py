@@ -30,12 +30,42 @@ from ..probe import Progress
 from ..redact import public_url
 from ..runner import RunResult, write_outputs
 from ..sources.git import GitSource
-from ..sources.versions import between, index_releases, version_at, version_history
+from ..sources.versions import (
+    between,
+    index_releases,
+    installable,
+    version_at,
+    version_history,
+)
 from .bisection import run_bisect
 from .setup import Setup
 
 PYPI = "https://pypi.org/simple"
 INDEX_TIMEOUT_S = 30.0
+
+
+TAGS_SCRIPT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from packaging import tags; "
+    "print('\\n'.join(str(t) for t in tags.sys_tags()))"
+)
+"""The wheel tags an interpreter takes, by this installation's own `packaging` (pure Python)."""
+
+
+def wheel_tags(python: str) -> frozenset[str] | None:
+    """The wheel tags the engine's interpreter installs; None where it cannot say (then every
+    release is tried)."""
+    import subprocess
+
+    import packaging
+
+    where = str(Path(packaging.__file__).resolve().parent.parent)
+    try:
+        done = subprocess.run([python, "-I", "-c", TAGS_SCRIPT, where], capture_output=True,
+                              text=True, timeout=60, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = frozenset(done.stdout.split())
+    return found if done.returncode == 0 and found else None
 
 
 def _fetch(url: str, accept: str) -> bytes:
@@ -87,14 +117,6 @@ def run_deps(
     spelt = {r.version: str(r) for r in releases}  # `--good 1.0.0` is the index's `1.0`
     good, bad = spelt[Version(good)], spelt[Version(bad)]
     before = [r for r in releases if str(r) == good]
-    with hold(out_dir):
-        repo = out_dir / "versions.git"
-        over = f"engine: {engine_commit.commit}\nindex: {public_url(url)}"
-        commits = version_history(repo, package, [*before, *ranged], over)
-    progress.note(
-        f"deps: {len(ranged)} release(s) of {package} after {good} up to {bad}, over "
-        f"{engine_commit.short}"
-    )
     try:
         engine = s.builder.build(engine_commit)
     except LaunchError as exc:
@@ -102,6 +124,29 @@ def run_deps(
             f"--build: the engine's build at {engine_commit.short} failed: {exc}"
         ) from None
     try:
+        supported = wheel_tags(engine.python)
+        for end, key in ((before[0], "--good"), (ranged[-1], "--bad")):
+            if not installable(end, supported):
+                raise ConfigError(
+                    f"{key}: {package} {end} has no file the engine's interpreter can install "
+                    f"(its wheels are for other platforms: {', '.join(end.files[:2])})"
+                )
+        kept = [r for r in ranged if installable(r, supported)]
+        if len(kept) < len(ranged):  # each would cost a probe only to say skip
+            gone = [str(r) for r in ranged if r not in kept]
+            progress.note(
+                f"deps: {len(gone)} release(s) left out, no file the engine's interpreter "
+                f"can install: {', '.join(gone[:5])}{', ...' if len(gone) > 5 else ''}"
+            )
+        ranged = kept
+        with hold(out_dir):
+            repo = out_dir / "versions.git"
+            over = f"engine: {engine_commit.commit}\nindex: {public_url(url)}"
+            commits = version_history(repo, package, [*before, *ranged], over)
+        progress.note(
+            f"deps: {len(ranged)} release(s) of {package} after {good} up to {bad}, over "
+            f"{engine_commit.short}"
+        )
         strategy = DependencyStrategy(
             package=package, engine=lambda: engine, uv=find_uv(), index=index,
             version_of=lambda c: version_at(repo, c.commit),

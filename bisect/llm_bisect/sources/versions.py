@@ -46,6 +46,8 @@ class Release:
     version: Version
     yanked: bool = False
     """Every file of it is yanked (still installable by an exact pin)."""
+    files: tuple[str, ...] = ()
+    """The file names the index lists for it (wheels, sdists)."""
 
     def __str__(self) -> str:
         return str(self.version)
@@ -83,11 +85,31 @@ def parse_index(body: bytes, project: str) -> list[Release]:
     else:
         files = [(link.filename, link.yanked) for link in links(text)]
     yanked: dict[Version, bool] = {}
+    names: dict[Version, list[str]] = {}
     for filename, is_yanked in files:
         version = _version_of(filename, canonicalize_name(project))
         if version is not None:
             yanked[version] = yanked.get(version, True) and is_yanked
-    return [Release(v, yanked[v]) for v in sorted(yanked)]
+            names.setdefault(version, []).append(filename)
+    return [Release(v, yanked[v], tuple(names[v])) for v in sorted(yanked)]
+
+
+def installable(release: Release, supported: frozenset[str] | None) -> bool:
+    """Whether an interpreter with these `supported` wheel tags (`cp311-cp311-manylinux_2_28_
+    x86_64`, ...; None: not known) can install the release: an sdist, or a wheel of one of
+    them. A release of wheels for other platforms only would cost a probe to say skip. Pure."""
+    if supported is None or not release.files:
+        return True
+    for name in release.files:
+        if not name.endswith(".whl"):
+            return True  # an sdist: it may build
+        try:
+            _, _, _, tags = parse_wheel_filename(name)
+        except InvalidWheelFilename:
+            continue
+        if any(str(t) in supported for t in tags):
+            return True
+    return False
 
 
 def between(releases: Iterable[Release], good: str, bad: str) -> list[Release]:
