@@ -399,6 +399,9 @@ def kills(work: Path, count: int, rng: random.Random) -> None:
                 {
                     "candidates": {"repo": str(repo), "good": shas[0], "bad": shas[-1]},
                     "server": {"command": sim(repo, launches), "ready_timeout": 60},
+                    # verdicts as facts: each commit once, so a second probe of one is a
+                    # finished probe repeated (the posterior search re-probes on purpose)
+                    "search": {"flake": 0},
                 }
             )
         )

@@ -486,7 +486,8 @@ def test_pyxis_mounts_the_probe_folder_and_the_worker_extension(tmp_path: Path) 
     assert srun.endswith(f"bash {here / 'node.sh'} 2>&1 |")
     node = (probe_dir / "node.sh").read_text()
     run = "python3 -m vllm.collect_env"  # on the node, inside the container, bounded
-    assert f"timeout 300 {run}; else {run}; fi > {here}/collect_env.txt" in node
+    assert f"timeout 300 {run}; else {run}; fi 2>&1; echo $? > {here}/collect_env.rc.part" in node
+    assert f"| head -c {4 * 2**20} > {here}/collect_env.txt" in node  # its output capped
 
 
 def test_a_job_that_is_ending_is_said_by_why_it_ended(tmp_path: Path) -> None:

@@ -186,6 +186,13 @@ def flag_groups(argv: Sequence[str]) -> tuple[list[str], dict[str, tuple[str, ..
     return head, flags
 
 
+def last_copy(name: str, words: tuple[str, ...]) -> tuple[str, ...]:
+    """A flag's last copy of its words (`--x 1 --x 2` → `--x 2`): what a store-type flag
+    takes, as argparse reads it. Pure."""
+    starts = [i for i, w in enumerate(words) if w == name or w.startswith(f"{name}=")]
+    return words[starts[-1] :] if starts else words
+
+
 def _is_number(word: str) -> bool:
     try:
         float(word)

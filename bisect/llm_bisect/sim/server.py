@@ -54,7 +54,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from ..delta import flag_groups
+from ..delta import flag_groups, last_copy
 from ..errors import ConfigError
 from . import model
 
@@ -485,9 +485,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-enable-prefix-caching", action="store_true")
     args, rest = parser.parse_known_args(argv)
     try:
-        _, extra = flag_groups(rest)
+        _, groups = flag_groups(rest)
     except ConfigError as exc:
         parser.error(str(exc))
+    extra = {name: last_copy(name, words) for name, words in groups.items()}  # as vLLM's
 
     settings: dict[str, Any] = {}
     if args.engine_file:
