@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -290,3 +291,14 @@ def test_an_index_page_that_trickles_is_bounded_too(monkeypatch: pytest.MonkeyPa
     with trickler() as url:
         raised = _ends(lambda: deps._fetch(url + "/simple/x/", "text/html"))
     assert isinstance(raised, ConfigError) and "ReadTimeout" in str(raised), raised
+
+
+def test_minus_infinity_is_read_as_vllm_writes_it_and_nan_stays_for_the_check() -> None:
+    """vLLM sends -9999.0 for probability 0 (serving_chat.py); a server sending -Infinity
+    once made `gate` an internal error. NaN is kept: the logprobs check names it."""
+    body = ('{"choices": [{"message": {"content": "4"}, "logprobs": {"content": ['
+            '{"token": "4", "logprob": -Infinity, "top_logprobs": ['
+            '{"token": "5", "logprob": NaN}]}]}}]}')  # fmt: skip
+    with sim(reply=body) as url, OpenAIClient(url) as client:
+        (step,) = client.chat("hi", max_tokens=4, logprobs=True, top_logprobs=1).steps
+    assert step.logprob == -9999.0 and math.isnan(step.top["5"])
