@@ -630,3 +630,17 @@ def test_check_on_what_lm_eval_wrote_says_one_line_and_a_nan_blocks_the_gate(
     doc = json.loads((out / "gate.json").read_text())
     (lm,) = [c for c in doc["probe"]["checks"] if c["name"] == "lm_eval"]
     assert "as no number (NaN or infinite)" in lm["evidence"], lm
+
+
+def test_a_document_given_twice_and_a_huge_integer_are_read_not_a_traceback(
+    tmp_path: Path,
+) -> None:
+    _samples(tmp_path, "arith", [True, False])
+    (samples,) = (tmp_path / "served").glob("samples_*")
+    line = {"doc_id": 0, "filter": "strict-match", "metrics": ["exact_match"],
+            "exact_match": None}  # fmt: skip
+    samples.write_text(samples.read_text() + json.dumps(line) + "\n")
+    (results,) = (tmp_path / "served").glob("results_*")
+    results.write_text('{"results": {"arith": {"exact_match,strict-match": 1' + "0" * 400 + "}}}")
+    (run,) = read_samples(tmp_path, ["arith"], None).values()
+    assert run.doc_ids == [0, 1] and run.not_numbers == [ARITH]

@@ -57,3 +57,21 @@ def test_a_clean_exit_expires_the_lease_at_once(leases: Path) -> None:
     owner = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            env=env, check=True).stdout.strip()  # fmt: skip
     assert lease.held(owner) is False
+
+
+def test_a_stopped_owner_in_this_namespace_is_alive_whatever_its_lease_says() -> None:
+    """Ctrl-Z, a paused VM: no renewal, yet the process lives; another llm-bisect on the host
+    must not take its servers (review of the lease change)."""
+    from llm_bisect.launchers.common import owner_label
+
+    proc = subprocess.Popen(["sleep", "600"])
+    try:
+        owner = owner_label(proc.pid)
+        lease.write(owner, time.time() - 5)  # lapsed, in this PID namespace
+        assert owner_alive(owner)
+        proc.kill()
+        proc.wait()
+        assert not owner_alive(owner)  # gone: reaped at once, no wait for the lease
+    finally:
+        proc.kill()
+        proc.wait()

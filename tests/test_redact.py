@@ -183,3 +183,12 @@ def test_the_guard_passes_at_most_its_cap_and_says_it_cut() -> None:
         b"[llm-bisect: output cut at 1000 bytes]\n"
     )
     assert len(out) < 1100
+
+
+def test_a_secret_with_a_brace_is_masked_as_the_server_gets_it() -> None:
+    """`{{` in a template is `{` once filled: the filled command once showed the key."""
+    names = argv_secret_names(["serve", "--api-key", "k{{9Zx-77q}}", "u", "https://a:AAAA1111@h/",
+                               "https://b:BBBB2222@h/"])  # fmt: skip
+    scrub = Scrub().with_secrets(names, names)
+    assert "9Zx" not in scrub.doc({"command": "serve --api-key 'k{9Zx-77q}'"})["command"]
+    assert names["a:AAAA1111"] != names["b:BBBB2222"]  # each login its own variable

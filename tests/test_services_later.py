@@ -229,3 +229,17 @@ def test_a_later_ref_older_than_the_bad_end_is_one_line_and_another_branch_is_no
     bad = source.resolve(h.shas[-1], "bad")
     found = resolve_later(["v0.27.1"], source.resolve, bad, source.is_ancestor)
     assert [(r, c.commit) for r, c in found] == [("v0.27.1", branch)]
+
+
+def test_unrelated_later_refs_are_ordered_by_their_instant_not_their_date_text() -> None:
+    """`%aI` keeps each author's zone: 10:00+01:00 is before 09:30+00:00."""
+    from llm_bisect.model import Candidate
+    from llm_bisect.services.later import resolve_later
+
+    refs = {
+        "v0.27.1": Candidate("1" * 40, date="2025-03-01T10:00:00+01:00"),
+        "v0.28.0": Candidate("2" * 40, date="2025-03-01T09:30:00+00:00"),
+    }
+    bad = Candidate("3" * 40)
+    found = resolve_later(["v0.28.0", "v0.27.1"], lambda r, _: refs[r], bad, lambda a, b: False)
+    assert [r for r, _ in found] == ["v0.27.1", "v0.28.0"]

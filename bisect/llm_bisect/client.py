@@ -240,8 +240,8 @@ class OpenAIClient:
         refuses the second; one that drops every request drops it too: a ServerFault either way.
         """
         what = f"{method} {path}"
-        deadline = time.monotonic() + self.timeout  # the whole request, every read included
         for attempt in range(2):
+            deadline = time.monotonic() + self.timeout  # the whole reply, every read included
             answered = False
             try:
                 with self._http.stream(method, path, **kwargs) as response:

@@ -737,17 +737,31 @@ def argv_secret_names(argv: Sequence[str]) -> dict[str, str]:
     from .redact import url_logins  # redact is pure and imports nothing of ours
 
     found: dict[str, str] = {}
+
+    def add(secret: str, variable: str) -> None:
+        """A variable of its own per secret (a second URL's login: `..._LOGIN_2`), the secret
+        as written in a template (`{{`) and as the server gets it (`{`)."""
+        if secret in found:
+            return
+        taken = set(found.values())
+        unique, n = variable, 1
+        while unique in taken:
+            n += 1
+            unique = f"{variable}_{n}"
+        for form in dict.fromkeys((secret, secret.replace("{{", "{").replace("}}", "}"))):
+            found.setdefault(form, unique)
+
     for i, word in enumerate(argv):
         name, eq, value = word.partition("=")
         flag = name if name.startswith("--") else ""
         if flag and eq and secret_flag(flag) and value:
-            found.setdefault(value, _variable(flag))
+            add(value, _variable(flag))
         elif flag and not eq and secret_flag(flag) and _value_after(argv, i):
-            found.setdefault(argv[i + 1], _variable(flag))
+            add(argv[i + 1], _variable(flag))
         before = argv[i - 1] if i and argv[i - 1].startswith("--") else "url"
         where, url = (flag, value) if flag and eq else (before, word)
         for secret, part in url_logins(url):
-            found.setdefault(secret, _variable(where, f"_{part}"))
+            add(secret, _variable(where, f"_{part}"))
     return found
 
 

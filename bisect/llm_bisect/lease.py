@@ -33,8 +33,9 @@ are reaped this long after it died, at most."""
 FOLDER = "~/.cache/llm-bisect/leases"
 """Where leases live (`LLM_BISECT_LEASES`): the user's cache, shared by the nodes of a
 cluster whose home folders are."""
-KEEP_EXPIRED_S = 7 * 86400.0
-"""Expired leases are deleted this long after they expired (their servers long reaped)."""
+KEEP_EXPIRED_S = 180 * 86400.0
+"""Expired leases are deleted this long after they expired: a run resumed later than that
+finds its old servers spared (no lease to read), so the window is long."""
 
 
 def lease_seconds() -> float:

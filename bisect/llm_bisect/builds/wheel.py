@@ -67,6 +67,8 @@ from ..redact import public_url, url_credentials
 from . import Build, ImageTarget, base_image_fits, run_logged
 
 INDEX_TIMEOUT_S = 30.0
+PAGE_DEADLINE_S = 4 * INDEX_TIMEOUT_S
+"""The whole of one index page (a big one, as torch's, on a slow link), past every read."""
 MAX_PAGE_BYTES = 32 * 2**20
 """The most of an index page read: a larger page is no wheel (never read whole)."""
 TAGS_SCRIPT = (
@@ -273,7 +275,7 @@ class WheelStrategy:
                 if declared.isdigit() and int(declared) > MAX_PAGE_BYTES:
                     return None, too_large
                 body = bytearray()
-                for chunk in within(reply.iter_bytes(), time.monotonic() + INDEX_TIMEOUT_S):
+                for chunk in within(reply.iter_bytes(), time.monotonic() + PAGE_DEADLINE_S):
                     body += chunk
                     if len(body) > MAX_PAGE_BYTES:
                         return None, too_large

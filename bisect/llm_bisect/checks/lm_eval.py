@@ -311,8 +311,12 @@ def _aggregates(results: Any, task: str) -> tuple[dict[str, float], list[str]]:
             continue
         if "_stderr" in k:
             continue
-        if math.isfinite(v):
-            numbers[k] = float(v)
+        try:
+            number = float(v)
+        except OverflowError:  # an integer of hundreds of digits: no metric
+            number = math.inf
+        if math.isfinite(number):
+            numbers[k] = number
         else:
             not_numbers.append(k)
     return numbers, not_numbers
@@ -374,9 +378,10 @@ def read_samples(
         first = f"{named[0] if named else ''},{lines[0].get('filter', 'none')}"
         chosen = metric or next(iter(aggregate), first)
         name, kind = _split(chosen)
-        picked = sorted(
-            (x["doc_id"], x[name]) for x in lines if x.get("filter", "none") == kind and name in x
-        )
+        by_doc = {  # a document given twice counts once (its last line)
+            x["doc_id"]: x[name] for x in lines if x.get("filter", "none") == kind and name in x
+        }
+        picked = sorted(by_doc.items(), key=lambda kv: kv[0])
         if not picked:
             raise HarnessError(
                 f"lm-eval wrote {where}: task {task!r} has no per-document {chosen!r} (its "

@@ -170,13 +170,13 @@ def owner_alive(label: str) -> bool:
     found = lease.read(label)
     if found is None:
         return True
-    if found.expires <= time.time():
-        return False
     host, _, rest = label.partition(":")
     pid, _, started = rest.partition(":")
-    if found.namespace != lease.namespace() or host != socket.gethostname():
-        return True  # its processes are not ours to see
-    return pid.isdigit() and started != "" and _start_time(int(pid)) == started
+    if found.namespace == lease.namespace() and host == socket.gethostname():
+        # its process is ours to see: it decides (a run stopped by Ctrl-Z or a paused VM
+        # renews nothing, yet lives)
+        return pid.isdigit() and started != "" and _start_time(int(pid)) == started
+    return found.expires > time.time()
 
 
 def reapable(owner: str, mine: bool) -> bool:

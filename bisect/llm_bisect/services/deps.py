@@ -78,7 +78,7 @@ def _fetch(url: str, accept: str) -> bytes:
             if reply.status_code != 200:
                 raise ConfigError(f"--index: {shown} answered HTTP {reply.status_code}")
             body = b""
-            for chunk in within(reply.iter_bytes(), time.monotonic() + INDEX_TIMEOUT_S):
+            for chunk in within(reply.iter_bytes(), time.monotonic() + 4 * INDEX_TIMEOUT_S):
                 body += chunk
                 if len(body) > MAX_PAGE_BYTES:
                     raise ConfigError(f"--index: {shown} is larger than {MAX_PAGE_BYTES >> 20} MiB")

@@ -20,6 +20,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -38,6 +39,15 @@ from ..terminal import printable
 JOURNAL = "later.jsonl"
 STORED = "later.json"
 VERSION = 1
+
+
+def _when(date: str) -> float:
+    """An ISO 8601 date with its offset as Unix time (`%aI` keeps each author's zone: the
+    strings do not sort); 0 where it does not read."""
+    try:
+        return datetime.fromisoformat(date).timestamp()
+    except ValueError:
+        return 0.0
 
 
 def resolve_later(
@@ -70,7 +80,8 @@ def resolve_later(
             return -1
         if is_ancestor(y.commit, x.commit):
             return 1
-        return (x.date > y.date) - (x.date < y.date)
+        a_at, b_at = _when(x.date), _when(y.date)
+        return (a_at > b_at) - (a_at < b_at)
 
     return sorted(found, key=functools.cmp_to_key(older_first))
 
