@@ -648,12 +648,22 @@ def expand_value(value: str, environ: Mapping[str, str], key: str) -> str:
     return _ENV_REF.sub(sub, value)
 
 
+def literal(text: str) -> str:
+    """Text as a template holds it to mean itself: its braces doubled (`fill` undoes it)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def filled_literal(text: str) -> str:
+    """What `fill` makes of a template's doubled braces (`{{` → `{`), placeholders aside."""
+    return text.replace("{{", "{").replace("}}", "}")
+
+
 def expand_template(template: str, environ: Mapping[str, str], key: str) -> str:
     """Expand `${VAR}` in a `{...}` template; the values' own braces stay literal."""
     parts = _ENV_REF.split(template)  # text, name, text, name, ..., text
     for i in range(1, len(parts), 2):
         value = expand_value("${" + parts[i] + "}", environ, key)
-        parts[i] = value.replace("{", "{{").replace("}", "}}")
+        parts[i] = literal(value)
     return "".join(parts)
 
 
@@ -748,7 +758,7 @@ def argv_secret_names(argv: Sequence[str]) -> dict[str, str]:
         while unique in taken:
             n += 1
             unique = f"{variable}_{n}"
-        for form in dict.fromkeys((secret, secret.replace("{{", "{").replace("}}", "}"))):
+        for form in dict.fromkeys((secret, filled_literal(secret))):
             found.setdefault(form, unique)
 
     for i, word in enumerate(argv):

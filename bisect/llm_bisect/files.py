@@ -4,6 +4,7 @@ A FIFO with no writer blocks `open` forever, and `/dev/zero` never ends; a path
 may name either, or a symlink to one. `read_capped` opens without blocking,
 refuses anything that is not a regular file, and reads at most `cap` bytes,
 so bad input is one line (an OSError naming why), never a hang or an OOM kill.
+What llm-bisect writes whole (documents, the golden) goes through `write_atomic`.
 """
 
 from __future__ import annotations
@@ -72,3 +73,21 @@ def head_text(path: Path, limit: int) -> str:
             return f.read(limit).decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one step (fsync'd first); where it cannot be written
+    (the disk full), nothing half-written is left (no `.tmp`) and the OSError goes on."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, exc.filename or str(path)) from exc
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

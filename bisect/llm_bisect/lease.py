@@ -83,13 +83,17 @@ def write(owner: str, expires: float, space: str | None = None) -> None:
     tmp.replace(path)
 
 
-def read(owner: str) -> Lease | None:
-    """An owner's lease; None where there is none to read."""
+def _read_file(path: Path) -> Lease | None:
     try:
-        lines = path_of(owner).read_text().splitlines()
+        lines = path.read_text().splitlines()
         return Lease(float(lines[0]), lines[1] if len(lines) > 1 else "")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def read(owner: str) -> Lease | None:
+    """An owner's lease; None where there is none to read."""
+    return _read_file(path_of(owner))
 
 
 def expires(owner: str) -> float | None:
@@ -155,9 +159,6 @@ def _prune() -> None:
     except OSError:
         return
     for path in entries:
-        try:
-            until = float(path.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        if until + KEEP_EXPIRED_S < now:
+        found = _read_file(path)
+        if found is not None and found.expires + KEEP_EXPIRED_S < now:
             path.unlink(missing_ok=True)

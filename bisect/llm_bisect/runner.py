@@ -15,7 +15,6 @@ is probed again (search.settle), into probes/<short>-2.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from .checks.golden import warnings as golden_warnings
 from .client import OpenAIClient
 from .clock import SYSTEM, Clock
 from .errors import BrokenGoodEnd, JournalError
+from .files import write_atomic as write_atomic  # services write through it
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
 from .launchers import Launcher, Server
 from .model import Candidate, ProbeOutcome, Regress, Verdict
@@ -53,24 +53,6 @@ class RunResult:
     answer: Answer
     result: ResultDocument
     out_dir: Path
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` in one step (fsync'd first); where it cannot be written
-    (the disk full), nothing half-written is left (no `.tmp`) and the OSError goes on."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise OSError(exc.errno, exc.strerror, exc.filename or str(path)) from exc
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def write_outputs(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import BrokenGoodEnd, ConfigError
-from ..files import read_capped
+from ..files import read_capped, write_atomic
 from ..fingerprint import Fingerprint
 from ..model import Threshold
 from ..redact import Scrub
@@ -273,16 +272,8 @@ def load(path: Path) -> Golden:
 def save(path: Path, golden: Golden, scrub: Scrub | None = None) -> None:
     """Write a golden atomically; every text passes through `scrub` (secrets, long texts)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     clean = (scrub or Scrub()).doc(golden.model_dump(mode="json"))
-    try:
-        tmp.write_text(json.dumps(clean, indent=1) + "\n", encoding="utf-8")
-        with tmp.open("rb") as f:
-            os.fsync(f.fileno())
-        tmp.replace(path)
-    except BaseException:  # the disk full: nothing half-written left
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(clean, indent=1) + "\n")
 
 
 def record(

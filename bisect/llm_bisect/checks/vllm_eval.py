@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 import yaml
 from pydantic import ConfigDict, Field, ValidationError
 
-from ..config import CheckBase, expanded_size
+from ..config import CheckBase, expanded_size, literal
 from ..errors import ConfigError
 from ..files import read_capped
 from ..kinds import CHECKS, CheckContext, CheckKind
@@ -168,7 +168,7 @@ def _words(line: str, where: str) -> list[str]:
         words = shlex.split(line)
     except ValueError as exc:
         raise ConfigError(f"{where}: 'server_args' cannot be split into words ({exc})") from None
-    return [w.replace("{", "{{").replace("}", "}}") for w in words]
+    return [literal(w) for w in words]
 
 
 def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
@@ -261,7 +261,7 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
             check["include_path"] = str((path.parent / own).absolute())
         for key, flag in _SERVER_FLAGS.items():
             if data.get(key) is not None:
-                args += [flag, str(data[key]).replace("{", "{{").replace("}", "}}")]
+                args += [flag, literal(str(data[key]))]
         for key, flag in _SERVER_SWITCHES.items():
             if data.get(key) is not None and _flag(data[key], key, here):
                 args.append(flag)
