@@ -26,9 +26,15 @@ AUTO = Policy()
 
 
 def brute(
-    n: int, seen: Mapping[int, Sequence[Verdict]], new: Verdict, policy: Policy
+    n: int,
+    seen: Mapping[int, Sequence[Verdict]],
+    new: Verdict,
+    policy: Policy,
+    trials: Sequence[tuple[int, str, Verdict]] = (),
 ) -> list[float]:
-    """P(c) for c = 0..n by enumerating hypotheses and rate pairs."""
+    """P(c) for c = 0..n by enumerating hypotheses and rate pairs; a trial's truth from the
+    commits its tree holds (the new end holds 1..n-1, the old end none; the change is in
+    the tree iff it holds commit c, or c = 0)."""
     inner = (1 - 2 * END_PRIOR) / (n - 1)
     prior = [END_PRIOR, *[inner] * (n - 1), END_PRIOR]
     weights = [0.0] * (n + 1)
@@ -44,6 +50,13 @@ def brute(
                     truly_new = i >= c
                     lie = lie_new if truly_new else lie_old
                     like *= (1 - lie) if (v is new) == truly_new else lie
+            for i, kind, v in trials:
+                if not 0 < i < n or v not in (Verdict.GOOD, Verdict.BAD):
+                    continue
+                held = set(range(1, n)) - {i} if kind == "revert" else {i}
+                truly_new = c == 0 or c in held
+                lie = lie_new if truly_new else lie_old
+                like *= (1 - lie) if (v is new) == truly_new else lie
             weights[c] += prior[c] * w * like
     total = sum(weights)
     return [x / total for x in weights]
@@ -77,6 +90,48 @@ def test_the_posterior_is_the_brute_force_one(
     assert sum(expected[c] for c in held) >= 0.9 - 1e-9
     smaller = sorted(expected, reverse=True)[: len(held) - 1]
     assert sum(smaller) < 0.9  # the fewest hypotheses that hold it
+
+
+@given(
+    histories,
+    st.lists(
+        st.tuples(
+            st.integers(0, 8),
+            st.sampled_from(["revert", "pick"]),
+            st.sampled_from([Verdict.GOOD, Verdict.BAD, Verdict.SKIP]),
+        ),
+        max_size=3,
+    ),
+    st.sampled_from([Verdict.BAD, Verdict.GOOD]),
+    st.sampled_from([None, 0.05]),
+)
+@settings(max_examples=300, deadline=None)
+def test_confirmation_trials_are_weighed_as_the_brute_force_posterior_weighs_them(
+    history: tuple[int, dict[int, list[Verdict]]],
+    trials: list[tuple[int, str, Verdict]],
+    new: Verdict,
+    flake: float | None,
+) -> None:
+    n, seen = history
+    policy = Policy(flake=flake)
+    belief = believe(n, seen, new, policy, trials=trials)
+    expected = brute(n, seen, new, policy, trials)
+    for c in range(n + 1):
+        assert math.isclose(belief.of(c), expected[c], abs_tol=1e-9), (c, seen, trials)
+        assert math.isclose(belief.cdf(c), sum(expected[: c + 1]), abs_tol=1e-9)
+
+
+def test_a_revert_that_stays_bad_takes_the_culprit_below_the_confidence() -> None:
+    """The search named 5 (4 good, 5 bad, each probed three times); reverting 5 from the bad
+    end stays bad: 5 no longer holds 0.99, and its neighbours gain. A good revert lifts it."""
+    seen = {0: [Verdict.GOOD], 4: [Verdict.GOOD] * 3, 5: [Verdict.BAD] * 3, 9: [Verdict.BAD]}
+    before = believe(10, seen, Verdict.BAD, AUTO)
+    assert before.of(5) >= 0.99
+    stays_bad = believe(10, seen, Verdict.BAD, AUTO, trials=[(5, "revert", Verdict.BAD)])
+    assert stays_bad.of(5) < 0.99
+    assert stays_bad.of(4) + stays_bad.of(6) > before.of(4) + before.of(6)
+    fixed = believe(10, seen, Verdict.BAD, AUTO, trials=[(5, "revert", Verdict.GOOD)])
+    assert fixed.of(5) > before.of(5)
 
 
 @given(histories, st.sampled_from([None, 0.1]), st.integers(1, 3))

@@ -190,8 +190,9 @@ def test_a_culprit_a_lie_made_is_not_confirmed_and_the_search_probes_on_to_the_r
     tmp_path: Path,
 ) -> None:
     # commit 16's first two starts serve the bad side: the search names 16 at 0.99; its
-    # revert does not fix the bad end, so the run probes on (ten times the evidence) and
-    # names 17, which its trials confirm. Exit 0 only then.
+    # revert does not fix the bad end, and that trial is weighed as evidence: 16's posterior
+    # falls, the search probes on and names 17, which its trials confirm. Exit 0 only then,
+    # and the confirmation says a verdict on the way was wrong, naming it.
     h = History(tmp_path, {17: "degenerate-content"}, 24)
     lie = ["--lie-on", f"{h.shas[16]}:2"]
     launches = tmp_path / "launches"
@@ -207,9 +208,14 @@ def test_a_culprit_a_lie_made_is_not_confirmed_and_the_search_probes_on_to_the_r
     doc = json.loads((out / "result.json").read_text())
     assert doc["status"] == "found" and doc["culprit"]["commit"] == h.shas[17]
     assert doc["confirmation"]["status"] == "confirmed"
-    assert "a verdict on the way may have lied" in result.output
-    assert doc["search"]["confidence"] == 0.999
+    assert "are weighed as evidence" in result.output
+    assert doc["search"]["confidence"] == 0.99
+    assert doc["search"]["evidence"] == [{"commit": h.shas[16], "kind": "revert", "verdict": "bad"}]
     assert any(d["commit"] == h.shas[16] for d in doc["search"]["disagreed"])
+    reason = doc["confirmation"]["reason"]
+    wrong = f"a verdict on the way was probably wrong ({h.shas[16][:12]} was probed again: "
+    assert wrong + "bad, bad, good" in reason, reason
+    assert "another regression" not in reason
 
 
 def test_a_second_regression_under_the_posterior_ends_ambiguous_not_found(
@@ -225,3 +231,48 @@ def test_a_second_regression_under_the_posterior_ends_ambiguous_not_found(
     assert doc["confirmation"]["status"] == "not-confirmed"
     assert "supports more than one step" in doc["message"]
     assert "supports more than one step" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_revert_trial_that_lies_is_outweighed_and_the_culprit_confirmed_on_new_starts(
+    tmp_path: Path,
+) -> None:
+    # the search names 5 with no lie; then the revert's own start lies (it serves the bad
+    # side). Its verdict is weighed: 5's posterior falls, 5 and its neighbour are probed
+    # again and hold, and the trials on new starts confirm 5: found, exit 0, and the
+    # confirmation says the first trial was the lie, not "another regression".
+    h = History(tmp_path, {5: "degenerate-content"}, 12)
+    code, output, doc, starts = run(h, tmp_path / "honest", search={"flake": "auto"},
+                                    localize={"enabled": False})  # fmt: skip
+    assert code == 0 and doc["confirmation"]["status"] == "confirmed", output
+    searched = len(doc["probes"])
+    assert starts[searched] not in h.shas  # the start after the search's is the revert's
+    launches = tmp_path / "launches"
+    config = h.config(
+        server={"command": [*sim_command(h.repo), "--launch-log", str(launches),
+                            "--lie-at", str(searched + 1)]},
+        checks=[{"type": "canary"}, {"type": "expect"}],
+        search={"flake": "auto"},
+        localize={"enabled": False},
+    )  # fmt: skip
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["status"] == "found" and doc["culprit"]["commit"] == h.shas[5]
+    assert doc["search"]["evidence"] == [{"commit": h.shas[5], "kind": "revert", "verdict": "bad"}]
+    assert len(doc["probes"]) > searched  # the search went on after the trial
+    reason = doc["confirmation"]["reason"]
+    assert doc["confirmation"]["status"] == "confirmed", reason
+    assert (
+        "not confirmed at first (revert bad" in reason
+        and "a first trial was probably wrong" in reason
+    )
+    assert "another regression" not in reason
+    report = (out / "report.md").read_text()
+    assert f"weighed as evidence: the revert of `{h.shas[5][:12]}` tested bad" in report
+    # `report DIR` rebuilds the same search section from the journal (its evidence included)
+    before = json.loads((out / "result.json").read_text())
+    (out / "result.json").unlink()
+    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
+    after = json.loads((out / "result.json").read_text())
+    assert after["search"] == before["search"]

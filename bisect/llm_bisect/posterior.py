@@ -23,6 +23,14 @@ posterior is a few numbers, whatever n is.
 
 Hypotheses that only never-tested candidates separate form one group (`groups`): no probe
 can tell them apart, and a group that holds the confidence is an ambiguous answer.
+
+Confirmation's trials are evidence too (`Trial`): the new end with candidate i taken back
+(`revert`) is truly new unless i is the culprit (or nothing changed); the old end with it
+made (`pick`) is truly new only if i is the culprit (or the old end was new already). Such
+a trial tells c = i from its neighbours, so i - 1 and i become segment edges:
+
+    revert of i     ... new  new | old | new  new ... | old (c = n)
+    hypotheses       c < i - 1     c = i   c > i
 """
 
 from __future__ import annotations
@@ -56,6 +64,32 @@ itself is probed again before the run says so."""
 
 
 @dataclass(frozen=True)
+class Trial:
+    """A confirmation trial as evidence (`services/confirm.py`): the new end with candidate
+    `commit` taken back (`revert`), or the old end with it made (`pick`), and its verdict."""
+
+    commit: str
+    kind: str
+    """`revert` or `pick`."""
+    verdict: Verdict
+
+    def to_json(self) -> dict[str, str]:
+        return {"commit": self.commit, "kind": self.kind, "verdict": self.verdict.value}
+
+    @classmethod
+    def from_json(cls, data: object) -> Trial:
+        """The trial to_json wrote; ValueError for anything else."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"trial {data!r} is not a mapping")
+        commit, kind, verdict = data.get("commit"), data.get("kind"), data.get("verdict")
+        if not isinstance(commit, str) or kind not in ("revert", "pick"):
+            raise ValueError(f"trial {data!r} names no commit, or no revert or pick")
+        if verdict not in (Verdict.GOOD.value, Verdict.BAD.value):
+            raise ValueError(f"trial verdict {verdict!r} is not good or bad")
+        return cls(commit, str(kind), Verdict(verdict))
+
+
+@dataclass(frozen=True)
 class Rates:
     """How often a verdict lies, by what the build truly is."""
 
@@ -78,6 +112,8 @@ class Policy:
     """The most probes of one search (None: `budget(n)`)."""
     batch: str = "joint"
     """k slots: `joint` (the batch of greatest information together) or `quantiles`."""
+    evidence: tuple[Trial, ...] = ()
+    """Confirmation trials weighed with the verdicts (a culprit that was not confirmed)."""
 
     @property
     def exact(self) -> bool:
@@ -94,13 +130,16 @@ class Policy:
         return self.max_probes if self.max_probes is not None else budget(n)
 
     def to_json(self) -> dict[str, object]:
-        """As the journal and result.json hold it."""
-        return {
+        """As the journal and result.json hold it (`evidence` only where there is some)."""
+        data: dict[str, object] = {
             "flake": "auto" if self.flake is None else self.flake,
             "confidence": self.confidence,
             "max_probes": self.max_probes,
             "batch": self.batch,
         }
+        if self.evidence:
+            data["evidence"] = [t.to_json() for t in self.evidence]
+        return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Policy:
@@ -119,11 +158,15 @@ class Policy:
             raise ValueError(f"max_probes {max_probes!r} is not a count")
         if batch not in ("joint", "quantiles"):
             raise ValueError(f"batch {batch!r} is not joint or quantiles")
+        evidence = data.get("evidence", [])
+        if not isinstance(evidence, list):
+            raise ValueError(f"evidence {evidence!r} is not a list")
         return cls(
             None if flake == "auto" else float(flake),
             confidence,
             max_probes,
             str(batch),
+            tuple(Trial.from_json(t) for t in evidence),
         )
 
 
@@ -244,6 +287,14 @@ class Belief:
         return tuple(sorted(taken))
 
 
+def _trial_new(kind: str, i: int, first: int, last: int, n: int) -> bool:
+    """Whether a `kind` trial of candidate i is truly new-state under the hypotheses
+    first..last (a segment over which it does not change: `believe` makes i - 1 and i edges)."""
+    if kind == "revert":  # the new end without i: new while a change other than i remains
+        return not (first == last == i) and last < n
+    return first == last == i or last == 0  # pick: the old end with i
+
+
 def believe(
     n: int,
     seen: Mapping[int, Sequence[Verdict]],
@@ -251,11 +302,14 @@ def believe(
     policy: Policy,
     weights: Sequence[float] | None = None,
     old_end_known: bool = False,
+    trials: Sequence[tuple[int, str, Verdict]] = (),
 ) -> Belief:
     """The posterior from every probe of each candidate 0..n-1 (`seen`); `new`: the verdict of
     the new state (bad when looking for a regression). `weights`: prior weights of the
     candidates 1..n-1 (default uniform: the hook for weights by touched paths).
-    `old_end_known`: the old end is taken as old (an untested merge base), c = 0 ruled out."""
+    `old_end_known`: the old end is taken as old (an untested merge base), c = 0 ruled out.
+    `trials`: confirmation trials (candidate index, `revert` or `pick`, verdict) weighed with
+    the probes; one of candidate 0 tells nothing and is left out."""
     inner = list(weights) if weights is not None else [1.0] * (n - 1)
     if len(inner) != n - 1:
         raise ValueError("one prior weight per candidate between the ends")
@@ -270,9 +324,13 @@ def believe(
         shown_old = sum(1 for v in verdicts if v in (Verdict.GOOD, Verdict.BAD) and v is not new)
         if shown_new or shown_old:
             counts[i] = (shown_new, shown_old)
-    cuts = tuple(sorted(counts))
+    weighed = [
+        (i, kind, v) for i, kind, v in trials if 0 < i < n and v in (Verdict.GOOD, Verdict.BAD)
+    ]
+    edges = {e for i, _, _ in weighed for e in (0, i - 1, i, n - 1)}
+    cuts = tuple(sorted({*counts, *edges}))
     grid = policy.grid()
-    obs = [counts[i] for i in cuts]
+    obs = [counts.get(i, (0, 0)) for i in cuts]
     seg_first = [cuts[j - 1] + 1 if j > 0 else 0 for j in range(len(cuts) + 1)]
     seg_last = [cuts[j] if j < len(cuts) else n for j in range(len(cuts) + 1)]
     seg_prior = [_log(cum[b + 1] - cum[a]) for a, b in zip(seg_first, seg_last, strict=True)]
@@ -294,7 +352,13 @@ def believe(
         head, row = 0.0, []
         lw = _log(weight)
         for j in range(len(cuts) + 1):
-            row.append(lw + seg_prior[j] + head + tail[j])
+            told = 0.0
+            for i, kind, v in weighed:
+                if _trial_new(kind, i, seg_first[j], seg_last[j], n):
+                    told += ln_ok if v is new else ln_lie
+                else:
+                    told += lo_lie if v is new else lo_ok
+            row.append(lw + seg_prior[j] + head + tail[j] + told)
             if j < len(cuts):
                 head += as_old[j]
         per_rate.append(row)

@@ -353,6 +353,7 @@ def posterior_batch(
     prefer: frozenset[int] = frozenset(),
     running: frozenset[int] = frozenset(),
     old_end_known: bool = False,
+    trials: Sequence[tuple[int, str, Verdict]] = (),
 ) -> list[int] | Outcome:
     """Up to `k` indices to probe now besides those `running`, or the Outcome, when verdicts
     may lie (posterior.py): every probe of each index counts, a candidate may be probed
@@ -361,7 +362,8 @@ def posterior_batch(
     The ends go first (each is the evidence of its side); an end that cannot be tested ends
     the search as today. A candidate no probe could test leaves the pool; hypotheses only
     such candidates separate are one group (an ambiguous answer). `old_end_known`: index 0
-    (an untested merge base) is taken as old-state. An empty list: wait for a running probe.
+    (an untested merge base) is taken as old-state. `trials`: confirmation trials weighed
+    too (posterior.believe). An empty list: wait for a running probe.
     """
     if n < 2:
         raise ValueError("a search needs at least the two ends")
@@ -380,7 +382,7 @@ def posterior_batch(
     if waiting:
         return waiting[:k]
     pool = frozenset(range(n)) - untestable - (frozenset({0}) if old_end_known else frozenset())
-    belief = believe(n, tested, new, policy, old_end_known=old_end_known)
+    belief = believe(n, tested, new, policy, old_end_known=old_end_known, trials=trials)
     spent = sum(len(seen) for seen in history.values())
     decision = decide(belief, policy, new, pool, spent, k, running, prefer)
     if decision.probes:
@@ -488,7 +490,7 @@ def left_of(
     if not policy.exact:
         mine = {index[c]: [v for v in seen if not _untestable(v)]
                 for c, seen in history.items() if c in index}  # fmt: skip
-        belief = believe(n, mine, plan.mode.new_state, policy)
+        belief = believe(n, mine, plan.mode.new_state, policy, trials=_trials(plan, policy))
         size = len(belief.credible(policy.confidence))
         return size, (math.ceil(math.log2(size)) if size > 1 else 0) + 1
     settled = settle({index[c]: v for c, v in history.items() if c in index}, plan.mode, reprobe)
@@ -761,6 +763,12 @@ def _indices(plan: Plan, commits: frozenset[str]) -> frozenset[int]:
     return frozenset(index[c] for c in commits if c in index)
 
 
+def _trials(plan: Plan, policy: Policy) -> list[tuple[int, str, Verdict]]:
+    """The policy's confirmation trials by candidate index (those of another range left out)."""
+    index = {c.commit: i for i, c in enumerate(plan.sequence)}
+    return [(index[t.commit], t.kind, t.verdict) for t in policy.evidence if t.commit in index]
+
+
 def plan_step(
     plan: Plan,
     verdicts: Seen,
@@ -823,6 +831,7 @@ def plan_batch(
             _indices(plan, prefer),
             _indices(plan, running),
             old_end_known=view.base is not None,
+            trials=_trials(plan, policy),
         )
         if isinstance(found, Outcome):
             return _answer(plan, found, view)

@@ -274,9 +274,20 @@ class Rates(_Doc):
     """A bad build's verdict reads good."""
 
 
-class SearchDoc(_Doc):
+class TrialDoc(_Doc):
+    """A confirmation trial the search weighed as evidence (a culprit not confirmed)."""
+
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    """The culprit the trial took back (`revert`, from the bad end) or made (`pick`)."""
+    kind: Literal["revert", "pick"]
+    verdict: Literal["good", "bad"]
+
+
+class SearchDoc(_Doc, AddedLater):
     """The posterior search (`search.flake` other than 0): how verdicts were weighed, and
     how sure the answer is."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("evidence",)
 
     flake: float | Literal["auto"]
     """The lie rate the search assumed; `auto`: learnt from the run's verdicts."""
@@ -300,6 +311,9 @@ class SearchDoc(_Doc):
     """Probes the search spent."""
     settle: list[str] = Field(default_factory=list)
     """When ambiguous: the candidates probing next would tell most about."""
+    evidence: list[TrialDoc] = Field(default_factory=list)
+    """Confirmation trials weighed with the verdicts: a culprit named earlier and not
+    confirmed (its revert stayed bad) lowered its own posterior, and the search went on."""
 
 
 class ResultDocument(_Doc, AddedLater):

@@ -429,6 +429,11 @@ def _confidence(doc: ResultDocument) -> list[str]:
             f"- disagreed: `{commit[:12]}` tested {said[0].verdict.value} {len(said)} time(s) "
             f"(its probes: {', '.join(v.value for v in said[0].verdicts)})"
         )
+    for trial in found.evidence:
+        lines.append(
+            f"- weighed as evidence: the {trial.kind} of `{trial.commit[:12]}` tested "
+            f"{trial.verdict} (a culprit's confirmation trial: it was not confirmed)"
+        )
     if found.settle:
         lines += [
             "",

@@ -25,6 +25,7 @@ from .documents import (
     SearchDoc,
     Sides,
     Step,
+    TrialDoc,
 )
 
 
@@ -168,6 +169,7 @@ def search_doc(answer: Answer, probes: Sequence[ProbeOutcome], policy: Policy) -
         ),
         probes=sure.probes,
         settle=list(sure.settle),
+        evidence=[TrialDoc.model_validate(t.to_json()) for t in policy.evidence],
     )
 
 

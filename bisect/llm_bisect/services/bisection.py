@@ -9,13 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import FastConfig, argv_secrets, config_digest, secret_names
-from ..model import Candidate, ProbeOutcome, Regress
+from ..model import Candidate, ProbeOutcome, Regress, Verdict
 from ..outdir import hold
 from ..pins import commit_bumps
-from ..posterior import Policy
+from ..posterior import Policy, Trial
 from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..redact import redact
-from ..report.documents import BumpDoc, FastDoc, ResultDocument
+from ..report.documents import BumpDoc, Confirmation, FastDoc, ResultDocument
 from ..runner import RunResult, run, write_outputs, write_probe
 from ..search import Status
 from .confirm import confirm, continue_after
@@ -139,15 +139,20 @@ def _bisect(
                 note = progress.note if progress is not None else (lambda _: None)
                 found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
                 policy = config.search.policy
-                if found is not None and found.status == "not-confirmed" and not policy.exact:
-                    # a verdict on the way may have lied: ten times the evidence, then again
-                    stricter = replace(policy, confidence=1 - (1 - policy.confidence) / 10)
-                    note(
-                        "confirm: not confirmed; probing on until the posterior reaches "
-                        f"{stricter.confidence:g} (a verdict on the way may have lied)"
-                    )
-                    was = done.answer.culprit
-                    done = search(stricter)
+                was = done.answer.culprit
+                if (
+                    found is not None
+                    and found.status == "not-confirmed"
+                    and not policy.exact
+                    and was is not None
+                ):
+                    # the trials are evidence like any probe: the culprit's posterior falls,
+                    # the search goes on where it now points, and confirms what it then names
+                    # on new starts (a first trial that lied is not reused)
+                    weighed = _weigh(policy, found, was.commit)
+                    note(f"confirm: not confirmed; {_weighing(weighed, policy)}")
+                    first_look = found
+                    done = search(weighed)
                     if decorate is not None:
                         done.result = write_outputs(out_dir, decorate(done.result), s.scrub)
                     found = confirm(
@@ -155,6 +160,10 @@ def _bisect(
                     )
                     if found is not None and found.status == "not-confirmed":
                         done = _unconfirmed(done, found.reason, was == done.answer.culprit, s)
+                    elif found is not None and found.status == "confirmed":
+                        why = _second_look(done, was, first_look)
+                        note(f"confirm: {why}")
+                        found = found.model_copy(update={"reason": f"{found.reason}; {why}"})
                 if found is not None:
                     confirmed = done.result.model_copy(update={"confirmation": found})
                     done.result = write_outputs(out_dir, confirmed, s.scrub)
@@ -206,14 +215,67 @@ def _bisect(
         return done
 
 
+def _weigh(policy: Policy, found: Confirmation, culprit: str) -> Policy:
+    """The search policy with a confirmation's trials as evidence: each trial that ran a
+    probe of its own (a reused tree's verdict is one of the run's probes already). Where
+    there is none, ten times the evidence instead (a verdict on the way may have lied)."""
+    trials = tuple(
+        Trial(culprit, t.kind, Verdict(t.verdict))
+        for t in found.probes
+        if t.verdict is not None and t.reused is None
+    )
+    if not trials:
+        return replace(policy, confidence=1 - (1 - policy.confidence) / 10)
+    return replace(policy, evidence=(*policy.evidence, *trials))
+
+
+def _weighing(weighed: Policy, policy: Policy) -> str:
+    """What the search does after a culprit was not confirmed, for a person."""
+    if weighed.evidence == policy.evidence:
+        return (
+            f"probing on until the posterior reaches {weighed.confidence:g} "
+            "(a verdict on the way may have lied)"
+        )
+    said = ", ".join(
+        f"{t.kind} {t.verdict.value}" for t in weighed.evidence[len(policy.evidence) :]
+    )
+    return (
+        f"its trials ({said}) are weighed as evidence and the search goes on where the "
+        "posterior now points"
+    )
+
+
+def _second_look(done: RunResult, was: Candidate, first: Confirmation) -> str:
+    """Why a culprit not confirmed at first is confirmed now: a verdict on the way lied (the
+    search moved), or the first trial did (the culprit held, its trials now agree)."""
+    trials = ", ".join(f"{t.kind} {t.verdict}" for t in first.probes if t.verdict is not None)
+    culprit = done.answer.culprit
+    if culprit is not None and culprit.commit != was.commit:
+        search = done.result.search
+        shown = "; ".join(
+            f"{d.commit[:12]} was probed again: {', '.join(v.value for v in d.verdicts)}"
+            for d in ({d.commit: d for d in search.disagreed}.values() if search else ())
+        )
+        return (
+            f"{was.short} was named first and not confirmed ({trials}): a verdict on the way "
+            f"was probably wrong ({shown or 'its neighbours were probed again'})"
+        )
+    return (
+        f"not confirmed at first ({trials}); its own verdicts held when probed again and the "
+        "trials on new starts confirm it: a first trial was probably wrong"
+    )
+
+
 def _unconfirmed(done: RunResult, reason: str, held: bool, s: Setup) -> RunResult:
-    """A culprit its confirmation does not bear out, after the stricter search: ambiguous,
-    never `found` with exit 0. `held`: the stricter search named the same culprit."""
+    """A culprit its confirmation does not bear out, after its trials were weighed and the
+    search went on: ambiguous, never `found` with exit 0. `held`: the search named the same
+    culprit again (its verdicts held: the evidence supports two steps)."""
     sure = done.answer.sure
     p = f" (posterior {sure.posterior:.4f})" if sure is not None else ""
     why = (
-        f"the culprit's own verdicts held when probed again{p}, so the evidence supports "
-        "more than one step (`confirm: continue` bisects what remains)"
+        f"another regression lies after it: the culprit's own verdicts held when probed "
+        f"again{p}, so the evidence supports more than one step (`confirm: continue` "
+        "bisects what remains)"
         if held
         else f"the search probed on and named another culprit{p}, which is not confirmed either"
     )
