@@ -16,6 +16,7 @@ from typing import Any
 from helpers import History, live_processes, probe_order, wait_until
 from llm_bisect.journal import Journal, read_events
 from llm_bisect.model import ProbeOutcome, Verdict
+from llm_bisect.runner import pick_slot
 from test_cli import held_history, invoke, launched
 
 
@@ -245,3 +246,43 @@ def test_a_start_that_lies_is_outvoted_and_the_report_names_the_verdict(tmp_path
     assert again["search"]["confidence"] == 0.999 and again["search"]["posterior"] >= 0.999
     assert again["culprit"]["commit"] == h.shas[17]
     assert live_processes(str(h.repo)) == []
+
+
+def test_a_probe_starts_on_a_free_slot_that_has_not_probed_its_candidate() -> None:
+    assert pick_slot(1, set(), set()) == 0
+    assert pick_slot(1, set(), {0}) == 0  # one slot: a re-probe has no other
+    assert pick_slot(2, set(), {0}) == 1
+    assert pick_slot(3, {1}, {0}) == 2
+    assert pick_slot(2, {1}, {0}) == 0  # the other is busy: the same slot, a new server
+    assert pick_slot(4, set(), set()) == 0
+
+
+def test_a_re_probe_goes_to_another_slot_where_one_is_free(tmp_path: Path) -> None:
+    """Two slots, the third start lies, verdicts weighed: its candidate is probed again, and
+    every re-probe that found a slot free other than those that probed its candidate before
+    ran there (replayed from the journal's events)."""
+    h = History(tmp_path, {17: "degenerate-reasoning"}, 24)
+    launches = tmp_path / "launches"
+    command = [*h.config_command(), "--launch-log", str(launches), "--lie-at", "3"]
+    config = h.config(server={"command": command, "ready_timeout": 60}, parallel=2,
+                      search={"flake": "auto"}, localize={"enabled": False})  # fmt: skip
+    out = tmp_path / "out"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    assert json.loads((out / "result.json").read_text())["culprit"]["commit"] == h.shas[17]
+    busy: dict[int, str] = {}
+    tried: dict[str, set[int]] = {}
+    again = 0
+    for e in read_events(out / "journal.jsonl"):
+        if e["event"] == "probe-start":
+            before = tried.get(e["commit"], set())
+            elsewhere = set(range(2)) - set(busy) - before
+            if before:
+                again += 1
+                assert not elsewhere or e["slot"] in elsewhere, (e, busy, before)
+            busy[e["slot"]] = e["commit"]
+        elif e["event"] in ("probe", "probe-cancel") and "slot" in e:
+            commit = busy.pop(e["slot"])
+            if e["event"] == "probe":
+                tried.setdefault(commit, set()).add(e["slot"])
+    assert again >= 1  # the lying start's candidate, at least

@@ -158,12 +158,13 @@ def _caveats(doc: ResultDocument) -> list[str]:
 
 
 def _verdicts_where(doc: ResultDocument, retest: Retest) -> list[str]:
-    """Each verdict of a build probed again, with the node that gave it where probes record
-    one: a node whose probes disagree with the others' shows."""
+    """Each verdict of a build probed again, with the node that gave it where its probes ran
+    on more than one: a node whose verdicts disagree with the others' shows."""
     probes = [p for p in doc.probes if p.commit == retest.commit]
-    if len(probes) != len(retest.verdicts) or not any(p.fingerprint.node for p in probes):
+    nodes = [p.fingerprint.node for p in probes]
+    if len(probes) != len(retest.verdicts) or not all(nodes) or len(set(nodes)) < 2:
         return [v.value for v in retest.verdicts]
-    return [f"{p.verdict.value} (on {esc.text(p.fingerprint.node or '?')})" for p in probes]
+    return [f"{p.verdict.value} (on {esc.text(p.fingerprint.node)})" for p in probes]
 
 
 def _flaky_said(doc: ResultDocument) -> str:
