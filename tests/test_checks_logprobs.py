@@ -18,8 +18,8 @@ from llm_bisect.checks.golden import (
     LogprobsSection,
     Sections,
 )
-from llm_bisect.checks.logprobs import LogprobsCheck, LogprobsDetails
-from llm_bisect.client import ChatReply
+from llm_bisect.checks.logprobs import LogprobsCheck, LogprobsConfig, LogprobsDetails
+from llm_bisect.client import SEED, ChatReply
 from llm_bisect.model import Step
 from llm_bisect.report.documents import ResultDocument
 
@@ -170,3 +170,33 @@ def test_a_bisection_onto_nan_logprobs_names_them_and_its_documents_read_back(
     assert code == 0 and f"found: {h.shas[5]}" in again, again
     code, resumed = cli_bounded("run", str(h.config()), "--out", str(out))
     assert code == 0 and f"found: {h.shas[5]}" in resumed, resumed
+
+
+def test_every_request_is_greedy_and_seeded_and_the_logprobs_check_asks_one_at_a_time(
+    tmp_path: Path, history: Any
+) -> None:
+    """What the simulated server received, request by request: chat and completions (the
+    teacher-forced prompt_logprobs included) at temperature 0 with the client's seed, and the
+    logprobs check's requests each alone in flight (canary, expect and eval send theirs
+    concurrently)."""
+    h = history({}, n=2)
+    log = tmp_path / "requests.jsonl"
+    server = {"command": [*h.config_command(), "--request-log", str(log)]}
+    checks = [{"type": "canary"}, {"type": "logprobs"}, {"type": "eval", "limit": 8}]
+    config = h.config(server=server, checks=checks)
+    code, said = cli_bounded("golden", str(config), "--candidate", h.shas[0],
+                             "-o", str(tmp_path / "golden.json"))  # fmt: skip
+    assert code == 0, said
+    config = h.config(server=server, golden=str(tmp_path / "golden.json"), checks=checks)
+    code, said = cli_bounded("check", str(config), "--candidate", h.shas[1],
+                             "--out", str(tmp_path / "out"))  # fmt: skip
+    assert code == 0, said
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    asked = [r for r in seen if r["path"] in ("/v1/chat/completions", "/v1/completions")]
+    assert {r["path"] for r in asked} == {"/v1/chat/completions", "/v1/completions"}
+    for r in asked:
+        assert r["body"]["temperature"] == 0 and r["body"]["seed"] == SEED, r
+    logprobs = [r for r in asked if r["body"].get("logprobs") or "prompt_logprobs" in r["body"]]
+    assert any("prompt_logprobs" in r["body"] for r in logprobs)  # teacher forcing was asked
+    assert len(logprobs) >= 2 * len(LogprobsConfig(type="logprobs").prompts)  # record + run
+    assert [r["in_flight"] for r in logprobs] == [1] * len(logprobs)

@@ -537,3 +537,14 @@ def test_the_engine_cache_dir_expands_variables_and_is_no_file(tmp_path: Path) -
         with_engine_cache(config, {}, tmp_path, {"SCRATCH": str(tmp_path / "s")})
     with pytest.raises(ConfigError, match=r"\$\{SCRATCH\} is not set"):
         with_engine_cache(config, {}, tmp_path, {})
+
+
+def test_batch_invariant_is_a_server_variable_and_part_of_the_digest() -> None:
+    """It can change verdicts (logprobs move with the kernels): a run under it is another
+    config's; off, it adds nothing and the digest is the one before the key existed."""
+    on = parse_config({**base(), "probe": {"batch_invariant": True}})
+    assert on.probe.server_env == {"VLLM_BATCH_INVARIANT": "1"}
+    assert parse_config(base()).probe.server_env == {}
+    assert config_digest(on) != config_digest(parse_config(base()))
+    off = parse_config({**base(), "probe": {"batch_invariant": False}})
+    assert config_digest(off) == config_digest(parse_config(base()))

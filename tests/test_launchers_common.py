@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llm_bisect.launchers.common import LINE_CHARS, SCAN_BYTES, tail
+import pytest
+
+from llm_bisect.launchers.common import LINE_CHARS, SCAN_BYTES, placement_facts, tail
 
 REASON = "RuntimeError: CUDA error: an illegal memory access was encountered"
 
@@ -38,3 +40,21 @@ def test_the_tail_is_bounded_and_masks_secrets(tmp_path: Path) -> None:
     found = tail(log, 20, ["hf_SecretValue"])
     assert "hf_SecretValue" not in found and "error: token *** refused" in found
     assert len(found) <= 21 * (LINE_CHARS + 40)
+
+
+@pytest.mark.parametrize(
+    ("value", "asked"),
+    [
+        ("1", True),
+        ("2", True),
+        (" 1 ", True),
+        ("0", False),
+        ("", False),
+        ("true", False),
+        ("-0", False),
+    ],
+)
+def test_batch_invariance_is_recorded_where_vllm_would_read_it_on(value: str, asked: bool) -> None:
+    """vllm/envs.py: bool(int(os.getenv("VLLM_BATCH_INVARIANT", "0"))); `true` fails there."""
+    facts = placement_facts("gpu-01", {"VLLM_BATCH_INVARIANT": value} if value else {})
+    assert facts == {"node": "gpu-01", **({"batch_invariant": True} if asked else {})}

@@ -803,7 +803,7 @@ def test_each_slot_on_one_engine_gets_its_own_gpus(
     cfg = DockerServerConfig.model_validate(sim_server(f"{repo_name}:gpus", gpus="all"))
     launcher = DockerLauncher(
         cfg,
-        env={},
+        env={"VLLM_BATCH_INVARIANT": "1"},  # probe.batch_invariant
         secret_names=[],
         base_dir=tmp_path,
         run_id="gpus",
@@ -820,7 +820,10 @@ def test_each_slot_on_one_engine_gets_its_own_gpus(
         assert "--gpus '\"device=4,5,6,7\"'" in run_line(spec, f"{repo_name}:gpus", [])
     finally:
         container.remove(force=True)
-    assert server.fingerprint()["devices"] == ["4", "5", "6", "7"]
+    assert spec["environment"]["VLLM_BATCH_INVARIANT"] == "1"
+    facts = server.fingerprint()
+    assert facts["devices"] == ["4", "5", "6", "7"]
+    assert facts["node"] == socket.gethostname() and facts["batch_invariant"] is True  # local
     server.stop()
     launcher.close()
 

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from helpers import live_processes, wait_until
+from helpers import cli_bounded, live_processes, wait_until
 from llm_bisect.errors import LaunchError, NotReady, ServerExited
 from llm_bisect.launchers.common import PortBook
 from llm_bisect.launchers.process import ProcessLauncher
 from llm_bisect.model import Candidate
+from llm_bisect.report.documents import ResultDocument
 
 COMMIT = "ab" * 20
 OTHER = "cd" * 20
@@ -202,3 +205,35 @@ def test_slots_get_their_own_devices_and_ports(tmp_path: Path) -> None:
     assert second.argv[-2:] == ["--devices", "2,3"]
     assert second.fingerprint()["devices"] == ["2", "3"]
     second.stop()
+
+
+def test_batch_invariance_reaches_every_server_and_each_probe_records_it_and_its_node(
+    tmp_path: Path, history: Any
+) -> None:
+    """`probe.batch_invariant` sets VLLM_BATCH_INVARIANT=1 in the server's environment; each
+    probe's fingerprint says it was asked, where it ran, and whether the build's startup log
+    said it does not know the variable (these builds up to the change are older than it)."""
+    h = history(
+        {2: "garbled-math"},
+        n=3,
+        settings={"print_env": ["VLLM_BATCH_INVARIANT"], "unknown_env": ["VLLM_BATCH_INVARIANT"]},
+        changes={2: {"unknown_env": []}},
+    )
+    config = h.config(checks=[{"type": "expect"}], probe={"batch_invariant": True})
+    out = tmp_path / "out"
+    code, said = cli_bounded("run", str(config), "--out", str(out))
+    assert code == 0 and f"found: {h.shas[2]}" in said, said
+    doc = ResultDocument.model_validate_json((out / "result.json").read_bytes())
+    here = socket.gethostname()
+    for p in doc.probes:
+        assert (p.fingerprint.node, p.fingerprint.batch_invariant) == (here, True), p.commit
+        log = (out / "probes" / p.commit[:12] / "server.log").read_text()
+        assert "sim: VLLM_BATCH_INVARIANT=1" in log
+    old, new = doc.probe_of(h.shas[1]), doc.probe_of(h.shas[2])
+    assert old is not None and new is not None
+    assert old.fingerprint.kernels["unknown_env"] == "VLLM_BATCH_INVARIANT"
+    assert "unknown_env" not in new.fingerprint.kernels
+    report = (out / "report.md").read_text()
+    assert "| seconds | node |" in report and f"| {here} |" in report
+    assert "| batch_invariant | True | True |" in report  # the builds compared
+    assert "**⚠ kernels.unknown_env**" in report

@@ -414,9 +414,14 @@ def test_collect_env_and_the_gpus_come_from_the_allocated_node(
 ) -> None:
     """The job runs collect_env and nvidia-smi on its node (a stand-in first on the node's
     PATH, which this submit host's own PATH lacks) beside the server: the report shows the
-    culprit's torch bump and the node's GPUs."""
+    culprit's torch bump and the node's GPUs; each probe records its node, and the job's
+    server got `probe.batch_invariant`'s variable."""
     h = History(
-        tmp_path, {2: "degenerate-content"}, 2, changes={2: {"packages": {"torch": "2.14.0"}}}
+        tmp_path,
+        {2: "degenerate-content"},
+        2,
+        changes={2: {"packages": {"torch": "2.14.0"}}},
+        settings={"print_env": ["VLLM_BATCH_INVARIANT"]},
     )
     smi = stand_in_smi(tmp_path / "node-bin")
     collect = [sys.executable, "-m", "llm_bisect.sim.collect_env", "--repo", str(h.repo)]
@@ -436,11 +441,17 @@ def test_collect_env_and_the_gpus_come_from_the_allocated_node(
         },
         checks=[{"type": "canary"}, {"type": "expect"}],
         localize=False,
+        probe={"batch_invariant": True},
     )
     out = tmp_path / "out"
     code, output = invoke("run", str(config), "--out", str(out))
     assert code == 0, output
     result = json.loads((out / "result.json").read_text())
+    for p in result["probes"]:
+        facts = p["fingerprint"]
+        assert facts["node"] == facts["slurm"]["nodes"] and facts["batch_invariant"] is True
+        log = (out / "probes" / p["commit"][:12] / "server.log").read_text()
+        assert "sim: VLLM_BATCH_INVARIANT=1" in log
     old, new = (result["fingerprints"][side]["collect_env"] for side in ("old", "new"))
     assert old["torch"] == "2.13.0+cu130" and new["torch"] == "2.14.0", new
     assert new["gpu_models"] == "2 x NVIDIA H100 80GB HBM3 (81559 MiB)" and new["gpu_count"] == "2"

@@ -22,7 +22,7 @@ from helpers import (
     printed_commands,
     shell_words,
 )
-from llm_bisect.fingerprint import parse_startup_log
+from llm_bisect.fingerprint import Fingerprint, parse_startup_log
 from llm_bisect.journal import Span
 from llm_bisect.model import Candidate, CheckResult, ProbeOutcome, Verdict
 from llm_bisect.report.documents import ResultDocument
@@ -481,3 +481,31 @@ def test_the_server_command_shows_its_environment_with_values_but_secrets(
     for document in ("report.md", "report.html", "result.json", "journal.jsonl", "golden.json"):
         text = (out / document).read_text()
         assert "hf_reproduceSecret1234" not in text and "proxyPass9876" not in text, document
+
+
+def test_a_build_whose_probes_ran_on_several_nodes_names_the_node_of_each_verdict() -> None:
+    """Each probe's node is a column of the probe table; a build probed again on two nodes
+    says which node gave which verdict (a node that lies shows); one node: as before."""
+    plan = Plan(Mode.REGRESSION, SEQ)
+
+    def on(node: str, p: ProbeOutcome) -> ProbeOutcome:
+        return dataclasses.replace(p, fingerprint=p.fingerprint.merged(Fingerprint(node=node)))
+
+    probes = [
+        on("gpu-01", outcome(0, Verdict.GOOD)),
+        on("gpu-01", outcome(4, Verdict.BAD)),
+        on("gpu-02", outcome(1, Verdict.BAD)),
+        on("gpu-01", outcome(2, Verdict.GOOD)),
+        on("gpu-01", outcome(1, Verdict.GOOD)),
+        on("gpu-01", outcome(2, Verdict.GOOD)),
+        on("gpu-01", outcome(3, Verdict.BAD)),
+    ]
+    seen: dict[str, list[Verdict]] = {}
+    for p in probes:
+        seen.setdefault(p.commit, []).append(p.verdict)
+    answer = plan_step(plan, seen, reprobe=True)
+    assert isinstance(answer, Answer)
+    md = render_markdown(build_result(plan, answer, probes).model_dump(mode="json"))
+    assert f"- `{SEQ[1].short}`: bad (on gpu-02), then good (on gpu-01) — flaky" in md
+    assert f"- `{SEQ[2].short}`: good, then good" in md  # one node: nothing to tell apart
+    assert "| reason | seconds | node |" in md and "| 1.2 | gpu-02 |" in md

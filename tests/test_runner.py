@@ -16,6 +16,7 @@ from typing import Any
 from helpers import History, live_processes, probe_order, wait_until
 from llm_bisect.journal import Journal, read_events
 from llm_bisect.model import ProbeOutcome, Verdict
+from llm_bisect.runner import pick_slot
 from test_cli import held_history, invoke, launched
 
 
@@ -245,3 +246,40 @@ def test_a_start_that_lies_is_outvoted_and_the_report_names_the_verdict(tmp_path
     assert again["search"]["confidence"] == 0.999 and again["search"]["posterior"] >= 0.999
     assert again["culprit"]["commit"] == h.shas[17]
     assert live_processes(str(h.repo)) == []
+
+
+def test_a_probe_starts_on_a_free_slot_that_has_not_probed_its_candidate() -> None:
+    assert pick_slot(1, set(), set()) == 0
+    assert pick_slot(1, set(), {0}) == 0  # one slot: a re-probe has no other
+    assert pick_slot(2, set(), {0}) == 1
+    assert pick_slot(3, {1}, {0}) == 2
+    assert pick_slot(2, {1}, {0}) == 0  # the other is busy: the same slot, a new server
+    assert pick_slot(4, set(), set()) == 0
+
+
+def test_a_re_probe_goes_to_a_slot_that_has_not_probed_its_candidate(tmp_path: Path) -> None:
+    # As the resumed run above: 10 said bad on slot 0 and 12 good on slot 1 contradict each
+    # other, so both are probed again first, with both slots free: each on the other slot.
+    h, config, _, hold = held(tmp_path, culprit=9, hold_at=16, k=2)
+    out = tmp_path / "out"
+    proc = start(config, out)
+    try:
+        assert wait_until(
+            lambda: h.shas[8] in {e["outcome"]["commit"] for e in events(out, "probe")}, 120
+        )
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:
+        proc.kill()
+    assert wait_until(lambda: live_processes(str(h.repo)) == [], 15), "server left behind"
+    with Journal(out / "journal.jsonl") as journal:
+        for i, verdict, slot in ((10, Verdict.BAD, 0), (12, Verdict.GOOD, 1)):
+            outcome = ProbeOutcome(h.shas[i], verdict, "as its slot said")
+            journal.append("probe-start", commit=h.shas[i], slot=slot, round=2, time=0.0)
+            journal.append("probe", outcome=outcome.to_json(), slot=slot, round=2, time=0.0)
+    resumed = len(events(out, "probe-start"))
+    hold.unlink()
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    again = {e["commit"]: e["slot"] for e in events(out, "probe-start")[resumed:][:2]}
+    assert again == {h.shas[10]: 1, h.shas[12]: 0}, again

@@ -24,7 +24,9 @@ from .errors import EndpointError, ReplyTooLarge, RequestRejected, ServerFault
 from .model import Step
 
 SEED = 1234
-"""The sampling seed sent with every request."""
+"""The sampling seed sent with every generating request (chat and completions, the
+teacher-forced ones included), beside `temperature: 0`: a server samples the same way on
+every start."""
 MAX_REPLY_BYTES = 32 * 2**20
 """Default cap on the bytes read of one reply (`server.max_reply_mb`)."""
 ERROR_BODY_BYTES = 4096
@@ -335,9 +337,10 @@ class OpenAIClient:
         return parse_reply(_Detokenized, body, what).prompt
 
     def _complete_ids(self, token_ids: list[int], max_tokens: int, **extra: Any) -> bytes:
-        """A greedy /v1/completions of a prompt given as token ids; the reply body."""
+        """A greedy /v1/completions of a prompt given as token ids, seeded as every request
+        is; the reply body."""
         body = {"model": self.model, "prompt": token_ids, "max_tokens": max_tokens,
-                "temperature": 0.0, **extra}  # fmt: skip
+                "temperature": 0.0, "top_p": 1.0, "seed": SEED, **extra}  # fmt: skip
         return self._request("POST", "/v1/completions", json=body)
 
     def tokenize(self, text: str) -> list[int]:

@@ -27,6 +27,7 @@ from pydantic import (
 
 from .errors import ConfigError
 from .files import read_capped
+from .fingerprint import BATCH_INVARIANT_VAR
 from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged, on_change
 from .posterior import EXACT, Policy
 from .report.escape import safe_url
@@ -328,6 +329,17 @@ class ProbeConfig(_Strict):
     """Compile and JIT caches shared by the probes (None: each probe starts cold)."""
     fast: FastConfig | None = None
     """Search in a cheaper setup, confirm the answer at full fidelity (None: full setup only)."""
+    batch_invariant: bool = False
+    """Start every server with VLLM_BATCH_INVARIANT=1 (vLLM 0.11.1 and later, vllm/envs.py):
+    a request's logprobs then do not depend on what it is batched with, so fewer verdicts
+    lie. Slower, and on NVIDIA GPUs of compute capability 9.0 and up only. Each probe's
+    fingerprint records it (`batch_invariant`); a build that does not know the variable says
+    so in its startup log (`kernels.unknown_env`). Part of the config digest."""
+
+    @property
+    def server_env(self) -> dict[str, str]:
+        """What these settings add to every server's environment, whatever its launcher."""
+        return {BATCH_INVARIANT_VAR: "1"} if self.batch_invariant else {}
 
     @property
     def runs(self) -> int:

@@ -11,6 +11,10 @@ A fingerprint (`Fingerprint`) holds, each where known:
     collect_env  what vLLM's collect_env said where the server ran (collectenv.py)
     build        how the build was made (its route, cache, base)
     command      the server command line; devices, the GPUs its slot had
+    node         where the server ran (this machine, the Docker engine's host, the Slurm nodes)
+    batch_invariant  true: its environment asked for vLLM's batch-invariant kernels
+                 (VLLM_BATCH_INVARIANT); a build that does not know the variable says so in
+                 its startup log (kernels `unknown_env`)
     (a launcher's own facts, e.g. `slurm`, are kept as they come)
 
 `flatten` and `differences` turn two of them into the side-by-side view a
@@ -27,6 +31,9 @@ from typing import Any
 from pydantic import Field
 
 from .sparse import Sparse
+
+BATCH_INVARIANT_VAR = "VLLM_BATCH_INVARIANT"
+"""vLLM's switch for its batch-invariant kernels (vllm/envs.py; `probe.batch_invariant`)."""
 
 
 class ImageFacts(Sparse):
@@ -63,6 +70,13 @@ class Fingerprint(Sparse):
     command: str = ""
     """How the server was started (a secret by its name only); not compared."""
     devices: list[str] = Field(default_factory=list)
+    node: str = ""
+    """Where the server ran: this machine's hostname (a process), the Docker engine's host,
+    the Slurm allocation's nodes (`gpu[01-02]`); not compared (a probe's place, not its build)."""
+    batch_invariant: bool | None = None
+    """True where the server's environment set VLLM_BATCH_INVARIANT to a number other than 0
+    (`probe.batch_invariant`, or server.env), as vllm/envs.py reads it: asked. Whether the
+    build knows the variable, only its startup log says (`kernels.unknown_env` names it)."""
 
     @property
     def known(self) -> bool:
@@ -136,6 +150,7 @@ KERNEL_KEYS = {
     "cudagraph_mode": "CUDAGraphMode name (NONE, PIECEWISE, FULL, FULL_AND_PIECEWISE, ...)",
     "cudagraph_capture": "the CUDA-graph captures the workers announced",
     "ranks_disagree": "keys whose values differ between workers of one role (TP/DP ranks)",
+    "unknown_env": "VLLM_* variables set that this build does not know (vllm/envs.py warns)",
 }
 """Keys of a fingerprint's `kernels`, each value a string; several values are joined with
 ', '. Where ranks disagree the value lists each side: `A (Worker_TP0); B (Worker_TP1)`."""
@@ -161,6 +176,7 @@ def _r(pattern: str, **kw: Any) -> _Rule:
 
 
 _RULES: list[_Rule] = [
+    _r(r"Unknown vLLM environment variable detected: (?P<unknown_env>\w{1,120})"),
     _r(r"\bLLM engine \(v(?P<engine_version>[\w.+\-]{1,80})\)"),
     _r(r"vLLM API server version (?P<engine_version>[\w.+\-]{1,80})"),
     _r(r"\bvLLM version:? v?(?P<engine_version>[\w.+\-]{1,80})"),
@@ -235,7 +251,7 @@ _GRAPH_MODES = {
 _WORTH_READING = re.compile(
     r"Using|Selected|version|LLM engine|platform|device_config|dtype|quantization"
     r"|nforce_eager|Enforce eager|CompilationMode|compilation_config|cudagraph_mode|Capturing"
-    r"|MoeBackend"
+    r"|MoeBackend|Unknown vLLM environment"
 )
 """A word every rule needs: most lines of a long log are passed over at once."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]{0,40}[A-Za-z]")
@@ -329,8 +345,8 @@ def flatten(fingerprint: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-NOT_COMPARED = ("command",)
-"""Fingerprint keys that say how a build was started, not what it is."""
+NOT_COMPARED = ("command", "node")
+"""Fingerprint keys that say how or where a build was started, not what it is."""
 
 
 def differences(a: Fingerprint, b: Fingerprint) -> list[str]:

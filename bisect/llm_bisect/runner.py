@@ -9,7 +9,8 @@ journal before the next batch is chosen, so a run killed at any moment resumes w
 repeating one; probes in flight when it died run again. A probe whose answer is no longer
 needed (the range moved past it) is cancelled: its server stops and it is not a verdict.
 With `reprobe` (`probe.repeats: auto`) a candidate whose verdict contradicts a neighbour's
-is probed again (search.settle), into probes/<short>-2.
+is probed again (search.settle), into probes/<short>-2, on a free slot that has not probed
+it where there is one (pick_slot): a restart elsewhere is an independent observation.
 """
 
 from __future__ import annotations
@@ -225,6 +226,14 @@ def _weighed(policy: Policy) -> str:
     return f"flake {rate}, confidence {policy.confidence:g}"
 
 
+def pick_slot(k: int, taken: set[int], tried: set[int]) -> int:
+    """The slot a probe starts on: the lowest free one that has not probed its candidate yet
+    (a restart elsewhere is the independent observation a re-probe is for: another GPU,
+    host or node, where a slot is one), else the lowest free one. Pure."""
+    free = [i for i in range(k) if i not in taken]
+    return min((i for i in free if i not in tried), default=free[0])
+
+
 @dataclass
 class _Flight:
     """One probe in flight on a slot."""
@@ -297,7 +306,8 @@ class _Slots:
             if isinstance(step, Answer) and not self.running:
                 return step
             if isinstance(step, list):
-                for candidate in step:
+                # re-probes pick their slots first: each prefers one that has not probed it
+                for candidate in sorted(step, key=lambda c: not seen.get(c.commit)):
                     self._start(pool, candidate, len(seen.get(candidate.commit, ())))
                 if self.k == 1 and step:
                     ahead = lookahead(
@@ -312,10 +322,15 @@ class _Slots:
                 self._finish(future)
 
     def _start(self, pool: ThreadPoolExecutor, candidate: Candidate, before: int) -> None:
-        """Start a probe on the lowest free slot; `before`: its finished probes (a re-probe
+        """Start a probe on a free slot (pick_slot); `before`: its finished probes (a re-probe
         has one, and its own folder)."""
         taken = {f.slot for f in self.running.values()}
-        slot = min(i for i in range(self.k) if i not in taken)
+        tried = {
+            span.slot
+            for done, span in zip(self.probes, self.spans, strict=False)
+            if done.commit == candidate.commit and span.slot is not None
+        }
+        slot = pick_slot(self.k, taken, tried)
         began, round_ = self.clock.time(), self.depth + 1
         self.journal.append(
             "probe-start", commit=candidate.commit, slot=slot, round=round_, time=began

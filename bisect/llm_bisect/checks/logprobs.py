@@ -1,4 +1,12 @@
-"""The logprobs check: token ids and top-k logprobs against the golden."""
+"""The logprobs check: token ids and top-k logprobs against the golden.
+
+Its requests go one at a time (LOGPROBS_AT_ONCE), each prompt's greedy continuation and then
+the teacher-forced score of the golden's, in the golden's order, at temperature 0 with the
+client's fixed seed: a server batches each alone, so its logprobs do not move with what else
+it was batching (batch composition changes the kernels' reduction order, and so the last
+bits of every logprob, on builds that are not batch-invariant), and the golden and every
+candidate are measured the same way.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +21,7 @@ from ..errors import EndpointError
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckDetails, CheckResult, Step, Threshold
 from ..sparse import AddedLater
-from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
+from . import ChatEndpoint, map_concurrent
 from .compare import Divergence, diverge, non_finite, teacher_deltas
 from .golden import LogprobsCase, LogprobsNoise, LogprobsSection
 from .metrics import excerpt
@@ -27,6 +35,9 @@ FLOOR_TEACHER_MEAN = 0.05
 """Least mean |Δlogprob| allowed on the teacher-forced golden continuation."""
 FLOOR_TOPK_DELTA = 0.2
 """Least |Δlogprob| allowed on a top-k alternative where the chosen tokens agree."""
+LOGPROBS_AT_ONCE = 1
+"""Requests the logprobs check keeps in flight: one, so each is a batch of one (see the
+module docstring); its few short prompts cost seconds."""
 NOISE_FACTOR = 3.0
 """Thresholds are this many times the noise calibration observed, above the floors."""
 FLOOR_AGREEMENT = 0.25
@@ -209,7 +220,7 @@ class LogprobsCheck:
         )
 
     def record(self, endpoint: ChatEndpoint) -> LogprobsSection:
-        cases = map_concurrent(lambda p: self._case(endpoint, p), self.prompts, PROMPTS_AT_ONCE)
+        cases = map_concurrent(lambda p: self._case(endpoint, p), self.prompts, LOGPROBS_AT_ONCE)
         return LogprobsSection(top_k=self.top_k, max_tokens=self.max_tokens, cases=cases)
 
     def thresholds(self, golden: Golden | None) -> dict[str, Threshold]:
@@ -284,7 +295,7 @@ class LogprobsCheck:
             reply = self._ask(endpoint, g.prompt)
             return reply, self._teacher(endpoint, g.prompt_token_ids, g.token_ids)
 
-        answers = map_concurrent(ask, section.cases, PROMPTS_AT_ONCE)
+        answers = map_concurrent(ask, section.cases, LOGPROBS_AT_ONCE)
         broken: list[tuple[str, list[int]]] = []
         for g, (reply, teacher) in zip(section.cases, answers, strict=True):
             d = diverge(_steps(g.steps), list(reply.steps))

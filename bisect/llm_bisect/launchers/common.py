@@ -13,19 +13,32 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 import httpx
 
 from .. import lease
 from ..client import ModelList, parse_reply
 from ..errors import EndpointError, LaunchError, NotReady, ServerExited
+from ..fingerprint import BATCH_INVARIANT_VAR
 from ..redact import redact
 from ..retry import NotYetReady, readiness
+
+
+def placement_facts(node: str, env: Mapping[str, str]) -> dict[str, Any]:
+    """A server's fingerprint facts of where and how it ran, the same for every launcher:
+    `node` (the host), and `batch_invariant` where its environment asks vLLM for
+    batch-invariant kernels (VLLM_BATCH_INVARIANT a number other than 0, as vllm/envs.py
+    reads it). Pure."""
+    facts: dict[str, Any] = {"node": node} if node else {}
+    value = env.get(BATCH_INVARIANT_VAR, "").strip()
+    if value.lstrip("+-").isdigit() and int(value) != 0:
+        facts["batch_invariant"] = True
+    return facts
 
 
 def free_port() -> int:

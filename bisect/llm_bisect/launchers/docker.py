@@ -75,7 +75,7 @@ from ..redact import Masker, redact
 from ..registry import Registry, parse_image_ref
 from ..report import escape as esc
 from . import Artifact, Instrument, Launcher
-from .common import LoggedServer, PortBook, owner_label, stranger_on, wait_ready
+from .common import LoggedServer, PortBook, owner_label, placement_facts, stranger_on, wait_ready
 from .devices import EXAMPLE, slot_devices
 from .docker_engine import (
     COMMIT_LABEL,
@@ -388,7 +388,7 @@ class DockerServer(LoggedServer):
             facts["command"] = self.command
         if self.devices is not None:
             facts["devices"] = list(self.devices)
-        return facts
+        return {**facts, **placement_facts(self.launcher.engine.node, self.launcher.env)}
 
     def _packages(self) -> dict[str, str]:
         assert self.container is not None

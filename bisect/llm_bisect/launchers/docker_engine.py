@@ -9,6 +9,7 @@ docker_images.py's; what runs in a container, docker.py's.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator, Mapping
 from contextlib import suppress
 from typing import Any
@@ -56,6 +57,8 @@ class Engine:
         """Where the ports it publishes answer."""
         self.bind = "127.0.0.1" if where is None else "0.0.0.0"
         """The host address it publishes them on (another machine's engine: all of them)."""
+        self.node = where or socket.gethostname()
+        """The host its containers run on (a probe's `node`)."""
 
     @classmethod
     def connect(cls, url: str | None = None, client: docker.DockerClient | None = None) -> Engine:

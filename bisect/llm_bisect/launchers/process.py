@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -53,7 +54,7 @@ from ..model import Candidate
 from ..report import escape as esc
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
-from .common import Held, LoggedServer, PortBook, stranger_on, wait_ready
+from .common import Held, LoggedServer, PortBook, placement_facts, stranger_on, wait_ready
 from .devices import cuda_visible, slot_devices
 
 GRACE_S = 5.0
@@ -240,7 +241,7 @@ class ProcessServer(LoggedServer):
         if self.collect is not None:
             self.collect.finish()
         command = esc.env_shell(self.shown_env, self.argv, self.secret_names)
-        return {**self.facts, "command": command}
+        return {**self.facts, "command": command, **placement_facts(socket.gethostname(), self.env)}
 
 
 class ProcessLauncher(Prefetching):

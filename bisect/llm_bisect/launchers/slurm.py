@@ -57,7 +57,15 @@ from ..report import escape as esc
 from ..retry import NotYetReady
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
-from .common import LoggedServer, free_port, owner_label, owner_pid, ready_once, reapable
+from .common import (
+    LoggedServer,
+    free_port,
+    owner_label,
+    owner_pid,
+    placement_facts,
+    ready_once,
+    reapable,
+)
 from .process import check_cwd, cwd_of, expand_cwd, needs_build
 
 RUNTIME = {"head": "LLM_BISECT_HEAD", "node_rank": "SLURM_NODEID", "nnodes": "SLURM_NNODES"}
@@ -529,10 +537,14 @@ class SlurmServer(LoggedServer):
         """What the build is; collect_env on the node has finished (or its time is up):
         its facts are read from the probe folder, where the node wrote them."""
         self._wait_collect()
+        nodes = str(
+            self.facts.get("slurm", {}).get("nodes", "")
+        )  # the allocation's, as Slurm writes them
         return {
             **self.launcher.build_facts.get(self.candidate.commit, {}),
             **self.facts,
             "command": self.reproduce or esc.shell(["sbatch", str(self.probe_dir / "job.sh")]),
+            **placement_facts(nodes, self.env),
         }
 
     def _wait_collect(self) -> None:

@@ -16,7 +16,15 @@ from ..localize import LocalizationDoc
 from ..search import Mode, Status
 from ..startup import PHASE_LABELS
 from . import escape as esc
-from .documents import CandidateDoc, Context, LaterDoc, ProbeDoc, ResultDocument, Sides
+from .documents import (
+    CandidateDoc,
+    Context,
+    LaterDoc,
+    ProbeDoc,
+    ResultDocument,
+    Retest,
+    Sides,
+)
 from .escape import cell
 from .links import commit_url, compare_url, pr_number, pr_url
 
@@ -142,11 +150,21 @@ def _caveats(doc: ResultDocument) -> list[str]:
     if doc.retests:
         lines += ["", "Probed again:", ""]
         lines += [
-            f"- `{r.commit[:12]}`: {', then '.join(v.value for v in r.verdicts)}"
+            f"- `{r.commit[:12]}`: {', then '.join(_verdicts_where(doc, r))}"
             + (_flaky_said(doc) if r.flaky else "")
             for r in doc.retests
         ]
     return [*lines, ""]
+
+
+def _verdicts_where(doc: ResultDocument, retest: Retest) -> list[str]:
+    """Each verdict of a build probed again, with the node that gave it where its probes ran
+    on more than one: a node whose verdicts disagree with the others' shows."""
+    probes = [p for p in doc.probes if p.commit == retest.commit]
+    nodes = [p.fingerprint.node for p in probes]
+    if len(probes) != len(retest.verdicts) or not all(nodes) or len(set(nodes)) < 2:
+        return [v.value for v in retest.verdicts]
+    return [f"{p.verdict.value} (on {esc.text(p.fingerprint.node)})" for p in probes]
 
 
 def _flaky_said(doc: ResultDocument) -> str:
@@ -695,20 +713,22 @@ def environment_lines(ctx: Context) -> list[str]:
 
 
 def _probes(doc: ResultDocument) -> list[str]:
+    nodes = any(p.fingerprint.node for p in doc.probes)  # where each ran, where recorded
     lines = [
         f"<details><summary><b>Probes</b> ({len(doc.probes)})</summary>",
         "",
-        "| # | commit | subject | verdict | reason | seconds |",
-        "|---|--------|---------|---------|--------|---------|",
+        "| # | commit | subject | verdict | reason | seconds |" + (" node |" if nodes else ""),
+        "|---|--------|---------|---------|--------|---------|" + ("------|" if nodes else ""),
     ]
     for i, p in enumerate(doc.probes, 1):
         seconds = p.timings.get("total")
         shown = "" if seconds is None else f"{seconds:.1f}"
         reason = f"{p.reason} (given by {p.given})" if p.given else p.reason
         settled = f" (not run, the verdict settled: {', '.join(p.not_run)})" if p.not_run else ""
+        node = f" {cell(p.fingerprint.node, 40)} |" if nodes else ""
         lines.append(
             f"| {i} | `{p.commit[:12]}` | {cell(p.subject, 60)} "
-            f"| {p.verdict.value} | {cell(reason)}{esc.text(settled)} | {shown} |"
+            f"| {p.verdict.value} | {cell(reason)}{esc.text(settled)} | {shown} |{node}"
         )
     lines += ["", "</details>", "", *_startups(doc)]
     skipped = [p for p in doc.probes if p.verdict.value == "skip" and p.log_tail]

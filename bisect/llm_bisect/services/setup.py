@@ -104,7 +104,7 @@ class Setup:
         """The config's launcher, closed (background pulls ended) on the way out."""
         server = self.config.server
         ctx = LauncherContext(
-            env=self.env,
+            env={**self.env, **self.config.probe.server_env},  # every launcher's servers
             environ=self.environ,
             secret_names=self.secret_names,
             base_dir=self.base_dir,

@@ -28,6 +28,9 @@ leaves the process group with setsid and outlives its parent). A commit's
 `hold_file` keeps its server from listening while that file exists, so a test
 can stop a run at a known probe without guessing how long anything takes (except in a
 server whose environment sets the variable `hold_unless_env` names: one setup of two).
+A commit's `unknown_env` names variables the build does not know: set, each is warned of
+at startup as vLLM's envs.py does. `--request-log FILE` appends each POST (its path, its
+body, the POSTs in flight then) as a JSON line, so a test reads what the checks really sent.
 
 A commit's `fault_when` plays a fault of one setup only, as the GLM case's MoE backend
 did: a list of `{"flags": {"--moe-backend": "cutlass"}, "env": {"VLLM_USE_DEEP_GEMM": "1"},
@@ -49,7 +52,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -126,6 +129,25 @@ class Engine:
         answers /collective_rpc as llm-bisect's worker extension does."""
         self._armed: dict[str, Any] | None = None
         self._recorded: dict[str, Any] | None = None
+        self.request_log: Path | None = None
+        """Where each POST is written as it comes (`--request-log`): a JSON line with its path,
+        its body and the POSTs in flight then, itself included."""
+        self.in_flight = 0
+
+    @contextlib.contextmanager
+    def received(self, path: str, body: Any) -> Iterator[None]:
+        """One POST in flight, logged to `request_log` as it begins."""
+        with self._lock:
+            self.in_flight += 1
+            if self.request_log is not None:
+                line = {"path": path, "body": body, "in_flight": self.in_flight}
+                with self.request_log.open("a") as f:
+                    f.write(json.dumps(line) + "\n")
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
 
     def _envelope(self, kind: str, body: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -306,6 +328,10 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._send(400, {"error": "invalid JSON"})
                 return
+            with engine.received(self.path, body):
+                self._post(body)
+
+        def _post(self, body: Any) -> None:
             served = ("/v1/chat/completions", "/v1/completions", "/detokenize", "/tokenize")
             if self.path == "/collective_rpc" and engine.extension:
                 try:
@@ -467,6 +493,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--fault", choices=FAULTS, help="override the commit's fault")
     parser.add_argument("--startup-delay", type=float, help="seconds before listening")
     parser.add_argument("--launch-log", type=Path, help="append the commit here on start")
+    parser.add_argument("--request-log", type=Path, help="append each POST here, a JSON line")
     # a start that lies serves the other side's behaviour: nothing but repetition exposes it
     parser.add_argument(
         "--lie-rate",
@@ -518,6 +545,10 @@ def main(argv: list[str]) -> int:
     for name in settings.get("print_env", []):  # a server that logs its environment
         head = f"sim: {name}="
         print(head.rjust(at, "."), os.environ.get(name, ""), sep="", flush=True)
+    for name in settings.get("unknown_env", []):  # a build older than these variables
+        if name in os.environ:
+            print(f"(APIServer pid={os.getpid()}) WARNING 08-09 09:00:00 [envs.py:1744] "
+                  f"Unknown vLLM environment variable detected: {name}", flush=True)  # fmt: skip
     for line in startup_log(args.commit, settings):
         print(line, flush=True)
     for line in settings.get("log_lines", []):
@@ -544,6 +575,7 @@ def main(argv: list[str]) -> int:
         thinking=int(settings.get("thinking", 0)),
         unclosed=tuple(settings.get("unclosed", ())),
     )
+    engine.request_log = args.request_log
     engine.extension = (
         bool(args.worker_extension_cls)
         and os.environ.get("VLLM_SERVER_DEV_MODE") == "1"
