@@ -219,3 +219,39 @@ def test_an_end_that_is_a_pre_release_takes_pre_releases_in_as_pip_does(
     assert "first bad version: simdep 1.3rc1" in said.output
     assert "1 release(s) left out: 1 yanked (1.2); --yanked takes them in" in said.output
     assert sorted(versions_of(out).values()) == ["1.0", "1.1", "1.1rc1", "1.3rc1"]
+
+
+LYING = {f"1.{i}": "none" if i < 5 else "garbled-math" for i in range(10)}  # 1.5 first bad
+
+
+@pytest.mark.parametrize("lie_at", [2, 3])  # the bad end (it reads good), then 1.5 (good)
+def test_a_start_that_lies_once_still_gives_the_first_bad_release_and_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lie_at: int
+) -> None:
+    """A verdict may lie (a flaky start): the search weighs it as the posterior search of
+    `run` does, probes on to its confidence, and names the release whose verdict
+    disagreed. Confirmation does not apply to releases, and the run says so."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    h = History(tmp_path, {}, 2)
+    launches = tmp_path / "launches"
+    config = deps_config(h, tmp_path, "--launch-log", str(launches), "--lie-at", str(lie_at),
+                         search={"flake": "auto"})  # fmt: skip
+    out = tmp_path / "out"
+    with deps_index(tmp_path, LYING) as url:
+        said = CliRunner().invoke(cli, [
+            "deps", str(config), "--build", h.shas[-1], "--package", "simdep", "--good",
+            "1.0", "--bad", "1.9", "--index", url, "--out", str(out)])  # fmt: skip
+    assert said.exit_code == 0, said.output
+    assert "first bad version: simdep 1.5" in said.output
+    liar = versions_of(out)[launches.read_text().split()[lie_at - 1]]
+    lied = "good" if liar >= "1.5" else "bad"
+    named = f"simdep {liar} tested {lied} in "
+    assert f"deps: {named}" in said.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["first_bad_version"] == "1.5" and doc["search"]["posterior"] >= 0.99
+    assert [d["verdict"] for d in doc["search"]["disagreed"]] == [lied]
+    assert any(note.startswith(named) for note in doc["notes"])
+    assert any(note.startswith("Confirmation does not apply to releases") for note in doc["notes"])
+    assert "confirmation" not in doc
+    assert named in (out / "report.md").read_text()
+    assert live_processes(str(tmp_path)) == []
