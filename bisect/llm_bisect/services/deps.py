@@ -161,10 +161,8 @@ def run_deps(
                     f"(its wheels are for other platforms: {', '.join(end.files[:2])})"
                 )
 
-        listed = ranged  # every release between the ends the index has
-
         def sifted(pre: bool, yanked: bool) -> Sifted:
-            return sift(listed, before[0].version, pre=pre, yanked=yanked, supported=supported)
+            return sift(ranged, before[0].version, pre=pre, yanked=yanked, supported=supported)
 
         chosen = sifted(pre, yanked)
         if chosen.left_out:
@@ -175,19 +173,19 @@ def run_deps(
                 f"{chosen.said()}"
                 + (f"; {' and '.join(asks)} take{'s' * (len(asks) == 1)} them in" if asks else "")
             )
-        ranged = chosen.kept
+        kept = chosen.kept
         with hold(out_dir):
             repo = out_dir / "versions.git"
             over = f"engine: {engine_commit.commit}\nindex: {public_url(url)}"
 
-            def history(kept: list[Release]) -> dict[str, str]:
-                return version_history(repo, package, [*before, *kept], over)
+            def history(these: list[Release]) -> dict[str, str]:
+                return version_history(repo, package, [*before, *these], over)
 
-            commits = history(ranged)
+            commits = history(kept)
             _same_releases(out_dir, commits, pre, yanked, lambda p, y: history(sifted(p, y).kept))
-            commits = history(ranged)  # the branch as this run's releases make it
+            commits = history(kept)  # the branch as this run's releases make it
         progress.note(
-            f"deps: {len(ranged)} release(s) of {package} after {good} up to {bad}, over "
+            f"deps: {len(kept)} release(s) of {package} after {good} up to {bad}, over "
             f"{engine_commit.short}"
         )
         strategy = DependencyStrategy(
@@ -218,7 +216,7 @@ def run_deps(
     )
     done.result = write_outputs(out_dir, named, versions.scrub)
     return DepsResult(
-        done, first_bad, [str(r) for r in ranged],
+        done, first_bad, [str(r) for r in kept],
         {why: [str(r) for r in gone] for why, gone in chosen.left_out.items()},
     )  # fmt: skip
 
