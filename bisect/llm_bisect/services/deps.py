@@ -253,10 +253,11 @@ def _deps_notes(result: ResultDocument, repo: Path, package: str, progress: Prog
     notes = []
     search = result.search
     for d in search.disagreed if search is not None else []:
-        times = f"{d.verdicts.count(d.verdict)} of {len(d.verdicts)} probes" if len(
-            d.verdicts) > 1 else "its only probe"  # fmt: skip
+        release = version_at(repo, d.commit) or d.commit[:12]
+        times = f"{d.verdicts.count(d.verdict)} of {len(d.verdicts)} probes"
         notes.append(
-            f"{package} {version_at(repo, d.commit)} tested {d.verdict.value} in {times} "
+            f"{package} {release} tested {d.verdict.value} in "
+            f"{times if len(d.verdicts) > 1 else 'its only probe'} "
             f"({', '.join(v.value for v in d.verdicts)}), against the answer: weighed as a "
             "likely lie."
         )

@@ -5,10 +5,12 @@ dependency's releases; the first bad one among them is found by bisecting that l
 engine held still. The list is every version the index has files for, in PEP 440 order,
 `good` excluded and `bad` included (`between`), less what `sift` leaves out unless asked:
 
-    yanked        every file of it yanked (PEP 592): pulled by its authors, as pip skips it
-    pre-release   a, b, rc and .dev releases, as pip skips them without `--pre`; where an
-                  end the user names is one, pre-releases count (pip's rule for a specifier
-                  that names one)
+    yanked            every file of it yanked (PEP 592): pulled by its authors, as pip skips it
+    pre-release       a, b, rc and .dev releases, as pip skips them without `--pre`; where an
+                      end the user names is one, pre-releases count (pip's rule for a
+                      specifier that names one)
+    not installable   no sdist, and no wheel the engine's interpreter takes (it would cost
+                      a probe only to say skip); never taken in
 
 An end is never left out: the user named it (a yanked end still installs, by its exact pin).
 
