@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -96,4 +99,159 @@ def test_the_first_bad_release_is_named_and_one_that_will_not_install_is_skip(
         assert "holds a run of another config or range" in other.output
         code = CliRunner().invoke(cli, [*argv[:6], "--good", "0.9", *argv[8:]])
         assert code.exit_code == 2 and "--good: the index has no 0.9" in code.output
+    assert live_processes(str(tmp_path)) == []
+
+
+@contextmanager
+def deps_index(
+    tmp_path: Path, releases: Mapping[str, str], yanked: frozenset[str] = frozenset()
+) -> Iterator[str]:
+    """simdep's releases (version: the fault it plays) as real wheels on a PEP 503 index on
+    127.0.0.1, those in `yanked` with `data-yanked`; its simple API's URL."""
+    wheels, blobs, links = tmp_path / "wheels", {}, b""
+    wheels.mkdir(exist_ok=True)
+    for version, fault in releases.items():
+        wheel = make_wheel(
+            wheels, "simdep", version, {"simdep/__init__.py": f"FAULT = {fault!r}\n".encode()}
+        )
+        blobs[wheel.name] = wheel.read_bytes()
+        page = _page(wheel.name, wheel.read_bytes())
+        if version in yanked:
+            page = page.replace(b"<a href", b'<a data-yanked="broken" href')
+        links += page.removeprefix(b"<html><body>").removesuffix(b"</body></html>")
+    with serve_index({"/simple/simdep/": links}, blobs) as (url, _):
+        yield url + "/simple"
+
+
+def deps_config(h: History, tmp_path: Path, *sim: str, **over: Any) -> Path:
+    """A config whose engine is the simulator playing the installed simdep's fault; `sim`:
+    more of the simulator's flags (lying starts)."""
+    (tmp_path / "serve.py").write_text(SERVE)
+    (tmp_path / "build.py").write_text(BUILD)
+    return h.config(
+        server={"command": [sys.executable, "{build}/serve.py", "--port", "{port}",
+                            "--commit", "{commit}", *sim], "ready_timeout": 30},
+        build={"strategies": [{"type": "command", "run": [
+            sys.executable, str(tmp_path / "build.py"), "{out}", str(tmp_path / "serve.py")]}],
+            "cache": {"dir": str(tmp_path / "cache")}},
+        checks=[{"type": "canary"}, {"type": "expect"}],
+        **over,
+    )  # fmt: skip
+
+
+def versions_of(out: Path) -> dict[str, str]:
+    """The versions repository's commits: commit -> version."""
+    log = subprocess.run(
+        ["git", "-C", str(out / "versions.git"), "log", "--format=%H %s", "main"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    return {line.split()[0]: line.split()[2] for line in log.splitlines()}
+
+
+SIFTED = {  # 1.2 was yanked for the very fault it plays; the index's first bad is 1.2
+    "1.0": "none", "1.1rc1": "none", "1.1": "none", "1.2": "garbled-math",
+    "1.3rc1": "garbled-math", "1.3": "garbled-math", "1.4": "garbled-math",
+}  # fmt: skip
+
+
+def test_yanked_releases_and_pre_releases_are_left_out_unless_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A yanked release was once named first bad: pip installs none of them unasked."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    h = History(tmp_path, {}, 2)
+    config = deps_config(h, tmp_path)
+    with deps_index(tmp_path, SIFTED, frozenset({"1.2"})) as url:
+        argv = ["deps", str(config), "--build", h.shas[-1], "--package", "simdep",
+                "--good", "1.0", "--bad", "1.4", "--index", url]  # fmt: skip
+        said = CliRunner().invoke(cli, [*argv, "--out", str(tmp_path / "plain")])
+        assert said.exit_code == 0, said.output
+        assert "first bad version: simdep 1.3" in said.output
+        assert (
+            "deps: 3 release(s) left out: 1 yanked (1.2), 2 pre-releases (1.1rc1, 1.3rc1); "
+            "--yanked and --pre take them in"
+        ) in said.output
+        doc = json.loads((tmp_path / "plain" / "result.json").read_text())
+        assert doc["first_bad_version"] == "1.3"
+        assert doc["left_out"] == [
+            {"reason": "yanked", "versions": ["1.2"]},
+            {"reason": "pre-release", "versions": ["1.1rc1", "1.3rc1"]},
+        ]
+        assert sorted(versions_of(tmp_path / "plain").values()) == ["1.0", "1.1", "1.3", "1.4"]
+        report = (tmp_path / "plain" / "report.md").read_text()
+        assert "- left out, yanked: 1 release(s): `1.2` (`--yanked` takes them in)" in report
+        assert "- first bad version: `1.3`" in report
+        asked = {"yanked": (["--yanked"], "1.2"), "pre": (["--pre"], "1.3rc1"),
+                 "both": (["--pre", "--yanked"], "1.2")}  # fmt: skip
+        for name, (flags, first_bad) in asked.items():
+            ran = CliRunner().invoke(cli, [*argv, *flags, "--out", str(tmp_path / name)])
+            assert ran.exit_code == 0, ran.output
+            assert f"first bad version: simdep {first_bad}" in ran.output, name
+        assert "1.2 (yanked)" in subprocess.run(  # a yanked release taken in says so
+            ["git", "-C", str(tmp_path / "both" / "versions.git"), "log", "--format=%s"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        # a run begun with other flags (before this change: all of them) is not resumed
+        # over another list of releases: one line names the flags it was begun with
+        again = CliRunner().invoke(cli, [*argv, "--out", str(tmp_path / "both")])
+        assert again.exit_code == 2, again.output
+        assert f"{tmp_path / 'both'}: holds a run begun with --pre --yanked" in again.output
+        assert "first bad version" not in again.output
+        resumed = CliRunner().invoke(cli, [*argv, "--out", str(tmp_path / "plain")])
+        assert resumed.exit_code == 0 and "first bad version: simdep 1.3" in resumed.output
+        doc_again = json.loads((tmp_path / "plain" / "result.json").read_text())
+        assert doc_again["notes"] == doc["notes"]  # read back, not said twice
+    assert live_processes(str(tmp_path)) == []
+
+
+def test_an_end_that_is_a_pre_release_takes_pre_releases_in_as_pip_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    h = History(tmp_path, {}, 2)
+    config = deps_config(h, tmp_path)
+    out = tmp_path / "out"
+    with deps_index(tmp_path, SIFTED, frozenset({"1.2"})) as url:
+        said = CliRunner().invoke(cli, [
+            "deps", str(config), "--build", h.shas[-1], "--package", "simdep", "--good",
+            "1.0", "--bad", "1.3rc1", "--index", url, "--out", str(out)])  # fmt: skip
+    assert said.exit_code == 0, said.output
+    assert "first bad version: simdep 1.3rc1" in said.output
+    assert "1 release(s) left out: 1 yanked (1.2); --yanked takes them in" in said.output
+    assert sorted(versions_of(out).values()) == ["1.0", "1.1", "1.1rc1", "1.3rc1"]
+
+
+LYING = {f"1.{i}": "none" if i < 5 else "garbled-math" for i in range(10)}  # 1.5 first bad
+
+
+@pytest.mark.parametrize("lie_at", [2, 3])  # the bad end (it reads good), then 1.5 (good)
+def test_a_start_that_lies_once_still_gives_the_first_bad_release_and_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lie_at: int
+) -> None:
+    """A verdict may lie (a flaky start): the search weighs it as the posterior search of
+    `run` does, probes on to its confidence, and names the release whose verdict
+    disagreed. Confirmation does not apply to releases, and the run says so."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    h = History(tmp_path, {}, 2)
+    launches = tmp_path / "launches"
+    config = deps_config(h, tmp_path, "--launch-log", str(launches), "--lie-at", str(lie_at),
+                         search={"flake": "auto"})  # fmt: skip
+    out = tmp_path / "out"
+    with deps_index(tmp_path, LYING) as url:
+        said = CliRunner().invoke(cli, [
+            "deps", str(config), "--build", h.shas[-1], "--package", "simdep", "--good",
+            "1.0", "--bad", "1.9", "--index", url, "--out", str(out)])  # fmt: skip
+    assert said.exit_code == 0, said.output
+    assert "first bad version: simdep 1.5" in said.output
+    liar = versions_of(out)[launches.read_text().split()[lie_at - 1]]
+    lied = "good" if liar >= "1.5" else "bad"
+    named = f"simdep {liar} tested {lied} in "
+    assert f"deps: {named}" in said.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["first_bad_version"] == "1.5" and doc["search"]["posterior"] >= 0.99
+    assert [d["verdict"] for d in doc["search"]["disagreed"]] == [lied]
+    assert any(note.startswith(named) for note in doc["notes"])
+    assert any(note.startswith("Confirmation does not apply to releases") for note in doc["notes"])
+    assert "confirmation" not in doc
+    assert named in (out / "report.md").read_text()
     assert live_processes(str(tmp_path)) == []

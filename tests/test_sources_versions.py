@@ -26,6 +26,7 @@ from llm_bisect.sources.versions import (
     index_releases,
     installable,
     parse_index,
+    sift,
     version_at,
     version_history,
 )
@@ -179,3 +180,27 @@ def test_a_release_with_wheels_for_other_platforms_only_is_not_installable() -> 
     assert installable(other, None)  # the interpreter cannot say: every release is tried
     (listed,) = parse_index("".join(f'<a href="{f}">{f}</a>' for f in files).encode(), "simdep")
     assert listed.files == tuple(files)
+
+
+def test_yanked_releases_and_pre_releases_are_sifted_out_unless_asked_or_an_end(
+    index: str,
+) -> None:
+    """pip installs neither unasked; an end the user names stays, and one that is a
+    pre-release takes pre-releases in (pip's rule for a specifier naming one)."""
+    releases = index_releases(index, "flashinfer-python", fetch)
+    ranged = between(releases, "0.6.15", "0.6.16.post3")
+    plain = sift(ranged, Version("0.6.15"), pre=False, yanked=False)
+    assert [str(r) for r in plain.kept] == ["0.6.16", "0.6.16.post3"]
+    assert {k: [str(r) for r in v] for k, v in plain.left_out.items()} == {
+        "yanked": ["0.6.15.post1", "0.6.16.post1"], "pre-release": ["0.6.16rc1"],
+    }  # fmt: skip
+    assert plain.said() == "2 yanked (0.6.15.post1, 0.6.16.post1), 1 pre-release (0.6.16rc1)"
+    asked = sift(ranged, Version("0.6.15"), pre=True, yanked=True)
+    assert asked.kept == ranged and asked.left_out == {}
+    dev_end = between(releases, "0.6.15", "0.6.17.dev0")  # a dev release is a pre-release
+    assert [str(r) for r in sift(dev_end, Version("0.6.15"), pre=False, yanked=False).kept] == [
+        "0.6.16rc1", "0.6.16", "0.6.16.post3", "0.6.17.dev0",
+    ]  # fmt: skip
+    yanked_end = between(releases, "0.6.15.post1", "0.6.16.post1")
+    assert [str(r) for r in sift(yanked_end, Version("0.6.15.post1"), pre=False,
+                                 yanked=False).kept] == ["0.6.16", "0.6.16.post1"]  # fmt: skip

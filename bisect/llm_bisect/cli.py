@@ -560,11 +560,29 @@ def deps_cmd(
     index: Annotated[
         str | None, typer.Option("--index", help="A PEP 503 simple index (default: PyPI).")
     ] = None,
+    pre: Annotated[
+        bool,
+        typer.Option(
+            "--pre",
+            help="Bisect pre-releases and dev releases too (a, b, rc, .dev; as pip's --pre). "
+            "Without it they are left out, unless --good or --bad is one.",
+        ),
+    ] = False,
+    yanked: Annotated[
+        bool,
+        typer.Option(
+            "--yanked",
+            help="Bisect yanked releases too (PEP 592). Without it they are left out; an end "
+            "that is yanked stays.",
+        ),
+    ] = False,
     out: OutOpt = Path("llm-bisect-deps"),
     repo: RepoOpt = None,
 ) -> None:
     """The first bad release of a dependency, the engine held at one build (resumes from
-    --out's journal; exit codes as `run`)."""
+    --out's journal; exit codes as `run`). Yanked releases and pre-releases between the
+    ends are left out unless asked (--yanked, --pre); the run says how many.
+    """
 
     def body(term: Terminal) -> int:
         claim(out, "deps")
@@ -572,7 +590,7 @@ def deps_cmd(
         s = _setup(term, config, progress, repo)
         found = run_deps(
             s, out, build=build, package=package, good=good, bad=bad, index=index,
-            progress=progress,
+            progress=progress, pre=pre, yanked=yanked,
         )  # fmt: skip
         _print_answer(term, found.done.answer, out)
         if found.first_bad_version is not None:

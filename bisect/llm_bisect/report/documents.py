@@ -316,11 +316,21 @@ class SearchDoc(_Doc, AddedLater):
     confirmed (its revert stayed bad) lowered its own posterior, and the search went on."""
 
 
+class LeftOut(_Doc):
+    """`deps`: releases between the ends that the search left out, for one reason."""
+
+    reason: Literal["yanked", "pre-release", "not installable"]
+    """yanked (PEP 592; `--yanked` takes them in), pre-release (a, b, rc, dev; `--pre`), not
+    installable (no file the engine's interpreter can install)."""
+    versions: list[str]
+    """Oldest first."""
+
+
 class ResultDocument(_Doc, AddedLater):
     """DIR/result.json."""
 
     added_later: ClassVar[tuple[str, ...]] = (
-        "confirmation", "first_bad_version", "bumps", "later", "fast", "search",
+        "confirmation", "first_bad_version", "bumps", "later", "fast", "search", "left_out",
     )  # fmt: skip
 
     version: Literal[2] = RESULT_VERSION
@@ -364,6 +374,8 @@ class ResultDocument(_Doc, AddedLater):
     """`candidates.later`, each probed with the run's checks (services/later.py)."""
     first_bad_version: str | None = None
     """`deps`: the first bad release of the dependency (the culprit's version)."""
+    left_out: list[LeftOut] = Field(default_factory=list)
+    """`deps`: the releases in the range the search did not bisect, by why."""
     fast: FastDoc | None = None
     """`probe.fast`: where the search ran, and whether the full setup agreed."""
     search: SearchDoc | None = None

@@ -767,6 +767,21 @@ def _startups(doc: ResultDocument) -> list[str]:
     return [*lines, "", "</details>", ""]
 
 
+def _releases(doc: ResultDocument) -> list[str]:
+    """`deps`: the first bad release, and the releases between the ends it left out."""
+    first_bad = doc.first_bad_version
+    lines = [f"- first bad version: {esc.code(first_bad)}"] if first_bad else []
+    asks = {"yanked": " (`--yanked` takes them in)", "pre-release": " (`--pre` takes them in)"}
+    for gone in doc.left_out:
+        shown = ", ".join(esc.code(v) for v in gone.versions[:20])
+        more = ", ..." if len(gone.versions) > 20 else ""
+        lines.append(
+            f"- left out, {gone.reason}: {len(gone.versions)} release(s): {shown}{more}"
+            + asks.get(gone.reason, "")
+        )
+    return lines
+
+
 def render_markdown(doc: ResultDocument) -> str:
     """The report of a run."""
     status = doc.status
@@ -791,6 +806,7 @@ def render_markdown(doc: ResultDocument) -> str:
         f"- candidates: {doc.candidates}, probes run: {len(doc.probes) - len(given)}{held}"
     )
     lines.append(f"- what counts as a regression: `regress: {doc.regress.value}`")
+    lines += _releases(doc)
     lines.append("")
     lines += _caveats(doc)
     culprit = doc.culprit

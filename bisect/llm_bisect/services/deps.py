@@ -1,19 +1,32 @@
 """The deps service: the engine held at one build, the first bad release of a dependency.
 
     llm-bisect deps CONFIG --build REF --package NAME --good VER --bad VER [--index URL]
+                           [--pre] [--yanked]
 
-The releases of NAME after VER-good up to VER-bad (the index's list: pre- and post-releases
-included) become a small repository of versions, one commit each (DIR/versions.git); the
-engine's build at REF is made once by the config's own strategies; each release is then
-installed over it (builds/dependency.py) and the run bisects that repository as it does an
-engine's history: the same journal, resume, report and result.json, whose culprit is the
-first bad release (`first_bad_version`). A release that will not install is skip.
+The releases of NAME after VER-good up to VER-bad (the index's list, less what
+versions.sift leaves out unless asked: yanked releases, pre- and dev releases, and those
+the engine's interpreter cannot install; the run says how many and why, and result.json
+`left_out` lists them) become a small repository of versions, one commit each
+(DIR/versions.git); the engine's build at REF is made once by the config's own strategies;
+each release is then installed over it (builds/dependency.py) and the run bisects that
+repository as it does an engine's history: the same journal, resume, report and
+result.json, whose culprit is the first bad release (`first_bad_version`). A release that
+will not install is skip. A run resumed over another list of releases than it began with
+(other flags; before yanked and pre-releases were left out, it took both) stops with one
+line naming the flags it began with.
+
+The search weighs verdicts as `run` does (`search.flake: auto`: any verdict may lie, the
+answer needs the posterior's confidence). Confirmation does not apply: a release is no
+change that reverts onto the bad end or picks onto the good one (`confirm` is off); the
+answer rests on the posterior alone, and result.json's notes say so and name, by version,
+each release whose verdict disagreed.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
@@ -25,15 +38,21 @@ from ..builds.dependency import DependencyStrategy
 from ..builds.wheel import MAX_PAGE_BYTES, find_uv
 from ..client import within
 from ..errors import ConfigError, LaunchError
+from ..journal import FILENAME, read_journal
 from ..outdir import hold
 from ..probe import Progress
 from ..redact import public_url
+from ..report.documents import LeftOut, ResultDocument
 from ..runner import RunResult, write_outputs
+from ..search import Status
 from ..sources.git import GitSource
 from ..sources.versions import (
+    Release,
+    Sifted,
     between,
     index_releases,
     installable,
+    sift,
     version_at,
     version_history,
 )
@@ -93,6 +112,13 @@ class DepsResult:
     first_bad_version: str | None
     versions: list[str]
     """The releases bisected, oldest first (good excluded)."""
+    left_out: dict[str, list[str]] = field(default_factory=dict)
+    """The releases in the range left out, by why (versions.LEFT_OUT)."""
+
+
+def _flags(pre: bool, yanked: bool) -> str:
+    said = " ".join(f for f, on in (("--pre", pre), ("--yanked", yanked)) if on)
+    return said or "neither --pre nor --yanked"
 
 
 def run_deps(
@@ -105,8 +131,11 @@ def run_deps(
     bad: str,
     index: str | None,
     progress: Progress,
+    pre: bool = False,
+    yanked: bool = False,
 ) -> DepsResult:
-    """Bisect the releases of `package` between `good` and `bad` over the engine at `build`."""
+    """Bisect the releases of `package` between `good` and `bad` over the engine at `build`;
+    `pre`, `yanked`: pre-releases, yanked releases in the range too (versions.sift)."""
     if s.builder is None:
         raise ConfigError("deps: the engine's build needs build.strategies (the release is "
                           "installed over it)")  # fmt: skip
@@ -131,20 +160,32 @@ def run_deps(
                     f"{key}: {package} {end} has no file the engine's interpreter can install "
                     f"(its wheels are for other platforms: {', '.join(end.files[:2])})"
                 )
-        kept = [r for r in ranged if installable(r, supported)]
-        if len(kept) < len(ranged):  # each would cost a probe only to say skip
-            gone = [str(r) for r in ranged if r not in kept]
+
+        def sifted(pre: bool, yanked: bool) -> Sifted:
+            return sift(ranged, before[0].version, pre=pre, yanked=yanked, supported=supported)
+
+        chosen = sifted(pre, yanked)
+        if chosen.left_out:
+            asks = [f for f, why in (("--yanked", "yanked"), ("--pre", "pre-release"))
+                    if why in chosen.left_out]  # fmt: skip
             progress.note(
-                f"deps: {len(gone)} release(s) left out, no file the engine's interpreter "
-                f"can install: {', '.join(gone[:5])}{', ...' if len(gone) > 5 else ''}"
+                f"deps: {sum(len(v) for v in chosen.left_out.values())} release(s) left out: "
+                f"{chosen.said()}"
+                + (f"; {' and '.join(asks)} take{'s' * (len(asks) == 1)} them in" if asks else "")
             )
-        ranged = kept
+        kept = chosen.kept
         with hold(out_dir):
             repo = out_dir / "versions.git"
             over = f"engine: {engine_commit.commit}\nindex: {public_url(url)}"
-            commits = version_history(repo, package, [*before, *ranged], over)
+
+            def history(these: list[Release]) -> dict[str, str]:
+                return version_history(repo, package, [*before, *these], over)
+
+            commits = history(kept)
+            _same_releases(out_dir, commits, pre, yanked, lambda p, y: history(sifted(p, y).kept))
+            commits = history(kept)  # the branch as this run's releases make it
         progress.note(
-            f"deps: {len(ranged)} release(s) of {package} after {good} up to {bad}, over "
+            f"deps: {len(kept)} release(s) of {package} after {good} up to {bad}, over "
             f"{engine_commit.short}"
         )
         strategy = DependencyStrategy(
@@ -167,7 +208,70 @@ def run_deps(
         engine.release()
     culprit = done.result.culprit
     first_bad = version_at(repo, culprit.commit) if culprit else None
-    if first_bad is not None:
-        named = done.result.model_copy(update={"first_bad_version": first_bad})
-        done.result = write_outputs(out_dir, named, versions.scrub)
-    return DepsResult(done, first_bad, [str(r) for r in ranged])
+    left_out = [LeftOut.model_validate({"reason": why, "versions": [str(r) for r in gone]})
+                for why, gone in chosen.left_out.items()]  # fmt: skip
+    notes = [*done.result.notes, *_deps_notes(done.result, repo, package, progress)]
+    named = done.result.model_copy(
+        update={"first_bad_version": first_bad, "left_out": left_out, "notes": notes}
+    )
+    done.result = write_outputs(out_dir, named, versions.scrub)
+    return DepsResult(
+        done, first_bad, [str(r) for r in kept],
+        {why: [str(r) for r in gone] for why, gone in chosen.left_out.items()},
+    )  # fmt: skip
+
+
+def _same_releases(
+    out_dir: Path,
+    commits: dict[str, str],
+    pre: bool,
+    yanked: bool,
+    other: Callable[[bool, bool], dict[str, str]],
+) -> None:
+    """A run resumed from DIR's journal bisects the releases it began with: where the
+    journal's are those of other flags (a run begun before yanked releases and
+    pre-releases were left out by default: both), a one-line error names them."""
+    state = read_journal(out_dir / FILENAME).state
+    if state is None:
+        return
+    began = {c.commit for c in state.plan.sequence}
+    if began == set(commits.values()):
+        return
+    for p, y in ((True, True), (True, False), (False, True), (False, False)):
+        if (p, y) != (pre, yanked) and set(other(p, y).values()) == began:
+            raise ConfigError(
+                f"{out_dir}: holds a run begun with {_flags(p, y)} (one begun before llm-bisect "
+                "left yanked releases and pre-releases out took both): resume it with the "
+                "same, or pick a new --out"
+            )
+
+
+def _deps_notes(result: ResultDocument, repo: Path, package: str, progress: Progress) -> list[str]:
+    """What deps adds to the answer's notes, each also said: the releases whose verdicts
+    disagreed with it (by version: their commits mean nothing to a reader), and why it was
+    not confirmed."""
+    notes = []
+    search = result.search
+    for d in search.disagreed if search is not None else []:
+        release = version_at(repo, d.commit) or d.commit[:12]
+        times = f"{d.verdicts.count(d.verdict)} of {len(d.verdicts)} probes"
+        notes.append(
+            f"{package} {release} tested {d.verdict.value} in "
+            f"{times if len(d.verdicts) > 1 else 'its only probe'} "
+            f"({', '.join(v.value for v in d.verdicts)}), against the answer: weighed as a "
+            "likely lie."
+        )
+    if result.status is Status.FOUND:
+        held = (
+            f"the posterior search alone ({search.posterior:.4f}, confidence "
+            f"{search.confidence:g}, every verdict weighed as one that may lie)"
+            if search is not None
+            else "its verdicts taken as facts (search.flake: 0)"
+        )
+        notes.append(
+            "Confirmation does not apply to releases: a release is no change that reverts "
+            f"onto the bad end or picks onto the good one. The answer rests on {held}."
+        )
+    for line in notes:
+        progress.note(f"deps: {line}")
+    return notes

@@ -2,8 +2,17 @@
 
 A dependency bump (flashinfer-python 0.6.15.post1 → 0.6.16.post3) names a range of the
 dependency's releases; the first bad one among them is found by bisecting that list, the
-engine held still. The list is every version the index has files for, pre-releases and
-post-releases included, in PEP 440 order, `good` excluded and `bad` included.
+engine held still. The list is every version the index has files for, in PEP 440 order,
+`good` excluded and `bad` included (`between`), less what `sift` leaves out unless asked:
+
+    yanked            every file of it yanked (PEP 592): pulled by its authors, as pip skips it
+    pre-release       a, b, rc and .dev releases, as pip skips them without `--pre`; where an
+                      end the user names is one, pre-releases count (pip's rule for a
+                      specifier that names one)
+    not installable   no sdist, and no wheel the engine's interpreter takes (it would cost
+                      a probe only to say skip); never taken in
+
+An end is never left out: the user named it (a yanked end still installs, by its exact pin).
 
 Reading the index is the only I/O, through `Fetch` (one GET, the body); parsing is pure.
 """
@@ -16,6 +25,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from packaging.utils import (
     InvalidSdistFilename,
@@ -135,6 +145,65 @@ def between(releases: Iterable[Release], good: str, bad: str) -> list[Release]:
     return [  # builds of a release for another platform (`+cu124`): only when an end is one
         listed[v] for v in sorted(listed) if old < v <= new and (local or v.local is None)
     ]
+
+
+LEFT_OUT: Final = ("yanked", "pre-release", "not installable")
+"""Why `sift` leaves a release out, in the order it asks."""
+
+
+@dataclass(frozen=True)
+class Sifted:
+    """The releases between two ends, and those left out, by why."""
+
+    kept: list[Release]
+    """What the search bisects, oldest first, the bad end last."""
+    left_out: dict[str, list[Release]]
+    """Per reason of LEFT_OUT (only those with a release), oldest first; each release under
+    its first reason."""
+
+    def said(self) -> str:
+        """`2 yanked (1.0.post1, 1.1.post2), 1 pre-release (1.1rc1)`; "" when none."""
+        parts = []
+        for why, gone in self.left_out.items():
+            shown = ", ".join(str(r) for r in gone[:5]) + (", ..." if len(gone) > 5 else "")
+            what = {"pre-release": "pre-release" + ("s" if len(gone) != 1 else ""),
+                    "not installable": "with no file the engine's interpreter can install",
+                    }.get(why, why)  # fmt: skip
+            parts.append(f"{len(gone)} {what} ({shown})")
+        return ", ".join(parts)
+
+
+def sift(
+    ranged: Sequence[Release],
+    good: Version,
+    *,
+    pre: bool,
+    yanked: bool,
+    supported: frozenset[str] | None = None,
+) -> Sifted:
+    """`ranged` (between's list, the bad end last) less the yanked releases (unless
+    `yanked`), the pre- and dev releases (unless `pre`, or an end is one) and those the
+    interpreter with the wheel tags `supported` cannot install (each would cost a probe
+    only to say skip). The ends stay whatever they are. Pure."""
+    ends = {good, ranged[-1].version} if ranged else {good}
+    pre = pre or any(v.is_prerelease for v in ends)
+    kept: list[Release] = []
+    left_out: dict[str, list[Release]] = {}
+    for release in ranged:
+        why = None
+        if release.version in ends:
+            pass
+        elif release.yanked and not yanked:
+            why = "yanked"
+        elif release.version.is_prerelease and not pre:
+            why = "pre-release"
+        elif not installable(release, supported):
+            why = "not installable"
+        if why is None:
+            kept.append(release)
+        else:
+            left_out.setdefault(why, []).append(release)
+    return Sifted(kept, {why: left_out[why] for why in LEFT_OUT if why in left_out})
 
 
 def index_releases(index: str, project: str, fetch: Fetch) -> list[Release]:
