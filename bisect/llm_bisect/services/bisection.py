@@ -159,7 +159,7 @@ def _bisect(
                         s.source.path, out_dir, done.result, ctx, note, s.scrub, again=True
                     )
                     if found is not None and found.status == "not-confirmed":
-                        done = _unconfirmed(done, found.reason, was == done.answer.culprit, s)
+                        done = _unconfirmed(done, found, was == done.answer.culprit, s)
                     elif found is not None and found.status == "confirmed":
                         why = _second_look(done, was, first_look)
                         note(f"confirm: {why}")
@@ -266,20 +266,28 @@ def _second_look(done: RunResult, was: Candidate, first: Confirmation) -> str:
     )
 
 
-def _unconfirmed(done: RunResult, reason: str, held: bool, s: Setup) -> RunResult:
+def _unconfirmed(done: RunResult, found: Confirmation, held: bool, s: Setup) -> RunResult:
     """A culprit its confirmation does not bear out, after its trials were weighed and the
     search went on: ambiguous, never `found` with exit 0. `held`: the search named the same
-    culprit again (its verdicts held: the evidence supports two steps)."""
+    culprit again (its verdicts held): its revert stays bad (the evidence supports two
+    steps), or its pick does not break the good end (it breaks only with what came between)."""
     sure = done.answer.sure
     p = f" (posterior {sure.posterior:.4f})" if sure is not None else ""
-    why = (
-        f"another regression lies after it: the culprit's own verdicts held when probed "
-        f"again{p}, so the evidence supports more than one step (`confirm: continue` "
-        "bisects what remains)"
-        if held
-        else f"the search probed on and named another culprit{p}, which is not confirmed either"
-    )
-    message = f"not confirmed: {reason}; {why}"
+    stays_bad = any(t.kind == "revert" and t.verdict == "bad" for t in found.probes)
+    if not held:
+        why = f"the search probed on and named another culprit{p}, which is not confirmed either"
+    elif stays_bad:
+        why = (
+            f"another regression lies after it: the culprit's own verdicts held when probed "
+            f"again{p}, so the evidence supports more than one step (`confirm: continue` "
+            "bisects what remains)"
+        )
+    else:
+        why = (
+            f"the culprit's own verdicts held when probed again{p}: it is the first bad build, "
+            "but not the whole cause (it breaks only together with what came before it)"
+        )
+    message = f"not confirmed: {found.reason}; {why}"
     answer = replace(done.answer, status=Status.AMBIGUOUS, message=message)
     result = done.result.model_copy(update={"status": Status.AMBIGUOUS, "message": message})
     return RunResult(answer, write_outputs(done.out_dir, result, s.scrub), done.out_dir)
