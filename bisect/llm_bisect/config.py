@@ -383,6 +383,12 @@ class SearchConfig(_Strict):
     batch: Literal["joint", "quantiles"] = "joint"
     """With `parallel` slots: the batch that tells most together, or the posterior's
     quantiles (cheaper to choose)."""
+    symptom: Literal["any", "same"] = "any"
+    """Which bad probes count as bad: `any` (the default), every one; `same`, a candidate
+    between the ends only when it fails a check the bad end failed (or crashed as it did): one
+    that fails other checks only has another regression, and counts as good (result.json
+    says so, and keeps its failures). A suite then stops early only at a failed check the bad
+    end failed."""
 
     @property
     def policy(self) -> Policy:

@@ -9,7 +9,9 @@ journal before the next batch is chosen, so a run killed at any moment resumes w
 repeating one; probes in flight when it died run again. A probe whose answer is no longer
 needed (the range moved past it) is cancelled: its server stops and it is not a verdict.
 With `reprobe` (`probe.repeats: auto`) a candidate whose verdict contradicts a neighbour's
-is probed again (search.settle), into probes/<short>-2.
+is probed again (search.settle), into probes/<short>-2. The journal keeps each probe as it
+tested; the search reads them as `search.symptom` counts them (symptom.count), derived
+again at every step.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .report.html import render_html
 from .report.markdown import render_markdown
 from .report.result import build_result, verdicts_by_commit
 from .search import Answer, Plan, left_of, lookahead, no_longer_needed, plan_batch, plan_step
+from .symptom import Counted, Symptom, count
 
 
 def _commits(plan: Plan) -> tuple[object, ...]:
@@ -78,7 +81,8 @@ def result_of(
     state: JournalState, warnings: Sequence[str] = ()
 ) -> tuple[Answer | Candidate, ResultDocument | None]:
     """The search's next step for a journal state, and result.json once it has an answer."""
-    step = plan_step(state.plan, history(state.probes), reprobe=state.reprobe, policy=state.policy)
+    used = count(state.plan, state.probes, state.symptom).used
+    step = plan_step(state.plan, history(used), reprobe=state.reprobe, policy=state.policy)
     if isinstance(step, Answer):
         return step, build_result(
             state.plan,
@@ -92,6 +96,7 @@ def result_of(
             ended=state.ended,
             parallel=1 + max((s.slot or 0 for s in state.spans), default=0),
             policy=state.policy,
+            symptom=state.symptom,
         )
     return step, None
 
@@ -123,6 +128,7 @@ def run(
     parallel: int = 1,
     early_stop: bool = False,
     first: frozenset[str] = frozenset(),
+    symptom: Symptom = Symptom.ANY,
 ) -> RunResult:
     """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
     journal when there is one.
@@ -133,6 +139,9 @@ def run(
     policy journals it and goes on under it.
 
     `early_stop`: a probe's suite stops at its first failed check, except at the ends.
+    `symptom` (`search.symptom`): `same` counts a middle probe bad only with the bad end's
+    symptom (symptom.py); its suite stops only at a failed check of that symptom. A resume
+    under another rule journals it and derives every verdict again.
 
     `coarse`: candidates whose artifact is ready (an image, a published wheel, a
     cached build) are probed first, then the rest within the range left. `first`: commits
@@ -152,7 +161,9 @@ def run(
         launcher, checks, client, progress, repeats, golden, regress, clock.monotonic
     )
     ends = frozenset({plan.good.commit, plan.bad.commit})  # their suites always run whole
-    ctx = replace(ctx, early_stop=early_stop, full=ends)
+    reference = _Reference()
+    decisive = reference.decisive if symptom is Symptom.SAME else None
+    ctx = replace(ctx, early_stop=early_stop, full=ends, decisive=decisive)
     with Journal(out_dir / FILENAME, scrub) as journal:
         state = journal.reading.state
         if journal.reading.dropped:
@@ -173,6 +184,7 @@ def run(
                 regress=regress.value,
                 reprobe=reprobe,
                 **({} if policy.exact else {"search": policy.to_json()}),
+                **({} if symptom is Symptom.ANY else {"symptom": symptom.value}),
                 context=(context or Context()).model_dump(mode="json"),
                 time=clock.time(),
             )
@@ -183,6 +195,12 @@ def run(
         elif state.policy != policy:
             journal.append("search", search=policy.to_json(), time=clock.time())
             progress.note(f"search: verdicts weighed by {_weighed(policy)} from here on")
+        if state.symptom is not symptom:
+            journal.append("symptom", symptom=symptom.value, time=clock.time())
+            progress.note(
+                f"search.symptom: {symptom.value} from here on (every verdict counted again "
+                "from the probes' records)"
+            )
         progress.planned(plan, len(state.probes))
         for line in launcher.reap():  # what killed llm-bisect processes left
             progress.note(line)
@@ -194,6 +212,7 @@ def run(
         slots = _Slots(
             plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock, policy
         )
+        slots.symptom, slots.reference = symptom, reference
         step = slots.run()
         done = clock.time()
         journal.append("done", status=step.status.value, time=done)
@@ -212,6 +231,7 @@ def run(
         ended=done,
         parallel=max(1, parallel),
         policy=policy,
+        symptom=symptom,
     )
     written = write_outputs(out_dir, result, scrub)
     return RunResult(step, written, out_dir)
@@ -223,6 +243,17 @@ def _weighed(policy: Policy) -> str:
         return "flake 0 (as facts)"
     rate = "auto" if policy.flake is None else f"{policy.flake:g}"
     return f"flake {rate}, confidence {policy.confidence:g}"
+
+
+class _Reference:
+    """What the search counts so far (symptom.Counted), for the probes' suites to read the bad
+    end's symptom from (`decisive`): written by the runner's thread, read by the probes'."""
+
+    def __init__(self) -> None:
+        self.counted = Counted((), ())
+
+    def decisive(self, check: str) -> bool:
+        return self.counted.decisive(check)
 
 
 @dataclass
@@ -265,6 +296,9 @@ class _Slots:
         """The latest round whose answer is in: a probe started now is in the next one."""
         self.running: dict[Future[ProbeOutcome], _Flight] = {}
         self.broken_starts = 0
+        self.symptom = Symptom.ANY
+        """Which bad probes count as bad (`search.symptom`)."""
+        self.reference = _Reference()
         """Starts of the good end whose answers were broken (BrokenGoodEnd): one is a glitch
         and the good end starts again; a second stops the run."""
 
@@ -280,8 +314,12 @@ class _Slots:
     def _loop(self, pool: ThreadPoolExecutor) -> Answer:
         reprobe, policy = self.reprobe, self.policy
         while True:
-            seen = history(self.probes)
+            counted = count(self.plan, self.probes, self.symptom)
+            self.reference.counted = counted
+            seen = history(counted.used)
             busy = {f.candidate.commit: f for f in self.running.values()}
+            # a bad probe waiting for the bad end's symptom is waited for as a running one
+            waiting = frozenset(busy) | counted.held
             needless = no_longer_needed(
                 self.plan, seen, frozenset(busy), reprobe=reprobe, policy=policy
             )
@@ -292,13 +330,14 @@ class _Slots:
             # may want that commit again (verdicts that are not monotone move the range back).
             free = self.k - len(self.running)
             step = plan_batch(
-                self.plan, seen, free, self.prefer, frozenset(busy), reprobe=reprobe, policy=policy
+                self.plan, seen, free, self.prefer, waiting, reprobe=reprobe, policy=policy
             )
             if isinstance(step, Answer) and not self.running:
                 return step
             if isinstance(step, list):
                 for candidate in step:
-                    self._start(pool, candidate, len(seen.get(candidate.commit, ())))
+                    before = sum(1 for p in self.probes if p.commit == candidate.commit)
+                    self._start(pool, candidate, before)
                 if self.k == 1 and step:
                     ahead = lookahead(
                         self.plan, seen, step[0], self.prefer, reprobe=reprobe, policy=policy
@@ -324,7 +363,9 @@ class _Slots:
         name = candidate.short if not before else f"{candidate.short}-{before + 1}"
         if before:
             why = (
-                "its verdict contradicts a neighbour's"
+                "its probe stopped before the checks the bad end failed (search.symptom: same)"
+                if candidate.commit in self.reference.counted.untold
+                else "its verdict contradicts a neighbour's"
                 if self.policy.exact
                 else "another verdict of it tells most about the culprit now"
             )
