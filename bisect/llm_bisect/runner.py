@@ -210,9 +210,9 @@ def run(
             else frozenset()
         )
         slots = _Slots(
-            plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock, policy
-        )
-        slots.symptom, slots.reference = symptom, reference
+            plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock, policy,
+            symptom, reference,
+        )  # fmt: skip
         step = slots.run()
         done = clock.time()
         journal.append("done", status=step.status.value, time=done)
@@ -286,6 +286,8 @@ class _Slots:
         reprobe: bool = False,
         clock: Clock = SYSTEM,
         policy: Policy = EXACT,
+        symptom: Symptom = Symptom.ANY,
+        reference: _Reference | None = None,
     ) -> None:
         self.plan, self.out_dir, self.journal, self.ctx = plan, out_dir, journal, ctx
         self.clock, self.policy = clock, policy
@@ -296,11 +298,12 @@ class _Slots:
         """The latest round whose answer is in: a probe started now is in the next one."""
         self.running: dict[Future[ProbeOutcome], _Flight] = {}
         self.broken_starts = 0
-        self.symptom = Symptom.ANY
-        """Which bad probes count as bad (`search.symptom`)."""
-        self.reference = _Reference()
         """Starts of the good end whose answers were broken (BrokenGoodEnd): one is a glitch
         and the good end starts again; a second stops the run."""
+        self.symptom = symptom
+        """Which bad probes count as bad (`search.symptom`)."""
+        self.reference = reference or _Reference()
+        """What the search counts so far, for the probes' suites (`decisive`)."""
 
     def run(self) -> Answer:
         with ThreadPoolExecutor(max_workers=self.k, thread_name_prefix="probe") as pool:

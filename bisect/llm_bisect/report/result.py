@@ -125,7 +125,7 @@ def build_result(
         ended_at=ended,
         reversals=[Reversal(new=new, old=old) for new, old in answer.reversals],
         retests=retests(probes),
-        notes=[*answer.notes, *other_symptoms(plan, raw, symptom)],
+        notes=[*answer.notes, *other_symptoms(plan, raw, frozenset(counted.other))],
         search=search_doc(answer, probes, policy),
         symptom=symptom_doc(counted) if symptom is Symptom.SAME else None,
     )
@@ -141,12 +141,12 @@ def symptom_doc(counted: Counted) -> SymptomDoc:
 
 
 def other_symptoms(
-    plan: Plan, probes: Sequence[ProbeOutcome], symptom: Symptom = Symptom.ANY
+    plan: Plan, probes: Sequence[ProbeOutcome], counted_good: frozenset[str] = frozenset()
 ) -> list[str]:
     """A note for each build that tested bad with another symptom than the bad end's: none
     of the checks it failed is one the bad end failed (another regression in the range, not
-    the one bisected); under `search.symptom: same` it was counted good. Regression mode
-    only; a crash has no symptom to compare. Pure."""
+    the one bisected); `counted_good`: those `search.symptom: same` counted good. Regression
+    mode only; a crash has no symptom to compare. Pure."""
     if plan.mode is not Mode.REGRESSION:
         return []
     failed: dict[str, tuple[str, ...]] = {}
@@ -161,7 +161,7 @@ def other_symptoms(
         f"{short.get(commit, commit[:12])} tested bad with another symptom than the bad end: "
         f"it failed {', '.join(theirs)}, the bad end {', '.join(end)}: another regression may "
         "lie in the range, besides the bad end's"
-        + ("; counted good (search.symptom: same)" if symptom is Symptom.SAME else "")
+        + ("; counted good (search.symptom: same)" if commit in counted_good else "")
         for commit, theirs in failed.items()
         if commit != plan.bad.commit and theirs and not set(theirs) & set(end)
     ]
