@@ -23,6 +23,8 @@ end of the index search) count as they test: the bad end's symptom is the refere
         it cannot tell: not counted, the search probes it again where it needs it (under
         `same` a suite never stops at a failed check outside the bad end's symptom:
         `decisive`)
+    a middle probe that crashed (its checks' results are lost) where the bad end did not
+        it cannot tell either: skip, never evidence (it would crash again)
 
 Check names, not prompts: one regression fails different prompts on different builds
 (degenerate text on some prompts of one build, on others of the next; the eval's sequential
