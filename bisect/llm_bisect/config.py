@@ -1018,7 +1018,8 @@ def config_digest(config: Config) -> str:
     data.pop("localize", None)  # after the search: never a reason to start it again
     data.pop("confirm", None)  # the same: `continue` set after "not confirmed" resumes
     data.pop("search", None)  # how verdicts are weighed, never what they are (the journal
-    # keeps the policy each resume ran under)
+    # keeps the policy each resume ran under); `symptom` counts some bad probes good, but
+    # the journal keeps each probe as it tested and the verdicts are counted from it again
     # what a probe costs, never its verdict; `fast` picks which commits the full setup
     # probes, never what they are: a run resumes with it set or not
     for key in ("early_stop", "engine_cache", "fast"):
