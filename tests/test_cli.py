@@ -1077,6 +1077,113 @@ def test_a_build_bad_with_another_symptom_than_the_bad_end_is_said(
     assert "another symptom than the bad end" in (out / "report.md").read_text()
 
 
+TWO_CHECKS = [{"type": "canary"}, {"type": "expect"}]
+
+
+def test_symptom_same_bisects_the_bad_ends_regression_past_another_one(
+    tmp_path: Path, history: Any
+) -> None:
+    """Commits 10..19 garble arithmetic (expect fails), 20 fixes it, 30 makes reasoning
+    degenerate (canary fails): two regressions in the range, the bad end has the second."""
+    h: History = history({10: "garbled-math", 20: "none", 30: "degenerate-reasoning"}, n=36)
+    other = range(10, 20)
+    # `any` (the default): a build of the first regression is bad, and the report says
+    # it failed with another symptom than the bad end's
+    out = tmp_path / "any"
+    code, output = invoke(
+        "run", str(h.config(checks=TWO_CHECKS, localize=False)), "--out", str(out)
+    )
+    assert code == 0, output
+    result = result_of(out)
+    assert h.shas.index(result["culprit"]["commit"]) in other and "symptom" not in result
+    assert any("another symptom than the bad end" in n for n in result["notes"])
+    # `same`: only the bad end's symptom is bad; the other regression's builds count good
+    out = tmp_path / "same"
+    config = h.config(checks=TWO_CHECKS, localize=False, search={"symptom": "same"})
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = result_of(out)
+    assert result["culprit"]["commit"] == h.shas[30]
+    counted = [p for p in result["probes"] if h.shas.index(p["commit"]) in other]
+    assert counted and all(p["verdict"] == "good" for p in counted)
+    assert counted[0]["reason"].startswith(
+        "another symptom: failed expect; the bad end failed canary (counted good: "
+        "search.symptom: same)"
+    )
+    failed = {c["name"] for c in counted[0]["checks"] if not c["passed"]}
+    assert failed == {"expect"}  # its own failure stays visible
+    said = {"rule": "same", "bad_end": ["canary"], "untold": []}
+    assert result["symptom"] == {**said, "counted_good": [p["commit"] for p in counted]}
+    notes = [n for n in result["notes"] if "another symptom than the bad end" in n]
+    assert len(notes) == len(counted) and notes[0].endswith("counted good (search.symptom: same)")
+    report = (out / "report.md").read_text()
+    assert "`search.symptom: same`, only the bad end's symptom (it failed `canary`)" in report
+    assert f"counted good, bad with another symptom only: `{counted[0]['commit'][:12]}`" in report
+    # `report DIR` derives the same from the journal's records
+    code, output = invoke("report", str(out))
+    assert code == 0 and result_of(out) == result, output
+
+
+def test_symptom_same_never_stops_a_suite_at_another_symptom(tmp_path: Path, history: Any) -> None:
+    """The cheaper check (canary) fails in 10..19, the bad end's symptom is the dearer one
+    (expect): under `same` a probe there runs expect too before it is judged; a probe with
+    the bad end's symptom still stops at it (`probe.early_stop`)."""
+    h: History = history({10: "degenerate-reasoning", 20: "none", 30: "garbled-math"}, n=36)
+    checks = [*TWO_CHECKS, {"type": "logprobs"}]
+    config = h.config(checks=checks, localize=False, search={"symptom": "same"})
+    out = tmp_path / "out"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = result_of(out)
+    assert result["culprit"]["commit"] == h.shas[30]
+    probes = {h.shas.index(p["commit"]): p for p in result["probes"]}
+    other = [p for i, p in probes.items() if i in range(10, 20)]
+    assert other, sorted(probes)
+    for p in other:
+        assert p["verdict"] == "good" and "not_run" not in p, p
+        ran = [(c["name"], c["passed"]) for c in p["checks"]]
+        assert ran == [("canary", False), ("expect", True), ("logprobs", False)]
+    stopped = [p for i, p in probes.items() if 30 <= i < 36]
+    assert stopped and all(p["not_run"] == ["logprobs"] for p in stopped)
+    assert all(p["verdict"] == "bad" for p in stopped)
+    assert "not_run" not in probes[36]  # the bad end runs whole: its symptom is read in full
+
+
+def test_a_run_resumed_under_symptom_same_counts_its_verdicts_again(
+    tmp_path: Path, history: Any
+) -> None:
+    """A run under `any` found the first regression; resumed with `search.symptom: same` it
+    goes on to the bad end's. A probe that stopped at the other symptom before the bad end's
+    check (early stop under `any`) cannot tell, and is probed again where the search needs it."""
+    # every middle probe of the first run stops at the canary: none of them tells
+    h: History = history({1: "degenerate-reasoning", 25: "none", 30: "garbled-math"}, n=36)
+    out = tmp_path / "out"
+    code, output = invoke(
+        "run", str(h.config(checks=TWO_CHECKS, localize=False)), "--out", str(out)
+    )
+    assert code == 0, output
+    first = result_of(out)
+    assert first["culprit"]["commit"] == h.shas[1]
+    stopped = [p["commit"] for p in first["probes"] if p.get("not_run") == ["expect"]]
+    assert stopped
+    config = h.config(checks=TWO_CHECKS, localize=False, search={"symptom": "same"})
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    assert "search.symptom: same from here on" in output
+    result = result_of(out)
+    assert result["culprit"]["commit"] == h.shas[30]
+    assert result["symptom"]["untold"] == stopped
+    untold = [p for p in result["probes"] if p["commit"] == stopped[0]]  # the middle, first
+    assert [p["verdict"] for p in untold] == ["skip", "good"]
+    assert "cannot tell under search.symptom: same" in untold[0]["reason"]
+    assert (out / "probes" / f"{stopped[0][:12]}-2").is_dir()
+    assert [
+        e["symptom"] for e in read_events(out / "journal.jsonl") if e["event"] == "symptom"
+    ] == ["same"]
+    code, output = invoke("report", str(out))
+    assert code == 0 and result_of(out) == result, output
+
+
 def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(
     tmp_path: Path, history: Any
 ) -> None:

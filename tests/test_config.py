@@ -65,6 +65,7 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
         ({"search": {"flake": "sometimes"}}, "search.flake: a lie rate (0 to 0.5) or auto"),
         ({"search": {"confidence": 1}}, "search.confidence: Input should be less than 1"),
         ({"search": {"max_probes": "lots"}}, "search.max_probes: a number of probes or auto"),
+        ({"search": {"symptom": "similar"}}, "search.symptom: Input should be 'any' or 'same'"),
         (
             {"probe": {"fast": {}}},
             "probe.fast: give args or env: a fast setup that adds nothing is the full one",
@@ -440,6 +441,10 @@ def test_the_search_weighs_verdicts_and_never_makes_a_journal_another_config_s()
     assert config_digest(parse_config({**base(), "search": {"flake": 0}})) == config_digest(
         parse_config(base())
     )
+    # the journal keeps each probe as it tested: a resume counts them under the rule it has
+    same = parse_config({**base(), "search": {"symptom": "same"}})
+    assert same.search.symptom == "same" and parse_config(base()).search.symptom == "any"
+    assert config_digest(same) == config_digest(parse_config(base()))
 
 
 def _bomb(levels: int = 9) -> str:

@@ -12,6 +12,7 @@ from llm_bisect.journal import Journal, plan_json, read_events, read_journal
 from llm_bisect.model import Candidate, ProbeOutcome, Verdict
 from llm_bisect.redact import Scrub
 from llm_bisect.search import Mode, Plan
+from llm_bisect.symptom import Symptom
 
 A, B, C = "a" * 40, "b" * 40, "c" * 40
 PLAN = Plan(Mode.REGRESSION, (Candidate(A), Candidate(B), Candidate(C)))
@@ -76,6 +77,7 @@ def test_a_last_event_that_lost_its_newline_is_kept(tmp_path: Path) -> None:
         ('{"event": "probe", "outcome": {"verdict": "good"}}\n', "malformed 'probe' event"),
         ('{"event": "probe-start", "commit": "HEAD"}\n', "malformed 'probe-start' event"),
         ('{"event": "party"}\n', "not a journal event"),
+        ('{"event": "symptom", "symptom": "some"}\n', "malformed 'symptom' event"),
     ],
 )
 def test_damage_in_the_middle_is_a_clear_error(tmp_path: Path, middle: str, why: str) -> None:
@@ -85,6 +87,23 @@ def test_damage_in_the_middle_is_a_clear_error(tmp_path: Path, middle: str, why:
         f.write(middle + '{"event": "done", "status": "found"}\n')
     with pytest.raises(JournalError, match=f":4: {why}.*cannot be resumed"):
         read_journal(path)
+
+
+def test_the_symptom_rule_is_the_heads_then_each_later_events(tmp_path: Path) -> None:
+    """`search.symptom`: none in the head is `any` (journals before it); a resume under
+    another rule appends a `symptom` event, and the latest holds."""
+    path = tmp_path / "journal.jsonl"
+    started(path)
+    state = read_journal(path).state
+    assert state is not None and state.symptom is Symptom.ANY
+    with Journal(path) as j:
+        j.append("symptom", symptom="same")
+    state = read_journal(path).state
+    assert state is not None and state.symptom is Symptom.SAME
+    with Journal(path) as j:
+        j.append("symptom", symptom="any")
+    state = read_journal(path).state
+    assert state is not None and state.symptom is Symptom.ANY
 
 
 def test_a_journal_that_does_not_start_with_its_run_is_refused(tmp_path: Path) -> None:

@@ -66,6 +66,44 @@ def test_two_slots_run_two_probes_at_once_in_fewer_rounds(tmp_path: Path) -> Non
     assert live_processes(str(h.repo)) == []
 
 
+def test_a_middle_probe_done_before_the_bad_end_waits_for_its_symptom(tmp_path: Path) -> None:
+    """`search.symptom: same` with two slots: the middle (8, degenerate reasoning: another
+    regression, fixed by 11) finishes while the bad end (garbled arithmetic from 13) is held.
+    Its suite cannot stop at the canary (the bad end's symptom is not known), and it is
+    judged once the bad end's probe is in: counted good, the culprit is 13."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    faults = {5: "degenerate-reasoning", 11: "none", 13: "garbled-math"}
+    h = History(tmp_path, faults, 16, changes={16: {"hold_file": str(hold)}})
+    launches = tmp_path / "launches"
+    config = h.config(
+        server={"command": [*h.config_command(), "--launch-log", str(launches)]},
+        checks=[{"type": "canary"}, {"type": "expect"}],
+        search={"symptom": "same"},
+        parallel=2,
+        localize=False,
+    )
+    out = tmp_path / "out"
+    proc = start(config, out)
+
+    def finished() -> set[str]:
+        return {e["outcome"]["commit"] for e in events(out, "probe")}
+
+    try:
+        assert wait_until(lambda: h.shas[8] in finished(), 120)
+        assert h.shas[16] not in finished()  # held: the middle's answer came first
+        hold.unlink()
+        assert proc.wait(timeout=300) == 0
+    finally:
+        proc.kill()
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[13]
+    middle = next(p for p in result["probes"] if p["commit"] == h.shas[8])
+    assert middle["verdict"] == "good" and middle["reason"].startswith("another symptom")
+    assert [c["name"] for c in middle["checks"]] == ["canary", "expect"]  # ran whole
+    assert live_processes(str(h.repo)) == []
+
+
 def test_a_probe_no_longer_needed_is_cancelled(tmp_path: Path) -> None:
     # Three slots: the bad end, 5 and 11 after the good end. 11 is held and never released:
     # once 5 tests bad the culprit is below 5, and 11's server must be stopped, not awaited.

@@ -395,6 +395,12 @@ class SearchConfig(_Strict):
     batch: Literal["joint", "quantiles"] = "joint"
     """With `parallel` slots: the batch that tells most together, or the posterior's
     quantiles (cheaper to choose)."""
+    symptom: Literal["any", "same"] = "any"
+    """Which bad probes count as bad: `any` (the default), every one; `same`, a candidate
+    between the ends only when it fails a check the bad end failed (or crashed as it did): one
+    that fails other checks only has another regression, and counts as good (result.json
+    says so, and keeps its failures). A suite then stops early only at a failed check the bad
+    end failed."""
 
     @property
     def policy(self) -> Policy:
@@ -1024,7 +1030,8 @@ def config_digest(config: Config) -> str:
     data.pop("localize", None)  # after the search: never a reason to start it again
     data.pop("confirm", None)  # the same: `continue` set after "not confirmed" resumes
     data.pop("search", None)  # how verdicts are weighed, never what they are (the journal
-    # keeps the policy each resume ran under)
+    # keeps the policy each resume ran under); `symptom` counts some bad probes good, but
+    # the journal keeps each probe as it tested and the verdicts are counted from it again
     # what a probe costs, never its verdict; `fast` picks which commits the full setup
     # probes, never what they are: a run resumes with it set or not
     for key in ("early_stop", "engine_cache", "fast"):

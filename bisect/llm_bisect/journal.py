@@ -7,6 +7,9 @@
     {"event": "probe-cancel", ...}   a probe was stopped: its answer was no longer needed
     {"event": "search", ...}         a resume weighs verdicts another way (`search:`) from
                                      here on; the head holds the first (none: flake 0)
+    {"event": "symptom", ...}        a resume counts bad probes by another rule
+                                     (`search.symptom`) from here on; the head holds the
+                                     first (none: any)
     {"event": "done", ...}           the search ended
 
 A run resumes from it: finished probes are read back and never run again.
@@ -33,6 +36,7 @@ from .model import Candidate, ProbeOutcome, Regress
 from .posterior import EXACT, Policy
 from .redact import Scrub
 from .search import Mode, Plan
+from .symptom import Symptom
 
 FILENAME = "journal.jsonl"
 VERSION = 1
@@ -66,10 +70,16 @@ def _run(e: dict[str, Any]) -> None:
         raise ValueError("reprobe is not a boolean")
     if "search" in e:
         _search(e)
+    if "symptom" in e:
+        _symptom(e)
 
 
 def _search(e: dict[str, Any]) -> None:
     Policy.from_json(e["search"])
+
+
+def _symptom(e: dict[str, Any]) -> None:
+    Symptom(e["symptom"])
 
 
 def _probe(e: dict[str, Any]) -> None:
@@ -91,6 +101,7 @@ _EVENTS: dict[str, Callable[[dict[str, Any]], None]] = {
     "probe": _probe,
     "probe-cancel": _probe_start,
     "search": _search,
+    "symptom": _symptom,
     "done": _done,
 }
 
@@ -152,6 +163,9 @@ class JournalState:
     policy: Policy = EXACT
     """How verdicts are weighed (`search:`): the latest `search` event's, else the head's
     (journals without one: flake 0, verdicts as facts)."""
+    symptom: Symptom = Symptom.ANY
+    """Which bad probes count as bad (`search.symptom`): the latest `symptom` event's, else
+    the head's (journals without one: any)."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +255,7 @@ def _state(events: list[dict[str, Any]]) -> JournalState | None:
     done = [_when(e) for e in events if e["event"] == "done"]
     context = head.get("context")
     weighed = [e["search"] for e in events if "search" in e and e["event"] in ("run", "search")]
+    counted = [e["symptom"] for e in events if "symptom" in e and e["event"] in ("run", "symptom")]
     return JournalState(
         digest=head["digest"],
         plan=plan_from_json(head["plan"]),
@@ -253,6 +268,7 @@ def _state(events: list[dict[str, Any]]) -> JournalState | None:
         rounds=rounds,
         reprobe=head.get("reprobe") is True,
         policy=Policy.from_json(weighed[-1]) if weighed else EXACT,
+        symptom=Symptom(counted[-1]) if counted else Symptom.ANY,
     )
 
 

@@ -88,6 +88,9 @@ class ProbeContext:
     (`probe.early_stop`): the checks left are named in `not_run`."""
     full: frozenset[str] = frozenset()
     """Commits whose suites always run whole (a run's ends): their evidence is read in full."""
+    decisive: Callable[[str], bool] | None = None
+    """Under `search.symptom: same`, whether a failed check (by name) ends a suite early: one
+    in the bad end's symptom (symptom.Counted.decisive); None: any failed check."""
 
 
 class Cancel:
@@ -253,7 +256,7 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
             )
             checks = cheapest_first(ctx.checks)
             for _ in range(ctx.repeats):
-                found.results, found.not_run = _suite(checks, api, baseline, stop)
+                found.results, found.not_run = _suite(checks, api, baseline, stop, ctx.decisive)
                 runs.append(judge(found.results))
             found.facts.add(served_facts(api, server))
     except EndpointError as exc:
@@ -274,15 +277,22 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
 
 
 def _suite(
-    checks: Sequence[Check], api: OpenAIClient, golden: Golden | None, stop: bool
+    checks: Sequence[Check],
+    api: OpenAIClient,
+    golden: Golden | None,
+    stop: bool,
+    decisive: Callable[[str], bool] | None = None,
 ) -> tuple[tuple[CheckResult, ...], tuple[str, ...]]:
     """The suite's results, and the checks not run: with `stop`, none after the first that
-    failed (one failed check makes the run bad, whatever the others say), and a check that
-    can stop within its cases (the eval) does."""
+    failed (one failed check makes the run bad, whatever the others say; with `decisive`,
+    the first that failed and is decisive: under `search.symptom: same` a failure outside
+    the bad end's symptom does not settle the verdict), and a check that can stop within its
+    cases (the eval) does."""
     results: list[CheckResult] = []
     for i, check in enumerate(checks):
         results.append(_run_check(check, api, golden, early=stop))
-        if stop and not results[-1].passed:
+        failed = not results[-1].passed
+        if stop and failed and (decisive is None or decisive(results[-1].name)):
             return tuple(results), tuple(c.name for c in checks[i + 1 :])
     return tuple(results), ()
 

@@ -11,6 +11,8 @@ needed (the range moved past it) is cancelled: its server stops and it is not a 
 With `reprobe` (`probe.repeats: auto`) a candidate whose verdict contradicts a neighbour's
 is probed again (search.settle), into probes/<short>-2, on a free slot that has not probed
 it where there is one (pick_slot): a restart elsewhere is an independent observation.
+The journal keeps each probe as it tested; the search reads them as `search.symptom`
+counts them (symptom.count), derived again at every step.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .report.html import render_html
 from .report.markdown import render_markdown
 from .report.result import build_result, verdicts_by_commit
 from .search import Answer, Plan, left_of, lookahead, no_longer_needed, plan_batch, plan_step
+from .symptom import Counted, Symptom, count
 
 
 def _commits(plan: Plan) -> tuple[object, ...]:
@@ -79,7 +82,8 @@ def result_of(
     state: JournalState, warnings: Sequence[str] = ()
 ) -> tuple[Answer | Candidate, ResultDocument | None]:
     """The search's next step for a journal state, and result.json once it has an answer."""
-    step = plan_step(state.plan, history(state.probes), reprobe=state.reprobe, policy=state.policy)
+    used = count(state.plan, state.probes, state.symptom).used
+    step = plan_step(state.plan, history(used), reprobe=state.reprobe, policy=state.policy)
     if isinstance(step, Answer):
         return step, build_result(
             state.plan,
@@ -93,6 +97,7 @@ def result_of(
             ended=state.ended,
             parallel=1 + max((s.slot or 0 for s in state.spans), default=0),
             policy=state.policy,
+            symptom=state.symptom,
         )
     return step, None
 
@@ -124,6 +129,7 @@ def run(
     parallel: int = 1,
     early_stop: bool = False,
     first: frozenset[str] = frozenset(),
+    symptom: Symptom = Symptom.ANY,
 ) -> RunResult:
     """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
     journal when there is one.
@@ -134,6 +140,9 @@ def run(
     policy journals it and goes on under it.
 
     `early_stop`: a probe's suite stops at its first failed check, except at the ends.
+    `symptom` (`search.symptom`): `same` counts a middle probe bad only with the bad end's
+    symptom (symptom.py); its suite stops only at a failed check of that symptom. A resume
+    under another rule journals it and derives every verdict again.
 
     `coarse`: candidates whose artifact is ready (an image, a published wheel, a
     cached build) are probed first, then the rest within the range left. `first`: commits
@@ -153,7 +162,9 @@ def run(
         launcher, checks, client, progress, repeats, golden, regress, clock.monotonic
     )
     ends = frozenset({plan.good.commit, plan.bad.commit})  # their suites always run whole
-    ctx = replace(ctx, early_stop=early_stop, full=ends)
+    reference = _Reference()
+    decisive = reference.decisive if symptom is Symptom.SAME else None
+    ctx = replace(ctx, early_stop=early_stop, full=ends, decisive=decisive)
     with Journal(out_dir / FILENAME, scrub) as journal:
         state = journal.reading.state
         if journal.reading.dropped:
@@ -174,6 +185,7 @@ def run(
                 regress=regress.value,
                 reprobe=reprobe,
                 **({} if policy.exact else {"search": policy.to_json()}),
+                **({} if symptom is Symptom.ANY else {"symptom": symptom.value}),
                 context=(context or Context()).model_dump(mode="json"),
                 time=clock.time(),
             )
@@ -184,6 +196,12 @@ def run(
         elif state.policy != policy:
             journal.append("search", search=policy.to_json(), time=clock.time())
             progress.note(f"search: verdicts weighed by {_weighed(policy)} from here on")
+        if state.symptom is not symptom:
+            journal.append("symptom", symptom=symptom.value, time=clock.time())
+            progress.note(
+                f"search.symptom: {symptom.value} from here on (every verdict counted again "
+                "from the probes' records)"
+            )
         progress.planned(plan, len(state.probes))
         for line in launcher.reap():  # what killed llm-bisect processes left
             progress.note(line)
@@ -193,8 +211,9 @@ def run(
             else frozenset()
         )
         slots = _Slots(
-            plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock, policy
-        )
+            plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock, policy,
+            symptom, reference,
+        )  # fmt: skip
         step = slots.run()
         done = clock.time()
         journal.append("done", status=step.status.value, time=done)
@@ -213,6 +232,7 @@ def run(
         ended=done,
         parallel=max(1, parallel),
         policy=policy,
+        symptom=symptom,
     )
     written = write_outputs(out_dir, result, scrub)
     return RunResult(step, written, out_dir)
@@ -232,6 +252,17 @@ def pick_slot(k: int, taken: set[int], tried: set[int]) -> int:
     host or node, where a slot is one), else the lowest free one. Pure."""
     free = [i for i in range(k) if i not in taken]
     return min((i for i in free if i not in tried), default=free[0])
+
+
+class _Reference:
+    """What the search counts so far (symptom.Counted), for the probes' suites to read the bad
+    end's symptom from (`decisive`): written by the runner's thread, read by the probes'."""
+
+    def __init__(self) -> None:
+        self.counted = Counted((), ())
+
+    def decisive(self, check: str) -> bool:
+        return self.counted.decisive(check)
 
 
 @dataclass
@@ -264,6 +295,8 @@ class _Slots:
         reprobe: bool = False,
         clock: Clock = SYSTEM,
         policy: Policy = EXACT,
+        symptom: Symptom = Symptom.ANY,
+        reference: _Reference | None = None,
     ) -> None:
         self.plan, self.out_dir, self.journal, self.ctx = plan, out_dir, journal, ctx
         self.clock, self.policy = clock, policy
@@ -276,6 +309,10 @@ class _Slots:
         self.broken_starts = 0
         """Starts of the good end whose answers were broken (BrokenGoodEnd): one is a glitch
         and the good end starts again; a second stops the run."""
+        self.symptom = symptom
+        """Which bad probes count as bad (`search.symptom`)."""
+        self.reference = reference or _Reference()
+        """What the search counts so far, for the probes' suites (`decisive`)."""
 
     def run(self) -> Answer:
         with ThreadPoolExecutor(max_workers=self.k, thread_name_prefix="probe") as pool:
@@ -289,8 +326,12 @@ class _Slots:
     def _loop(self, pool: ThreadPoolExecutor) -> Answer:
         reprobe, policy = self.reprobe, self.policy
         while True:
-            seen = history(self.probes)
+            counted = count(self.plan, self.probes, self.symptom)
+            self.reference.counted = counted
+            seen = history(counted.used)
             busy = {f.candidate.commit: f for f in self.running.values()}
+            # a bad probe waiting for the bad end's symptom is waited for as a running one
+            waiting = frozenset(busy) | counted.held
             needless = no_longer_needed(
                 self.plan, seen, frozenset(busy), reprobe=reprobe, policy=policy
             )
@@ -301,14 +342,15 @@ class _Slots:
             # may want that commit again (verdicts that are not monotone move the range back).
             free = self.k - len(self.running)
             step = plan_batch(
-                self.plan, seen, free, self.prefer, frozenset(busy), reprobe=reprobe, policy=policy
+                self.plan, seen, free, self.prefer, waiting, reprobe=reprobe, policy=policy
             )
             if isinstance(step, Answer) and not self.running:
                 return step
             if isinstance(step, list):
                 # re-probes pick their slots first: each prefers one that has not probed it
-                for candidate in sorted(step, key=lambda c: not seen.get(c.commit)):
-                    self._start(pool, candidate, len(seen.get(candidate.commit, ())))
+                raw = {c.commit: sum(1 for p in self.probes if p.commit == c.commit) for c in step}
+                for candidate in sorted(step, key=lambda c: not raw[c.commit]):
+                    self._start(pool, candidate, raw[candidate.commit])
                 if self.k == 1 and step:
                     ahead = lookahead(
                         self.plan, seen, step[0], self.prefer, reprobe=reprobe, policy=policy
@@ -339,7 +381,9 @@ class _Slots:
         name = candidate.short if not before else f"{candidate.short}-{before + 1}"
         if before:
             why = (
-                "its verdict contradicts a neighbour's"
+                "its probe stopped before the checks the bad end failed (search.symptom: same)"
+                if candidate.commit in self.reference.counted.untold
+                else "its verdict contradicts a neighbour's"
                 if self.policy.exact
                 else "another verdict of it tells most about the culprit now"
             )

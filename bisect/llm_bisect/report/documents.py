@@ -326,11 +326,28 @@ class LeftOut(_Doc):
     """Oldest first."""
 
 
+class SymptomDoc(_Doc):
+    """`search.symptom: same`: a candidate between the ends counted bad only with the bad
+    end's symptom (symptom.py)."""
+
+    rule: Literal["same"] = "same"
+    bad_end: list[str]
+    """The bad end's symptom: the checks it failed (`crash`: it crashed during its checks)."""
+    counted_good: list[str] = Field(default_factory=list)
+    """Commits that tested bad with another symptom only, counted good (their probes say so
+    in `reason` and keep their failed checks)."""
+    untold: list[str] = Field(default_factory=list)
+    """Commits with a probe that could not tell (it stopped early, before the checks the bad
+    end failed: a run under `any`, resumed), not counted: probed again where the search
+    needed them."""
+
+
 class ResultDocument(_Doc, AddedLater):
     """DIR/result.json."""
 
     added_later: ClassVar[tuple[str, ...]] = (
         "confirmation", "first_bad_version", "bumps", "later", "fast", "search", "left_out",
+        "symptom",
     )  # fmt: skip
 
     version: Literal[2] = RESULT_VERSION
@@ -381,6 +398,9 @@ class ResultDocument(_Doc, AddedLater):
     search: SearchDoc | None = None
     """The posterior search (`search.flake` other than 0): the rate, the confidence, the
     credible set and the verdicts that disagreed."""
+    symptom: SymptomDoc | None = None
+    """`search.symptom: same`: the bad end's symptom and the probes counted good for another
+    (None: `any`, every bad probe counted bad)."""
     reversals: list[Reversal] = Field(default_factory=list)
     """Where the verdicts were not monotone (a good after a bad): the answer is then the
     last old→new step, the one the new end still has."""

@@ -782,6 +782,26 @@ def _releases(doc: ResultDocument) -> list[str]:
     return lines
 
 
+def _symptom(doc: ResultDocument) -> list[str]:
+    """`search.symptom: same`: the bad end's symptom, and the builds counted good for another."""
+    rule = doc.symptom
+    if rule is None:
+        return []
+    crashed = "crash" in rule.bad_end
+    names = ", ".join(esc.code(n) for n in rule.bad_end) or "nothing"
+    end = "crashed" if crashed else f"failed {names}"
+    lines = [
+        f"- which bad probes count: `search.symptom: same`, only the bad end's symptom (it {end})"
+    ]
+    if rule.counted_good:
+        shown = ", ".join(f"`{c[:12]}`" for c in rule.counted_good)
+        lines.append(f"- counted good, bad with another symptom only: {shown}")
+    if rule.untold:
+        shown = ", ".join(f"`{c[:12]}`" for c in rule.untold)
+        lines.append(f"- not counted, a probe that stopped before the bad end's checks: {shown}")
+    return lines
+
+
 def render_markdown(doc: ResultDocument) -> str:
     """The report of a run."""
     status = doc.status
@@ -807,6 +827,7 @@ def render_markdown(doc: ResultDocument) -> str:
     )
     lines.append(f"- what counts as a regression: `regress: {doc.regress.value}`")
     lines += _releases(doc)
+    lines += _symptom(doc)
     lines.append("")
     lines += _caveats(doc)
     culprit = doc.culprit

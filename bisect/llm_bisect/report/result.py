@@ -11,6 +11,7 @@ from ..journal import Span
 from ..model import Candidate, CheckResult, ProbeOutcome, Regress, Threshold, Verdict
 from ..posterior import EXACT, Policy
 from ..search import Answer, Mode, Plan, Status, bounds, settle
+from ..symptom import Counted, Symptom, count
 from .documents import (
     Build,
     CandidateDoc,
@@ -25,6 +26,7 @@ from .documents import (
     SearchDoc,
     Sides,
     Step,
+    SymptomDoc,
     TrialDoc,
 )
 
@@ -62,11 +64,16 @@ def build_result(
     ended: float | None = None,
     parallel: int = 1,
     policy: Policy = EXACT,
+    symptom: Symptom = Symptom.ANY,
 ) -> ResultDocument:
     """The result.json document (documents.ResultDocument) of a finished (or stopped)
     search; `warnings`: where the good build fails a rule itself (from its golden); `spans`:
     when each probe ran, in order; `context`: how the run was asked for (documents.Context);
-    `policy`: how the search weighed verdicts (`search:`)."""
+    `policy`: how the search weighed verdicts (`search:`); `symptom`: which bad probes it
+    counted bad (`search.symptom`): `probes` are as they tested, the document shows them as
+    counted."""
+    counted = count(plan, probes, symptom)
+    raw, probes = probes, counted.shown
     by_commit: Mapping[str, Candidate] = {c.commit: c for c in plan.candidates}
     culprit = answer.culprit
     last: dict[str, ProbeOutcome] = {}  # probed again: its latest outcome that tested it
@@ -119,15 +126,28 @@ def build_result(
         ended_at=ended,
         reversals=[Reversal(new=new, old=old) for new, old in answer.reversals],
         retests=retests(probes),
-        notes=[*answer.notes, *other_symptoms(plan, probes)],
+        notes=[*answer.notes, *other_symptoms(plan, raw, frozenset(counted.other))],
         search=search_doc(answer, probes, policy),
+        symptom=symptom_doc(counted) if symptom is Symptom.SAME else None,
     )
 
 
-def other_symptoms(plan: Plan, probes: Sequence[ProbeOutcome]) -> list[str]:
+def symptom_doc(counted: Counted) -> SymptomDoc:
+    """What `search.symptom: same` counted: the bad end's symptom, the probes counted good."""
+    return SymptomDoc(
+        bad_end=list(counted.reference or ()),
+        counted_good=list(counted.other),
+        untold=list(counted.untold),
+    )
+
+
+def other_symptoms(
+    plan: Plan, probes: Sequence[ProbeOutcome], counted_good: frozenset[str] = frozenset()
+) -> list[str]:
     """A note for each build that tested bad with another symptom than the bad end's: none
     of the checks it failed is one the bad end failed (another regression in the range, not
-    the one bisected). Regression mode only; a crash has no symptom to compare. Pure."""
+    the one bisected); `counted_good`: those `search.symptom: same` counted good. Regression
+    mode only; a crash has no symptom to compare. Pure."""
     if plan.mode is not Mode.REGRESSION:
         return []
     failed: dict[str, tuple[str, ...]] = {}
@@ -142,6 +162,7 @@ def other_symptoms(plan: Plan, probes: Sequence[ProbeOutcome]) -> list[str]:
         f"{short.get(commit, commit[:12])} tested bad with another symptom than the bad end: "
         f"it failed {', '.join(theirs)}, the bad end {', '.join(end)}: another regression may "
         "lie in the range, besides the bad end's"
+        + ("; counted good (search.symptom: same)" if commit in counted_good else "")
         for commit, theirs in failed.items()
         if commit != plan.bad.commit and theirs and not set(theirs) & set(end)
     ]

@@ -18,6 +18,7 @@ from ..redact import redact
 from ..report.documents import BumpDoc, Confirmation, FastDoc, ResultDocument
 from ..runner import RunResult, run, write_outputs, write_probe
 from ..search import Status
+from ..symptom import Symptom
 from .confirm import confirm, continue_after
 from .later import next_steps, probe_later, resolve_later
 from .localization import localize_after_run
@@ -127,6 +128,7 @@ def _bisect(
                     parallel=config.parallel,
                     early_stop=config.probe.early_stop,
                     first=first,
+                    symptom=Symptom(config.search.symptom),
                 )
 
             done = search(config.search.policy)
