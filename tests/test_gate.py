@@ -97,6 +97,10 @@ def test_block_on_a_bad_candidate_with_json_and_junit(tmp_path: Path, history: A
     report = (out / "report.md").read_text()
     assert "BLOCK: the release candidate regressed" in report
     assert "| canary | **FAIL** |" in report and "First divergence from the golden" in report
+    # what it could miss, as the run report says it: the eval's n and its detectable drop
+    power = printed["eval_power"]
+    assert 0 < power["detectable_drop"] < 1 and power["n"] > 0
+    assert f"The eval's {power['n']} problems detect an accuracy drop of" in report, report
     # the golden keeps the good build's fingerprint; the gate compares the two builds
     kept = json.loads(golden.read_text())["fingerprint"]
     assert kept["server"]["system_fingerprint"] == f"sim-0.1.0-{h.shas[0][:12]}", kept
