@@ -197,13 +197,12 @@ def probe(
             if "launch" not in timings:
                 found.failed_at = Stage.LAUNCH
             elif "ready" not in timings:  # it ran: its own exit or deadline, else the node's
-                died = isinstance(exc, ServerExited | NotReady)  # PortTaken: a lost race
+                died = isinstance(exc, ServerExited | NotReady)  # not PortTaken, Unplaced
                 found.failed_at = Stage.READY if died else Stage.LAUNCH
         finally:
             if cancel is not None:
                 cancel.attach(None)
-    if found.failed_at in (Stage.ARTIFACT, Stage.LAUNCH, Stage.READY):
-        assert found.failed_at is not None
+    if found.failed_at is not None and found.failed_at is not Stage.CHECKS:  # before checks
         found.verdict, found.reason = untested(ctx.regress, found.failed_at, found.reason)
     if cancel is not None and cancel.cancelled:
         found.verdict, found.reason, found.failed_at = Verdict.SKIP, CANCELLED, None
