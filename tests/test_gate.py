@@ -140,6 +140,8 @@ def test_block_on_a_candidate_that_cannot_start_where_the_good_build_starts(
         "--out", str(out), "--junit", str(junit),
     )  # fmt: skip
     assert code == 1, output
+    assert f"then golden-build {h.shas[0][:12]}: ready" in output
+    assert f"start-failure: {HEADLINE_OF['start-failure']}" in output
     doc = gate_of(out)
     assert (doc.decision, doc.exit_code, doc.reason) == ("block", 1, "start-failure")
     assert doc.message == HEADLINE_OF["start-failure"]
