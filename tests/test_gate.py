@@ -201,6 +201,27 @@ def test_inconclusive_when_the_good_build_does_not_start_on_this_node_either(
     )
 
 
+def test_a_candidate_that_starts_on_its_second_try_is_inconclusive(
+    tmp_path: Path, history: Any
+) -> None:
+    """Its first start crashed, the second served: a start that glitched is no block (nor an
+    allow): inconclusive (125, `flaky-start`), the golden's build not started."""
+    h: History = history({}, n=4, changes={4: {"crash_first": 1}})
+    launches = tmp_path / "launches"
+    config = counted(h, launches, checks=[{"type": "canary"}])
+    golden = record(h, config, tmp_path)
+    out = tmp_path / "gate"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[4], "--golden", str(golden), "--out", str(out)
+    )
+    assert code == 125, output
+    doc = gate_of(out)
+    assert (doc.decision, doc.reason) == ("inconclusive", "flaky-start")
+    assert [t.role for t in doc.trials] == ["candidate"]
+    assert doc.trials[0].probe.verdict.value == "good" and doc.trials[0].probe.failed_at is None
+    assert Counter(launched(launches)) == {h.shas[0]: 1, h.shas[4]: 2}
+
+
 def test_a_candidate_that_cannot_be_built_stays_inconclusive(tmp_path: Path, history: Any) -> None:
     """No build is no start failure: inconclusive (125) as before, nothing started again."""
     h: History = history({}, n=4)
