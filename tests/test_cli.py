@@ -143,6 +143,29 @@ def test_failed_checks_are_no_regression_when_only_crashes_count(
         assert code == 0 and result["culprit"]["commit"] == h.shas[4]
 
 
+def test_regress_start_finds_the_first_build_that_does_not_start(
+    tmp_path: Path, history: Any
+) -> None:
+    """Under every other policy a build that never starts is skip; under `regress: start` it
+    is bad, and the search finds the first one. A build that starts is good there, though it
+    garbles its answers (2) or dies during its checks (4)."""
+    h: History = history({2: "degenerate-content", 4: "crash-on-request", 6: "crash-on-start"}, n=9)
+    out = tmp_path / "out"
+    code, output = invoke("run", str(h.config(regress="start")), "--out", str(out))
+    assert code == 0, output
+    result = result_of(out)
+    assert result["status"] == "found" and result["regress"] == "start", output
+    assert result["culprit"]["commit"] == h.shas[6] and result["range"] == h.shas[5:7]
+    for p in result["probes"]:
+        started = h.shas.index(p["commit"]) < 6
+        assert p["verdict"] == ("good" if started else "bad"), p
+        assert p["reason"].startswith("started (regress: start" if started else "did not start")
+        assert started or p["failed_at"] == "ready"
+    assert "`regress: start`" in (out / "report.md").read_text()
+    assert not (out / "localization.json").exists()  # a build that never starts: nothing to hook
+    assert live_processes(str(h.repo)) == []
+
+
 @pytest.mark.parametrize("early_stop", [True, False])
 def test_a_suite_stops_at_its_first_failed_check_except_at_the_ends(
     tmp_path: Path, history: Any, early_stop: bool

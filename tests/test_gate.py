@@ -24,14 +24,16 @@ from helpers import (
     live_processes,
     printed_commands,
     shell_words,
+    sim_command,
     wait_until,
 )
 from llm_bisect import app
 from llm_bisect.fingerprint import Fingerprint
 from llm_bisect.journal import read_events
 from llm_bisect.launchers.common import LINE_CHARS
+from llm_bisect.model import Stage
 from llm_bisect.report.documents import GateDocument, ResultDocument
-from llm_bisect.report.gate import render_gate_markdown, render_junit
+from llm_bisect.report.gate import HEADLINE, HEADLINE_OF, render_gate_markdown, render_junit
 from llm_bisect.terminal import TerminalProgress
 from test_cli import held_history, invoke, launched
 
@@ -95,6 +97,10 @@ def test_block_on_a_bad_candidate_with_json_and_junit(tmp_path: Path, history: A
     report = (out / "report.md").read_text()
     assert "BLOCK: the release candidate regressed" in report
     assert "| canary | **FAIL** |" in report and "First divergence from the golden" in report
+    # what it could miss, as the run report says it: the eval's n and its detectable drop
+    power = printed["eval_power"]
+    assert 0 < power["detectable_drop"] < 1 and power["n"] > 0
+    assert f"The eval's {power['n']} problems detect an accuracy drop of" in report, report
     # the golden keeps the good build's fingerprint; the gate compares the two builds
     kept = json.loads(golden.read_text())["fingerprint"]
     assert kept["server"]["system_fingerprint"] == f"sim-0.1.0-{h.shas[0][:12]}", kept
@@ -107,29 +113,168 @@ def test_block_on_a_bad_candidate_with_json_and_junit(tmp_path: Path, history: A
     assert {c.get("classname") for c in ET.fromstring(tagged)} == {"llm-bisect/gate/v0_27_0"}
 
 
-def test_inconclusive_on_a_candidate_that_cannot_start(tmp_path: Path, history: Any) -> None:
+def counted(h: History, launches: Path, **over: Any) -> Path:
+    """A config whose servers append their commit to `launches` as each starts."""
+    return h.config(server={"command": sim_command(h.repo, "--launch-log", str(launches))}, **over)
+
+
+BROKEN_NODE = {"fault_when": [{"env": {"SIM_NODE": "broken"}, "fault": "crash-on-start"}]}
+"""Settings under which every build crashes on start where SIM_NODE=broken: a node that
+starts nothing (its driver, its GPUs), whatever the build."""
+CUDA_ERROR = "RuntimeError: CUDA error: no kernel image is available (simulated)"
+
+
+def test_block_on_a_candidate_that_cannot_start_where_the_good_build_starts(
+    tmp_path: Path, history: Any
+) -> None:
+    """It used to be inconclusive (125), which CI passes with a warning. The candidate is
+    started once more, then the golden's build on the same launcher: it serves, so the node
+    is fine and the candidate blocks (exit 1, `start-failure`); all three starts recorded."""
     h: History = history({10: "crash-on-start"}, n=12)
-    config = h.config()
+    launches = tmp_path / "launches"
+    config = counted(h, launches)
     golden = record(h, config, tmp_path)
     out, junit = tmp_path / "gate", tmp_path / "junit.xml"
     code, output = invoke(
         "gate", str(config), "--candidate", h.shas[-1], "--golden", str(golden),
-        "--out", str(out), "--junit", str(junit), "--bisect-on-block",
+        "--out", str(out), "--junit", str(junit),
     )  # fmt: skip
-    assert code == 125, output
+    assert code == 1, output
+    assert f"then golden-build {h.shas[0][:12]}: ready" in output
+    assert f"start-failure: {HEADLINE_OF['start-failure']}" in output
     doc = gate_of(out)
-    assert doc.decision == "inconclusive" and doc.probe.verdict.value == "skip"
-    assert doc.bisection is None  # never bisect from a build that could not be tested
+    assert (doc.decision, doc.exit_code, doc.reason) == ("block", 1, "start-failure")
+    assert doc.message == HEADLINE_OF["start-failure"]
+    assert doc.probe.verdict.value == "skip" and doc.probe.failed_at == Stage.READY
+    assert [(t.role, t.probe.commit) for t in doc.trials] == [
+        ("candidate", h.shas[-1]),
+        ("golden-build", h.shas[0]),
+    ]
+    again, good = doc.trials[0].probe, doc.trials[1].probe
+    assert again.failed_at == Stage.READY and "exited with code 3" in again.reason
+    assert good.failed_at is None and "ready" in good.timings and good.checks == []
+    counts = Counter(launched(launches))
+    assert counts == {h.shas[0]: 2, h.shas[-1]: 2}  # recorded, then the node's start; 2 tries
+    assert doc.bisection is None
     suite = ET.parse(junit).getroot()
     decision = next(c for c in suite if c.get("name") == "decision")
-    assert decision.find("error") is not None and suite.get("errors") == "1"
+    failure = decision.find("failure")
+    assert failure is not None and CUDA_ERROR in (failure.text or "")
     md = (out / "report.md").read_text()
-    assert "INCONCLUSIVE" in md and "Builds compared" in md  # it said its kernels first
+    assert "does not start where the last good build does" in md and "## Starts" in md
+    assert f"| 3 | the golden's build `{h.shas[0][:12]}` |" in md, md
+    assert "Builds compared" in md  # it said its kernels first
     # a candidate that said nothing of itself: the golden is sound, not the one to record anew
     said_nothing = doc.probe.model_copy(update={"fingerprint": Fingerprint()})
     silent = doc.model_copy(update={"fingerprints": None, "probe": said_nothing})
     md = render_gate_markdown(silent)
     assert "record it anew" not in md and "never served, so no builds are compared" in md, md
+    assert live_processes(str(h.repo)) == []
+
+
+def test_inconclusive_when_the_good_build_does_not_start_on_this_node_either(
+    tmp_path: Path, history: Any
+) -> None:
+    """A node that starts nothing (here: every build crashes where SIM_NODE=broken): the
+    candidate fails twice, the golden's build fails too; inconclusive (125) naming the node,
+    and no bisection from a candidate the node could not test."""
+    h: History = history({10: "crash-on-start"}, n=12, settings=BROKEN_NODE)
+    launches = tmp_path / "launches"
+    config = counted(h, launches)
+    golden = record(h, config, tmp_path)  # the node was fine then
+    out = tmp_path / "gate"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[6], "--golden", str(golden),
+        "--out", str(out), "--bisect-on-block", env={"SIM_NODE": "broken"},
+    )  # fmt: skip
+    assert code == 125, output
+    doc = gate_of(out)
+    assert (doc.decision, doc.exit_code, doc.reason) == ("inconclusive", 125, "node")
+    assert doc.message == HEADLINE_OF["node"]
+    assert [t.role for t in doc.trials] == ["candidate", "golden-build"]
+    assert all(t.probe.failed_at == Stage.READY for t in doc.trials)
+    assert doc.bisection is None
+    assert Counter(launched(launches)) == {h.shas[0]: 2, h.shas[6]: 2}
+    assert (
+        "neither the release candidate nor the last good build starts"
+        in (out / "report.md").read_text()
+    )
+
+
+def test_a_candidate_that_starts_on_its_second_try_is_inconclusive(
+    tmp_path: Path, history: Any
+) -> None:
+    """Its first start crashed, the second served: a start that glitched is no block (nor an
+    allow): inconclusive (125, `flaky-start`), the golden's build not started."""
+    h: History = history({}, n=4, changes={4: {"crash_first": 1}})
+    launches = tmp_path / "launches"
+    config = counted(h, launches, checks=[{"type": "canary"}])
+    golden = record(h, config, tmp_path)
+    out = tmp_path / "gate"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[4], "--golden", str(golden), "--out", str(out)
+    )
+    assert code == 125, output
+    doc = gate_of(out)
+    assert (doc.decision, doc.reason) == ("inconclusive", "flaky-start")
+    assert [t.role for t in doc.trials] == ["candidate"]
+    assert doc.trials[0].probe.verdict.value == "good" and doc.trials[0].probe.failed_at is None
+    assert Counter(launched(launches)) == {h.shas[0]: 1, h.shas[4]: 2}
+
+
+def test_a_candidate_that_cannot_be_built_stays_inconclusive(tmp_path: Path, history: Any) -> None:
+    """No build is no start failure: inconclusive (125) as before, nothing started again."""
+    h: History = history({}, n=4)
+    script = "import sys; sys.exit(3 if sys.argv[1] == sys.argv[2] else 0)"
+    build = {
+        "strategies": [
+            {"type": "command", "run": [sys.executable, "-c", script, "{commit}", h.shas[-1]]}
+        ],
+        "cache": {"dir": str(tmp_path / "cache")},
+    }
+    launches = tmp_path / "launches"
+    config = counted(h, launches, build=build, checks=[{"type": "canary"}])
+    golden = record(h, config, tmp_path)
+    out = tmp_path / "gate"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[-1], "--golden", str(golden),
+        "--out", str(out), "--bisect-on-block",
+    )  # fmt: skip
+    assert code == 125, output
+    doc = gate_of(out)
+    assert (doc.decision, doc.reason, doc.trials) == ("inconclusive", None, [])
+    assert doc.probe.failed_at == Stage.LAUNCH and "exited with 3" in doc.probe.reason
+    assert doc.message == HEADLINE["inconclusive"] and doc.bisection is None
+    assert launched(launches) == [h.shas[0]]  # the golden's recording only
+
+
+def test_bisect_on_block_after_a_start_failure_names_the_first_build_that_does_not_start(
+    tmp_path: Path, history: Any
+) -> None:
+    """The block's bisection runs under `regress: start`: the candidate given bad (it never
+    started), and the first commit whose server does not start is the culprit, though an
+    older commit garbles its answers (it starts: under `start` that is good)."""
+    h: History = history({3: "degenerate-content", 7: "crash-on-start"}, n=12)
+    config = h.config(checks=[{"type": "canary"}])
+    golden = record(h, config, tmp_path)
+    out = tmp_path / "gate"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[-1], "--golden", str(golden),
+        "--out", str(out), "--bisect-on-block",
+    )  # fmt: skip
+    assert code == 1, output
+    assert f"bisection: found: {h.shas[7]}" in output
+    doc = gate_of(out)
+    assert doc.reason == "start-failure" and doc.bisection is not None
+    assert doc.bisection.culprit is not None and doc.bisection.culprit.commit == h.shas[7]
+    result = ResultDocument.model_validate_json((out / "bisect" / "result.json").read_bytes())
+    assert result.regress.value == "start" and result.range == [h.shas[6], h.shas[7]]
+    given = {p.commit: (p.given, p.verdict.value) for p in result.probes if p.given}
+    assert given[h.shas[-1]] == ("gate: the candidate's probe", "bad")
+    first_bad = next(p for p in result.probes if p.commit == h.shas[7] and not p.given)
+    assert first_bad.verdict.value == "bad" and first_bad.failed_at == Stage.READY
+    assert first_bad.reason.startswith("did not start (regress: start)")
+    assert live_processes(str(h.repo)) == []
 
 
 def test_record_then_bisect_on_block_reuses_both_verdicts(tmp_path: Path, history: Any) -> None:
@@ -265,11 +410,12 @@ def test_a_block_whose_range_cannot_be_bisected_keeps_its_decision(
 def hostile_gates(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Two gates whose candidates are tags a shell or a markdown renderer would act on, whose
     config and golden lie in folders named like commands: one blocked by a server that answers
-    with markup and control characters, one inconclusive on a build whose log holds them."""
+    with markup and control characters, one inconclusive on a build whose log holds them (it
+    crashes during checks: a build that does not start where the good one does blocks)."""
     root = tmp_path_factory.mktemp("hostile")
     h = History(
         root,
-        {3: "crash-on-start", 4: "degenerate-content"},
+        {3: "crash-on-request", 4: "degenerate-content"},
         4,
         changes={
             3: {"log_lines": HOSTILE_LOG},
@@ -322,7 +468,7 @@ def test_gate_report_md_shows_what_servers_logs_and_refs_say_as_text(
 ) -> None:
     """Rendered as GitHub renders it, the report holds no tag, link, image or mention that the
     report did not make, and no control character; what was said is still there to read."""
-    for decision, reason in (("block", "failed: canary"), ("inconclusive", "exited with code 3")):
+    for decision, reason in (("block", "failed: canary"), ("inconclusive", "exited with code 134")):
         tag, out = hostile_gates[decision]
         shown = github_render((out / "report.md").read_text())
         assert shown.problems == [], decision
@@ -347,8 +493,9 @@ def test_junit_is_well_formed_whatever_a_server_said(hostile_gates: dict[str, An
 
 
 def test_the_crash_reason_survives_a_long_line_after_it(tmp_path: Path, history: Any) -> None:
-    """The server prints its CUDA error, then a 70 KB line, then exits: the log tail in
-    gate.json, report.md and the JUnit XML keeps the reason; every line of it is bounded."""
+    """The server prints its CUDA error, then a 70 KB line, then exits (where the good build
+    starts: a block): the log tail in gate.json, report.md and the JUnit XML keeps the reason;
+    every line of it is bounded."""
     h: History = history({3: "crash-on-start"}, n=4, changes={3: {"crash_trailer": 70_000}})
     config = h.config(checks=[{"type": "canary"}])
     golden = record(h, config, tmp_path)
@@ -357,13 +504,13 @@ def test_the_crash_reason_survives_a_long_line_after_it(tmp_path: Path, history:
         "gate", str(config), "--candidate", h.shas[3], "--golden", str(golden),
         "--out", str(out), "--junit", str(junit),
     )  # fmt: skip
-    assert code == 125, output
-    reason = "RuntimeError: CUDA error: no kernel image is available (simulated)"
+    assert code == 1, output
+    reason = CUDA_ERROR
     tail = gate_of(out).probe.log_tail
     assert reason in tail
     assert max(len(line) for line in tail.splitlines()) <= LINE_CHARS + 40
     assert reason in (out / "report.md").read_text()
-    assert reason in (ET.parse(junit).getroot().findtext(".//error") or "")
+    assert reason in (ET.parse(junit).getroot().findtext(".//failure") or "")
 
 
 RECORD_ANEW = "record it anew: `llm-bisect golden CONFIG --candidate {}`, or gate --record"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from llm_bisect.model import CheckResult, Regress, Verdict
+from llm_bisect.model import CheckResult, Regress, Stage, Verdict
 from llm_bisect.redact import redact
-from llm_bisect.verdict import combine_repeats, decide, judge
+from llm_bisect.verdict import combine_repeats, decide, judge, untested
 
 
 def test_any_failing_check_makes_it_bad_and_names_it() -> None:
@@ -36,6 +36,7 @@ def test_redact_masks_secrets_but_not_short_values() -> None:
         (Regress.SEMANTIC, Verdict.GOOD, Verdict.BAD, Verdict.SKIP),
         (Regress.CRASH, Verdict.GOOD, Verdict.GOOD, Verdict.BAD),
         (Regress.ANY, Verdict.GOOD, Verdict.BAD, Verdict.BAD),
+        (Regress.START, Verdict.GOOD, Verdict.GOOD, Verdict.GOOD),
     ],
 )
 def test_the_regress_policy_decides_what_a_crash_and_a_failed_check_mean(
@@ -47,5 +48,19 @@ def test_the_regress_policy_decides_what_a_crash_and_a_failed_check_mean(
     assert verdict is crashed and "crashed during checks" in reason
     assert "server exited with code 134" in reason
     # checks that disagree across repeats: unsure, unless checks are not the regression
-    unsure = Verdict.GOOD if regress is Regress.CRASH else Verdict.UNSURE
+    unsure = Verdict.GOOD if regress in (Regress.CRASH, Regress.START) else Verdict.UNSURE
     assert decide(regress, (Verdict.UNSURE, "disagree"), None)[0] is unsure
+
+
+@pytest.mark.parametrize("regress", list(Regress))
+@pytest.mark.parametrize("stage", [Stage.ARTIFACT, Stage.LAUNCH, Stage.READY])
+def test_a_build_that_never_started_is_bad_only_under_regress_start(
+    regress: Regress, stage: Stage
+) -> None:
+    """No artifact, no build or launch: skip under every policy; a server that never became
+    ready: skip, but bad when the user bisects a start failure (`regress: start`)."""
+    verdict, reason = untested(regress, stage, "server exited with code 3 before ready")
+    bad = regress is Regress.START and stage is Stage.READY
+    assert verdict is (Verdict.BAD if bad else Verdict.SKIP)
+    assert reason.endswith("server exited with code 3 before ready")
+    assert ("regress: start" in reason) == bad

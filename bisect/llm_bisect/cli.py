@@ -474,8 +474,9 @@ def gate_cmd(
     """Is this release candidate as good as the last good build? The same checks and
     thresholds as a probe, against the last good build's golden.
 
-    Exit 0 allow, 1 block, 125 inconclusive (could not be tested); 128 bad input, 129 any
-    other error, 130 interrupted.
+    Exit 0 allow, 1 block (also a candidate that never becomes ready, twice, where the last
+    good build does on the same launcher), 125 inconclusive (could not be tested); 128 bad
+    input, 129 any other error, 130 interrupted.
     """
 
     def body(term: Terminal) -> int:
@@ -501,6 +502,11 @@ def gate_cmd(
             term.out((out / GATE_FILE).read_text().rstrip())
             return doc.exit_code
         term.out(f"{doc.decision}: {doc.candidate.commit} {printable(doc.probe.reason)}")
+        for trial in doc.trials:  # started again: the candidate, then the golden's build
+            said = printable(trial.probe.reason)
+            term.out(f"  then {trial.role} {trial.probe.commit[:12]}: {said}")
+        if doc.reason is not None:
+            term.out(f"  {doc.reason}: {printable(doc.message)}")
         for result in doc.probe.checks:
             verdict = "pass" if result.passed else "FAIL"
             term.out(f"  {result.name}: {verdict} — {printable(result.evidence)[:160]}")

@@ -562,9 +562,11 @@ class Config(_Strict):
     """How each candidate is judged: `repeats`."""
     search: SearchConfig = Field(default_factory=SearchConfig)
     """How verdicts are weighed and when the search stops: `flake`, `confidence`."""
-    regress: Literal["semantic", "crash", "any"] = "semantic"
+    regress: Literal["semantic", "crash", "any", "start"] = "semantic"
     """What counts as a regression: failed checks (semantic), a crash, 5xx or reset during
-    checks (crash), or both (any). A build that never starts is skip under every policy."""
+    checks (crash), or both (any); `start`: a build whose server never became ready is bad,
+    one that did is good (bisects a start failure). A build that never starts is skip under
+    every other policy, and one with no artifact or no build under every policy."""
     golden: str | None = None
     """A golden file (relative to the config); default for `run`: recorded from the good end."""
     build: BuildConfig | None = None

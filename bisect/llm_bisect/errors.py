@@ -9,7 +9,8 @@
     ├── LaunchError                a server could not be started or became unusable
     │   ├── ServerExited           the server process ended before it was ready
     │   ├── NotReady               the server did not get ready before its deadline
-    │   └── PortTaken              another process serves the server's port (a lost race)
+    │   ├── PortTaken              another process serves the server's port (a lost race)
+    │   └── Unplaced               the cluster never ran it, or ended it (pending, node failure)
     ├── EndpointError              a request to a running server failed or its reply did not fit
     │   ├── ReplyTooLarge          a reply was longer than the cap (itself evidence)
     │   ├── RequestRejected        the server refused the request (HTTP 4xx)
@@ -76,6 +77,11 @@ class NotReady(LaunchError):
 class PortTaken(LaunchError):
     """Another process serves the port the server was given: it lost the race for it (a
     port is free when picked, not when the server binds it), and is not the one to check."""
+
+
+class Unplaced(LaunchError):
+    """The scheduler never ran the server (pending past its deadline) or the cluster ended it
+    (node failure, preemption) on every try: the node's, never the build's failure to start."""
 
 
 class EndpointError(LlmBisectError):

@@ -42,6 +42,24 @@ class Regress(str, enum.Enum):
     """A crash, 5xx or reset during checks is bad; failed checks are not a regression."""
     ANY = "any"
     """Both are bad."""
+    START = "start"
+    """A build that never became ready is bad; one that did is good, whatever its checks
+    said (for bisecting a start failure: the first build that does not start)."""
+
+
+class Stage(str, enum.Enum):
+    """Where a probe stopped short of a verdict from its checks (a skip's cause, or a bad
+    one's under `regress: crash`, `any` or `start`)."""
+
+    ARTIFACT = "artifact"
+    """No artifact: no route builds it, no image holds it."""
+    LAUNCH = "launch"
+    """Its build, pull or launch failed, or another process took its port: no server of
+    it was waited on."""
+    READY = "ready"
+    """Its server ran but never became ready: it exited first, or its deadline passed."""
+    CHECKS = "checks"
+    """The server was ready, then crashed, failed or could not answer during checks."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +222,9 @@ class ProbeOutcome:
     """Where the wait for the server went, phase by phase, from its log (startup.py)."""
     not_run: tuple[str, ...] = ()
     """Checks the suite did not run: it stopped at a decisive failure (`probe.early_stop`)."""
+    failed_at: Stage | None = None
+    """Where the probe stopped short (no artifact, no launch, never ready, crashed in checks);
+    None when its checks ran to a verdict."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.fingerprint, Fingerprint):  # the facts as a plain mapping
@@ -223,7 +244,14 @@ class ProbeOutcome:
             data["startup"] = self.startup.model_dump(mode="json")
         if self.not_run:
             data["not_run"] = list(self.not_run)
+        if self.failed_at is not None:
+            data["failed_at"] = self.failed_at.value
         return data
+
+    @property
+    def never_started(self) -> bool:
+        """The server ran but never became ready (not: no artifact, no build)."""
+        return self.failed_at is Stage.READY
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ProbeOutcome:
@@ -237,6 +265,7 @@ class ProbeOutcome:
             fingerprint=Fingerprint.model_validate(data.get("fingerprint") or {}),
             startup=_startup(data.get("startup")),
             not_run=tuple(str(name) for name in data.get("not_run", ())),
+            failed_at=Stage(data["failed_at"]) if data.get("failed_at") else None,
         )
 
 

@@ -20,14 +20,23 @@ from .checks.golden import Golden, GoldenStore
 from .client import OpenAIClient
 from .clock import SYSTEM
 from .collectenv import collected
-from .errors import EndpointError, LaunchError, ReplyTooLarge, ServerFault
+from .errors import EndpointError, LaunchError, NotReady, ReplyTooLarge, ServerExited, ServerFault
 from .files import head_text
 from .fingerprint import Fingerprint, ImageFacts, ServedFacts, parse_startup_log
 from .launchers import Launcher, Server
-from .model import Candidate, Cap, CheckResult, ProbeOutcome, Regress, TooLargeDetails, Verdict
+from .model import (
+    Candidate,
+    Cap,
+    CheckResult,
+    ProbeOutcome,
+    Regress,
+    Stage,
+    TooLargeDetails,
+    Verdict,
+)
 from .search import Plan
 from .startup import Startup, phases, read_marks
-from .verdict import combine_repeats, decide, judge
+from .verdict import combine_repeats, decide, judge, untested
 
 CRASH_WAIT_S = 3.0
 """After a failed request, how long to wait for the server to exit before calling it a crash."""
@@ -143,6 +152,7 @@ class _Found:
     log_tail: str = ""
     facts: Facts = field(default_factory=Facts)
     not_run: tuple[str, ...] = ()
+    failed_at: Stage | None = None
 
 
 def probe(
@@ -169,6 +179,7 @@ def probe(
         found.facts.add(Fingerprint(image=ImageFacts(ref=artifact.ref, digest=artifact.digest)))
     if artifact.available is False:
         found.reason = artifact.reason or f"no artifact: {artifact.ref}"
+        found.failed_at = Stage.ARTIFACT
     elif cancel is not None and cancel.cancelled:
         found.reason = CANCELLED
     else:
@@ -186,11 +197,18 @@ def probe(
                 timings["checks"] = clock() - t_checks
         except LaunchError as exc:
             found.reason, found.log_tail = str(exc), exc.log_tail
+            if "launch" not in timings:
+                found.failed_at = Stage.LAUNCH
+            elif "ready" not in timings:  # it ran: its own exit or deadline, else the node's
+                died = isinstance(exc, ServerExited | NotReady)  # not PortTaken, Unplaced
+                found.failed_at = Stage.READY if died else Stage.LAUNCH
         finally:
             if cancel is not None:
                 cancel.attach(None)
+    if found.failed_at is not None and found.failed_at is not Stage.CHECKS:  # before checks
+        found.verdict, found.reason = untested(ctx.regress, found.failed_at, found.reason)
     if cancel is not None and cancel.cancelled:
-        found.verdict, found.reason = Verdict.SKIP, CANCELLED
+        found.verdict, found.reason, found.failed_at = Verdict.SKIP, CANCELLED, None
     timings["total"] = clock() - t0
     found.facts.add(startup_facts(probe_dir))
     fingerprint = found.facts.fingerprint
@@ -209,6 +227,7 @@ def probe(
         fingerprint,
         started,
         found.not_run,
+        found.failed_at,
     )
 
 
@@ -260,7 +279,7 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
                 runs.append(judge(found.results))
             found.facts.add(served_facts(api, server))
     except EndpointError as exc:
-        found.results, found.not_run = (), ()
+        found.results, found.not_run, found.failed_at = (), (), Stage.CHECKS
         crash: str | None = None
         try:  # a dropped connection is often the server dying: give it a moment
             server.check_alive(wait=CRASH_WAIT_S)
@@ -270,6 +289,11 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
             crash, found.log_tail = str(exc), server.log_tail()
         if crash is None:
             found.reason, found.log_tail = f"checks could not run: {exc}", server.log_tail()
+            if ctx.regress is Regress.START:  # it was ready: all that `start` asks
+                found.verdict, found.reason = (
+                    Verdict.GOOD,
+                    f"started (regress: start; {found.reason})",
+                )
             return
         found.verdict, found.reason = decide(ctx.regress, None, crash)
         return

@@ -1,21 +1,24 @@
 """The verdict policy: check results (or a crash) and the user's `regress` in, verdict out. Pure.
 
-                      checks passed   checks failed   crash / 5xx / reset in checks
-    regress semantic  good            bad             skip
-    regress crash     good            good            bad
-    regress any       good            bad             bad
+                      checks passed   checks failed   crash / 5xx / reset in checks   never ready
+    regress semantic  good            bad             skip                            skip
+    regress crash     good            good            bad                             skip
+    regress any       good            bad             bad                             skip
+    regress start     good            good            good                            bad
 
-Repeats whose checks disagree are `unsure`, except under `crash`: there checks are not
-the regression, so their disagreement says nothing (good, when nothing crashed).
+Repeats whose checks disagree are `unsure`, except under `crash` and `start`: there checks
+are not the regression, so their disagreement says nothing.
 
-A build that never became ready is skip under every policy (the runner never asks).
+"Never ready" is a server that ran and exited or timed out before ready (Stage.READY); no
+artifact, a build that failed or a launch that did not run a server is skip under every
+policy, `start` too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .model import CheckResult, Regress, Verdict
+from .model import CheckResult, Regress, Stage, Verdict
 
 
 def judge(results: Sequence[CheckResult]) -> tuple[Verdict, str]:
@@ -42,6 +45,13 @@ def decide(
     regress: Regress, checked: tuple[Verdict, str] | None, crash: str | None
 ) -> tuple[Verdict, str]:
     """The verdict under `regress`, from the checks' verdict or from a crash during checks."""
+    if regress is Regress.START:  # it became ready: that is all `start` asks
+        said = f"crashed during checks: {crash}" if crash is not None else None
+        if said is None and checked is not None:
+            said = f"the checks said {checked[1]}"
+        if said is None:
+            raise ValueError("a verdict needs checks or a crash")
+        return Verdict.GOOD, f"started (regress: start; {said})"
     if crash is not None:
         if regress is Regress.SEMANTIC:
             return Verdict.SKIP, f"crashed during checks: {crash}"
@@ -52,3 +62,11 @@ def decide(
     if regress is Regress.CRASH and verdict is not Verdict.GOOD:
         return Verdict.GOOD, f"no crash (regress: crash; the checks said {reason})"
     return verdict, reason
+
+
+def untested(regress: Regress, failed_at: Stage, reason: str) -> tuple[Verdict, str]:
+    """The verdict on a probe that stopped short before its checks: bad only for a server that
+    never became ready under `regress: start`, else skip (never evidence of badness)."""
+    if regress is Regress.START and failed_at is Stage.READY:
+        return Verdict.BAD, f"did not start (regress: start): {reason}"
+    return Verdict.SKIP, reason

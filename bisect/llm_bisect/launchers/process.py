@@ -41,7 +41,7 @@ from ..config import (
     fill,
     template_fields,
 )
-from ..errors import ConfigError, LaunchError, NotReady, PortTaken, ServerExited
+from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
 from ..kinds import (
     LAUNCHERS,
     DeviceContext,
@@ -203,7 +203,7 @@ class ProcessServer(LoggedServer):
                 if stranger is None:
                     raise  # it died on its own
                 if moves == PORT_MOVES or self.ports is None:
-                    raise NotReady(
+                    raise PortTaken(  # the node's, not the build's: never a start failure
                         f"{stranger}, not this probe's server ({moves + 1} port(s) tried)",
                         self.log_tail(),
                     ) from None

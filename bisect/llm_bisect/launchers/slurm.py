@@ -49,7 +49,7 @@ from ..config import (
     check_placeholders,
     fill,
 )
-from ..errors import ConfigError, LaunchError, NotReady, ServerExited
+from ..errors import ConfigError, LaunchError, NotReady, ServerExited, Unplaced
 from ..kinds import LAUNCHERS, LauncherContext, LauncherKind, Preflight, PreflightContext
 from ..model import Candidate
 from ..redact import redact
@@ -431,7 +431,7 @@ class SlurmServer(LoggedServer):
                     job = launcher.slurm.settled(self.job, job, clock, launcher.sleep)
                 if job.state == "PENDING" and clock() - submitted > self.cfg.pending_timeout:
                     self.stop()
-                    raise NotReady(
+                    raise Unplaced(
                         f"slurm job pending for {self.cfg.pending_timeout:g}s ({job.reason})",
                         "",
                     )
@@ -446,9 +446,8 @@ class SlurmServer(LoggedServer):
                         self._submit()
                         submitted, started = clock(), None
                         continue
-                    raise ServerExited(
+                    raise Unplaced(
                         f"slurm job {self.job} {job.state} after {self.tries} tries",
-                        None,
                         self.log_tail(),
                     )
                 if job.state not in LIVE_STATES:

@@ -24,7 +24,15 @@ from ..checks.lm_eval import LmEvalDetails
 from ..checks.logprobs import LogprobsDetails
 from ..fingerprint import Fingerprint
 from ..localize import LocalizationDoc
-from ..model import CheckDetails, Regress, Threshold, TooLargeDetails, Verdict, details_of
+from ..model import (
+    CheckDetails,
+    Regress,
+    Stage,
+    Threshold,
+    TooLargeDetails,
+    Verdict,
+    details_of,
+)
 from ..search import Mode, Status
 from ..sparse import AddedLater
 from ..startup import Startup
@@ -87,7 +95,7 @@ class CheckDoc(_Doc):
 class ProbeDoc(_Doc, AddedLater):
     """One candidate launched and checked."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("startup", "not_run")
+    added_later: ClassVar[tuple[str, ...]] = ("startup", "not_run", "failed_at")
 
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
     verdict: Verdict
@@ -104,6 +112,9 @@ class ProbeDoc(_Doc, AddedLater):
     """Where the wait until ready went, phase by phase, from the server's own log lines."""
     not_run: list[str] = Field(default_factory=list)
     """Checks not run: the suite stopped at a decisive failure (`probe.early_stop`)."""
+    failed_at: Stage | None = None
+    """Where it stopped short: `artifact` (none), `launch` (build, pull or launch failed),
+    `ready` (its server never became ready), `checks` (crashed or failed in checks)."""
     subject: str = ""
     started_at: float | None = None
     """Wall-clock (Unix) time the probe began; None for a verdict the run was given."""
@@ -420,6 +431,11 @@ class ResultDocument(_Doc, AddedLater):
 
 
 Decision = Literal["allow", "block", "inconclusive"]
+GateReason = Literal["start-failure", "node", "flaky-start"]
+"""Why a gate decided as it did when its candidate's checks did not decide: `start-failure`
+(block: it never became ready, twice, where the golden's build does on the same launcher),
+`node` (inconclusive: the golden's build does not start there either), `flaky-start`
+(inconclusive: it became ready on its second start only, and its checks passed)."""
 
 
 class GoldenRef(_Doc):
@@ -444,10 +460,20 @@ class Bisection(_Doc):
     """Probes the bisection ran itself (the two verdicts the gate held are not counted)."""
 
 
+class Trial(_Doc):
+    """One more start a gate made because its candidate never became ready."""
+
+    role: Literal["candidate", "golden-build"]
+    """The candidate once more, or the golden's build on the same launcher (is it the node?)."""
+    why: str
+    probe: ProbeDoc
+    """Its probe: the golden's build is waited on until ready, no checks run on it."""
+
+
 class GateDocument(_Doc, AddedLater):
     """DIR/gate.json: one release candidate judged against the last good build's golden."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("eval_config",)
+    added_later: ClassVar[tuple[str, ...]] = ("eval_config", "reason", "trials", "eval_power")
 
     version: Literal[1] = GATE_VERSION
     decision: Decision
@@ -470,6 +496,12 @@ class GateDocument(_Doc, AddedLater):
     fingerprints: Sides | None = None
     """The golden's build (old) and the candidate's (new), when the golden keeps its build's
     fingerprint (goldens recorded before llm-bisect kept one do not)."""
+    reason: GateReason | None = None
+    """Why, when the candidate's checks did not decide (it never became ready)."""
+    trials: list[Trial] = Field(default_factory=list)
+    """The starts made after the candidate's probe never became ready, in order."""
+    eval_power: Power | None = None
+    """What the eval could detect (its n, the smallest detectable drop); None: no eval ran."""
 
 
 def schemas() -> dict[str, dict[str, Any]]:

@@ -9,11 +9,18 @@ from ..checks.eval import EvalDetails
 from ..checks.lm_eval import LmEvalDetails, TaskJudgement
 from ..model import CheckDetails, Verdict
 from . import escape as esc
-from .documents import Decision, GateDocument
+from .documents import Decision, GateDocument, GateReason
 from .escape import cell
 from .html import logprob_figure, page, table
 from .links import commit_url
-from .markdown import builds_compared, divergences, duration, environment_lines, reproduce_repo
+from .markdown import (
+    builds_compared,
+    divergences,
+    duration,
+    environment_lines,
+    power_lines,
+    reproduce_repo,
+)
 
 DECISION_OF: dict[Verdict, Decision] = {
     Verdict.GOOD: "allow",
@@ -28,6 +35,49 @@ HEADLINE = {
     "block": "BLOCK: the release candidate regressed against the last good build",
     "inconclusive": "INCONCLUSIVE: the release candidate could not be tested",
 }
+HEADLINE_OF: dict[GateReason, str] = {
+    "start-failure": "BLOCK: the release candidate does not start where the last good build does",
+    "node": "INCONCLUSIVE: neither the release candidate nor the last good build starts here",
+    "flaky-start": "INCONCLUSIVE: the release candidate started on its second try only",
+}
+"""The headline when the candidate's checks did not decide (documents.GateReason)."""
+ROLE = {"candidate": "the candidate again", "golden-build": "the golden's build"}
+
+
+def _trials(doc: GateDocument) -> list[str]:
+    """The starts after the candidate never became ready: which, why, what happened."""
+    if not doc.trials:
+        return []
+    lines = [
+        "## Starts",
+        "",
+        "The candidate's server never became ready, so the gate started builds again, on the "
+        "same launcher, to tell a build that does not start from a node that starts nothing:",
+        "",
+        "| start | build | why | ready | what happened |",
+        "|---|---|---|---|---|",
+        f"| 1 | candidate `{doc.probe.commit[:12]}` | the gate's probe | no | "
+        f"{cell(doc.probe.reason, 200)} |",
+    ]
+    for i, trial in enumerate(doc.trials, 2):
+        t = trial.probe
+        ready = "yes" if "ready" in t.timings else "no"
+        lines.append(
+            f"| {i} | {ROLE[trial.role]} `{t.commit[:12]}` | {cell(trial.why, 200)} | {ready} "
+            f"| {cell(t.reason, 200)} |"
+        )
+    lines.append("")
+    for trial in doc.trials:
+        if trial.probe.log_tail:
+            lines += [
+                f"<details><summary>Server log of {ROLE[trial.role]} (last lines)</summary>",
+                "",
+                *esc.fence(trial.probe.log_tail),
+                "",
+                "</details>",
+                "",
+            ]
+    return lines
 
 
 def _took(doc: GateDocument) -> str:
@@ -45,7 +95,7 @@ def render_gate_markdown(doc: GateDocument) -> str:
     lines = [
         f"# llm-bisect gate: {doc.decision.upper()} {esc.text(doc.candidate_ref)}",
         "",
-        f"> **{HEADLINE[doc.decision]}** (exit {doc.exit_code})",
+        f"> **{esc.text(doc.message)}** (exit {doc.exit_code})",
         f"> candidate {esc.code(doc.candidate_ref)} = {sha} {cell(c.subject, 100)}",
         f"> golden of `{doc.golden.commit[:12]}` ({esc.code(doc.golden.path)}"
         f"{', recorded by this gate' if doc.golden.recorded else ''}) · {_took(doc)}",
@@ -61,7 +111,9 @@ def render_gate_markdown(doc: GateDocument) -> str:
             result = "pass" if check.passed else "**FAIL**"
             lines.append(f"| {cell(check.name)} | {result} | {cell(check.evidence, 300)} |")
         lines.append("")
+    lines += _trials(doc)
     lines += divergences(probe)
+    lines += power_lines(doc.eval_power)
     if doc.fingerprints is not None:
         lines += builds_compared(doc.fingerprints, "golden", "candidate")
     elif not probe.fingerprint.known:
@@ -122,7 +174,7 @@ def render_gate_html(doc: GateDocument) -> str:
     colour = {"allow": "#2e7d32", "block": "#c62828", "inconclusive": "#9e9e9e"}[doc.decision]
     summary = (
         f'<div class="summary" style="border-color:{colour}">'
-        f"<b>{esc.html_text(HEADLINE[doc.decision])}</b><br>candidate "
+        f"<b>{esc.html_text(doc.message)}</b><br>candidate "
         f"<code>{esc.html_text(doc.candidate_ref)}</code> = <code>{doc.candidate.commit[:12]}"
         f"</code> {esc.html_text(doc.candidate.subject)}<br>"
         f"{esc.html_text(doc.probe.reason)}</div>"
@@ -190,11 +242,13 @@ def render_junit(doc: GateDocument) -> str:
         name="decision",
         time=f"{probe.timings.get('total', 0.0):.1f}",
     )
+    said = [probe.reason, *(f"{ROLE[t.role]}: {t.probe.reason}" for t in doc.trials)]
     if doc.decision == "block":
-        ET.SubElement(case, "failure", message=HEADLINE["block"]).text = x(probe.reason)
+        told = "\n".join([*said, probe.log_tail]) if doc.trials else probe.reason
+        ET.SubElement(case, "failure", message=x(doc.message)).text = x(told.strip())
     elif doc.decision == "inconclusive":
-        ET.SubElement(case, "error", message=HEADLINE["inconclusive"]).text = x(
-            f"{probe.reason}\n{probe.log_tail}".strip()
+        ET.SubElement(case, "error", message=x(doc.message)).text = x(
+            "\n".join([*said, probe.log_tail]).strip()
         )
     ET.indent(suite)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, "unicode") + "\n"

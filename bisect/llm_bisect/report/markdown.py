@@ -20,6 +20,7 @@ from .documents import (
     CandidateDoc,
     Context,
     LaterDoc,
+    Power,
     ProbeDoc,
     ResultDocument,
     Retest,
@@ -289,7 +290,12 @@ def _collect_env(doc: ResultDocument) -> list[str]:
 
 def _power(doc: ResultDocument) -> list[str]:
     """How small an accuracy drop the eval could see; a warning when it is coarse."""
-    power = doc.eval_power
+    return power_lines(doc.eval_power)
+
+
+def power_lines(power: Power | None) -> list[str]:
+    """How small an accuracy drop the eval could see (a run's, a gate's); a warning when it
+    is coarse; nothing when no eval ran."""
     if power is None:
         return []
     drop, n = power.detectable_drop, power.n

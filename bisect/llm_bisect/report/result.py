@@ -267,6 +267,7 @@ def probe_doc(outcome: ProbeOutcome, subject: str = "", span: Span | None = None
         fingerprint=outcome.fingerprint,
         startup=outcome.startup,
         not_run=list(outcome.not_run),
+        failed_at=outcome.failed_at,
         subject=subject,
         started_at=span.started,
         ended_at=span.ended,
@@ -291,4 +292,5 @@ def outcome_of(doc: ProbeDoc) -> ProbeOutcome:
         fingerprint=doc.fingerprint,
         startup=doc.startup,
         not_run=tuple(doc.not_run),
+        failed_at=doc.failed_at,
     )

@@ -1,10 +1,27 @@
 """The gate service: one release candidate against the golden (allow, block,
 inconclusive), and on block the bisection it starts.
+
+A candidate that never becomes ready is not skip at once: the build or the node?
+
+    candidate ─► ready? ─ yes ─► its checks decide
+                   │ no
+                   ▼
+    candidate again ─► ready? ─ yes ─► inconclusive (flaky-start)
+                   │ no
+                   ▼
+    golden's build, same launcher ─► ready? ─ yes ─► block (start-failure)
+                                        │ no
+                                        ▼
+                                   inconclusive (node)
+
+No artifact, a failed build or pull, or a lost race for a port is no start failure: the
+gate stays inconclusive as before. A start-failure block bisects under `regress: start`.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from ..checks.golden import Golden
@@ -14,34 +31,87 @@ from ..config import config_digest
 from ..errors import ConfigError, JournalError
 from ..fingerprint import differences as fingerprint_differences
 from ..journal import Span
-from ..model import ProbeOutcome, Verdict
-from ..probe import Progress
+from ..model import Candidate, ProbeOutcome, Regress, Verdict
+from ..outdir import hold
+from ..probe import ProbeContext, Progress, probe
 from ..redact import Scrub
 from ..report.documents import (
     Bisection,
     Build,
+    Decision,
     GateDocument,
+    GateReason,
     GoldenRef,
     Sides,
+    Trial,
 )
 from ..report.gate import (
     DECISION_OF,
     EXIT_OF,
     HEADLINE,
+    HEADLINE_OF,
     render_gate_html,
     render_gate_markdown,
     render_junit,
 )
-from ..report.result import candidate_doc, outcome_of, probe_doc
-from ..runner import write_atomic
+from ..report.result import candidate_doc, outcome_of, power_of, probe_doc
+from ..runner import write_atomic, write_probe
 from ..search import Status
-from .bisection import check_one, run_bisect
+from .bisection import run_bisect
 from .golden import record_golden
-from .setup import Setup, golden_file_of, run_context
+from .setup import Setup, golden_file_of, run_context, run_id_of
 
 GATE_FILE = "gate.json"
 BISECT_DIR = "bisect"
 """Where `gate --bisect-on-block` bisects, inside the gate's folder."""
+STARTS_DIR = "starts"
+"""Where the starts after a candidate that never became ready keep their logs."""
+CANDIDATE_GIVEN = "gate: the candidate's probe"
+"""How the gate's bisection names the candidate's verdict it was given."""
+
+
+def _judged(
+    s: Setup, candidate: Candidate, golden_commit: str, path: Path, out_dir: Path,
+    progress: Progress,
+) -> tuple[ProbeOutcome, list[Trial], Decision, GateReason | None]:  # fmt: skip
+    """The candidate probed with every check (it may become a bisection's bad end), and when
+    its server never became ready, the starts that tell the build from the node (the module's
+    sketch), all on one launcher: the decision and why."""
+    with hold(out_dir), s.launcher(run_id_of(out_dir, "check")) as launcher:
+        for line in launcher.reap():
+            progress.note(line)
+        ctx = ProbeContext(launcher, s.checks, s.client, progress, s.config.probe.runs,
+                           s.golden_store(path), Regress(s.config.regress))  # fmt: skip
+        outcome = probe(candidate, out_dir / "probes" / candidate.short, ctx)
+        write_probe(out_dir, outcome, s.scrub)
+        progress.finished(candidate, outcome)
+        if outcome.verdict is not Verdict.SKIP or not outcome.never_started:
+            return outcome, [], DECISION_OF[outcome.verdict], None
+        trials: list[Trial] = []
+
+        def start(who: Candidate, role: str, why: str, on: ProbeContext) -> ProbeOutcome:
+            progress.note(f"gate: starting {who.short}: {why}")
+            began = s.now()
+            found = probe(who, out_dir / STARTS_DIR / f"{len(trials) + 1}-{who.short}", on)
+            if not on.checks and found.failed_at is None:  # a start only: no checks ran
+                found = replace(found, reason="ready: it serves here (no checks run on it)")
+            progress.finished(who, found)
+            span = Span(began, s.now())
+            doc = probe_doc(found, who.subject, span)
+            trials.append(Trial.model_validate({"role": role, "why": why, "probe": doc}))
+            return found
+
+        why = f"the candidate never became ready ({outcome.reason}): once more"
+        again = start(candidate, "candidate", why, ctx)
+        if not again.never_started:  # ready this time (or untestable another way)
+            ready = "ready" in again.timings
+            return outcome, trials, "inconclusive", "flaky-start" if ready else None
+        good = s.resolve(golden_commit, "--golden")
+        why = "the candidate never became ready, twice: does the golden's build, on this launcher?"
+        served = start(good, "golden-build", why, replace(ctx, checks=(), golden=None, repeats=1))
+        if served.failed_at is None and served.verdict is Verdict.GOOD:
+            return outcome, trials, "block", "start-failure"
+        return outcome, trials, "inconclusive", "node"
 
 
 def compared_builds(golden: Golden, outcome: ProbeOutcome) -> Sides | None:
@@ -122,12 +192,16 @@ def run_gate(
         progress.note(f"gate: {GATE_FILE} holds this candidate's verdict; the bisection resumes")
         doc = resumed
     else:
-        _, outcome = check_one(s, candidate_ref, out_dir, progress, path, whole=True)
-        decision = DECISION_OF[outcome.verdict]
+        outcome, trials, decision, reason = _judged(
+            s, candidate, golden.commit, path, out_dir, progress
+        )
         doc = GateDocument(
             decision=decision,
             exit_code=EXIT_OF[decision],
-            message=HEADLINE[decision],
+            message=HEADLINE_OF.get(reason, HEADLINE[decision]) if reason else HEADLINE[decision],
+            reason=reason,
+            trials=trials,
+            eval_power=power_of([outcome]),
             candidate_ref=candidate_ref,
             candidate=candidate_doc(candidate),
             golden=GoldenRef(path=str(path), commit=golden.commit, recorded=recorded),
@@ -142,6 +216,15 @@ def run_gate(
         )
     if doc.decision == "block" and bisect_on_block:
         where = out_dir / BISECT_DIR
+        bad_end = outcome_of(doc.probe)
+        if doc.reason == "start-failure":  # the first build that does not start
+            bad_end = replace(
+                bad_end, verdict=Verdict.BAD, reason=f"{doc.message}: {bad_end.reason}"
+            )
+            s = replace(s, config=s.config.model_copy(update={"regress": Regress.START.value}))
+            progress.note(
+                "gate: bisecting under `regress: start` (the first build that does not start)"
+            )
         doc = doc.model_copy(update={"bisection": Bisection(out=str(where), message="under way")})
         _write_gate(out_dir, doc, s.scrub, junit)  # a kill from here on resumes the bisection
         given = [
@@ -153,10 +236,7 @@ def run_gate(
                 ),
                 "gate: the golden's build",
             ),
-            (
-                outcome_of(doc.probe),
-                "gate: the candidate's probe",
-            ),
+            (bad_end, CANDIDATE_GIVEN),
         ]
         try:
             done = run_bisect(

@@ -194,8 +194,8 @@ def localize_after_run(
     DIR/localization.json; a resumed run reads what it wrote. None when there is nothing
     to localise."""
     pair = culprit_pair(result)
-    if not s.config.localize.enabled or pair is None:
-        return None
+    if not s.config.localize.enabled or pair is None or s.config.regress == "start":
+        return None  # under `start` the first bad build never serves: nothing to hook
     good, bad = pair
     done = stored_localization(out_dir, good, bad)
     if done is not None:

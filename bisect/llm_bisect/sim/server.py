@@ -8,7 +8,8 @@ fault introduced by one commit is a real bisection problem.
 Faults (FAULTS; what each does to the output is in sim/model.py): output
 faults keep /health green, as in the real reports;
 `crash-on-start`, `never-ready` and `crash-on-request` make a build untestable
-(`crash_trailer`: characters of one line `crash-on-start` prints after its reason);
+(`crash_trailer`: characters of one line `crash-on-start` prints after its reason;
+`crash_first`: N, its first N starts crash on start, as counted by `--launch-log`);
 `bad-warmup` is broken for its first requests only (checks disagree across repeats).
 
 A commit's `thinking` (words of reasoning before each answer) makes it a
@@ -537,6 +538,8 @@ def main(argv: list[str]) -> int:
             f.write(args.commit + "\n")
         if fault != "crash-on-start" and _lies(args, number, mine):
             fault = args.lie_fault if fault == "none" else "none"
+        if mine <= int(settings.get("crash_first", 0)):  # a start that glitches
+            fault = "crash-on-start"
     print(f"sim: serving {args.commit[:12]} (fault: {fault}) on port {args.port}", flush=True)
     print(f"sim: started at {started:.6f}", flush=True)
     if args.worker_extension_cls:  # as vLLM logs them
