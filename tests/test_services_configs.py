@@ -66,9 +66,11 @@ def test_the_two_differences_that_together_break_it_are_found(tmp_path: Path) ->
         "NCCL_CUMEM_ENABLE=0", "VLLM_USE_DEEP_GEMM=1", "HF_TOKEN=***",
     ]  # fmt: skip
     trials = result["trials"]
-    assert trials[0] == {"applied": [], "verdict": "good", "reason": "2 check(s) passed"}
+    assert trials[0] == {"applied": [], "verdict": "good", "counted": "good",
+                         "reason": "2 check(s) passed"}  # fmt: skip
     assert trials[1]["verdict"] == "bad" and len(trials[1]["applied"]) == 6  # BAD reproduces
     assert len(trials) == 17  # ddmin on 6 differences whose 2 culprits sit in different halves
+    assert result["retests"] == [] and result["only"] is None  # flake 0: today's ddmin
     report = (out / "report.md").read_text()
     assert "`--moe-backend cutlass`" in report and "hf_s3cretvalue" not in report
     located = result["localization"]  # GOOD against the smallest bad setup, at the build

@@ -212,6 +212,10 @@ def _tally(outcomes: Sequence[Outcome]) -> tuple[int, int]:
     return outcomes.count(Outcome.BAD), outcomes.count(Outcome.GOOD)
 
 
+def _resolved(outcomes: Sequence[Outcome]) -> int:
+    return sum(_tally(outcomes))
+
+
 def lie_rate(known: Mapping[frozenset[int], Sequence[Outcome]], flake: float | None) -> float:
     """The rate a trial lies at: `flake`, or (None: auto) PRIOR_RATE raised by the lies the
     run's repeats show: a subset's minority verdicts, at least that many of its trials lied."""
@@ -319,8 +323,8 @@ def next_trial(
             return step
         said = claims(count, step.subset)
         level = confidence ** (1 / len(said))
-        # the trial ddmin's path took a subset's turn on is no re-test: a lie it took looks
-        # like evidence for the answer it led to
+        # a subset ddmin's path consulted: its first trial chose the path, so it is no
+        # re-test (a lie the path took looks like evidence for the answer it led to)
         fresh = {s: known.get(s, ())[1 if s in consulted else 0 :] for s in said}
         beliefs = {s: belief(fresh[s], rate, e) for s, e in said.items()}
         joint = math.prod(beliefs.values())
@@ -328,13 +332,13 @@ def next_trial(
             open_ = [
                 (b, n, s)
                 for n, (s, b) in enumerate(beliefs.items())
-                if len(fresh[s]) < cap(rate, level) and (not known.get(s) or sum(_tally(known[s])))
+                if len(fresh[s]) < cap(rate, level) and (not known.get(s) or _resolved(known[s]))
             ]
             if open_:
                 raise _Missing(min(open_)[2])
             for s, b in beliefs.items():
                 if b < level:
-                    (unsure if sum(_tally(known[s])) else unresolved).add(s)
+                    (unsure if _resolved(known[s]) else unresolved).add(s)
         rest = frozenset(range(count)) - frozenset(step.subset)
         rest_bad, rest_good = _tally(fresh[rest])
         settled = joint >= confidence or belief(fresh[rest], rate) >= level
