@@ -354,6 +354,7 @@ def _result(
 ) -> ConfigsResult:
     known = known_of(trials)
     rate = 0.0 if flake == 0 else lie_rate(known, flake)
+    everything = frozenset(range(len(diffs)))
     notes = tuple(_disagreeing(trials, diffs, secret))
 
     def said(status: str, message: str, found: tuple[int, ...] = ()) -> ConfigsResult:
@@ -385,13 +386,22 @@ def _result(
     if isinstance(step, NotBad):
         if step.outcome is Outcome.GOOD:
             return said("not-bad", "BAD tests good at this build")
-        return said("untestable", "BAD could not be tested")
+        return said("untestable", "BAD could not be tested" + _kept(known, everything))
     assert isinstance(step, GoodIsBad)
     if step.outcome is Outcome.BAD:
         return said(
             "good-is-bad", "GOOD tests bad at this build: the differences do not explain it"
         )
-    return said("untestable", "GOOD could not be tested")
+    return said("untestable", "GOOD could not be tested" + _kept(known, frozenset()))
+
+
+def _kept(known: Mapping[frozenset[int], list[Outcome]], end: frozenset[int]) -> str:
+    """Why an end that did start is untestable: its trials kept disagreeing."""
+    outcomes = known.get(end, [])
+    bad, good = outcomes.count(Outcome.BAD), outcomes.count(Outcome.GOOD)
+    if not (bad and good):
+        return ""
+    return f": its {len(outcomes)} trials kept disagreeing ({bad} bad, {good} good)"
 
 
 def _labels(subset: Collection[int], diffs: list[Difference], secret: Collection[str]) -> str:
