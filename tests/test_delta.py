@@ -4,7 +4,7 @@ from the trials a journal holds, on command lines of the shape the GLM and Kimi 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -174,6 +174,11 @@ def lying(
     return step, trials, known
 
 
+def _replaying(outcomes: Iterator[Outcome]) -> Callable[[frozenset[int]], bool]:
+    """An oracle that answers what a run saw before, in order (a resumed run's trials)."""
+    return lambda _: next(outcomes) is Outcome.BAD
+
+
 def exact_oracle(culprit: frozenset[int]) -> Callable[[frozenset[int]], Outcome]:
     return lambda s: Outcome.BAD if culprit <= s else Outcome.GOOD
 
@@ -288,9 +293,8 @@ def test_a_lying_oracle_gets_the_right_answer_or_an_ambiguous_one(
         journal: dict[frozenset[int], list[Outcome]] = {}
         for t, o in zip(trials[:cut], order[:cut], strict=True):
             journal.setdefault(t, []).append(o)
-        replay = iter(order[cut:])
-        resumed, rest, _ = lying(n, lambda _, r=replay: next(r) is Outcome.BAD,  # type: ignore[misc]
-                                 lambda *_: False, flake=flake, journal=journal)  # fmt: skip
+        resumed, rest, _ = lying(n, _replaying(iter(order[cut:])), lambda *_: False,
+                                 flake=flake, journal=journal)  # fmt: skip
         assert resumed == step and rest == trials[cut:]
 
 
