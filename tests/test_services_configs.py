@@ -208,7 +208,8 @@ def test_one_start_that_lies_does_not_move_the_answer_and_is_named(tmp_path: Pat
     assert reverted["applied"] == ["--max-num-seqs 16", "--enable-expert-parallel",
                                    "NCCL_CUMEM_ENABLE=0", "HF_TOKEN=***"]  # fmt: skip
     alone = retests["GOOD with the set but --moe-backend cutlass"]  # DeepGEMM alone: trial 7
-    assert 7 in alone["trials"] and alone["verdicts"].count("good") > alone["verdicts"].count("bad")
+    assert alone["trials"][0] == 7 and alone["path_trials"] == 1  # the lie ddmin's path took
+    assert alone["verdicts"].count("good") >= alone["verdicts"].count("bad") + 2
     report = (out / "report.md").read_text()
     assert "## The answer re-tested both ways" in report and "## Trials that disagreed" in report
     assert "hf_s3cretvalue" not in report

@@ -88,6 +88,19 @@ class Need:
 
 
 @dataclass(frozen=True)
+class Claim:
+    """One setup the answer was re-tested on (`claims`), and how sure it holds."""
+
+    subset: frozenset[int]
+    expect: Outcome | None
+    """What the answer needs it to be; None: either (BAD with only the set reverted)."""
+    belief: float
+    """How likely it truly is `expect` (None: what most of its re-tests say)."""
+    path: int
+    """Its first trials that ddmin's path chose on (0 or 1): not counted as re-tests."""
+
+
+@dataclass(frozen=True)
 class Minimal:
     """The answer: the smallest set found that turns GOOD bad."""
 
@@ -105,6 +118,8 @@ class Minimal:
     """How sure the re-tested answer is (its claims together); None: flake 0."""
     rate: float | None = None
     """The lie rate the trials were weighed at; None: flake 0 (verdicts are facts)."""
+    retests: tuple[Claim, ...] = ()
+    """The answer's claims, re-tested (none with flake 0)."""
 
 
 @dataclass(frozen=True)
@@ -343,7 +358,9 @@ def next_trial(
         rest_bad, rest_good = _tally(fresh[rest])
         settled = joint >= confidence or belief(fresh[rest], rate) >= level
         only = rest_good > rest_bad if settled and rest_good != rest_bad else None
-        return Minimal(step.subset, len(unresolved), only, len(unsure), joint, rate)
+        retests = tuple(Claim(s, e, beliefs[s], int(s in consulted and bool(known.get(s))))
+                        for s, e in said.items())  # fmt: skip
+        return Minimal(step.subset, len(unresolved), only, len(unsure), joint, rate, retests)
     except _Missing as missing:
         return Need(missing.subset)
 

@@ -53,8 +53,6 @@ from ..delta import (
     NotBad,
     Outcome,
     apply,
-    belief,
-    claims,
     differences,
     lie_rate,
     next_trial,
@@ -101,6 +99,8 @@ class Retest:
     """What the answer needs it to be; None: either (BAD with the set reverted)."""
     trials: tuple[int, ...]
     """Its trials, by number (1, 2, ...)."""
+    path: int
+    """Its first trials that ddmin's path chose on (0 or 1): no re-test, not counted."""
     belief: float
     """How likely it truly is what `expect` says (None: what most of its trials say)."""
 
@@ -361,7 +361,7 @@ def _result(
         r = ConfigsResult(status, build, diffs, found, trials, message, rate=rate, notes=notes)
         if isinstance(step, Minimal) and flake != 0:
             r = replace(r, only=step.only, confidence=step.confidence,
-                        retests=_retests(trials, diffs, step, secret, rate))  # fmt: skip
+                        retests=_retests(trials, diffs, step, secret))  # fmt: skip
         return r
 
     if isinstance(step, Minimal):
@@ -409,24 +409,22 @@ def _labels(subset: Collection[int], diffs: list[Difference], secret: Collection
 
 
 def _retests(
-    trials: list[Trial], diffs: list[Difference], step: Minimal, secret: Collection[str],
-    rate: float,
-) -> tuple[Retest, ...]:  # fmt: skip
+    trials: list[Trial], diffs: list[Difference], step: Minimal, secret: Collection[str]
+) -> tuple[Retest, ...]:
     """The setups the answer was re-tested on, with their trials. Pure."""
-    everything = frozenset(range(len(diffs)))
+    answer = frozenset(step.subset)
     out = []
-    for subset, expect in claims(len(diffs), step.subset).items():
-        if subset == frozenset(step.subset):
+    for claim in step.retests:
+        if claim.subset == answer:
             setup = "GOOD with only the set applied"
-        elif subset == everything - frozenset(step.subset):
+        elif claim.subset == frozenset(range(len(diffs))) - answer:
             setup = "BAD with only the set reverted"
         else:
-            (left,) = frozenset(step.subset) - subset
+            (left,) = answer - claim.subset
             setup = f"GOOD with the set but {_shown(diffs[left], secret).label}"
-        numbers = tuple(n for n, t in enumerate(trials, 1) if frozenset(t.subset) == subset)
-        outcomes = [trials[n - 1].counted for n in numbers]
-        out.append(Retest(tuple(sorted(subset)), setup, expect, numbers,
-                          belief(outcomes, rate, expect)))  # fmt: skip
+        numbers = tuple(n for n, t in enumerate(trials, 1) if frozenset(t.subset) == claim.subset)
+        out.append(Retest(tuple(sorted(claim.subset)), setup, claim.expect, numbers, claim.path,
+                          claim.belief))  # fmt: skip
     return tuple(out)
 
 
@@ -499,6 +497,7 @@ def _document(r: ConfigsResult, secret: Collection[str]) -> dict[str, Any]:
                 "expect": None if x.expect is None else x.expect.value,
                 "trials": list(x.trials),
                 "verdicts": [r.trials[n - 1].counted.value for n in x.trials],
+                "path_trials": x.path,
                 "belief": x.belief,
             }
             for x in r.retests
@@ -540,13 +539,15 @@ def _markdown(r: ConfigsResult, secret: Collection[str]) -> str:
         sure = "not reached" if r.confidence is None else f"{r.confidence:.4f}"
         lines += ["", "## The answer re-tested both ways", "",
                   f"Each trial a new server start, weighed at a lie rate of {r.rate:.3f}; "
-                  f"together the answer is {sure} sure.", "",
+                  f"together the answer is {sure} sure (a trial ddmin's path chose on, "
+                  "`(path)`, is no re-test).", "",
                   "| setup | applied to GOOD | needs | trials | verdicts | sure |",
                   "|---|---|---|---|---|---|"]  # fmt: skip
         for x in r.retests:
             applied = ", ".join(r.differences[i].label for i in x.applied) or "none (GOOD)"
             needs = "either" if x.expect is None else x.expect.value
-            numbers = ", ".join(str(n) for n in x.trials)
+            path = ["(path) " * (i < x.path) for i in range(len(x.trials))]
+            numbers = ", ".join(f"{p}{n}" for p, n in zip(path, x.trials, strict=True))
             verdicts = ", ".join(r.trials[n - 1].counted.value for n in x.trials)
             lines.append(f"| {esc.cell(x.setup)} | {esc.cell(applied)} | {needs} | {numbers} "
                          f"| {verdicts} | {x.belief:.4f} |")  # fmt: skip
