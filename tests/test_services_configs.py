@@ -180,11 +180,16 @@ def test_a_flag_named_like_a_secret_never_shows_its_value(tmp_path: Path) -> Non
 def test_one_start_that_lies_does_not_move_the_answer_and_is_named(tmp_path: Path) -> None:
     """Trial 7 (VLLM_USE_DEEP_GEMM=1 alone, good) starts a server that lies: it serves BAD's
     garbled math. Trusting every trial, ddmin named `VLLM_USE_DEEP_GEMM=1` alone (exit 0);
-    weighed (`flake: auto`), the lie is seen on the re-test and the answer holds."""
-    s = setups(tmp_path, sim=("--lie-at", "7", "--lie-fault", "garbled-math"), flake="auto")
+    weighed (`flake: auto`), the lie is seen on the re-test and the answer holds. GOOD's
+    first start lies too, as its golden is recorded: a golden of garbled math would judge
+    nothing (old: "BAD tests good", exit 4), so it is refused and GOOD recorded again."""
+    sim = ("--lie-at", "1,8", "--lie-fault", "garbled-math")  # start 8: trial 7
+    s = setups(tmp_path, sim=sim, flake="auto")
     out = tmp_path / "out"
     code, output = invoke(*args(s, out))
     assert code == 0, output
+    assert "GOOD's golden: it matched none of its 1 expect case(s); a start that lied?" in output
+    assert (out / "trials" / "1-golden-refused" / "server.log").exists()
     assert (
         "found: turns GOOD bad: --moe-backend cutlass, VLLM_USE_DEEP_GEMM=1; only these" in output
     )
@@ -215,8 +220,18 @@ def test_one_start_that_lies_does_not_move_the_answer_and_is_named(tmp_path: Pat
     assert "hf_s3cretvalue" not in report
     # every trial is one journal event, one server start: repeats are just more of them
     probes = [e for e in read_events(out / "configs.jsonl") if e["event"] == "probe"]
-    assert len(probes) == len(result["trials"]) == len(launched(s["launches"]))
+    assert len(probes) == len(result["trials"]) == len(launched(s["launches"])) - 1
     assert len({tuple(e["subset"]) for e in probes}) < len(probes)
+    # killed before its last 3 trials (the journal cut there): it resumes with those 3 alone
+    lines = (out / "configs.jsonl").read_text().splitlines(keepends=True)
+    last = [n for n, line in enumerate(lines) if '"event": "probe"' in line][-3]
+    (out / "configs.jsonl").write_text("".join(lines[:last]))
+    starts = len(launched(s["launches"]))
+    code, output = invoke(*args(s, out))
+    assert code == 0 and "only these" in output, output
+    again = [e for e in read_events(out / "configs.jsonl") if e["event"] == "probe"]
+    assert [e["subset"] for e in again] == [e["subset"] for e in probes]
+    assert len(launched(s["launches"])) == starts + 3
 
 
 def test_a_trial_bad_with_another_symptom_than_bads_is_not_bads_evidence(tmp_path: Path) -> None:

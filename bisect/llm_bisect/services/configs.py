@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..checks.golden import Golden
 from ..config import (
     argv_secrets,
     caller_secret_names,
@@ -57,7 +58,7 @@ from ..delta import (
     lie_rate,
     next_trial,
 )
-from ..errors import ConfigError, LocalizeError
+from ..errors import BrokenGoodEnd, ConfigError, LocalizeError
 from ..journal import Journal, read_events
 from ..localize import LocalizationDoc
 from ..model import Candidate, ProbeOutcome, Regress, Verdict
@@ -213,6 +214,15 @@ def _decide(
     return trials, next_trial(count, known_of(trials), flake=flake, confidence=confidence)
 
 
+def _judges_nothing(golden: Golden | None) -> str:
+    """Why a golden just recorded from GOOD judges nothing: it matched none of its expect
+    cases (every case then counts for no setup); "" when it does judge. Pure."""
+    expect = golden.checks.expect if golden is not None else None
+    if expect is None or any(c.matched for c in expect.cases):
+        return ""
+    return f"it matched none of its {len(expect.cases)} expect case(s)"
+
+
 def _failed(outcome: ProbeOutcome) -> tuple[str, ...]:
     return tuple(c.name for c in outcome.checks if not c.passed)
 
@@ -275,6 +285,7 @@ def run_configs(
     good_env = dict(s.config.server.env)
     trials: list[Trial] = []
     flake, confidence = _flake(s), s.config.search.confidence
+    regolden = False
     with hold(out_dir):
         golden = s.golden_store(out_dir / "golden.json", candidate.commit, compare=False)
         with Journal(out_dir / JOURNAL, scrub) as journal:
@@ -308,13 +319,31 @@ def run_configs(
                 again = sum(1 for t in trials if t.subset == subset)
                 shown += f" (again: its trial {again + 1})" if again else ""
                 progress.note(f"trial {len(trials) + 1}: {shown}")
-                with trial.launcher(run_id_of(out_dir, digest)) as launcher:
-                    for line in launcher.reap():
-                        progress.note(line)
-                    ctx = ProbeContext(launcher, s.checks, trial.client, progress,
-                                       s.config.probe.runs, golden, Regress(s.config.regress),
-                                       s.clock)  # fmt: skip
-                    outcome = probe(candidate, out_dir / "trials" / str(len(trials) + 1), ctx)
+                trial_dir = out_dir / "trials" / str(len(trials) + 1)
+                try:
+                    with trial.launcher(run_id_of(out_dir, digest)) as launcher:
+                        for line in launcher.reap():
+                            progress.note(line)
+                        ctx = ProbeContext(launcher, s.checks, trial.client, progress,
+                                           s.config.probe.runs, golden, Regress(s.config.regress),
+                                           s.clock)  # fmt: skip
+                        outcome = probe(candidate, trial_dir, ctx)
+                    broken = _judges_nothing(golden.data) if golden.recorded else ""
+                except BrokenGoodEnd as exc:
+                    if flake == 0 or regolden:
+                        raise
+                    broken = str(exc)
+                if broken and flake != 0 and not regolden:
+                    # a start that lied while GOOD's golden was recorded would make it judge
+                    # nothing (every setup good against it): GOOD is recorded once more
+                    regolden = True
+                    progress.note(f"GOOD's golden: {broken}; a start that lied? recording it again")
+                    (out_dir / "golden.json").unlink(missing_ok=True)
+                    if trial_dir.exists():
+                        trial_dir.rename(trial_dir.with_name(f"{trial_dir.name}-golden-refused"))
+                    golden = s.golden_store(out_dir / "golden.json", candidate.commit,
+                                            compare=False)  # fmt: skip
+                    continue  # not journalled: the search asks for GOOD again
                 journal.append("probe", subset=list(subset), outcome=outcome.to_json(),
                                commit=candidate.commit)  # fmt: skip
                 trials.append(Trial(subset, outcome.verdict, outcome.reason, _failed(outcome)))
