@@ -22,14 +22,18 @@ a trial, in order) at a lie rate (`search.flake`; `auto`: PRIOR_RATE, raised by 
 run's own repeats show) and ends with the answer re-tested both ways:
 
     ddmin's path   each subset read from its trials: one trial is enough while no subset's
-                   trials disagree (flake 0: always, and nothing below happens: `next_step`)
-    the answer S   GOOD + S          bad    } repeated (each a new start) until together
-                   GOOD + S - {i}    good   } they hold at `confidence`; S - {i}: S is
-                   BAD  - S          which? } 1-minimal; BAD - S good: S alone explains it
-    a lie seen     any subset's trials disagree, or S contradicts ddmin's path: replay the
-                   path needing every subset it consults at `confidence` (repeat the first
-                   one below it); a subset past `cap(rate)` trials stays unresolved and the
-                   answer is ambiguous, so the search always ends
+                   trials disagree (flake 0: always, and nothing below happens: `next_step`);
+                   an end that would stop the search (GOOD bad, BAD good) always needs more
+    the answer S   GOOD + S          bad    } repeated (each a new start), the least sure
+                   GOOD + S - {i}    good   } first, until together they hold at
+                   BAD  - S          which? } `confidence`; S - {i}: S is 1-minimal;
+                                              BAD - S good: S alone explains it ("only")
+                   the trial ddmin's path chose on is no re-test (a lie it took would look
+                   like evidence for the answer it led to)
+    a lie seen     any subset's trials disagree (a re-test that contradicts ddmin's path is
+                   one): replay the path needing every subset it consults at `confidence`
+                   (the first one below it is repeated); a subset past `cap` trials stays
+                   unsure and the answer ambiguous, so the search always ends
 
 A subset's belief is the posterior of its majority under a symmetric lie rate p, with an
 even prior: P = 1 / (1 + (p / (1 - p)) ** |bad - good|): only the margin counts. Replay is
