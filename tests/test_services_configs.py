@@ -275,3 +275,17 @@ def test_the_answer_is_not_called_the_only_cause_when_bad_without_it_is_still_ba
     assert result["only"] is False
     (reverted,) = [r for r in result["retests"] if r["setup"] == "BAD with only the set reverted"]
     assert set(reverted["verdicts"]) == {"bad"} and len(reverted["verdicts"]) >= 2
+
+
+def test_a_degenerate_golden_from_a_lying_good_start_is_recorded_again(tmp_path: Path) -> None:
+    """GOOD's first start lies with a degenerate reasoning channel while its golden is
+    recorded: refused (as `run` refuses a broken good end) and recorded from a new start,
+    where the old run stopped with an error. BAD here is not bad: said at the confidence."""
+    s = setups(tmp_path, rules=[], sim=("--lie-at", "1"), flake="auto")
+    out = tmp_path / "out"
+    code, output = invoke(*args(s, out))
+    assert code == 4 and "not-bad: BAD tests good at this build" in output, output
+    assert "degenerate or empty content" in output and "recording it again" in output
+    result = json.loads((out / "result.json").read_text())
+    assert [t["verdict"] for t in result["trials"]][:1] == ["good"]
+    assert len(launched(s["launches"])) == len(result["trials"]) + 1
