@@ -13,7 +13,9 @@ repetition tells it). The search is what the config says (`--flake`: auto, the d
 cause, trials, starts) and the tally: a wrong set named with exit 0 is what matters.
 
 Usage: python scripts/bench_noise_configs.py [--runs 20] [--lie 0.1] [--flake auto] [--seed 1]
-About a minute a run on 2 cores (auto at --lie 0.1: ~40 starts).
+About 45 s a run on 2 shared cores (auto at --lie 0.1: 31 starts on average). Measured
+(seeds 1-20, --lie 0.1): auto 20 right, 0 wrong with exit 0; flake 0 9 right, 7 wrong with
+exit 0, 4 "not-bad" (a lying start on an end).
 """
 
 from __future__ import annotations
