@@ -33,11 +33,21 @@ def invoke(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def setups(tmp_path: Path, rules: list[dict[str, Any]] = RULES, **bad_over: Any) -> dict[str, Any]:
+def setups(
+    tmp_path: Path,
+    rules: list[dict[str, Any]] = RULES,
+    *,
+    sim: tuple[str, ...] = (),
+    flake: float | str = 0,
+    **bad_over: Any,
+) -> dict[str, Any]:
+    """GOOD and BAD over the simulator; `sim`: its own flags (starts that lie); `flake`: the
+    config's search.flake (0, as History's configs: today's ddmin, trial for trial)."""
     h = History(tmp_path, {}, 2, settings={"fault_when": rules})
     launches = tmp_path / "launches"
-    command = [*sim_command(h.repo), "--launch-log", str(launches)]
-    config = h.config(checks=[{"type": "canary"}, {"type": "expect"}])
+    command = [*sim_command(h.repo), "--launch-log", str(launches), *sim]
+    config = h.config(checks=[{"type": "canary"}, {"type": "expect"}], search={"flake": flake},
+                      localize={"enabled": False} if flake != 0 else {})  # fmt: skip
     good = write_config(tmp_path / "good.yaml", {"server": {
         "command": [*command, *FLAGS_GOOD], "env": ENV_GOOD, "ready_timeout": 20}})  # fmt: skip
     bad = write_config(tmp_path / "bad.yaml", {"server": {
@@ -66,9 +76,11 @@ def test_the_two_differences_that_together_break_it_are_found(tmp_path: Path) ->
         "NCCL_CUMEM_ENABLE=0", "VLLM_USE_DEEP_GEMM=1", "HF_TOKEN=***",
     ]  # fmt: skip
     trials = result["trials"]
-    assert trials[0] == {"applied": [], "verdict": "good", "reason": "2 check(s) passed"}
+    assert trials[0] == {"applied": [], "verdict": "good", "counted": "good",
+                         "reason": "2 check(s) passed"}  # fmt: skip
     assert trials[1]["verdict"] == "bad" and len(trials[1]["applied"]) == 6  # BAD reproduces
     assert len(trials) == 17  # ddmin on 6 differences whose 2 culprits sit in different halves
+    assert result["retests"] == [] and result["only"] is None  # flake 0: today's ddmin
     report = (out / "report.md").read_text()
     assert "`--moe-backend cutlass`" in report and "hf_s3cretvalue" not in report
     located = result["localization"]  # GOOD against the smallest bad setup, at the build
@@ -163,3 +175,117 @@ def test_a_flag_named_like_a_secret_never_shows_its_value(tmp_path: Path) -> Non
     for text in [output, *(p.read_text() for p in out.rglob("*") if p.is_file() and
                            p.suffix in (".json", ".jsonl", ".md", ".log", ".txt"))]:  # fmt: skip
         assert "S3cret" not in text
+
+
+def test_one_start_that_lies_does_not_move_the_answer_and_is_named(tmp_path: Path) -> None:
+    """Trial 7 (VLLM_USE_DEEP_GEMM=1 alone, good) starts a server that lies: it serves BAD's
+    garbled math. Trusting every trial, ddmin named `VLLM_USE_DEEP_GEMM=1` alone (exit 0);
+    weighed (`flake: auto`), the lie is seen on the re-test and the answer holds. GOOD's
+    first start lies too, as its golden is recorded: a golden of garbled math would judge
+    nothing (old: "BAD tests good", exit 4), so it is refused and GOOD recorded again."""
+    sim = ("--lie-at", "1,8", "--lie-fault", "garbled-math")  # start 8: trial 7
+    s = setups(tmp_path, sim=sim, flake="auto")
+    out = tmp_path / "out"
+    code, output = invoke(*args(s, out))
+    assert code == 0, output
+    assert "GOOD's golden: it matched none of its 1 expect case(s); a start that lied?" in output
+    assert (out / "trials" / "1-golden-refused" / "server.log").exists()
+    assert (
+        "found: turns GOOD bad: --moe-backend cutlass, VLLM_USE_DEEP_GEMM=1; only these" in output
+    )
+    result = json.loads((out / "result.json").read_text())
+    assert [d["label"] for d in result["difference"]] == ["--moe-backend cutlass",
+                                                          "VLLM_USE_DEEP_GEMM=1"]  # fmt: skip
+    assert result["trials"][6] == {
+        "applied": ["VLLM_USE_DEEP_GEMM=1"], "verdict": "bad", "counted": "bad",
+        "reason": result["trials"][6]["reason"],
+    }  # fmt: skip
+    assert result["notes"][0].startswith("trial 7 (VLLM_USE_DEEP_GEMM=1) read bad where ")
+    assert result["notes"][0].endswith("read good: a start that lied")
+    assert result["only"] is True and result["confidence"] >= 0.99
+    assert result["lie_rate"] >= 0.05  # auto: the prior, or more when the repeats show more
+    retests = {r["setup"]: r for r in result["retests"]}
+    assert set(retests) == {"GOOD with only the set applied", "BAD with only the set reverted",
+                            "GOOD with the set but --moe-backend cutlass",
+                            "GOOD with the set but VLLM_USE_DEEP_GEMM=1"}  # fmt: skip
+    reverted = retests["BAD with only the set reverted"]
+    assert reverted["expect"] is None and set(reverted["verdicts"]) == {"good"}
+    assert reverted["applied"] == ["--max-num-seqs 16", "--enable-expert-parallel",
+                                   "NCCL_CUMEM_ENABLE=0", "HF_TOKEN=***"]  # fmt: skip
+    alone = retests["GOOD with the set but --moe-backend cutlass"]  # DeepGEMM alone: trial 7
+    assert alone["trials"][0] == 7 and alone["path_trials"] == 1  # the lie ddmin's path took
+    assert alone["verdicts"].count("good") >= alone["verdicts"].count("bad") + 2
+    report = (out / "report.md").read_text()
+    assert "## The answer re-tested both ways" in report and "## Trials that disagreed" in report
+    assert "hf_s3cretvalue" not in report
+    # every trial is one journal event, one server start: repeats are just more of them
+    probes = [e for e in read_events(out / "configs.jsonl") if e["event"] == "probe"]
+    assert len(probes) == len(result["trials"]) == len(launched(s["launches"])) - 1
+    assert len({tuple(e["subset"]) for e in probes}) < len(probes)
+    # killed before its last 3 trials (the journal cut there): it resumes with those 3 alone
+    lines = (out / "configs.jsonl").read_text().splitlines(keepends=True)
+    last = [n for n, line in enumerate(lines) if '"event": "probe"' in line][-3]
+    (out / "configs.jsonl").write_text("".join(lines[:last]))
+    starts = len(launched(s["launches"]))
+    code, output = invoke(*args(s, out))
+    assert code == 0 and "only these" in output, output
+    again = [e for e in read_events(out / "configs.jsonl") if e["event"] == "probe"]
+    assert [e["subset"] for e in again] == [e["subset"] for e in probes]
+    assert len(launched(s["launches"])) == starts + 3
+
+
+def test_a_trial_bad_with_another_symptom_than_bads_is_not_bads_evidence(tmp_path: Path) -> None:
+    """--enable-expert-parallel without the cause breaks the reasoning channel (canary) where
+    BAD garbles arithmetic (expect): another failure. Counted bad, ddmin named
+    `--enable-expert-parallel` alone (exit 0); it is unresolved, and the trial says why."""
+    rules = [*RULES, {"flags": {"--enable-expert-parallel": ""}, "fault": "degenerate-reasoning"}]
+    s = setups(tmp_path, rules)
+    out = tmp_path / "out"
+    code, output = invoke(*args(s, out))
+    result = json.loads((out / "result.json").read_text())
+    assert "--enable-expert-parallel" not in [d["label"] for d in result["difference"]]
+    assert code == 3 and result["status"] == "ambiguous", output  # a smaller set may exist
+    assert result["trials"][1]["verdict"] == "bad"  # BAD: expect fails
+    other = [t for t in result["trials"] if t["verdict"] == "bad" and t["counted"] != "bad"]
+    assert other and all("--enable-expert-parallel" in t["applied"] for t in other)
+    for t in other:
+        assert t["counted"] == "unresolved"
+        assert t["reason"].startswith("another symptom than BAD's: it failed canary, BAD expect")
+    assert {d["label"] for d in result["difference"]} >= {"--moe-backend cutlass",
+                                                          "VLLM_USE_DEEP_GEMM=1"}  # fmt: skip
+    assert "not counted as bad" in (out / "report.md").read_text()
+
+
+def test_the_answer_is_not_called_the_only_cause_when_bad_without_it_is_still_bad(
+    tmp_path: Path,
+) -> None:
+    """Either the MoE backend or DeepGEMM alone garbles it: ddmin names the backend, and
+    BAD with the backend reverted, re-tested, is still bad: never "only"."""
+    rules = [{"flags": {"--moe-backend": "cutlass"}, "fault": "garbled-math"},
+             {"env": {"VLLM_USE_DEEP_GEMM": "1"}, "fault": "garbled-math"}]  # fmt: skip
+    s = setups(tmp_path, rules, flake="auto")
+    out = tmp_path / "out"
+    code, output = invoke(*args(s, out))
+    assert code == 0, output
+    assert (
+        "found: turns GOOD bad: --moe-backend cutlass; not only these: BAD with only these "
+        "reverted is still bad, another difference also turns GOOD bad"
+    ) in output
+    result = json.loads((out / "result.json").read_text())
+    assert result["only"] is False
+    (reverted,) = [r for r in result["retests"] if r["setup"] == "BAD with only the set reverted"]
+    assert set(reverted["verdicts"]) == {"bad"} and len(reverted["verdicts"]) >= 2
+
+
+def test_a_degenerate_golden_from_a_lying_good_start_is_recorded_again(tmp_path: Path) -> None:
+    """GOOD's first start lies with a degenerate reasoning channel while its golden is
+    recorded: refused (as `run` refuses a broken good end) and recorded from a new start,
+    where the old run stopped with an error. BAD here is not bad: said at the confidence."""
+    s = setups(tmp_path, rules=[], sim=("--lie-at", "1"), flake="auto")
+    out = tmp_path / "out"
+    code, output = invoke(*args(s, out))
+    assert code == 4 and "not-bad: BAD tests good at this build" in output, output
+    assert "degenerate or empty content" in output and "recording it again" in output
+    result = json.loads((out / "result.json").read_text())
+    assert [t["verdict"] for t in result["trials"]][:1] == ["good"]
+    assert len(launched(s["launches"])) == len(result["trials"]) + 1

@@ -537,7 +537,7 @@ def configs_cmd(
     """At one build, the smallest set of flag and variable differences that turns GOOD bad.
 
     Exit 0 found, 4 when BAD is not bad (or GOOD is bad too), 3 when trials that could not
-    be tested leave it open; resumes from --out's journal.
+    be tested, or that kept disagreeing, leave it open; resumes from --out's journal.
     """
 
     def body(term: Terminal) -> int:

@@ -7,10 +7,19 @@ GOOD.yaml and BAD.yaml each hold a `server:` section (the config's own keys); th
 differ only in the command's flags (`server.command`, or `server.args` for images) and in
 `server.env`. The first trial is GOOD itself: its probe records DIR/golden.json, which
 every other trial is judged by with the config's checks; the second is BAD. A trial that
-cannot be tested (skip, unsure) is never bad.
+cannot be tested (skip, unsure) is never bad, nor is one bad with another symptom than BAD's
+(none of the checks it failed is one BAD failed): a different failure, counted unresolved.
 
-    DIR/configs.jsonl   the journal: the differences, then one `trial` event per probe
-                        (a run killed at any moment resumes without repeating one)
+A server start can lie (serve the other side's behaviour), so unless `search.flake` is 0
+(today's ddmin, trial for trial) the answer is re-tested both ways, each repeat a new start,
+until it holds at `search.confidence` (delta.next_trial): GOOD with only the set applied is
+bad, with any one of it left out good, and BAD with only the set reverted good (the set
+alone explains it) or still bad (another difference also turns GOOD bad). Trials of one
+setup that disagree send the search back over every setup ddmin's path consulted.
+
+    DIR/configs.jsonl   the journal: the differences, then one `probe` event per trial
+                        (a setup probed again is another event; a run killed at any moment
+                        resumes without repeating a finished trial)
     DIR/trials/N/       each trial's server log and collect_env
     DIR/result.json     status, build, every difference, the smallest set, the trials
     DIR/report.md
@@ -26,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..checks.golden import Golden
 from ..config import (
     argv_secrets,
     caller_secret_names,
@@ -45,9 +55,10 @@ from ..delta import (
     Outcome,
     apply,
     differences,
-    next_step,
+    lie_rate,
+    next_trial,
 )
-from ..errors import ConfigError, LocalizeError
+from ..errors import BrokenGoodEnd, ConfigError, LocalizeError
 from ..journal import Journal, read_events
 from ..localize import LocalizationDoc
 from ..model import Candidate, ProbeOutcome, Regress, Verdict
@@ -70,6 +81,29 @@ class Trial:
     subset: tuple[int, ...]
     verdict: Verdict
     reason: str
+    failed: tuple[str, ...] = ()
+    """The checks it failed."""
+    counted: Outcome = Outcome.UNRESOLVED
+    """What the search counted it as (`weighed`): its verdict, but a trial bad with another
+    symptom than BAD's is unresolved."""
+
+
+@dataclass(frozen=True)
+class Retest:
+    """One setup the answer was re-tested on, and what its trials showed."""
+
+    applied: tuple[int, ...]
+    """The differences applied to GOOD."""
+    setup: str
+    """Which way: `GOOD with only the set applied`, `BAD with only the set reverted`, ..."""
+    expect: Outcome | None
+    """What the answer needs it to be; None: either (BAD with the set reverted)."""
+    trials: tuple[int, ...]
+    """Its trials, by number (1, 2, ...)."""
+    path: int
+    """Its first trials that ddmin's path chose on (0 or 1): no re-test, not counted."""
+    belief: float
+    """How likely it truly is what `expect` says (None: what most of its trials say)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +122,17 @@ class ConfigsResult:
     localization: LocalizationDoc | None = None
     """GOOD against the smallest bad setup at the build: the first module whose output
     differs, and whether either side had NaN/Inf (`localize: false`: none)."""
+    only: bool | None = None
+    """BAD with only the set reverted tests good (True: the set alone explains it) or still
+    bad (False: another difference also turns GOOD bad); None: not re-tested."""
+    retests: tuple[Retest, ...] = ()
+    """The setups the answer was re-tested on (none with `search.flake: 0`)."""
+    confidence: float | None = None
+    """How sure the re-tested answer is; None: not re-tested."""
+    rate: float = 0.0
+    """The lie rate the trials were weighed at (0: verdicts are facts)."""
+    notes: tuple[str, ...] = ()
+    """Trials that disagreed with the other trials of their setup (a start that lied)."""
 
     @property
     def exit_code(self) -> int:
@@ -133,6 +178,58 @@ def _trial_setup(s: Setup, bad: Setup, key: str, argv: list[str], env: dict[str,
 
 
 _OUTCOME = {Verdict.GOOD: Outcome.GOOD, Verdict.BAD: Outcome.BAD}
+
+
+def weighed(trials: list[Trial], count: int) -> list[Trial]:
+    """Each trial with what the search counts it as: a bad trial none of whose failed checks
+    is one BAD (every difference applied) failed is another failure than BAD's, never its
+    evidence: unresolved, and its reason says so. Pure."""
+    everything = tuple(range(count))
+    symptom = sorted({name for t in trials if t.subset == everything
+                      and t.verdict is Verdict.BAD for name in t.failed})  # fmt: skip
+    out = []
+    for t in trials:
+        counted, reason = _OUTCOME.get(t.verdict, Outcome.UNRESOLVED), t.reason
+        if counted is Outcome.BAD and symptom and t.failed and not set(t.failed) & set(symptom):
+            counted = Outcome.UNRESOLVED
+            reason = (f"another symptom than BAD's: it failed {', '.join(t.failed)}, BAD "
+                      f"{', '.join(symptom)}: not counted as bad ({t.reason})")  # fmt: skip
+        out.append(replace(t, counted=counted, reason=reason))
+    return out
+
+
+def known_of(trials: list[Trial]) -> dict[frozenset[int], list[Outcome]]:
+    """Each setup's trials as the search counts them, in order."""
+    known: dict[frozenset[int], list[Outcome]] = {}
+    for t in trials:
+        known.setdefault(frozenset(t.subset), []).append(t.counted)
+    return known
+
+
+def _decide(
+    trials: list[Trial], count: int, flake: float | None, confidence: float
+) -> tuple[list[Trial], DeltaStep]:
+    """The trials weighed, and the next step of the search over them. Pure."""
+    trials = weighed(trials, count)
+    return trials, next_trial(count, known_of(trials), flake=flake, confidence=confidence)
+
+
+def _judges_nothing(golden: Golden | None) -> str:
+    """Why a golden just recorded from GOOD judges nothing: it matched none of its expect
+    cases (every case then counts for no setup); "" when it does judge. Pure."""
+    expect = golden.checks.expect if golden is not None else None
+    if expect is None or any(c.matched for c in expect.cases):
+        return ""
+    return f"it matched none of its {len(expect.cases)} expect case(s)"
+
+
+def _failed(outcome: ProbeOutcome) -> tuple[str, ...]:
+    return tuple(c.name for c in outcome.checks if not c.passed)
+
+
+def _flake(s: Setup) -> float | None:
+    flake = s.config.search.flake
+    return None if flake == "auto" else float(flake)
 
 
 @dataclass(frozen=True)
@@ -187,7 +284,8 @@ def run_configs(
     good_argv = list(s.config.server.model_dump()[key] or [])
     good_env = dict(s.config.server.env)
     trials: list[Trial] = []
-    known: dict[frozenset[int], Outcome] = {}
+    flake, confidence = _flake(s), s.config.search.confidence
+    regolden = False
     with hold(out_dir):
         golden = s.golden_store(out_dir / "golden.json", candidate.commit, compare=False)
         with Journal(out_dir / JOURNAL, scrub) as journal:
@@ -199,8 +297,7 @@ def run_configs(
                 if event["event"] == "probe":
                     done = ProbeOutcome.from_json(event["outcome"])
                     subset = tuple(int(i) for i in event["subset"])
-                    trials.append(Trial(subset, done.verdict, done.reason))
-                    known[frozenset(subset)] = _OUTCOME.get(done.verdict, Outcome.UNRESOLVED)
+                    trials.append(Trial(subset, done.verdict, done.reason, _failed(done)))
             if not journal.reading.events:
                 journal.append(
                     "run",
@@ -213,27 +310,49 @@ def run_configs(
                 )
             for d in diffs:
                 progress.note(f"difference: {_shown(d, names).label}")
-            step: DeltaStep = next_step(len(diffs), known)
+            trials, step = _decide(trials, len(diffs), flake, confidence)
             while isinstance(step, Need):
                 subset = tuple(sorted(step.subset))
                 argv, env = apply(good_argv, good_env, diffs, step.subset)
                 trial = _trial_setup(s, bad, key, argv, env)
                 shown = ", ".join(_shown(diffs[i], names).label for i in subset) or "none (GOOD)"
+                again = sum(1 for t in trials if t.subset == subset)
+                shown += f" (again: its trial {again + 1})" if again else ""
                 progress.note(f"trial {len(trials) + 1}: {shown}")
-                with trial.launcher(run_id_of(out_dir, digest)) as launcher:
-                    for line in launcher.reap():
-                        progress.note(line)
-                    ctx = ProbeContext(launcher, s.checks, trial.client, progress,
-                                       s.config.probe.runs, golden, Regress(s.config.regress),
-                                       s.clock)  # fmt: skip
-                    outcome = probe(candidate, out_dir / "trials" / str(len(trials) + 1), ctx)
+                trial_dir = out_dir / "trials" / str(len(trials) + 1)
+                try:
+                    with trial.launcher(run_id_of(out_dir, digest)) as launcher:
+                        for line in launcher.reap():
+                            progress.note(line)
+                        ctx = ProbeContext(launcher, s.checks, trial.client, progress,
+                                           s.config.probe.runs, golden, Regress(s.config.regress),
+                                           s.clock)  # fmt: skip
+                        outcome = probe(candidate, trial_dir, ctx)
+                    broken = _judges_nothing(golden.data) if golden.recorded else ""
+                except BrokenGoodEnd as exc:
+                    if flake == 0 or regolden:
+                        raise
+                    broken = str(exc)
+                if broken and flake != 0 and not regolden:
+                    # a start that lied while GOOD's golden was recorded would make it judge
+                    # nothing (every setup good against it): GOOD is recorded once more
+                    regolden = True
+                    progress.note(f"GOOD's golden: {broken}; a start that lied? recording it again")
+                    (out_dir / "golden.json").unlink(missing_ok=True)
+                    if trial_dir.exists():
+                        trial_dir.rename(trial_dir.with_name(f"{trial_dir.name}-golden-refused"))
+                    golden = s.golden_store(out_dir / "golden.json", candidate.commit,
+                                            compare=False)  # fmt: skip
+                    continue  # not journalled: the search asks for GOOD again
                 journal.append("probe", subset=list(subset), outcome=outcome.to_json(),
                                commit=candidate.commit)  # fmt: skip
-                progress.note(f"trial {len(trials) + 1}: {outcome.verdict.value} {outcome.reason}")
-                trials.append(Trial(subset, outcome.verdict, outcome.reason))
-                known[frozenset(subset)] = _OUTCOME.get(outcome.verdict, Outcome.UNRESOLVED)
-                step = next_step(len(diffs), known)
-        result = _result(candidate, diffs, trials, step, names)
+                trials.append(Trial(subset, outcome.verdict, outcome.reason, _failed(outcome)))
+                trials, step = _decide(trials, len(diffs), flake, confidence)
+                progress.note(f"trial {len(trials)}: {outcome.verdict.value} {trials[-1].reason}")
+        result = _result(candidate, diffs, trials, step, names, flake=flake,
+                         confidence=confidence)  # fmt: skip
+        for note in result.notes:
+            progress.note(note)
         if isinstance(step, Minimal) and s.config.localize.enabled:
             argv, env = apply(good_argv, good_env, diffs, frozenset(step.subset))
             smallest = _trial_setup(s, bad, key, argv, env)
@@ -258,26 +377,112 @@ def _result(
     trials: list[Trial],
     step: DeltaStep,
     secret: Collection[str],
+    *,
+    flake: float | None = 0.0,
+    confidence: float = 0.99,
 ) -> ConfigsResult:
+    known = known_of(trials)
+    rate = 0.0 if flake == 0 else lie_rate(known, flake)
+    everything = frozenset(range(len(diffs)))
+    notes = tuple(_disagreeing(trials, diffs, secret))
+
     def said(status: str, message: str, found: tuple[int, ...] = ()) -> ConfigsResult:
-        return ConfigsResult(status, build, diffs, found, trials, message)
+        r = ConfigsResult(status, build, diffs, found, trials, message, rate=rate, notes=notes)
+        if isinstance(step, Minimal) and flake != 0:
+            r = replace(r, only=step.only, confidence=step.confidence,
+                        retests=_retests(trials, diffs, step, secret))  # fmt: skip
+        return r
 
     if isinstance(step, Minimal):
         labels = ", ".join(_shown(diffs[i], secret).label for i in step.subset)
         if step.unresolved:
             untested = f"{step.unresolved} trial(s) could not be tested: a smaller set may exist"
             return said("ambiguous", f"turns GOOD bad: {labels} ({untested})", step.subset)
-        return said("found", f"turns GOOD bad: {labels}", step.subset)
+        if step.unsure:
+            below = (f"{step.unsure} setup(s) stayed below the confidence {confidence} after "
+                     "their most trials: lying or flaky starts")  # fmt: skip
+            return said("ambiguous", f"turns GOOD bad: {labels}? ({below})", step.subset)
+        message = f"turns GOOD bad: {labels}"
+        if step.confidence is not None:
+            sure = f"{step.confidence:.3f} sure at a lie rate of {rate:.2f}"
+            message += {
+                True: f"; only these: BAD with only these reverted tests good ({sure})",
+                False: f"; not only these: BAD with only these reverted is still bad, another "
+                f"difference also turns GOOD bad ({sure})",
+                None: f" ({sure}; BAD with only these reverted is not settled)",
+            }[step.only]
+        return said("found", message, step.subset)
     if isinstance(step, NotBad):
         if step.outcome is Outcome.GOOD:
             return said("not-bad", "BAD tests good at this build")
-        return said("untestable", "BAD could not be tested")
+        return said("untestable", "BAD could not be tested" + _kept(known, everything))
     assert isinstance(step, GoodIsBad)
     if step.outcome is Outcome.BAD:
         return said(
             "good-is-bad", "GOOD tests bad at this build: the differences do not explain it"
         )
-    return said("untestable", "GOOD could not be tested")
+    return said("untestable", "GOOD could not be tested" + _kept(known, frozenset()))
+
+
+def _kept(known: Mapping[frozenset[int], list[Outcome]], end: frozenset[int]) -> str:
+    """Why an end that did start is untestable: its trials kept disagreeing."""
+    outcomes = known.get(end, [])
+    bad, good = outcomes.count(Outcome.BAD), outcomes.count(Outcome.GOOD)
+    if not (bad and good):
+        return ""
+    return f": its {len(outcomes)} trials kept disagreeing ({bad} bad, {good} good)"
+
+
+def _labels(subset: Collection[int], diffs: list[Difference], secret: Collection[str]) -> str:
+    return ", ".join(_shown(diffs[i], secret).label for i in sorted(subset)) or "none (GOOD)"
+
+
+def _retests(
+    trials: list[Trial], diffs: list[Difference], step: Minimal, secret: Collection[str]
+) -> tuple[Retest, ...]:
+    """The setups the answer was re-tested on, with their trials. Pure."""
+    answer = frozenset(step.subset)
+    out = []
+    for claim in step.retests:
+        if claim.subset == answer:
+            setup = "GOOD with only the set applied"
+        elif claim.subset == frozenset(range(len(diffs))) - answer:
+            setup = "BAD with only the set reverted"
+        else:
+            (left,) = answer - claim.subset
+            setup = f"GOOD with the set but {_shown(diffs[left], secret).label}"
+        numbers = tuple(n for n, t in enumerate(trials, 1) if frozenset(t.subset) == claim.subset)
+        out.append(Retest(tuple(sorted(claim.subset)), setup, claim.expect, numbers, claim.path,
+                          claim.belief))  # fmt: skip
+    return tuple(out)
+
+
+def _disagreeing(
+    trials: list[Trial], diffs: list[Difference], secret: Collection[str]
+) -> list[str]:
+    """A note for each trial whose verdict is its setup's minority (a start that lied, most
+    likely). Pure."""
+    notes = []
+    for subset, outcomes in known_of(trials).items():
+        bad, good = outcomes.count(Outcome.BAD), outcomes.count(Outcome.GOOD)
+        if not bad or not good:
+            continue
+        numbers = [n for n, t in enumerate(trials, 1) if frozenset(t.subset) == subset]
+        for n in numbers:
+            mine = trials[n - 1].counted
+            if mine is Outcome.UNRESOLVED:
+                continue
+            others = good if mine is Outcome.BAD else bad
+            same = bad if mine is Outcome.BAD else good
+            if same > others:
+                continue
+            other = "good" if mine is Outcome.BAD else "bad"
+            notes.append(
+                f"trial {n} ({_labels(subset, diffs, secret)}) read {mine.value} where "
+                f"{others} other trial(s) of that setup read {other}"
+                + (": a start that lied" if others > same else ": a tie, neither counted sure")
+            )
+    return sorted(notes, key=lambda s: int(s.split()[1]))
 
 
 def _shown(d: Difference, secret: Collection[str]) -> Difference:
@@ -311,10 +516,27 @@ def _document(r: ConfigsResult, secret: Collection[str]) -> dict[str, Any]:
         "differences": [shown(d) for d in r.differences],
         "difference": [shown(r.differences[i]) for i in r.difference],
         "localization": r.localization.model_dump(mode="json") if r.localization else None,
+        "only": r.only,
+        "lie_rate": r.rate,
+        "confidence": r.confidence,
+        "retests": [
+            {
+                "setup": x.setup,
+                "applied": [shown(r.differences[i])["label"] for i in x.applied],
+                "expect": None if x.expect is None else x.expect.value,
+                "trials": list(x.trials),
+                "verdicts": [r.trials[n - 1].counted.value for n in x.trials],
+                "path_trials": x.path,
+                "belief": x.belief,
+            }
+            for x in r.retests
+        ],
+        "notes": list(r.notes),
         "trials": [
             {
                 "applied": [shown(r.differences[i])["label"] for i in t.subset],
                 "verdict": t.verdict.value,
+                "counted": t.counted.value,
                 "reason": t.reason,
             }
             for t in r.trials
@@ -342,8 +564,29 @@ def _markdown(r: ConfigsResult, secret: Collection[str]) -> str:
     if r.localization is not None:
         lines += ["## Where in the model (GOOD against the smallest bad setup)", "",
                   esc.text(r.localization.line), ""]  # fmt: skip
-    lines += ["", "## Trials", "", "| # | applied to GOOD | verdict | why |", "|---|---|---|---|"]
+    if r.retests:
+        sure = "not reached" if r.confidence is None else f"{r.confidence:.4f}"
+        lines += ["", "## The answer re-tested both ways", "",
+                  f"Each trial a new server start, weighed at a lie rate of {r.rate:.3f}; "
+                  f"together the answer is {sure} sure (a trial ddmin's path chose on, "
+                  "`(path)`, is no re-test).", "",
+                  "| setup | applied to GOOD | needs | trials | verdicts | sure |",
+                  "|---|---|---|---|---|---|"]  # fmt: skip
+        for x in r.retests:
+            applied = ", ".join(r.differences[i].label for i in x.applied) or "none (GOOD)"
+            needs = "either" if x.expect is None else x.expect.value
+            path = ["(path) " * (i < x.path) for i in range(len(x.trials))]
+            numbers = ", ".join(f"{p}{n}" for p, n in zip(path, x.trials, strict=True))
+            verdicts = ", ".join(r.trials[n - 1].counted.value for n in x.trials)
+            lines.append(f"| {esc.cell(x.setup)} | {esc.cell(applied)} | {needs} | {numbers} "
+                         f"| {verdicts} | {x.belief:.4f} |")  # fmt: skip
+    if r.notes:
+        lines += ["", "## Trials that disagreed", ""]
+        lines += [f"- {esc.text(note)}" for note in r.notes]
+    lines += ["", "## Trials", "", "| # | applied to GOOD | verdict | counted | why |",
+              "|---|---|---|---|---|"]  # fmt: skip
     for n, t in enumerate(r.trials, 1):
         applied = ", ".join(r.differences[i].label for i in t.subset) or "none (GOOD)"
-        lines.append(f"| {n} | {esc.cell(applied)} | {t.verdict.value} | {esc.cell(t.reason)} |")
+        lines.append(f"| {n} | {esc.cell(applied)} | {t.verdict.value} | {t.counted.value} "
+                     f"| {esc.cell(t.reason)} |")  # fmt: skip
     return "\n".join(lines) + "\n"
