@@ -329,6 +329,42 @@ def test_a_changed_forward_compiles_anew_with_a_shared_cache(bed: dict[str, Any]
     assert "by the run's own probes only" in confirmation["reason"], confirmation
 
 
+def test_a_start_that_lies_once_is_outvoted_and_named_on_real_vllm(bed: dict[str, Any]) -> None:
+    """The release branch's `tokens` (good) .. `config` (bad): the first start of `tokens`
+    serves `config`'s build (tests/vllm/lie_once.py), so believed, it would move the answer
+    to `tokens` (as `search.flake: 0` does). The posterior search probes `tokens` again,
+    names `config`, and says which verdict disagreed. Canary and expect only; about six
+    vLLM starts."""
+    shas, root = bed["shas"], bed["root"]
+    data = yaml.safe_load(bed["config"].read_text())
+    state = root / "lied"
+    head, *rest = data["server"]["command"]
+    data["server"]["command"] = [head, str(HERE / "lie_once.py"), str(state), shas["tokens"],
+                                 shas["config"], "{commit}", *rest]  # fmt: skip
+    data.update(
+        candidates={**data["candidates"], "good": shas["refactor"], "bad": shas["config"]},
+        checks=[{"type": "canary"}, {"type": "expect"}],
+        search={"flake": "auto"},
+        confirm=False,
+        localize={"enabled": False},
+    )
+    config = root / "lying.yaml"
+    config.write_text(yaml.safe_dump(data))
+    out = root / "lying"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    assert state.read_text().startswith(shas["tokens"]), "the start lied"
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "found" and result["culprit"]["commit"] == shas["config"], output
+    assert result["culprit"]["posterior"] >= 0.99, result["search"]
+    said = [p["verdict"] for p in result["probes"] if p["commit"] == shas["tokens"]]
+    assert said[0] == "bad" and said.count("good") >= 1, said
+    disagreed = result["search"]["disagreed"]
+    assert [d["commit"] for d in disagreed] == [shas["tokens"]], disagreed
+    first = (out / "report.md").read_text().splitlines()[0]
+    assert "verdict" in first and "disagreed" in first and "posterior" in first, first
+
+
 def test_calibrate_on_real_vllm_flags_no_good_run(bed: dict[str, Any]) -> None:
     shas, root = bed["shas"], bed["root"]
     code, output = invoke(
