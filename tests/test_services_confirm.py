@@ -216,6 +216,17 @@ def test_a_culprit_a_lie_made_is_not_confirmed_and_the_search_probes_on_to_the_r
     wrong = f"a verdict on the way was probably wrong ({h.shas[16][:12]} was probed again: "
     assert wrong + "bad, bad, good" in reason, reason
     assert "another regression" not in reason
+    # the same command again starts nothing (the journal keeps the trials weighed and the
+    # second look's confirmation), and says the same; so does `report DIR`
+    starts = launches.read_text().split()
+    again = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert again.exit_code == 0, again.output
+    assert launches.read_text().split() == starts
+    for rewritten in (again, CliRunner().invoke(cli, ["report", str(out)])):
+        assert rewritten.exit_code == 0, rewritten.output
+        later = json.loads((out / "result.json").read_text())
+        for key in ("status", "message", "culprit", "confirmation", "search", "probes"):
+            assert later[key] == doc[key], key
 
 
 def test_a_second_regression_under_the_posterior_ends_ambiguous_not_found(
@@ -230,7 +241,13 @@ def test_a_second_regression_under_the_posterior_ends_ambiguous_not_found(
     assert doc["status"] == "ambiguous" and doc["culprit"]["commit"] == h.shas[5]
     assert doc["confirmation"]["status"] == "not-confirmed"
     assert "supports more than one step" in doc["message"]
+    assert "another regression lies after it" in doc["message"]
     assert "supports more than one step" in (tmp_path / "out" / "report.md").read_text()
+    # `report DIR` rebuilds it as the run ended it: ambiguous, never found with exit 0
+    report = CliRunner().invoke(cli, ["report", str(tmp_path / "out")])
+    assert report.exit_code == 3, report.output
+    rebuilt = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert (rebuilt["status"], rebuilt["message"]) == (doc["status"], doc["message"])
 
 
 def test_a_revert_trial_that_lies_is_outweighed_and_the_culprit_confirmed_on_new_starts(

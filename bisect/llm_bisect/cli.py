@@ -34,7 +34,7 @@ from .report.documents import ResultDocument, schemas
 from .report.markdown import duration
 from .runner import result_of, write_outputs
 from .search import Answer, Plan, Status
-from .services.bisection import check_one, run_bisect
+from .services.bisection import check_one, run_bisect, unconfirmed
 from .services.configs import configs_setup, run_configs
 from .services.confirm import with_confirmation
 from .services.deps import run_deps
@@ -683,6 +683,7 @@ def report_cmd(
                     f"{out}: the run has not finished; resume it with `llm-bisect run`"
                 )
             result = with_later(with_confirmation(with_localization(result, out), out), out)
+            step, result = unconfirmed(step, result)  # as the run ended it
             write_outputs(out, _with_bumps(result, out / "result.json"))
         _print_answer(term, step, out)
         return STATUS_EXIT[step.status]

@@ -193,6 +193,8 @@ def run(
                 journal.append("probe", outcome=outcome.to_json(), given=source, time=clock.time())
             state = read_journal(out_dir / FILENAME).state
             assert state is not None
+        elif state.policy.evidence and replace(state.policy, evidence=()) == policy:
+            policy = state.policy  # a culprit not confirmed: its trials stay weighed on resume
         elif state.policy != policy:
             journal.append("search", search=policy.to_json(), time=clock.time())
             progress.note(f"search: verdicts weighed by {_weighed(policy)} from here on")

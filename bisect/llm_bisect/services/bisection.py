@@ -15,11 +15,11 @@ from ..pins import commit_bumps
 from ..posterior import Policy, Trial
 from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..redact import redact
-from ..report.documents import BumpDoc, Confirmation, FastDoc, ResultDocument
+from ..report.documents import BumpDoc, Confirmation, FastDoc, ResultDocument, TrialDoc
 from ..runner import RunResult, run, write_outputs, write_probe
-from ..search import Status
+from ..search import Answer, Status
 from ..symptom import Symptom
-from .confirm import confirm, continue_after
+from .confirm import confirm, continue_after, keep
 from .later import next_steps, probe_later, resolve_later
 from .localization import localize_after_run
 from .setup import Setup, fast_setup, golden_file_of, plan_of, run_context, run_id_of
@@ -139,36 +139,42 @@ def _bisect(
                                    config.probe.runs, golden, Regress(config.regress),
                                    s.clock)  # fmt: skip
                 note = progress.note if progress is not None else (lambda _: None)
-                found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
                 policy = config.search.policy
-                was = done.answer.culprit
-                if (
-                    found is not None
-                    and found.status == "not-confirmed"
-                    and not policy.exact
-                    and was is not None
-                ):
-                    # the trials are evidence like any probe: the culprit's posterior falls,
-                    # the search goes on where it now points, and confirms what it then names
-                    # on new starts (a first trial that lied is not reused)
-                    weighed = _weigh(policy, found, was.commit)
-                    note(f"confirm: not confirmed; {_weighing(weighed, policy)}")
-                    first_look = found
-                    done = search(weighed)
-                    if decorate is not None:
-                        done.result = write_outputs(out_dir, decorate(done.result), s.scrub)
-                    found = confirm(
-                        s.source.path, out_dir, done.result, ctx, note, s.scrub, again=True
-                    )
-                    if found is not None and found.status == "not-confirmed":
-                        done = _unconfirmed(done, found, was == done.answer.culprit, s)
-                    elif found is not None and found.status == "confirmed":
-                        why = _second_look(done, was, first_look)
-                        note(f"confirm: {why}")
-                        found = found.model_copy(update={"reason": f"{found.reason}; {why}"})
+                weighed_before = done.result.search.evidence if done.result.search else []
+                if weighed_before:  # resumed after a culprit was not confirmed: its trials
+                    # stay weighed (the journal's policy), and the second look goes on
+                    found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub,
+                                    again=True)  # fmt: skip
+                else:
+                    found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
+                    was = done.answer.culprit
+                    if (
+                        found is not None
+                        and found.status == "not-confirmed"
+                        and not policy.exact
+                        and was is not None
+                    ):
+                        # the trials are evidence like any probe: the culprit's posterior
+                        # falls, the search goes on where it now points, and confirms what it
+                        # then names on new starts (a first trial that lied is not reused)
+                        weighed = _weigh(policy, found, was.commit)
+                        note(f"confirm: not confirmed; {_weighing(weighed, policy)}")
+                        done = search(weighed)
+                        if decorate is not None:
+                            done.result = write_outputs(out_dir, decorate(done.result), s.scrub)
+                        found = confirm(
+                            s.source.path, out_dir, done.result, ctx, note, s.scrub, again=True
+                        )
+                evidence = done.result.search.evidence if done.result.search else []
+                if found is not None and found.status == "confirmed" and evidence:
+                    why = _second_look(done.result, evidence)
+                    note(f"confirm: {why}")
+                    found = found.model_copy(update={"reason": f"{found.reason}; {why}"})
+                    keep(out_dir, done.result, found, s.scrub)  # as `report DIR` reads it
                 if found is not None:
                     confirmed = done.result.model_copy(update={"confirmation": found})
-                    done.result = write_outputs(out_dir, confirmed, s.scrub)
+                    answer, confirmed = unconfirmed(done.answer, confirmed)
+                    done = RunResult(answer, write_outputs(out_dir, confirmed, s.scrub), out_dir)
             if later:
                 say = progress.note if progress is not None else (lambda _: None)
                 ctx = ProbeContext(launcher, s.checks, s.client, progress or SilentProgress(),
@@ -247,19 +253,21 @@ def _weighing(weighed: Policy, policy: Policy) -> str:
     )
 
 
-def _second_look(done: RunResult, was: Candidate, first: Confirmation) -> str:
+def _second_look(result: ResultDocument, evidence: Sequence[TrialDoc]) -> str:
     """Why a culprit not confirmed at first is confirmed now: a verdict on the way lied (the
-    search moved), or the first trial did (the culprit held, its trials now agree)."""
-    trials = ", ".join(f"{t.kind} {t.verdict}" for t in first.probes if t.verdict is not None)
-    culprit = done.answer.culprit
-    if culprit is not None and culprit.commit != was.commit:
-        search = done.result.search
+    search moved to another culprit), or a first trial did (the culprit held and its trials
+    on new starts agree). `evidence`: the first look's trials, weighed."""
+    first = evidence[-1].commit
+    trials = ", ".join(f"{t.kind} {t.verdict}" for t in evidence if t.commit == first)
+    culprit = result.culprit.commit if result.culprit is not None else None
+    if culprit != first:
         shown = "; ".join(
             f"{d.commit[:12]} was probed again: {', '.join(v.value for v in d.verdicts)}"
-            for d in ({d.commit: d for d in search.disagreed}.values() if search else ())
-        )
+            for d in ({d.commit: d for d in result.search.disagreed}.values()
+                      if result.search else ())
+        )  # fmt: skip
         return (
-            f"{was.short} was named first and not confirmed ({trials}): a verdict on the way "
+            f"{first[:12]} was named first and not confirmed ({trials}): a verdict on the way "
             f"was probably wrong ({shown or 'its neighbours were probed again'})"
         )
     return (
@@ -268,13 +276,18 @@ def _second_look(done: RunResult, was: Candidate, first: Confirmation) -> str:
     )
 
 
-def _unconfirmed(done: RunResult, found: Confirmation, held: bool, s: Setup) -> RunResult:
-    """A culprit its confirmation does not bear out, after its trials were weighed and the
-    search went on: ambiguous, never `found` with exit 0. `held`: the search named the same
-    culprit again (its verdicts held): its revert stays bad (the evidence supports two
-    steps), or its pick does not break the good end (it breaks only with what came between)."""
-    sure = done.answer.sure
-    p = f" (posterior {sure.posterior:.4f})" if sure is not None else ""
+def unconfirmed(answer: Answer, result: ResultDocument) -> tuple[Answer, ResultDocument]:
+    """A culprit its confirmation does not bear out under the posterior search, after its
+    trials were weighed and the search went on: ambiguous, never `found` with exit 0 — as a
+    run ends it and as `report DIR` rebuilds it. Unchanged where the culprit is confirmed or
+    verdicts are facts (flake 0: today's `found`). The search named the same culprit again
+    (`held`: its verdicts held): its revert stays bad (the evidence supports two steps), or
+    its pick does not break the good end (it breaks only with what came between). Pure."""
+    found, culprit, search = result.confirmation, result.culprit, result.search
+    if found is None or found.status != "not-confirmed" or culprit is None or search is None:
+        return answer, result
+    held = not search.evidence or any(t.commit == culprit.commit for t in search.evidence)
+    p = f" (posterior {search.posterior:.4f})"
     stays_bad = any(t.kind == "revert" and t.verdict == "bad" for t in found.probes)
     if not held:
         why = f"the search probed on and named another culprit{p}, which is not confirmed either"
@@ -290,9 +303,10 @@ def _unconfirmed(done: RunResult, found: Confirmation, held: bool, s: Setup) -> 
             "but not the whole cause (it breaks only together with what came before it)"
         )
     message = f"not confirmed: {found.reason}; {why}"
-    answer = replace(done.answer, status=Status.AMBIGUOUS, message=message)
-    result = done.result.model_copy(update={"status": Status.AMBIGUOUS, "message": message})
-    return RunResult(answer, write_outputs(done.out_dir, result, s.scrub), done.out_dir)
+    update = {"status": Status.AMBIGUOUS, "message": message}
+    return replace(answer, status=Status.AMBIGUOUS, message=message), result.model_copy(
+        update=update
+    )
 
 
 def check_one(

@@ -161,9 +161,19 @@ def confirm(
     status, reason = judge(trials[0], trials[1])
     note(f"confirm: {status}: {reason}")
     said = {"status": status, "reason": reason, "probes": [t.to_json() for t in trials]}
-    stored = {"culprit": culprit, "good": good, "bad": bad, "confirmation": said}
+    judged = Confirmation.model_validate(scrub.doc(said))
+    keep(out_dir, result, judged, scrub)
+    return judged
+
+
+def keep(out_dir: Path, result: ResultDocument, found: Confirmation, scrub: Scrub) -> None:
+    """DIR/confirmation.json: the confirmation of `result`'s culprit, as `report DIR` attaches
+    it again (with_confirmation)."""
+    assert result.culprit is not None
+    said = found.model_dump(mode="json", exclude={"continued"})
+    stored = {"culprit": result.culprit.commit, "good": result.good, "bad": result.bad,
+              "confirmation": said}  # fmt: skip
     write_atomic(out_dir / STORED, json.dumps(scrub.doc(stored), indent=2) + "\n")
-    return Confirmation.model_validate(scrub.doc(said))
 
 
 def with_confirmation(result: ResultDocument, out_dir: Path) -> ResultDocument:
