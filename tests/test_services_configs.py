@@ -289,3 +289,20 @@ def test_a_degenerate_golden_from_a_lying_good_start_is_recorded_again(tmp_path:
     result = json.loads((out / "result.json").read_text())
     assert [t["verdict"] for t in result["trials"]][:1] == ["good"]
     assert len(launched(s["launches"])) == len(result["trials"]) + 1
+
+
+def test_a_golden_that_judges_nothing_once_more_stops_the_run_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """GOOD's first two starts both serve BAD's garbled math: its golden, recorded again,
+    still judges nothing. Then it is GOOD's own answers, not one lying start: the run stops
+    with one line (as `run` does after a second broken good end), never "BAD tests good"."""
+    sim = ("--lie-at", "1,2", "--lie-fault", "garbled-math")
+    s = setups(tmp_path, sim=sim, flake="auto")
+    out = tmp_path / "out"
+    code, output = invoke(*args(s, out))
+    assert code == 1, output
+    assert "not-bad" not in output and "Traceback" not in output
+    assert "recorded again, still judges nothing: it matched none of its 1 expect" in output
+    assert not (out / "result.json").exists()
+    assert len(launched(s["launches"])) == 2  # one refusal, never a third golden

@@ -333,7 +333,11 @@ def run_configs(
                     if flake == 0 or regolden:
                         raise
                     broken = str(exc)
-                if broken and flake != 0 and not regolden:
+                if broken and flake != 0 and regolden:
+                    # recorded twice, judging nothing twice: GOOD's own answers, not a lie
+                    raise BrokenGoodEnd(f"GOOD's golden, recorded again, still judges nothing: "
+                                        f"{broken}")  # fmt: skip
+                if broken and flake != 0:
                     # a start that lied while GOOD's golden was recorded would make it judge
                     # nothing (every setup good against it): GOOD is recorded once more
                     regolden = True
