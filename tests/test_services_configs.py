@@ -5,6 +5,7 @@ server setup at one build, on the simulator whose fault depends on flags and var
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -306,3 +307,33 @@ def test_a_golden_that_judges_nothing_once_more_stops_the_run_with_one_line(
     assert "recorded again, still judges nothing: it matched none of its 1 expect" in output
     assert not (out / "result.json").exists()
     assert len(launched(s["launches"])) == 2  # one refusal, never a third golden
+
+
+def test_a_run_killed_while_good_is_recorded_again_resumes_refusing_no_second_golden(
+    tmp_path: Path,
+) -> None:
+    """Killed during GOOD's second start (its golden refused once, trials/1 half written,
+    nothing journalled), the run resumes: a golden is refused once in total, so a resumed
+    start that lies again stops it with one line, never a traceback (the refused folder's
+    name was taken) nor a third golden. Rerun, it says the same before starting anything."""
+    sim = ("--lie-at", "1,3", "--lie-fault", "garbled-math")
+    s = setups(tmp_path, sim=sim, flake="auto")
+    out = tmp_path / "out"
+    code, output = invoke(*args(s, out))
+    assert code == 0 and "recording it again" in output, output
+    # as killed during start 2: the journal holds its head only, no golden, trials/1 partial
+    lines = (out / "configs.jsonl").read_text().splitlines(keepends=True)
+    first = next(n for n, line in enumerate(lines) if '"event": "probe"' in line)
+    (out / "configs.jsonl").write_text("".join(lines[:first]))
+    (out / "golden.json").unlink()
+    for p in (out / "trials").iterdir():
+        if p.name not in ("1", "1-golden-refused"):
+            shutil.rmtree(p)
+    s["launches"].write_text(" ".join(launched(s["launches"])[:2]) + "\n")  # next: start 3
+    code, output = invoke(*args(s, out))
+    assert code == 1 and "Traceback" not in output, output
+    assert "recorded again, still judges nothing: it matched none of its 1 expect" in output
+    assert len(launched(s["launches"])) == 3
+    assert sorted(p.name for p in (out / "trials").iterdir()) == ["1", "1-golden-refused"]
+    code, again = invoke(*args(s, out))
+    assert code == 1 and "still judges nothing" in again and len(launched(s["launches"])) == 3

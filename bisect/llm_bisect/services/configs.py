@@ -223,6 +223,19 @@ def _judges_nothing(golden: Golden | None) -> str:
     return f"it matched none of its {len(expect.cases)} expect case(s)"
 
 
+REFUSED = "-golden-refused"
+"""The end of a trial folder whose start recorded a golden GOOD refused."""
+
+
+def _unused(path: Path, suffix: str) -> Path:
+    """`path` with `suffix`, or -2, -3, ... after it: a name no folder has yet."""
+    name, n = path.with_name(path.name + suffix), 1
+    while name.exists():
+        n += 1
+        name = path.with_name(f"{path.name}{suffix}-{n}")
+    return name
+
+
 def _failed(outcome: ProbeOutcome) -> tuple[str, ...]:
     return tuple(c.name for c in outcome.checks if not c.passed)
 
@@ -285,9 +298,12 @@ def run_configs(
     good_env = dict(s.config.server.env)
     trials: list[Trial] = []
     flake, confidence = _flake(s), s.config.search.confidence
-    regolden = False
     with hold(out_dir):
+        # refused once in total, a resume included: the refused start's folder says so
+        regolden = any((out_dir / "trials").glob(f"*{REFUSED}*"))
         golden = s.golden_store(out_dir / "golden.json", candidate.commit, compare=False)
+        if regolden and flake != 0 and (broken := _judges_nothing(golden.data)):
+            raise BrokenGoodEnd(f"GOOD's golden, recorded again, still judges nothing: {broken}")
         with Journal(out_dir / JOURNAL, scrub) as journal:
             for event in read_events(out_dir / JOURNAL):
                 if event["event"] == "run" and event.get("digest") != digest:
@@ -344,7 +360,7 @@ def run_configs(
                     progress.note(f"GOOD's golden: {broken}; a start that lied? recording it again")
                     (out_dir / "golden.json").unlink(missing_ok=True)
                     if trial_dir.exists():
-                        trial_dir.rename(trial_dir.with_name(f"{trial_dir.name}-golden-refused"))
+                        trial_dir.rename(_unused(trial_dir, REFUSED))
                     golden = s.golden_store(out_dir / "golden.json", candidate.commit,
                                             compare=False)  # fmt: skip
                     continue  # not journalled: the search asks for GOOD again
