@@ -252,9 +252,19 @@ def test_a_trial_bad_with_another_symptom_than_bads_is_not_bads_evidence(tmp_pat
     for t in other:
         assert t["counted"] == "unresolved"
         assert t["reason"].startswith("another symptom than BAD's: it failed canary, BAD expect")
+        assert t["reason"].count("another symptom") == 1, t["reason"]  # said once, not nested
     assert {d["label"] for d in result["difference"]} >= {"--moe-backend cutlass",
                                                           "VLLM_USE_DEEP_GEMM=1"}  # fmt: skip
-    assert "not counted as bad" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "not counted as bad" in report
+    # killed before its last 2 trials: resumed, it says every trial as the whole run did
+    lines = (out / "configs.jsonl").read_text().splitlines(keepends=True)
+    last = [n for n, line in enumerate(lines) if '"event": "probe"' in line][-2]
+    (out / "configs.jsonl").write_text("".join(lines[:last]))
+    code, output = invoke(*args(s, out))
+    assert code == 3, output
+    assert json.loads((out / "result.json").read_text())["trials"] == result["trials"]
+    assert (out / "report.md").read_text() == report
 
 
 def test_the_answer_is_not_called_the_only_cause_when_bad_without_it_is_still_bad(

@@ -86,6 +86,17 @@ class Trial:
     counted: Outcome = Outcome.UNRESOLVED
     """What the search counted it as (`weighed`): its verdict, but a trial bad with another
     symptom than BAD's is unresolved."""
+    symptom: tuple[str, ...] = ()
+    """BAD's failed checks, when this trial is bad with another symptom (`weighed`)."""
+
+    @property
+    def shown(self) -> str:
+        """Its reason as output says it: the probe's own (`reason`, kept as journalled), and
+        why it is not counted bad when it failed with another symptom than BAD's."""
+        if not self.symptom:
+            return self.reason
+        return (f"another symptom than BAD's: it failed {', '.join(self.failed)}, BAD "
+                f"{', '.join(self.symptom)}: not counted as bad ({self.reason})")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -183,18 +194,16 @@ _OUTCOME = {Verdict.GOOD: Outcome.GOOD, Verdict.BAD: Outcome.BAD}
 def weighed(trials: list[Trial], count: int) -> list[Trial]:
     """Each trial with what the search counts it as: a bad trial none of whose failed checks
     is one BAD (every difference applied) failed is another failure than BAD's, never its
-    evidence: unresolved, and its reason says so. Pure."""
+    evidence: unresolved, and `shown` says so. Pure: weighing weighed trials changes nothing."""
     everything = tuple(range(count))
     symptom = sorted({name for t in trials if t.subset == everything
                       and t.verdict is Verdict.BAD for name in t.failed})  # fmt: skip
     out = []
     for t in trials:
-        counted, reason = _OUTCOME.get(t.verdict, Outcome.UNRESOLVED), t.reason
+        counted, other = _OUTCOME.get(t.verdict, Outcome.UNRESOLVED), tuple[str, ...]()
         if counted is Outcome.BAD and symptom and t.failed and not set(t.failed) & set(symptom):
-            counted = Outcome.UNRESOLVED
-            reason = (f"another symptom than BAD's: it failed {', '.join(t.failed)}, BAD "
-                      f"{', '.join(symptom)}: not counted as bad ({t.reason})")  # fmt: skip
-        out.append(replace(t, counted=counted, reason=reason))
+            counted, other = Outcome.UNRESOLVED, tuple(symptom)
+        out.append(replace(t, counted=counted, symptom=other))
     return out
 
 
@@ -368,7 +377,7 @@ def run_configs(
                                commit=candidate.commit)  # fmt: skip
                 trials.append(Trial(subset, outcome.verdict, outcome.reason, _failed(outcome)))
                 trials, step = _decide(trials, len(diffs), flake, confidence)
-                progress.note(f"trial {len(trials)}: {outcome.verdict.value} {trials[-1].reason}")
+                progress.note(f"trial {len(trials)}: {outcome.verdict.value} {trials[-1].shown}")
         result = _result(candidate, diffs, trials, step, names, flake=flake,
                          confidence=confidence)  # fmt: skip
         for note in result.notes:
@@ -557,7 +566,7 @@ def _document(r: ConfigsResult, secret: Collection[str]) -> dict[str, Any]:
                 "applied": [shown(r.differences[i])["label"] for i in t.subset],
                 "verdict": t.verdict.value,
                 "counted": t.counted.value,
-                "reason": t.reason,
+                "reason": t.shown,
             }
             for t in r.trials
         ],
@@ -608,5 +617,5 @@ def _markdown(r: ConfigsResult, secret: Collection[str]) -> str:
     for n, t in enumerate(r.trials, 1):
         applied = ", ".join(r.differences[i].label for i in t.subset) or "none (GOOD)"
         lines.append(f"| {n} | {esc.cell(applied)} | {t.verdict.value} | {t.counted.value} "
-                     f"| {esc.cell(t.reason)} |")  # fmt: skip
+                     f"| {esc.cell(t.shown)} |")  # fmt: skip
     return "\n".join(lines) + "\n"
