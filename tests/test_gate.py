@@ -222,6 +222,27 @@ def test_a_candidate_that_starts_on_its_second_try_is_inconclusive(
     assert Counter(launched(launches)) == {h.shas[0]: 1, h.shas[4]: 2}
 
 
+def test_a_candidate_whose_second_start_tests_bad_blocks(tmp_path: Path, history: Any) -> None:
+    """Its first start crashed, the second served degenerate answers: the checks decided,
+    bad. A block (1), not a flaky start (125): the first start failed, the second tested bad."""
+    h: History = history({3: "degenerate-content"}, n=4, changes={4: {"crash_first": 1}})
+    launches = tmp_path / "launches"
+    config = counted(h, launches, checks=[{"type": "canary"}])
+    golden = record(h, config, tmp_path)
+    out = tmp_path / "gate"
+    code, output = invoke(
+        "gate", str(config), "--candidate", h.shas[4], "--golden", str(golden), "--out", str(out)
+    )
+    assert code == 1, output
+    doc = gate_of(out)
+    assert (doc.decision, doc.reason) == ("block", "second-start-bad")
+    assert doc.message.startswith("BLOCK: the release candidate's first start failed; its second")
+    assert doc.probe.verdict.value == "bad"  # what --bisect-on-block bisects from
+    assert [t.role for t in doc.trials] == ["candidate"]
+    assert doc.trials[0].probe.verdict.value == "bad"
+    assert Counter(launched(launches)) == {h.shas[0]: 1, h.shas[4]: 2}
+
+
 def test_a_candidate_that_cannot_be_built_stays_inconclusive(tmp_path: Path, history: Any) -> None:
     """No build is no start failure: inconclusive (125) as before, nothing started again."""
     h: History = history({}, n=4)

@@ -5,6 +5,7 @@ server setup at one build, on the simulator whose fault depends on flags and var
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -251,9 +252,19 @@ def test_a_trial_bad_with_another_symptom_than_bads_is_not_bads_evidence(tmp_pat
     for t in other:
         assert t["counted"] == "unresolved"
         assert t["reason"].startswith("another symptom than BAD's: it failed canary, BAD expect")
+        assert t["reason"].count("another symptom") == 1, t["reason"]  # said once, not nested
     assert {d["label"] for d in result["difference"]} >= {"--moe-backend cutlass",
                                                           "VLLM_USE_DEEP_GEMM=1"}  # fmt: skip
-    assert "not counted as bad" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    assert "not counted as bad" in report
+    # killed before its last 2 trials: resumed, it says every trial as the whole run did
+    lines = (out / "configs.jsonl").read_text().splitlines(keepends=True)
+    last = [n for n, line in enumerate(lines) if '"event": "probe"' in line][-2]
+    (out / "configs.jsonl").write_text("".join(lines[:last]))
+    code, output = invoke(*args(s, out))
+    assert code == 3, output
+    assert json.loads((out / "result.json").read_text())["trials"] == result["trials"]
+    assert (out / "report.md").read_text() == report
 
 
 def test_the_answer_is_not_called_the_only_cause_when_bad_without_it_is_still_bad(
@@ -289,3 +300,50 @@ def test_a_degenerate_golden_from_a_lying_good_start_is_recorded_again(tmp_path:
     result = json.loads((out / "result.json").read_text())
     assert [t["verdict"] for t in result["trials"]][:1] == ["good"]
     assert len(launched(s["launches"])) == len(result["trials"]) + 1
+
+
+def test_a_golden_that_judges_nothing_once_more_stops_the_run_with_one_line(
+    tmp_path: Path,
+) -> None:
+    """GOOD's first two starts both serve BAD's garbled math: its golden, recorded again,
+    still judges nothing. Then it is GOOD's own answers, not one lying start: the run stops
+    with one line (as `run` does after a second broken good end), never "BAD tests good"."""
+    sim = ("--lie-at", "1,2", "--lie-fault", "garbled-math")
+    s = setups(tmp_path, sim=sim, flake="auto")
+    out = tmp_path / "out"
+    code, output = invoke(*args(s, out))
+    assert code == 1, output
+    assert "not-bad" not in output and "Traceback" not in output
+    assert "recorded again, still judges nothing: it matched none of its 1 expect" in output
+    assert not (out / "result.json").exists()
+    assert len(launched(s["launches"])) == 2  # one refusal, never a third golden
+
+
+def test_a_run_killed_while_good_is_recorded_again_resumes_refusing_no_second_golden(
+    tmp_path: Path,
+) -> None:
+    """Killed during GOOD's second start (its golden refused once, trials/1 half written,
+    nothing journalled), the run resumes: a golden is refused once in total, so a resumed
+    start that lies again stops it with one line, never a traceback (the refused folder's
+    name was taken) nor a third golden. Rerun, it says the same before starting anything."""
+    sim = ("--lie-at", "1,3", "--lie-fault", "garbled-math")
+    s = setups(tmp_path, sim=sim, flake="auto")
+    out = tmp_path / "out"
+    code, output = invoke(*args(s, out))
+    assert code == 0 and "recording it again" in output, output
+    # as killed during start 2: the journal holds its head only, no golden, trials/1 partial
+    lines = (out / "configs.jsonl").read_text().splitlines(keepends=True)
+    first = next(n for n, line in enumerate(lines) if '"event": "probe"' in line)
+    (out / "configs.jsonl").write_text("".join(lines[:first]))
+    (out / "golden.json").unlink()
+    for p in (out / "trials").iterdir():
+        if p.name not in ("1", "1-golden-refused"):
+            shutil.rmtree(p)
+    s["launches"].write_text(" ".join(launched(s["launches"])[:2]) + "\n")  # next: start 3
+    code, output = invoke(*args(s, out))
+    assert code == 1 and "Traceback" not in output, output
+    assert "recorded again, still judges nothing: it matched none of its 1 expect" in output
+    assert len(launched(s["launches"])) == 3
+    assert sorted(p.name for p in (out / "trials").iterdir()) == ["1", "1-golden-refused"]
+    code, again = invoke(*args(s, out))
+    assert code == 1 and "still judges nothing" in again and len(launched(s["launches"])) == 3

@@ -181,6 +181,18 @@ def test_yanked_releases_and_pre_releases_are_left_out_unless_asked(
         report = (tmp_path / "plain" / "report.md").read_text()
         assert "- left out, yanked: 1 release(s): `1.2` (`--yanked` takes them in)" in report
         assert "- first bad version: `1.3`" in report
+        # 1.2 and 1.3rc1 lie between the answer's last good (1.1) and first bad: named, and
+        # the flag that takes each in, on the terminal, in result.json and in report.md
+        boundary = [
+            "simdep 1.2 (yanked) lies between the answer's last good release 1.1 and its first "
+            "bad 1.3, left out: the first bad may be it (--yanked takes it in).",
+            "simdep 1.3rc1 (pre-release) lies between the answer's last good release 1.1 and "
+            "its first bad 1.3, left out: the first bad may be it (--pre takes it in).",
+        ]
+        assert [n for n in doc["notes"] if "lies between" in n] == boundary
+        for line in boundary:
+            assert f"deps: {line}" in " ".join(said.output.split())
+            assert line in report
         asked = {"yanked": (["--yanked"], "1.2"), "pre": (["--pre"], "1.3rc1"),
                  "both": (["--pre", "--yanked"], "1.2")}  # fmt: skip
         for name, (flags, first_bad) in asked.items():

@@ -431,11 +431,12 @@ class ResultDocument(_Doc, AddedLater):
 
 
 Decision = Literal["allow", "block", "inconclusive"]
-GateReason = Literal["start-failure", "node", "flaky-start"]
+GateReason = Literal["start-failure", "node", "flaky-start", "second-start-bad"]
 """Why a gate decided as it did when its candidate's checks did not decide: `start-failure`
 (block: it never became ready, twice, where the golden's build does on the same launcher),
 `node` (inconclusive: the golden's build does not start there either), `flaky-start`
-(inconclusive: it became ready on its second start only, and its checks passed)."""
+(inconclusive: it became ready on its second start only, and its checks passed),
+`second-start-bad` (block: its first start never became ready, its second tested bad)."""
 
 
 class GoldenRef(_Doc):

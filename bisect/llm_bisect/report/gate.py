@@ -39,6 +39,7 @@ HEADLINE_OF: dict[GateReason, str] = {
     "start-failure": "BLOCK: the release candidate does not start where the last good build does",
     "node": "INCONCLUSIVE: neither the release candidate nor the last good build starts here",
     "flaky-start": "INCONCLUSIVE: the release candidate started on its second try only",
+    "second-start-bad": "BLOCK: the release candidate's first start failed; its second tested bad",
 }
 """The headline when the candidate's checks did not decide (documents.GateReason)."""
 ROLE = {"candidate": "the candidate again", "golden-build": "the golden's build"}

@@ -86,6 +86,17 @@ class Trial:
     counted: Outcome = Outcome.UNRESOLVED
     """What the search counted it as (`weighed`): its verdict, but a trial bad with another
     symptom than BAD's is unresolved."""
+    symptom: tuple[str, ...] = ()
+    """BAD's failed checks, when this trial is bad with another symptom (`weighed`)."""
+
+    @property
+    def shown(self) -> str:
+        """Its reason as output says it: the probe's own (`reason`, kept as journalled), and
+        why it is not counted bad when it failed with another symptom than BAD's."""
+        if not self.symptom:
+            return self.reason
+        return (f"another symptom than BAD's: it failed {', '.join(self.failed)}, BAD "
+                f"{', '.join(self.symptom)}: not counted as bad ({self.reason})")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -183,18 +194,16 @@ _OUTCOME = {Verdict.GOOD: Outcome.GOOD, Verdict.BAD: Outcome.BAD}
 def weighed(trials: list[Trial], count: int) -> list[Trial]:
     """Each trial with what the search counts it as: a bad trial none of whose failed checks
     is one BAD (every difference applied) failed is another failure than BAD's, never its
-    evidence: unresolved, and its reason says so. Pure."""
+    evidence: unresolved, and `shown` says so. Pure: weighing weighed trials changes nothing."""
     everything = tuple(range(count))
     symptom = sorted({name for t in trials if t.subset == everything
                       and t.verdict is Verdict.BAD for name in t.failed})  # fmt: skip
     out = []
     for t in trials:
-        counted, reason = _OUTCOME.get(t.verdict, Outcome.UNRESOLVED), t.reason
+        counted, other = _OUTCOME.get(t.verdict, Outcome.UNRESOLVED), tuple[str, ...]()
         if counted is Outcome.BAD and symptom and t.failed and not set(t.failed) & set(symptom):
-            counted = Outcome.UNRESOLVED
-            reason = (f"another symptom than BAD's: it failed {', '.join(t.failed)}, BAD "
-                      f"{', '.join(symptom)}: not counted as bad ({t.reason})")  # fmt: skip
-        out.append(replace(t, counted=counted, reason=reason))
+            counted, other = Outcome.UNRESOLVED, tuple(symptom)
+        out.append(replace(t, counted=counted, symptom=other))
     return out
 
 
@@ -221,6 +230,19 @@ def _judges_nothing(golden: Golden | None) -> str:
     if expect is None or any(c.matched for c in expect.cases):
         return ""
     return f"it matched none of its {len(expect.cases)} expect case(s)"
+
+
+REFUSED = "-golden-refused"
+"""The end of a trial folder whose start recorded a golden GOOD refused."""
+
+
+def _unused(path: Path, suffix: str) -> Path:
+    """`path` with `suffix`, or -2, -3, ... after it: a name no folder has yet."""
+    name, n = path.with_name(path.name + suffix), 1
+    while name.exists():
+        n += 1
+        name = path.with_name(f"{path.name}{suffix}-{n}")
+    return name
 
 
 def _failed(outcome: ProbeOutcome) -> tuple[str, ...]:
@@ -285,9 +307,12 @@ def run_configs(
     good_env = dict(s.config.server.env)
     trials: list[Trial] = []
     flake, confidence = _flake(s), s.config.search.confidence
-    regolden = False
     with hold(out_dir):
+        # refused once in total, a resume included: the refused start's folder says so
+        regolden = any((out_dir / "trials").glob(f"*{REFUSED}*"))
         golden = s.golden_store(out_dir / "golden.json", candidate.commit, compare=False)
+        if regolden and flake != 0 and (broken := _judges_nothing(golden.data)):
+            raise BrokenGoodEnd(f"GOOD's golden, recorded again, still judges nothing: {broken}")
         with Journal(out_dir / JOURNAL, scrub) as journal:
             for event in read_events(out_dir / JOURNAL):
                 if event["event"] == "run" and event.get("digest") != digest:
@@ -333,14 +358,18 @@ def run_configs(
                     if flake == 0 or regolden:
                         raise
                     broken = str(exc)
-                if broken and flake != 0 and not regolden:
+                if broken and flake != 0 and regolden:
+                    # recorded twice, judging nothing twice: GOOD's own answers, not a lie
+                    raise BrokenGoodEnd(f"GOOD's golden, recorded again, still judges nothing: "
+                                        f"{broken}")  # fmt: skip
+                if broken and flake != 0:
                     # a start that lied while GOOD's golden was recorded would make it judge
                     # nothing (every setup good against it): GOOD is recorded once more
                     regolden = True
                     progress.note(f"GOOD's golden: {broken}; a start that lied? recording it again")
                     (out_dir / "golden.json").unlink(missing_ok=True)
                     if trial_dir.exists():
-                        trial_dir.rename(trial_dir.with_name(f"{trial_dir.name}-golden-refused"))
+                        trial_dir.rename(_unused(trial_dir, REFUSED))
                     golden = s.golden_store(out_dir / "golden.json", candidate.commit,
                                             compare=False)  # fmt: skip
                     continue  # not journalled: the search asks for GOOD again
@@ -348,7 +377,7 @@ def run_configs(
                                commit=candidate.commit)  # fmt: skip
                 trials.append(Trial(subset, outcome.verdict, outcome.reason, _failed(outcome)))
                 trials, step = _decide(trials, len(diffs), flake, confidence)
-                progress.note(f"trial {len(trials)}: {outcome.verdict.value} {trials[-1].reason}")
+                progress.note(f"trial {len(trials)}: {outcome.verdict.value} {trials[-1].shown}")
         result = _result(candidate, diffs, trials, step, names, flake=flake,
                          confidence=confidence)  # fmt: skip
         for note in result.notes:
@@ -537,7 +566,7 @@ def _document(r: ConfigsResult, secret: Collection[str]) -> dict[str, Any]:
                 "applied": [shown(r.differences[i])["label"] for i in t.subset],
                 "verdict": t.verdict.value,
                 "counted": t.counted.value,
-                "reason": t.reason,
+                "reason": t.shown,
             }
             for t in r.trials
         ],
@@ -588,5 +617,5 @@ def _markdown(r: ConfigsResult, secret: Collection[str]) -> str:
     for n, t in enumerate(r.trials, 1):
         applied = ", ".join(r.differences[i].label for i in t.subset) or "none (GOOD)"
         lines.append(f"| {n} | {esc.cell(applied)} | {t.verdict.value} | {t.counted.value} "
-                     f"| {esc.cell(t.reason)} |")  # fmt: skip
+                     f"| {esc.cell(t.shown)} |")  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -210,7 +210,11 @@ def run_deps(
     first_bad = version_at(repo, culprit.commit) if culprit else None
     left_out = [LeftOut.model_validate({"reason": why, "versions": [str(r) for r in gone]})
                 for why, gone in chosen.left_out.items()]  # fmt: skip
-    notes = [*done.result.notes, *_deps_notes(done.result, repo, package, progress)]
+    notes = [
+        *done.result.notes,
+        *_deps_notes(done.result, repo, package, progress),
+        *_boundary_notes(package, good, kept, chosen.left_out, first_bad, progress),
+    ]
     named = done.result.model_copy(
         update={"first_bad_version": first_bad, "left_out": left_out, "notes": notes}
     )
@@ -244,6 +248,38 @@ def _same_releases(
                 "left yanked releases and pre-releases out took both): resume it with the "
                 "same, or pick a new --out"
             )
+
+
+TAKES_IN = {"yanked": "--yanked", "pre-release": "--pre"}
+"""The flag that takes in releases left out for each reason (versions.LEFT_OUT)."""
+
+
+def _boundary_notes(
+    package: str,
+    good: str,
+    kept: list[Release],
+    left_out: dict[str, list[Release]],
+    first_bad: str | None,
+    progress: Progress,
+) -> list[str]:
+    """The releases left out between the answer's last good release and its first bad, each
+    also said: one of them may be the first bad, and its flag would take it in."""
+    if first_bad is None:
+        return []
+    at = next(n for n, r in enumerate(kept) if str(r) == first_bad)
+    last_good = str(kept[at - 1]) if at else good
+    low, high = Version(last_good), Version(first_bad)
+    notes = [
+        f"{package} {r} ({why}) lies between the answer's last good release {last_good} and "
+        f"its first bad {first_bad}, left out: the first bad may be it ({flag} takes it in)."
+        for why, gone in left_out.items()
+        if (flag := TAKES_IN.get(why))
+        for r in gone
+        if low < r.version < high
+    ]
+    for line in notes:
+        progress.note(f"deps: {line}")
+    return notes
 
 
 def _deps_notes(result: ResultDocument, repo: Path, package: str, progress: Progress) -> list[str]:

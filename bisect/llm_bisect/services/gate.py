@@ -6,8 +6,8 @@ A candidate that never becomes ready is not skip at once: the build or the node?
     candidate ─► ready? ─ yes ─► its checks decide
                    │ no
                    ▼
-    candidate again ─► ready? ─ yes ─► inconclusive (flaky-start)
-                   │ no
+    candidate again ─► ready? ─ yes ─► its checks: bad ─► block (second-start-bad)
+                   │ no                          else ─► inconclusive (flaky-start)
                    ▼
     golden's build, same launcher ─► ready? ─ yes ─► block (start-failure)
                                         │ no
@@ -103,6 +103,8 @@ def _judged(
 
         why = f"the candidate never became ready ({outcome.reason}): once more"
         again = start(candidate, "candidate", why, ctx)
+        if not again.never_started and again.verdict is Verdict.BAD:  # its checks decided
+            return again, trials, "block", "second-start-bad"
         if not again.never_started:  # ready this time (or untestable another way)
             ready = "ready" in again.timings
             return outcome, trials, "inconclusive", "flaky-start" if ready else None
