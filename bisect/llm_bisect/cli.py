@@ -804,6 +804,51 @@ def schema_cmd(
     print(json.dumps(doc, indent=2))
 
 
+@cli.command("init")
+def init_cmd(
+    good: Annotated[
+        str, typer.Option("--good", help="What worked: an image, a commit or a vLLM wheel.")
+    ],
+    bad: Annotated[str, typer.Option("--bad", help="What does not (the same kind as --good).")],
+    serve: Annotated[
+        list[str] | None,
+        typer.Argument(help="After --: the command that serves the model (vllm serve MODEL ...)."),
+    ] = None,
+    repo: Annotated[
+        str, typer.Option("--repo", help="The engine's clone, relative to the config.")
+    ] = "vllm",
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The config to write (never overwritten).")
+    ] = Path("llm-bisect.yaml"),
+) -> None:
+    """Write a commented config from two builds and the serve command, and say what next.
+
+    Example: llm-bisect init --good vllm/vllm-openai:nightly-2026-08-09
+    --bad vllm/vllm-openai:v0.27.0 -- vllm serve RedHatAI/Kimi-K3-NVFP4
+    --tensor-parallel-size 8
+    """
+    import yaml
+
+    from . import starter
+    from .config import parse_config
+
+    def body(term: Terminal) -> int:
+        text, what = starter.render(
+            starter.Start(good, bad, starter.parse_serve(serve or []), repo)
+        )
+        parse_config(yaml.safe_load(text))  # what it writes validates
+        if output.exists():
+            raise ConfigError(f"{output} exists: pick another --output (init never overwrites)")
+        prepare(output.parent, "--output")
+        output.write_text(text)
+        term.say(f"wrote {output} ({what}); edit the lines marked `edit:`, then:")
+        for line in starter.next_commands(str(output)):
+            term.say(f"  {line}")
+        return 0
+
+    raise typer.Exit(guarded(body))
+
+
 @cli.command("demo")
 def demo_cmd(
     out: Annotated[
