@@ -614,16 +614,43 @@ def candidates_cmd(
     find_fix: FixOpt = False,
     repo: RepoOpt = None,
     as_json: JsonOpt = False,
+    start_minutes: Annotated[
+        float | None,
+        typer.Option(
+            "--start-minutes",
+            min=0.0,
+            help="Minutes one probe takes (start, load, checks): the run's time is estimated.",
+        ),
+    ] = None,
 ) -> None:
-    """List the candidates between good and bad and the plan (a dry run: nothing starts)."""
+    """List the candidates between good and bad and the plan (a dry run: nothing starts),
+    and what the run will cost in server starts (and time, with --start-minutes).
+
+    Example: llm-bisect candidates kimi.yaml --start-minutes 25
+    """
+    from .cost import estimate
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
         _, plan = plan_of(s, good, bad, find_fix)
+        cfg = s.config
+        cost = estimate(
+            len(plan.sequence) - 1, cfg.search.policy, slots=cfg.parallel,
+            confirm=bool(cfg.confirm), localize=cfg.localize.enabled,
+        )  # fmt: skip
         if as_json:
             with s.launcher("candidates") as launcher:
                 rows = [(c, launcher.artifact(c)) for c in plan.candidates]
-            term.out(json.dumps(_plan_json(plan, rows), indent=2))
+            doc = _plan_json(plan, rows)
+            doc["expected"] = {
+                "starts": round(cost.starts, 1),
+                "search_probes": round(cost.search, 1),
+                "search_rounds": round(cost.rounds, 1),
+                "confirm": cost.confirm,
+                "localize": cost.localize,
+                "hours": None if start_minutes is None else round(cost.hours(start_minutes), 2),
+            }
+            term.out(json.dumps(doc, indent=2))
             return 0
         term.out(f"mode: {plan.mode.value}")
         term.out(f"good: {plan.good.commit} {printable(plan.good.subject)}")
@@ -646,7 +673,11 @@ def candidates_cmd(
                 )
         n, most = len(plan.candidates), plan.max_probes()
         what = "a build route" if s.builder is not None else "an artifact"
+        policy = cfg.search.policy
+        if not policy.exact:  # verdicts weighed: re-probes for confidence, up to the budget
+            most = policy.budget(len(plan.sequence))
         term.out(f"{n} candidates, {n - missing} with {what}; at most {most} probes if none skip")
+        term.out(cost.line(start_minutes))
         return 0
 
     raise typer.Exit(guarded(body))
