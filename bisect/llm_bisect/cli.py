@@ -81,6 +81,16 @@ cli = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+_option_type = typer.core.TyperOption.display_type_rich
+
+
+def _flag_type(option: typer.core.TyperOption, ctx: Any) -> str | None:
+    """--help names no type for a flag (typer shows `<bool>`, as if it took a value)."""
+    return None if option.is_flag else _option_type(option, ctx)
+
+
+typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
+
 T = TypeVar("T")
 
 
@@ -184,7 +194,9 @@ def _setup(
     return s
 
 
-ConfigArg = Annotated[Path, typer.Argument(help="The YAML config.", show_default=False)]
+ConfigArg = Annotated[
+    Path, typer.Argument(help="The YAML config.", show_default=False, metavar="CONFIG")
+]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output folder (journal, logs, report).")]
 GoodOpt = Annotated[str | None, typer.Option("--good", help="Override candidates.good.")]
 BadOpt = Annotated[str | None, typer.Option("--bad", help="Override candidates.bad.")]
@@ -268,7 +280,10 @@ def run_cmd(
     find_fix: FixOpt = False,
     repo: RepoOpt = None,
 ) -> None:
-    """Bisect the config's range to the first bad commit (resumes from --out's journal)."""
+    """Bisect the config's range to the first bad commit (resumes from --out's journal).
+
+    Example: llm-bisect run kimi.yaml --out kimi-bisect
+    """
 
     def body(term: Terminal) -> int:
         claim(out, "run")
@@ -303,6 +318,8 @@ def check_cmd(
     Exit 0 good, 1 bad, 125 skip or unsure (git skips the commit); 128 bad input
     and 129 any other error, 130 interrupted: git bisect run stops rather than
     blame the commit for them.
+
+    Example: git bisect run llm-bisect check kimi.yaml --candidate HEAD --golden golden.json
     """
 
     def body(term: Terminal) -> int:
@@ -375,7 +392,10 @@ def golden_cmd(
     out: ProbeDir = None,
     repo: RepoOpt = None,
 ) -> None:
-    """Record the golden from one (good) build: token ids, logprobs, texts, eval answers."""
+    """Record the golden from one (good) build: token ids, logprobs, texts, eval answers.
+
+    Example: llm-bisect golden kimi.yaml --candidate v0.26.1 -o golden.json
+    """
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
@@ -400,7 +420,10 @@ def calibrate_cmd(
     out: ProbeDir = None,
     repo: RepoOpt = None,
 ) -> None:
-    """Check the good build against itself; its spread becomes the default thresholds."""
+    """Check the good build against itself; its spread becomes the default thresholds.
+
+    Example: llm-bisect calibrate kimi.yaml --candidate v0.26.1 --runs 3 --restarts 1
+    """
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
@@ -477,6 +500,8 @@ def gate_cmd(
     Exit 0 allow, 1 block (also a candidate that never becomes ready, twice, where the last
     good build does on the same launcher), 125 inconclusive (could not be tested); 128 bad
     input, 129 any other error, 130 interrupted.
+
+    Example: llm-bisect gate kimi.yaml --candidate v0.28.0rc1 --golden golden.json --junit junit.xml
     """
 
     def body(term: Terminal) -> int:
@@ -538,6 +563,8 @@ def configs_cmd(
 
     Exit 0 found, 4 when BAD is not bad (or GOOD is bad too), 3 when trials that could not
     be tested, or that kept disagreeing, leave it open; resumes from --out's journal.
+
+    Example: llm-bisect configs glm.yaml --build v0.30.0 --good-server ok.yaml --bad-server x.yaml
     """
 
     def body(term: Terminal) -> int:
@@ -588,6 +615,8 @@ def deps_cmd(
     """The first bad release of a dependency, the engine held at one build (resumes from
     --out's journal; exit codes as `run`). Yanked releases and pre-releases between the
     ends are left out unless asked (--yanked, --pre); the run says how many.
+
+    Example: llm-bisect deps k.yaml --build v0.27.0 --package flashinfer --good 0.5.2 --bad 0.5.3
     """
 
     def body(term: Terminal) -> int:
@@ -697,7 +726,10 @@ def _golden_warnings(path: Path) -> list[str]:
 def report_cmd(
     out: Annotated[Path, typer.Argument(help="A run's output folder.", show_default=False)],
 ) -> None:
-    """Write result.json and report.md again from a run's journal."""
+    """Write result.json and report.md again from a run's journal.
+
+    Example: llm-bisect report kimi-bisect
+    """
 
     def body(term: Terminal) -> int:
         if not (out / FILENAME).is_file():
@@ -751,6 +783,8 @@ def localize_cmd(
     llm-bisect's worker extension (vLLM; eager mode for these two probes).
 
     Exit 0 when both ran (a divergence found or not), 1 when a build could not run.
+
+    Example: llm-bisect localize kimi.yaml --good 5f1c2d3 --bad 8ab2e4f --out where
     """
 
     def body(term: Terminal) -> int:
@@ -793,6 +827,8 @@ def reap_cmd(
     llm-bisect process (another run on this node) are never touched. Every command that
     starts servers does this first for its own launcher. Exit 0, or 1 when a place could
     not be looked at.
+
+    Example: llm-bisect reap kimi.yaml
     """
 
     def body(term: Terminal) -> int:
@@ -822,7 +858,10 @@ def schema_cmd(
     ] = False,
     gate: Annotated[bool, typer.Option("--gate", help="The schema of gate.json instead.")] = False,
 ) -> None:
-    """Print the JSON Schema of a config (or of a golden, result.json, gate.json)."""
+    """Print the JSON Schema of a config (or of a golden, result.json, gate.json).
+
+    Example: llm-bisect schema > config.schema.json
+    """
     if golden + result + gate > 1:
         typer.echo("llm-bisect: error: --golden, --result and --gate: give one", err=True)
         raise typer.Exit(EXIT_USAGE)
@@ -893,7 +932,10 @@ def demo_cmd(
         typer.Option("--docker", help="One container image per commit, through the local engine."),
     ] = False,
 ) -> None:
-    """Bisect a made-up 40-commit history on the built-in simulated server."""
+    """Bisect a made-up 40-commit history on the built-in simulated server.
+
+    Example: llm-bisect demo --out demo-run
+    """
     from . import demo
 
     def body(term: Terminal) -> int:
