@@ -398,10 +398,11 @@ def golden_cmd(
     """
 
     def body(term: Terminal) -> int:
-        s = _setup(term, config, repo=repo)
+        progress = TerminalProgress(term)
+        s = _setup(term, config, progress, repo=repo)
         path = golden_file_of(s, _golden_file(term, output))
         with _work_dir(out, "llm-bisect-golden-") as work:
-            data = record_golden(s, candidate, path, work)
+            data = record_golden(s, candidate, path, work, progress)
         term.out(f"golden of {data.commit}: {path}")
         for warning in golden_warnings(data):
             term.say(f"warning: {printable(warning)}")
@@ -426,10 +427,11 @@ def calibrate_cmd(
     """
 
     def body(term: Terminal) -> int:
-        s = _setup(term, config, repo=repo)
+        progress = TerminalProgress(term)
+        s = _setup(term, config, progress, repo=repo)
         path = golden_file_of(s, _golden_file(term, output))
         with _work_dir(out, "llm-bisect-calibrate-") as work:
-            found = calibrate(s, candidate, path, work, runs, restarts)
+            found = calibrate(s, candidate, path, work, runs, restarts, progress)
         term.out(f"calibrated over {found.runs} runs, {1 + restarts} server start(s): {path}")
         term.out(
             f"good-vs-good: {found.flagged} of {found.runs} runs flagged (by the thresholds then)"

@@ -177,7 +177,7 @@ def run_gate(
         why = golden_stale(path, good_c.commit, s.golden_identity())
         if why is not None:
             progress.note(f"gate: recording the golden from {good_c.short} into {path} ({why})")
-            record_golden(s, good_ref, path, out_dir)
+            record_golden(s, good_ref, path, out_dir, progress)
             recorded = True
     if not path.exists():
         raise ConfigError(
