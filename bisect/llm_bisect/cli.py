@@ -660,6 +660,7 @@ def candidates_cmd(
     Example: llm-bisect candidates kimi.yaml --start-minutes 25
     """
     from .cost import estimate
+    from .pins import range_bumps
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
@@ -669,10 +670,13 @@ def candidates_cmd(
             len(plan.sequence) - 1, cfg.search.policy, slots=cfg.parallel,
             confirm=bool(cfg.confirm), localize=cfg.localize.enabled,
         )  # fmt: skip
+        bumped = range_bumps(s.source.path, [c.commit for c in plan.candidates])
         if as_json:
             with s.launcher("candidates") as launcher:
                 rows = [(c, launcher.artifact(c)) for c in plan.candidates]
             doc = _plan_json(plan, rows)
+            for row in doc["candidates"]:
+                row["bumps"] = [b.label for b in bumped.get(row["commit"], [])]
             doc["expected"] = {
                 "starts": round(cost.starts, 1),
                 "search_probes": round(cost.search, 1),
@@ -698,6 +702,9 @@ def candidates_cmd(
                 art = launcher.artifact(c)
                 missing += art.available is False
                 route = f"  [{printable(art.route)}]" if art.route else ""
+                if c.commit in bumped:
+                    labels = ", ".join(b.label for b in bumped[c.commit])
+                    route += f"  [bumps {printable(labels)}]"
                 term.out(
                     f"{i:4d}  {c.short}  {c.date[:10]}  {_artifact_cell(art)}  "
                     f"{printable(c.subject)}{route}"
@@ -709,6 +716,11 @@ def candidates_cmd(
             most = policy.budget(len(plan.sequence))
         term.out(f"{n} candidates, {n - missing} with {what}; at most {most} probes if none skip")
         term.out(cost.line(start_minutes))
+        if bumped:
+            term.out(
+                f"{len(bumped)} candidate(s) bump a dependency pin (marked): where one is the "
+                "culprit, `llm-bisect deps` bisects that dependency's releases"
+            )
         return 0
 
     raise typer.Exit(guarded(body))
