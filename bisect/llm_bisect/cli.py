@@ -769,14 +769,15 @@ def report_cmd(
 
 
 def _with_bumps(result: ResultDocument, written: Path) -> ResultDocument:
-    """The culprit's dependency bumps the result.json written before held (git is not read
-    again): `report DIR` keeps them."""
+    """The culprit's dependency bumps and where it lives, as the result.json written before
+    held them (git is not read again): `report DIR` keeps them."""
     try:
         before = ResultDocument.model_validate_json(written.read_bytes())
     except (OSError, ValueError):
         return result
     same = before.culprit and result.culprit and before.culprit.commit == result.culprit.commit
-    return result.model_copy(update={"bumps": before.bumps}) if same else result
+    kept = {"bumps": before.bumps, "reach": before.reach}
+    return result.model_copy(update=kept) if same else result
 
 
 @cli.command("localize")

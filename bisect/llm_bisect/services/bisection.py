@@ -15,9 +15,18 @@ from ..pins import commit_bumps
 from ..posterior import Policy, Trial
 from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..redact import redact
-from ..report.documents import BumpDoc, Confirmation, FastDoc, ResultDocument, TrialDoc
+from ..report.documents import (
+    BumpDoc,
+    Confirmation,
+    FastDoc,
+    PickDoc,
+    ReachDoc,
+    ResultDocument,
+    TrialDoc,
+)
 from ..runner import RunResult, run, write_outputs, write_probe
-from ..search import Answer, Status
+from ..search import Answer, Mode, Status
+from ..sources.releases import reach
 from ..symptom import Symptom
 from .confirm import confirm, continue_after, keep
 from .later import next_steps, probe_later, resolve_later
@@ -191,15 +200,21 @@ def _bisect(
             note(located.line)
             with_found = done.result.model_copy(update={"localization": located})
             done.result = write_outputs(out_dir, with_found, s.scrub)
-        if done.result.status is Status.FOUND and done.result.culprit is not None:
+        first_bad = done.result.culprit
+        if done.result.status is Status.FOUND and first_bad is not None:
             found_bumps = [
                 BumpDoc(name=b.name, old=b.old, new=b.new, files=list(b.files), label=b.label)
-                for b in commit_bumps(s.source.path, done.result.culprit.commit)
+                for b in commit_bumps(s.source.path, first_bad.commit)
             ]
             if found_bumps:
                 note("the culprit bumps " + ", ".join(b.label for b in found_bumps))
                 bumped = done.result.model_copy(update={"bumps": found_bumps})
                 done.result = write_outputs(out_dir, bumped, s.scrub)
+            where = reach_doc(s.source.path, done.result)
+            note(f"{first_bad.commit[:12]}: {where.sentence}")
+            done.result = write_outputs(
+                out_dir, done.result.model_copy(update={"reach": where}), s.scrub
+            )
         confirmation = done.result.confirmation
         reverted = confirmation.probes[0] if confirmation is not None else None
         if config.confirm == "continue" and confirmation and reverted and reverted.verdict == "bad":
@@ -386,3 +401,17 @@ def fast_doc(
     found = full.culprit.commit[:12] if full.culprit else full.status.value
     line = f"{said}; the full setup disagrees ({why}) and searched on in full: {found} ({m} probes)"
     return doc.model_copy(update={"agreed": False, "line": line})
+
+
+def reach_doc(repo: Path, result: ResultDocument) -> ReachDoc:
+    """Where the culprit lives; for a fix (`--find-fix`), where a backport is needed: the
+    release branches that hold the broken old end but not the fix."""
+    assert result.culprit is not None
+    regression = result.bad if result.mode is Mode.FIX else None
+    found = reach(repo, result.culprit.commit, regression)
+    picks = [PickDoc(commit=p.commit, tags=list(p.tags), branches=list(p.branches))
+             for p in found.picks]  # fmt: skip
+    return ReachDoc(
+        tags=list(found.tags), branches=list(found.branches), picks=picks,
+        missing=list(found.missing), backport=list(found.backport), sentence=found.sentence(),
+    )  # fmt: skip
