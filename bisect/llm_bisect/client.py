@@ -348,6 +348,16 @@ class OpenAIClient:
         body = self._request("POST", "/tokenize", json={"model": self.model, "prompt": text})
         return parse_reply(_Tokenized, body, "POST /tokenize").tokens
 
+    def chat_tokens(self, messages: list[dict[str, str]]) -> list[int] | None:
+        """The token ids of a conversation as the server's chat template renders it (vLLM's
+        `/tokenize` with messages); None where the server has no such route."""
+        payload = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        try:
+            body = self._request("POST", "/tokenize", json=payload)
+            return parse_reply(_Tokenized, body, "POST /tokenize").tokens
+        except (RequestRejected, EndpointError):
+            return None
+
     def continuation(self, token_ids: list[int], max_tokens: int) -> list[int]:
         """The greedy continuation of these tokens, as token ids (`return_token_ids`)."""
         body = self._complete_ids(token_ids, max_tokens, return_token_ids=True)

@@ -14,7 +14,9 @@ faults keep /health green, as in the real reports;
 
 A commit's `thinking` (words of reasoning before each answer) makes it a
 thinking model that honours `chat_template_kwargs: {"enable_thinking": false}`;
-`unclosed` lists prompts it reasons on without end, on every build.
+`unclosed` lists prompts it reasons on without end, on every build. A commit's
+`chat_template` (`{content}` where each message goes) is how /tokenize renders a
+conversation, as vLLM's TokenizeChatRequest applies the model's template.
 
 A commit's `hostile` settings (HOSTILE) make a server misbehave in ways no
 real engine should, to show the harness survives them: a raw `reply` body,
@@ -79,6 +81,8 @@ FAULTS = (
     "nan-logprobs",
 )
 WARMUP_REQUESTS = 4
+DEFAULT_TEMPLATE = "<user>{content}<assistant>"
+"""How /tokenize renders each message of a conversation (a commit's `chat_template`)."""
 """`bad-warmup` answers its first this-many chat requests with degenerate content."""
 ENGINE_FILE = "sim-engine.json"
 MODEL = "sim/tiny-chat"
@@ -113,7 +117,10 @@ class Engine:
         *,
         thinking: int = 0,
         unclosed: tuple[str, ...] = (),
+        chat_template: str = DEFAULT_TEMPLATE,
     ) -> None:
+        self.chat_template = chat_template
+        """How /tokenize renders a conversation (a commit's `chat_template` changes it)."""
         self.commit = commit
         self.fault = fault
         self.reasoning_field = reasoning_field
@@ -244,7 +251,14 @@ class Engine:
             return {"prompt": "".join(self.vocab.get(t, "") for t in ids)}
 
     def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
-        toks = model.tokens(str(body.get("prompt", "")))
+        text = str(body.get("prompt", ""))
+        if isinstance(body.get("messages"), list):  # vLLM's TokenizeChatRequest
+            text = "".join(
+                self.chat_template.replace("{content}", str(m.get("content", "")))
+                for m in body["messages"]
+                if isinstance(m, dict)
+            )
+        toks = model.tokens(text)
         ids = [model.token_id(t) for t in toks]
         with self._lock:
             self.vocab.update(zip(ids, toks, strict=True))
@@ -577,6 +591,7 @@ def main(argv: list[str]) -> int:
         hostile,
         thinking=int(settings.get("thinking", 0)),
         unclosed=tuple(settings.get("unclosed", ())),
+        chat_template=str(settings.get("chat_template", DEFAULT_TEMPLATE)),
     )
     engine.request_log = args.request_log
     engine.extension = (
