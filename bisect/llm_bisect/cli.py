@@ -548,16 +548,40 @@ def gate_cmd(
     raise typer.Exit(guarded(body, CHECK_CODES))
 
 
+def _split(words: str, flag: str) -> list[str]:
+    """A flag's value as the shell splits it (`'--moe-backend cutlass'`)."""
+    try:
+        return shlex.split(words)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {words!r}: {exc}") from None
+
+
 @cli.command("configs")
 def configs_cmd(
     config: ConfigArg,
     build: Annotated[str, typer.Option("--build", help="The ref both setups run.")],
     good_server: Annotated[
-        Path, typer.Option("--good-server", help="YAML with the `server:` that serves right.")
-    ],
+        Path | None,
+        typer.Option(
+            "--good-server",
+            help="YAML with the `server:` that serves right (default: the config's own).",
+        ),
+    ] = None,
     bad_server: Annotated[
-        Path, typer.Option("--bad-server", help="YAML with the `server:` that serves wrong.")
-    ],
+        Path | None,
+        typer.Option("--bad-server", help="YAML with the `server:` that serves wrong."),
+    ] = None,
+    bad_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--bad-arg",
+            help="BAD is GOOD with these flags ('--moe-backend cutlass'; again for more).",
+        ),
+    ] = None,
+    bad_env: Annotated[
+        list[str] | None,
+        typer.Option("--bad-env", help="BAD is GOOD with this variable (NAME=VALUE; again)."),
+    ] = None,
     out: OutOpt = Path("llm-bisect-configs"),
     repo: RepoOpt = None,
 ) -> None:
@@ -566,15 +590,25 @@ def configs_cmd(
     Exit 0 found, 4 when BAD is not bad (or GOOD is bad too), 3 when trials that could not
     be tested, or that kept disagreeing, leave it open; resumes from --out's journal.
 
-    Example: llm-bisect configs glm.yaml --build v0.30.0 --good-server ok.yaml --bad-server x.yaml
+    GOOD is the config's own server unless --good-server names one; BAD is --bad-server's,
+    or GOOD's with --bad-arg and --bad-env put in.
+
+    Example: llm-bisect configs glm.yaml --build v0.30.0 --bad-arg '--moe-backend cutlass'
     """
 
     def body(term: Terminal) -> int:
+        words = [w for arg in bad_arg or [] for w in _split(arg, "--bad-arg")]
+        env: dict[str, str] = {}
+        for item in bad_env or []:
+            name, eq, value = item.partition("=")
+            if not eq or not name.isidentifier():
+                raise ConfigError(f"--bad-env: {item!r} is not NAME=VALUE")
+            env[name] = value
         claim(out, "configs")
         progress = TerminalProgress(term)
         cs = configs_setup(
-            config, os.environ, good_file=good_server, bad_file=bad_server, repo=repo,
-            report=progress.note,
+            config, os.environ, good_file=good_server, bad_file=bad_server, bad_args=words,
+            bad_env=env, repo=repo, report=progress.note,
         )  # fmt: skip
         term.mask(cs.scrub)
         result = run_configs(cs, out, build=build, progress=progress)
