@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import History, cli_bounded, vllm_gsm8k
+from helpers import History, cli_bounded, sim_command, vllm_gsm8k
 from llm_bisect.checks.eval import EvalConfig
+from llm_bisect.checks.gsm8k import Problem, vllm_prompt
 from llm_bisect.checks.vllm_eval import expand
 from llm_bisect.config import parse_config
 
@@ -39,8 +40,10 @@ def test_gate_eval_config_on_a_default_config_runs_the_files_1319_questions(
     h = history({}, n=3)
     data = vllm_gsm8k(tmp_path / "gsm8k")
     out = tmp_path / "gate"
+    log = tmp_path / "requests.jsonl"
+    config = h.config(server={"command": sim_command(h.repo, "--request-log", str(log))})
     code, output = cli_bounded(
-        "gate", str(h.config()), "--candidate", h.shas[1], "--golden", str(tmp_path / "g.json"),
+        "gate", str(config), "--candidate", h.shas[1], "--golden", str(tmp_path / "g.json"),
         "--record", "--good", h.shas[0], "--out", str(out), "--eval-config", str(QWEN),
         "--eval-data", str(data), env=_offline(tmp_path),
     )  # fmt: skip
@@ -57,6 +60,21 @@ def test_gate_eval_config_on_a_default_config_runs_the_files_1319_questions(
     assert prompt["n"] == 1319
     assert doc["eval_data"] == str(data)
     assert f"--eval-data {data}" in (out / "report.md").read_text()
+    # asked as gsm8k_eval.py asks: raw text to /v1/completions (no chat template), the first
+    # 5 train rows as worked examples, the runner's stop strings; each test question in turn
+    train = [json.loads(x) for x in (data / "train.jsonl").read_text().splitlines()]
+    test = [json.loads(x) for x in (data / "test.jsonl").read_text().splitlines()]
+    shots = "".join(f"Question: {r['question']}\nAnswer: {r['answer']}\n\n" for r in train[:5])
+    asked = [json.loads(x) for x in log.read_text().splitlines()]
+    texts = [a["body"] for a in asked if isinstance(a["body"].get("prompt"), str)]
+    assert {a["path"] for a in asked if isinstance(a["body"].get("prompt"), str)} == {
+        "/v1/completions"
+    }
+    assert {t["prompt"] for t in texts} == {
+        f"{shots}Question: {r['question']}\nAnswer:" for r in test
+    }, "every one of the 1319 questions, and only those"
+    assert all(t["stop"] == ["Question", "Assistant:", "<|separator|>"] for t in texts)
+    assert len(texts) == 2 * 1319  # the golden's build, then the candidate
 
 
 def test_a_file_asking_more_questions_than_there_are_is_one_line_and_nothing_starts(
@@ -134,3 +152,54 @@ def test_the_config_naming_its_own_eval_and_a_file_is_one_line(
     assert code == 128, output
     (line,) = output.strip().splitlines()
     assert "'Qwen3-0.6B-FP8.yaml' is an 'eval' check and so is checks.1 of the config" in line
+
+
+SHIPPED = VLLM / "shipped" / "tests" / "evals" / "gsm8k" / "configs"
+
+
+def test_gen_prefix_and_use_chat_completions_are_read_as_vllms_runner_reads_them(
+    tmp_path: Path,
+) -> None:
+    """humming/Qwen3.5-4B-quantized.w4a16-humming.yaml writes `gen_prefix` (an empty think
+    block after every "Answer:"); DiffusionGemma-26B-A4B-it-FP8-dynamic.yaml asks by chat."""
+    data = str(vllm_gsm8k(tmp_path / "gsm8k"))
+    got = {}
+    for name in (
+        "humming/Qwen3.5-4B-quantized.w4a16-humming.yaml",
+        "DiffusionGemma-26B-A4B-it-FP8-dynamic.yaml",
+        "Qwen3-0.6B-FP8.yaml",
+    ):
+        entry = {"type": "vllm-eval", "path": str(SHIPPED / name), "data": data}
+        config = parse_config(
+            {
+                "candidates": {"repo": ".", "good": "a", "bad": "b"},
+                "server": {"command": ["serve"]},
+                "checks": [entry],
+            }
+        )
+        (check,) = expand(config, tmp_path).checks
+        assert isinstance(check, EvalConfig)
+        got[name.split("/")[-1]] = (check.api, check.gen_prefix, check.extra_body)
+    stop = {"stop": ["Question", "Assistant:", "<|separator|>"]}
+    assert got == {
+        "Qwen3.5-4B-quantized.w4a16-humming.yaml": ("completions", " <think>\n\n</think>\n", stop),
+        "DiffusionGemma-26B-A4B-it-FP8-dynamic.yaml": ("chat-completions", "", stop),
+        "Qwen3-0.6B-FP8.yaml": ("completions", "", stop),
+    }
+    shot = Problem("1+1?", "2", "1+1=2\n#### 2")
+    assert vllm_prompt("7*6?", [shot], " <think>\n\n</think>\n") == (
+        "Question: 1+1?\nAnswer: <think>\n\n</think>\n 1+1=2\n#### 2\n\n"
+        "Question: 7*6?\nAnswer: <think>\n\n</think>\n"
+    )  # gsm8k_eval.py: f"Answer:{gen_prefix} {answer}" and f"Answer:{gen_prefix}"
+
+
+def test_an_eval_limit_above_the_problems_there_is_one_line(
+    tmp_path: Path, history: Callable[..., History]
+) -> None:
+    """`limit: 100` of the 64 bundled problems once asked 64 and said nothing."""
+    h = history({}, n=2)
+    config = h.config(checks=[{"type": "eval", "limit": 100}])
+    code, output = cli_bounded("candidates", str(config), env=_offline(tmp_path))
+    assert code == 2, output
+    (line,) = output.strip().splitlines()
+    assert "checks.0.limit: 100 problems asked, and 64 are there to ask" in line, line

@@ -5,7 +5,9 @@ Three formats, told apart by their keys, each read as vLLM's runner reads it:
     tests/evals/gsm8k/configs/*.yaml         accuracy_threshold, num_questions, num_fewshot
         (tests/evals/gsm8k/test_gsm8k_correctness.py: vLLM's few-shot GSM8K over
         completions, max_tokens 256; passes at accuracy >= threshold - tolerance (0.08))
-        → the `eval` check, format `vllm`, with that floor, on GSM8K itself: the first
+        → the `eval` check, format `vllm`, with that floor, asked as the runner asks
+        (`/v1/completions` of the raw prompt, or chat with `use_chat_completions`; its stop
+        strings; `gen_prefix` after each "Answer:"), on GSM8K itself: the first
         num_questions of its test split, the first num_fewshot of its train split as the
         worked examples (tests/evals/gsm8k/gsm8k_eval.py: `_build_gsm8k_prompts`), from
         vLLM's copy (a folder with test.jsonl and train.jsonl: `data:`, gate's
@@ -55,6 +57,8 @@ LM_EVAL_RTOL = 0.08
 """.buildkite/lm-eval-harness/test_lm_eval_correctness.py: DEFAULT_RTOL."""
 GPT_OSS_TOLERANCE = 0.05
 """tests/evals/gpt_oss/test_gpqa_correctness.py: TOL."""
+GSM8K_STOP = ["Question", "Assistant:", "<|separator|>"]
+"""tests/evals/gsm8k/gsm8k_eval.py: the stop strings of every request (`get_answer`)."""
 GSM8K_DATASET = "openai/gsm8k"
 """Where a gsm8k file's questions come from without `data`: the node's `datasets` cache."""
 GSM8K_HOW = (
@@ -230,6 +234,14 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
             "max_tokens": _opt(data, "max_tokens", int, here) or 256,
             "concurrency": cfg.num_concurrent,
             "min_accuracy": max(0.0, threshold - tolerance),
+            # gsm8k_eval.py: completions of the raw prompt unless use_chat_completions, each
+            # with its stop strings, `gen_prefix` after every "Answer:"
+            "api": "chat-completions"
+            if data.get("use_chat_completions") is not None
+            and _flag(data["use_chat_completions"], "use_chat_completions", here)
+            else "completions",
+            "gen_prefix": _opt(data, "gen_prefix", str, here) or "",
+            "extra_body": {"stop": list(GSM8K_STOP)},
         }
         return Read("gsm8k", check, args, wait)
     if "tasks" in data:
