@@ -203,3 +203,43 @@ def test_an_eval_limit_above_the_problems_there_is_one_line(
     assert code == 2, output
     (line,) = output.strip().splitlines()
     assert "checks.0.limit: 100 problems asked, and 64 are there to ask" in line, line
+
+
+def _datasets_cache(home: Path, copy: Path) -> Path:
+    """HF_HOME as `datasets.load_dataset("openai/gsm8k", "main")` leaves it on a node that was
+    online once: the prepared Arrow tables under datasets/openai___gsm8k/main/ (the copy's
+    rows, prepared by `datasets` itself, filed under that name)."""
+    import datasets  # type: ignore[import-untyped]
+
+    work = home.parent / "prepare"
+    files = {split: str(copy / f"{split}.jsonl") for split in ("train", "test")}
+    datasets.load_dataset("json", data_files=files, cache_dir=str(work))
+    (prepared,) = [p for p in (work / "json").glob("*/*/*") if p.is_dir()]
+    dest = home / "datasets" / "openai___gsm8k" / "main" / "0.0.0" / prepared.name
+    shutil.copytree(prepared, dest)
+    for table in dest.glob("json-*.arrow"):
+        table.rename(dest / table.name.replace("json-", "gsm8k-", 1))
+    info = json.loads((dest / "dataset_info.json").read_text())
+    info.update(config_name="main", dataset_name="gsm8k")
+    (dest / "dataset_info.json").write_text(json.dumps(info))
+    return home
+
+
+def test_without_a_copy_the_questions_come_from_the_nodes_datasets_cache(
+    tmp_path: Path, history: Callable[..., History]
+) -> None:
+    """No --eval-data: openai/gsm8k from the node's `datasets` cache (offline, as a node
+    without the Hub has it), all 1319 test questions asked."""
+    h = history({}, n=2)
+    home = _datasets_cache(tmp_path / "hf", vllm_gsm8k(tmp_path / "gsm8k"))
+    out = tmp_path / "gate"
+    code, output = cli_bounded(
+        "gate", str(h.config(checks=[{"type": "expect"}])), "--candidate", h.shas[1],
+        "--golden", str(tmp_path / "g.json"), "--record", "--good", h.shas[0],
+        "--out", str(out), "--eval-config", str(QWEN),
+        env={**_offline(tmp_path), "HF_HOME": str(home)},
+    )  # fmt: skip
+    assert code == 0, output
+    doc = json.loads((out / "gate.json").read_text())
+    (evaluated,) = [c for c in doc["probe"]["checks"] if c["name"] == "eval"]
+    assert len(evaluated["details"]["answers"]) == 1319 and evaluated["passed"], evaluated
