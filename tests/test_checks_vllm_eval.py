@@ -9,6 +9,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +18,7 @@ from llm_bisect.checks.eval import EvalConfig
 from llm_bisect.checks.gsm8k import Problem, vllm_prompt
 from llm_bisect.checks.vllm_eval import expand
 from llm_bisect.config import parse_config
+from llm_bisect.errors import ConfigError
 
 VLLM = Path(__file__).parent / "data" / "vllm_evals"
 QWEN = VLLM / "Qwen3-0.6B-FP8.yaml"
@@ -243,3 +245,29 @@ def test_without_a_copy_the_questions_come_from_the_nodes_datasets_cache(
     doc = json.loads((out / "gate.json").read_text())
     (evaluated,) = [c for c in doc["probe"]["checks"] if c["name"] == "eval"]
     assert len(evaluated["details"]["answers"]) == 1319 and evaluated["passed"], evaluated
+
+
+def test_a_gsm8k_files_env_reaches_the_server(tmp_path: Path) -> None:
+    """moe-refactor/Qwen3-30B-A3B-Fp8-CT-Block-deepgemm.yaml sets VLLM_USE_DEEP_GEMM=1 and
+    VLLM_USE_DEEP_GEMM_MOE=1 (the kernels it tests): they were dropped; now they are the
+    server's, and a config that sets one otherwise is one line."""
+    path = SHIPPED / "moe-refactor" / "Qwen3-30B-A3B-Fp8-CT-Block-deepgemm.yaml"
+    entry = {"type": "vllm-eval", "path": str(path), "data": str(vllm_gsm8k(tmp_path / "d"))}
+
+    def config(env: dict[str, str]) -> Any:
+        return parse_config(
+            {
+                "candidates": {"repo": ".", "good": "a", "bad": "b"},
+                "server": {"command": ["serve"], "env": env},
+                "checks": [entry],
+            }
+        )
+
+    got = expand(config({"HF_HOME": "/models"}), tmp_path)
+    assert got.server.env == {
+        "HF_HOME": "/models",
+        "VLLM_USE_DEEP_GEMM": "1",
+        "VLLM_USE_DEEP_GEMM_MOE": "1",
+    }
+    with pytest.raises(ConfigError, match=r"sets env VLLM_USE_DEEP_GEMM='1' and the config '0'"):
+        expand(config({"VLLM_USE_DEEP_GEMM": "0"}), tmp_path)

@@ -26,7 +26,8 @@ Beside the floor, the golden-relative judgement of the check stands. A file give
 `gate --eval-config` replaces the config's default check of its kind (the bundled eval);
 one the config names itself is an error naming both. The file's
 `server_args` (and the lm-eval file's server keys: max_model_len, kv_cache_dtype, ...) are
-added to `server.command` (docker: `server.args`); `startup_max_wait_seconds` becomes
+added to `server.command` (docker: `server.args`), a gsm8k file's `env` to `server.env` (a
+name the config sets to another value is an error); `startup_max_wait_seconds` becomes
 `server.ready_timeout` unless the config sets one. A bad file is one line naming it.
 """
 
@@ -107,6 +108,8 @@ class Read:
     """The check config it becomes (an `eval` or `lm_eval` entry), before validation."""
     server_args: list[str] = field(default_factory=list)
     ready_timeout: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    """The server's environment the file sets (gsm8k files: `env`)."""
 
 
 def _get(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -243,7 +246,12 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
             "gen_prefix": _opt(data, "gen_prefix", str, here) or "",
             "extra_body": {"stop": list(GSM8K_STOP)},
         }
-        return Read("gsm8k", check, args, wait)
+        # test_gsm8k_correctness.py: env_dict = dict(eval_config.get("env") or {}), the server's
+        env = _opt(data, "env", dict, here) or {}
+        for name, value in env.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise ConfigError(f"{here}: 'env' maps names to strings, got {name!r}: {value!r}")
+        return Read("gsm8k", check, args, wait, dict(env))
     if "tasks" in data:
         _get(data, "model_name", str, here)
         tasks = _get(data, "tasks", list, here)
@@ -364,6 +372,7 @@ def expand(
         return config
     checks: list[Any] = []
     args: list[str] = []
+    env: dict[str, str] = {}
     wait: float | None = None
     for i, entry in enumerate(entries):
         if not isinstance(entry, VllmEvalConfig):
@@ -386,6 +395,14 @@ def expand(
             checks = _instead(checks, made, config, file.name)
         checks.append(made)
         args += found.server_args
+        for name, value in found.env.items():
+            said = {**config.server.env, **env}.get(name)
+            if said is not None and said != value:
+                raise ConfigError(
+                    f"{where}: '{file.name}' sets env {name}={value!r} and the config "
+                    f"{said!r}: one server environment; change one of them"[:400]
+                )
+            env[name] = value
         wait = found.ready_timeout if found.ready_timeout is not None else wait
     names = [c.type for c in checks]
     for name in ("eval", "lm_eval"):
@@ -398,6 +415,8 @@ def expand(
         update[key] = [*getattr(server, key), *args]
     if wait is not None and "ready_timeout" not in server.model_fields_set:
         update["ready_timeout"] = wait
+    if env:
+        update["env"] = {**server.env, **env}
     return config.model_copy(update={"checks": checks, "server": server.model_copy(update=update)})
 
 
