@@ -182,6 +182,7 @@ def test_gen_prefix_and_use_chat_completions_are_read_as_vllms_runner_reads_them
         (check,) = expand(config, tmp_path).checks
         assert isinstance(check, EvalConfig)
         got[name.split("/")[-1]] = (check.api, check.gen_prefix, check.extra_body)
+        assert check.max_tokens == check.max_tokens_cap == 256, "the runner's, never grown"
     stop = {"stop": ["Question", "Assistant:", "<|separator|>"]}
     assert got == {
         "Qwen3.5-4B-quantized.w4a16-humming.yaml": ("completions", " <think>\n\n</think>\n", stop),

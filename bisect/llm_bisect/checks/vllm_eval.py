@@ -235,6 +235,9 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
             "limit": _get(data, "num_questions", int, here),
             "shots": _get(data, "num_fewshot", int, here),
             "max_tokens": _opt(data, "max_tokens", int, here) or 256,
+            # the runner's budget is the file's and never grows: its floor counts an answer
+            # cut there by the last integer it holds
+            "max_tokens_cap": _opt(data, "max_tokens", int, here) or 256,
             "concurrency": cfg.num_concurrent,
             "min_accuracy": max(0.0, threshold - tolerance),
             # gsm8k_eval.py: completions of the raw prompt unless use_chat_completions, each
