@@ -272,3 +272,21 @@ def test_a_gsm8k_files_env_reaches_the_server(tmp_path: Path) -> None:
     }
     with pytest.raises(ConfigError, match=r"sets env VLLM_USE_DEEP_GEMM='1' and the config '0'"):
         expand(config({"VLLM_USE_DEEP_GEMM": "0"}), tmp_path)
+
+
+def test_eval_data_for_a_file_that_reads_none_is_one_line(
+    tmp_path: Path, history: Callable[..., History]
+) -> None:
+    """--eval-data beside an lm-eval-harness file was dropped without a word."""
+    h = history({}, n=2)
+    code, output = cli_bounded(
+        "gate", str(h.config(checks=[{"type": "expect"}])), "--candidate", h.shas[1],
+        "--out", str(tmp_path / "gate"), "--eval-config", str(VLLM / "Qwen2.5-1.5B-Instruct.yaml"),
+        "--eval-data", str(vllm_gsm8k(tmp_path / "gsm8k", questions=10)), env=_offline(tmp_path),
+    )  # fmt: skip
+    assert code == 128, output
+    (line,) = output.strip().splitlines()
+    assert line == (
+        "llm-bisect: error: --eval-data: only a gsm8k file reads its questions from it; "
+        "'Qwen2.5-1.5B-Instruct.yaml' is a lm-eval-harness file"
+    ), line

@@ -386,6 +386,12 @@ def expand(
         file = base_dir / entry.path
         entry = entry.model_copy(update={"data": _data(entry.data, base_dir)})
         found = read(file, where, entry)
+        if entry.data is not None and found.kind != "gsm8k":  # never dropped unsaid
+            key = "--eval-data" if by_gate else f"checks.{i}.data"
+            raise ConfigError(
+                f"{key}: only a gsm8k file reads its questions from it; '{file.name}' is a "
+                f"{found.kind} file"
+            )
         try:
             made = CHECKS[str(found.check["type"])].config.model_validate(found.check)
         except ValidationError as exc:
