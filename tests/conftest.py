@@ -15,6 +15,11 @@ import pytest
 from helpers import History
 from toybuild import index, toy  # noqa: F401  (fixtures of the build tests)
 
+# Every process a test starts (the simulator, the CLI) runs this checkout's code, not an
+# installed llm-bisect's (pytest's `pythonpath` reaches this process only).
+_SOURCE = str(Path(__file__).resolve().parents[1] / "bisect")
+os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE, *filter(None, [os.environ.get("PYTHONPATH")])])
+
 # Tests never reach the network: Hugging Face datasets come from local files only.
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"

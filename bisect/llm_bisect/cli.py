@@ -186,10 +186,13 @@ def _setup(
     progress: TerminalProgress | None = None,
     repo: Path | None = None,
     eval_config: Path | None = None,
+    eval_data: Path | None = None,
 ) -> Setup:
     """The config's setup; from here on the terminal masks its secrets."""
     report = progress.note if progress else lambda line: term.say(f"    {line}")
-    s = setup(config, os.environ, repo=repo, report=report, eval_config=eval_config)
+    s = setup(
+        config, os.environ, repo=repo, report=report, eval_config=eval_config, eval_data=eval_data
+    )
     term.mask(s.scrub)
     return s
 
@@ -490,7 +493,16 @@ def gate_cmd(
             help="A vLLM eval config (tests/evals/gsm8k/configs/*.yaml, "
             ".buildkite/lm-eval-harness/configs/*.yaml, tests/evals/gpt_oss/configs/*.yaml) "
             "judged as one more check: its thresholds a floor beside the golden's build, its "
-            "server_args added to the server command.",
+            "server_args added to the server command. It replaces the config's default check "
+            "of its kind (a gsm8k file: the bundled eval).",
+        ),
+    ] = None,
+    eval_data: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-data",
+            help="For a gsm8k --eval-config: vLLM's GSM8K copy, a folder holding test.jsonl and "
+            "train.jsonl (default: openai/gsm8k from this node's `datasets` cache).",
         ),
     ] = None,
     repo: RepoOpt = None,
@@ -509,7 +521,9 @@ def gate_cmd(
     def body(term: Terminal) -> int:
         claim(out, "gate")
         progress = TerminalProgress(term)
-        s = _setup(term, config, progress, repo, eval_config)
+        if eval_data is not None and eval_config is None:
+            raise ConfigError("--eval-data: goes with --eval-config, and none is given")
+        s = _setup(term, config, progress, repo, eval_config, eval_data)
         if junit is not None:
             prepare(junit.parent, "--junit")
         prepare(out)
@@ -524,6 +538,7 @@ def gate_cmd(
             bisect_on_block=bisect_on_block,
             junit=junit,
             eval_config=eval_config,
+            eval_data=eval_data,
         )
         if as_json:
             term.out((out / GATE_FILE).read_text().rstrip())

@@ -98,6 +98,16 @@ class _Completion(_Reply):
     choices: list[_CompletionChoice] = Field(min_length=1)
 
 
+class _TextChoice(_Reply):
+    text: str = ""
+    finish_reason: str | None = None
+
+
+class _TextCompletion(_Reply):
+    choices: list[_TextChoice] = Field(min_length=1)
+    usage: _Usage | None = None
+
+
 class _Detokenized(_Reply):
     prompt: str
 
@@ -322,6 +332,30 @@ class OpenAIClient:
             steps=_steps(choice.logprobs),
             token_ids=tuple(choice.token_ids or ()),
             prompt_token_ids=tuple(body.prompt_token_ids or ()),
+            completion_tokens=body.usage.completion_tokens if body.usage else None,
+        )
+
+    def complete(self, prompt: str, *, max_tokens: int, **extra: Any) -> ChatReply:
+        """One greedy text completion of a raw prompt (no chat template: `/v1/completions`,
+        as vLLM's own GSM8K runner asks); the text is the reply's content."""
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "seed": SEED,
+            **extra,
+        }
+        what = "POST /v1/completions"
+        body = parse_reply(
+            _TextCompletion, self._request("POST", "/v1/completions", json=payload), what
+        )
+        choice = body.choices[0]
+        return ChatReply(
+            content=choice.text,
+            reasoning=None,
+            finish_reason=choice.finish_reason,
             completion_tokens=body.usage.completion_tokens if body.usage else None,
         )
 

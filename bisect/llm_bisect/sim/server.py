@@ -277,11 +277,32 @@ class Engine:
                 return {"results": [recorded or {"rank": 0, "events": []}]}
         raise ValueError(f"no method {method!r} on the workers")
 
+    def text_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A raw text prompt completed (no chat template): the build's answer as one text,
+        cut at the first of the request's `stop` strings (not included, as vLLM does)."""
+        prompt = str(body.get("prompt"))
+        with self._lock:
+            self.requests += 1
+        gen = model.generate(prompt, self.fault, int(body.get("max_tokens") or 16), 1)
+        text, finish = gen.content if gen.content is not None else gen.reasoning or "", None
+        stops = [s for s in body.get("stop") or [] if isinstance(s, str) and s and s in text]
+        if stops:
+            text = text[: min(text.index(s) for s in stops)]
+            finish = "stop"
+        choice = {"index": 0, "text": text, "finish_reason": finish or gen.finish_reason}
+        reply = self._envelope("text_completion", body, choice)
+        reply["usage"] = {"prompt_tokens": len(model.tokens(prompt)),
+                          "completion_tokens": len(model.tokens(text))}  # fmt: skip
+        return reply
+
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Teacher forcing: a prompt of token ids scored with `prompt_logprobs`."""
+        """Teacher forcing: a prompt of token ids scored with `prompt_logprobs`; a text prompt
+        completed (`text_completion`)."""
         prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            return self.text_completion(body)
         if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
-            raise ValueError("the simulator scores prompts given as token ids only")
+            raise ValueError("the simulator completes a text or scores token ids")
         with self._lock:
             if self._armed is not None:
                 sample = int(self._armed.get("sample", 8))
