@@ -70,6 +70,7 @@ from ..kinds import (
     Preflight,
     PreflightContext,
 )
+from ..ledger import load as ledger_load
 from ..model import Candidate
 from ..redact import Masker, redact
 from ..registry import Registry, parse_image_ref
@@ -565,14 +566,24 @@ class DockerLauncher:
         """Commit → what result.json records of its derived image's build."""
         self._routes: dict[str, Route] = {}
         self.prefetcher = Prefetcher(self._fetch_ahead)
+        self.ledger = (
+            ledger_load(base_dir / Path(cfg.ledger).expanduser(), key="server.ledger")
+            if cfg.ledger
+            else None
+        )
+        """What `keep` recorded: commits whose images a mirror holds."""
 
     # -- artifacts ---------------------------------------------------------------------
 
     def template_ref(self, candidate: Candidate) -> str:
-        """An end's own image, else the image template filled in."""
-        return candidate.artifact or fill(
-            self.cfg.image, {"commit": candidate.commit, "short": candidate.short}
-        )
+        """An end's own image, else the mirror's copy the ledger names (by digest), else the
+        image template filled in."""
+        if candidate.artifact:
+            return candidate.artifact
+        kept = self.ledger.find(candidate.commit) if self.ledger is not None else None
+        if kept is not None:
+            return f"{kept[1].mirror}@{kept[1].digest}"
+        return fill(self.cfg.image, {"commit": candidate.commit, "short": candidate.short})
 
     def image_ref(self, candidate: Candidate) -> str:
         """The image a candidate runs: derived from its build, or `template_ref`."""
@@ -833,6 +844,10 @@ class DockerServerConfig(ServerBase, SlotGpus):
     """Pulling the next probes' images while one runs."""
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     """Credentials for the registry's manifest API (tags, digests)."""
+    ledger: str | None = None
+    """A ledger `llm-bisect keep --mirror` wrote (relative to the config file): a candidate
+    whose commit it holds runs the mirror's copy, by digest, even after the registry
+    dropped the tag."""
 
     @field_validator("image")
     @classmethod
