@@ -980,3 +980,18 @@ def test_each_docker_host_routes_by_its_own_engines_images(
     finally:
         for engine in engines:
             engine.close()
+
+
+def test_a_ledger_that_is_not_there_is_one_line_before_anything_starts(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h: History = history({}, n=2)
+    config = docker_config(h, sim_server(repo_name + ":{commit}", ledger="kept.json"))
+    for verb in ("candidates", "run"):
+        code, output = invoke(
+            verb, str(config), *(["--out", str(h.root / "out")] if verb == "run" else [])
+        )
+        assert code == 2, output
+        assert f"server.ledger: no such ledger '{h.root / 'kept.json'}'" in output
+        assert "Traceback" not in output
+    assert not (h.root / "out" / "probes").exists()

@@ -4,18 +4,21 @@ retention played by deleting tags upstream, and a bisection that then runs from 
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from pathlib import Path
 from typing import Any
 
 import docker
+import httpx
 import pytest
 from typer.testing import CliRunner
 
 from helpers import History, write_config
 from llm_bisect.cli import cli
-from llm_bisect.sim.docker import sim_server
+from llm_bisect.registry import Registry, parse_image_ref
+from llm_bisect.sim.docker import SimRegistry, sim_server
 from localregistry import OCI_MANIFEST, LocalRegistry
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -246,3 +249,70 @@ def test_a_bisection_runs_from_the_mirror_after_upstream_dropped_every_tag(
     finally:
         for image in client.images.list(name=f"{mirror.host}/{name}"):
             client.images.remove(str(image.id), force=True)
+
+
+def test_a_private_registrys_login_opens_it_and_never_reaches_output_or_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = SimRegistry(token="t0k3n-keep", login=("ci-bot", "s3cret-keep-42"))
+    for i in range(3):
+        registry.add_image("org/vllm", f"nightly-{i}{SHA[1:]}", {"fault": "none"})
+    registry.add_image("org/vllm", "latest", {"fault": "none"})
+    ledger = tmp_path / "ledger.json"
+    folder = tmp_path / "docker-config"
+    folder.mkdir()
+    auth = base64.b64encode(b"ci-bot:s3cret-keep-42").decode()
+    with registry.running():
+        source = f"{registry.host}/org/vllm"
+        code, output = invoke("keep", source, "--ledger", str(ledger))
+        assert code == 1 and "the token service refused an anonymous request" in output, output
+        assert f"docker login {registry.host}" in output and "Traceback" not in output
+        (folder / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": auth}}}))
+        monkeypatch.setenv("DOCKER_CONFIG", str(folder))
+        code, output = invoke("keep", source, "--ledger", str(ledger))
+        assert code == 0 and "3 tag(s)" in output and "3 new" in output, output
+    written = ledger.read_text()
+    for secret in ("s3cret-keep-42", auth, "t0k3n-keep"):
+        assert secret not in output and secret not in written
+    assert sorted(json.loads(written)["entries"]) == [f"nightly-{i}{SHA[1:]}" for i in range(3)]
+
+
+def test_the_tags_list_is_read_across_its_pages() -> None:
+    registry = SimRegistry()
+    for i in range(5):
+        registry.add_image("org/vllm", f"t{i}", {"fault": "none"})
+    with registry.running():
+        client = Registry()
+        try:
+            tags = client.tags(parse_image_ref(f"{registry.host}/org/vllm"), page=2)
+        finally:
+            client.close()
+    assert tags == [f"t{i}" for i in range(5)]
+    assert sum("/tags/list" in r for r in registry.requests) == 3
+
+
+def test_a_keep_stopped_halfway_resumes_with_what_the_mirror_already_has(
+    registries: tuple[LocalRegistry, LocalRegistry], tmp_path: Path
+) -> None:
+    upstream, mirror = registries
+    name = repo()
+    index = upstream.multi_arch(name, f"nightly-{SHA}", {"fault": "none"})
+    # what a killed keep left: the amd64 image's blobs and manifest, nothing else
+    amd64 = json.loads(upstream.manifest(name, index).content)["manifests"][0]["digest"]
+    body = upstream.manifest(name, amd64)
+    for blob in [body.json()["config"], *body.json()["layers"]]:
+        data = httpx.get(upstream.url(name, f"/blobs/{blob['digest']}")).content
+        mirror.put_blob(name, data)
+    mirror.put_manifest(name, amd64, body.content, OCI_MANIFEST)
+    code, output = invoke(
+        "keep",
+        f"{upstream.host}/{name}",
+        "--mirror",
+        f"{mirror.host}/{name}",
+        "--ledger",
+        str(tmp_path / "l.json"),
+    )
+    assert code == 0, output
+    # the arm64 config, then the arm64 manifest and the index: the rest is not copied again
+    assert "1 blob(s) streamed" in output and "1 already there, 2 manifest(s) written" in output
+    assert mirror.manifest(name, f"nightly-{SHA}").headers["Docker-Content-Digest"] == index

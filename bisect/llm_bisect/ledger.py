@@ -127,12 +127,17 @@ def load(path: Path, source: str | None = None, key: str = "--ledger") -> Ledger
 def _entry(value: Any) -> Entry:
     if not isinstance(value, dict):
         raise ValueError("an entry is not an object")
-    known = {k: v for k, v in value.items() if k in Entry.__dataclass_fields__}
-    known["platforms"] = tuple(known.get("platforms") or ())
-    entry = Entry(**known)
-    if not isinstance(entry.digest, str) or not entry.digest.startswith("sha256:"):
-        raise ValueError(f"an entry's digest is {entry.digest!r}")
-    return entry
+    digest = value.get("digest")
+    if not isinstance(digest, str) or not digest.startswith("sha256:"):
+        raise ValueError(f"an entry's digest is {digest!r}")
+    texts: dict[str, Any] = {k: value.get(k) for k in ("commit", "gone", "mirror")}
+    texts |= {k: value.get(k) or "" for k in ("found_in", "media_type", "first_seen", "last_seen")}
+    platforms = value.get("platforms") or []
+    if not all(v is None or isinstance(v, str) for v in texts.values()) or not (
+        isinstance(platforms, list) and all(isinstance(p, str) for p in platforms)
+    ):
+        raise ValueError(f"the entry of {digest} holds a value of the wrong type")
+    return Entry(digest=digest, platforms=tuple(platforms), **texts)
 
 
 def dumps(ledger: Ledger) -> str:
