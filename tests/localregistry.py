@@ -8,9 +8,11 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from helpers import wait_until
 from llm_bisect.sim.docker import engine_files, layer_tar
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
@@ -131,6 +134,20 @@ class LocalRegistry:
 
     def has_blob(self, repo: str, digest: str) -> bool:
         return httpx.head(self.url(repo, f"/blobs/{digest}")).status_code == 200
+
+    def served(self, repo: str) -> list[str]:
+        """`METHOD uri` of each request the registry has answered for `repo`, in order: up to
+        a marker request sent now, whose log line is waited for."""
+        mark = uuid.uuid4().hex
+        httpx.get(self.url(repo, f"/tags/list?mark={mark}"))
+        assert wait_until(lambda: mark in self.log.read_text()), "the registry logged no mark"
+        found = []
+        for line in self.log.read_text().splitlines():
+            method = re.search(r"http\.request\.method=(\w+)", line)
+            uri = re.search(r'http\.request\.uri="?([^" ]+)', line)  # quoted when it has "="
+            if "response completed" in line and method and uri and f"/v2/{repo}/" in uri[1]:
+                found.append(f"{method[1]} {uri[1]}")
+        return found
 
     def drop(self, repo: str, tag: str) -> None:
         """Retention: the tag's manifest deleted (every tag naming it goes with it)."""

@@ -72,6 +72,7 @@ def test_keep_records_each_tag_and_copies_a_two_platform_index_byte_for_byte(
             assert mirror.has_blob(name, blob["digest"])
     assert mirror.manifest(name, "v0.27.0").status_code == 404
 
+    before = upstream.served(name)
     code, output = invoke(
         "keep",
         f"{upstream.host}/{name}",
@@ -81,6 +82,9 @@ def test_keep_records_each_tag_and_copies_a_two_platform_index_byte_for_byte(
         str(ledger),
     )
     assert code == 0, output
+    asked = upstream.served(name)[len(before) :]
+    # the tags list and a HEAD per tag: nothing downloaded (Docker Hub counts a GET as a pull)
+    assert [a.split(" ")[0] for a in asked if "/tags/list" not in a] == ["HEAD"], asked
     assert "0 new" in output
     assert "0 image(s) copied, 1 already there; 0 blob(s) streamed" in output
     assert "0 manifest(s) written" in output

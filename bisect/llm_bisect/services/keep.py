@@ -84,22 +84,20 @@ def keep(
     done = Kept(ledger_path)
     done.matched = sorted(t for t in registry.tags(source) if pattern.fullmatch(t))
     seen: dict[str, Entry] = {}
-    manifests: dict[str, RawManifest] = {}
+    digests: dict[str, str] = {}
     for tag in done.matched:
+        # A HEAD first: a tag the ledger knows under the same digest is not downloaded
+        # (Docker Hub counts a GET of a manifest as a pull, not a HEAD).
         try:
+            digest = registry.manifest_digest(source, tag)
+            old = ledger.entries.get(tag)
+            if digest is not None and old is not None and old.digest == digest:
+                seen[tag], digests[tag] = old, digest
+                continue
             raw = registry.raw_manifest(source, tag)
-        except RegistryError as exc:
-            done.failed.append(f"{tag}: {exc}")
-            continue
-        if raw is None:
-            continue  # dropped between the list and now
-        manifests[tag] = raw
-        old = ledger.entries.get(tag)
-        if old is not None and old.digest == raw.digest:
-            seen[tag] = old
-            continue
-        try:
-            seen[tag] = _entry(registry, source, tag, raw)
+            if raw is None:
+                continue  # dropped between the list and now
+            seen[tag], digests[tag] = _entry(registry, source, tag, raw), raw.digest
         except RegistryError as exc:
             done.failed.append(f"{tag}: {exc}")
             continue
@@ -111,15 +109,18 @@ def keep(
     if mirror is None:
         return done
     where = f"{mirror.registry}/{mirror.repository}"
-    for tag, raw in manifests.items():
+    for tag, digest in digests.items():
         try:
-            if registry.manifest_digest(mirror, tag, push=True) == raw.digest:
+            if registry.manifest_digest(mirror, tag, push=True) == digest:
                 done.already.append(tag)
             else:
+                raw = registry.raw_manifest(source, digest)
+                if raw is None:
+                    raise RegistryError(f"{source.repository}: {digest} is gone upstream")
                 _copy(registry, source, mirror, raw, done.copied)
                 registry.put_manifest(mirror, tag, raw)
                 done.mirrored.append(tag)
-                report(f"kept {tag} ({raw.digest}) in {where}")
+                report(f"kept {tag} ({digest}) in {where}")
         except RegistryError as exc:
             done.failed.append(f"{tag}: {exc}")
             continue
