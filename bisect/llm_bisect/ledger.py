@@ -43,7 +43,8 @@ class Entry:
     platforms: tuple[str, ...] = ()
     """`os/architecture` of each image of an index; one for a single image."""
     first_seen: str = ""
-    last_seen: str = ""
+    """When `keep` first saw the tag name this digest (the ledger changes only when what
+    the registry holds does: a daily job commits it only then)."""
     gone: str | None = None
     """When `keep` first found the tag dropped upstream; None while it is there."""
     mirror: str | None = None
@@ -58,10 +59,10 @@ class Ledger:
     """Tag → entry."""
 
     def find(self, commit: str) -> tuple[str, Entry] | None:
-        """(tag, entry) of the image of a commit (40 hex) kept on a mirror; the latest seen
-        when several tags name it. None when the ledger has no mirrored image of it."""
+        """(tag, entry) of the image of a commit (40 hex) kept on a mirror; the newest when
+        several tags name it. None when the ledger has no mirrored image of it."""
         found = [
-            (e.last_seen, tag, e)
+            (e.first_seen, tag, e)
             for tag, e in self.entries.items()
             if e.mirror and e.commit and len(e.commit) >= 7 and commit.startswith(e.commit)
         ]
@@ -75,7 +76,8 @@ def observe(ledger: Ledger, seen: Mapping[str, Entry], now: str) -> Ledger:
     """The ledger after a look at the registry's tags: `seen` are those there now (their
     entries as read now). Pure.
 
-    A tag seen again keeps its first sighting and its mirror when it names the same digest
+    A tag seen again (back, if it was gone) keeps its first sighting and its mirror when it
+    names the same digest
     (a tag moved to another image is a new entry, its mirror copy not yet made); a tag no
     longer there is marked gone at `now`, once.
     """
@@ -83,9 +85,9 @@ def observe(ledger: Ledger, seen: Mapping[str, Entry], now: str) -> Ledger:
     for tag, new in seen.items():
         old = entries.get(tag)
         if old is not None and old.digest == new.digest:
-            entries[tag] = replace(new, first_seen=old.first_seen, last_seen=now, mirror=old.mirror)
+            entries[tag] = replace(new, first_seen=old.first_seen, gone=None, mirror=old.mirror)
         else:
-            entries[tag] = replace(new, first_seen=now, last_seen=now, gone=None, mirror=None)
+            entries[tag] = replace(new, first_seen=now, gone=None, mirror=None)
     for tag, old in ledger.entries.items():
         if tag not in seen and old.gone is None:
             entries[tag] = replace(old, gone=now)
@@ -131,7 +133,7 @@ def _entry(value: Any) -> Entry:
     if not isinstance(digest, str) or not digest.startswith("sha256:"):
         raise ValueError(f"an entry's digest is {digest!r}")
     texts: dict[str, Any] = {k: value.get(k) for k in ("commit", "gone", "mirror")}
-    texts |= {k: value.get(k) or "" for k in ("found_in", "media_type", "first_seen", "last_seen")}
+    texts |= {k: value.get(k) or "" for k in ("found_in", "media_type", "first_seen")}
     platforms = value.get("platforms") or []
     if not all(v is None or isinstance(v, str) for v in texts.values()) or not (
         isinstance(platforms, list) and all(isinstance(p, str) for p in platforms)
