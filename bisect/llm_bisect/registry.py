@@ -2,7 +2,10 @@
 
 Used to tell whether an image exists before anything is pulled or started,
 to learn its digest and size (for the prefetch disk budget), and to read the
-labels of an image named as an end of the range without pulling it.
+labels of an image named as an end of the range without pulling it. `keep`
+(services/keep.py) also lists tags, reads manifests as the bytes their digest is
+of, and writes to a mirror: blobs (mounted from another repository of the same
+registry, else streamed), then manifests; a push is opened by its own 401 challenge.
 """
 
 from __future__ import annotations
