@@ -183,8 +183,9 @@ class Registry:
                     response = self._http.request(
                         method, url, headers=sent, params=params, content=content
                     )
-                    if response.status_code == 401 and key not in self._authorizations:
-                        challenge = response.headers.get("WWW-Authenticate", "")
+                    if response.status_code == 401 and response.headers.get("WWW-Authenticate"):
+                        # None yet, or the one held expired (Docker Hub's last 300 s): once more
+                        challenge = response.headers["WWW-Authenticate"]
                         self._authorizations[key] = self._authorization(challenge, ref.registry)
                         sent["Authorization"] = self._authorizations[key]
                         response = self._http.request(
