@@ -230,10 +230,14 @@ def test_a_bisection_runs_from_the_mirror_after_upstream_dropped_every_tag(
     )
     code, output = invoke("candidates", str(plain))
     assert output.count("MISSING") == len(h.shas), output  # upstream holds none of them now
+    ends = {  # as a config a month later names them: tags upstream no longer has
+        "good": f"{upstream.host}/{name}:nightly-{h.shas[0]}",
+        "bad": f"{upstream.host}/{name}:nightly-{h.shas[-1]}",
+    }
     kept = write_config(
         h.root / "kept.yaml",
         {
-            "candidates": {"repo": str(h.repo), "good": h.shas[0], "bad": h.shas[-1]},
+            "candidates": {"repo": str(h.repo), **ends},
             "server": {**server, "ledger": "ledger.json"},
         },
     )
@@ -245,6 +249,7 @@ def test_a_bisection_runs_from_the_mirror_after_upstream_dropped_every_tag(
         assert code == 0, output
         result = json.loads((out / "result.json").read_text())
         assert result["culprit"]["commit"] == h.shas[5]
+        assert result["good"] == h.shas[0] and result["bad"] == h.shas[-1]
         ran = [p for p in result["probes"] if p["verdict"] in ("good", "bad")]
         assert ran
         for p in ran:

@@ -585,6 +585,21 @@ class DockerLauncher:
             return f"{kept[1].mirror}@{kept[1].digest}"
         return fill(self.cfg.image, {"commit": candidate.commit, "short": candidate.short})
 
+    def kept_ref(self, ref: str) -> str | None:
+        """The mirror's copy (by digest) of an image the ledger recorded under this tag."""
+        if self.ledger is None:
+            return None
+        try:
+            parsed = parse_image_ref(ref)
+        except ValueError:
+            return None
+        entry = self.ledger.entries.get(parsed.tag or "")
+        if f"{parsed.registry}/{parsed.repository}" != self.ledger.source or entry is None:
+            return None
+        if not entry.mirror or parsed.digest not in (None, entry.digest):
+            return None
+        return f"{entry.mirror}@{entry.digest}"
+
     def image_ref(self, candidate: Candidate) -> str:
         """The image a candidate runs: derived from its build, or `template_ref`."""
         route = self._routes.get(candidate.commit)
@@ -943,8 +958,9 @@ def resolve_image_end(cfg: DockerServerConfig, ctx: EndContext, ref: str, key: s
     with ctx.launcher("resolve") as made:
         launcher = made.launchers[0] if isinstance(made, Spread) else made
         assert isinstance(launcher, DockerLauncher)
+        kept = launcher.kept_ref(ref)  # the ledger's copy: the tag may be gone upstream
         try:
-            labels, env = launcher.image_metadata(ref)
+            labels, env = launcher.image_metadata(kept or ref)
         except LaunchError as exc:
             raise ConfigError(f"{key}: no such ref {ref!r}, and no image found: {exc}") from None
     if labels is None:
@@ -963,7 +979,7 @@ def resolve_image_end(cfg: DockerServerConfig, ctx: EndContext, ref: str, key: s
         raise ConfigError(
             f"{key}: image {ref!r} is commit {commit} ({where}), not in candidates.repo"
         ) from None
-    return replace(candidate, artifact=ref)
+    return replace(candidate, artifact=kept or ref)
 
 
 KIND = LAUNCHERS.register(
