@@ -110,11 +110,16 @@ class LocalRegistry:
         tag: str,
         settings: Mapping[str, Any],
         labels: Mapping[str, str] | None = None,
+        pads: Mapping[str, int] | None = None,
     ) -> str:
-        """An index of two platforms (linux/amd64, linux/arm64) under `tag`: its digest."""
+        """An index of two platforms (linux/amd64, linux/arm64) under `tag`: its digest.
+        `pads`: architecture → bytes of incompressible weights in its layer."""
         children = []
         for arch in ("amd64", "arm64"):
-            digest, size = self.image(repo, settings, labels=labels, architecture=arch)
+            pad = (pads or {}).get(arch, 0)
+            digest, size = self.image(
+                repo, settings, labels=labels, architecture=arch, pad_bytes=pad
+            )
             children.append(
                 {
                     "mediaType": OCI_MANIFEST,

@@ -57,6 +57,7 @@ from llm_bisect.sim.docker import (
     import_image,
     sim_server,
 )
+from localregistry import LocalRegistry
 from test_collectenv import SMI
 
 pytestmark = pytest.mark.docker
@@ -711,20 +712,22 @@ def test_the_laptop_config_bisects_images_built_by_the_script(
             client.images.remove(str(image.id), force=True)
 
 
-def test_a_multi_arch_image_is_sized_for_this_node() -> None:
-    registry = SimRegistry()
-    amd = registry.add_image("org/img", "amd", {"fault": "none"}, pad_bytes=1000)
-    arm = registry.add_image("org/img", "arm", {"fault": "none"}, pad_bytes=50_000)
-    index = registry.add_index("org/img", "v1", {"amd64": amd, "arm64": arm})
-    with registry.running():
-        ref = parse_image_ref(f"{registry.host}/org/img:v1")
-        on_gb200, on_x86 = Registry(architecture="arm64"), Registry(architecture="amd64")
-        arm_m, amd_m = on_gb200.manifest(ref), on_x86.manifest(ref)
-        assert arm_m is not None and amd_m is not None
-        assert arm_m.digest == amd_m.digest == index  # the reference's own digest
-        assert arm_m.size > 50_000 > amd_m.size
-        on_gb200.close()
-        on_x86.close()
+def test_a_multi_arch_image_is_sized_for_this_node(
+    registries: tuple[LocalRegistry, LocalRegistry],
+) -> None:
+    upstream, _ = registries  # a real registry (distribution 2.8)
+    name = f"org/img-{uuid.uuid4().hex[:6]}"
+    index = upstream.multi_arch(
+        name, "v1", {"fault": "none"}, pads={"amd64": 1000, "arm64": 50_000}
+    )
+    ref = parse_image_ref(f"{upstream.host}/{name}:v1")
+    on_gb200, on_x86 = Registry(architecture="arm64"), Registry(architecture="amd64")
+    arm_m, amd_m = on_gb200.manifest(ref), on_x86.manifest(ref)
+    assert arm_m is not None and amd_m is not None
+    assert arm_m.digest == amd_m.digest == index  # the reference's own digest
+    assert arm_m.size > 50_000 > amd_m.size
+    on_gb200.close()
+    on_x86.close()
 
 
 def test_two_slots_run_two_containers_at_once_on_two_engine_clients(
