@@ -998,3 +998,33 @@ def test_a_ledger_that_is_not_there_is_one_line_before_anything_starts(
         assert f"server.ledger: no such ledger '{h.root / 'kept.json'}'" in output
         assert "Traceback" not in output
     assert not (h.root / "out" / "probes").exists()
+
+
+def test_a_private_mirror_in_the_ledger_is_opened_with_its_docker_login(
+    client: docker.DockerClient, history: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h: History = history({}, n=2)
+    mirror = SimRegistry(token="t0k3n", login=("ci-bot", "mirror-pass-55"))
+    entries = {
+        f"nightly-{sha}": {
+            "digest": mirror.add_image("kept/vllm", f"nightly-{sha}", {"fault": "none"}),
+            "commit": sha,
+            "mirror": f"{mirror.host}/kept/vllm",
+        }
+        for sha in h.shas
+    }
+    source = "registry-1.docker.io/vllm/vllm-openai"
+    ledger = {"version": 1, "source": source, "entries": entries}
+    (h.root / "ledger.json").write_text(json.dumps(ledger))
+    folder = h.root / "docker-config"
+    folder.mkdir()
+    auth = base64.b64encode(b"ci-bot:mirror-pass-55").decode()
+    (folder / "config.json").write_text(json.dumps({"auths": {mirror.host: {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(folder))
+    server = sim_server("vllm/vllm-openai:nightly-{commit}", ledger="ledger.json")
+    with mirror.running():
+        code, output = invoke("candidates", str(docker_config(h, server)))
+    assert code == 0, output
+    assert "unknown" not in output and "MISSING" not in output, output  # the mirror said
+    assert f"{len(h.shas)} candidates, {len(h.shas)} with an artifact" in output, output
+    assert "mirror-pass-55" not in output

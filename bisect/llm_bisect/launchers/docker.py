@@ -931,7 +931,11 @@ def _preflight(cfg: DockerServerConfig, ctx: PreflightContext) -> Preflight:
         registry = cfg.registry.model_copy(update={"password": password})
         cfg = cfg.model_copy(update={"registry": registry})
         secrets.append(password)
-    logins = docker_logins(registry_hosts(cfg, ctx.ends))
+    hosts = registry_hosts(cfg, ctx.ends)
+    if cfg.ledger:  # the mirror's images are pulled with its own login (a private ghcr.io)
+        kept = ledger_load(ctx.base_dir / Path(cfg.ledger).expanduser(), key="server.ledger")
+        hosts += sorted({e.mirror.split("/", 1)[0] for e in kept.entries.values() if e.mirror})
+    logins = docker_logins(hosts)
     secrets += [password for _, password in logins.values()]
     return Preflight(cfg, secrets, logins)
 
