@@ -30,6 +30,7 @@ from .journal import FILENAME, read_journal
 from .launchers import Artifact
 from .model import Candidate, Verdict
 from .outdir import claim, hold, prepare
+from .registry import ImageRef
 from .report.documents import ResultDocument, schemas
 from .report.markdown import duration
 from .runner import result_of, write_outputs
@@ -40,6 +41,7 @@ from .services.confirm import with_confirmation
 from .services.deps import run_deps
 from .services.gate import GATE_FILE, run_gate
 from .services.golden import calibrate, record_golden
+from .services.keep import DEFAULT_PATTERN
 from .services.later import with_later
 from .services.localization import LOCALIZATION, localize_refs, with_localization
 from .services.reap import reap_servers
@@ -908,6 +910,104 @@ def reap_cmd(
         else:
             term.out(f"nothing to reap in {where}")
         return 1 if done.failed else 0
+
+    raise typer.Exit(guarded(body))
+
+
+@cli.command("keep")
+def keep_cmd(
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="The repository whose tags to keep: REGISTRY/REPO (Docker Hub without a host).",
+            show_default=False,
+        ),
+    ],
+    pattern: Annotated[
+        str,
+        typer.Option("--pattern", help="Keep the tags this regular expression matches whole."),
+    ] = DEFAULT_PATTERN,
+    mirror: Annotated[
+        str | None,
+        typer.Option(
+            "--mirror",
+            help="Copy each image here (REGISTRY/REPO), byte for byte, by digest and tag.",
+        ),
+    ] = None,
+    ledger: Annotated[
+        Path | None,
+        typer.Option(
+            "--ledger",
+            help="The ledger file (default: ~/.local/share/llm-bisect/ledgers/REGISTRY/REPO.json,"
+            " under $XDG_DATA_HOME when set).",
+        ),
+    ] = None,
+) -> None:
+    """Record a registry's nightly tags (digest and commit) in a ledger, and copy their images
+    to a mirror before the registry's retention drops them; a run whose config names the
+    ledger (server.ledger) pulls from the mirror. Run it daily; a second run copies nothing
+    already there. Credentials: what `docker login` stored, for each registry.
+
+    Example: llm-bisect keep vllm/vllm-openai --mirror ghcr.io/me/vllm-openai
+    """
+    import re
+    from datetime import datetime, timezone
+
+    from .launchers.docker_images import docker_logins
+    from .ledger import default_path
+    from .registry import Registry, parse_image_ref
+    from .services.keep import keep
+
+    def body(term: Terminal) -> int:
+        upstream = _repository(source, "SOURCE")
+        copy_to = _repository(mirror, "--mirror") if mirror else None
+        if copy_to is not None and copy_to == upstream:
+            raise ConfigError(f"--mirror: {mirror!r} is the repository the tags come from")
+        try:
+            matcher = re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"--pattern: not a regular expression {pattern!r}: {exc}") from None
+        name = f"{upstream.registry}/{upstream.repository}"
+        path = ledger or default_path(name)
+        hosts = [upstream.registry] + ([copy_to.registry] if copy_to else [])
+        registry = Registry(logins=docker_logins(hosts))
+        try:
+            done = keep(
+                registry,
+                upstream,
+                pattern=matcher,
+                ledger_path=path,
+                mirror=copy_to,
+                now=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                report=lambda line: term.say(printable(line)),
+            )
+        finally:
+            registry.close()
+        term.out(f"ledger: {path}")
+        term.out(
+            f"{len(done.matched)} tag(s) of {name} match {printable(pattern)}: "
+            f"{len(done.new)} new, {len(done.gone)} dropped upstream since the last look"
+        )
+        if copy_to is not None:
+            c = done.copied
+            term.out(
+                f"mirror {copy_to.registry}/{copy_to.repository}: {len(done.mirrored)} image(s) "
+                f"copied, {len(done.already)} already there; {c.blobs} blob(s) streamed "
+                f"({c.bytes / 1e9:.2f} GB), {c.mounted} mounted, {c.present} already there, "
+                f"{c.manifests} manifest(s) written"
+            )
+        for line in done.failed:
+            term.say(f"llm-bisect: {printable(line)}")
+        return EXIT_FAILED if done.failed else EXIT_FOUND
+
+    def _repository(value: str, key: str) -> ImageRef:
+        try:
+            ref = parse_image_ref(value)
+        except ValueError:
+            raise ConfigError(f"{key}: not a REGISTRY/REPO {value!r}") from None
+        if ref.digest or value.rsplit("/", 1)[-1].count(":"):
+            raise ConfigError(f"{key}: name a repository without a tag or digest, not {value!r}")
+        return ImageRef(ref.registry, ref.repository, None, None)
 
     raise typer.Exit(guarded(body))
 
