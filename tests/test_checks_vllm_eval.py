@@ -68,6 +68,7 @@ def test_gate_eval_config_on_a_default_config_runs_the_files_1319_questions(
     test = [json.loads(x) for x in (data / "test.jsonl").read_text().splitlines()]
     shots = "".join(f"Question: {r['question']}\nAnswer: {r['answer']}\n\n" for r in train[:5])
     asked = [json.loads(x) for x in log.read_text().splitlines()]
+    asked = [a for a in asked if a["path"] != "/tokenize"]  # the fingerprint's, not the eval's
     texts = [a["body"] for a in asked if isinstance(a["body"].get("prompt"), str)]
     assert {a["path"] for a in asked if isinstance(a["body"].get("prompt"), str)} == {
         "/v1/completions"
