@@ -267,3 +267,27 @@ def test_a_start_that_lies_once_still_gives_the_first_bad_release_and_is_named(
     assert "confirmation" not in doc
     assert named in (out / "report.md").read_text()
     assert live_processes(str(tmp_path)) == []
+
+
+def test_a_config_with_later_builds_and_a_fast_setup_still_gives_the_first_bad_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`candidates.later` and `probe.fast` are a run's, over the engine's history: `deps` once
+    resolved the later refs in its repository of versions ("no such ref") and searched in a
+    fast setup built for the engine. It leaves both out, says so, and names the first bad."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    h = History(tmp_path, {}, 3)
+    config = deps_config(h, tmp_path, bad=h.shas[-2], candidates={"later": [h.shas[-1]]},
+                         probe={"fast": {"args": ["--max-model-len", "256"]}})  # fmt: skip
+    out = tmp_path / "out"
+    with deps_index(tmp_path, LYING) as url:
+        said = CliRunner().invoke(cli, [
+            "deps", str(config), "--build", h.shas[-2], "--package", "simdep", "--good",
+            "1.0", "--bad", "1.9", "--index", url, "--out", str(out)])  # fmt: skip
+    assert said.exit_code == 0, said.output
+    assert "first bad version: simdep 1.5" in said.output
+    text = " ".join(said.output.split())
+    assert ("deps: probe.fast and candidates.later are left out: they apply to the engine's "
+            "history (`run`), not to releases of a dependency") in text, text  # fmt: skip
+    assert not (out / "fast").exists() and not (out / "later.json").exists()
+    assert live_processes(str(tmp_path)) == []

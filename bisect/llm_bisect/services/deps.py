@@ -19,7 +19,8 @@ The search weighs verdicts as `run` does (`search.flake: auto`: any verdict may 
 answer needs the posterior's confidence). Confirmation does not apply: a release is no
 change that reverts onto the bad end or picks onto the good one (`confirm` is off); the
 answer rests on the posterior alone, and result.json's notes say so and name, by version,
-each release whose verdict disagreed.
+each release whose verdict disagreed. `candidates.later` and `probe.fast` name or search
+the engine's history, not releases: they are left out, and the run says so.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..builds.cache import BuildCache
 from ..builds.dependency import DependencyStrategy
 from ..builds.wheel import MAX_PAGE_BYTES, find_uv
 from ..client import within
+from ..config import Config
 from ..errors import ConfigError, LaunchError
 from ..journal import FILENAME, read_journal
 from ..outdir import hold
@@ -196,8 +198,7 @@ def run_deps(
         cache: BuildCache = s.builder.cache
         versions = replace(
             s,
-            # the good release records its golden; a revert of a version means nothing
-            config=s.config.model_copy(update={"golden": None, "confirm": False}),
+            config=_over_releases(s.config, progress),
             source=GitSource(repo, "deps"),
             builder=Builder([strategy], cache),
         )
@@ -223,6 +224,29 @@ def run_deps(
         done, first_bad, [str(r) for r in kept],
         {why: [str(r) for r in gone] for why, gone in chosen.left_out.items()},
     )  # fmt: skip
+
+
+def _over_releases(config: Config, progress: Progress) -> Config:
+    """The config as it applies to releases: the good release records its golden, a revert
+    of a release means nothing (no confirmation), and what names or searches the engine's
+    history (`candidates.later`, `probe.fast`) is left out, said."""
+    set_ = {"probe.fast": config.probe.fast is not None,
+            "candidates.later": bool(config.candidates.later)}  # fmt: skip
+    left = [key for key, on in set_.items() if on]
+    if left:
+        they = ("they apply", "are") if len(left) > 1 else ("it applies", "is")
+        progress.note(
+            f"deps: {' and '.join(left)} {they[1]} left out: {they[0]} to the engine's history "
+            "(`run`), not to releases of a dependency"
+        )
+    return config.model_copy(
+        update={
+            "golden": None,
+            "confirm": False,
+            "candidates": config.candidates.model_copy(update={"later": []}),
+            "probe": config.probe.model_copy(update={"fast": None}),
+        }
+    )
 
 
 def _same_releases(
