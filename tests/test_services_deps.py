@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from helpers import History, live_processes
+from helpers import History, live_processes, printed_commands, run_as_printed
 from llm_bisect.cli import cli
 from toybuild import _page, make_wheel, serve_index
 
@@ -290,4 +290,42 @@ def test_a_config_with_later_builds_and_a_fast_setup_still_gives_the_first_bad_r
     assert ("deps: probe.fast and candidates.later are left out: they apply to the engine's "
             "history (`run`), not to releases of a dependency") in text, text  # fmt: skip
     assert not (out / "fast").exists() and not (out / "later.json").exists()
+    assert live_processes(str(tmp_path)) == []
+
+
+def test_the_report_names_the_release_and_the_engine_and_its_reproduce_line_runs_as_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deps' report once called a commit of the versions repository llm-bisect makes "first
+    bad commit" (author llm-bisect@localhost, 1970), did not name the engine build, and its
+    Reproduce lines (`check` of that commit) exited 128 (with `--repo`: 0, "expect bad"). It
+    names the first bad release and the engine held; its Reproduce line, pasted into `sh` in
+    another folder (with and without `--repo`), gives the same first bad release."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    h = History(tmp_path, {}, 2)
+    config = deps_config(h, tmp_path)
+    with deps_index(tmp_path, LYING) as url:
+        for name, repo in (("out", []), ("with-repo", ["--repo", str(h.repo)])):
+            out = tmp_path / name
+            said = CliRunner().invoke(cli, [
+                "deps", str(config), "--build", "HEAD", "--package", "simdep", "--good",
+                "1.0", "--bad", "1.9", "--index", url, "--out", str(out), *repo])  # fmt: skip
+            assert said.exit_code == 0, said.output
+            assert (f"found: simdep 1.5 (last good 1.4), the first bad release over the engine "
+                    f"at {h.shas[-1][:12]}") in said.output  # fmt: skip
+            md = (out / "report.md").read_text()
+            head = md.split("## ")[0]
+            assert "first bad release: `simdep 1.5` (last good `1.4`)" in head, head
+            assert f"the engine held at `{h.shas[-1][:12]}` (`HEAD`), built by `command`" in head
+            assert "first bad commit" not in md and "llm-bisect@" not in md and "1970" not in md
+            doc = json.loads((out / "result.json").read_text())
+            assert doc["deps"]["engine"] == h.shas[-1] and doc["deps"]["last_good_version"] == "1.4"
+            ((line, code),) = printed_commands(md)
+            assert code == 0 and ("--repo" in line) == bool(repo), line
+            done = run_as_printed(line, tmp_path / "elsewhere", tmp_path / "bin")
+            assert done.returncode == code, done.stdout + done.stderr
+            assert "first bad version: simdep 1.5" in done.stdout
+            again = json.loads((Path(f"{out}-reproduce") / "result.json").read_text())
+            assert sorted(versions_of(Path(f"{out}-reproduce")).values()) == ["1.4", "1.5"]
+            assert again["first_bad_version"] == "1.5"
     assert live_processes(str(tmp_path)) == []

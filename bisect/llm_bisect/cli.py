@@ -598,7 +598,16 @@ def deps_cmd(
             s, out, build=build, package=package, good=good, bad=bad, index=index,
             progress=progress, pre=pre, yanked=yanked,
         )  # fmt: skip
-        _print_answer(term, found.done.answer, out)
+        held = found.done.result.deps
+        if found.first_bad_version is not None and held is not None:
+            last = f" (last good {held.last_good_version})" if held.last_good_version else ""
+            term.out(printable(
+                f"{found.done.answer.status.value}: {package} {found.first_bad_version}{last}, "
+                f"the first bad release over the engine at {held.engine[:12]}"
+            ))  # fmt: skip
+            term.out(f"report: {out / 'report.md'}")
+        else:
+            _print_answer(term, found.done.answer, out)
         if found.first_bad_version is not None:
             term.out(f"first bad version: {package} {found.first_bad_version}")
         return STATUS_EXIT[found.done.answer.status]

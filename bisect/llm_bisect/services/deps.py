@@ -44,7 +44,7 @@ from ..journal import FILENAME, read_journal
 from ..outdir import hold
 from ..probe import Progress
 from ..redact import public_url
-from ..report.documents import LeftOut, ResultDocument
+from ..report.documents import DepsDoc, LeftOut, ResultDocument
 from ..runner import RunResult, write_outputs
 from ..search import Status
 from ..sources.git import GitSource
@@ -216,9 +216,16 @@ def run_deps(
         *_deps_notes(done.result, repo, package, progress),
         *_boundary_notes(package, good, kept, chosen.left_out, first_bad, progress),
     ]
+    at = [str(r) for r in [*before, *kept]]
+    held = DepsDoc(
+        package=package, engine=engine_commit.commit, build=build, route=engine.route,
+        good=good, bad=bad, index=public_url(index) if index else "", pre=pre, yanked=yanked,
+        last_good_version=at[at.index(first_bad) - 1] if first_bad in at[1:] else None,
+    )  # fmt: skip
     named = done.result.model_copy(
-        update={"first_bad_version": first_bad, "left_out": left_out, "notes": notes}
-    )
+        update={"first_bad_version": first_bad, "left_out": left_out, "notes": notes,
+                "deps": held}
+    )  # fmt: skip
     done.result = write_outputs(out_dir, named, versions.scrub)
     return DepsResult(
         done, first_bad, [str(r) for r in kept],
