@@ -879,9 +879,9 @@ def render_markdown(doc: ResultDocument) -> str:
     lines.append(f"**Status:** {status.value} — {esc.text(doc.message)}")
     lines.append("")
     if deps is not None:
-        given = "" if deps.engine.startswith(deps.build) else f" ({esc.code(deps.build)})"
+        as_given = "" if deps.engine.startswith(deps.build) else f" ({esc.code(deps.build)})"
         route = f", built by {esc.code(deps.route)}" if deps.route else ""
-        lines.append(f"- engine: `{deps.engine}`{given}{route}, held at every probe")
+        lines.append(f"- engine: `{deps.engine}`{as_given}{route}, held at every probe")
         lines.append(
             f"- good: {esc.code(f'{deps.package} {deps.good}')} (`{doc.good[:12]}` of "
             "versions.git, made by llm-bisect: one commit a release)"
