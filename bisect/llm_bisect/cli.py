@@ -564,7 +564,12 @@ def deps_cmd(
     good: Annotated[str, typer.Option("--good", help="Its version that works.")],
     bad: Annotated[str, typer.Option("--bad", help="Its version that breaks.")],
     index: Annotated[
-        str | None, typer.Option("--index", help="A PEP 503 simple index (default: PyPI).")
+        str | None,
+        typer.Option(
+            "--index",
+            help="A PEP 503 simple index (default: $UV_DEFAULT_INDEX or $UV_INDEX_URL, as uv "
+            "reads them, else PyPI).",
+        ),
     ] = None,
     pre: Annotated[
         bool,

@@ -417,9 +417,10 @@ def _bumps(doc: ResultDocument) -> list[str]:
     for b in doc.bumps:
         old, new = b.old.removeprefix("=="), b.new.removeprefix("==")
         if b.old.startswith("==") and b.new.startswith("==") and "," not in old + new:
+            out = f"{doc.context.out or 'DIR'}-deps-{b.name}"  # one folder a bump
             argv = ["llm-bisect", "deps", doc.context.config or "CONFIG", "--build",
                     f"{doc.culprit.commit}^", "--package", b.name, "--good", old, "--bad", new,
-                    *reproduce_repo(doc.context)]  # fmt: skip
+                    "--out", out, *reproduce_repo(doc.context)]  # fmt: skip
             commands.append(esc.shell(argv))
     if commands:
         lines += ["", "The first bad release of each, the engine held at the culprit's parent:", ""]
