@@ -25,6 +25,9 @@ from helpers import (
     run_as_printed,
 )
 from llm_bisect.cli import cli
+from llm_bisect.fingerprint import ImageFacts
+from llm_bisect.report.documents import ResultDocument
+from llm_bisect.report.markdown import render_markdown
 from toybuild import _page, make_wheel, serve_index
 
 SERVE = """\
@@ -409,4 +412,12 @@ def test_the_deps_command_a_bump_prints_runs_as_printed_on_the_runs_own_config(
             f"over the engine at {good[:12]}") in done.stdout  # fmt: skip
     doc = json.loads((Path(f"{out}-deps-flashinfer-python") / "result.json").read_text())
     assert doc["deps"]["route"] == "as served" and doc["deps"]["engine"] == good
+    # a run whose servers ran images prints no `deps` line (deps refuses them): it says why
+    ran_doc = ResultDocument.model_validate_json((out / "result.json").read_bytes())
+    imaged = [p.model_copy(update={"fingerprint": p.fingerprint.model_copy(
+                  update={"image": ImageFacts(ref="vllm/vllm-openai:nightly")})})
+              for p in ran_doc.probes]  # fmt: skip
+    md = render_markdown(ran_doc.model_copy(update={"probes": imaged}))
+    assert " deps " not in "".join(c for _, c in github_render(md).fences)
+    assert "it takes a config with a process or Slurm server" in md
     assert live_processes(str(tmp_path)) == []

@@ -422,7 +422,16 @@ def _bumps(doc: ResultDocument) -> list[str]:
                     f"{doc.culprit.commit}^", "--package", b.name, "--good", old, "--bad", new,
                     "--out", out, *reproduce_repo(doc.context)]  # fmt: skip
             commands.append(esc.shell(argv))
-    if commands:
+    bad = bad_probe(doc)
+    if commands and bad is not None and bad.fingerprint.image is not None:
+        lines += [
+            "",
+            "`llm-bisect deps` finds the first bad release of each (the engine held at the "
+            "culprit's parent) by installing each release into a folder of this machine, which "
+            "a server in an image does not see: it takes a config with a process or Slurm "
+            "server.",
+        ]
+    elif commands:
         lines += ["", "The first bad release of each, the engine held at the culprit's parent:", ""]
         lines += esc.fence("\n".join(commands), "bash")
     return [*lines, ""]
