@@ -334,6 +334,10 @@ def test_the_report_names_the_release_and_the_engine_and_its_reproduce_line_runs
             assert "first bad commit" not in md and "llm-bisect@" not in md and "1970" not in md
             doc = json.loads((out / "result.json").read_text())
             assert doc["deps"]["engine"] == h.shas[-1] and doc["deps"]["last_good_version"] == "1.4"
+            again = CliRunner().invoke(cli, ["report", str(out)])  # the same from the journal
+            assert again.exit_code == 0, again.output
+            assert json.loads((out / "result.json").read_text()) == doc
+            assert (out / "report.md").read_text() == md
             ((line, code),) = printed_commands(md)
             assert code == 0 and ("--repo" in line) == bool(repo), line
             done = run_as_printed(line, tmp_path / "elsewhere", tmp_path / "bin")

@@ -707,13 +707,21 @@ def report_cmd(
 
 def _with_bumps(result: ResultDocument, written: Path) -> ResultDocument:
     """The culprit's dependency bumps the result.json written before held (git is not read
-    again): `report DIR` keeps them."""
+    again), and a `deps` run's releases (its first bad, those left out, the engine held, its
+    notes): `report DIR` keeps them."""
     try:
         before = ResultDocument.model_validate_json(written.read_bytes())
     except (OSError, ValueError):
         return result
     same = before.culprit and result.culprit and before.culprit.commit == result.culprit.commit
-    return result.model_copy(update={"bumps": before.bumps}) if same else result
+    if not same:
+        return result
+    kept: dict[str, Any] = {"bumps": before.bumps}
+    if before.deps is not None:
+        notes = [*result.notes, *(n for n in before.notes if n not in result.notes)]
+        kept |= {"deps": before.deps, "first_bad_version": before.first_bad_version,
+                 "left_out": before.left_out, "notes": notes}  # fmt: skip
+    return result.model_copy(update=kept)
 
 
 @cli.command("localize")
