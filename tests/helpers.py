@@ -286,3 +286,19 @@ def vllm_gsm8k(folder: Path, questions: int = 1319) -> Path:
     for name, part in (("train", rows[:8]), ("test", test)):
         (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
     return folder
+
+
+def run_as_printed(line: str, where: Path, bin_dir: Path) -> subprocess.CompletedProcess[str]:
+    """A command line as the tool printed it, pasted into `sh` in `where` (a folder that is
+    not the config's), with this checkout's `llm-bisect` first on PATH."""
+    where.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        ["sh", "-c", line], cwd=where, env=cli_on_path(bin_dir), capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+
+
+def printed_after(output: str, lead: str) -> str:
+    """The command a terminal line gives after `lead` (`later: to find the fix: CMD`)."""
+    (line,) = [x for x in output.splitlines() if lead in x]
+    return line.split(lead, 1)[1].strip()

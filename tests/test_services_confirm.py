@@ -9,9 +9,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import yaml
 from typer.testing import CliRunner
 
-from helpers import History, sim_command
+from helpers import History, printed_after, run_as_printed, sim_command
 from llm_bisect.cli import cli
 
 SPACED = {"fault_spacer": 0, "fault_when": []}  # keeps the two culprits' lines apart
@@ -184,6 +185,35 @@ def test_confirm_continue_set_after_a_not_confirmed_run_resumes_it(tmp_path: Pat
     assert again and not set(again) & set(first), again  # nothing of the first run probed anew
     went_on = doc["confirmation"]["continued"]
     assert went_on["status"] == "found" and went_on["culprit"] == h.shas[9], went_on
+
+
+def test_the_printed_continue_command_runs_as_printed_with_a_config_golden(
+    tmp_path: Path,
+) -> None:
+    """With `golden: golden.json`, `confirm: continue` once exited 2 (the bisection of the
+    reverted line took the config's golden, not of its good end). The printed next step,
+    `confirm: continue` set and the command pasted into `sh` in another folder, bisects what
+    remains and names the second regression."""
+    second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
+    h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
+    config = h.config(server={"command": sim_command(h.repo)}, golden="golden.json",
+                      checks=[{"type": "canary"}, {"type": "expect"}])  # fmt: skip
+    made = CliRunner().invoke(cli, ["golden", str(config), "--candidate", h.shas[0]])
+    assert made.exit_code == 0 and (tmp_path / "golden.json").is_file(), made.output
+    out = tmp_path / "out"
+    first = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["confirmation"]["status"] == "not-confirmed"
+    line = printed_after(first.output, "run the same command again (it resumes): ")
+    data = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**data, "confirm": "continue"}, sort_keys=False))
+    went = run_as_printed(line, tmp_path / "elsewhere", tmp_path / "bin")
+    assert went.returncode == 0, went.stdout + went.stderr
+    doc = json.loads((out / "result.json").read_text())
+    continued = doc["confirmation"]["continued"]
+    assert continued["status"] == "found" and continued["culprit"] == h.shas[9], continued
+    assert (out / "continued" / "golden.json").is_file()
 
 
 def test_a_culprit_a_lie_made_is_not_confirmed_and_the_search_probes_on_to_the_real_one(

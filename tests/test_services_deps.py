@@ -17,13 +17,26 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from helpers import History, live_processes
+from helpers import (
+    History,
+    github_render,
+    live_processes,
+    printed_commands,
+    run_as_printed,
+)
 from llm_bisect.cli import cli
+from llm_bisect.fingerprint import ImageFacts
+from llm_bisect.report.documents import ResultDocument
+from llm_bisect.report.markdown import render_markdown
 from toybuild import _page, make_wheel, serve_index
 
 SERVE = """\
 import os, sys
 import simdep
+if os.environ.get("SIMDEP_LOG"):  # the release each start serves, in order
+    from importlib.metadata import version
+    with open(os.environ["SIMDEP_LOG"], "a") as log:
+        log.write(version("simdep") + "\\n")
 print("engine: simdep", simdep.__file__, "fault", simdep.FAULT, flush=True)
 os.execv(sys.executable, [sys.executable, "-m", "llm_bisect.sim", "--fault", simdep.FAULT,
                           *sys.argv[1:]])
@@ -244,6 +257,7 @@ def test_a_start_that_lies_once_still_gives_the_first_bad_release_and_is_named(
     `run` does, probes on to its confidence, and names the release whose verdict
     disagreed. Confirmation does not apply to releases, and the run says so."""
     monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    monkeypatch.setenv("SIMDEP_LOG", str(tmp_path / "versions.log"))
     h = History(tmp_path, {}, 2)
     launches = tmp_path / "launches"
     config = deps_config(h, tmp_path, "--launch-log", str(launches), "--lie-at", str(lie_at),
@@ -255,7 +269,7 @@ def test_a_start_that_lies_once_still_gives_the_first_bad_release_and_is_named(
             "1.0", "--bad", "1.9", "--index", url, "--out", str(out)])  # fmt: skip
     assert said.exit_code == 0, said.output
     assert "first bad version: simdep 1.5" in said.output
-    liar = versions_of(out)[launches.read_text().split()[lie_at - 1]]
+    liar = (tmp_path / "versions.log").read_text().split()[lie_at - 1]  # `{commit}`: the engine
     lied = "good" if liar >= "1.5" else "bad"
     named = f"simdep {liar} tested {lied} in "
     assert f"deps: {named}" in said.output
@@ -266,4 +280,148 @@ def test_a_start_that_lies_once_still_gives_the_first_bad_release_and_is_named(
     assert any(note.startswith("Confirmation does not apply to releases") for note in doc["notes"])
     assert "confirmation" not in doc
     assert named in (out / "report.md").read_text()
+    assert live_processes(str(tmp_path)) == []
+
+
+def test_a_config_with_later_builds_and_a_fast_setup_still_gives_the_first_bad_release(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`candidates.later` and `probe.fast` are a run's, over the engine's history: `deps` once
+    resolved the later refs in its repository of versions ("no such ref") and searched in a
+    fast setup built for the engine. It leaves both out, says so, and names the first bad."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    h = History(tmp_path, {}, 3)
+    config = deps_config(h, tmp_path, bad=h.shas[-2], candidates={"later": [h.shas[-1]]},
+                         probe={"fast": {"args": ["--max-model-len", "256"]}})  # fmt: skip
+    out = tmp_path / "out"
+    with deps_index(tmp_path, LYING) as url:
+        said = CliRunner().invoke(cli, [
+            "deps", str(config), "--build", h.shas[-2], "--package", "simdep", "--good",
+            "1.0", "--bad", "1.9", "--index", url, "--out", str(out)])  # fmt: skip
+    assert said.exit_code == 0, said.output
+    assert "first bad version: simdep 1.5" in said.output
+    text = " ".join(said.output.split())
+    assert ("deps: probe.fast and candidates.later are left out: they apply to the engine's "
+            "history (`run`), not to releases of a dependency") in text, text  # fmt: skip
+    assert not (out / "fast").exists() and not (out / "later.json").exists()
+    assert live_processes(str(tmp_path)) == []
+
+
+def test_the_report_names_the_release_and_the_engine_and_its_reproduce_line_runs_as_printed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """deps' report once called a commit of the versions repository llm-bisect makes "first
+    bad commit" (author llm-bisect@localhost, 1970), did not name the engine build, and its
+    Reproduce lines (`check` of that commit) exited 128 (with `--repo`: 0, "expect bad"). It
+    names the first bad release and the engine held; its Reproduce line, pasted into `sh` in
+    another folder (with and without `--repo`), gives the same first bad release."""
+    monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+    h = History(tmp_path, {}, 2)
+    config = deps_config(h, tmp_path)
+    with deps_index(tmp_path, LYING) as url:
+        for name, repo in (("out", []), ("with-repo", ["--repo", str(h.repo)])):
+            out = tmp_path / name
+            said = CliRunner().invoke(cli, [
+                "deps", str(config), "--build", "HEAD", "--package", "simdep", "--good",
+                "1.0", "--bad", "1.9", "--index", url, "--out", str(out), *repo])  # fmt: skip
+            assert said.exit_code == 0, said.output
+            assert (f"found: simdep 1.5 (last good 1.4), the first bad release over the engine "
+                    f"at {h.shas[-1][:12]}") in said.output  # fmt: skip
+            md = (out / "report.md").read_text()
+            head = md.split("## ")[0]
+            assert "first bad release: `simdep 1.5` (last good `1.4`)" in head, head
+            assert f"the engine held at `{h.shas[-1][:12]}` (`HEAD`), built by `command`" in head
+            assert "first bad commit" not in md and "llm-bisect@" not in md and "1970" not in md
+            doc = json.loads((out / "result.json").read_text())
+            assert doc["deps"]["engine"] == h.shas[-1] and doc["deps"]["last_good_version"] == "1.4"
+            again = CliRunner().invoke(cli, ["report", str(out)])  # the same from the journal
+            assert again.exit_code == 0, again.output
+            assert json.loads((out / "result.json").read_text()) == doc
+            assert (out / "report.md").read_text() == md
+            ((line, code),) = printed_commands(md)
+            assert code == 0 and ("--repo" in line) == bool(repo), line
+            done = run_as_printed(line, tmp_path / "elsewhere", tmp_path / "bin")
+            assert done.returncode == code, done.stdout + done.stderr
+            assert "first bad version: simdep 1.5" in done.stdout
+            again = json.loads((Path(f"{out}-reproduce") / "result.json").read_text())
+            assert sorted(versions_of(Path(f"{out}-reproduce")).values()) == ["1.4", "1.5"]
+            assert again["first_bad_version"] == "1.5"
+    assert live_processes(str(tmp_path)) == []
+
+
+SERVE_ANY = """\
+import os, sys
+try:  # a release layered by deps plays its fault; the engine's own history otherwise
+    import simdep
+    extra = ["--fault", simdep.FAULT]
+except ImportError:
+    extra = []
+os.execv(sys.executable, [sys.executable, "-m", "llm_bisect.sim", *extra, *sys.argv[1:]])
+"""
+FLASHINFER = {"0.6.15.post1": "none", "0.6.16": "none", "0.6.16.post1": "garbled-math",
+              "0.6.16.post2": "garbled-math", "0.6.16.post3": "garbled-math"}  # fmt: skip
+
+
+def test_the_deps_command_a_bump_prints_runs_as_printed_on_the_runs_own_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A culprit that bumps flashinfer-python prints the `deps` command; on the run's own
+    config (no build.strategies: the server command as it is, `{commit}` in it) it once
+    failed ("the engine's build needs build.strategies"). Pasted into `sh` in another folder,
+    with the index uv reads from the environment, it names the first bad release."""
+    h = History(tmp_path, {}, 2)
+    engine = json.loads((h.repo / "sim-engine.json").read_text())
+
+    def step(message: str, pin: str, fault: str) -> str:
+        (h.repo / "requirements").mkdir(exist_ok=True)
+        (h.repo / "requirements" / "cuda.txt").write_text(f"flashinfer-python=={pin}\n")
+        (h.repo / "sim-engine.json").write_text(json.dumps({**engine, "fault": fault}, indent=1,
+                                                           sort_keys=True) + "\n")  # fmt: skip
+        subprocess.run(["git", "-C", str(h.repo), "add", "-A"], check=True)
+        subprocess.run(["git", "-C", str(h.repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                        "commit", "--allow-empty", "-qm", message], check=True)  # fmt: skip
+        return subprocess.run(["git", "-C", str(h.repo), "rev-parse", "HEAD"], text=True,
+                              capture_output=True, check=True).stdout.strip()  # fmt: skip
+
+    good = step("pin flashinfer", "0.6.15.post1", "none")
+    culprit = step("Bump Flashinfer to 0.6.16.post3", "0.6.16.post3", "garbled-math")
+    h.shas += [good, culprit, step("[Doc] later", "0.6.16.post3", "garbled-math")]
+    (tmp_path / "serve_any.py").write_text(SERVE_ANY)
+    command = [sys.executable, str(tmp_path / "serve_any.py"), "--repo", str(h.repo),
+               "--commit", "{commit}", "--port", "{port}"]  # fmt: skip
+    config = h.config(server={"command": command}, checks=[{"type": "canary"}, {"type": "expect"}],
+                      confirm=False, localize={"enabled": False})  # fmt: skip
+    out = tmp_path / "out"
+    ran = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    assert json.loads((out / "result.json").read_text())["culprit"]["commit"] == culprit
+    md = (out / "report.md").read_text()
+    (line,) = [x for info, c in github_render(md).fences if info == "bash"
+               for x in c.splitlines() if " deps " in x]  # fmt: skip
+    wheels, blobs, links = tmp_path / "fi-wheels", {}, b""
+    wheels.mkdir()
+    for version, fault in FLASHINFER.items():
+        files = {"simdep/__init__.py": f"FAULT = {fault!r}\n".encode()}
+        wheel = make_wheel(wheels, "flashinfer_python", version, files)
+        blobs[wheel.name] = wheel.read_bytes()
+        page = _page(wheel.name, wheel.read_bytes())
+        links += page.removeprefix(b"<html><body>").removesuffix(b"</body></html>")
+    with serve_index({"/simple/flashinfer-python/": links}, blobs) as (url, _):
+        monkeypatch.setenv("UV_DEFAULT_INDEX", url + "/simple")
+        monkeypatch.setenv("UV_CACHE_DIR", str(tmp_path / "uv-cache"))
+        done = run_as_printed(line, tmp_path / "elsewhere", tmp_path / "bin")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "first bad version: flashinfer-python 0.6.16.post1" in done.stdout, done.stdout
+    assert (f"found: flashinfer-python 0.6.16.post1 (last good 0.6.16), the first bad release "
+            f"over the engine at {good[:12]}") in done.stdout  # fmt: skip
+    doc = json.loads((Path(f"{out}-deps-flashinfer-python") / "result.json").read_text())
+    assert doc["deps"]["route"] == "as served" and doc["deps"]["engine"] == good
+    # a run whose servers ran images prints no `deps` line (deps refuses them): it says why
+    ran_doc = ResultDocument.model_validate_json((out / "result.json").read_bytes())
+    imaged = [p.model_copy(update={"fingerprint": p.fingerprint.model_copy(
+                  update={"image": ImageFacts(ref="vllm/vllm-openai:nightly")})})
+              for p in ran_doc.probes]  # fmt: skip
+    md = render_markdown(ran_doc.model_copy(update={"probes": imaged}))
+    assert " deps " not in "".join(c for _, c in github_render(md).fences)
+    assert "it takes a config with a process or Slurm server" in md
     assert live_processes(str(tmp_path)) == []

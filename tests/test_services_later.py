@@ -14,7 +14,15 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner
 
-from helpers import HOSTILE_TAGS, History, github_render, shell_words, sim_command
+from helpers import (
+    HOSTILE_TAGS,
+    History,
+    github_render,
+    printed_after,
+    run_as_printed,
+    shell_words,
+    sim_command,
+)
 from llm_bisect.cli import cli
 from llm_bisect.model import Verdict
 from llm_bisect.report.documents import Context, LaterDoc, ResultDocument
@@ -91,6 +99,36 @@ def test_a_later_build_good_again_gives_the_command_that_finds_the_fix(tmp_path:
     fix = json.loads((Path(f"{out}-fix") / "result.json").read_text())
     assert fix["mode"] == "fix" and fix["status"] == "found"
     assert fix["culprit"]["commit"] == h.shas[9]
+
+
+def test_the_printed_find_fix_command_runs_as_printed_with_a_config_golden(
+    tmp_path: Path,
+) -> None:
+    """With `golden: golden.json` (recorded from the regression's good end), the printed
+    `--find-fix` command once exited 2 (the golden was not of its good end). Pasted from the
+    terminal and from report.md into `sh` in another folder, it finds the fix: its own good
+    end's golden is recorded into its --out, and it says so."""
+    h = History(tmp_path, {5: "degenerate-content", 9: "none"}, 12)
+    tag(h, "v0.28.0", h.shas[10])
+    config = config_of(h, tmp_path, bad=h.shas[7], confirm=False, golden="golden.json",
+                       candidates={"later": ["v0.28.0"]})  # fmt: skip
+    recorded = CliRunner().invoke(cli, ["golden", str(config), "--candidate", h.shas[0]])
+    assert recorded.exit_code == 0 and (tmp_path / "golden.json").is_file(), recorded.output
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    line = printed_after(done.output, "later: to find the fix: ")
+    assert commands((out / "report.md").read_text(), "--find-fix") == [line]
+    fixed = run_as_printed(line, tmp_path / "elsewhere", tmp_path / "bin")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    said = " ".join(fixed.stderr.split())
+    assert (f"golden: {tmp_path / 'golden.json'} was recorded from {h.shas[0][:12]}, not from "
+            f"this run's good end {h.shas[10][:12]}") in said, said  # fmt: skip
+    fix = json.loads((Path(f"{out}-fix") / "result.json").read_text())
+    assert (fix["mode"], fix["status"]) == ("fix", "found")
+    assert fix["culprit"]["commit"] == h.shas[9]
+    assert (Path(f"{out}-fix") / "golden.json").is_file()
+    assert (tmp_path / "golden.json").is_file()  # the config's golden is left as it was
 
 
 def test_a_later_build_still_bad_or_untestable_offers_no_fix_command(tmp_path: Path) -> None:

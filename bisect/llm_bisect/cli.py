@@ -644,7 +644,12 @@ def deps_cmd(
     good: Annotated[str, typer.Option("--good", help="Its version that works.")],
     bad: Annotated[str, typer.Option("--bad", help="Its version that breaks.")],
     index: Annotated[
-        str | None, typer.Option("--index", help="A PEP 503 simple index (default: PyPI).")
+        str | None,
+        typer.Option(
+            "--index",
+            help="A PEP 503 simple index (default: $UV_DEFAULT_INDEX or $UV_INDEX_URL, as uv "
+            "reads them, else PyPI).",
+        ),
     ] = None,
     pre: Annotated[
         bool,
@@ -680,7 +685,16 @@ def deps_cmd(
             s, out, build=build, package=package, good=good, bad=bad, index=index,
             progress=progress, pre=pre, yanked=yanked,
         )  # fmt: skip
-        _print_answer(term, found.done.answer, out)
+        held = found.done.result.deps
+        if found.first_bad_version is not None and held is not None:
+            last = f" (last good {held.last_good_version})" if held.last_good_version else ""
+            term.out(printable(
+                f"{found.done.answer.status.value}: {package} {found.first_bad_version}{last}, "
+                f"the first bad release over the engine at {held.engine[:12]}"
+            ))  # fmt: skip
+            term.out(f"report: {out / 'report.md'}")
+        else:
+            _print_answer(term, found.done.answer, out)
         if found.first_bad_version is not None:
             term.out(f"first bad version: {package} {found.first_bad_version}")
         return STATUS_EXIT[found.done.answer.status]
@@ -821,14 +835,21 @@ def report_cmd(
 
 def _with_bumps(result: ResultDocument, written: Path) -> ResultDocument:
     """The culprit's dependency bumps and where it lives, as the result.json written before
-    held them (git is not read again): `report DIR` keeps them."""
+    held them (git is not read again), and a `deps` run's releases (its first bad, those left
+    out, the engine held, its notes): `report DIR` keeps them."""
     try:
         before = ResultDocument.model_validate_json(written.read_bytes())
     except (OSError, ValueError):
         return result
     same = before.culprit and result.culprit and before.culprit.commit == result.culprit.commit
-    kept = {"bumps": before.bumps, "reach": before.reach}
-    return result.model_copy(update=kept) if same else result
+    if not same:
+        return result
+    kept: dict[str, Any] = {"bumps": before.bumps, "reach": before.reach}
+    if before.deps is not None:
+        notes = [*result.notes, *(n for n in before.notes if n not in result.notes)]
+        kept |= {"deps": before.deps, "first_bad_version": before.first_bad_version,
+                 "left_out": before.left_out, "notes": notes}  # fmt: skip
+    return result.model_copy(update=kept)
 
 
 @cli.command("localize")

@@ -79,6 +79,10 @@ class Build:
     """What result.json records of it (base commit, files written, seconds)."""
     lease: Held | None = field(default=None, compare=False, repr=False)
     """Holds it in use (never evicted) until released: whoever runs from it releases it."""
+    commit: str = ""
+    """The engine's commit that `{commit}` and `{short}` name in the server command where it
+    is not the candidate's (a dependency's release layered over an engine held at one
+    commit); "": the candidate's."""
 
     def release(self) -> None:
         """Done with it: the cache may evict it."""

@@ -8,7 +8,8 @@ of its own, put first on the engine build's PYTHONPATH:
 
     engine build at REF (any route: wheel, overlay, command)   ← built once, kept leased
       └── OUT/site: uv pip install --target OUT/site --no-deps NAME==VERSION
-    server: the engine's interpreter, PYTHONPATH=OUT/site:<the engine's PYTHONPATH>
+    server: the engine's interpreter, PYTHONPATH=OUT/site:<the engine's PYTHONPATH>,
+            `{commit}` and `{short}` the engine's (Build.commit), not the release's
 
 Python finds the layered version before the engine's own (and `importlib.metadata` reports
 it), so the engine's code, its other packages and the server command stay as they were.
@@ -47,6 +48,7 @@ class DependencyStrategy:
         uv: str,
         index: str | None = None,
         environ: Mapping[str, str] | None = None,
+        commit: str = "",
     ) -> None:
         self.package = canonicalize_name(package)
         self.engine = engine
@@ -55,6 +57,8 @@ class DependencyStrategy:
         self.uv = uv
         self.index = index
         self.environ = dict(os.environ if environ is None else environ)
+        self.commit = commit
+        """The engine's commit: `{commit}` in the server command (Build.commit)."""
 
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
         version = self.version_of(candidate)
@@ -95,5 +99,5 @@ class DependencyStrategy:
         env = {**engine.env, "PYTHONPATH": f"{site}{os.pathsep}{below}" if below else site}
         return Build(
             route=self.name, folder=engine.folder, python=engine.python, env=env,
-            facts={**facts, "layer": site},
+            facts={**facts, "layer": site}, commit=self.commit,
         )  # fmt: skip

@@ -87,6 +87,8 @@ def prepare(
                 probe_dir.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(log, probe_dir / "build.log")
         values = {"python": build.python, "build": str(build.folder)}
+        if build.commit:  # the engine held under a dependency's release
+            values |= {"commit": build.commit, "short": build.commit[:12]}
         out |= build.env
         if "PYTHONPATH" in build.env and env.get("PYTHONPATH"):
             out["PYTHONPATH"] = os.pathsep.join([build.env["PYTHONPATH"], env["PYTHONPATH"]])

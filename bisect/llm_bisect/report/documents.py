@@ -361,6 +361,30 @@ class LeftOut(_Doc):
     """Oldest first."""
 
 
+class DepsDoc(_Doc):
+    """`deps`: what was bisected: the releases of one dependency, installed over the engine
+    held at one build (each release a commit of DIR/versions.git, made by llm-bisect)."""
+
+    package: str
+    """The dependency, as given (`--package`)."""
+    engine: str = Field(pattern=r"^[0-9a-f]{40}$")
+    """The engine's commit, held at every probe (`--build`, resolved)."""
+    build: str
+    """`--build` as given (a ref of the engine)."""
+    route: str = ""
+    """The engine's build route (wheel, overlay, command)."""
+    good: str
+    """The release that works (`--good`, as the index spells it)."""
+    bad: str
+    """The release that breaks (`--bad`)."""
+    index: str = ""
+    """`--index` (credentials left out); "": PyPI."""
+    pre: bool = False
+    yanked: bool = False
+    last_good_version: str | None = None
+    """The release before the first bad one among those bisected (the answer's last good)."""
+
+
 class SymptomDoc(_Doc):
     """`search.symptom: same`: a candidate between the ends counted bad only with the bad
     end's symptom (symptom.py)."""
@@ -382,7 +406,7 @@ class ResultDocument(_Doc, AddedLater):
 
     added_later: ClassVar[tuple[str, ...]] = (
         "confirmation", "first_bad_version", "bumps", "later", "fast", "search", "left_out",
-        "symptom", "reach",
+        "symptom", "reach", "deps",
     )  # fmt: skip
 
     version: Literal[2] = RESULT_VERSION
@@ -430,6 +454,8 @@ class ResultDocument(_Doc, AddedLater):
     """`deps`: the first bad release of the dependency (the culprit's version)."""
     left_out: list[LeftOut] = Field(default_factory=list)
     """`deps`: the releases in the range the search did not bisect, by why."""
+    deps: DepsDoc | None = None
+    """`deps`: the dependency, its ends and the engine build held."""
     fast: FastDoc | None = None
     """`probe.fast`: where the search ran, and whether the full setup agreed."""
     search: SearchDoc | None = None

@@ -19,6 +19,7 @@ from . import escape as esc
 from .documents import (
     CandidateDoc,
     Context,
+    DepsDoc,
     LaterDoc,
     Power,
     ProbeDoc,
@@ -433,11 +434,21 @@ def _bumps(doc: ResultDocument) -> list[str]:
     for b in doc.bumps:
         old, new = b.old.removeprefix("=="), b.new.removeprefix("==")
         if b.old.startswith("==") and b.new.startswith("==") and "," not in old + new:
+            out = f"{doc.context.out or 'DIR'}-deps-{b.name}"  # one folder a bump
             argv = ["llm-bisect", "deps", doc.context.config or "CONFIG", "--build",
                     f"{doc.culprit.commit}^", "--package", b.name, "--good", old, "--bad", new,
-                    *reproduce_repo(doc.context)]  # fmt: skip
+                    "--out", out, *reproduce_repo(doc.context)]  # fmt: skip
             commands.append(esc.shell(argv))
-    if commands:
+    bad = bad_probe(doc)
+    if commands and bad is not None and bad.fingerprint.image is not None:
+        lines += [
+            "",
+            "`llm-bisect deps` finds the first bad release of each (the engine held at the "
+            "culprit's parent) by installing each release into a folder of this machine, which "
+            "a server in an image does not see: it takes a config with a process or Slurm "
+            "server.",
+        ]
+    elif commands:
         lines += ["", "The first bad release of each, the engine held at the culprit's parent:", ""]
         lines += esc.fence("\n".join(commands), "bash")
     return [*lines, ""]
@@ -644,12 +655,30 @@ def sureness(doc: ResultDocument) -> str:
     return said
 
 
+def _release(doc: ResultDocument) -> str:
+    """`deps`: the first bad release, and the answer's last good one."""
+    d = doc.deps
+    assert d is not None and doc.first_bad_version is not None
+    last = f" (last good {esc.code(d.last_good_version)})" if d.last_good_version else ""
+    return f"{esc.code(f'{d.package} {doc.first_bad_version}')}{last}"
+
+
+def _engine(d: DepsDoc) -> str:
+    """`deps`: the engine build every release was installed over."""
+    given = "" if d.engine.startswith(d.build) else f" ({esc.code(d.build)})"
+    route = f", built by {esc.code(d.route)}" if d.route else ""
+    return f"the engine held at `{d.engine[:12]}`{given}{route}"
+
+
 def _summary(doc: ResultDocument) -> list[str]:
     """The block a maintainer reads first: what was found, between which builds, at what cost."""
     ctx, base = doc.context, doc.context.repo_url
     what = "first bad commit" if doc.mode is Mode.REGRESSION else "first good commit (the fix)"
     sure = sureness(doc)
-    if doc.culprit is not None:
+    if doc.deps is not None and doc.first_bad_version is not None:
+        head = f"> **{doc.status.value}** · first bad release: {_release(doc)}"
+        head += f" ({sure})" if sure else ""
+    elif doc.culprit is not None:
         head = f"> **{doc.status.value}** · {what}: {_linked(base, doc.culprit)}"
         head += f" ({sure})" if sure else ""
     else:
@@ -658,6 +687,13 @@ def _summary(doc: ResultDocument) -> list[str]:
     ends = compare_url(base, doc.good, doc.bad) if doc.mode is Mode.REGRESSION else ""
     links = [f"[the change]({compare})" if compare else "", f"[the range]({ends})" if ends else ""]
     shown = " · ".join(x for x in links if x)
+    between = f"> good {_ref(ctx.good_ref, doc.good)} → bad {_ref(ctx.bad_ref, doc.bad)}"
+    if doc.deps is not None:
+        d = doc.deps
+        between = (
+            f"> good {esc.code(f'{d.package} {d.good}')} → bad {esc.code(f'{d.package} {d.bad}')}"
+            f" · {_engine(d)}"
+        )
     spent = sum(p.timings.get("total", 0.0) for p in doc.probes if not p.given)
     wall = (
         doc.ended_at - doc.started_at
@@ -667,8 +703,7 @@ def _summary(doc: ResultDocument) -> list[str]:
     ran = [p for p in doc.probes if not p.given]
     return [
         head,
-        f"> good {_ref(ctx.good_ref, doc.good)} → bad {_ref(ctx.bad_ref, doc.bad)}"
-        + (f" · {shown}" if shown else ""),
+        between + (f" · {shown}" if shown else ""),
         f"> {len(ran)} probes over {doc.candidates} candidates · {duration(wall)} "
         f"({duration(spent)} in probes) · mode `{doc.mode.value}` · `regress: {doc.regress.value}`",
         "",
@@ -692,6 +727,8 @@ def _reproduce(doc: ResultDocument) -> list[str]:
         f"{esc.shell([*check, good.commit, *named])}   # expect good: exit 0",
     ]
     lines = ["## Reproduce", "", *esc.fence("\n".join(commands), "bash"), ""]
+    if doc.deps is not None:
+        lines = _deps_reproduce(doc)
     command = bad.fingerprint.command
     if command:
         lines += [
@@ -702,6 +739,31 @@ def _reproduce(doc: ResultDocument) -> list[str]:
             "",
         ]
     return lines
+
+
+def _deps_reproduce(doc: ResultDocument) -> list[str]:
+    """`deps`: its releases are commits of a repository the run made, which `check` does not
+    know: the same descent over the answer's last good and first bad release reproduces it
+    (a fresh --out: two probes, its own golden)."""
+    d, first_bad = doc.deps, doc.first_bad_version
+    if d is None or first_bad is None or d.last_good_version is None:
+        return []
+    ctx = doc.context
+    argv = ["llm-bisect", "deps", ctx.config or "CONFIG", "--build", d.engine, "--package",
+            d.package, "--good", d.last_good_version, "--bad", first_bad,
+            *(["--index", d.index] if d.index else []), *(["--pre"] if d.pre else []),
+            *(["--yanked"] if d.yanked else []), "--out", (ctx.out or "DIR") + "-reproduce",
+            *reproduce_repo(ctx)]  # fmt: skip
+    said = f"# expect found, first bad {d.package} {first_bad}: exit 0"
+    line = f"{esc.shell(argv)}   {said}"
+    return [
+        "## Reproduce",
+        "",
+        f"The last good and the first bad release over the same engine build (`{d.engine[:12]}`):",
+        "",
+        *esc.fence(line, "bash"),
+        "",
+    ]
 
 
 def reproduce_repo(ctx: Context) -> list[str]:
@@ -835,12 +897,26 @@ def render_markdown(doc: ResultDocument) -> str:
         if doc.culprit is not None
         else status.value
     )
+    deps = doc.deps
+    if deps is not None and doc.first_bad_version is not None:
+        first_bad = cell(f"{deps.package} {doc.first_bad_version}", 80)
+        title = f"{status.value}: {first_bad}, the first bad release"
     sure = sureness(doc)
     lines = [f"# llm-bisect: {title}" + (f" ({sure})" if sure else ""), "", *_summary(doc)]
     lines.append(f"**Status:** {status.value} — {esc.text(doc.message)}")
     lines.append("")
-    lines.append(f"- good: `{doc.good}`")
-    lines.append(f"- bad: `{doc.bad}`")
+    if deps is not None:
+        as_given = "" if deps.engine.startswith(deps.build) else f" ({esc.code(deps.build)})"
+        route = f", built by {esc.code(deps.route)}" if deps.route else ""
+        lines.append(f"- engine: `{deps.engine}`{as_given}{route}, held at every probe")
+        lines.append(
+            f"- good: {esc.code(f'{deps.package} {deps.good}')} (`{doc.good[:12]}` of "
+            "versions.git, made by llm-bisect: one commit a release)"
+        )
+        lines.append(f"- bad: {esc.code(f'{deps.package} {deps.bad}')} (`{doc.bad[:12]}`)")
+    else:
+        lines.append(f"- good: `{doc.good}`")
+        lines.append(f"- bad: `{doc.bad}`")
     if doc.merge_base:
         lines.append(f"- merge base: `{doc.merge_base}`")
     given = [p for p in doc.probes if p.given]
@@ -854,7 +930,16 @@ def render_markdown(doc: ResultDocument) -> str:
     lines.append("")
     lines += _caveats(doc)
     culprit = doc.culprit
-    if culprit:
+    if culprit and deps is not None:
+        lines += [
+            "## Culprit: first bad release",
+            "",
+            f"{_release(doc)}, installed over {_engine(deps)}",
+            "",
+            f"- in versions.git (made by llm-bisect, one commit a release): `{culprit.commit}`",
+            "",
+        ]
+    elif culprit:
         what = "first bad commit" if doc.mode is Mode.REGRESSION else "first good commit (fix)"
         url = commit_url(doc.context.repo_url, culprit.commit)
         pr = pr_number(culprit.subject)

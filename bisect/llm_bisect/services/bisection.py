@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ..checks.golden import load as golden_load
 from ..config import FastConfig, argv_secrets, config_digest, secret_names
 from ..model import Candidate, ProbeOutcome, Regress, Verdict
 from ..outdir import hold
@@ -54,7 +55,13 @@ def run_bisect(
     With `probe.fast`, the search runs first in the fast setup, into DIR/fast (its own
     journal, golden and probes); where both ends reproduce there, the full setup probes its
     answer first (the ends, the last good, the first bad), and searches on in full wherever
-    it disagrees. The full run in DIR gives the answer; result.json's `fast` says how."""
+    it disagrees. The full run in DIR gives the answer; result.json's `fast` says how.
+
+    With `find_fix`, a golden the config names that was recorded from another build than
+    this good end (the regression's good end, as a rule) is not this run's: one is recorded
+    from this good end into DIR instead, and said (fix_golden)."""
+    if find_fix and golden_file is None:
+        s = fix_golden(s, good, progress.note if progress is not None else (lambda _: None))
     if s.config.probe.fast is None or given:
         return _bisect(s, out_dir, good=good, bad=bad, find_fix=find_fix, progress=progress,
                        golden_file=golden_file, given=given)  # fmt: skip
@@ -219,7 +226,10 @@ def _bisect(
         reverted = confirmation.probes[0] if confirmation is not None else None
         if config.confirm == "continue" and confirmation and reverted and reverted.verdict == "bad":
             only = s.config.candidates.model_copy(update={"later": []})  # the outer run's
-            inner = s.config.model_copy(update={"confirm": True, "candidates": only})
+            # its good end is the culprit reverted, not the config golden's: its own golden
+            inner = s.config.model_copy(
+                update={"confirm": True, "candidates": only, "golden": None}
+            )
             nested = replace(s, config=inner)
 
             def bisect(line_good: str, line_bad: str) -> ResultDocument:
@@ -236,6 +246,24 @@ def _bisect(
         for line in next_steps(done.result):
             note(line)
         return done
+
+
+def fix_golden(s: Setup, good: str | None, note: Callable[[str], None]) -> Setup:
+    """The setup a `--find-fix` run judges by: the config's golden where it was recorded from
+    this run's good end (the build that works again), else none named (the run records one
+    from its good end into DIR, as without `golden`), said in one line."""
+    path = s.golden_path()
+    if path is None or not path.is_file():
+        return s
+    end = s.resolve(good or s.config.candidates.good, "--good")
+    recorded = golden_load(path).commit
+    if recorded == end.commit:
+        return s
+    note(
+        f"golden: {path} was recorded from {recorded[:12]}, not from this run's good end "
+        f"{end.short} (the build that works again): recording one from {end.short} into --out"
+    )
+    return replace(s, config=s.config.model_copy(update={"golden": None}))
 
 
 def _weigh(policy: Policy, found: Confirmation, culprit: str) -> Policy:

@@ -7,8 +7,10 @@ The releases of NAME after VER-good up to VER-bad (the index's list, less what
 versions.sift leaves out unless asked: yanked releases, pre- and dev releases, and those
 the engine's interpreter cannot install; the run says how many and why, and result.json
 `left_out` lists them) become a small repository of versions, one commit each
-(DIR/versions.git); the engine's build at REF is made once by the config's own strategies;
-each release is then installed over it (builds/dependency.py) and the run bisects that
+(DIR/versions.git); the engine's build at REF is made once by the config's own strategies
+(without build.strategies: the server command as it is, on the interpreter it runs; a server
+that runs images is refused); each release is then installed over it (builds/dependency.py:
+`{commit}` in the server command stays the engine's) and the run bisects that
 repository as it does an engine's history: the same journal, resume, report and
 result.json, whose culprit is the first bad release (`first_bad_version`). A release that
 will not install is skip. A run resumed over another list of releases than it began with
@@ -19,30 +21,35 @@ The search weighs verdicts as `run` does (`search.flake: auto`: any verdict may 
 answer needs the posterior's confidence). Confirmation does not apply: a release is no
 change that reverts onto the bad end or picks onto the good one (`confirm` is off); the
 answer rests on the posterior alone, and result.json's notes say so and name, by version,
-each release whose verdict disagreed.
+each release whose verdict disagreed. `candidates.later` and `probe.fast` name or search
+the engine's history, not releases: they are left out, and the run says so.
 """
 
 from __future__ import annotations
 
+import re
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import httpx
 from packaging.version import Version
 
-from ..builds import Builder
+from ..builds import Build, Builder
 from ..builds.cache import BuildCache
 from ..builds.dependency import DependencyStrategy
 from ..builds.wheel import MAX_PAGE_BYTES, find_uv
 from ..client import within
+from ..config import BuildCacheConfig, Config
 from ..errors import ConfigError, LaunchError
 from ..journal import FILENAME, read_journal
+from ..kinds import LAUNCHERS
 from ..outdir import hold
 from ..probe import Progress
 from ..redact import public_url
-from ..report.documents import LeftOut, ResultDocument
+from ..report.documents import DepsDoc, LeftOut, ResultDocument
 from ..runner import RunResult, write_outputs
 from ..search import Status
 from ..sources.git import GitSource
@@ -136,18 +143,21 @@ def run_deps(
 ) -> DepsResult:
     """Bisect the releases of `package` between `good` and `bad` over the engine at `build`;
     `pre`, `yanked`: pre-releases, yanked releases in the range too (versions.sift)."""
-    if s.builder is None:
-        raise ConfigError("deps: the engine's build needs build.strategies (the release is "
-                          "installed over it)")  # fmt: skip
+    if s.builder is None and LAUNCHERS[s.config.server.launcher].runs_images:
+        raise ConfigError(
+            f"deps: server.launcher {s.config.server.launcher!r} runs images, which a release "
+            "installed into a folder of this machine does not reach: use a process or slurm "
+            "server (with build.strategies, or the server command as it is)"
+        )
     engine_commit = s.resolve(build, "--build")
-    url = index or PYPI
+    url = index or s.environ.get("UV_DEFAULT_INDEX") or s.environ.get("UV_INDEX_URL") or PYPI
     releases = index_releases(url, package, _fetch)
     ranged = between(releases, good, bad)  # both checked: versions the index has
     spelt = {r.version: str(r) for r in releases}  # `--good 1.0.0` is the index's `1.0`
     good, bad = spelt[Version(good)], spelt[Version(bad)]
     before = [r for r in releases if str(r) == good]
     try:
-        engine = s.builder.build(engine_commit)
+        engine = s.builder.build(engine_commit) if s.builder is not None else as_served(s)
     except LaunchError as exc:
         raise ConfigError(
             f"--build: the engine's build at {engine_commit.short} failed: {exc}"
@@ -191,13 +201,12 @@ def run_deps(
         strategy = DependencyStrategy(
             package=package, engine=lambda: engine, uv=find_uv(), index=index,
             version_of=lambda c: version_at(repo, c.commit),
-            environ={**s.environ, **s.env},
+            environ={**s.environ, **s.env}, commit=engine_commit.commit,
         )  # fmt: skip
-        cache: BuildCache = s.builder.cache
+        cache = s.builder.cache if s.builder is not None else own_cache(out_dir)
         versions = replace(
             s,
-            # the good release records its golden; a revert of a version means nothing
-            config=s.config.model_copy(update={"golden": None, "confirm": False}),
+            config=_over_releases(s.config, progress),
             source=GitSource(repo, "deps"),
             builder=Builder([strategy], cache),
         )
@@ -215,14 +224,86 @@ def run_deps(
         *_deps_notes(done.result, repo, package, progress),
         *_boundary_notes(package, good, kept, chosen.left_out, first_bad, progress),
     ]
+    at = [str(r) for r in [*before, *kept]]
+    held = DepsDoc(
+        package=package, engine=engine_commit.commit, build=build, route=engine.route,
+        good=good, bad=bad, index=public_url(index) if index else "", pre=pre, yanked=yanked,
+        last_good_version=at[at.index(first_bad) - 1] if first_bad in at[1:] else None,
+    )  # fmt: skip
     named = done.result.model_copy(
-        update={"first_bad_version": first_bad, "left_out": left_out, "notes": notes}
-    )
+        update={"first_bad_version": first_bad, "left_out": left_out, "notes": notes,
+                "deps": held}
+    )  # fmt: skip
     done.result = write_outputs(out_dir, named, versions.scrub)
     return DepsResult(
         done, first_bad, [str(r) for r in kept],
         {why: [str(r) for r in gone] for why, gone in chosen.left_out.items()},
     )  # fmt: skip
+
+
+AS_SERVED = "as served"
+"""The engine's route without build.strategies: the server command as the config runs it."""
+
+
+def served_python(command: Sequence[str]) -> str:
+    """The interpreter a server command runs (no build.strategies): its first word where that
+    is a python, else the one its script's `#!` line names (`vllm serve`), else python3."""
+    found = shutil.which(command[0]) if command else None
+    if found is None:
+        return shutil.which("python3") or "python3"
+    if PYTHON.fullmatch(Path(found).name):
+        return found
+    try:
+        with open(found, "rb") as script:
+            line = script.readline(512)
+    except OSError:
+        line = b""
+    words = line[2:].decode(errors="replace").split() if line.startswith(b"#!") else []
+    if words and Path(words[0]).name == "env" and len(words) > 1:
+        words = [shutil.which(words[1]) or words[1]]
+    if words and PYTHON.fullmatch(Path(words[0]).name):
+        return words[0]
+    return shutil.which("python3") or "python3"
+
+
+PYTHON = re.compile(r"python[\d.]*")
+
+
+def as_served(s: Setup) -> Build:
+    """The engine without build.strategies: the config's server command as it runs (its
+    `{commit}` the engine's), each release put first on its PYTHONPATH."""
+    command = getattr(s.config.server, "command", None) or []
+    python = served_python([str(w) for w in command])
+    return Build(route=AS_SERVED, folder=s.base_dir, python=python, facts={"python": python})
+
+
+def own_cache(out_dir: Path) -> BuildCache:
+    """Where the releases are installed without build.strategies (no build cache named):
+    DIR/builds."""
+    return BuildCache(out_dir / "builds", int(BuildCacheConfig().disk_budget_gb * 1e9))
+
+
+def _over_releases(config: Config, progress: Progress) -> Config:
+    """The config as it applies to releases: the good release records its golden, a revert
+    of a release means nothing (no confirmation), and what names or searches the engine's
+    history (`candidates.later`, `probe.fast`) is left out, said."""
+    set_ = {"probe.fast": config.probe.fast is not None,
+            "candidates.later": bool(config.candidates.later)}  # fmt: skip
+    left = [key for key, on in set_.items() if on]
+    if left:
+        they = ("they apply", "are") if len(left) > 1 else ("it applies", "is")
+        progress.note(
+            f"deps: {' and '.join(left)} {they[1]} left out: {they[0]} to the engine's history "
+            "(`run`), not to releases of a dependency"
+        )
+    return config.model_copy(
+        update={
+            "golden": None,
+            "confirm": False,
+            "candidates": config.candidates.model_copy(update={"later": []}),
+            "probe": config.probe.model_copy(update={"fast": None}),
+        }
+    )
 
 
 def _same_releases(
