@@ -47,10 +47,12 @@ def run_bisect(
     progress: Progress | None = None,
     golden_file: Path | None = None,
     given: Sequence[tuple[ProbeOutcome, str]] = (),
+    where: bool = True,
 ) -> RunResult:
-    """Bisect the config's range (or --good/--bad) into `out_dir`. `golden_file`: the golden
-    to judge by instead of the config's; `given`: verdicts held already (the gate's, whose
-    bisection runs in the full setup only).
+    """Bisect the config's range (or --good/--bad) into `out_dir`. `where`: say which
+    releases hold the culprit (not for `deps`, whose commits are made-up releases);
+    `golden_file`: the golden to judge by instead of the config's; `given`: verdicts held
+    already (the gate's, whose bisection runs in the full setup only).
 
     With `probe.fast`, the search runs first in the fast setup, into DIR/fast (its own
     journal, golden and probes); where both ends reproduce there, the full setup probes its
@@ -64,7 +66,7 @@ def run_bisect(
         s = fix_golden(s, good, progress.note if progress is not None else (lambda _: None))
     if s.config.probe.fast is None or given:
         return _bisect(s, out_dir, good=good, bad=bad, find_fix=find_fix, progress=progress,
-                       golden_file=golden_file, given=given)  # fmt: skip
+                       golden_file=golden_file, given=given, where=where)  # fmt: skip
     note = progress.note if progress is not None else (lambda _: None)
     fast_s = fast_setup(s)
     s = replace(s, scrub=s.scrub.with_secrets(fast_s.scrub.secrets))
@@ -87,7 +89,8 @@ def run_bisect(
         return result.model_copy(update={"fast": doc})
 
     return _bisect(s, out_dir, good=good, bad=bad, find_fix=find_fix, progress=progress,
-                   golden_file=golden_file, first=first, decorate=with_fast)  # fmt: skip
+                   golden_file=golden_file, first=first, decorate=with_fast,
+                   where=where)  # fmt: skip
 
 
 def _bisect(
@@ -102,6 +105,7 @@ def _bisect(
     given: Sequence[tuple[ProbeOutcome, str]] = (),
     first: frozenset[str] = frozenset(),
     decorate: Callable[[ResultDocument], ResultDocument] | None = None,
+    where: bool = True,
 ) -> RunResult:
     """One bisection in one setup; `first`: commits probed first where they lie in the range
     left; `decorate`: what the result gains once the search is over (before confirmation)."""
@@ -217,11 +221,12 @@ def _bisect(
                 note("the culprit bumps " + ", ".join(b.label for b in found_bumps))
                 bumped = done.result.model_copy(update={"bumps": found_bumps})
                 done.result = write_outputs(out_dir, bumped, s.scrub)
-            where = reach_doc(s.source.path, done.result)
-            note(f"{first_bad.commit[:12]}: {where.sentence}")
-            done.result = write_outputs(
-                out_dir, done.result.model_copy(update={"reach": where}), s.scrub
-            )
+            if where:
+                held = reach_doc(s.source.path, done.result)
+                note(f"{first_bad.commit[:12]}: {held.sentence}")
+                done.result = write_outputs(
+                    out_dir, done.result.model_copy(update={"reach": held}), s.scrub
+                )
         confirmation = done.result.confirmation
         reverted = confirmation.probes[0] if confirmation is not None else None
         if config.confirm == "continue" and confirmation and reverted and reverted.verdict == "bad":

@@ -211,8 +211,9 @@ def run_deps(
             builder=Builder([strategy], cache),
         )
         done = run_bisect(
-            versions, out_dir, good=commits[good], bad=commits[bad], progress=progress
-        )
+            versions, out_dir, good=commits[good], bad=commits[bad], progress=progress,
+            where=False,
+        )  # fmt: skip
     finally:
         engine.release()
     culprit = done.result.culprit
