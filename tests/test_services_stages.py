@@ -30,7 +30,11 @@ def differences(a: Any, b: Any, where: str = "") -> list[str]:
             )
         ]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]")]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in differences(x, y, f"{where}[{i}]")
+        ]
     return [] if a == b else [f"{where}: {a!r} != {b!r}"]
 
 
@@ -67,4 +71,53 @@ def test_report_rewrites_the_result_json_the_run_wrote_every_section_included(
     assert again.exit_code == done.exit_code, again.output
     rewritten = json.loads((out / "result.json").read_text())
     assert differences(written, rewritten) == []
+    assert (out / "report.md").read_text() == report
+
+
+def test_the_culprit_and_the_last_good_run_every_check_for_the_report(tmp_path: Path) -> None:
+    """`probe.early_stop` (the default) stops the culprit's probe at its first failed check;
+    after the search it is probed again with every check, once, and the report's evidence is
+    its own: the token-id / logprob diff, accuracy, answers with content null against the
+    golden's, NaN/Inf on both sides; report.html plots the culprit's logprobs."""
+    h = History(tmp_path, {5: "null-content"}, 8)
+    launches = tmp_path / "launches"
+    config = h.config(server={"command": [*sim_command(h.repo), "--launch-log", str(launches)]})
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    culprit, last_good = h.shas[5], h.shas[4]
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["culprit"]["commit"] == culprit
+    searched = [p for p in doc["probes"] if p["commit"] == culprit]
+    assert searched and searched[-1]["not_run"], searched  # its suite stopped early
+    report = (out / "report.md").read_text()
+    evidence = report.split("## Evidence")[1].split("\n## ")[0]
+    assert "#### First divergence from the golden (logprobs)" in evidence, evidence
+    assert f"per position: {culprit[:12]}" in (out / "report.html").read_text()
+    assert "eval; every check run after the search: see Evidence)" in report  # the probe table
+    (full,) = doc["decisive"]
+    assert full["commit"] == culprit and full["verdict"] == "bad" and not full.get("not_run")
+    assert [c["name"] for c in full["checks"]] == [c["name"] for c in doc["probes"][0]["checks"]]
+    eval_ = next(c for c in full["checks"] if c["name"] == "eval")["details"]
+    n = eval_["metrics"]["n"]
+    nulls = eval_["metrics"]["null_content"]
+    assert nulls > 0 and eval_["golden_null_content"] == 0
+    assert (f"`{culprit[:12]}`: accuracy {eval_['metrics']['accuracy']:.1%}" in evidence
+            and f"{nulls:,} / {n:,} answers with content null; golden 0 / {n:,}"
+            in evidence), evidence  # fmt: skip
+    assert f"`{last_good[:12]}`: accuracy" in evidence, evidence
+    assert f"`{culprit[:12]}`: 0 logprob position(s) NaN or Inf" in evidence, evidence
+    assert f"`{last_good[:12]}`: 0 logprob position(s) NaN or Inf" in evidence, evidence
+    # once: the same command again (it resumes) and `report DIR` start nothing, say the same
+    before = launches.read_text().split()
+    # the search's probe, the full one, localisation's (`localize`, on by default)
+    assert before.count(culprit) == 3, before
+    assert CliRunner().invoke(cli, ["run", str(config), "--out", str(out)]).exit_code == 0
+    assert launches.read_text().split() == before
+    doc = json.loads((out / "result.json").read_text())  # the resumed run's (its own end time)
+    report = (out / "report.md").read_text()
+    assert [p["commit"] for p in doc["decisive"]] == [culprit]
+    (out / "result.json").unlink()
+    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
+    assert differences(doc, json.loads((out / "result.json").read_text())) == []
     assert (out / "report.md").read_text() == report

@@ -1,10 +1,10 @@
 """The post-run stages: what a bisection does once its search has an answer, in one list.
 
-    search ─► fast ─► confirm ─► later ─► localize ─► bumps ─► continue
+    search ─► fast ─► confirm ─► evidence ─► later ─► localize ─► bumps ─► continue
               │        │ (not confirmed: the search again, the stages before it again)
               ▼        ▼
-    each stage's part of DIR: fast.json, confirmation.json, later.json, localization.json,
-    bumps.json, continued.json
+    each stage's part of DIR: fast.json, confirmation.json, evidence.json, later.json,
+    localization.json, bumps.json, continued.json
 
 Each stage is a small object: `apply` runs it after the search (it may probe; it saves what
 it found in its part of DIR and writes result.json again), `restore` reads that part back
@@ -15,21 +15,24 @@ is in both, and `report DIR` rewrites the result.json the run wrote.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..checks.golden import GoldenStore
 from ..config import FastConfig, argv_secrets, secret_names
+from ..journal import Journal, begin_side, side_probes
 from ..launchers import Launcher
-from ..model import Candidate, Regress
+from ..model import Candidate, Regress, Verdict
 from ..pins import commit_bumps
 from ..posterior import Policy
-from ..probe import ProbeContext, Progress, SilentProgress
+from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..redact import redact
-from ..report.documents import BumpDoc, FastDoc, ResultDocument
+from ..report.documents import BumpDoc, FastDoc, ProbeDoc, ResultDocument
+from ..report.result import probe_doc
 from ..runner import RunResult, write_atomic, write_outputs
 from ..search import Plan, Status
 from .confirm import (
@@ -43,8 +46,10 @@ from .confirm import (
     with_confirmation,
 )
 from .later import probe_later, with_later
-from .localization import localize_after_run, with_localization
+from .localization import culprit_pair, localize_after_run, with_localization
 from .setup import Setup
+
+EVIDENCE_JOURNAL = "evidence.jsonl"
 
 
 @dataclass
@@ -193,6 +198,58 @@ class Confirm:
         return RunResult(answer, result, done.out_dir)  # as the run ended it
 
 
+class Evidence:
+    """The decisive builds (the last good and the first bad) with every check: where the
+    search's probe of one stopped at its first failed check (`probe.early_stop`), it is
+    probed again in full, into DIR/evidence/<short>; journalled in DIR/evidence.jsonl (a
+    resume does not repeat it), kept in DIR/evidence.json. A probe of it that ran every check
+    already is used as it is. At most two probes."""
+
+    name = "evidence"
+    probes = True
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        result = done.result
+        pair = culprit_pair(result)
+        if pair is None:
+            return done
+        wanted = [c for c in pair if _stopped_early(result.probe_of(c))]
+        if not wanted:
+            return done
+        plan = run.plan
+        known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
+        digest = hashlib.sha256("\0".join(pair).encode()).hexdigest()[:16]
+        path = done.out_dir / EVIDENCE_JOURNAL
+        found = side_probes(path, digest)  # another pair's is dropped
+        ctx = replace(run.probe_context(), early_stop=False)
+        with Journal(path, run.s.scrub) as journal:
+            begin_side(journal, self.name, digest, 1)
+            for commit in wanted:
+                if commit in found:
+                    continue
+                candidate = known.get(commit) or run.s.source.resolve(commit, "evidence")
+                run.note(f"evidence: probing {candidate.short} again with every check")
+                outcome = probe(candidate, done.out_dir / "evidence" / candidate.short, ctx)
+                journal.append("probe", outcome=outcome.to_json())
+                found[commit] = outcome
+        subjects = {p.commit: p.subject for p in result.probes}
+        full = [probe_doc(found[c], subjects.get(c, "")) for c in wanted if c in found]
+        save(done.out_dir, self.name, result, [p.model_dump(mode="json") for p in full], run)
+        return _written(done, result.model_copy(update={"decisive": full}), run)
+
+    def restore(self, done: RunResult) -> RunResult:
+        part = stored(done.out_dir, self.name, done.result)
+        if part is None:
+            return done
+        full = [ProbeDoc.model_validate(p) for p in part]
+        return replace_result(done, done.result.model_copy(update={"decisive": full}))
+
+
+def _stopped_early(p: ProbeDoc | None) -> bool:
+    """A tested probe whose suite stopped before every check ran."""
+    return p is not None and bool(p.not_run) and p.verdict in (Verdict.GOOD, Verdict.BAD)
+
+
 class Later:
     """`candidates.later`: builds newer than the bad end (services/later.py)."""
 
@@ -308,7 +365,7 @@ def replace_result(done: RunResult, result: ResultDocument) -> RunResult:
 
 
 STAGES: tuple[Stage, ...] = (
-    Fast(), Confirm(), Later(), Localize(), Bumps(), Continue(),
+    Fast(), Confirm(), Evidence(), Later(), Localize(), Bumps(), Continue(),
 )  # fmt: skip
 """In the order a run applies them; the stages before `confirm` are applied again after each
 search (a culprit not confirmed searches on)."""
