@@ -45,3 +45,38 @@ def client() -> docker.DockerClient:
         if os.environ.get("CI"):
             pytest.fail(f"CI must start a Docker engine: {exc}")
         pytest.skip(f"no Docker engine: {exc}")
+
+
+VLLM_STARTS: dict[str, int] = {}
+"""Real vLLM starts by test (marker `vllm`): the vLLM half's cost, printed at its end."""
+
+
+@pytest.fixture(autouse=True)
+def _count_vllm_starts(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Count each vLLM server the test starts (a port move's restart included)."""
+    if request.node.get_closest_marker("vllm") is None:
+        return
+    from llm_bisect.launchers.process import ProcessServer
+
+    spawn = ProcessServer._spawn
+    name = request.node.nodeid
+
+    def counted(server: ProcessServer) -> None:
+        if any("vllm.entrypoints" in arg for arg in server.argv):
+            VLLM_STARTS[name] = VLLM_STARTS.get(name, 0) + 1
+        spawn(server)
+
+    monkeypatch.setattr(ProcessServer, "_spawn", counted)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not VLLM_STARTS:
+        return
+    total = sum(VLLM_STARTS.values())
+    terminalreporter.section(f"real vLLM starts: {total}")
+    for name, count in VLLM_STARTS.items():
+        terminalreporter.write_line(f"{count:4d}  {name}")
+    times = os.environ.get("LLM_BISECT_TIMES")
+    if times:  # scripts/test's table of phases (the count where the others have seconds)
+        with open(times, "a") as out:
+            out.write(f"real vLLM starts (a count) {total}\n")

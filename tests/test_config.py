@@ -258,11 +258,19 @@ def test_the_older_bad_end_suggests_find_fix(tmp_path: Path, history: Any) -> No
     assert "is older than good" in output and "--find-fix" in output
 
 
-def test_every_command_has_help() -> None:
-    for command in ["run", "check", "golden", "calibrate", "candidates", "report", "demo", "reap"]:
-        result = CliRunner().invoke(cli, [command, "--help"])
+def test_every_command_has_help_with_an_example_and_flags_that_take_no_value() -> None:
+    import typer.main
+
+    commands = sorted(typer.main.get_command(cli).commands)  # type: ignore[attr-defined]
+    assert {"run", "check", "gate", "init", "candidates", "demo"} <= set(commands)
+    for command in commands:
+        result = CliRunner().invoke(cli, [command, "--help"], env={"COLUMNS": "200"})
         assert result.exit_code == 0, command
-        assert "Usage" in result.output
+        assert "Usage" in result.output and "Example: llm-bisect " in result.output.replace(
+            "git bisect run ", ""
+        ), command
+        # a flag (--json, --find-fix) is shown without a value type: typer said `<bool>`
+        assert "<bool>" not in result.output, command
 
 
 @pytest.mark.parametrize(

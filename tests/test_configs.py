@@ -127,13 +127,19 @@ def test_the_cpu_config_builds_wheels_then_overlays_past_image_retention() -> No
 CI = ROOT / "configs" / "ci"
 
 
-def _ci_steps() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
-    """Each template's gate step and the environment its job sets, by template."""
+def _ci_steps(bisect: bool = False) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Each template's gate step (or, `bisect`, the step that bisects after a block) and the
+    environment its job sets, by template."""
     github = yaml.safe_load((CI / "github-actions-gate.yml").read_text())
-    job = github["jobs"]["gate"]
+    job = github["jobs"]["bisect" if bisect else "gate"]
     (gh_step,) = [s for s in job["steps"] if "llm-bisect gate" in s.get("run", "")]
     buildkite = yaml.safe_load((CI / "buildkite-gate.yml").read_text())
-    (bk_step,) = [s for s in buildkite["steps"] if "llm-bisect gate" in s.get("command", "")]
+    (bk_step,) = [
+        s
+        for s in buildkite["steps"]
+        if "llm-bisect gate" in s.get("command", "")
+        and ("--bisect-on-block" in s["command"]) == bisect
+    ]
     return {"github": (gh_step, job["env"]), "buildkite": (bk_step, bk_step["env"])}
 
 
@@ -145,14 +151,16 @@ def test_the_ci_gate_steps_call_the_gate_with_flags_it_has() -> None:
     from llm_bisect.cli import cli
 
     help_text = CliRunner().invoke(cli, ["gate", "--help"], env={"COLUMNS": "200"}).output
-    for name, (step, _) in _ci_steps().items():
-        script = step.get("run") or step["command"]
-        line = next(x for x in script.replace("\\\n", " ").splitlines() if "llm-bisect" in x)
-        flags = [w for w in shlex.split(line) if w.startswith("--")]
-        assert {"--candidate", "--golden", "--junit", "--bisect-on-block", "--repo"} <= set(
-            flags
-        ), name
-        assert all(flag in help_text for flag in flags), (name, flags)
+    for bisect in (False, True):  # the gate, then a job of its own that bisects a block
+        for name, (step, _) in _ci_steps(bisect).items():
+            script = (step.get("run") or step["command"]).replace("$$", "$")
+            line = next(
+                x for x in script.replace("\\\n", " ").splitlines() if "llm-bisect gate" in x
+            )
+            flags = [w for w in shlex.split(line) if w.startswith("--")]
+            assert {"--candidate", "--golden", "--junit", "--repo"} <= set(flags), name
+            assert ("--bisect-on-block" in flags) == bisect, name
+            assert all(flag in help_text for flag in flags), (name, flags)
     github = yaml.safe_load((CI / "github-actions-gate.yml").read_text())
     on = github[True]  # YAML 1.1 reads the key `on` as true
     assert on["push"] == {"branches": ["releases/**"]}  # no tag: the gate runs before it
@@ -225,7 +233,12 @@ def test_each_ci_template_runs_as_written(
         script = step["run"]
     else:
         checkout = workspace / "vllm"
-        env |= {"BUILDKITE_BUILD_CHECKOUT_PATH": str(checkout), "BUILDKITE_COMMIT": h.shas[index]}
+        env |= {
+            "BUILDKITE_BUILD_CHECKOUT_PATH": str(checkout),
+            "BUILDKITE_COMMIT": h.shas[index],
+            "BUILDKITE_BUILD_ID": f"build-{ci}-{decision}",
+            "LLM_BISECT_STATE": str(tmp_path / "agent-state"),  # kept across retries
+        }
         shell = ["bash", "-e", "-c"]
         script = step["command"].replace("$$", "$")  # the pipeline upload's interpolation
         workspace = checkout  # a Buildkite command runs in the checkout
@@ -249,6 +262,27 @@ def test_each_ci_template_runs_as_written(
         assert done.returncode == code, said
         soft = {rule["exit_status"] for rule in step["soft_fail"]}
         assert (done.returncode in soft) == (decision == "inconclusive")
+    # then the job that bisects (GitHub: only after a block; Buildkite: the step runs after
+    # every gate and bisects a block only), in the same output folder (GitHub: restored
+    # from the cache), from the gate's own verdicts: the candidate is not probed again
+    if ci == "github" and decision != "block":
+        return
+    (bisect_step, _) = _ci_steps(bisect=True)[ci]
+    script = bisect_step.get("run") or bisect_step["command"].replace("$$", "$")
+    done = subprocess.run(
+        [*shell, script], cwd=workspace, env=env, capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    gate = json.loads((workspace / "gate-out" / "gate.json").read_text())
+    if decision != "block":
+        assert "nothing to bisect" in said and gate.get("bisection") is None, said
+        return
+    assert "holds this candidate's verdict; the bisection starts from it" in said, said
+    # 3 crashes during checks (untestable): 3 or 4 is the first bad, as the history has it
+    assert gate["bisection"]["status"] == "ambiguous", gate["bisection"]
+    assert "any of 2 could be the first bad" in gate["bisection"]["message"]
 
 
 def test_the_readme_points_only_at_files_in_the_repository() -> None:

@@ -406,12 +406,15 @@ def test_vllm_call_signatures_localise_to_the_code_that_changed(torch_python: st
     assert layer.first is not None and layer.first.module == "model.layers.0", layer.line()
     assert layer.first.event == "model.layers.0.self_attn (input hidden_states)", layer.first
     assert "positions" in layer.first.why and "hidden_states" in layer.first.why
+    assert layer.first.after == "model.layers.0.input_layernorm", layer.first
+    assert layer.first.type == "LlamaDecoderLayer", layer.first
 
     # a change in LlamaModel.forward between two layers: the model
     between = localize(good, toy_run(torch_python, "between"))
     assert between.first is not None and between.first.module == "model", between.line()
     assert between.first.event == "model.layers.1 (input hidden_states)", between.first
     assert "after model.layers.0" in between.first.why, between.first.why
+    assert between.first.after == "model.layers.0" and between.first.type == "LlamaModel"
     doc = between.document().model_dump(mode="json")
     assert doc["call"]["module"] == "model.layers.1"
     assert doc["call"]["inputs"]["positions"] == 0.0 and doc["call"]["inputs"]["hidden_states"] > 0

@@ -5,6 +5,7 @@ the package files)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from llm_bisect.pins import Bump, bumps
 
@@ -59,3 +60,52 @@ def test_ranges_additions_removals_and_unchanged_pins() -> None:
     ]  # a source file's strings are no pins; a renamed spelling is the same package
     assert bumps(diff)[0].label == "numba <0.62,>=0.61 → <0.63,>=0.62"
     assert bumps(diff)[1].label == "new-thing (none) → 2.0"
+
+
+def _commit(repo: Path, message: str, files: dict[str, str]) -> str:
+    import subprocess
+
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", message], check=True)
+    out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                         text=True, check=True)  # fmt: skip
+    return out.stdout.strip()
+
+
+def test_the_dry_run_flags_the_candidates_that_bump_a_pin(history: Any, tmp_path: Path) -> None:
+    """As seed 000's reporter triaged by hand: which commits of the range change a pin."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from llm_bisect.cli import cli
+    from llm_bisect.pins import range_bumps
+
+    h = history({}, n=3)
+    pinned = _commit(
+        h.repo, "[CI] pin flashinfer", {"requirements/cuda.txt": "flashinfer-python==0.5.2\n"}
+    )
+    docs = _commit(h.repo, "[Doc] words", {"docs/x.md": "x\n"})
+    bump = _commit(h.repo, "[Kernel] Bump FlashInfer to 0.5.3",
+                   {"requirements/cuda.txt": "flashinfer-python==0.5.3\n"})  # fmt: skip
+    tip = _commit(h.repo, "[Misc] tidy", {"docs/y.md": "y\n"})
+    found = range_bumps(h.repo, [pinned, docs, bump, tip])
+    assert {c: [b.label for b in said] for c, said in found.items()} == {
+        pinned: ["flashinfer-python (none) → 0.5.2"],
+        bump: ["flashinfer-python 0.5.2 → 0.5.3"],
+    }
+    config = h.config(bad=tip)
+    result = CliRunner().invoke(cli, ["candidates", str(config)])
+    assert result.exit_code == 0, result.output
+    rows = {
+        line.split()[1]: line for line in result.output.splitlines() if line[:4].strip().isdigit()
+    }
+    assert rows[bump[:12]].endswith("[bumps flashinfer-python 0.5.2 → 0.5.3]"), result.output
+    assert "bumps" not in rows[docs[:12]] and "bumps" not in rows[tip[:12]]
+    assert "2 candidate(s) bump a dependency pin (marked)" in result.output
+    result = CliRunner().invoke(cli, ["candidates", str(config), "--json"])
+    by = {c["commit"]: c["bumps"] for c in json.loads(result.output)["candidates"]}
+    assert by[bump] == ["flashinfer-python 0.5.2 → 0.5.3"] and by[docs] == []

@@ -171,3 +171,43 @@ def test_a_fast_run_killed_in_its_full_phase_resumes_without_repeating_a_probe(
 def _held(launches: Path, commit: str) -> bool:
     """The full setup's server of `commit` started (its second launch: the fast one first)."""
     return launches.read_text().split().count(commit) >= 2
+
+
+def test_the_report_says_which_releases_hold_the_culprit_picks_included(
+    history: Any, tmp_path: Path
+) -> None:
+    """The release engineer's question after the answer: the culprit, found on main, also
+    ships in v0.27.0, whose release branch cherry-picked it (another commit, the same
+    change); releases/v0.26 never had it."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(h.repo), *args], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        return done.stdout.strip()
+
+    h: History = history({5: "degenerate-reasoning"}, n=8)
+    git("branch", "releases/v0.26", h.shas[2])
+    git("checkout", "-q", "-b", "releases/v0.27", h.shas[4])
+    (h.repo / "RELEASE").write_text("v0.27\n")
+    git("add", "RELEASE")
+    git("commit", "-qm", "[Release] v0.27 notes")
+    git("cherry-pick", h.shas[5])
+    picked = git("rev-parse", "HEAD")
+    git("tag", "v0.27.0")
+    git("checkout", "-q", h.shas[-1])
+    out = tmp_path / "out"
+    code, output = invoke("run", str(h.config(confirm=False, localize=False)), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[5]
+    reach = result["reach"]
+    assert reach["picks"] == [{"commit": picked, "tags": ["v0.27.0"],
+                               "branches": ["releases/v0.27"]}]  # fmt: skip
+    assert reach["missing"] == ["releases/v0.26"] and reach["tags"] == []
+    line = f"- where it is: in v0.27.0 (picked as {picked[:12]}); "
+    report = (out / "report.md").read_text()
+    assert line in report and "not on releases/v0.26" in report, report
+    # `report DIR` keeps it
+    code, output = invoke("report", str(out))
+    assert code == 0, output
+    assert json.loads((out / "result.json").read_text())["reach"] == reach

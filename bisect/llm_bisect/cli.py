@@ -80,6 +80,16 @@ cli = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+_option_type = typer.core.TyperOption.display_type_rich
+
+
+def _flag_type(option: typer.core.TyperOption, ctx: Any) -> str | None:
+    """--help names no type for a flag (typer shows `<bool>`, as if it took a value)."""
+    return None if option.is_flag else _option_type(option, ctx)
+
+
+typer.core.TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign,assignment]
+
 T = TypeVar("T")
 
 
@@ -183,7 +193,9 @@ def _setup(
     return s
 
 
-ConfigArg = Annotated[Path, typer.Argument(help="The YAML config.", show_default=False)]
+ConfigArg = Annotated[
+    Path, typer.Argument(help="The YAML config.", show_default=False, metavar="CONFIG")
+]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output folder (journal, logs, report).")]
 GoodOpt = Annotated[str | None, typer.Option("--good", help="Override candidates.good.")]
 BadOpt = Annotated[str | None, typer.Option("--bad", help="Override candidates.bad.")]
@@ -267,7 +279,10 @@ def run_cmd(
     find_fix: FixOpt = False,
     repo: RepoOpt = None,
 ) -> None:
-    """Bisect the config's range to the first bad commit (resumes from --out's journal)."""
+    """Bisect the config's range to the first bad commit (resumes from --out's journal).
+
+    Example: llm-bisect run kimi.yaml --out kimi-bisect
+    """
 
     def body(term: Terminal) -> int:
         claim(out, "run")
@@ -302,6 +317,8 @@ def check_cmd(
     Exit 0 good, 1 bad, 125 skip or unsure (git skips the commit); 128 bad input
     and 129 any other error, 130 interrupted: git bisect run stops rather than
     blame the commit for them.
+
+    Example: git bisect run llm-bisect check kimi.yaml --candidate HEAD --golden golden.json
     """
 
     def body(term: Terminal) -> int:
@@ -374,13 +391,17 @@ def golden_cmd(
     out: ProbeDir = None,
     repo: RepoOpt = None,
 ) -> None:
-    """Record the golden from one (good) build: token ids, logprobs, texts, eval answers."""
+    """Record the golden from one (good) build: token ids, logprobs, texts, eval answers.
+
+    Example: llm-bisect golden kimi.yaml --candidate v0.26.1 -o golden.json
+    """
 
     def body(term: Terminal) -> int:
-        s = _setup(term, config, repo=repo)
+        progress = TerminalProgress(term)
+        s = _setup(term, config, progress, repo=repo)
         path = golden_file_of(s, _golden_file(term, output))
         with _work_dir(out, "llm-bisect-golden-") as work:
-            data = record_golden(s, candidate, path, work)
+            data = record_golden(s, candidate, path, work, progress)
         term.out(f"golden of {data.commit}: {path}")
         for warning in golden_warnings(data):
             term.say(f"warning: {printable(warning)}")
@@ -399,13 +420,17 @@ def calibrate_cmd(
     out: ProbeDir = None,
     repo: RepoOpt = None,
 ) -> None:
-    """Check the good build against itself; its spread becomes the default thresholds."""
+    """Check the good build against itself; its spread becomes the default thresholds.
+
+    Example: llm-bisect calibrate kimi.yaml --candidate v0.26.1 --runs 3 --restarts 1
+    """
 
     def body(term: Terminal) -> int:
-        s = _setup(term, config, repo=repo)
+        progress = TerminalProgress(term)
+        s = _setup(term, config, progress, repo=repo)
         path = golden_file_of(s, _golden_file(term, output))
         with _work_dir(out, "llm-bisect-calibrate-") as work:
-            found = calibrate(s, candidate, path, work, runs, restarts)
+            found = calibrate(s, candidate, path, work, runs, restarts, progress)
         term.out(f"calibrated over {found.runs} runs, {1 + restarts} server start(s): {path}")
         term.out(
             f"good-vs-good: {found.flagged} of {found.runs} runs flagged (by the thresholds then)"
@@ -476,6 +501,8 @@ def gate_cmd(
     Exit 0 allow, 1 block (also a candidate that never becomes ready, twice, where the last
     good build does on the same launcher), 125 inconclusive (could not be tested); 128 bad
     input, 129 any other error, 130 interrupted.
+
+    Example: llm-bisect gate kimi.yaml --candidate v0.28.0rc1 --golden golden.json --junit junit.xml
     """
 
     def body(term: Terminal) -> int:
@@ -537,6 +564,8 @@ def configs_cmd(
 
     Exit 0 found, 4 when BAD is not bad (or GOOD is bad too), 3 when trials that could not
     be tested, or that kept disagreeing, leave it open; resumes from --out's journal.
+
+    Example: llm-bisect configs glm.yaml --build v0.30.0 --good-server ok.yaml --bad-server x.yaml
     """
 
     def body(term: Terminal) -> int:
@@ -587,6 +616,8 @@ def deps_cmd(
     """The first bad release of a dependency, the engine held at one build (resumes from
     --out's journal; exit codes as `run`). Yanked releases and pre-releases between the
     ends are left out unless asked (--yanked, --pre); the run says how many.
+
+    Example: llm-bisect deps k.yaml --build v0.27.0 --package flashinfer --good 0.5.2 --bad 0.5.3
     """
 
     def body(term: Terminal) -> int:
@@ -613,16 +644,47 @@ def candidates_cmd(
     find_fix: FixOpt = False,
     repo: RepoOpt = None,
     as_json: JsonOpt = False,
+    start_minutes: Annotated[
+        float | None,
+        typer.Option(
+            "--start-minutes",
+            min=0.0,
+            help="Minutes one probe takes (start, load, checks): the run's time is estimated.",
+        ),
+    ] = None,
 ) -> None:
-    """List the candidates between good and bad and the plan (a dry run: nothing starts)."""
+    """List the candidates between good and bad and the plan (a dry run: nothing starts),
+    and what the run will cost in server starts (and time, with --start-minutes).
+
+    Example: llm-bisect candidates kimi.yaml --start-minutes 25
+    """
+    from .cost import estimate
+    from .pins import range_bumps
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
         _, plan = plan_of(s, good, bad, find_fix)
+        cfg = s.config
+        cost = estimate(
+            len(plan.sequence) - 1, cfg.search.policy, slots=cfg.parallel,
+            confirm=bool(cfg.confirm), localize=cfg.localize.enabled,
+        )  # fmt: skip
+        bumped = range_bumps(s.source.path, [c.commit for c in plan.candidates])
         if as_json:
             with s.launcher("candidates") as launcher:
                 rows = [(c, launcher.artifact(c)) for c in plan.candidates]
-            term.out(json.dumps(_plan_json(plan, rows), indent=2))
+            doc = _plan_json(plan, rows)
+            for row in doc["candidates"]:
+                row["bumps"] = [b.label for b in bumped.get(row["commit"], [])]
+            doc["expected"] = {
+                "starts": round(cost.starts, 1),
+                "search_probes": round(cost.search, 1),
+                "search_rounds": round(cost.rounds, 1),
+                "confirm": cost.confirm,
+                "localize": cost.localize,
+                "hours": None if start_minutes is None else round(cost.hours(start_minutes), 2),
+            }
+            term.out(json.dumps(doc, indent=2))
             return 0
         term.out(f"mode: {plan.mode.value}")
         term.out(f"good: {plan.good.commit} {printable(plan.good.subject)}")
@@ -639,13 +701,25 @@ def candidates_cmd(
                 art = launcher.artifact(c)
                 missing += art.available is False
                 route = f"  [{printable(art.route)}]" if art.route else ""
+                if c.commit in bumped:
+                    labels = ", ".join(b.label for b in bumped[c.commit])
+                    route += f"  [bumps {printable(labels)}]"
                 term.out(
                     f"{i:4d}  {c.short}  {c.date[:10]}  {_artifact_cell(art)}  "
                     f"{printable(c.subject)}{route}"
                 )
         n, most = len(plan.candidates), plan.max_probes()
         what = "a build route" if s.builder is not None else "an artifact"
+        policy = cfg.search.policy
+        if not policy.exact:  # verdicts weighed: re-probes for confidence, up to the budget
+            most = policy.budget(len(plan.sequence))
         term.out(f"{n} candidates, {n - missing} with {what}; at most {most} probes if none skip")
+        term.out(cost.line(start_minutes))
+        if bumped:
+            term.out(
+                f"{len(bumped)} candidate(s) bump a dependency pin (marked): where one is the "
+                "culprit, `llm-bisect deps` bisects that dependency's releases"
+            )
         return 0
 
     raise typer.Exit(guarded(body))
@@ -665,7 +739,10 @@ def _golden_warnings(path: Path) -> list[str]:
 def report_cmd(
     out: Annotated[Path, typer.Argument(help="A run's output folder.", show_default=False)],
 ) -> None:
-    """Write result.json and report.md again from a run's journal."""
+    """Write result.json and report.md again from a run's journal.
+
+    Example: llm-bisect report kimi-bisect
+    """
 
     def body(term: Terminal) -> int:
         if not (out / FILENAME).is_file():
@@ -708,6 +785,8 @@ def localize_cmd(
     llm-bisect's worker extension (vLLM; eager mode for these two probes).
 
     Exit 0 when both ran (a divergence found or not), 1 when a build could not run.
+
+    Example: llm-bisect localize kimi.yaml --good 5f1c2d3 --bad 8ab2e4f --out where
     """
 
     def body(term: Terminal) -> int:
@@ -750,6 +829,8 @@ def reap_cmd(
     llm-bisect process (another run on this node) are never touched. Every command that
     starts servers does this first for its own launcher. Exit 0, or 1 when a place could
     not be looked at.
+
+    Example: llm-bisect reap kimi.yaml
     """
 
     def body(term: Terminal) -> int:
@@ -779,7 +860,10 @@ def schema_cmd(
     ] = False,
     gate: Annotated[bool, typer.Option("--gate", help="The schema of gate.json instead.")] = False,
 ) -> None:
-    """Print the JSON Schema of a config (or of a golden, result.json, gate.json)."""
+    """Print the JSON Schema of a config (or of a golden, result.json, gate.json).
+
+    Example: llm-bisect schema > config.schema.json
+    """
     if golden + result + gate > 1:
         typer.echo("llm-bisect: error: --golden, --result and --gate: give one", err=True)
         raise typer.Exit(EXIT_USAGE)
@@ -790,6 +874,51 @@ def schema_cmd(
     else:
         doc = Config.model_json_schema()
     print(json.dumps(doc, indent=2))
+
+
+@cli.command("init")
+def init_cmd(
+    good: Annotated[
+        str, typer.Option("--good", help="What worked: an image, a commit or a vLLM wheel.")
+    ],
+    bad: Annotated[str, typer.Option("--bad", help="What does not (the same kind as --good).")],
+    serve: Annotated[
+        list[str] | None,
+        typer.Argument(help="After --: the command that serves the model (vllm serve MODEL ...)."),
+    ] = None,
+    repo: Annotated[
+        str, typer.Option("--repo", help="The engine's clone, relative to the config.")
+    ] = "vllm",
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="The config to write (never overwritten).")
+    ] = Path("llm-bisect.yaml"),
+) -> None:
+    """Write a commented config from two builds and the serve command, and say what next.
+
+    Example: llm-bisect init --good vllm/vllm-openai:nightly-2026-08-09
+    --bad vllm/vllm-openai:v0.27.0 -- vllm serve RedHatAI/Kimi-K3-NVFP4
+    --tensor-parallel-size 8
+    """
+    import yaml
+
+    from . import starter
+    from .config import parse_config
+
+    def body(term: Terminal) -> int:
+        text, what = starter.render(
+            starter.Start(good, bad, starter.parse_serve(serve or []), repo)
+        )
+        parse_config(yaml.safe_load(text))  # what it writes validates
+        if output.exists():
+            raise ConfigError(f"{output} exists: pick another --output (init never overwrites)")
+        prepare(output.parent, "--output")
+        output.write_text(text)
+        term.say(f"wrote {output} ({what}); edit the lines marked `edit:`, then:")
+        for line in starter.next_commands(str(output)):
+            term.say(f"  {line}")
+        return 0
+
+    raise typer.Exit(guarded(body))
 
 
 @cli.command("demo")
@@ -805,7 +934,10 @@ def demo_cmd(
         typer.Option("--docker", help="One container image per commit, through the local engine."),
     ] = False,
 ) -> None:
-    """Bisect a made-up 40-commit history on the built-in simulated server."""
+    """Bisect a made-up 40-commit history on the built-in simulated server.
+
+    Example: llm-bisect demo --out demo-run
+    """
     from . import demo
 
     def body(term: Terminal) -> int:

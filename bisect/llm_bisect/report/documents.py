@@ -246,6 +246,30 @@ class BumpDoc(_Doc):
     label: str = ""
 
 
+class PickDoc(_Doc):
+    """A commit on another line that makes the culprit's change (sources/releases.py)."""
+
+    commit: str
+    tags: list[str] = Field(default_factory=list)
+    branches: list[str] = Field(default_factory=list)
+
+
+class ReachDoc(_Doc):
+    """Where the culprit (a fix: the first good commit) lives (sources/releases.py): the
+    release tags and branches that hold it, itself or picked."""
+
+    tags: list[str] = Field(default_factory=list)
+    """Tags that contain the commit itself, oldest first."""
+    branches: list[str] = Field(default_factory=list)
+    picks: list[PickDoc] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list)
+    """Release branches that hold neither the commit nor a pick of it."""
+    backport: list[str] = Field(default_factory=list)
+    """A fix: release branches that hold the regression (the old end) but not the fix."""
+    sentence: str = ""
+    """As report.md says it: `in v0.27.0 (picked as 5f1c…); on main; not on releases/v0.26`."""
+
+
 class FastDoc(_Doc):
     """`probe.fast`: the search in the fast setup (DIR/fast), then its answer in the full."""
 
@@ -358,7 +382,7 @@ class ResultDocument(_Doc, AddedLater):
 
     added_later: ClassVar[tuple[str, ...]] = (
         "confirmation", "first_bad_version", "bumps", "later", "fast", "search", "left_out",
-        "symptom", "decisive",
+        "symptom", "decisive", "reach",
     )  # fmt: skip
 
     version: Literal[2] = RESULT_VERSION
@@ -398,6 +422,8 @@ class ResultDocument(_Doc, AddedLater):
     """The culprit reverted on the bad end and picked on the good end (services/confirm.py)."""
     bumps: list[BumpDoc] = Field(default_factory=list)
     """Dependency pins the culprit changes, from its diff (pins.py)."""
+    reach: ReachDoc | None = None
+    """Where the culprit lives: release tags and branches, cherry-picks included."""
     later: list[LaterDoc] = Field(default_factory=list)
     """`candidates.later`, each probed with the run's checks (services/later.py)."""
     first_bad_version: str | None = None

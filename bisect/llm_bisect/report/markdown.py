@@ -902,6 +902,8 @@ def render_markdown(doc: ResultDocument) -> str:
             lines.append(f"- commit: {url}")
         if pr_href:
             lines.append(f"- pull request: {pr_href}")
+        if doc.reach is not None and doc.reach.sentence:
+            lines.append(f"- where it is: {esc.text(doc.reach.sentence)}")
         lines.append("")
     if status is Status.AMBIGUOUS:
         lines += ["## Could be any of", ""]

@@ -136,15 +136,16 @@ def _write_gate(out_dir: Path, doc: GateDocument, scrub: Scrub, junit: Path | No
 
 
 def _unfinished_gate(out_dir: Path, digest: str, candidate: str) -> GateDocument | None:
-    """DIR/gate.json of a blocked gate whose bisection a kill left unfinished, for the same
-    config and candidate: its verdict stands, the probe is not run again."""
+    """DIR/gate.json of a blocked gate whose bisection a kill left unfinished, or that did
+    not bisect (a CI job that gates, then another that bisects), for the same config and
+    candidate: its verdict stands, the probe is not run again."""
     try:
         doc = GateDocument.model_validate_json((out_dir / GATE_FILE).read_bytes())
     except (OSError, ValueError):
         return None
     same = doc.config_digest == digest and doc.candidate.commit == candidate
-    if same and doc.decision == "block" and doc.bisection is not None:
-        return doc if doc.bisection.status is None else None
+    if same and doc.decision == "block":
+        return doc if doc.bisection is None or doc.bisection.status is None else None
     return None
 
 
@@ -176,7 +177,7 @@ def run_gate(
         why = golden_stale(path, good_c.commit, s.golden_identity())
         if why is not None:
             progress.note(f"gate: recording the golden from {good_c.short} into {path} ({why})")
-            record_golden(s, good_ref, path, out_dir)
+            record_golden(s, good_ref, path, out_dir, progress)
             recorded = True
     if not path.exists():
         raise ConfigError(
@@ -191,7 +192,8 @@ def run_gate(
     )
     resumed = _unfinished_gate(out_dir, digest, candidate.commit) if bisect_on_block else None
     if resumed is not None:
-        progress.note(f"gate: {GATE_FILE} holds this candidate's verdict; the bisection resumes")
+        how = "starts from it" if resumed.bisection is None else "resumes"
+        progress.note(f"gate: {GATE_FILE} holds this candidate's verdict; the bisection {how}")
         doc = resumed
     else:
         outcome, trials, decision, reason = _judged(

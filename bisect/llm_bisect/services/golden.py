@@ -14,16 +14,19 @@ from ..checks.golden import save as golden_save
 from ..checks.golden import thresholds as golden_thresholds
 from ..model import CheckResult, Threshold
 from ..outdir import prepare
-from ..probe import Facts
+from ..probe import Facts, Progress
 from .setup import Setup, run_id_of, serving
 
 
-def record_golden(s: Setup, ref: str, path: Path, out_dir: Path) -> Golden:
+def record_golden(
+    s: Setup, ref: str, path: Path, out_dir: Path, progress: Progress | None = None
+) -> Golden:
     """The `golden` command: record every check's reference from one (good) build."""
     candidate = s.resolve(ref, "--candidate")
     prepare(path.parent, "--output")
     facts = Facts()
-    with serving(s, candidate, out_dir, run_id_of(out_dir, "golden"), facts) as api:
+    run_id = run_id_of(out_dir, "golden")
+    with serving(s, candidate, out_dir, run_id, facts, progress, "recording") as api:
         data = golden_record(api, s.checks, candidate.commit, s.golden_identity())
     data = data.model_copy(update={"fingerprint": facts.fingerprint})
     golden_save(path, data, s.scrub)
@@ -42,7 +45,13 @@ class Calibration:
 
 
 def calibrate(
-    s: Setup, ref: str, path: Path, out_dir: Path, runs: int, restarts: int
+    s: Setup,
+    ref: str,
+    path: Path,
+    out_dir: Path,
+    runs: int,
+    restarts: int,
+    progress: Progress | None = None,
 ) -> Calibration:
     """The `calibrate` command: the good build's checks against its own golden, `runs` times per
     server start, over 1 + `restarts` starts; the spread becomes the default thresholds."""
@@ -54,7 +63,8 @@ def calibrate(
     for start in range(1 + restarts):
         facts = Facts()
         run_id = run_id_of(out_dir, f"calibrate-{start}")
-        with serving(s, candidate, out_dir, run_id, facts) as api:
+        doing = f"checking ({start + 1} of {1 + restarts} starts)"
+        with serving(s, candidate, out_dir, run_id, facts, progress, doing) as api:
             golden = store.ensure(api, candidate.commit)
             for _ in range(runs):
                 found = [check.run(api, golden) for check in s.checks]

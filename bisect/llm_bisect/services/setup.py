@@ -51,7 +51,7 @@ from ..kinds import (
 from ..launchers import Launcher, Server
 from ..model import Candidate
 from ..outdir import hold
-from ..probe import Facts, served_facts, startup_facts
+from ..probe import Facts, Progress, served_facts, startup_facts
 from ..redact import Scrub, url_credentials
 from ..report.documents import Context
 from ..report.links import web_url
@@ -428,20 +428,28 @@ def serving(
     out_dir: Path,
     run_id: str,
     facts: Facts | None = None,
+    progress: Progress | None = None,
+    doing: str = "checking",
 ) -> Iterator[OpenAIClient]:
     """One ready server for a candidate (golden, calibrate); untestable is an error here.
-    `facts`, when given, is filled with the build's fingerprint once the server stopped."""
+    `facts`, when given, is filled with the build's fingerprint once the server stopped;
+    `progress` shows it starting, then `doing` (as `run` shows a probe)."""
     probe_dir = out_dir / "probes" / candidate.short
     with hold(out_dir), s.launcher(run_id) as launcher:
         for line in launcher.reap():
             s.report(line)
         collectenv.clear(probe_dir)
+        started = s.clock()
+        if progress is not None:
+            progress.phase(candidate, "starting", 0.0)
         with launcher.launch(candidate, probe_dir) as server:
             try:
                 server.wait_ready()
             except LaunchError as exc:
                 tail = f"\n{exc.log_tail}" if exc.log_tail else ""
                 raise LaunchError(f"{candidate.short} could not be tested: {exc}{tail}") from None
+            if progress is not None:
+                progress.phase(candidate, doing, s.clock() - started)
             with s.client(server) as api:
                 yield api
                 if facts is not None:

@@ -1,10 +1,10 @@
 """The post-run stages: what a bisection does once its search has an answer, in one list.
 
-    search ─► fast ─► confirm ─► evidence ─► later ─► localize ─► bumps ─► continue
+    search ─► fast ─► confirm ─► evidence ─► later ─► localize ─► bumps ─► reach ─► continue
               │        │ (not confirmed: the search again, the stages before it again)
               ▼        ▼
     each stage's part of DIR: fast.json, confirmation.json, evidence.json, later.json,
-    localization.json, bumps.json, continued.json
+    localization.json, bumps.json, reach.json, continued.json
 
 Each stage is a small object: `apply` runs it after the search (it may probe; it saves what
 it found in its part of DIR and writes result.json again), `restore` reads that part back
@@ -31,10 +31,11 @@ from ..pins import commit_bumps
 from ..posterior import Policy
 from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..redact import redact
-from ..report.documents import BumpDoc, FastDoc, ProbeDoc, ResultDocument
+from ..report.documents import BumpDoc, FastDoc, PickDoc, ProbeDoc, ReachDoc, ResultDocument
 from ..report.result import probe_doc
 from ..runner import RunResult, write_atomic, write_outputs
-from ..search import Plan, Status
+from ..search import Mode, Plan, Status
+from ..sources.releases import reach
 from .confirm import (
     confirm,
     continue_after,
@@ -318,12 +319,61 @@ class Bumps:
 
 def _bumps_written(result: ResultDocument, out_dir: Path) -> ResultDocument:
     """A DIR from before bumps.json: the bumps the result.json written before held."""
+    before = _written_before(result, out_dir)
+    return result if before is None else result.model_copy(update={"bumps": before.bumps})
+
+
+def _written_before(result: ResultDocument, out_dir: Path) -> ResultDocument | None:
+    """The result.json written before, where it names the same culprit (git is not read
+    again); None otherwise."""
     try:
         before = ResultDocument.model_validate_json((out_dir / "result.json").read_bytes())
     except (OSError, ValueError):
-        return result
+        return None
     same = before.culprit and result.culprit and before.culprit.commit == result.culprit.commit
-    return result.model_copy(update={"bumps": before.bumps}) if same else result
+    return before if same else None
+
+
+class Reach:
+    """Where the culprit lives (sources/releases.py): release tags and branches, picks
+    included; for a fix, where a backport is needed."""
+
+    name = "reach"
+    probes = False
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        result = done.result
+        if result.status is not Status.FOUND or result.culprit is None:
+            return done
+        where = reach_doc(run.s.source.path, result)
+        run.note(f"{result.culprit.commit[:12]}: {where.sentence}")
+        save(done.out_dir, self.name, result, where.model_dump(mode="json"), run)
+        return _written(done, result.model_copy(update={"reach": where}), run)
+
+    def restore(self, done: RunResult) -> RunResult:
+        part = stored(done.out_dir, self.name, done.result)
+        if part is None:  # a DIR from before reach.json: what result.json held
+            before = _written_before(done.result, done.out_dir)
+            where = before.reach if before is not None else None
+        else:
+            where = ReachDoc.model_validate(part)
+        if where is None:
+            return done
+        return replace_result(done, done.result.model_copy(update={"reach": where}))
+
+
+def reach_doc(repo: Path, result: ResultDocument) -> ReachDoc:
+    """Where the culprit lives; for a fix (`--find-fix`), where a backport is needed: the
+    release branches that hold the broken old end but not the fix."""
+    assert result.culprit is not None
+    regression = result.bad if result.mode is Mode.FIX else None
+    found = reach(repo, result.culprit.commit, regression)
+    picks = [PickDoc(commit=p.commit, tags=list(p.tags), branches=list(p.branches))
+             for p in found.picks]  # fmt: skip
+    return ReachDoc(
+        tags=list(found.tags), branches=list(found.branches), picks=picks,
+        missing=list(found.missing), backport=list(found.backport), sentence=found.sentence(),
+    )  # fmt: skip
 
 
 class Continue:
@@ -365,7 +415,7 @@ def replace_result(done: RunResult, result: ResultDocument) -> RunResult:
 
 
 STAGES: tuple[Stage, ...] = (
-    Fast(), Confirm(), Evidence(), Later(), Localize(), Bumps(), Continue(),
+    Fast(), Confirm(), Evidence(), Later(), Localize(), Bumps(), Reach(), Continue(),
 )  # fmt: skip
 """In the order a run applies them; the stages before `confirm` are applied again after each
 search (a culprit not confirmed searches on)."""

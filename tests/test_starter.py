@@ -1,0 +1,121 @@
+"""`llm-bisect init`: a config from what the user has, which then runs as printed."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from helpers import History, cli_on_path
+from llm_bisect.config import parse_config, shown
+
+SECRET = "hf_planted_4c0ffee"
+
+
+def llm_bisect(*args: str, cwd: Path, env: dict[str, str]) -> tuple[int, str, str]:
+    done = subprocess.run(
+        ["llm-bisect", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def test_init_from_two_commits_writes_a_config_whose_printed_commands_find_the_culprit(
+    history: Callable[..., History], tmp_path: Path
+) -> None:
+    h = history({5: "degenerate-reasoning"}, n=8)
+    env = cli_on_path(tmp_path / "bin")
+    work = tmp_path / "work"
+    work.mkdir()
+    serve = h.config_command()  # another server than vLLM's: taken as given, {port} and all
+    code, out, err = llm_bisect(
+        "init", "--good", h.shas[0], "--bad", h.shas[-1], "--repo", str(h.repo), "--",
+        *serve, cwd=work, env=env,
+    )  # fmt: skip
+    assert code == 0, err
+    config = work / "llm-bisect.yaml"
+    assert f"wrote {config.name} (process: two commits)" in err
+    printed = [line.strip() for line in err.splitlines() if line.startswith("  llm-bisect ")]
+    assert printed == [
+        "llm-bisect candidates llm-bisect.yaml",
+        "llm-bisect run llm-bisect.yaml --out bisect-run",
+    ], err
+    for line in printed:  # as printed, in the folder it was printed in
+        code, out, err = llm_bisect(*shlex.split(line)[1:], cwd=work, env=env)
+        assert code == 0, out + err
+    result = json.loads((work / "bisect-run" / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[5], result["status"]
+    # a second init never overwrites the config a run used
+    before = config.read_text()
+    again = ("init", "--good", "a", "--bad", "b", "--", *serve)
+    code, out, err = llm_bisect(*again, cwd=work, env=env)
+    assert code == 2 and err.count("\n") == 1 and "exists" in err, err
+    assert config.read_text() == before
+
+
+def test_init_from_two_images_serves_the_vllm_command_by_docker(tmp_path: Path) -> None:
+    env = cli_on_path(tmp_path / "bin")
+    overrides = '{"rms_norm_eps": 0.1}'
+    code, out, err = llm_bisect(
+        "init", "--good", "vllm/vllm-openai:nightly-2026-08-09",
+        "--bad", "vllm/vllm-openai:v0.27.0", "-o", "kimi.yaml", "--",
+        f"HF_TOKEN={SECRET}", "VLLM_USE_DEEP_GEMM=1", "vllm", "serve", "RedHatAI/Kimi-K3-NVFP4",
+        "--tensor-parallel-size", "8", "--port", "9000", "--host=0.0.0.0",
+        "--hf-overrides", overrides,
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert code == 0, err
+    text = (tmp_path / "kimi.yaml").read_text()
+    assert SECRET not in text + out + err
+    config = parse_config(yaml.safe_load(text))
+    server = config.server.model_dump()
+    assert server["launcher"] == "docker"
+    assert server["image"] == "vllm/vllm-openai:nightly-{commit}"
+    assert [shown(a) for a in server["args"]] == [
+        "--model", "RedHatAI/Kimi-K3-NVFP4", "--tensor-parallel-size", "8",
+        "--hf-overrides", overrides, "--port", "{port}",
+    ]  # fmt: skip
+    assert server["env"] == {"HF_TOKEN": "${HF_TOKEN}", "VLLM_USE_DEEP_GEMM": "1"}
+    assert (config.candidates.good, config.candidates.bad) == (
+        "vllm/vllm-openai:nightly-2026-08-09",
+        "vllm/vllm-openai:v0.27.0",
+    )
+    assert [s.type for s in config.build.strategies] == ["image", "wheel", "overlay"]
+
+
+def test_init_from_two_wheels_reads_their_commits(tmp_path: Path) -> None:
+    env = cli_on_path(tmp_path / "bin")
+    good = "vllm-0.32.0+cu129.gabcdef1-cp38-abi3-manylinux1_x86_64.whl"
+    bad = "https://wheels.example/vllm-0.33.0%2Bcu129.g1234567-cp38-abi3-manylinux1_x86_64.whl"
+    code, _, err = llm_bisect(
+        "init", "--good", good, "--bad", bad, "--", "vllm", "serve", "Qwen/Qwen3-0.6B",
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert code == 0, err
+    config = parse_config(yaml.safe_load((tmp_path / "llm-bisect.yaml").read_text()))
+    assert (config.candidates.good, config.candidates.bad) == ("abcdef1", "1234567")
+    command = config.server.model_dump()["command"]
+    assert command[:5] == ["{python}", "-m", "vllm.entrypoints.openai.api_server", "--model",
+                           "Qwen/Qwen3-0.6B"]  # fmt: skip
+
+
+def test_init_refuses_what_it_cannot_write_in_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    env = cli_on_path(tmp_path / "bin")
+    cases = [
+        (["--good", "a", "--bad", "b", "--", "vllm", "serve", "M", "--api-key", SECRET],
+         "secret"),
+        (["--good", "a", "--bad", "b", "--", "python", "server.py"], "{port}"),
+        (["--good", "img/x:1", "--bad", "b", "--", "vllm", "serve", "M"], "both"),
+        (["--good", "vllm-1.0-py3-none-any.whl", "--bad", "vllm-1.1-py3-none-any.whl", "--",
+          "vllm", "serve", "M"], "names no commit"),
+        (["--good", "a", "--bad", "b"], "no serve command"),
+        (["--good", "a", "--bad", "b", "--", "vllm", "serve", "--dtype", "half"], "no model"),
+    ]  # fmt: skip
+    for args, said in cases:
+        code, out, err = llm_bisect("init", *args, cwd=tmp_path, env=env)
+        assert code == 2 and said in err and err.count("\n") == 1, (args, err)
+        assert "Traceback" not in err and SECRET not in out + err
+        assert not (tmp_path / "llm-bisect.yaml").exists(), args
