@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,13 @@ import docker.errors
 import pytest
 
 from helpers import History
+from localregistry import LocalRegistry, serving
 from toybuild import index, toy  # noqa: F401  (fixtures of the build tests)
+
+# Every process a test starts (the simulator, the CLI) runs this checkout's code, not an
+# installed llm-bisect's (pytest's `pythonpath` reaches this process only).
+_SOURCE = str(Path(__file__).resolve().parents[1] / "bisect")
+os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE, *filter(None, [os.environ.get("PYTHONPATH")])])
 
 # Tests never reach the network: Hugging Face datasets come from local files only.
 os.environ["HF_DATASETS_OFFLINE"] = "1"
@@ -45,6 +53,24 @@ def client() -> docker.DockerClient:
         if os.environ.get("CI"):
             pytest.fail(f"CI must start a Docker engine: {exc}")
         pytest.skip(f"no Docker engine: {exc}")
+
+
+@pytest.fixture(scope="session")
+def registries(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[LocalRegistry, LocalRegistry]]:
+    """Two real registries (Debian's docker-registry) on loopback, each with its own storage:
+    an upstream and a mirror. Skip without the package, but fail under CI, which installs it."""
+    if shutil.which("docker-registry") is None:
+        why = "docker-registry (Debian's distribution 2.8) is not installed"
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must install it: {why}")
+        pytest.skip(f"{why}: apt-get install docker-registry")
+    root = tmp_path_factory.mktemp("registries")
+    with ExitStack() as stack:
+        upstream = stack.enter_context(serving(root / "upstream"))
+        mirror = stack.enter_context(serving(root / "mirror"))
+        yield upstream, mirror
 
 
 VLLM_STARTS: dict[str, int] = {}

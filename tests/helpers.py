@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -223,11 +224,16 @@ def cli_bounded(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (BOUNDED_MEMORY, BOUNDED_MEMORY))
 
+    import llm_bisect
+
+    given = dict(os.environ if env is None else env)
+    source = str(Path(llm_bisect.__file__).resolve().parents[1])  # this checkout's, not another
+    given["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [given.get("PYTHONPATH")])])
     done = subprocess.run(
         [sys.executable, "-m", "llm_bisect.cli", *args],
         capture_output=True,
         text=True,
-        env=dict(os.environ if env is None else env),
+        env=given,
         timeout=120,
         preexec_fn=cap,
         check=False,
@@ -261,3 +267,22 @@ def printed_commands(md: str) -> list[tuple[str, int]]:
             if said:
                 found.append((line[: said.start()], int(said.group(1))))
     return found
+
+
+def vllm_gsm8k(folder: Path, questions: int = 1319) -> Path:
+    """A folder laid out as vLLM's GSM8K copy (tests/evals/gsm8k/gsm8k_eval.py downloads
+    ci-datasets/gsm8k/train.jsonl and test.jsonl): `questions` test rows, each a bundled
+    problem with its number said (the simulator answers the bundled problem it holds), and
+    8 train rows, the worked examples."""
+    from importlib import resources
+
+    text = resources.files("llm_bisect.data").joinpath("gsm8k_mini.jsonl").read_text()
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    folder.mkdir(parents=True, exist_ok=True)
+    test = [
+        {**rows[i % len(rows)], "question": f"{rows[i % len(rows)]['question']} (No. {i}.)"}
+        for i in range(questions)
+    ]
+    for name, part in (("train", rows[:8]), ("test", test)):
+        (folder / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in part))
+    return folder

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from helpers import History, write_config
+from helpers import History, vllm_gsm8k, write_config
 from llm_bisect.checks.eval import EvalConfig
 from llm_bisect.checks.golden import Golden, Sections
 from llm_bisect.checks.lm_eval import (
@@ -242,7 +242,8 @@ def test_a_vllm_gsm8k_config_becomes_the_eval_check_with_its_floor(tmp_path: Pat
     few-shot GSM8K, 1319 questions, 5 shots, pass at accuracy >= 0.95 - 0.08; its server_args
     on the command, its startup wait as the ready timeout."""
     path = VLLM / "DeepSeek-R1-DP.yaml"
-    config = parse_config(_config(tmp_path, {"type": "vllm-eval", "path": str(path)}))
+    entry = {"type": "vllm-eval", "path": str(path), "data": str(vllm_gsm8k(tmp_path / "gsm8k"))}
+    config = parse_config(_config(tmp_path, entry))
     got = expand(config, tmp_path)
     (check,) = got.checks
     assert isinstance(check, EvalConfig)
@@ -259,9 +260,7 @@ def test_a_vllm_gsm8k_config_becomes_the_eval_check_with_its_floor(tmp_path: Pat
         '{"method":"mtp","num_speculative_tokens":3}',
     ]  # fmt: skip  (JSON in server_args is data, never a placeholder)
     assert got.server.ready_timeout == 1200
-    said = parse_config(
-        _config(tmp_path, {"type": "vllm-eval", "path": str(path)}, ready_timeout=90.0)
-    )
+    said = parse_config(_config(tmp_path, entry, ready_timeout=90.0))
     assert expand(said, tmp_path).server.ready_timeout == 90  # the config's own wins
 
 
@@ -372,7 +371,8 @@ def test_candidates_shows_the_command_with_the_files_server_args(
 ) -> None:
     made = history({5: "garbled-math"}, n=6)
     path = VLLM / "Qwen3-0.6B-FP8.yaml"
-    config = made.config(checks=[{"type": "vllm-eval", "path": str(path)}])
+    data = str(vllm_gsm8k(made.root / "gsm8k"))
+    config = made.config(checks=[{"type": "vllm-eval", "path": str(path), "data": data}])
     result = CliRunner().invoke(cli, ["candidates", str(config)])
     assert result.exit_code == 0, result.output
     (line,) = [x for x in result.output.splitlines() if x.startswith("server: ")]
@@ -400,13 +400,14 @@ def test_gate_with_a_vllm_gsm8k_config_applies_its_floor_beside_the_golden(
             "num_fewshot: 5\nstartup_max_wait_seconds: 30\n"
         )
     golden = tmp_path / "golden.json"
+    data = vllm_gsm8k(tmp_path / "gsm8k", questions=20)
     outcomes = {}
     for name in ("low", "high"):
         out = tmp_path / f"gate-{name}"
         code, output = invoke(
             "gate", str(config), "--candidate", h.shas[2], "--golden", str(golden), "--record",
             "--out", str(out), "--junit", str(out / "junit.xml"),
-            "--eval-config", str(files[name]),
+            "--eval-config", str(files[name]), "--eval-data", str(data),
         )  # fmt: skip
         doc = json.loads((out / "gate.json").read_text())
         (evaluated,) = [c for c in doc["probe"]["checks"] if c["name"] == "eval"]
@@ -497,9 +498,13 @@ def test_every_eval_config_vllm_ships_reads_as_vllms_runner_reads_it(tmp_path: P
     of a format not read here (mrcr) is one line naming it."""
     assert len(SHIPPED) > 150
     read, refused = 0, []
+    gsm8k = str(vllm_gsm8k(tmp_path / "gsm8k"))
     for path in SHIPPED:
         data = yaml.safe_load(path.read_text())
-        config = parse_config(_config(tmp_path, {"type": "vllm-eval", "path": str(path)}))
+        entry = {"type": "vllm-eval", "path": str(path)}
+        if "accuracy_threshold" in (data or {}):  # a gsm8k file: its questions from the copy
+            entry["data"] = gsm8k
+        config = parse_config(_config(tmp_path, entry))
         try:
             got = expand(config, tmp_path)
         except ConfigError as exc:

@@ -132,7 +132,7 @@ def test_a_refused_request_is_request_rejected_and_detokenize_is_optional() -> N
             client.chat("hello how are you", max_tokens=64, return_token_ids=True).token_ids
         )
         with pytest.raises(RequestRejected, match="HTTP 400"):
-            client._request("POST", "/v1/completions", json={"prompt": "words, not ids"})
+            client._request("POST", "/v1/completions", json={"prompt": {"neither": "text nor ids"}})
         assert client.detokenize([1]) == "</s>"
 
     def no_route(request: httpx.Request) -> httpx.Response:

@@ -16,6 +16,7 @@ from helpers import History, cli_on_path
 from llm_bisect.config import Config, load_config
 from llm_bisect.launchers.docker import DockerServerConfig
 from llm_bisect.launchers.slurm import SlurmServerConfig
+from localregistry import LocalRegistry
 
 ROOT = Path(__file__).parent.parent
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
@@ -295,3 +296,50 @@ def test_the_readme_points_only_at_files_in_the_repository() -> None:
     assert "docs/architecture.md" in named
     assert sorted(p for p in named if not (ROOT / p).exists()) == []
     assert "DESIGN.md" not in text
+
+
+def test_the_keep_workflow_runs_as_written_and_commits_its_ledger(
+    registries: tuple[LocalRegistry, LocalRegistry], tmp_path: Path
+) -> None:
+    """configs/ci/github-actions-keep.yml: daily (and by hand), its keep step's shell, with
+    the job's env pointed at two local registries, keeps the nightly tags in the mirror;
+    its last step commits the ledger to the repository and pushes it, once."""
+    upstream, mirror = registries
+    flow = yaml.safe_load((CI / "github-actions-keep.yml").read_text())
+    assert "cron" in flow[True]["schedule"][0] and "workflow_dispatch" in flow[True]
+    job = flow["jobs"]["keep"]
+    steps = {s.get("name"): s for s in job["steps"]}
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    index = upstream.multi_arch("vllm/vllm-openai", f"nightly-{sha}", {"fault": "none"})
+    upstream.multi_arch("vllm/vllm-openai", "latest", {"fault": "none"})
+    remote = tmp_path / "remote.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(remote)], check=True)
+    work = tmp_path / "work"
+    subprocess.run(["git", "clone", "-q", str(remote), str(work)], check=True, capture_output=True)
+    env = {
+        **cli_on_path(tmp_path / "bin"),
+        **job["env"],
+        "UPSTREAM": f"{upstream.host}/vllm/vllm-openai",
+        "MIRROR": f"{mirror.host}/kept/vllm-openai",
+    }
+    shell = ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c"]  # Actions' bash
+    for _ in range(2):  # the second day: nothing new, nothing copied, nothing committed
+        for name in ("keep", "commit the ledger"):
+            done = subprocess.run(
+                [*shell, steps[name]["run"]], cwd=work, env=env, capture_output=True,
+                text=True, timeout=300, check=False,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stdout + done.stderr
+    copy = mirror.manifest("kept/vllm-openai", f"nightly-{sha}")
+    assert copy.headers["Docker-Content-Digest"] == index
+    assert mirror.manifest("kept/vllm-openai", "latest").status_code == 404
+    log = subprocess.run(
+        ["git", "-C", str(remote), "log", "--format=%s", "--name-only"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert log.count("keep: ledger of") == 1 and job["env"]["LEDGER"] in log
+    shown = subprocess.run(
+        ["git", "-C", str(remote), "show", f"HEAD:{job['env']['LEDGER']}"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert json.loads(shown)["entries"][f"nightly-{sha}"]["digest"] == index

@@ -161,3 +161,30 @@ def test_a_long_line_of_logged_text_is_read_by_its_start() -> None:
     real = "INFO [cuda.py:486] Using FLASHINFER attention backend out of potential backends: "
     got = parse_startup_log(f"{noise}\n{real}['FLASHINFER']\n")
     assert got["attention_backend"] == "FLASHINFER"
+
+
+def test_a_changed_chat_template_is_said_on_the_first_screen(history: Any, tmp_path: Path) -> None:
+    """What the model is as served: a digest of the tokenizer and of the chat template
+    (vLLM's /tokenize, with messages) in each build's fingerprint. From the culprit on, the
+    served template changed (as a new snapshot of the model's files would): the report says
+    so before its folded tables; the tokenizer, unchanged, is not flagged."""
+    from typer.testing import CliRunner
+
+    from llm_bisect.cli import cli
+
+    template = {"chat_template": "<|im_start|>{content}<|im_end|>"}
+    h = history({4: "degenerate-content"}, n=6, changes={4: template})
+    out = tmp_path / "out"
+    config = h.config(confirm=False, localize=False)
+    result = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["culprit"]["commit"] == h.shas[4]
+    old, new = (doc["fingerprints"][side]["server"] for side in ("old", "new"))
+    assert old["model"] == new["model"] and old["tokenizer"] == new["tokenizer"] is not None
+    assert old["chat_template"] != new["chat_template"] and len(new["chat_template"]) == 16
+    assert "server.chat_template" in doc["fingerprints"]["differences"]
+    report = (out / "report.md").read_text()
+    shown = report[: report.index("<details><summary><b>Builds compared")]
+    assert "⚠ The chat template differs between the" in shown, report
+    assert "⚠ The tokenizer" not in report

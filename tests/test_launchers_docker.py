@@ -57,6 +57,7 @@ from llm_bisect.sim.docker import (
     import_image,
     sim_server,
 )
+from localregistry import LocalRegistry
 from test_collectenv import SMI
 
 pytestmark = pytest.mark.docker
@@ -711,20 +712,22 @@ def test_the_laptop_config_bisects_images_built_by_the_script(
             client.images.remove(str(image.id), force=True)
 
 
-def test_a_multi_arch_image_is_sized_for_this_node() -> None:
-    registry = SimRegistry()
-    amd = registry.add_image("org/img", "amd", {"fault": "none"}, pad_bytes=1000)
-    arm = registry.add_image("org/img", "arm", {"fault": "none"}, pad_bytes=50_000)
-    index = registry.add_index("org/img", "v1", {"amd64": amd, "arm64": arm})
-    with registry.running():
-        ref = parse_image_ref(f"{registry.host}/org/img:v1")
-        on_gb200, on_x86 = Registry(architecture="arm64"), Registry(architecture="amd64")
-        arm_m, amd_m = on_gb200.manifest(ref), on_x86.manifest(ref)
-        assert arm_m is not None and amd_m is not None
-        assert arm_m.digest == amd_m.digest == index  # the reference's own digest
-        assert arm_m.size > 50_000 > amd_m.size
-        on_gb200.close()
-        on_x86.close()
+def test_a_multi_arch_image_is_sized_for_this_node(
+    registries: tuple[LocalRegistry, LocalRegistry],
+) -> None:
+    upstream, _ = registries  # a real registry (distribution 2.8)
+    name = f"org/img-{uuid.uuid4().hex[:6]}"
+    index = upstream.multi_arch(
+        name, "v1", {"fault": "none"}, pads={"amd64": 1000, "arm64": 50_000}
+    )
+    ref = parse_image_ref(f"{upstream.host}/{name}:v1")
+    on_gb200, on_x86 = Registry(architecture="arm64"), Registry(architecture="amd64")
+    arm_m, amd_m = on_gb200.manifest(ref), on_x86.manifest(ref)
+    assert arm_m is not None and amd_m is not None
+    assert arm_m.digest == amd_m.digest == index  # the reference's own digest
+    assert arm_m.size > 50_000 > amd_m.size
+    on_gb200.close()
+    on_x86.close()
 
 
 def test_two_slots_run_two_containers_at_once_on_two_engine_clients(
@@ -980,3 +983,48 @@ def test_each_docker_host_routes_by_its_own_engines_images(
     finally:
         for engine in engines:
             engine.close()
+
+
+def test_a_ledger_that_is_not_there_is_one_line_before_anything_starts(
+    client: docker.DockerClient, repo_name: str, history: Any
+) -> None:
+    h: History = history({}, n=2)
+    config = docker_config(h, sim_server(repo_name + ":{commit}", ledger="kept.json"))
+    for verb in ("candidates", "run"):
+        code, output = invoke(
+            verb, str(config), *(["--out", str(h.root / "out")] if verb == "run" else [])
+        )
+        assert code == 2, output
+        assert f"server.ledger: no such ledger '{h.root / 'kept.json'}'" in output
+        assert "Traceback" not in output
+    assert not (h.root / "out" / "probes").exists()
+
+
+def test_a_private_mirror_in_the_ledger_is_opened_with_its_docker_login(
+    client: docker.DockerClient, history: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h: History = history({}, n=2)
+    mirror = SimRegistry(token="t0k3n", login=("ci-bot", "mirror-pass-55"))
+    entries = {
+        f"nightly-{sha}": {
+            "digest": mirror.add_image("kept/vllm", f"nightly-{sha}", {"fault": "none"}),
+            "commit": sha,
+            "mirror": f"{mirror.host}/kept/vllm",
+        }
+        for sha in h.shas
+    }
+    source = "registry-1.docker.io/vllm/vllm-openai"
+    ledger = {"version": 1, "source": source, "entries": entries}
+    (h.root / "ledger.json").write_text(json.dumps(ledger))
+    folder = h.root / "docker-config"
+    folder.mkdir()
+    auth = base64.b64encode(b"ci-bot:mirror-pass-55").decode()
+    (folder / "config.json").write_text(json.dumps({"auths": {mirror.host: {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(folder))
+    server = sim_server("vllm/vllm-openai:nightly-{commit}", ledger="ledger.json")
+    with mirror.running():
+        code, output = invoke("candidates", str(docker_config(h, server)))
+    assert code == 0, output
+    assert "unknown" not in output and "MISSING" not in output, output  # the mirror said
+    assert f"{len(h.shas)} candidates, {len(h.shas)} with an artifact" in output, output
+    assert "mirror-pass-55" not in output

@@ -109,3 +109,19 @@ def test_a_credential_helper_answers_for_its_registry(
         with pytest.raises(RegistryError, match="asks for a login; `docker login"):
             no_login.manifest(ref)
         no_login.close()
+
+
+def test_a_bearer_token_that_expired_is_asked_for_again_not_taken_for_a_missing_image() -> None:
+    """Docker Hub's tokens last 300 s: a long run (or `keep`) outlives the first one, and
+    the registry's 401 to it then said "no such image" (a skip for every later candidate)."""
+    registry = SimRegistry(token="first-token")
+    registry.add_image("org/img", "v1", {"fault": "none"})
+    with registry.running():
+        reg = Registry()
+        ref = parse_image_ref(f"{registry.host}/org/img:v1")
+        assert reg.manifest(ref) is not None
+        registry.token = "second-token"  # the first one expired
+        assert reg.manifest(ref) is not None
+        assert reg.tags(ref) == ["v1"]
+        reg.close()
+    assert sum(r.startswith("GET /token") for r in registry.requests) == 2

@@ -347,3 +347,37 @@ def test_a_run_killed_while_good_is_recorded_again_resumes_refusing_no_second_go
     assert sorted(p.name for p in (out / "trials").iterdir()) == ["1", "1-golden-refused"]
     code, again = invoke(*args(s, out))
     assert code == 1 and "still judges nothing" in again and len(launched(s["launches"])) == 3
+
+
+def test_bad_given_inline_runs_against_the_configs_own_server(tmp_path: Path) -> None:
+    """The GLM case as its engineer says it: the config's server is GOOD; BAD is it with
+    `--moe-backend cutlass` (marlin in GOOD: BAD's value takes its place), expert parallel
+    on and DeepGEMM on. No server files to write."""
+    s = setups(tmp_path)
+    h: History = s["h"]
+    command = [*sim_command(h.repo), *FLAGS_GOOD]
+    config = h.config(
+        server={"command": command, "env": ENV_GOOD, "ready_timeout": 20},
+        checks=[{"type": "canary"}, {"type": "expect"}],
+    )
+    out = tmp_path / "inline"
+    base = ["configs", str(config), "--build", h.shas[-1], "--out", str(out)]
+    code, output = invoke(*base, "--bad-arg", "--moe-backend cutlass",
+                          "--bad-arg", "--enable-expert-parallel",
+                          "--bad-env", "VLLM_USE_DEEP_GEMM=1")  # fmt: skip
+    assert code == 0, output
+    assert "found: turns GOOD bad: --moe-backend cutlass, VLLM_USE_DEEP_GEMM=1" in output
+    result = json.loads((out / "result.json").read_text())
+    assert [d["label"] for d in result["differences"]] == [
+        "--moe-backend cutlass", "--enable-expert-parallel", "VLLM_USE_DEEP_GEMM=1",
+    ]  # fmt: skip
+    # BAD given twice, or not at all, or a variable that is not NAME=VALUE: one line each
+    for extra, said in (
+        (["--bad-server", str(s["bad"]), "--bad-arg", "--x"], "not both"),
+        ([], "BAD: give --bad-server FILE, or --bad-arg"),
+        (["--bad-env", "VLLM_USE_DEEP_GEMM"], "is not NAME=VALUE"),
+        (["--bad-arg", "'--unclosed"], "--bad-arg"),
+    ):
+        code, output = invoke(*base[:-2], "--out", str(tmp_path / "refused"), *extra)
+        assert code == 2 and said in output and len(output.strip().splitlines()) == 1, output
+        assert not (tmp_path / "refused").exists()

@@ -30,6 +30,7 @@ from .journal import FILENAME, read_journal
 from .launchers import Artifact
 from .model import Candidate, Verdict
 from .outdir import claim, hold, prepare
+from .registry import ImageRef
 from .report.documents import schemas
 from .report.markdown import duration
 from .runner import RunResult, result_of, write_outputs
@@ -39,6 +40,7 @@ from .services.configs import configs_setup, run_configs
 from .services.deps import run_deps
 from .services.gate import GATE_FILE, run_gate
 from .services.golden import calibrate, record_golden
+from .services.keep import DEFAULT_PATTERN
 from .services.localization import LOCALIZATION, localize_refs
 from .services.reap import reap_servers
 from .services.setup import Setup, golden_file_of, plan_of, setup
@@ -185,10 +187,13 @@ def _setup(
     progress: TerminalProgress | None = None,
     repo: Path | None = None,
     eval_config: Path | None = None,
+    eval_data: Path | None = None,
 ) -> Setup:
     """The config's setup; from here on the terminal masks its secrets."""
     report = progress.note if progress else lambda line: term.say(f"    {line}")
-    s = setup(config, os.environ, repo=repo, report=report, eval_config=eval_config)
+    s = setup(
+        config, os.environ, repo=repo, report=report, eval_config=eval_config, eval_data=eval_data
+    )
     term.mask(s.scrub)
     return s
 
@@ -489,7 +494,16 @@ def gate_cmd(
             help="A vLLM eval config (tests/evals/gsm8k/configs/*.yaml, "
             ".buildkite/lm-eval-harness/configs/*.yaml, tests/evals/gpt_oss/configs/*.yaml) "
             "judged as one more check: its thresholds a floor beside the golden's build, its "
-            "server_args added to the server command.",
+            "server_args added to the server command. It replaces the config's default check "
+            "of its kind (a gsm8k file: the bundled eval).",
+        ),
+    ] = None,
+    eval_data: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-data",
+            help="For a gsm8k --eval-config: vLLM's GSM8K copy, a folder holding test.jsonl and "
+            "train.jsonl (default: openai/gsm8k from this node's `datasets` cache).",
         ),
     ] = None,
     repo: RepoOpt = None,
@@ -508,7 +522,9 @@ def gate_cmd(
     def body(term: Terminal) -> int:
         claim(out, "gate")
         progress = TerminalProgress(term)
-        s = _setup(term, config, progress, repo, eval_config)
+        if eval_data is not None and eval_config is None:
+            raise ConfigError("--eval-data: goes with --eval-config, and none is given")
+        s = _setup(term, config, progress, repo, eval_config, eval_data)
         if junit is not None:
             prepare(junit.parent, "--junit")
         prepare(out)
@@ -523,6 +539,7 @@ def gate_cmd(
             bisect_on_block=bisect_on_block,
             junit=junit,
             eval_config=eval_config,
+            eval_data=eval_data,
         )
         if as_json:
             term.out((out / GATE_FILE).read_text().rstrip())
@@ -547,16 +564,40 @@ def gate_cmd(
     raise typer.Exit(guarded(body, CHECK_CODES))
 
 
+def _split(words: str, flag: str) -> list[str]:
+    """A flag's value as the shell splits it (`'--moe-backend cutlass'`)."""
+    try:
+        return shlex.split(words)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {words!r}: {exc}") from None
+
+
 @cli.command("configs")
 def configs_cmd(
     config: ConfigArg,
     build: Annotated[str, typer.Option("--build", help="The ref both setups run.")],
     good_server: Annotated[
-        Path, typer.Option("--good-server", help="YAML with the `server:` that serves right.")
-    ],
+        Path | None,
+        typer.Option(
+            "--good-server",
+            help="YAML with the `server:` that serves right (default: the config's own).",
+        ),
+    ] = None,
     bad_server: Annotated[
-        Path, typer.Option("--bad-server", help="YAML with the `server:` that serves wrong.")
-    ],
+        Path | None,
+        typer.Option("--bad-server", help="YAML with the `server:` that serves wrong."),
+    ] = None,
+    bad_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--bad-arg",
+            help="BAD is GOOD with these flags ('--moe-backend cutlass'; again for more).",
+        ),
+    ] = None,
+    bad_env: Annotated[
+        list[str] | None,
+        typer.Option("--bad-env", help="BAD is GOOD with this variable (NAME=VALUE; again)."),
+    ] = None,
     out: OutOpt = Path("llm-bisect-configs"),
     repo: RepoOpt = None,
 ) -> None:
@@ -565,15 +606,25 @@ def configs_cmd(
     Exit 0 found, 4 when BAD is not bad (or GOOD is bad too), 3 when trials that could not
     be tested, or that kept disagreeing, leave it open; resumes from --out's journal.
 
-    Example: llm-bisect configs glm.yaml --build v0.30.0 --good-server ok.yaml --bad-server x.yaml
+    GOOD is the config's own server unless --good-server names one; BAD is --bad-server's,
+    or GOOD's with --bad-arg and --bad-env put in.
+
+    Example: llm-bisect configs glm.yaml --build v0.30.0 --bad-arg '--moe-backend cutlass'
     """
 
     def body(term: Terminal) -> int:
+        words = [w for arg in bad_arg or [] for w in _split(arg, "--bad-arg")]
+        env: dict[str, str] = {}
+        for item in bad_env or []:
+            name, eq, value = item.partition("=")
+            if not eq or not name.isidentifier():
+                raise ConfigError(f"--bad-env: {item!r} is not NAME=VALUE")
+            env[name] = value
         claim(out, "configs")
         progress = TerminalProgress(term)
         cs = configs_setup(
-            config, os.environ, good_file=good_server, bad_file=bad_server, repo=repo,
-            report=progress.note,
+            config, os.environ, good_file=good_server, bad_file=bad_server, bad_args=words,
+            bad_env=env, repo=repo, report=progress.note,
         )  # fmt: skip
         term.mask(cs.scrub)
         result = run_configs(cs, out, build=build, progress=progress)
@@ -846,6 +897,104 @@ def reap_cmd(
         else:
             term.out(f"nothing to reap in {where}")
         return 1 if done.failed else 0
+
+    raise typer.Exit(guarded(body))
+
+
+@cli.command("keep")
+def keep_cmd(
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="The repository whose tags to keep: REGISTRY/REPO (Docker Hub without a host).",
+            show_default=False,
+        ),
+    ],
+    pattern: Annotated[
+        str,
+        typer.Option("--pattern", help="Keep the tags this regular expression matches whole."),
+    ] = DEFAULT_PATTERN,
+    mirror: Annotated[
+        str | None,
+        typer.Option(
+            "--mirror",
+            help="Copy each image here (REGISTRY/REPO), byte for byte, by digest and tag.",
+        ),
+    ] = None,
+    ledger: Annotated[
+        Path | None,
+        typer.Option(
+            "--ledger",
+            help="The ledger file (default: ~/.local/share/llm-bisect/ledgers/REGISTRY/REPO.json,"
+            " under $XDG_DATA_HOME when set).",
+        ),
+    ] = None,
+) -> None:
+    """Record a registry's nightly tags (digest and commit) in a ledger, and copy their images
+    to a mirror before the registry's retention drops them; a run whose config names the
+    ledger (server.ledger) pulls from the mirror. Run it daily; a second run copies nothing
+    already there. Credentials: what `docker login` stored, for each registry.
+
+    Example: llm-bisect keep vllm/vllm-openai --mirror ghcr.io/me/vllm-openai
+    """
+    import re
+    from datetime import datetime, timezone
+
+    from .launchers.docker_images import docker_logins
+    from .ledger import default_path
+    from .registry import Registry, parse_image_ref
+    from .services.keep import keep
+
+    def body(term: Terminal) -> int:
+        upstream = _repository(source, "SOURCE")
+        copy_to = _repository(mirror, "--mirror") if mirror else None
+        if copy_to is not None and copy_to == upstream:
+            raise ConfigError(f"--mirror: {mirror!r} is the repository the tags come from")
+        try:
+            matcher = re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"--pattern: not a regular expression {pattern!r}: {exc}") from None
+        name = f"{upstream.registry}/{upstream.repository}"
+        path = ledger or default_path(name)
+        hosts = [upstream.registry] + ([copy_to.registry] if copy_to else [])
+        registry = Registry(logins=docker_logins(hosts))
+        try:
+            done = keep(
+                registry,
+                upstream,
+                pattern=matcher,
+                ledger_path=path,
+                mirror=copy_to,
+                now=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                report=lambda line: term.say(printable(line)),
+            )
+        finally:
+            registry.close()
+        term.out(f"ledger: {path}")
+        term.out(
+            f"{len(done.matched)} tag(s) of {name} match {printable(pattern)}: "
+            f"{len(done.new)} new, {len(done.gone)} dropped upstream since the last look"
+        )
+        if copy_to is not None:
+            c = done.copied
+            term.out(
+                f"mirror {copy_to.registry}/{copy_to.repository}: {len(done.mirrored)} image(s) "
+                f"copied, {len(done.already)} already there; {c.blobs} blob(s) streamed "
+                f"({c.bytes / 1e9:.2f} GB), {c.mounted} mounted, {c.present} already there, "
+                f"{c.manifests} manifest(s) written"
+            )
+        for line in done.failed:
+            term.say(f"llm-bisect: {printable(line)}")
+        return EXIT_FAILED if done.failed else EXIT_FOUND
+
+    def _repository(value: str, key: str) -> ImageRef:
+        try:
+            ref = parse_image_ref(value)
+        except ValueError:
+            raise ConfigError(f"{key}: not a REGISTRY/REPO {value!r}") from None
+        if ref.digest or value.rsplit("/", 1)[-1].count(":"):
+            raise ConfigError(f"{key}: name a repository without a tag or digest, not {value!r}")
+        return ImageRef(ref.registry, ref.repository, None, None)
 
     raise typer.Exit(guarded(body))
 

@@ -98,6 +98,16 @@ class _Completion(_Reply):
     choices: list[_CompletionChoice] = Field(min_length=1)
 
 
+class _TextChoice(_Reply):
+    text: str = ""
+    finish_reason: str | None = None
+
+
+class _TextCompletion(_Reply):
+    choices: list[_TextChoice] = Field(min_length=1)
+    usage: _Usage | None = None
+
+
 class _Detokenized(_Reply):
     prompt: str
 
@@ -325,6 +335,30 @@ class OpenAIClient:
             completion_tokens=body.usage.completion_tokens if body.usage else None,
         )
 
+    def complete(self, prompt: str, *, max_tokens: int, **extra: Any) -> ChatReply:
+        """One greedy text completion of a raw prompt (no chat template: `/v1/completions`,
+        as vLLM's own GSM8K runner asks); the text is the reply's content."""
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "top_p": 1.0,
+            "seed": SEED,
+            **extra,
+        }
+        what = "POST /v1/completions"
+        body = parse_reply(
+            _TextCompletion, self._request("POST", "/v1/completions", json=payload), what
+        )
+        choice = body.choices[0]
+        return ChatReply(
+            content=choice.text,
+            reasoning=None,
+            finish_reason=choice.finish_reason,
+            completion_tokens=body.usage.completion_tokens if body.usage else None,
+        )
+
     def detokenize(self, token_ids: list[int]) -> str | None:
         """The text of these token ids (vLLM's `/detokenize`); None where the server has none."""
         what = "POST /detokenize"
@@ -347,6 +381,16 @@ class OpenAIClient:
         """The token ids of a text, as the server's tokenizer makes them (vLLM's `/tokenize`)."""
         body = self._request("POST", "/tokenize", json={"model": self.model, "prompt": text})
         return parse_reply(_Tokenized, body, "POST /tokenize").tokens
+
+    def chat_tokens(self, messages: list[dict[str, str]]) -> list[int] | None:
+        """The token ids of a conversation as the server's chat template renders it (vLLM's
+        `/tokenize` with messages); None where the server has no such route."""
+        payload = {"model": self.model, "messages": messages, "add_generation_prompt": True}
+        try:
+            body = self._request("POST", "/tokenize", json=payload)
+            return parse_reply(_Tokenized, body, "POST /tokenize").tokens
+        except (RequestRejected, EndpointError):
+            return None
 
     def continuation(self, token_ids: list[int], max_tokens: int) -> list[int]:
         """The greedy continuation of these tokens, as token ids (`return_token_ids`)."""

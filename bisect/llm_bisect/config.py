@@ -190,6 +190,7 @@ RESERVED_BODY = frozenset(
     {
         "model",
         "messages",
+        "prompt",
         "max_tokens",
         "temperature",
         "top_p",

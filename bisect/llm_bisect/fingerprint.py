@@ -53,6 +53,14 @@ class ServedFacts(Sparse):
     """Its /version."""
     system_fingerprint: str | None = None
     """The `system_fingerprint` its completions carried (vLLM: `vllm-<version>-<commit>`)."""
+    model: str | None = None
+    """The model as /v1/models names it."""
+    tokenizer: str | None = None
+    """A digest of the token ids the server's tokenizer makes of a fixed text (/tokenize)."""
+    chat_template: str | None = None
+    """A digest of the token ids of a fixed conversation as the served chat template renders
+    it (/tokenize with messages): a template that changed is a regression no commit of the
+    engine explains."""
 
 
 class Fingerprint(Sparse):

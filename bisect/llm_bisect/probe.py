@@ -8,6 +8,8 @@ thread (its answer no longer needed), which stops its server at once.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -231,10 +233,41 @@ def probe(
     )
 
 
+TOKENIZER_TEXT = "llm-bisect: 2+2=4, naïve café, 東京 tabs\tand  spaces\n<think>x</think>"
+"""Tokenized by each build: a digest of the ids names the tokenizer as served."""
+TEMPLATE_CONVERSATION = (
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "What is 2+2?"},
+    {"role": "assistant", "content": "4"},
+    {"role": "user", "content": "And 3+3?"},
+)
+"""Rendered by each build's chat template (/tokenize with messages): a digest of the ids
+names the template as served."""
+
+
+def _digest(ids: list[int] | None) -> str | None:
+    return None if ids is None else hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
+
+
 def served_facts(api: OpenAIClient, server: Server) -> Fingerprint:
-    """What a ready build says it is (/version, system_fingerprint) and what its launcher
-    knows of it (image, packages, the command: a mapping, read here)."""
-    served = ServedFacts(version=api.version(), system_fingerprint=api.system_fingerprint)
+    """What a ready build says it is (/version, system_fingerprint, the model, digests of its
+    tokenizer and chat template as served) and what its launcher knows of it (image,
+    packages, the command: a mapping, read here)."""
+    # facts, never a verdict: a server that fails them here (not vLLM: no /tokenize; dying
+    # after its checks) is said by the checks' own requests, not by these
+    try:
+        model: str | None = api.model
+        tokens: list[int] | None = api.tokenize(TOKENIZER_TEXT)
+    except EndpointError:
+        model, tokens = None, None
+    template = api.chat_tokens([dict(m) for m in TEMPLATE_CONVERSATION])
+    served = ServedFacts(
+        version=api.version(),
+        system_fingerprint=api.system_fingerprint,
+        model=model,
+        tokenizer=_digest(tokens),
+        chat_template=_digest(template),
+    )
     return Fingerprint(server=served).merged(Fingerprint.model_validate(server.fingerprint()))
 
 

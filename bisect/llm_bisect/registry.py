@@ -2,18 +2,23 @@
 
 Used to tell whether an image exists before anything is pulled or started,
 to learn its digest and size (for the prefetch disk budget), and to read the
-labels of an image named as an end of the range without pulling it.
+labels of an image named as an end of the range without pulling it. `keep`
+(services/keep.py) also lists tags, reads manifests as the bytes their digest is
+of, and writes to a mirror: blobs (mounted from another repository of the same
+registry, else streamed), then manifests; a push is opened by its own 401 challenge.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import platform
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote, urljoin
 
 import httpx
 
@@ -151,24 +156,59 @@ class Registry:
         return f"{'http' if local else 'https'}://{ref.registry}/v2/{ref.repository}"
 
     def _get(self, ref: ImageRef, path: str, accept: str | None = None) -> httpx.Response:
-        headers = {"Accept": accept} if accept else {}
-        key = (ref.registry, ref.repository)
+        return self._send("GET", ref, path, headers={"Accept": accept} if accept else {})
+
+    def _send(
+        self,
+        method: str,
+        ref: ImageRef,
+        path: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, str] | None = None,
+        content: bytes | None = None,
+        push: bool = False,
+    ) -> httpx.Response:
+        """One request to the repository's API, opened by the 401 challenge it answers (a
+        pull token, or a push token for `push`); `path` is under `/v2/<repository>`, or a
+        full URL (an upload's Location)."""
+        sent = dict(headers or {})
+        key = (ref.registry, ref.repository + (" push" if push else ""))
+        url = path if path.startswith("http") else self._base(ref) + path
         for attempt in transient():
             with attempt:
                 try:
                     if key in self._authorizations:
-                        headers["Authorization"] = self._authorizations[key]
-                    response = self._http.get(self._base(ref) + path, headers=headers)
-                    if response.status_code == 401 and key not in self._authorizations:
-                        challenge = response.headers.get("WWW-Authenticate", "")
+                        sent["Authorization"] = self._authorizations[key]
+                    response = self._http.request(
+                        method, url, headers=sent, params=params, content=content
+                    )
+                    if response.status_code == 401 and response.headers.get("WWW-Authenticate"):
+                        # None yet, or the one held expired (Docker Hub's last 300 s): once more
+                        challenge = response.headers["WWW-Authenticate"]
                         self._authorizations[key] = self._authorization(challenge, ref.registry)
-                        headers["Authorization"] = self._authorizations[key]
-                        response = self._http.get(self._base(ref) + path, headers=headers)
+                        sent["Authorization"] = self._authorizations[key]
+                        response = self._http.request(
+                            method, url, headers=sent, params=params, content=content
+                        )
                 except httpx.TransportError:
                     raise
                 except httpx.HTTPError as exc:
                     raise RegistryError(f"{ref.registry}: {exc}") from exc
         return response
+
+    def _asked(
+        self,
+        method: str,
+        ref: ImageRef,
+        path: str,
+        **kw: Any,
+    ) -> httpx.Response:
+        """`_send`, with a network failure said as a RegistryError."""
+        try:
+            return self._send(method, ref, path, **kw)
+        except httpx.TransportError as exc:
+            raise RegistryError(f"{ref.registry}: {type(exc).__name__}: {exc}") from exc
 
     def _authorization(self, header: str, registry: str) -> str:
         """The Authorization header a 401's challenge asks for: a bearer token, or basic auth."""
@@ -243,3 +283,174 @@ class Registry:
         if r.status_code != 200:
             raise RegistryError(f"{ref.registry}: config blob answered HTTP {r.status_code}")
         return _json(r, ref.registry)
+
+    # -- what `keep` reads and writes: tags, manifests as bytes, blobs ----------------------
+
+    def tags(self, ref: ImageRef, page: int = 1000) -> list[str]:
+        """Every tag of the repository, following the API's pages (`Link: <…>; rel="next"`)."""
+        found: list[str] = []
+        path: str = f"/tags/list?n={page}"
+        while path:
+            r = self._asked("GET", ref, path)
+            if r.status_code in (401, 403, 404):
+                raise RegistryError(
+                    f"{ref.registry}/{ref.repository}: no such repository, or no access to its "
+                    f"tags (HTTP {r.status_code})"
+                )
+            if r.status_code != 200:
+                raise RegistryError(f"{ref.registry}: tags list answered HTTP {r.status_code}")
+            names = _json(r, ref.registry).get("tags") or []
+            found += [str(t) for t in names if isinstance(t, str)]
+            link = re.match(r'\s*<([^>]+)>\s*;\s*rel="?next"?', r.headers.get("Link", ""))
+            nxt = link.group(1) if link else ""
+            # Registries give the next page as a path from the host ("/v2/…").
+            path = urljoin(self._base(ref) + "/", nxt) if nxt else ""
+        return found
+
+    def raw_manifest(self, ref: ImageRef, reference: str) -> RawManifest | None:
+        """The manifest or index exactly as stored (its bytes are its digest); None if absent."""
+        r = self._asked("GET", ref, f"/manifests/{reference}", headers={"Accept": MANIFEST_TYPES})
+        if r.status_code in (404, 401, 403):
+            return None
+        if r.status_code != 200:
+            raise RegistryError(f"{ref.registry}: manifest answered HTTP {r.status_code}")
+        digest = "sha256:" + hashlib.sha256(r.content).hexdigest()
+        if reference.startswith("sha256:") and digest != reference:
+            raise RegistryError(f"{ref.registry}: manifest {reference} came back as {digest}")
+        body = _json(r, ref.registry)
+        media = str(body.get("mediaType") or r.headers.get("Content-Type", "").split(";")[0])
+        if int(body.get("schemaVersion", 0) or 0) != 2:
+            raise RegistryError(f"{ref.repository}:{reference}: not a schema 2 manifest or index")
+        return RawManifest(digest, media, r.content)
+
+    def manifest_digest(self, ref: ImageRef, reference: str, *, push: bool = False) -> str | None:
+        """The digest a tag or digest names in the repository (a HEAD: nothing downloaded);
+        None when it names nothing. `push`: asked with the push authorization."""
+        r = self._asked(
+            "HEAD", ref, f"/manifests/{reference}", headers={"Accept": MANIFEST_TYPES}, push=push
+        )
+        if r.status_code != 200:
+            return None
+        return r.headers.get("Docker-Content-Digest") or (
+            reference if reference.startswith("sha256:") else None
+        )
+
+    def has_blob(self, ref: ImageRef, digest: str, *, push: bool = False) -> bool:
+        return self._asked("HEAD", ref, f"/blobs/{digest}", push=push).status_code == 200
+
+    def put_manifest(self, ref: ImageRef, reference: str, manifest: RawManifest) -> None:
+        """Store the manifest's bytes under `reference` (its digest or a tag)."""
+        r = self._asked(
+            "PUT",
+            ref,
+            f"/manifests/{reference}",
+            headers={"Content-Type": manifest.media_type},
+            content=manifest.body,
+            push=True,
+        )
+        if r.status_code not in (200, 201):
+            raise RegistryError(
+                f"{ref.registry}/{ref.repository}: refused manifest {manifest.digest} "
+                f"(HTTP {r.status_code}: {_errors(r)})"
+            )
+        stored = r.headers.get("Docker-Content-Digest")
+        if stored and stored != manifest.digest:
+            raise RegistryError(f"{ref.registry}: stored {manifest.digest} as {stored}")
+
+    def mount_blob(self, ref: ImageRef, digest: str, source: ImageRef) -> bool:
+        """Ask the registry to link a blob it holds for `source` into `ref`'s repository (no
+        bytes move); False when it will not (another host, or it declined)."""
+        if source.registry != ref.registry:
+            return False
+        r = self._asked(
+            "POST",
+            ref,
+            "/blobs/uploads/",
+            params={"mount": digest, "from": source.repository},
+            push=True,
+        )
+        if r.status_code == 201:
+            return True
+        if r.status_code == 202 and r.headers.get("Location"):
+            # Declined, and an upload was opened instead: close it, nothing is left behind.
+            self._asked("DELETE", ref, self._location(ref, r.headers["Location"]), push=True)
+        return False
+
+    def copy_blob(self, source: ImageRef, ref: ImageRef, digest: str, size: int) -> None:
+        """Stream one blob from `source` into `ref`'s repository (a monolithic upload the
+        registry checks against `digest`): never held whole in memory or on disk."""
+        if not self.has_blob(source, digest):  # opens the source's authorization too
+            raise RegistryError(f"{source.registry}/{source.repository}: no blob {digest}")
+        r = self._asked("POST", ref, "/blobs/uploads/", push=True)
+        location = r.headers.get("Location")
+        if r.status_code != 202 or not location:
+            raise RegistryError(
+                f"{ref.registry}: refused to start an upload (HTTP {r.status_code}: {_errors(r)})"
+            )
+        upload = self._location(ref, location)
+        upload += ("&" if "?" in upload else "?") + "digest=" + quote(digest)
+        pull = self._authorizations.get((source.registry, source.repository))
+        push = self._authorizations.get((ref.registry, ref.repository + " push"))
+        try:
+            with self._http.stream(
+                "GET",
+                self._base(source) + f"/blobs/{digest}",
+                headers={"Authorization": pull} if pull else {},
+            ) as got:
+                if got.status_code != 200:
+                    raise RegistryError(
+                        f"{source.registry}: blob {digest} answered HTTP {got.status_code}"
+                    )
+                headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+                if push:
+                    headers["Authorization"] = push
+                put = self._http.put(upload, headers=headers, content=got.iter_bytes(1 << 20))
+        except httpx.HTTPError as exc:
+            raise RegistryError(f"copy of blob {digest}: {type(exc).__name__}: {exc}") from exc
+        if put.status_code not in (201, 204):
+            raise RegistryError(
+                f"{ref.registry}: refused blob {digest} (HTTP {put.status_code}: {_errors(put)})"
+            )
+
+    def _location(self, ref: ImageRef, location: str) -> str:
+        """An upload's Location, made absolute (registries may answer a path)."""
+        return urljoin(self._base(ref) + "/", location)
+
+
+@dataclass(frozen=True)
+class RawManifest:
+    """A manifest or index as the registry stores it: the bytes its digest is of."""
+
+    digest: str
+    media_type: str
+    body: bytes
+
+    @property
+    def document(self) -> dict[str, Any]:
+        value = json.loads(self.body)
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in _INDEX_TYPES or "manifests" in self.document
+
+    def children(self) -> list[dict[str, Any]]:
+        """An index's manifests (every platform, attestations too), as descriptors."""
+        return [m for m in self.document.get("manifests") or [] if isinstance(m, dict)]
+
+    def blobs(self) -> list[dict[str, Any]]:
+        """An image manifest's config and layers, as descriptors."""
+        doc = self.document
+        found = [doc["config"]] if isinstance(doc.get("config"), dict) else []
+        return found + [m for m in doc.get("layers") or [] if isinstance(m, dict)]
+
+
+def _errors(r: httpx.Response) -> str:
+    """A registry's error codes, for a message (never its whole body)."""
+    try:
+        body = r.json()
+    except (ValueError, RecursionError):
+        return "no error body"
+    errors = body.get("errors") if isinstance(body, dict) else None
+    codes = [str(e.get("code", "?")) for e in errors or [] if isinstance(e, dict)]
+    return ", ".join(codes)[:200] or "no error code"

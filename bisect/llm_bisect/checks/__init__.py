@@ -37,6 +37,13 @@ class ChatEndpoint(Protocol):
     def chat(self, prompt: str, *, max_tokens: int, **extra: Any) -> ChatReply: ...
 
 
+@runtime_checkable
+class CompletionEndpoint(ChatEndpoint, Protocol):
+    """An endpoint that also completes raw text (`/v1/completions`, no chat template)."""
+
+    def complete(self, prompt: str, *, max_tokens: int, **extra: Any) -> ChatReply: ...
+
+
 class ServedEndpoint(ChatEndpoint, Protocol):
     """An endpoint that also names the model it serves (the name its requests carry)."""
 

@@ -6,6 +6,10 @@
     dataset: openai/gsm8k  `datasets.load_dataset(name, config, split)`, from the node's
                            cache or a local dataset folder; from the Hub only with
                            `download: true` (a misspelt name is then not minutes of retries)
+    dataset: ./gsm8k       a folder holding `test.jsonl` and `train.jsonl` (vLLM's own copy,
+                           as tests/evals/gsm8k/gsm8k_eval.py downloads it) is read as it is
+
+A `limit` larger than the problems there is an error, never fewer problems asked.
 
 Few-shot examples (the `vllm` prompt format) come from a dataset's train split, or
 else from the first rows of the file, which then are not asked.
@@ -115,6 +119,26 @@ def _parquet(path: Path) -> list[Problem]:
     return _rows(list(table), path.name)
 
 
+def _split_file(dataset: str, split: str) -> Path | None:
+    """`DIR/{split}.jsonl` when `dataset` is a local folder holding one (vLLM's own GSM8K copy,
+    ci-datasets/gsm8k/{train,test}.jsonl): read as GSM8K-format JSONL, without `datasets`."""
+    folder = Path(dataset)
+    found = folder / f"{split}.jsonl"
+    return found if folder.is_dir() and found.is_file() else None
+
+
+def _local(dataset: str, split: str, key: str) -> list[Problem]:
+    path = Path(dataset) / f"{split}.jsonl"
+    try:
+        return load_problems(path)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read '{path}' ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{key}: '{path}' is not UTF-8 text (byte {exc.start})") from None
+    except ValueError as exc:
+        raise ConfigError(f"{key}: '{path}' {exc}") from None
+
+
 def load(
     *,
     path: Path | None = None,
@@ -130,8 +154,20 @@ def load(
     from the node's cache (or is a local folder) unless `download`."""
     if dataset is not None:
         where = f"{key}.dataset"
-        asked = _hub(dataset, dataset_config, split, where, download)
-        examples = _hub(dataset, dataset_config, "train", where, download)[:shots] if shots else []
+
+        local = _split_file(dataset, split) is not None  # vLLM's copy: each split a file
+
+        def read(part: str) -> list[Problem]:
+            if local:
+                return _local(dataset, part, where)
+            return _hub(dataset, dataset_config, part, where, download)
+
+        asked = read(split)
+        examples = read("train")[:shots] if shots else []
+        if len(examples) < shots:
+            raise ConfigError(
+                f"{where}: {shots} worked examples asked, its train split holds {len(examples)}"
+            )
     else:
         if path is not None and path.suffix == ".parquet":
             every = _parquet(path)
@@ -142,4 +178,9 @@ def load(
         examples, asked = every[:shots], every[shots:]
     if not asked:
         raise ConfigError(f"{key}: holds no problems")
+    if limit and limit > len(asked):
+        raise ConfigError(
+            f"{key}.limit: {limit} problems asked, and {len(asked)} are there to ask "
+            "(fewer would not be the eval asked for)"
+        )
     return Problems(asked[:limit] if limit else asked, examples)

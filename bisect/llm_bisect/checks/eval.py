@@ -26,11 +26,11 @@ from pydantic import (
 )
 
 from ..config import Asks
-from ..errors import ConfigError
+from ..errors import ConfigError, HarnessError
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckDetails, CheckResult, Threshold
 from ..sparse import AddedLater
-from . import ChatEndpoint, map_concurrent
+from . import ChatEndpoint, CompletionEndpoint, map_concurrent
 from .budget import Asked, Budget, ask, budget_of, unfinished
 from .dataset import Problems
 from .dataset import load as load_problems
@@ -50,6 +50,7 @@ from .stats import (
 )
 
 if TYPE_CHECKING:
+    from ..client import ChatReply
     from .golden import Golden
 
 NULL_SHARE_JUMP = 0.1
@@ -222,6 +223,16 @@ def _ran_on(late: Sequence[str | None], gold: EvalSection, head: str) -> str:
     return f"{count} did not finish where the good build did in {most} tokens or fewer"
 
 
+class _Completions:
+    """An endpoint whose every prompt is completed as raw text (`/v1/completions`)."""
+
+    def __init__(self, endpoint: CompletionEndpoint) -> None:
+        self.endpoint = endpoint
+
+    def chat(self, prompt: str, *, max_tokens: int, **extra: Any) -> ChatReply:
+        return self.endpoint.complete(prompt, max_tokens=max_tokens, **extra)
+
+
 class EvalCheck:
     """Bad when accuracy falls below the golden's beyond chance, or null content jumps."""
 
@@ -238,8 +249,13 @@ class EvalCheck:
         tolerance: float | None = None,
         null_share_jump: float = NULL_SHARE_JUMP,
         min_accuracy: float | None = None,
+        api: Literal["chat-completions", "completions"] = "chat-completions",
+        gen_prefix: str = "",
     ) -> None:
         self.problems = problems.asked
+        self.api = api
+        """How each prompt is asked: a chat message, or raw text (vLLM's GSM8K runner's)."""
+        self.gen_prefix = gen_prefix
         self.shots = problems.shots
         self.prompt_format = prompt_format
         self.extract = last_integer if prompt_format == "vllm" else extract
@@ -250,7 +266,16 @@ class EvalCheck:
         self.min_accuracy = min_accuracy
         """An absolute floor beside the golden-relative judgement (a vLLM eval config's)."""
 
+    def _via(self, endpoint: ChatEndpoint) -> ChatEndpoint:
+        """The endpoint as this eval asks it: chat, or text completions."""
+        if self.api == "chat-completions":
+            return endpoint
+        if not isinstance(endpoint, CompletionEndpoint):
+            raise HarnessError("eval: api 'completions' needs an endpoint with /v1/completions")
+        return _Completions(endpoint)
+
     def _answers(self, endpoint: ChatEndpoint, budgets: Sequence[Budget]) -> list[Asked]:
+        endpoint = self._via(endpoint)
         return map_concurrent(
             lambda pb: ask(endpoint, self.prompt(pb[0]), pb[1]),
             list(zip(self.problems, budgets, strict=True)),
@@ -259,7 +284,7 @@ class EvalCheck:
 
     def prompt(self, problem: Problem) -> str:
         if self.prompt_format == "vllm":
-            return vllm_prompt(problem.question, self.shots)
+            return vllm_prompt(problem.question, self.shots, self.gen_prefix)
         return instruct_prompt(problem.question)
 
     def record(self, endpoint: ChatEndpoint) -> EvalSection:
@@ -357,6 +382,7 @@ class EvalCheck:
                 f"golden: its eval has {len(gold.answers)} problems, the config's "
                 f"{len(self.problems)}; record it anew"
             )
+        endpoint = self._via(endpoint)
         recorded = gold.budgets or [self.budget.start] * len(self.problems)
         budgets = [self.budget.from_golden(b) for b in recorded]
         sizes = sequential.sizes(len(self.problems)) if sequential else [len(self.problems)]
@@ -509,6 +535,12 @@ class EvalConfig(Asks):
     (vLLM's own few-shot "Question: ...\nAnswer:" prompts, the last integer)."""
     shots: int = Field(default=5, ge=0, le=32)
     """Worked examples before each question in the `vllm` format."""
+    api: Literal["chat-completions", "completions"] = "chat-completions"
+    """How each problem is asked: as a chat message, or as raw text completed by
+    `/v1/completions` (no chat template: vLLM's own GSM8K runner's way)."""
+    gen_prefix: str = ""
+    """In the `vllm` format, text after each "Answer:" (vLLM's `gen_prefix`, e.g. an empty
+    think block)."""
     limit: int | None = Field(default=None, gt=0)
     """The first this-many problems only; default: all."""
     concurrency: int = Field(default=8, ge=1, le=256)
@@ -568,6 +600,8 @@ def from_config(cfg: EvalConfig, ctx: CheckContext) -> EvalCheck:
         tolerance=cfg.tolerance,
         null_share_jump=cfg.null_share_jump,
         min_accuracy=cfg.min_accuracy,
+        api=cfg.api,
+        gen_prefix=cfg.gen_prefix,
     )
 
 

@@ -3,10 +3,10 @@
 Two prompt formats:
   instruct  the question and "Solve it step by step, then end with 'The answer is N.'";
             extraction: `#### N`, else `The answer is N`, else the last number
-  vllm      vLLM's own (tests/evals/gsm8k): k worked examples from the train split as
-            "Question: ...\nAnswer: ...\n\n", then "Question: ...\nAnswer:";
-            extraction: the last integer (no stop strings: a thinking model's
-            reasoning may say "Question")
+  vllm      vLLM's own (tests/evals/gsm8k/gsm8k_eval.py): k worked examples from the
+            train split as "Question: ...\nAnswer:{gen_prefix} ...\n\n", then
+            "Question: ...\nAnswer:{gen_prefix}"; extraction: the last integer (the
+            stop strings vLLM's runner sends are the vllm-eval file's to set)
 
 Problems come from the bundled set (offline), a local JSONL or parquet file, or
 a Hugging Face dataset (`openai/gsm8k`, via the `datasets` library and its cache).
@@ -111,10 +111,13 @@ def load_problems(path: Path | None = None, limit: int | None = None) -> list[Pr
     return problems[:limit] if limit else problems
 
 
-def vllm_prompt(question: str, shots: Sequence[Problem]) -> str:
-    """vLLM's few-shot GSM8K prompt (tests/evals/gsm8k/gsm8k_eval.py)."""
-    examples = "".join(f"Question: {s.question}\nAnswer: {s.solution}\n\n" for s in shots)
-    return f"{examples}Question: {question}\nAnswer:"
+def vllm_prompt(question: str, shots: Sequence[Problem], gen_prefix: str = "") -> str:
+    """vLLM's few-shot GSM8K prompt (tests/evals/gsm8k/gsm8k_eval.py, `_build_gsm8k_prompts`:
+    `gen_prefix` after each "Answer:", e.g. an empty think block)."""
+    examples = "".join(
+        f"Question: {s.question}\nAnswer:{gen_prefix} {s.solution}\n\n" for s in shots
+    )
+    return f"{examples}Question: {question}\nAnswer:{gen_prefix}"
 
 
 def instruct_prompt(question: str) -> str:

@@ -5,7 +5,15 @@ Three formats, told apart by their keys, each read as vLLM's runner reads it:
     tests/evals/gsm8k/configs/*.yaml         accuracy_threshold, num_questions, num_fewshot
         (tests/evals/gsm8k/test_gsm8k_correctness.py: vLLM's few-shot GSM8K over
         completions, max_tokens 256; passes at accuracy >= threshold - tolerance (0.08))
-        → the `eval` check, format `vllm`, with that floor
+        → the `eval` check, format `vllm`, with that floor, asked as the runner asks
+        (`/v1/completions` of the raw prompt, or chat with `use_chat_completions`; its stop
+        strings; `gen_prefix` after each "Answer:"), on GSM8K itself: the first
+        num_questions of its test split, the first num_fewshot of its train split as the
+        worked examples (tests/evals/gsm8k/gsm8k_eval.py: `_build_gsm8k_prompts`), from
+        vLLM's copy (a folder with test.jsonl and train.jsonl: `data:`, gate's
+        `--eval-data`) or openai/gsm8k in the node's `datasets` cache. Without either, or
+        with fewer questions there than the file asks, it is one line saying so: never
+        another data set, never fewer questions.
     .buildkite/lm-eval-harness/configs/*.yaml  tasks: [{name, metrics: [{name, value}]}]
         (.buildkite/lm-eval-harness/test_lm_eval_correctness.py: passes at
         measured >= value * (1 - rtol), rtol 0.08) → the `lm_eval` check, with those floors
@@ -14,9 +22,12 @@ Three formats, told apart by their keys, each read as vLLM's runner reads it:
         metric >= threshold - 0.05) → the `lm_eval` check on lm-eval's GPQA diamond
         (the same questions, lm-eval's prompt), with that floor
 
-Beside the floor, the golden-relative judgement of the check stands. The file's
+Beside the floor, the golden-relative judgement of the check stands. A file given to
+`gate --eval-config` replaces the config's default check of its kind (the bundled eval);
+one the config names itself is an error naming both. The file's
 `server_args` (and the lm-eval file's server keys: max_model_len, kv_cache_dtype, ...) are
-added to `server.command` (docker: `server.args`); `startup_max_wait_seconds` becomes
+added to `server.command` (docker: `server.args`), a gsm8k file's `env` to `server.env` (a
+name the config sets to another value is an error); `startup_max_wait_seconds` becomes
 `server.ready_timeout` unless the config sets one. A bad file is one line naming it.
 """
 
@@ -35,6 +46,8 @@ from ..config import CheckBase, expanded_size, literal
 from ..errors import ConfigError
 from ..files import read_capped
 from ..kinds import CHECKS, CheckContext, CheckKind
+from .dataset import load as load_problems
+from .eval import EvalConfig
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -45,6 +58,15 @@ LM_EVAL_RTOL = 0.08
 """.buildkite/lm-eval-harness/test_lm_eval_correctness.py: DEFAULT_RTOL."""
 GPT_OSS_TOLERANCE = 0.05
 """tests/evals/gpt_oss/test_gpqa_correctness.py: TOL."""
+GSM8K_STOP = ["Question", "Assistant:", "<|separator|>"]
+"""tests/evals/gsm8k/gsm8k_eval.py: the stop strings of every request (`get_answer`)."""
+GSM8K_DATASET = "openai/gsm8k"
+"""Where a gsm8k file's questions come from without `data`: the node's `datasets` cache."""
+GSM8K_HOW = (
+    "give vLLM's copy (a folder holding GSM8K's test.jsonl and train.jsonl, as "
+    "tests/evals/gsm8k/gsm8k_eval.py downloads them) as the entry's `data:` or gate's "
+    "--eval-data DIR, or load openai/gsm8k into this node's `datasets` cache"
+)
 GPQA_TASK = "gpqa_diamond_cot_zeroshot"
 GPQA_METRIC = "exact_match,flexible-extract"
 MAX_FILE_BYTES = 2**20
@@ -70,7 +92,9 @@ class VllmEvalConfig(CheckBase):
     include_path: str | None = None
     """For lm-eval-harness files: a folder of task YAMLs (relative to the config)."""
     data: str | None = None
-    """For gsm8k files: GSM8K-format JSONL (relative to the config); default: the bundled set."""
+    """For gsm8k files: GSM8K as vLLM's runner reads it, a folder holding its `test.jsonl` and
+    `train.jsonl` (relative to the config), or a dataset `datasets` reads; default:
+    `openai/gsm8k` from the node's `datasets` cache."""
     num_concurrent: int = Field(default=8, ge=1, le=256)
     """Requests in flight at once."""
 
@@ -84,6 +108,8 @@ class Read:
     """The check config it becomes (an `eval` or `lm_eval` entry), before validation."""
     server_args: list[str] = field(default_factory=list)
     ready_timeout: float | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    """The server's environment the file sets (gsm8k files: `env`)."""
 
 
 def _get(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
@@ -205,15 +231,30 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
         check: dict[str, Any] = {
             "type": "eval",
             "format": "vllm",
+            "dataset": cfg.data or GSM8K_DATASET,
             "limit": _get(data, "num_questions", int, here),
             "shots": _get(data, "num_fewshot", int, here),
             "max_tokens": _opt(data, "max_tokens", int, here) or 256,
+            # the runner's budget is the file's and never grows: its floor counts an answer
+            # cut there by the last integer it holds
+            "max_tokens_cap": _opt(data, "max_tokens", int, here) or 256,
             "concurrency": cfg.num_concurrent,
             "min_accuracy": max(0.0, threshold - tolerance),
+            # gsm8k_eval.py: completions of the raw prompt unless use_chat_completions, each
+            # with its stop strings, `gen_prefix` after every "Answer:"
+            "api": "chat-completions"
+            if data.get("use_chat_completions") is not None
+            and _flag(data["use_chat_completions"], "use_chat_completions", here)
+            else "completions",
+            "gen_prefix": _opt(data, "gen_prefix", str, here) or "",
+            "extra_body": {"stop": list(GSM8K_STOP)},
         }
-        if cfg.data is not None:
-            check["path"] = cfg.data
-        return Read("gsm8k", check, args, wait)
+        # test_gsm8k_correctness.py: env_dict = dict(eval_config.get("env") or {}), the server's
+        env = _opt(data, "env", dict, here) or {}
+        for name, value in env.items():
+            if not isinstance(name, str) or not isinstance(value, str):
+                raise ConfigError(f"{here}: 'env' maps names to strings, got {name!r}: {value!r}")
+        return Read("gsm8k", check, args, wait, dict(env))
     if "tasks" in data:
         _get(data, "model_name", str, here)
         tasks = _get(data, "tasks", list, here)
@@ -290,33 +331,87 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
     )
 
 
-def expand(config: Config, base_dir: Path, extra: Path | None = None) -> Config:
+def _data(data: str | None, base_dir: Path) -> str | None:
+    """`data` as the check reads it: a local folder absolute (relative to `base_dir`), a
+    dataset's name as it is."""
+    if data is None:
+        return None
+    local = base_dir / data
+    return str(local.absolute()) if local.exists() else data
+
+
+def _questions(check: EvalConfig, name: str, where: str) -> None:
+    """The questions a gsm8k file asks are there to ask, as many as it says; else one line
+    saying what is missing and how to give it (nothing is ever asked instead)."""
+    dataset = check.dataset or GSM8K_DATASET
+    try:
+        found = load_problems(dataset=dataset, shots=check.shots, key=where)
+    except ConfigError as exc:
+        said = str(exc).removeprefix(f"{where}.dataset: ").split("; offline: ")[0]
+        raise ConfigError(
+            f"{where}: '{name}' asks {check.limit} GSM8K questions, {check.shots}-shot: "
+            f"{said}; {GSM8K_HOW}"
+        ) from None
+    if check.limit is not None and check.limit > len(found.asked):
+        raise ConfigError(
+            f"{where}: '{name}' asks {check.limit} GSM8K questions and '{dataset}' holds "
+            f"{len(found.asked)} (GSM8K's test split has 1319); {GSM8K_HOW}"
+        )
+
+
+def expand(
+    config: Config, base_dir: Path, extra: Path | None = None, data: Path | None = None
+) -> Config:
     """The config with each `vllm-eval` entry (and `extra`, a file `gate --eval-config`
-    names) read into the check it asks for, its server arguments added to the server's
-    command and its startup wait made the ready timeout (unless the config sets one)."""
+    names, on `data`, gate's `--eval-data`) read into the check it asks for, its server
+    arguments added to the server's command and its startup wait made the ready timeout
+    (unless the config sets one). `extra`'s check replaces the config's default one of its
+    kind."""
     entries: list[Any] = list(config.checks)
     if extra is not None:
-        entries.append(VllmEvalConfig(type="vllm-eval", path=str(extra.absolute())))
+        given = str(data.absolute()) if data is not None else None
+        entries.append(VllmEvalConfig(type="vllm-eval", path=str(extra.absolute()), data=given))
     if not any(isinstance(e, VllmEvalConfig) for e in entries):
         return config
     checks: list[Any] = []
     args: list[str] = []
+    env: dict[str, str] = {}
     wait: float | None = None
     for i, entry in enumerate(entries):
         if not isinstance(entry, VllmEvalConfig):
             checks.append(entry)
             continue
-        where = (
-            "--eval-config" if extra is not None and i == len(entries) - 1 else f"checks.{i}.path"
-        )
-        found = read(base_dir / entry.path, where, entry)
+        by_gate = extra is not None and i == len(entries) - 1
+        where = "--eval-config" if by_gate else f"checks.{i}.path"
+        file = base_dir / entry.path
+        entry = entry.model_copy(update={"data": _data(entry.data, base_dir)})
+        found = read(file, where, entry)
+        if entry.data is not None and found.kind != "gsm8k":  # never dropped unsaid
+            key = "--eval-data" if by_gate else f"checks.{i}.data"
+            raise ConfigError(
+                f"{key}: only a gsm8k file reads its questions from it; '{file.name}' is a "
+                f"{found.kind} file"
+            )
         try:
-            checks.append(CHECKS[str(found.check["type"])].config.model_validate(found.check))
+            made = CHECKS[str(found.check["type"])].config.model_validate(found.check)
         except ValidationError as exc:
             err = exc.errors()[0]
             loc = ".".join(str(p) for p in err["loc"][1:])
             raise ConfigError(f"{where}: '{entry.path}' {loc}: {err['msg']}") from None
+        if isinstance(made, EvalConfig):
+            _questions(made, file.name, where)
+        if by_gate:
+            checks = _instead(checks, made, config, file.name)
+        checks.append(made)
         args += found.server_args
+        for name, value in found.env.items():
+            said = {**config.server.env, **env}.get(name)
+            if said is not None and said != value:
+                raise ConfigError(
+                    f"{where}: '{file.name}' sets env {name}={value!r} and the config "
+                    f"{said!r}: one server environment; change one of them"[:400]
+                )
+            env[name] = value
         wait = found.ready_timeout if found.ready_timeout is not None else wait
     names = [c.type for c in checks]
     for name in ("eval", "lm_eval"):
@@ -329,7 +424,23 @@ def expand(config: Config, base_dir: Path, extra: Path | None = None) -> Config:
         update[key] = [*getattr(server, key), *args]
     if wait is not None and "ready_timeout" not in server.model_fields_set:
         update["ready_timeout"] = wait
+    if env:
+        update["env"] = {**server.env, **env}
     return config.model_copy(update={"checks": checks, "server": server.model_copy(update=update)})
+
+
+def _instead(checks: list[Any], made: Any, config: Config, name: str) -> list[Any]:
+    """The checks without the default one of `made`'s kind, which gate's file replaces; one
+    the config names itself is an error naming both (which of two was meant is the user's)."""
+    same = [i for i, c in enumerate(checks) if c.type == made.type]
+    if not same:
+        return checks
+    if "checks" in config.model_fields_set:
+        raise ConfigError(
+            f"--eval-config: '{name}' is an '{made.type}' check and so is checks.{same[0]} of "
+            "the config: one of each kind; remove that entry or leave out --eval-config"
+        )
+    return [c for c in checks if c.type != made.type]
 
 
 def from_config(cfg: VllmEvalConfig, ctx: CheckContext) -> NoReturn:

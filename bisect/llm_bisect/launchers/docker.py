@@ -70,6 +70,7 @@ from ..kinds import (
     Preflight,
     PreflightContext,
 )
+from ..ledger import load as ledger_load
 from ..model import Candidate
 from ..redact import Masker, redact
 from ..registry import Registry, parse_image_ref
@@ -565,14 +566,39 @@ class DockerLauncher:
         """Commit → what result.json records of its derived image's build."""
         self._routes: dict[str, Route] = {}
         self.prefetcher = Prefetcher(self._fetch_ahead)
+        self.ledger = (
+            ledger_load(base_dir / Path(cfg.ledger).expanduser(), key="server.ledger")
+            if cfg.ledger
+            else None
+        )
+        """What `keep` recorded: commits whose images a mirror holds."""
 
     # -- artifacts ---------------------------------------------------------------------
 
     def template_ref(self, candidate: Candidate) -> str:
-        """An end's own image, else the image template filled in."""
-        return candidate.artifact or fill(
-            self.cfg.image, {"commit": candidate.commit, "short": candidate.short}
-        )
+        """An end's own image, else the mirror's copy the ledger names (by digest), else the
+        image template filled in."""
+        if candidate.artifact:
+            return candidate.artifact
+        kept = self.ledger.find(candidate.commit) if self.ledger is not None else None
+        if kept is not None:
+            return f"{kept[1].mirror}@{kept[1].digest}"
+        return fill(self.cfg.image, {"commit": candidate.commit, "short": candidate.short})
+
+    def kept_ref(self, ref: str) -> str | None:
+        """The mirror's copy (by digest) of an image the ledger recorded under this tag."""
+        if self.ledger is None:
+            return None
+        try:
+            parsed = parse_image_ref(ref)
+        except ValueError:
+            return None
+        entry = self.ledger.entries.get(parsed.tag or "")
+        if f"{parsed.registry}/{parsed.repository}" != self.ledger.source or entry is None:
+            return None
+        if not entry.mirror or parsed.digest not in (None, entry.digest):
+            return None
+        return f"{entry.mirror}@{entry.digest}"
 
     def image_ref(self, candidate: Candidate) -> str:
         """The image a candidate runs: derived from its build, or `template_ref`."""
@@ -833,6 +859,10 @@ class DockerServerConfig(ServerBase, SlotGpus):
     """Pulling the next probes' images while one runs."""
     registry: RegistryConfig = Field(default_factory=RegistryConfig)
     """Credentials for the registry's manifest API (tags, digests)."""
+    ledger: str | None = None
+    """A ledger `llm-bisect keep --mirror` wrote (relative to the config file): a candidate
+    whose commit it holds runs the mirror's copy, by digest, even after the registry
+    dropped the tag."""
 
     @field_validator("image")
     @classmethod
@@ -901,7 +931,11 @@ def _preflight(cfg: DockerServerConfig, ctx: PreflightContext) -> Preflight:
         registry = cfg.registry.model_copy(update={"password": password})
         cfg = cfg.model_copy(update={"registry": registry})
         secrets.append(password)
-    logins = docker_logins(registry_hosts(cfg, ctx.ends))
+    hosts = registry_hosts(cfg, ctx.ends)
+    if cfg.ledger:  # the mirror's images are pulled with its own login (a private ghcr.io)
+        kept = ledger_load(ctx.base_dir / Path(cfg.ledger).expanduser(), key="server.ledger")
+        hosts += sorted({e.mirror.split("/", 1)[0] for e in kept.entries.values() if e.mirror})
+    logins = docker_logins(hosts)
     secrets += [password for _, password in logins.values()]
     return Preflight(cfg, secrets, logins)
 
@@ -928,8 +962,9 @@ def resolve_image_end(cfg: DockerServerConfig, ctx: EndContext, ref: str, key: s
     with ctx.launcher("resolve") as made:
         launcher = made.launchers[0] if isinstance(made, Spread) else made
         assert isinstance(launcher, DockerLauncher)
+        kept = launcher.kept_ref(ref)  # the ledger's copy: the tag may be gone upstream
         try:
-            labels, env = launcher.image_metadata(ref)
+            labels, env = launcher.image_metadata(kept or ref)
         except LaunchError as exc:
             raise ConfigError(f"{key}: no such ref {ref!r}, and no image found: {exc}") from None
     if labels is None:
@@ -948,7 +983,7 @@ def resolve_image_end(cfg: DockerServerConfig, ctx: EndContext, ref: str, key: s
         raise ConfigError(
             f"{key}: image {ref!r} is commit {commit} ({where}), not in candidates.repo"
         ) from None
-    return replace(candidate, artifact=ref)
+    return replace(candidate, artifact=kept or ref)
 
 
 KIND = LAUNCHERS.register(

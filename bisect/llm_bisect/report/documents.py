@@ -509,7 +509,13 @@ class Trial(_Doc):
 class GateDocument(_Doc, AddedLater):
     """DIR/gate.json: one release candidate judged against the last good build's golden."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("eval_config", "reason", "trials", "eval_power")
+    added_later: ClassVar[tuple[str, ...]] = (
+        "eval_config",
+        "eval_data",
+        "reason",
+        "trials",
+        "eval_power",
+    )
 
     version: Literal[1] = GATE_VERSION
     decision: Decision
@@ -524,6 +530,8 @@ class GateDocument(_Doc, AddedLater):
     context: Context = Field(default_factory=Context)
     eval_config: str = ""
     """The vLLM eval config `--eval-config` judged the candidate by (absolute); "": none."""
+    eval_data: str = ""
+    """Where its questions came from by `--eval-data` (absolute); "": the config's default."""
     config_digest: str = ""
     """What decides verdicts in the config (a resumed gate must have the same)."""
     started_at: float | None = None

@@ -157,6 +157,7 @@ def render_gate_markdown(doc: GateDocument) -> str:
     again = ["llm-bisect", "gate", config, "--candidate", doc.candidate_ref]
     again += ["--golden", doc.golden.path, *reproduce_repo(doc.context)]
     again += ["--eval-config", doc.eval_config] if doc.eval_config else []
+    again += ["--eval-data", doc.eval_data] if doc.eval_data else []
     lines += [
         "## Reproduce",
         "",

@@ -251,6 +251,14 @@ def _fingerprints(doc: ResultDocument) -> list[str]:
     return builds_compared(doc.fingerprints, *_labels(doc))
 
 
+MODEL_FACTS = {
+    "server.chat_template": "chat template",
+    "server.tokenizer": "tokenizer",
+    "server.model": "served model name",
+}
+"""What the served model is, besides the engine: a difference is said on the first screen."""
+
+
 def builds_compared(sides: Sides, old_label: str, new_label: str) -> list[str]:
     """Two builds' fingerprints side by side (a collapsed section); differences marked."""
     old, new = sides.old, sides.new
@@ -265,7 +273,16 @@ def builds_compared(sides: Sides, old_label: str, new_label: str) -> list[str]:
         text = side.get(key, "—")
         return esc.code(text, table=True) if key in _WHOLE else cell(text, 70)
 
-    lines = [
+    model_said = [
+        f"⚠ The {what} differs between the {old_label} and {new_label} builds "
+        f"({esc.code(key)}): a change of the model's files (tokenizer_config.json, "
+        "chat_template.jinja, a new snapshot) that no commit of the engine explains; compare "
+        "them before blaming the commit."
+        for key, what in MODEL_FACTS.items()
+        if key in differ
+    ]
+    lines = [line for warning in model_said for line in (warning, "")]
+    lines += [
         f"<details><summary><b>Builds compared</b> (the {old_label} and {new_label} builds' "
         f"fingerprints; {len([k for k in keys if k in differ])} differ)</summary>",
         "",

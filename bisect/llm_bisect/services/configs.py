@@ -2,10 +2,14 @@
 that turns a GOOD server setup bad (delta.py), each trial a probe.
 
     llm-bisect configs CONFIG --build REF --good-server GOOD.yaml --bad-server BAD.yaml
+    llm-bisect configs CONFIG --build REF --bad-arg '--moe-backend cutlass' \
+        --bad-env VLLM_USE_DEEP_GEMM=1
 
-GOOD.yaml and BAD.yaml each hold a `server:` section (the config's own keys); they may
-differ only in the command's flags (`server.command`, or `server.args` for images) and in
-`server.env`. The first trial is GOOD itself: its probe records DIR/golden.json, which
+GOOD is the config's own server unless --good-server names one; BAD is --bad-server's, or
+GOOD's with --bad-arg's flags (a flag GOOD sets takes BAD's value) and --bad-env's variables
+put in. GOOD.yaml and BAD.yaml each hold a `server:` section (the config's own keys); they
+may differ only in the command's flags (`server.command`, or `server.args` for images) and
+in `server.env`. The first trial is GOOD itself: its probe records DIR/golden.json, which
 every other trial is judged by with the config's checks; the second is BAD. A trial that
 cannot be tested (skip, unsure) is never bad, nor is one bad with another symptom than BAD's
 (none of the checks it failed is one BAD failed): a different failure, counted unresolved.
@@ -30,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +45,9 @@ from ..config import (
     caller_secret_names,
     config_digest,
     expand_env,
+    literal,
     load_server,
+    read_yaml,
     secret_flag,
     secret_names,
 )
@@ -268,20 +274,73 @@ class ConfigsSetup:
     scrub: Scrub
 
 
+def inline_bad(
+    good: Mapping[str, Any], words: Sequence[str], env: Mapping[str, str]
+) -> dict[str, Any]:
+    """BAD as GOOD's server with `words` (`--moe-backend cutlass`, `--enforce-eager`) and
+    `env` put in: a flag GOOD sets takes BAD's value, another is added; each value is
+    literal (a brace is written twice in a command: `{port}` is a placeholder)."""
+    key = "command" if good.get("command") else "args"
+    argv = [str(w) for w in good.get(key) or []]
+    i = 0
+    while i < len(words):
+        flag = words[i]
+        if not flag.startswith("-"):
+            raise ConfigError(f"--bad-arg: {flag!r} is a value with no flag before it")
+        values = []
+        i += 1
+        while i < len(words) and not words[i].startswith("-"):
+            values.append(literal(words[i]))
+            i += 1
+        name = flag.partition("=")[0]
+        at = next((j for j, w in enumerate(argv) if w.partition("=")[0] == name), None)
+        if at is None:
+            argv += [literal(flag), *values]
+            continue
+        end = at + 1
+        while "=" not in argv[at] and end < len(argv) and not argv[end].startswith("-"):
+            end += 1  # GOOD's own values of the flag, which BAD's replace
+        argv[at:end] = [literal(flag), *values]
+    merged = {**dict(good.get("env") or {}), **{k: literal(v) for k, v in env.items()}}
+    return {**good, key: argv, "env": merged}
+
+
 def configs_setup(
     config_path: Path,
     environ: Mapping[str, str],
     *,
-    good_file: Path,
-    bad_file: Path,
+    good_file: Path | None,
+    bad_file: Path | None,
+    bad_args: Sequence[str] = (),
+    bad_env: Mapping[str, str] | None = None,
     repo: Path | None = None,
     report: Callable[[str], None] = lambda _: None,
     clock: Callable[[], float] = time.monotonic,
 ) -> ConfigsSetup:
     """Load CONFIG with GOOD's and with BAD's server, and their differences; ConfigError
-    for setups that differ in anything but flags and variables."""
-    good_server = load_server(good_file, "--good-server")
-    bad_server = load_server(bad_file, "--bad-server")
+    for setups that differ in anything but flags and variables. GOOD is the config's own
+    server unless `good_file` names one; BAD is `bad_file`'s, or GOOD's with `bad_args` and
+    `bad_env` put in."""
+    inline = bool(bad_args) or bool(bad_env)
+    if inline == (bad_file is not None):
+        raise ConfigError(
+            "BAD: give --bad-server FILE, or --bad-arg / --bad-env (GOOD's server with them "
+            "put in), not both"
+            if inline
+            else "BAD: give --bad-server FILE, or --bad-arg '--flag value' / --bad-env NAME=VALUE"
+        )
+    if good_file is not None:
+        good_server = load_server(good_file, "--good-server")
+        report(f"GOOD: the server of {good_file} (the config's own server: is not used)")
+    else:
+        data = read_yaml(config_path, "CONFIG")
+        if not isinstance(data, dict) or not isinstance(data.get("server"), dict):
+            raise ConfigError(f"CONFIG {config_path}: no server: section to be GOOD")
+        good_server = dict(data["server"])
+    if bad_file is not None:
+        bad_server = load_server(bad_file, "--bad-server")
+    else:
+        bad_server = inline_bad(good_server, bad_args, bad_env or {})
     s = setup(config_path, environ, repo=repo, clock=clock, report=report,
               server_section=good_server)  # fmt: skip
     bad = setup(config_path, environ, repo=repo, clock=clock, server_section=bad_server)

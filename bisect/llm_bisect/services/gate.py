@@ -161,6 +161,7 @@ def run_gate(
     bisect_on_block: bool = False,
     junit: Path | None = None,
     eval_config: Path | None = None,
+    eval_data: Path | None = None,
 ) -> GateDocument:
     """The `gate` command: one release candidate against the last good build's golden
     (recorded first with `record`), allow, block or inconclusive; on block with
@@ -213,6 +214,7 @@ def run_gate(
             fingerprints=compared_builds(golden, outcome),
             warnings=golden_warnings(golden),
             eval_config=str(eval_config.absolute()) if eval_config else "",
+            eval_data=str(eval_data.absolute()) if eval_data else "",
             context=context,
             config_digest=digest,
             started_at=started,

@@ -189,14 +189,15 @@ def setup(
     now: Callable[[], float] = time.time,
     server_section: Mapping[str, Any] | None = None,
     eval_config: Path | None = None,
+    eval_data: Path | None = None,
 ) -> Setup:
     """Load and validate a config and open its repository (`repo`, else candidates.repo);
     nothing is started. `server_section`: a `server:` section used instead of the config's;
-    `eval_config`: a vLLM eval config file judged as one more check."""
+    `eval_config`: a vLLM eval config file judged as one more check (on `eval_data`)."""
     loaded = load_config(config_path, server_section)
     config = expand_paths(loaded, environ, repo_given=repo is not None)
     base_dir = config_path.resolve().parent
-    config = expand_vllm_evals(config, base_dir, eval_config)
+    config = expand_vllm_evals(config, base_dir, eval_config, eval_data)
     repo_dir = repo.absolute() if repo is not None else base_dir / config.candidates.repo
     opened = SourceContext(repo_dir, "--repo" if repo is not None else "candidates.repo")
     source = SOURCES[GIT].make(config.candidates, opened)

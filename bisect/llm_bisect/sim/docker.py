@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import docker
 import docker.errors
@@ -296,6 +297,23 @@ class SimRegistry:
                 )
                 return False
 
+            def _tags(self, name: str) -> None:
+                """The tags list, a page of `n` after `last` with a Link to the next, as
+                Docker Hub and ECR answer it."""
+                if not self._authorized(name):
+                    return
+                query = parse_qs(urlsplit(self.path).query)
+                tags = sorted(t for (repo, t) in registry.manifests if repo == name)
+                tags = [t for t in tags if not t.startswith("sha256:")]
+                last = query.get("last", [""])[0]
+                tags = [t for t in tags if t > last]
+                n = int(query.get("n", ["0"])[0]) or len(tags)
+                headers = {"Content-Type": "application/json"}
+                if len(tags) > n:
+                    headers["Link"] = f'</v2/{name}/tags/list?n={n}&last={tags[n - 1]}>; rel="next"'
+                body = json.dumps({"name": name, "tags": tags[:n]}).encode()
+                self._reply(200, body, headers)
+
             def do_HEAD(self) -> None:
                 self.do_GET()
 
@@ -310,6 +328,9 @@ class SimRegistry:
                     return
                 if path in ("/v2/", "/v2"):
                     self._reply(200, b"{}", {"Content-Type": "application/json"})
+                    return
+                if path.endswith("/tags/list"):
+                    self._tags(path[len("/v2/") : -len("/tags/list")])
                     return
                 for kind in ("/manifests/", "/blobs/"):
                     if kind in path:

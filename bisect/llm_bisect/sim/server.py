@@ -14,7 +14,9 @@ faults keep /health green, as in the real reports;
 
 A commit's `thinking` (words of reasoning before each answer) makes it a
 thinking model that honours `chat_template_kwargs: {"enable_thinking": false}`;
-`unclosed` lists prompts it reasons on without end, on every build.
+`unclosed` lists prompts it reasons on without end, on every build. A commit's
+`chat_template` (`{content}` where each message goes) is how /tokenize renders a
+conversation, as vLLM's TokenizeChatRequest applies the model's template.
 
 A commit's `hostile` settings (HOSTILE) make a server misbehave in ways no
 real engine should, to show the harness survives them: a raw `reply` body,
@@ -79,6 +81,8 @@ FAULTS = (
     "nan-logprobs",
 )
 WARMUP_REQUESTS = 4
+DEFAULT_TEMPLATE = "<user>{content}<assistant>"
+"""How /tokenize renders each message of a conversation (a commit's `chat_template`)."""
 """`bad-warmup` answers its first this-many chat requests with degenerate content."""
 ENGINE_FILE = "sim-engine.json"
 MODEL = "sim/tiny-chat"
@@ -113,7 +117,10 @@ class Engine:
         *,
         thinking: int = 0,
         unclosed: tuple[str, ...] = (),
+        chat_template: str = DEFAULT_TEMPLATE,
     ) -> None:
+        self.chat_template = chat_template
+        """How /tokenize renders a conversation (a commit's `chat_template` changes it)."""
         self.commit = commit
         self.fault = fault
         self.reasoning_field = reasoning_field
@@ -244,7 +251,14 @@ class Engine:
             return {"prompt": "".join(self.vocab.get(t, "") for t in ids)}
 
     def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
-        toks = model.tokens(str(body.get("prompt", "")))
+        text = str(body.get("prompt", ""))
+        if isinstance(body.get("messages"), list):  # vLLM's TokenizeChatRequest
+            text = "".join(
+                self.chat_template.replace("{content}", str(m.get("content", "")))
+                for m in body["messages"]
+                if isinstance(m, dict)
+            )
+        toks = model.tokens(text)
         ids = [model.token_id(t) for t in toks]
         with self._lock:
             self.vocab.update(zip(ids, toks, strict=True))
@@ -263,11 +277,32 @@ class Engine:
                 return {"results": [recorded or {"rank": 0, "events": []}]}
         raise ValueError(f"no method {method!r} on the workers")
 
+    def text_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A raw text prompt completed (no chat template): the build's answer as one text,
+        cut at the first of the request's `stop` strings (not included, as vLLM does)."""
+        prompt = str(body.get("prompt"))
+        with self._lock:
+            self.requests += 1
+        gen = model.generate(prompt, self.fault, int(body.get("max_tokens") or 16), 1)
+        text, finish = gen.content if gen.content is not None else gen.reasoning or "", None
+        stops = [s for s in body.get("stop") or [] if isinstance(s, str) and s and s in text]
+        if stops:
+            text = text[: min(text.index(s) for s in stops)]
+            finish = "stop"
+        choice = {"index": 0, "text": text, "finish_reason": finish or gen.finish_reason}
+        reply = self._envelope("text_completion", body, choice)
+        reply["usage"] = {"prompt_tokens": len(model.tokens(prompt)),
+                          "completion_tokens": len(model.tokens(text))}  # fmt: skip
+        return reply
+
     def completion(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Teacher forcing: a prompt of token ids scored with `prompt_logprobs`."""
+        """Teacher forcing: a prompt of token ids scored with `prompt_logprobs`; a text prompt
+        completed (`text_completion`)."""
         prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            return self.text_completion(body)
         if not isinstance(prompt, list) or not all(isinstance(t, int) for t in prompt):
-            raise ValueError("the simulator scores prompts given as token ids only")
+            raise ValueError("the simulator completes a text or scores token ids")
         with self._lock:
             if self._armed is not None:
                 sample = int(self._armed.get("sample", 8))
@@ -577,6 +612,7 @@ def main(argv: list[str]) -> int:
         hostile,
         thinking=int(settings.get("thinking", 0)),
         unclosed=tuple(settings.get("unclosed", ())),
+        chat_template=str(settings.get("chat_template", DEFAULT_TEMPLATE)),
     )
     engine.request_log = args.request_log
     engine.extension = (
