@@ -33,19 +33,18 @@ from .outdir import claim, hold, prepare
 from .registry import ImageRef
 from .report.documents import ResultDocument, schemas
 from .report.markdown import duration
-from .runner import result_of, write_outputs
+from .runner import RunResult, result_of, write_outputs
 from .search import Answer, Plan, Status
-from .services.bisection import check_one, run_bisect, unconfirmed
+from .services.bisection import check_one, run_bisect
 from .services.configs import configs_setup, run_configs
-from .services.confirm import with_confirmation
 from .services.deps import run_deps
 from .services.gate import GATE_FILE, run_gate
 from .services.golden import calibrate, record_golden
 from .services.keep import DEFAULT_PATTERN
-from .services.later import with_later
-from .services.localization import LOCALIZATION, localize_refs, with_localization
+from .services.localization import LOCALIZATION, localize_refs
 from .services.reap import reap_servers
 from .services.setup import Setup, golden_file_of, plan_of, setup
+from .services.stages import restore
 from .terminal import (
     Terminal,
     TerminalProgress,
@@ -824,31 +823,28 @@ def report_cmd(
                 raise JournalError(
                     f"{out}: the run has not finished; resume it with `llm-bisect run`"
                 )
-            result = with_later(with_confirmation(with_localization(result, out), out), out)
-            step, result = unconfirmed(step, result)  # as the run ended it
-            write_outputs(out, _with_bumps(result, out / "result.json"))
+            restored = restore(RunResult(step, result, out))  # each stage's part, as the run
+            step = restored.answer  # ended it
+            write_outputs(out, _with_deps(restored.result, out / "result.json"))
         _print_answer(term, step, out)
         return STATUS_EXIT[step.status]
 
     raise typer.Exit(guarded(body))
 
 
-def _with_bumps(result: ResultDocument, written: Path) -> ResultDocument:
-    """The culprit's dependency bumps and where it lives, as the result.json written before
-    held them (git is not read again), and a `deps` run's releases (its first bad, those left
-    out, the engine held, its notes): `report DIR` keeps them."""
+def _with_deps(result: ResultDocument, written: Path) -> ResultDocument:
+    """A `deps` run's releases (its first bad, those left out, the engine held, its notes) as
+    the result.json written before held them: `report DIR` keeps them."""
     try:
         before = ResultDocument.model_validate_json(written.read_bytes())
     except (OSError, ValueError):
         return result
     same = before.culprit and result.culprit and before.culprit.commit == result.culprit.commit
-    if not same:
+    if not same or before.deps is None:
         return result
-    kept: dict[str, Any] = {"bumps": before.bumps, "reach": before.reach}
-    if before.deps is not None:
-        notes = [*result.notes, *(n for n in before.notes if n not in result.notes)]
-        kept |= {"deps": before.deps, "first_bad_version": before.first_bad_version,
-                 "left_out": before.left_out, "notes": notes}  # fmt: skip
+    notes = [*result.notes, *(n for n in before.notes if n not in result.notes)]
+    kept = {"deps": before.deps, "first_bad_version": before.first_bad_version,
+            "left_out": before.left_out, "notes": notes}  # fmt: skip
     return result.model_copy(update=kept)
 
 

@@ -63,8 +63,10 @@ class _Part(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
-class EvalMetrics(_Part):
+class EvalMetrics(_Part, AddedLater):
     """The candidate's own figures over every problem."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("n", "null_content")
 
     accuracy: float
     null_share: float = 0.0
@@ -75,12 +77,18 @@ class EvalMetrics(_Part):
     """Answers the budget cut (and not degenerate): neither right nor wrong."""
     wilson95: tuple[float, float] = (0.0, 1.0)
     """The 95% Wilson interval of the accuracy."""
+    n: int | None = None
+    """The problems asked (None in results written before it was kept)."""
+    null_content: int | None = None
+    """Answers whose content is null or empty, wherever the answer went (as maintainers
+    count them: "1,178 / 1,319 answers with content null")."""
 
 
 class Scored(EvalMetrics):
     """Every answer scored: the figures, and the number read from each answer."""
 
     n: int
+    null_content: int = 0
     correct: int
     answers: list[str | None]
 
@@ -129,11 +137,16 @@ class Sequential(BaseModel):
 class EvalDetails(CheckDetails, AddedLater):
     """The eval's details: figures, thresholds, every answer and the paired comparison."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("sequential",)
+    added_later: ClassVar[tuple[str, ...]] = ("sequential", "golden_null_content", "golden_n")
 
     model_config = ConfigDict(extra="ignore")
     check: ClassVar[str] = "eval"
     metrics: EvalMetrics | None = None
+    golden_null_content: int | None = None
+    """The golden's answers with content null or empty (None: a golden recorded before it was
+    counted, or none)."""
+    golden_n: int | None = None
+    """The golden's problems."""
     thresholds: dict[str, Threshold] = Field(default_factory=dict)
     answers: list[str | None] = Field(default_factory=list)
     """Per problem, the number read from the answer (None: none, or cut)."""
@@ -153,11 +166,12 @@ def score_answers(
 ) -> Scored:
     """Accuracy, Wilson interval, invalid, null-content and cut shares of (content, reasoning)."""
     n = len(problems)
-    correct = invalid = null = 0
+    correct = invalid = null = empty = 0
     answers = []
     for problem, (content, reasoning) in zip(problems, replies, strict=True):
         got = extract(content)
         if content is None or not content.strip():
+            empty += 1
             null += bool(extract(reasoning))  # the answer is there, in the wrong channel
         invalid += got is None
         correct += got == problem.answer
@@ -170,6 +184,7 @@ def score_answers(
         wilson95=(low, high),
         invalid_share=invalid / n if n else 0.0,
         null_share=null / n if n else 0.0,
+        null_content=empty,
         cut_share=sum(cut or ()) / n if n else 0.0,
         answers=answers,
     )
@@ -287,6 +302,7 @@ class EvalCheck:
             wilson95=scored.wilson95,
             invalid_share=scored.invalid_share,
             null_share=scored.null_share,
+            null_content=scored.null_content,
             cut_share=scored.cut_share,
             answers=scored.answers,
             budgets=[a.max_tokens for a in asked],
@@ -470,7 +486,11 @@ class EvalCheck:
                     invalid_share=got.invalid_share,
                     cut_share=got.cut_share,
                     wilson95=got.wilson95,
+                    n=got.n,
+                    null_content=got.null_content,
                 ),
+                golden_null_content=gold.null_content,
+                golden_n=gold.n,
                 thresholds=self.thresholds(golden),
                 answers=got.answers,
                 budgets=[a.max_tokens for a in asked],

@@ -106,13 +106,17 @@ class LogprobsSection(_Doc):
     cases: list[LogprobsCase] = Field(min_length=1)
 
 
-class EvalSection(_Doc):
+class EvalSection(_Doc, AddedLater):
+    added_later: ClassVar[tuple[str, ...]] = ("null_content",)
+
     n: int = Field(gt=0)
     correct: int = Field(ge=0)
     accuracy: float = Field(ge=0, le=1)
     wilson95: tuple[float, float]
     invalid_share: float = Field(ge=0, le=1)
     null_share: float = Field(ge=0, le=1)
+    null_content: int | None = Field(default=None, ge=0)
+    """Answers whose content is null or empty (None: recorded before it was counted)."""
     cut_share: float = Field(default=0.0, ge=0, le=1)
     answers: list[str | None]
     budgets: list[int] = Field(default_factory=list)

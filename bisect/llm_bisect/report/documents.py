@@ -406,7 +406,7 @@ class ResultDocument(_Doc, AddedLater):
 
     added_later: ClassVar[tuple[str, ...]] = (
         "confirmation", "first_bad_version", "bumps", "later", "fast", "search", "left_out",
-        "symptom", "reach", "deps",
+        "symptom", "reach", "deps", "decisive",
     )  # fmt: skip
 
     version: Literal[2] = RESULT_VERSION
@@ -458,6 +458,10 @@ class ResultDocument(_Doc, AddedLater):
     """`deps`: the dependency, its ends and the engine build held."""
     fast: FastDoc | None = None
     """`probe.fast`: where the search ran, and whether the full setup agreed."""
+    decisive: list[ProbeDoc] = Field(default_factory=list)
+    """The last good and the first bad build probed again with every check, where the
+    search's probe of them stopped at its first failed check (`probe.early_stop`): the
+    culprit's evidence is read from these (services/stages.py)."""
     search: SearchDoc | None = None
     """The posterior search (`search.flake` other than 0): the rate, the confidence, the
     credible set and the verdicts that disagreed."""
@@ -480,6 +484,11 @@ class ResultDocument(_Doc, AddedLater):
         found = [p for p in self.probes if p.commit == commit]
         tested = [p for p in found if p.verdict in (Verdict.GOOD, Verdict.BAD)]
         return (tested or found)[-1] if found else None
+
+    def evidence_of(self, commit: str | None) -> ProbeDoc | None:
+        """A commit's probe that ran every check (`decisive`), else its probe_of."""
+        full = [p for p in self.decisive if p.commit == commit]
+        return full[-1] if full else self.probe_of(commit)
 
 
 Decision = Literal["allow", "block", "inconclusive"]

@@ -338,7 +338,12 @@ def _accuracy(p: ProbeDoc) -> tuple[float, float, float] | None:
 
 def accuracy_figure(doc: ResultDocument) -> go.Figure | None:
     """Each probe's eval accuracy with its 95% (Wilson) interval; the golden's as a line."""
-    points = [(i, p, a) for i, p in enumerate(doc.probes, 1) if (a := _accuracy(p)) is not None]
+    full = {p.commit: p for p in doc.decisive}  # a decisive build's suite, run in full
+    points = [
+        (i, p, a)
+        for i, p in enumerate(doc.probes, 1)
+        if (a := _accuracy(full.get(p.commit, p))) is not None
+    ]
     if not points:
         return None
     fig = go.Figure()
@@ -446,8 +451,9 @@ def render_html(doc: ResultDocument) -> str:
 
 
 def _bad_logprobs(doc: ResultDocument) -> go.Figure | None:
-    """The first bad build's logprobs, else (its suite stopped before them, `early_stop`) the
-    bad end's, which always runs every check; the plot's title names the build."""
+    """The first bad build's logprobs (its suite run in full after the search where its probe
+    stopped early, `decisive`), else the bad end's, which always runs every check; the plot's
+    title names the build."""
     figure = logprob_figure(bad_probe(doc))
     return figure if figure is not None else logprob_figure(doc.probe_of(doc.bad))
 

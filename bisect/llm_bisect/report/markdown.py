@@ -8,6 +8,7 @@ outside (git, servers, logs, the config) passes through `escape` on its way in.
 
 from __future__ import annotations
 
+from ..checks.eval import EvalDetails
 from ..checks.gsm8k import DETECTABLE_WARN
 from ..checks.logprobs import Chosen, LogprobsDetails
 from ..fingerprint import NOT_COMPARED
@@ -40,15 +41,16 @@ def _sides(doc: ResultDocument) -> tuple[ProbeDoc, ProbeDoc] | None:
     """The probes either side of the change (old, new), when both ran."""
     if len(doc.range) < 2:
         return None
-    old, new = doc.probe_of(doc.range[0]), doc.probe_of(doc.range[-1])
+    old, new = doc.evidence_of(doc.range[0]), doc.evidence_of(doc.range[-1])
     return (old, new) if old is not None and new is not None else None
 
 
 def bad_probe(doc: ResultDocument) -> ProbeDoc | None:
-    """The bad side of the change's probe: the first bad, or with --find-fix the last bad."""
+    """The bad side of the change's probe (every check's, where it was probed again in full):
+    the first bad, or with --find-fix the last bad."""
     if len(doc.range) < 2:
         return None
-    return doc.probe_of(doc.range[-1] if doc.mode is Mode.REGRESSION else doc.range[0])
+    return doc.evidence_of(doc.range[-1] if doc.mode is Mode.REGRESSION else doc.range[0])
 
 
 def _bad_side(doc: ResultDocument) -> tuple[ProbeDoc, ProbeDoc] | None:
@@ -56,7 +58,7 @@ def _bad_side(doc: ResultDocument) -> tuple[ProbeDoc, ProbeDoc] | None:
     if _sides(doc) is None:
         return None
     bad = bad_probe(doc)
-    good = doc.probe_of(doc.range[0] if doc.mode is Mode.REGRESSION else doc.range[-1])
+    good = doc.evidence_of(doc.range[0] if doc.mode is Mode.REGRESSION else doc.range[-1])
     return (bad, good) if bad is not None and good is not None else None
 
 
@@ -82,7 +84,49 @@ def _evidence(doc: ResultDocument) -> list[str]:
             f"{cell(other.evidence if other else '(not run)', 400)}",
             "",
         ]
-    return ["## Evidence", "", *lines, *divergences(bad)] if lines else []
+    figures = _figures(bad, good, bad_label, good_label)
+    return ["## Evidence", "", *lines, *figures, *divergences(bad)] if lines else []
+
+
+def _count(k: int, n: int) -> str:
+    return f"{k:,} / {n:,}"
+
+
+def _figures(bad: ProbeDoc, good: ProbeDoc, bad_label: str, good_label: str) -> list[str]:
+    """Both sides' accuracy, answers with content null (against the golden's) and NaN/Inf
+    logprobs, as maintainers ask for them; only where the eval ran (its counts recorded)."""
+    rows: list[str] = []
+    evals = [(label, p, _eval_of(p)) for label, p in ((bad_label, bad), (good_label, good))]
+    if not any(ev is not None and ev.metrics is not None and ev.metrics.n for _, _, ev in evals):
+        return []  # a result written before answers with content null were counted
+    for label, p, ev in evals:
+        if ev is None or ev.metrics is None:
+            continue
+        m = ev.metrics
+        low, high = m.wilson95
+        said = f"accuracy {m.accuracy:.1%} [{low:.1%}, {high:.1%}]"
+        if m.n is not None and m.null_content is not None:
+            said += f"; {_count(m.null_content, m.n)} answers with content null"
+            if ev.golden_null_content is not None and ev.golden_n is not None:
+                said += f"; golden {_count(ev.golden_null_content, ev.golden_n)}"
+        rows.append(f"- **{label}** `{p.commit[:12]}`: {said}")
+    for label, p in ((bad_label, bad), (good_label, good)):
+        lp = _logprobs_of(p)
+        if lp is not None:
+            k = lp.metrics.non_finite or 0
+            rows.append(
+                f"- **{label}** `{p.commit[:12]}`: {k:,} logprob position(s) NaN or Inf "
+                "(the golden's finite there)"
+            )
+    return ["#### Figures", "", *rows, ""] if rows else []
+
+
+def _eval_of(p: ProbeDoc) -> EvalDetails | None:
+    return next((c.details for c in p.checks if isinstance(c.details, EvalDetails)), None)
+
+
+def _logprobs_of(p: ProbeDoc) -> LogprobsDetails | None:
+    return next((c.details for c in p.checks if isinstance(c.details, LogprobsDetails)), None)
 
 
 def _logprob(value: float | None, digits: int) -> str:
@@ -799,6 +843,7 @@ def environment_lines(ctx: Context) -> list[str]:
 
 def _probes(doc: ResultDocument) -> list[str]:
     nodes = any(p.fingerprint.node for p in doc.probes)  # where each ran, where recorded
+    full = {p.commit for p in doc.decisive}
     lines = [
         f"<details><summary><b>Probes</b> ({len(doc.probes)})</summary>",
         "",
@@ -809,7 +854,10 @@ def _probes(doc: ResultDocument) -> list[str]:
         seconds = p.timings.get("total")
         shown = "" if seconds is None else f"{seconds:.1f}"
         reason = f"{p.reason} (given by {p.given})" if p.given else p.reason
-        settled = f" (not run, the verdict settled: {', '.join(p.not_run)})" if p.not_run else ""
+        again = "; every check run after the search: see Evidence" if p.commit in full else ""
+        settled = (
+            f" (not run, the verdict settled: {', '.join(p.not_run)}{again})" if p.not_run else ""
+        )
         node = f" {cell(p.fingerprint.node, 40)} |" if nodes else ""
         lines.append(
             f"| {i} | `{p.commit[:12]}` | {cell(p.subject, 60)} "

@@ -4,35 +4,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from ..checks.golden import load as golden_load
-from ..config import FastConfig, argv_secrets, config_digest, secret_names
-from ..model import Candidate, ProbeOutcome, Regress, Verdict
+from ..config import config_digest
+from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
-from ..pins import commit_bumps
-from ..posterior import Policy, Trial
-from ..probe import ProbeContext, Progress, SilentProgress, probe
-from ..redact import redact
-from ..report.documents import (
-    BumpDoc,
-    Confirmation,
-    FastDoc,
-    PickDoc,
-    ReachDoc,
-    ResultDocument,
-    TrialDoc,
-)
-from ..runner import RunResult, run, write_outputs, write_probe
-from ..search import Answer, Mode, Status
-from ..sources.releases import reach
+from ..posterior import Policy
+from ..probe import ProbeContext, Progress, probe
+from ..report.documents import ResultDocument
+from ..runner import RunResult, run, write_probe
+from ..search import Status
 from ..symptom import Symptom
-from .confirm import confirm, continue_after, keep
-from .later import next_steps, probe_later, resolve_later
-from .localization import localize_after_run
+from .confirm import second_look as _second_look
+from .confirm import unconfirmed as unconfirmed
+from .later import next_steps, resolve_later
 from .setup import Setup, fast_setup, golden_file_of, plan_of, run_context, run_id_of
+from .stages import STAGES, StageRun, before_confirm, fast_shown, with_launcher
+
+__all__ = ["FAST_DIR", "_second_look", "check_one", "run_bisect", "unconfirmed"]
 
 FAST_DIR = "fast"
 
@@ -83,13 +75,8 @@ def run_bisect(
         note(f"fast: the fast setup does not reproduce the ends ({answer.message}): "
              "searching in the full setup")  # fmt: skip
 
-    def with_fast(result: ResultDocument) -> ResultDocument:
-        doc = fast_doc(s.config.probe.fast, s.secret_names, quick.result, result)
-        note(doc.line)
-        return result.model_copy(update={"fast": doc})
-
     return _bisect(s, out_dir, good=good, bad=bad, find_fix=find_fix, progress=progress,
-                   golden_file=golden_file, first=first, decorate=with_fast,
+                   golden_file=golden_file, first=first, quick=quick.result,
                    where=where)  # fmt: skip
 
 
@@ -104,11 +91,12 @@ def _bisect(
     golden_file: Path | None = None,
     given: Sequence[tuple[ProbeOutcome, str]] = (),
     first: frozenset[str] = frozenset(),
-    decorate: Callable[[ResultDocument], ResultDocument] | None = None,
+    quick: ResultDocument | None = None,
     where: bool = True,
 ) -> RunResult:
-    """One bisection in one setup; `first`: commits probed first where they lie in the range
-    left; `decorate`: what the result gains once the search is over (before confirmation)."""
+    """One bisection in one setup, then the post-run stages (services/stages.py); `first`:
+    commits probed first where they lie in the range left; `quick`: the fast setup's result
+    (`probe.fast`)."""
     config, plan = plan_of(s, good, bad, find_fix)
     later = resolve_later(
         config.candidates.later,
@@ -120,13 +108,26 @@ def _bisect(
     named = golden_file or s.golden_path()  # else one is recorded from the good end into DIR
     golden = s.golden_store(named, of=plan.good.commit) if named else None
     judged_by = (named or out_dir / "golden.json").absolute()
+    note = progress.note if progress is not None else (lambda _: None)
+
+    def bisect(line_good: str, line_bad: str) -> ResultDocument:
+        """`confirm: continue`: what remains, on the reverted line, into DIR/continued."""
+        only = s.config.candidates.model_copy(update={"later": []})  # the outer run's
+        # its good end is the culprit reverted, not the config golden's: its own golden
+        inner = s.config.model_copy(update={"confirm": True, "candidates": only, "golden": None})
+        done = run_bisect(replace(s, config=inner), out_dir / "continued", good=line_good,
+                          bad=line_bad, progress=progress)  # fmt: skip
+        return done.result
+
     with hold(out_dir):
         # DIR's own golden: the journal's config digest (checks and server too) guards it
         golden = golden or s.golden_store(out_dir / "golden.json", plan.good.commit, compare=False)
+        stage_run = StageRun(s, out_dir, plan, note, golden, progress, quick=quick, later=later,
+                             bisect=bisect, where=where)  # fmt: skip
         with s.launcher(run_id_of(out_dir, digest)) as launcher:
 
             def search(policy: Policy) -> RunResult:
-                return run(
+                done = run(
                     plan,
                     digest=digest,
                     out_dir=out_dir,
@@ -150,104 +151,18 @@ def _bisect(
                     first=first,
                     symptom=Symptom(config.search.symptom),
                 )
+                for stage in before_confirm():
+                    done = stage.apply(stage_run, done)
+                return done
 
+            stage_run.launcher, stage_run.search = launcher, search
             done = search(config.search.policy)
-            if decorate is not None:
-                done.result = write_outputs(out_dir, decorate(done.result), s.scrub)
-            if config.confirm is not False:
-                ctx = ProbeContext(launcher, s.checks, s.client, progress or SilentProgress(),
-                                   config.probe.runs, golden, Regress(config.regress),
-                                   s.clock)  # fmt: skip
-                note = progress.note if progress is not None else (lambda _: None)
-                policy = config.search.policy
-                weighed_before = done.result.search.evidence if done.result.search else []
-                if weighed_before:  # resumed after a culprit was not confirmed: its trials
-                    # stay weighed (the journal's policy), and the second look goes on
-                    found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub,
-                                    again=True)  # fmt: skip
-                else:
-                    found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
-                    was = done.answer.culprit
-                    if (
-                        found is not None
-                        and found.status == "not-confirmed"
-                        and not policy.exact
-                        and was is not None
-                    ):
-                        # the trials are evidence like any probe: the culprit's posterior
-                        # falls, the search goes on where it now points, and confirms what it
-                        # then names on new starts (a first trial that lied is not reused)
-                        weighed = _weigh(policy, found, was.commit)
-                        note(f"confirm: not confirmed; {_weighing(weighed, policy)}")
-                        done = search(weighed)
-                        if decorate is not None:
-                            done.result = write_outputs(out_dir, decorate(done.result), s.scrub)
-                        found = confirm(
-                            s.source.path, out_dir, done.result, ctx, note, s.scrub, again=True
-                        )
-                evidence = done.result.search.evidence if done.result.search else []
-                if found is not None and found.status == "confirmed" and evidence:
-                    why = _second_look(done.result, evidence)
-                    note(f"confirm: {why}")
-                    found = found.model_copy(update={"reason": f"{found.reason}; {why}"})
-                    keep(out_dir, done.result, found, s.scrub)  # as `report DIR` reads it
-                if found is not None:
-                    confirmed = done.result.model_copy(update={"confirmation": found})
-                    answer, confirmed = unconfirmed(done.answer, confirmed)
-                    done = RunResult(answer, write_outputs(out_dir, confirmed, s.scrub), out_dir)
-            if later:
-                say = progress.note if progress is not None else (lambda _: None)
-                ctx = ProbeContext(launcher, s.checks, s.client, progress or SilentProgress(),
-                                   config.probe.runs, golden, Regress(config.regress),
-                                   s.clock)  # fmt: skip
-                ends = probe_later(s.source.path, out_dir, done.result, later, ctx, say, s.scrub)
-                if ends:
-                    ended = done.result.model_copy(update={"later": ends})
-                    done.result = write_outputs(out_dir, ended, s.scrub)
-        note = progress.note if progress is not None else (lambda _: None)
-        known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
-        located = localize_after_run(s, done.result, out_dir, note, known)
-        if located is not None:
-            note(located.line)
-            with_found = done.result.model_copy(update={"localization": located})
-            done.result = write_outputs(out_dir, with_found, s.scrub)
-        first_bad = done.result.culprit
-        if done.result.status is Status.FOUND and first_bad is not None:
-            found_bumps = [
-                BumpDoc(name=b.name, old=b.old, new=b.new, files=list(b.files), label=b.label)
-                for b in commit_bumps(s.source.path, first_bad.commit)
-            ]
-            if found_bumps:
-                note("the culprit bumps " + ", ".join(b.label for b in found_bumps))
-                bumped = done.result.model_copy(update={"bumps": found_bumps})
-                done.result = write_outputs(out_dir, bumped, s.scrub)
-            if where:
-                held = reach_doc(s.source.path, done.result)
-                note(f"{first_bad.commit[:12]}: {held.sentence}")
-                done.result = write_outputs(
-                    out_dir, done.result.model_copy(update={"reach": held}), s.scrub
-                )
-        confirmation = done.result.confirmation
-        reverted = confirmation.probes[0] if confirmation is not None else None
-        if config.confirm == "continue" and confirmation and reverted and reverted.verdict == "bad":
-            only = s.config.candidates.model_copy(update={"later": []})  # the outer run's
-            # its good end is the culprit reverted, not the config golden's: its own golden
-            inner = s.config.model_copy(
-                update={"confirm": True, "candidates": only, "golden": None}
-            )
-            nested = replace(s, config=inner)
-
-            def bisect(line_good: str, line_bad: str) -> ResultDocument:
-                inner = run_bisect(nested, out_dir / "continued", good=line_good, bad=line_bad,
-                                   progress=progress)  # fmt: skip
-                return inner.result
-
-            sequence = [c.commit for c in plan.sequence]
-            went_on = continue_after(s.source.path, done.result, sequence, bisect, note)
-            note(f"confirm: {went_on['message']}")
-            went = confirmation.model_copy(update={"continued": went_on})
-            doc = done.result.model_copy(update={"confirmation": went})
-            done.result = write_outputs(out_dir, doc, s.scrub)
+            held = with_launcher()
+            for stage in held[len(before_confirm()) :]:
+                done = stage.apply(stage_run, done)
+        stage_run.launcher = None
+        for stage in STAGES[len(held) :]:
+            done = stage.apply(stage_run, done)
         for line in next_steps(done.result):
             note(line)
         return done
@@ -269,92 +184,6 @@ def fix_golden(s: Setup, good: str | None, note: Callable[[str], None]) -> Setup
         f"{end.short} (the build that works again): recording one from {end.short} into --out"
     )
     return replace(s, config=s.config.model_copy(update={"golden": None}))
-
-
-def _weigh(policy: Policy, found: Confirmation, culprit: str) -> Policy:
-    """The search policy with a confirmation's trials as evidence: each trial that ran a
-    probe of its own (a reused tree's verdict is one of the run's probes already). Where
-    there is none, ten times the evidence instead (a verdict on the way may have lied)."""
-    trials = tuple(
-        Trial(culprit, t.kind, Verdict(t.verdict))
-        for t in found.probes
-        if t.verdict is not None and t.reused is None
-    )
-    if not trials:
-        return replace(policy, confidence=1 - (1 - policy.confidence) / 10)
-    return replace(policy, evidence=(*policy.evidence, *trials))
-
-
-def _weighing(weighed: Policy, policy: Policy) -> str:
-    """What the search does after a culprit was not confirmed, for a person."""
-    if weighed.evidence == policy.evidence:
-        return (
-            f"probing on until the posterior reaches {weighed.confidence:g} "
-            "(a verdict on the way may have lied)"
-        )
-    said = ", ".join(
-        f"{t.kind} {t.verdict.value}" for t in weighed.evidence[len(policy.evidence) :]
-    )
-    return (
-        f"its trials ({said}) are weighed as evidence and the search goes on where the "
-        "posterior now points"
-    )
-
-
-def _second_look(result: ResultDocument, evidence: Sequence[TrialDoc]) -> str:
-    """Why a culprit not confirmed at first is confirmed now: a verdict on the way lied (the
-    search moved to another culprit), or a first trial did (the culprit held and its trials
-    on new starts agree). `evidence`: the first look's trials, weighed."""
-    first = evidence[-1].commit
-    trials = ", ".join(f"{t.kind} {t.verdict}" for t in evidence if t.commit == first)
-    culprit = result.culprit.commit if result.culprit is not None else None
-    if culprit != first:
-        shown = "; ".join(
-            f"{d.commit[:12]} was probed again: {', '.join(v.value for v in d.verdicts)}"
-            for d in ({d.commit: d for d in result.search.disagreed}.values()
-                      if result.search else ())
-        )  # fmt: skip
-        return (
-            f"{first[:12]} was named first and not confirmed ({trials}): a verdict on the way "
-            f"was probably wrong ({shown or 'its neighbours were probed again'})"
-        )
-    return (
-        f"not confirmed at first ({trials}); its own verdicts held when probed again and the "
-        "trials on new starts confirm it: a first trial was probably wrong"
-    )
-
-
-def unconfirmed(answer: Answer, result: ResultDocument) -> tuple[Answer, ResultDocument]:
-    """A culprit its confirmation does not bear out under the posterior search, after its
-    trials were weighed and the search went on: ambiguous, never `found` with exit 0 — as a
-    run ends it and as `report DIR` rebuilds it. Unchanged where the culprit is confirmed or
-    verdicts are facts (flake 0: today's `found`). The search named the same culprit again
-    (`held`: its verdicts held): its revert stays bad (the evidence supports two steps), or
-    its pick does not break the good end (it breaks only with what came between). Pure."""
-    found, culprit, search = result.confirmation, result.culprit, result.search
-    if found is None or found.status != "not-confirmed" or culprit is None or search is None:
-        return answer, result
-    held = not search.evidence or any(t.commit == culprit.commit for t in search.evidence)
-    p = f" (posterior {search.posterior:.4f})"
-    stays_bad = any(t.kind == "revert" and t.verdict == "bad" for t in found.probes)
-    if not held:
-        why = f"the search probed on and named another culprit{p}, which is not confirmed either"
-    elif stays_bad:
-        why = (
-            f"another regression lies after it: the culprit's own verdicts held when probed "
-            f"again{p}, so the evidence supports more than one step (`confirm: continue` "
-            "bisects what remains)"
-        )
-    else:
-        why = (
-            f"the culprit's own verdicts held when probed again{p}: it is the first bad build, "
-            "but not the whole cause (it breaks only together with what came before it)"
-        )
-    message = f"not confirmed: {found.reason}; {why}"
-    update = {"status": Status.AMBIGUOUS, "message": message}
-    return replace(answer, status=Status.AMBIGUOUS, message=message), result.model_copy(
-        update=update
-    )
 
 
 def check_one(
@@ -386,65 +215,3 @@ def check_one(
         write_probe(out_dir, outcome, s.scrub)
     progress.finished(candidate, outcome)
     return candidate, outcome
-
-
-def fast_shown(fast: FastConfig | None, secret: Collection[str]) -> str:
-    """The fast setup as output shows it: its flags and variables, a secret's value masked."""
-    assert fast is not None
-    hidden = set(argv_secrets(fast.args))
-    words = [redact(a, hidden) for a in fast.args]
-    named = {*secret, *secret_names(fast.env)}  # the fast setup's own secrets too
-    words += [f"{k}={'***' if k in named else redact(v, hidden)}" for k, v in fast.env.items()]
-    return " ".join(words)
-
-
-def fast_doc(
-    fast: FastConfig | None, secret: Collection[str], quick: ResultDocument, full: ResultDocument
-) -> FastDoc:
-    """What the fast search found and whether the full run agrees. Pure."""
-    assert fast is not None
-    shown = fast_shown(fast, secret)
-    reproduced = quick.status in (Status.FOUND, Status.AMBIGUOUS)
-    n, m = len(quick.probes), len(full.probes)
-    env = {k: "***" if k in {*secret, *secret_names(fast.env)} else v for k, v in fast.env.items()}
-    doc = FastDoc(args=list(fast.args), env=env, status=quick.status, message=quick.message,
-                  reproduced=reproduced, range=list(quick.range), probes=n, agreed=None,
-                  line="")  # fmt: skip
-    if not reproduced:
-        line = (f"fast setup ({shown}): {quick.message}; the search ran in the full setup "
-                f"({m} probes)")  # fmt: skip
-        return doc.model_copy(update={"line": line})
-    last = len(quick.range) - 1
-    found_fast = quick.culprit.commit[:12] if quick.culprit else f"{last} candidates"
-    said = f"fast setup ({shown}): {n} probes found {found_fast}"
-    if (
-        full.status is Status.FOUND
-        and quick.culprit is not None
-        and full.culprit is not None
-        and full.culprit.commit == quick.culprit.commit
-    ):
-        line = f"{said}; the full setup agrees ({m} probes in full)"
-        return doc.model_copy(update={"agreed": True, "line": line})
-    differs = []
-    for commit in quick.range:
-        in_full, in_fast = full.probe_of(commit), quick.probe_of(commit)
-        if in_full is not None and in_fast is not None and in_full.verdict != in_fast.verdict:
-            differs.append(f"{commit[:12]} is {in_full.verdict.value} in full")
-    why = "; ".join(differs) or full.message
-    found = full.culprit.commit[:12] if full.culprit else full.status.value
-    line = f"{said}; the full setup disagrees ({why}) and searched on in full: {found} ({m} probes)"
-    return doc.model_copy(update={"agreed": False, "line": line})
-
-
-def reach_doc(repo: Path, result: ResultDocument) -> ReachDoc:
-    """Where the culprit lives; for a fix (`--find-fix`), where a backport is needed: the
-    release branches that hold the broken old end but not the fix."""
-    assert result.culprit is not None
-    regression = result.bad if result.mode is Mode.FIX else None
-    found = reach(repo, result.culprit.commit, regression)
-    picks = [PickDoc(commit=p.commit, tags=list(p.tags), branches=list(p.branches))
-             for p in found.picks]  # fmt: skip
-    return ReachDoc(
-        tags=list(found.tags), branches=list(found.branches), picks=picks,
-        missing=list(found.missing), backport=list(found.backport), sentence=found.sentence(),
-    )  # fmt: skip

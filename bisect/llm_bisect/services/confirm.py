@@ -25,18 +25,20 @@ import hashlib
 import json
 import subprocess
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ..journal import Journal, begin_side, side_probes
 from ..model import Candidate, Verdict
+from ..posterior import Policy
+from ..posterior import Trial as Weighed
 from ..probe import ProbeContext, probe
 from ..redact import Scrub
-from ..report.documents import Confirmation, ResultDocument
+from ..report.documents import Confirmation, ResultDocument, TrialDoc
 from ..runner import write_atomic
-from ..search import Mode, Status
+from ..search import Answer, Mode, Status
 from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto, tree_of
 
 JOURNAL = "confirm.jsonl"
@@ -230,3 +232,89 @@ def _subject_of(repo: Path, commit: str) -> str:
         ["git", "-C", str(repo), "log", "-1", "--format=%s", commit], capture_output=True, text=True
     )
     return done.stdout.strip()
+
+
+def weigh(policy: Policy, found: Confirmation, culprit: str) -> Policy:
+    """The search policy with a confirmation's trials as evidence: each trial that ran a
+    probe of its own (a reused tree's verdict is one of the run's probes already). Where
+    there is none, ten times the evidence instead (a verdict on the way may have lied)."""
+    trials = tuple(
+        Weighed(culprit, t.kind, Verdict(t.verdict))
+        for t in found.probes
+        if t.verdict is not None and t.reused is None
+    )
+    if not trials:
+        return replace(policy, confidence=1 - (1 - policy.confidence) / 10)
+    return replace(policy, evidence=(*policy.evidence, *trials))
+
+
+def weighing(weighed: Policy, policy: Policy) -> str:
+    """What the search does after a culprit was not confirmed, for a person."""
+    if weighed.evidence == policy.evidence:
+        return (
+            f"probing on until the posterior reaches {weighed.confidence:g} "
+            "(a verdict on the way may have lied)"
+        )
+    said = ", ".join(
+        f"{t.kind} {t.verdict.value}" for t in weighed.evidence[len(policy.evidence) :]
+    )
+    return (
+        f"its trials ({said}) are weighed as evidence and the search goes on where the "
+        "posterior now points"
+    )
+
+
+def second_look(result: ResultDocument, evidence: Sequence[TrialDoc]) -> str:
+    """Why a culprit not confirmed at first is confirmed now: a verdict on the way lied (the
+    search moved to another culprit), or a first trial did (the culprit held and its trials
+    on new starts agree). `evidence`: the first look's trials, weighed."""
+    first = evidence[-1].commit
+    trials = ", ".join(f"{t.kind} {t.verdict}" for t in evidence if t.commit == first)
+    culprit = result.culprit.commit if result.culprit is not None else None
+    if culprit != first:
+        shown = "; ".join(
+            f"{d.commit[:12]} was probed again: {', '.join(v.value for v in d.verdicts)}"
+            for d in ({d.commit: d for d in result.search.disagreed}.values()
+                      if result.search else ())
+        )  # fmt: skip
+        return (
+            f"{first[:12]} was named first and not confirmed ({trials}): a verdict on the way "
+            f"was probably wrong ({shown or 'its neighbours were probed again'})"
+        )
+    return (
+        f"not confirmed at first ({trials}); its own verdicts held when probed again and the "
+        "trials on new starts confirm it: a first trial was probably wrong"
+    )
+
+
+def unconfirmed(answer: Answer, result: ResultDocument) -> tuple[Answer, ResultDocument]:
+    """A culprit its confirmation does not bear out under the posterior search, after its
+    trials were weighed and the search went on: ambiguous, never `found` with exit 0 — as a
+    run ends it and as `report DIR` rebuilds it. Unchanged where the culprit is confirmed or
+    verdicts are facts (flake 0: today's `found`). The search named the same culprit again
+    (`held`: its verdicts held): its revert stays bad (the evidence supports two steps), or
+    its pick does not break the good end (it breaks only with what came between). Pure."""
+    found, culprit, search = result.confirmation, result.culprit, result.search
+    if found is None or found.status != "not-confirmed" or culprit is None or search is None:
+        return answer, result
+    held = not search.evidence or any(t.commit == culprit.commit for t in search.evidence)
+    p = f" (posterior {search.posterior:.4f})"
+    stays_bad = any(t.kind == "revert" and t.verdict == "bad" for t in found.probes)
+    if not held:
+        why = f"the search probed on and named another culprit{p}, which is not confirmed either"
+    elif stays_bad:
+        why = (
+            f"another regression lies after it: the culprit's own verdicts held when probed "
+            f"again{p}, so the evidence supports more than one step (`confirm: continue` "
+            "bisects what remains)"
+        )
+    else:
+        why = (
+            f"the culprit's own verdicts held when probed again{p}: it is the first bad build, "
+            "but not the whole cause (it breaks only together with what came before it)"
+        )
+    message = f"not confirmed: {found.reason}; {why}"
+    update = {"status": Status.AMBIGUOUS, "message": message}
+    return replace(answer, status=Status.AMBIGUOUS, message=message), result.model_copy(
+        update=update
+    )

@@ -1,0 +1,490 @@
+"""The post-run stages: what a bisection does once its search has an answer, in one list.
+
+    search ─► fast ─► confirm ─► evidence ─► later ─► localize ─► bumps ─► reach ─► continue
+              │        │ (not confirmed: the search again, the stages before it again)
+              ▼        ▼
+    each stage's part of DIR: fast.json, confirmation.json, evidence.json, later.json,
+    localization.json, bumps.json, reach.json, continued.json
+
+Each stage is a small object: `apply` runs it after the search (it may probe; it saves what
+it found in its part of DIR and writes result.json again), `restore` reads that part back
+into a result without starting anything (`report DIR`). `run` (services/bisection.py) loops
+`apply`; `report DIR` loops `restore`: both go through the same list, so a stage added here
+is in both, and `report DIR` rewrites the result.json the run wrote.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..checks.golden import GoldenStore
+from ..config import FastConfig, argv_secrets, secret_names
+from ..journal import Journal, begin_side, side_probes
+from ..launchers import Launcher
+from ..model import Candidate, Regress, Verdict
+from ..pins import commit_bumps
+from ..posterior import Policy
+from ..probe import ProbeContext, Progress, SilentProgress, probe
+from ..redact import redact
+from ..report.documents import BumpDoc, FastDoc, PickDoc, ProbeDoc, ReachDoc, ResultDocument
+from ..report.result import probe_doc
+from ..runner import RunResult, write_atomic, write_outputs
+from ..search import Mode, Plan, Status
+from ..sources.releases import reach
+from .confirm import (
+    confirm,
+    continue_after,
+    keep,
+    second_look,
+    unconfirmed,
+    weigh,
+    weighing,
+    with_confirmation,
+)
+from .later import probe_later, with_later
+from .localization import culprit_pair, localize_after_run, with_localization
+from .setup import Setup
+
+EVIDENCE_JOURNAL = "evidence.jsonl"
+
+
+@dataclass
+class StageRun:
+    """What the stages of one run share."""
+
+    s: Setup
+    out_dir: Path
+    plan: Plan
+    note: Callable[[str], None]
+    golden: GoldenStore
+    progress: Progress | None = None
+    launcher: Launcher | None = None
+    """The run's launcher, while the stages that probe with it run (None after)."""
+    search: Callable[[Policy], RunResult] | None = None
+    """The search again under another policy, the stages before `confirm` applied again."""
+    quick: ResultDocument | None = None
+    """The fast setup's result (`probe.fast`), else None."""
+    later: Sequence[tuple[str, Candidate]] = ()
+    """`candidates.later`, resolved, oldest first."""
+    bisect: Callable[[str, str], ResultDocument] | None = None
+    """Another bisection into DIR/continued between two commits (`confirm: continue`)."""
+    where: bool = True
+    """Say which releases hold the culprit (`reach`); not for `deps` (made-up commits)."""
+
+    def probe_context(self) -> ProbeContext:
+        assert self.launcher is not None
+        c = self.s.config
+        return ProbeContext(self.launcher, self.s.checks, self.s.client,
+                            self.progress or SilentProgress(), c.probe.runs, self.golden,
+                            Regress(c.regress), self.s.clock)  # fmt: skip
+
+
+class Stage(Protocol):
+    """One step after the search."""
+
+    name: str
+    probes: bool
+    """Whether `apply` probes with the run's launcher (it then runs while that is open)."""
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        """The run's answer and result with this stage done (probing what it needs)."""
+        ...
+
+    def restore(self, done: RunResult) -> RunResult:
+        """The answer and result with what this stage saved in DIR (`report DIR`). Pure but
+        for reading DIR."""
+        ...
+
+
+def _written(done: RunResult, result: ResultDocument, run: StageRun) -> RunResult:
+    return RunResult(done.answer, write_outputs(done.out_dir, result, run.s.scrub), done.out_dir)
+
+
+def save(out_dir: Path, name: str, result: ResultDocument, part: object, run: StageRun) -> None:
+    """DIR/<name>.json: a stage's part, with the answer it belongs to (culprit and ends)."""
+    culprit = result.culprit.commit if result.culprit else None
+    stored = {"culprit": culprit, "good": result.good, "bad": result.bad, name: part}
+    write_atomic(out_dir / f"{name}.json", json.dumps(run.s.scrub.doc(stored), indent=2) + "\n")
+
+
+def stored(out_dir: Path, name: str, result: ResultDocument) -> Any:
+    """What DIR/<name>.json holds for this answer; None when it holds none or another's."""
+    try:
+        doc = json.loads((out_dir / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    culprit = result.culprit.commit if result.culprit else None
+    if not isinstance(doc, dict) or name not in doc:
+        return None
+    if (doc.get("culprit"), doc.get("good"), doc.get("bad")) != (culprit, result.good, result.bad):
+        return None
+    return doc[name]
+
+
+class Fast:
+    """`probe.fast`: where the search ran first and whether the full setup agrees."""
+
+    name = "fast"
+    probes = False
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        if run.quick is None:
+            return done
+        secret = run.s.secret_names
+        doc = fast_doc(run.s.config.probe.fast, secret, run.quick, done.result)
+        run.note(doc.line)
+        save(done.out_dir, self.name, done.result, doc.model_dump(mode="json"), run)
+        return _written(done, done.result.model_copy(update={"fast": doc}), run)
+
+    def restore(self, done: RunResult) -> RunResult:
+        part = stored(done.out_dir, self.name, done.result)
+        if part is None:
+            return done
+        doc = FastDoc.model_validate(part)
+        return replace_result(done, done.result.model_copy(update={"fast": doc}))
+
+
+class Confirm:
+    """The culprit reverted and picked (services/confirm.py); not confirmed under the
+    posterior search, its trials are weighed and the search goes on (a second look)."""
+
+    name = "confirm"
+    probes = True
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        s, out_dir, note = run.s, done.out_dir, run.note
+        if s.config.confirm is False:
+            return done
+        ctx = run.probe_context()
+        policy = s.config.search.policy
+        weighed_before = done.result.search.evidence if done.result.search else []
+        if weighed_before:  # resumed after a culprit was not confirmed: its trials stay
+            # weighed (the journal's policy), and the second look goes on
+            found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub, again=True)
+        else:
+            found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
+            was = done.answer.culprit
+            if (
+                found is not None
+                and found.status == "not-confirmed"
+                and not policy.exact
+                and was is not None
+                and run.search is not None
+            ):
+                # the trials are evidence like any probe: the culprit's posterior falls, the
+                # search goes on where it now points, and confirms what it then names on new
+                # starts (a first trial that lied is not reused)
+                weighed = weigh(policy, found, was.commit)
+                note(f"confirm: not confirmed; {weighing(weighed, policy)}")
+                done = run.search(weighed)
+                found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub,
+                                again=True)  # fmt: skip
+        evidence = done.result.search.evidence if done.result.search else []
+        if found is not None and found.status == "confirmed" and evidence:
+            why = second_look(done.result, evidence)
+            note(f"confirm: {why}")
+            found = found.model_copy(update={"reason": f"{found.reason}; {why}"})
+            keep(out_dir, done.result, found, s.scrub)  # as `report DIR` reads it
+        if found is None:
+            return done
+        confirmed = done.result.model_copy(update={"confirmation": found})
+        answer, confirmed = unconfirmed(done.answer, confirmed)
+        return RunResult(answer, write_outputs(out_dir, confirmed, s.scrub), out_dir)
+
+    def restore(self, done: RunResult) -> RunResult:
+        answer, result = unconfirmed(done.answer, with_confirmation(done.result, done.out_dir))
+        return RunResult(answer, result, done.out_dir)  # as the run ended it
+
+
+class Evidence:
+    """The decisive builds (the last good and the first bad) with every check: where the
+    search's probe of one stopped at its first failed check (`probe.early_stop`), it is
+    probed again in full, into DIR/evidence/<short>; journalled in DIR/evidence.jsonl (a
+    resume does not repeat it), kept in DIR/evidence.json. A probe of it that ran every check
+    already is used as it is. At most two probes."""
+
+    name = "evidence"
+    probes = True
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        result = done.result
+        pair = culprit_pair(result)
+        if pair is None:
+            return done
+        wanted = [c for c in pair if _stopped_early(result.probe_of(c))]
+        if not wanted:
+            return done
+        plan = run.plan
+        known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
+        digest = hashlib.sha256("\0".join(pair).encode()).hexdigest()[:16]
+        path = done.out_dir / EVIDENCE_JOURNAL
+        found = side_probes(path, digest)  # another pair's is dropped
+        ctx = replace(run.probe_context(), early_stop=False)
+        with Journal(path, run.s.scrub) as journal:
+            begin_side(journal, self.name, digest, 1)
+            for commit in wanted:
+                if commit in found:
+                    continue
+                candidate = known.get(commit) or run.s.source.resolve(commit, "evidence")
+                run.note(f"evidence: probing {candidate.short} again with every check")
+                outcome = probe(candidate, done.out_dir / "evidence" / candidate.short, ctx)
+                journal.append("probe", outcome=outcome.to_json())
+                found[commit] = outcome
+        subjects = {p.commit: p.subject for p in result.probes}
+        full = [probe_doc(found[c], subjects.get(c, "")) for c in wanted if c in found]
+        save(done.out_dir, self.name, result, [p.model_dump(mode="json") for p in full], run)
+        return _written(done, result.model_copy(update={"decisive": full}), run)
+
+    def restore(self, done: RunResult) -> RunResult:
+        part = stored(done.out_dir, self.name, done.result)
+        if part is None:
+            return done
+        full = [ProbeDoc.model_validate(p) for p in part]
+        return replace_result(done, done.result.model_copy(update={"decisive": full}))
+
+
+def _stopped_early(p: ProbeDoc | None) -> bool:
+    """A tested probe whose suite stopped before every check ran."""
+    return p is not None and bool(p.not_run) and p.verdict in (Verdict.GOOD, Verdict.BAD)
+
+
+class Later:
+    """`candidates.later`: builds newer than the bad end (services/later.py)."""
+
+    name = "later"
+    probes = True
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        if not run.later:
+            return done
+        ends = probe_later(run.s.source.path, done.out_dir, done.result, run.later,
+                           run.probe_context(), run.note, run.s.scrub)  # fmt: skip
+        if not ends:
+            return done
+        return _written(done, done.result.model_copy(update={"later": ends}), run)
+
+    def restore(self, done: RunResult) -> RunResult:
+        return replace_result(done, with_later(done.result, done.out_dir))
+
+
+class Localize:
+    """The first module whose output differs (services/localization.py)."""
+
+    name = "localize"
+    probes = False  # it starts servers of its own, with the worker extension
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        plan = run.plan
+        known = {c.commit: c for c in (*plan.candidates, plan.good, plan.bad)}
+        located = localize_after_run(run.s, done.result, done.out_dir, run.note, known)
+        if located is None:
+            return done
+        run.note(located.line)
+        return _written(done, done.result.model_copy(update={"localization": located}), run)
+
+    def restore(self, done: RunResult) -> RunResult:
+        return replace_result(done, with_localization(done.result, done.out_dir))
+
+
+class Bumps:
+    """The dependency pins the culprit changes (pins.py), read from its diff once."""
+
+    name = "bumps"
+    probes = False
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        result = done.result
+        if result.status is not Status.FOUND or result.culprit is None:
+            return done
+        found = [
+            BumpDoc(name=b.name, old=b.old, new=b.new, files=list(b.files), label=b.label)
+            for b in commit_bumps(run.s.source.path, result.culprit.commit)
+        ]
+        save(done.out_dir, self.name, result, [b.model_dump(mode="json") for b in found], run)
+        if not found:
+            return done
+        run.note("the culprit bumps " + ", ".join(b.label for b in found))
+        return _written(done, result.model_copy(update={"bumps": found}), run)
+
+    def restore(self, done: RunResult) -> RunResult:
+        part = stored(done.out_dir, self.name, done.result)
+        if part is None:
+            return replace_result(done, _bumps_written(done.result, done.out_dir))
+        found = [BumpDoc.model_validate(b) for b in part]
+        return replace_result(done, done.result.model_copy(update={"bumps": found}))
+
+
+def _bumps_written(result: ResultDocument, out_dir: Path) -> ResultDocument:
+    """A DIR from before bumps.json: the bumps the result.json written before held."""
+    before = _written_before(result, out_dir)
+    return result if before is None else result.model_copy(update={"bumps": before.bumps})
+
+
+def _written_before(result: ResultDocument, out_dir: Path) -> ResultDocument | None:
+    """The result.json written before, where it names the same culprit (git is not read
+    again); None otherwise."""
+    try:
+        before = ResultDocument.model_validate_json((out_dir / "result.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+    same = before.culprit and result.culprit and before.culprit.commit == result.culprit.commit
+    return before if same else None
+
+
+class Reach:
+    """Where the culprit lives (sources/releases.py): release tags and branches, picks
+    included; for a fix, where a backport is needed."""
+
+    name = "reach"
+    probes = False
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        result = done.result
+        if not run.where or result.status is not Status.FOUND or result.culprit is None:
+            return done
+        where = reach_doc(run.s.source.path, result)
+        run.note(f"{result.culprit.commit[:12]}: {where.sentence}")
+        save(done.out_dir, self.name, result, where.model_dump(mode="json"), run)
+        return _written(done, result.model_copy(update={"reach": where}), run)
+
+    def restore(self, done: RunResult) -> RunResult:
+        part = stored(done.out_dir, self.name, done.result)
+        if part is None:  # a DIR from before reach.json: what result.json held
+            before = _written_before(done.result, done.out_dir)
+            where = before.reach if before is not None else None
+        else:
+            where = ReachDoc.model_validate(part)
+        if where is None:
+            return done
+        return replace_result(done, done.result.model_copy(update={"reach": where}))
+
+
+def reach_doc(repo: Path, result: ResultDocument) -> ReachDoc:
+    """Where the culprit lives; for a fix (`--find-fix`), where a backport is needed: the
+    release branches that hold the broken old end but not the fix."""
+    assert result.culprit is not None
+    regression = result.bad if result.mode is Mode.FIX else None
+    found = reach(repo, result.culprit.commit, regression)
+    picks = [PickDoc(commit=p.commit, tags=list(p.tags), branches=list(p.branches))
+             for p in found.picks]  # fmt: skip
+    return ReachDoc(
+        tags=list(found.tags), branches=list(found.branches), picks=picks,
+        missing=list(found.missing), backport=list(found.backport), sentence=found.sentence(),
+    )  # fmt: skip
+
+
+class Continue:
+    """`confirm: continue`: a revert that did not fix the bad end; what remains is bisected
+    on the reverted line, into DIR/continued."""
+
+    name = "continued"
+    probes = False  # the bisection it starts holds a launcher of its own
+
+    def apply(self, run: StageRun, done: RunResult) -> RunResult:
+        confirmation = done.result.confirmation
+        reverted = confirmation.probes[0] if confirmation is not None else None
+        if (
+            run.s.config.confirm != "continue"
+            or confirmation is None
+            or reverted is None
+            or reverted.verdict != "bad"
+            or run.bisect is None
+        ):
+            return done
+        sequence = [c.commit for c in run.plan.sequence]
+        went_on = continue_after(run.s.source.path, done.result, sequence, run.bisect, run.note)
+        run.note(f"confirm: {went_on['message']}")
+        save(done.out_dir, self.name, done.result, went_on, run)
+        went = confirmation.model_copy(update={"continued": went_on})
+        return _written(done, done.result.model_copy(update={"confirmation": went}), run)
+
+    def restore(self, done: RunResult) -> RunResult:
+        part = stored(done.out_dir, self.name, done.result)
+        confirmation = done.result.confirmation
+        if part is None or confirmation is None:
+            return done
+        went = confirmation.model_copy(update={"continued": part})
+        return replace_result(done, done.result.model_copy(update={"confirmation": went}))
+
+
+def replace_result(done: RunResult, result: ResultDocument) -> RunResult:
+    return RunResult(done.answer, result, done.out_dir)
+
+
+STAGES: tuple[Stage, ...] = (
+    Fast(), Confirm(), Evidence(), Later(), Localize(), Bumps(), Reach(), Continue(),
+)  # fmt: skip
+"""In the order a run applies them; the stages before `confirm` are applied again after each
+search (a culprit not confirmed searches on)."""
+
+
+def before_confirm(stages: Sequence[Stage] = STAGES) -> tuple[Stage, ...]:
+    names = [s.name for s in stages]
+    return tuple(stages[: names.index("confirm")])
+
+
+def with_launcher(stages: Sequence[Stage] = STAGES) -> tuple[Stage, ...]:
+    """The stages up to the last that probes with the run's launcher (run while it is open)."""
+    last = max((i for i, s in enumerate(stages) if s.probes), default=-1)
+    return tuple(stages[: last + 1])
+
+
+def restore(done: RunResult, stages: Sequence[Stage] = STAGES) -> RunResult:
+    """`report DIR`: the search's answer and result with every stage's part of DIR, as the run
+    ended it; nothing is started."""
+    for stage in stages:
+        done = stage.restore(done)
+    return done
+
+
+def fast_shown(fast: FastConfig | None, secret: Collection[str]) -> str:
+    """The fast setup as output shows it: its flags and variables, a secret's value masked."""
+    assert fast is not None
+    hidden = set(argv_secrets(fast.args))
+    words = [redact(a, hidden) for a in fast.args]
+    named = {*secret, *secret_names(fast.env)}  # the fast setup's own secrets too
+    words += [f"{k}={'***' if k in named else redact(v, hidden)}" for k, v in fast.env.items()]
+    return " ".join(words)
+
+
+def fast_doc(
+    fast: FastConfig | None, secret: Collection[str], quick: ResultDocument, full: ResultDocument
+) -> FastDoc:
+    """What the fast search found and whether the full run agrees. Pure."""
+    assert fast is not None
+    shown = fast_shown(fast, secret)
+    reproduced = quick.status in (Status.FOUND, Status.AMBIGUOUS)
+    n, m = len(quick.probes), len(full.probes)
+    env = {k: "***" if k in {*secret, *secret_names(fast.env)} else v for k, v in fast.env.items()}
+    doc = FastDoc(args=list(fast.args), env=env, status=quick.status, message=quick.message,
+                  reproduced=reproduced, range=list(quick.range), probes=n, agreed=None,
+                  line="")  # fmt: skip
+    if not reproduced:
+        line = (f"fast setup ({shown}): {quick.message}; the search ran in the full setup "
+                f"({m} probes)")  # fmt: skip
+        return doc.model_copy(update={"line": line})
+    last = len(quick.range) - 1
+    found_fast = quick.culprit.commit[:12] if quick.culprit else f"{last} candidates"
+    said = f"fast setup ({shown}): {n} probes found {found_fast}"
+    if (
+        full.status is Status.FOUND
+        and quick.culprit is not None
+        and full.culprit is not None
+        and full.culprit.commit == quick.culprit.commit
+    ):
+        line = f"{said}; the full setup agrees ({m} probes in full)"
+        return doc.model_copy(update={"agreed": True, "line": line})
+    differs = []
+    for commit in quick.range:
+        in_full, in_fast = full.probe_of(commit), quick.probe_of(commit)
+        if in_full is not None and in_fast is not None and in_full.verdict != in_fast.verdict:
+            differs.append(f"{commit[:12]} is {in_full.verdict.value} in full")
+    why = "; ".join(differs) or full.message
+    found = full.culprit.commit[:12] if full.culprit else full.status.value
+    line = f"{said}; the full setup disagrees ({why}) and searched on in full: {found} ({m} probes)"
+    return doc.model_copy(update={"agreed": False, "line": line})
