@@ -26,16 +26,16 @@ def test_weighed_verdicts_and_slots_cost_what_the_search_makes_of_them() -> None
     assert auto.search > exact.search  # re-probes for confidence, even when nothing lies
     four = estimate(100, EXACT, slots=4)
     assert four.rounds < exact.rounds and four.search >= exact.search
-    bare = estimate(100, EXACT, confirm=False, localize=False)
-    assert bare.starts == exact.search and exact.starts == exact.search + 4
-    assert "about 3.3 h at 20 min a start" in estimate(16, EXACT).line(20)  # 10 starts
+    bare = estimate(100, EXACT, confirm=False, localize=False, decisive=False)
+    assert bare.starts == exact.search and exact.starts == exact.search + 6
+    assert "about 4.0 h at 20 min a start" in estimate(16, EXACT).line(20)  # 12 starts
 
 
 def test_candidates_says_the_runs_cost_in_starts_and_time(
     history: Callable[..., History],
 ) -> None:
     h = history({9: "degenerate-reasoning"}, n=16)
-    config = h.config(confirm=False)
+    config = h.config(confirm=False, probe={"early_stop": False})
     result = CliRunner().invoke(cli, ["candidates", str(config), "--start-minutes", "30"])
     assert result.exit_code == 0, result.output
     assert (
@@ -45,4 +45,4 @@ def test_candidates_says_the_runs_cost_in_starts_and_time(
     result = CliRunner().invoke(cli, ["candidates", str(config), "--json"])
     expected = json.loads(result.output)["expected"]
     assert expected == {"starts": 8.0, "search_probes": 6.0, "search_rounds": 6.0,
-                        "confirm": 0, "localize": 2, "hours": None}  # fmt: skip
+                        "confirm": 0, "decisive": 0, "localize": 2, "hours": None}  # fmt: skip

@@ -733,6 +733,7 @@ def candidates_cmd(
         cost = estimate(
             len(plan.sequence) - 1, cfg.search.policy, slots=cfg.parallel,
             confirm=bool(cfg.confirm), localize=cfg.localize.enabled,
+            decisive=cfg.probe.early_stop,
         )  # fmt: skip
         bumped = range_bumps(s.source.path, [c.commit for c in plan.candidates])
         if as_json:
@@ -746,6 +747,7 @@ def candidates_cmd(
                 "search_probes": round(cost.search, 1),
                 "search_rounds": round(cost.rounds, 1),
                 "confirm": cost.confirm,
+                "decisive": cost.decisive,
                 "localize": cost.localize,
                 "hours": None if start_minutes is None else round(cost.hours(start_minutes), 2),
             }

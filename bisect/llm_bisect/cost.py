@@ -28,26 +28,27 @@ class Cost:
     """Rounds of the search with the run's slots (one probe per slot per round)."""
     confirm: int
     """The revert and pick trials (fewer where a run probe already holds that tree)."""
+    decisive: int
+    """The last good and first bad again with every check, where theirs stopped early
+    (`probe.early_stop`): the report's evidence."""
     localize: int
     """The last good and first bad builds again, with the worker extension (vLLM)."""
     slots: int
 
     @property
     def starts(self) -> float:
-        return self.search + self.confirm + self.localize
+        return self.search + self.confirm + self.decisive + self.localize
 
     def hours(self, minutes: float) -> float:
-        after = (
-            math.ceil((self.confirm + self.localize) / self.slots)
-            if self.slots > 1
-            else (self.confirm + self.localize)
-        )
-        return (self.rounds + after) * minutes / 60
+        stages = self.confirm + self.decisive + self.localize
+        return (self.rounds + math.ceil(stages / self.slots)) * minutes / 60
 
     def line(self, minutes: float | None) -> str:
         parts = [f"{self.search:.0f} search probes, the ends included"]
         if self.confirm:
             parts.append(f"up to {self.confirm} confirmation")
+        if self.decisive:
+            parts.append(f"up to {self.decisive} with every check for the evidence")
         if self.localize:
             parts.append(f"{self.localize} localisation")
         said = f"expected: about {self.starts:.0f} server starts ({'; '.join(parts)})"
@@ -88,8 +89,15 @@ def search_cost(n: int, policy: Policy, slots: int) -> tuple[float, float]:
 
 
 def estimate(
-    n: int, policy: Policy, *, slots: int = 1, confirm: bool = True, localize: bool = True
+    n: int,
+    policy: Policy,
+    *,
+    slots: int = 1,
+    confirm: bool = True,
+    localize: bool = True,
+    decisive: bool = True,
 ) -> Cost:
     """The cost of a run over n candidates after the good end."""
     search, rounds = search_cost(n, policy, slots)
-    return Cost(search, rounds, 2 if confirm else 0, 2 if localize else 0, slots)
+    return Cost(search, rounds, 2 if confirm else 0, 2 if decisive else 0,
+                2 if localize else 0, slots)  # fmt: skip
