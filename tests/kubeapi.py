@@ -127,6 +127,8 @@ class StandIn:
         self.lock = threading.RLock()
         self.rv = 1000
         self.containers: dict[tuple[str, str], Any] = {}
+        self.started_env: list[dict[str, str]] = []
+        """The environment each pod's container was started with (secrets resolved)."""
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -474,6 +476,7 @@ class StandIn:
                 **kwargs,
             )
             self.containers[key] = run
+            self.started_env.append(dict(env))
             run.start()
         return run
 

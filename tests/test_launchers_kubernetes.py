@@ -6,15 +6,25 @@ registry on loopback."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import docker
+import docker.errors
+import httpx
 import kubernetes_validate
 import pytest
 from typer.testing import CliRunner
 
-from helpers import History, write_config
-from kubeapi import KUBERNETES_VERSION
+from helpers import History, wait_until, write_config
+from kubeapi import KUBERNETES_VERSION, StandIn
 from llm_bisect.cli import cli
 from llm_bisect.launchers.kubernetes import (
     COMMIT_LABEL,
@@ -25,6 +35,7 @@ from llm_bisect.launchers.kubernetes import (
     pod_trouble,
 )
 from llm_bisect.model import Candidate
+from llm_bisect.sim.docker import PYTHON, SRC, SimRegistry
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 PLANTED = "hf_PLANTEDsecretVALUE_0123456789"
@@ -189,3 +200,211 @@ def test_pod_trouble_tells_the_cluster_from_the_server() -> None:
     )
     assert pod_trouble(oom) == ("exited", "container OOMKilled, exit code 137")
     assert pod_trouble(pod(phase="Failed", reason="Evicted"))[0] == "unplaced"  # type: ignore[index]
+
+
+# ---- probes through the official client, against the stand-in API server --------------------
+
+
+@pytest.fixture
+def registry() -> Iterator[SimRegistry]:
+    found = SimRegistry()
+    with found.running():
+        yield found
+
+
+@pytest.fixture
+def standin(client: docker.DockerClient, registry: SimRegistry) -> Iterator[StandIn]:
+    api = StandIn(client)
+    api.secrets[("default", "hf")] = {"token": PLANTED}
+    with api.running():
+        yield api
+    for image in client.images.list(name=f"{registry.host}/*"):
+        for tag in image.tags or image.attrs.get("RepoDigests") or []:
+            with suppress(docker.errors.DockerException):
+                client.images.remove(tag, force=True)
+
+
+def publish(
+    registry: SimRegistry, h: History, repo: str, missing: frozenset[int] = frozenset()
+) -> None:
+    """One image per commit in the registry, its sim-engine.json from the commit."""
+    for i, sha in enumerate(h.shas):
+        if i in missing:
+            continue
+        shown = subprocess.run(
+            ["git", "-C", str(h.repo), "show", f"{sha}:sim-engine.json"],
+            capture_output=True,
+            check=True,
+            text=True,
+        )
+        registry.add_image(
+            repo, sha, json.loads(shown.stdout), labels={"ai.vllm.build.commit": sha}
+        )
+
+
+def sim_k8s_server(image: str, kubeconfig: Path, **over: Any) -> dict[str, Any]:
+    """A kubernetes `server:` section whose pods run the simulated server with this
+    machine's Python (hostPath volumes: no base image is pulled)."""
+    base = Path(sys.base_prefix)
+    server: dict[str, Any] = {
+        "launcher": "kubernetes",
+        "image": image,
+        "kubeconfig": str(kubeconfig),
+        "entrypoint": [PYTHON, "-m", "llm_bisect.sim"],
+        "args": [
+            "--engine-file",
+            "/engine/sim-engine.json",
+            "--commit",
+            "{commit}",
+            "--port",
+            "{port}",
+            "--host",
+            "0.0.0.0",
+        ],
+        "env": {"PYTHONPATH": "/src", "PYTHONDONTWRITEBYTECODE": "1"},
+        "secret_env": {"HF_TOKEN": {"secret": "hf", "key": "token"}},
+        "host_paths": [
+            "/usr:/usr:ro",
+            "/lib:/lib:ro",
+            "/lib64:/lib64:ro",
+            f"{base}:{base}:ro",
+            f"{SRC}:/src:ro",
+        ],
+        "shm_size": "64Mi",
+        "ready_timeout": 60,
+        "pending_timeout": 60,
+        "stop_timeout": 2,
+    }
+    server.update(over)
+    return server
+
+
+def k8s_yaml(
+    h: History, server: dict[str, Any], checks: list[Any] | None = None, **ends: str
+) -> Path:
+    h.configs += 1
+    data: dict[str, Any] = {
+        "candidates": {"repo": str(h.repo), "good": h.shas[0], "bad": h.shas[-1], **ends},
+        "server": server,
+    }
+    if checks is not None:
+        data["checks"] = checks
+    return write_config(h.root / f"k8s-{h.configs}.yaml", data)
+
+
+SIMPLE_CHECKS = [{"type": "canary"}, {"type": "expect"}]
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def nothing_left(standin: StandIn) -> bool:
+    return not standin.jobs and not standin.pods and not standin.running_containers()
+
+
+@pytest.mark.docker
+def test_one_probe_runs_as_a_job_streams_its_log_and_leaves_nothing(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    h: History = history({}, n=1)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    kubeconfig = standin.kubeconfig(tmp_path / "kubeconfig")
+    config = k8s_yaml(
+        h, sim_k8s_server(f"{registry.host}/{repo}:{{commit}}", kubeconfig), SIMPLE_CHECKS
+    )
+    out = tmp_path / "c"
+    code, output = invoke("check", str(config), "--candidate", h.shas[1], "--out", str(out))
+    assert code == 0, output
+    probe = out / "probes" / h.shas[1][:12]
+    log = (probe / "server.log").read_text()
+    assert "Uvicorn" in log or "sim" in log.lower(), log
+    job = json.loads((probe / "job.json").read_text())
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    assert "@sha256:" in job["spec"]["template"]["spec"]["containers"][0]["image"]
+    # the Secret reached the pod, and its value no request, file or output
+    assert standin.started_env[0]["HF_TOKEN"] == PLANTED
+    assert PLANTED not in json.dumps(standin.requests, default=str)
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert PLANTED.encode() not in path.read_bytes(), path
+    deletes = [r for r in standin.requests if r[0] == "DELETE" and "/jobs/" in r[1]]
+    assert deletes and all("propagationPolicy=Foreground" in r[1] for r in deletes)
+    assert nothing_left(standin)
+
+
+@pytest.mark.docker
+def test_the_standin_keeps_the_apis_defaults_and_refuses_what_the_api_refuses(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    """What the launcher relies on is what a real API server does: without a
+    propagationPolicy, deleting a Job orphans its pods, which keep running."""
+    from kubernetes import client, config
+
+    h: History = history({}, n=1)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    api = config.new_client_from_config(config_file=str(standin.kubeconfig(tmp_path / "kc")))
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    server = sim_k8s_server(f"{registry.host}/{repo}:{h.shas[0]}", tmp_path / "kc")
+    cfg = KubernetesServerConfig.model_validate(server)
+    job = job_manifest(
+        cfg,
+        name="llm-bisect-orphan-test",
+        image=f"{registry.host}/{repo}:{h.shas[0]}",
+        ref="",
+        candidate=candidate(h.shas[0]),
+        env=dict(cfg.env),
+        run_id="r",
+        owner="o",
+    )
+    wrong = json.loads(json.dumps(job))
+    wrong["spec"]["template"]["spec"]["containers"][0]["gpus"] = 1
+    # the client refuses it itself; the API server, asked straight, too
+    refused = httpx.post(f"{standin.url}/apis/batch/v1/namespaces/default/jobs", json=wrong)
+    assert refused.status_code == 422 and "gpus" in refused.json()["message"]
+    made = batch.create_namespaced_job("default", client.V1Job.from_dict(job))
+    assert made.metadata.resource_version and made.spec.completions == 1
+    assert wait_until(lambda: len(standin.running_containers()) == 1, timeout=60)
+    (pod,) = core.list_namespaced_pod(
+        "default", label_selector="job-name=llm-bisect-orphan-test"
+    ).items
+    assert pod.metadata.labels["llm-bisect/commit"] == h.shas[0]
+    batch.delete_namespaced_job("llm-bisect-orphan-test", "default")  # no propagationPolicy
+    assert not standin.jobs
+    assert core.read_namespaced_pod(pod.metadata.name, "default").status.phase == "Running"
+    assert len(standin.running_containers()) == 1, "an orphaned pod keeps running"
+    core.delete_namespaced_pod(pod.metadata.name, "default")
+    assert standin.running_containers() == []
+
+
+@pytest.mark.docker
+def test_ctrl_c_deletes_the_job_and_its_pod(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    h: History = history({}, n=1, changes={1: {"hold_file": str(hold)}})
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = sim_k8s_server(
+        f"{registry.host}/{repo}:{{commit}}", standin.kubeconfig(tmp_path / "kc")
+    )
+    server["host_paths"].append(f"{tmp_path}:{tmp_path}:ro")
+    config = k8s_yaml(h, server, SIMPLE_CHECKS)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", "check", str(config), "--candidate", h.shas[1]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    try:
+        assert wait_until(lambda: bool(standin.running_containers()), timeout=120)
+        proc.send_signal(signal.SIGINT)
+        output = proc.communicate(timeout=120)[0].decode()
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, output
+    assert nothing_left(standin), (standin.jobs, standin.pods)

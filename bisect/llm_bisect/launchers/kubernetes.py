@@ -395,7 +395,8 @@ class Api:
         self.batch = client.BatchV1Api(api)
         self.core = client.CoreV1Api(api)
 
-    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+    def _call(self, what: str, fn: Callable[[], Any], absent: frozenset[int] = frozenset()) -> Any:
+        """fn's answer; None where the API answered a status in `absent` (404: gone)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
@@ -404,6 +405,8 @@ class Api:
                 with attempt:
                     return fn()
         except ApiException as exc:
+            if exc.status in absent:
+                return None
             raise LaunchError(f"kubernetes: {what}: HTTP {exc.status} {exc.reason}") from None
         except (HTTPError, ConnectionError) as exc:
             raise LaunchError(f"kubernetes: {what}: {type(exc).__name__}: {exc}") from None
@@ -415,23 +418,16 @@ class Api:
         return data if isinstance(data, dict) else {}
 
     def create_job(self, manifest: Mapping[str, Any]) -> None:
+        """Create the Job; a 409 means a retried create had landed: the Job is ours."""
         from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
 
         body = client.V1Job.from_dict(dict(manifest))
         assert body is not None
-        try:
-            self._call(
-                f"create job {manifest['metadata']['name']}",
-                lambda: self.batch.create_namespaced_job(
-                    self.namespace, body, _preload_content=False
-                ),
-            )
-        except LaunchError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, ApiException) and cause.status == 409:
-                return  # a retried create that had landed: the Job is ours
-            raise
+        self._call(
+            f"create job {manifest['metadata']['name']}",
+            lambda: self.batch.create_namespaced_job(self.namespace, body, _preload_content=False),
+            absent=frozenset({409}),
+        )
 
     def pods(self, selector: str) -> list[dict[str, Any]]:
         found = self._json(
@@ -453,23 +449,23 @@ class Api:
 
     def delete_job(self, name: str) -> bool:
         """Delete a Job and, first, its pods (foreground); False when it was gone already."""
-        from kubernetes.client.exceptions import ApiException
+        done = self._call(
+            f"delete job {name}",
+            lambda: self.batch.delete_namespaced_job(
+                name, self.namespace, propagation_policy="Foreground", _preload_content=False
+            ),
+            absent=frozenset({404}),
+        )
+        return done is not None
 
-        try:
-            self._call(
-                f"delete job {name}",
-                lambda: self.batch.delete_namespaced_job(
-                    name,
-                    self.namespace,
-                    propagation_policy="Foreground",
-                    _preload_content=False,
-                ),
-            )
-        except LaunchError as exc:
-            if isinstance(exc.__cause__, ApiException) and exc.__cause__.status == 404:
-                return False
-            raise
-        return True
+    def job_gone(self, name: str) -> bool:
+        """Whether the Job is gone (a foreground delete ends with the Job, after its pods)."""
+        found = self._call(
+            f"read job {name}",
+            lambda: self.batch.read_namespaced_job(name, self.namespace, _preload_content=False),
+            absent=frozenset({404}),
+        )
+        return found is None
 
     def follow_log(self, pod: str) -> Iterator[bytes]:
         """The pod's log as it comes, until the container ends or the stream is closed."""
@@ -643,7 +639,7 @@ class KubernetesServer(LoggedServer):
             try:
                 api.delete_job(job)
                 deadline = clock() + STOP_WAIT_S
-                while clock() < deadline and api.pods(f"job-name={job}"):
+                while clock() < deadline and not api.job_gone(job):
                     sleep(POLL_S)
             except LaunchError as exc:
                 self.launcher.report(f"kubernetes: {exc}; `llm-bisect reap` deletes it later")
