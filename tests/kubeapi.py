@@ -350,7 +350,12 @@ class StandIn:
         run.reload()
         ip = run.attrs["NetworkSettings"]["IPAddress"]
         digests = image.attrs.get("RepoDigests") or []
-        image_id = digests[0] if digests else str(image.id)
+        repo = c["image"].split("@")[0].rsplit(":", 1)[0] if "@" not in c["image"] else ""
+        image_id = (
+            c["image"]
+            if "@" in c["image"]
+            else next((d for d in digests if d.startswith(repo + "@")), str(image.id))
+        )
         started = now()
         self._set_status(
             key,

@@ -218,10 +218,11 @@ def standin(client: docker.DockerClient, registry: SimRegistry) -> Iterator[Stan
     api.secrets[("default", "hf")] = {"token": PLANTED}
     with api.running():
         yield api
-    for image in client.images.list(name=f"{registry.host}/*"):
-        for tag in image.tags or image.attrs.get("RepoDigests") or []:
-            with suppress(docker.errors.DockerException):
-                client.images.remove(tag, force=True)
+    for image in client.images.list():
+        for name in [*image.tags, *(image.attrs.get("RepoDigests") or [])]:
+            if name.startswith(registry.host + "/"):
+                with suppress(docker.errors.DockerException):
+                    client.images.remove(name, force=True)
 
 
 def publish(
@@ -408,3 +409,39 @@ def test_ctrl_c_deletes_the_job_and_its_pod(
         proc.kill()
     assert proc.returncode == 130, output
     assert nothing_left(standin), (standin.jobs, standin.pods)
+
+
+@pytest.mark.docker
+def test_a_bisection_of_images_on_kubernetes_finds_the_culprit_and_skips_a_missing_image(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    h: History = history({5: "garbled-math"}, n=7, changes={5: {"moe_backend": "CUTLASS"}})
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo, missing=frozenset({3}))
+    good, bad = f"{registry.host}/{repo}:{h.shas[0]}", f"{registry.host}/{repo}:{h.shas[-1]}"
+    template = f"{registry.host}/{repo}:{{commit}}"
+    server = sim_k8s_server(template, standin.kubeconfig(tmp_path / "kc"))
+    config = k8s_yaml(h, server, good=good, bad=bad)
+    code, output = invoke("candidates", str(config))
+    assert code == 0, output
+    assert output.count("MISSING") == 1, output
+    out = tmp_path / "out"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[5]
+    probes = {p["commit"]: p for p in result["probes"]}
+    if h.shas[3] in probes:
+        assert probes[h.shas[3]]["verdict"] == "skip"
+        assert probes[h.shas[3]]["reason"].startswith("no artifact")
+    for p in result["probes"]:
+        if p["verdict"] in ("good", "bad"):
+            image = p["fingerprint"]["image"]
+            assert "@sha256:" in image["digest"] and image["id"].endswith(
+                image["digest"].split("@")[1]
+            ), image
+            assert p["fingerprint"]["node"] == standin.node
+    assert "kernels.moe_backend" in result["fingerprints"]["differences"]
+    for job in (out / "probes").rglob("job.json"):
+        kubernetes_validate.validate(json.loads(job.read_text()), KUBERNETES_VERSION, strict=True)
+    assert nothing_left(standin)

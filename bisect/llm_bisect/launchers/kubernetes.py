@@ -25,6 +25,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,7 +51,14 @@ from ..config import (
     secret_names,
 )
 from ..errors import ConfigError, LaunchError, ServerExited, Unplaced
-from ..kinds import LAUNCHERS, LauncherContext, LauncherKind, Preflight, PreflightContext
+from ..kinds import (
+    LAUNCHERS,
+    EndContext,
+    LauncherContext,
+    LauncherKind,
+    Preflight,
+    PreflightContext,
+)
 from ..model import Candidate
 from ..redact import Masker
 from ..registry import Registry, RegistryError, parse_image_ref
@@ -806,6 +814,40 @@ def _preflight(cfg: KubernetesServerConfig, ctx: PreflightContext) -> Preflight:
     return Preflight(cfg)
 
 
+def resolve_image_end(
+    cfg: KubernetesServerConfig, ctx: EndContext, ref: str, key: str
+) -> Candidate:
+    """The candidate an image end names (labels, env, tag or version), read from its
+    registry: the cluster pulls, this host need not."""
+    from ..sources.images import WHERE, commit_of_image, env_map
+
+    try:
+        parsed = parse_image_ref(ref)
+    except ValueError:
+        raise ConfigError(f"{key}: no such ref or image {ref!r}") from None
+    with ctx.launcher("resolve") as made:
+        assert isinstance(made, KubernetesLauncher)
+        try:
+            manifest = made.registry.manifest(parsed)
+            blob = made.registry.image_config(parsed, manifest) if manifest else None
+        except RegistryError as exc:
+            raise ConfigError(f"{key}: no such ref {ref!r}, and no image found: {exc}") from None
+    if blob is None:
+        raise ConfigError(f"{key}: no such ref or image {ref!r}")
+    config = blob.get("config") or {}
+    found = commit_of_image(parsed.tag, config.get("Labels") or {}, env_map(config.get("Env")))
+    if found is None:
+        raise ConfigError(f"{key}: image {ref!r} names no commit (looked at {WHERE})")
+    commit, where = found
+    try:
+        candidate = ctx.source.resolve(commit, key)
+    except ConfigError:
+        raise ConfigError(
+            f"{key}: image {ref!r} is commit {commit} ({where}), not in candidates.repo"
+        ) from None
+    return replace(candidate, artifact=ref)
+
+
 def _validate(cfg: KubernetesServerConfig, config: Any) -> None:
     if config.localize.save_tensors:
         raise ValueError("localize.save_tensors: the process launcher's only")
@@ -821,5 +863,6 @@ KIND = LAUNCHERS.register(
         runs_images=True,
         validate=_validate,
         preflight=_preflight,
+        resolve_end=resolve_image_end,
     )
 )
