@@ -532,6 +532,20 @@ class StandIn:
         threading.Thread(target=collect, daemon=True).start()
         return job
 
+    def evict(self) -> None:
+        """The kubelet evicts every running pod (node pressure): killed, Failed (Evicted)."""
+        with self.lock:
+            keys = list(self.containers)
+        for key in keys:
+            self._set_status(
+                key,
+                phase="Failed",
+                reason="Evicted",
+                message="The node was low on resource: memory.",
+            )
+            with suppress(docker.errors.DockerException):
+                self.containers[key].kill()
+
     def lose_node(self) -> None:
         """The node stops answering: its pods are killed, marked Failed (NodeLost)."""
         with self.lock:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import suppress
@@ -24,7 +26,7 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import History, wait_until, write_config
-from kubeapi import KUBERNETES_VERSION, StandIn
+from kubeapi import KUBERNETES_VERSION, Fault, StandIn
 from llm_bisect.cli import cli
 from llm_bisect.launchers.kubernetes import (
     COMMIT_LABEL,
@@ -445,3 +447,166 @@ def test_a_bisection_of_images_on_kubernetes_finds_the_culprit_and_skips_a_missi
     for job in (out / "probes").rglob("job.json"):
         kubernetes_validate.validate(json.loads(job.read_text()), KUBERNETES_VERSION, strict=True)
     assert nothing_left(standin)
+
+
+def one_probe(
+    standin: StandIn,
+    registry: SimRegistry,
+    h: History,
+    tmp_path: Path,
+    **over: Any,
+) -> tuple[Path, dict[str, Any]]:
+    """A config of one published commit's images on the stand-in."""
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = sim_k8s_server(
+        f"{registry.host}/{repo}:{{commit}}", standin.kubeconfig(tmp_path / "kc"), **over
+    )
+    return k8s_yaml(h, server, SIMPLE_CHECKS), {"repo": repo}
+
+
+def check(config: Path, sha: str, out: Path) -> tuple[int, str]:
+    return invoke("check", str(config), "--candidate", sha, "--out", str(out))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        (
+            {"node_selector": {"nvidia.com/gpu.product": "NVIDIA-B300"}},
+            "didn't match Pod's node affinity/selector",
+        ),
+        ({"gpus": 16}, "Insufficient nvidia.com/gpu"),
+    ],
+)
+def test_a_pod_the_scheduler_never_places_is_skip_after_pending_timeout(
+    standin: StandIn,
+    registry: SimRegistry,
+    history: Any,
+    tmp_path: Path,
+    over: dict[str, Any],
+    said: str,
+) -> None:
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path, pending_timeout=2, **over)
+    code, output = check(config, h.shas[1], tmp_path / "c")
+    assert code == 125, output
+    assert "pod pending for 2s (Unschedulable" in output and said in output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_an_image_the_kubelet_cannot_pull_is_skip_no_artifact(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path)
+    registry.blobs.clear()  # the manifest is there, its layers are not: the pull fails
+    code, output = check(config, h.shas[1], tmp_path / "c")
+    assert code == 125, output
+    assert re.search(r"SKIP .* no artifact: (ErrImagePull|ImagePullBackOff)", output), output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_an_oom_kill_before_ready_is_skip_with_its_reason(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path, memory="8Mi")
+    code, output = check(config, h.shas[1], tmp_path / "c")
+    assert code == 125, output
+    assert "container OOMKilled, exit code 137 before ready" in output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("fault", "said"), [("lose_node", "pod NodeLost"), ("evict", "pod Evicted")]
+)
+def test_a_pod_the_cluster_ends_is_skip_with_its_reason(
+    standin: StandIn,
+    registry: SimRegistry,
+    history: Any,
+    tmp_path: Path,
+    fault: str,
+    said: str,
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()  # the server never listens: the cluster ends it while it starts
+    h: History = history({}, n=1, changes={1: {"hold_file": str(hold)}})
+    config, _ = one_probe(
+        standin,
+        registry,
+        h,
+        tmp_path,
+        host_paths=[*sim_k8s_server("", Path())["host_paths"], f"{tmp_path}:{tmp_path}:ro"],
+    )
+    ended = threading.Thread(
+        target=lambda: (
+            wait_until(lambda: bool(standin.running_containers()), timeout=120)
+            and getattr(standin, fault)()
+        )
+    )
+    ended.start()
+    try:
+        code, output = check(config, h.shas[1], tmp_path / "c")
+    finally:
+        ended.join()
+    assert code == 125, output
+    assert said in output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_api_errors_are_retried_and_the_probe_goes_on(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path)
+    standin.faults += [
+        Fault("POST", "/jobs", 503, times=2),
+        Fault("GET", "/pods", 429, times=2),
+        Fault("DELETE", "/jobs/", 500, times=1),
+    ]
+    code, output = check(config, h.shas[1], tmp_path / "c")
+    assert code == 0, output
+    assert all(f.times == 0 for f in standin.faults), "every fault was met"
+    posts = [r for r in standin.requests if r[0] == "POST"]
+    assert len(posts) == 3
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_reap_deletes_the_job_a_sigkilled_run_left(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    h: History = history({}, n=1, changes={1: {"hold_file": str(hold)}})
+    config, _ = one_probe(
+        standin,
+        registry,
+        h,
+        tmp_path,
+        host_paths=[*sim_k8s_server("", Path())["host_paths"], f"{tmp_path}:{tmp_path}:ro"],
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", "check", str(config), "--candidate", h.shas[1]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    try:
+        assert wait_until(lambda: bool(standin.running_containers()), timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(standin.jobs) == 1, "SIGKILL leaves the Job"
+    code, output = invoke("reap", str(config))
+    assert code == 0, output
+    (name,) = [n for _, n in standin.jobs] or ["gone"]
+    assert "kubernetes: deleted job llm-bisect-" in output
+    assert f"its llm-bisect process {proc.pid} is gone" in output
+    assert wait_until(lambda: nothing_left(standin)), name
