@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 from helpers import History, wait_until, write_config
 from kubeapi import KUBERNETES_VERSION, Fault, StandIn
 from llm_bisect.cli import cli
+from llm_bisect.config import load_config
 from llm_bisect.launchers.kubernetes import (
     COMMIT_LABEL,
     MANAGED_BY,
@@ -610,3 +611,17 @@ def test_reap_deletes_the_job_a_sigkilled_run_left(
     assert "kubernetes: deleted job llm-bisect-" in output
     assert f"its llm-bisect process {proc.pid} is gone" in output
     assert wait_until(lambda: nothing_left(standin)), name
+
+
+def test_the_kimi_kubernetes_config_is_the_cases_setup_and_its_job_validates() -> None:
+    path = SRC.parent / "configs" / "kimi-k3-nvfp4-tp8-b300-kubernetes.yaml"
+    config = load_config(path)
+    server = config.server
+    assert isinstance(server, KubernetesServerConfig)
+    assert server.args[server.args.index("--model") + 1] == "RedHatAI/Kimi-K3-NVFP4"
+    assert server.args[server.args.index("--reasoning-parser") + 1] == "kimi_k3"
+    assert server.env == {} and set(server.secret_env) == {"HF_TOKEN"}
+    assert config.candidates.bad.endswith("v0.27.0") and server.gpus == 8
+    job = manifest(server)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    assert "${HF_TOKEN}" not in path.read_text()
