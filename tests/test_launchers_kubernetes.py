@@ -23,6 +23,7 @@ import docker.errors
 import httpx
 import kubernetes_validate
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from helpers import History, wait_until, write_config
@@ -625,3 +626,44 @@ def test_the_kimi_kubernetes_config_is_the_cases_setup_and_its_job_validates() -
     job = manifest(server)
     kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
     assert "${HF_TOKEN}" not in path.read_text()
+
+
+@pytest.mark.docker
+def test_two_slots_run_two_jobs_at_once(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    """parallel: 2 is two Jobs at once, each its own pod (the scheduler places them): the
+    held bad end's and another's run together."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    h: History = history({5: "degenerate-reasoning"}, n=8, changes={8: {"hold_file": str(hold)}})
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = sim_k8s_server(
+        f"{registry.host}/{repo}:{{commit}}", standin.kubeconfig(tmp_path / "kc"), gpus=4
+    )
+    server["host_paths"].append(f"{tmp_path}:{tmp_path}:ro")
+    config = k8s_yaml(h, server)
+    data = yaml.safe_load(config.read_text())
+    data.update(parallel=2, localize=False, search={"flake": 0})
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", "run", str(config), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    try:
+        assert wait_until(lambda: len(standin.running_containers()) == 2, timeout=180)
+        ips = {p["status"].get("podIP") for p in list(standin.pods.values())}
+        assert len(ips - {None}) == 2, "two pods, each its own IP"
+        hold.unlink()
+        output = proc.communicate(timeout=300)[0].decode()
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[5]
+    assert {p["slot"] for p in result["probes"]} == {0, 1} and result["parallel"] == 2
+    assert wait_until(lambda: nothing_left(standin))
