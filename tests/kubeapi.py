@@ -6,6 +6,7 @@ this: the part of the API it calls, over HTTP, through the official client.
     POST/GET/LIST/DELETE  /apis/batch/v1/namespaces/NS/jobs[/NAME]
     GET/LIST/DELETE       /api/v1/namespaces/NS/pods[/NAME]
     GET                   /api/v1/namespaces/NS/pods/NAME/log[?follow=true]
+    GET (websocket)       /api/v1/namespaces/NS/pods/NAME/exec?command=...
 
 Every request body is validated against the OpenAPI schema of KUBERNETES_VERSION
 (kubernetes-validate, strict: an unknown field is refused), object names and label values
@@ -21,13 +22,17 @@ emptyDir as the container's shm, a memory limit), and reports Running with the c
 IP on Docker's bridge as the pod IP, then Succeeded/Failed with the exit code (OOMKilled
 where the engine says so). `faults` answers the next matching requests with an HTTP error.
 
-Not modelled (docs/kubernetes.md lists it for admins): watch, exec, port-forward, the
+`exec` answers over a websocket (v4.channel.k8s.io), as the client's stream() asks.
+
+Not modelled (docs/kubernetes.md lists it for admins): watch, port-forward, the
 scheduler beyond one node's labels and GPU count, taints, Pod Security, RBAC, TTL
 cleanup, activeDeadlineSeconds, PVCs beyond a named Docker volume.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import re
 import threading
@@ -127,6 +132,8 @@ class StandIn:
         self.lock = threading.RLock()
         self.rv = 1000
         self.containers: dict[tuple[str, str], Any] = {}
+        self.execs: list[list[str]] = []
+        """The command of every exec, in order."""
         self.started_env: list[dict[str, str]] = []
         """The environment each pod's container was started with (secrets resolved)."""
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -645,6 +652,8 @@ class StandIn:
                         if query.get("watch") in ("true", "1"):
                             raise Refused(501, "NotImplemented", "watch: not modelled")
                         self._list("PodList", api.pods, ns, query)
+                    elif m == "GET" and rest[1:] == ["exec"]:
+                        self._exec(ns, rest[0])
                     elif m == "GET" and rest[1:] == ["log"]:
                         self._log(ns, rest[0], query.get("follow") == "true")
                     elif m == "GET":
@@ -685,6 +694,49 @@ class StandIn:
                     },
                 )
 
+            def _exec(self, ns: str, name: str) -> None:
+                """`exec` over a websocket (v4.channel.k8s.io): the command's stdout on
+                channel 1, stderr on 2, its Status on 3, then close."""
+                if self.headers.get("Upgrade", "").lower() != "websocket":
+                    raise Refused(400, "BadRequest", "exec needs a websocket upgrade")
+                self._get(api.pods, ns, name, "pods")
+                run = api.containers.get((ns, name))
+                if run is None:
+                    raise Refused(400, "BadRequest", f'pod "{name}" has no running container')
+                offered = self.headers.get("Sec-WebSocket-Protocol", "")
+                if "v4.channel.k8s.io" not in offered:
+                    raise Refused(400, "BadRequest", f"no channel protocol in {offered!r}")
+                command = parse_qs(urlsplit(self.path).query).get("command", [])
+                key = self.headers["Sec-WebSocket-Key"]
+                accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+                self.send_response(101, "Switching Protocols")
+                self.send_header("Upgrade", "websocket")
+                self.send_header("Connection", "Upgrade")
+                self.send_header("Sec-WebSocket-Accept", accept)
+                self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+                self.end_headers()
+                self.close_connection = True
+                api.execs.append(list(command))
+                try:
+                    code, (out, err) = run.exec_run(command, demux=True)
+                except docker.errors.DockerException as exc:
+                    code, out, err = 126, b"", str(exc).encode()
+                for channel, data in ((1, out), (2, err)):
+                    if data:
+                        self.wfile.write(ws_frame(bytes([channel]) + data))
+                if code == 0:
+                    status: dict[str, Any] = {"metadata": {}, "status": "Success"}
+                else:
+                    status = {
+                        "metadata": {},
+                        "status": "Failure",
+                        "reason": "NonZeroExitCode",
+                        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+                    }
+                self.wfile.write(ws_frame(b"\x03" + json.dumps(status).encode()))
+                self.wfile.write(ws_frame(b"", opcode=0x8))
+                self.wfile.flush()
+
             def _log(self, ns: str, name: str, follow: bool) -> None:
                 self._get(api.pods, ns, name, "pods")
                 run = api.containers.get((ns, name))
@@ -716,6 +768,21 @@ class StandIn:
                 self._route()
 
         return Handler
+
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def ws_frame(data: bytes, opcode: int = 0x2) -> bytes:
+    """One final, unmasked websocket frame (a server's)."""
+    n = len(data)
+    if n < 126:
+        head = bytes([0x80 | opcode, n])
+    elif n < 2**16:
+        head = bytes([0x80 | opcode, 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([0x80 | opcode, 127]) + n.to_bytes(8, "big")
+    return head + data
 
 
 def _gpus(spec: Mapping[str, Any]) -> int:

@@ -40,6 +40,7 @@ from llm_bisect.launchers.kubernetes import (
 )
 from llm_bisect.model import Candidate
 from llm_bisect.sim.docker import PYTHON, SRC, SimRegistry
+from test_collectenv import SMI
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 PLANTED = "hf_PLANTEDsecretVALUE_0123456789"
@@ -666,4 +667,46 @@ def test_two_slots_run_two_jobs_at_once(
     result = json.loads((out / "result.json").read_text())
     assert result["culprit"]["commit"] == h.shas[5]
     assert {p["slot"] for p in result["probes"]} == {0, 1} and result["parallel"] == 2
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_collect_env_nvidia_smi_and_packages_come_from_inside_the_pod(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    """Through the API's exec (a websocket): collect_env and nvidia-smi run in each
+    candidate's pod, and the report shows the torch bump between the two."""
+    bump = {2: {"packages": {"torch": "2.14.0"}}}
+    h: History = history({2: "degenerate-content"}, n=2, changes=bump)
+    smi = tmp_path / "smi"
+    smi.mkdir()
+    (smi / "nvidia-smi").write_text(SMI.replace("#!/bin/sh", "#!/usr/bin/sh"))
+    (smi / "nvidia-smi").chmod(0o755)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = sim_k8s_server(
+        f"{registry.host}/{repo}:{{commit}}", standin.kubeconfig(tmp_path / "kc")
+    )
+    server["host_paths"].append(f"{smi}:/smi:ro")
+    server["env"]["PATH"] = "/smi:/usr/local/bin:/usr/bin:/bin"
+    engine = "/engine/sim-engine.json"
+    server["collect_env"] = [
+        PYTHON,
+        "-m",
+        "llm_bisect.sim.collect_env",
+        "--engine-file",
+        engine,
+        "--commit",
+        "{commit}",
+    ]
+    config = k8s_yaml(h, server, SIMPLE_CHECKS)
+    out = tmp_path / "out"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    new = result["fingerprints"]["new"]["collect_env"]
+    assert new["torch"] == "2.14.0" and new["gpu_count"] == "2", new
+    assert result["fingerprints"]["old"]["collect_env"]["torch"] == "2.13.0+cu130"
+    assert "| **torch** | `2.13.0+cu130` | `2.14.0` |" in (out / "report.md").read_text()
+    assert any(c[:1] == ["nvidia-smi"] or "nvidia-smi" in c[0] for c in standin.execs)
     assert wait_until(lambda: nothing_left(standin))

@@ -4,6 +4,8 @@
     launch(c)    Job (restartPolicy Never, backoffLimit 0) created ─► its pod scheduled,
                  image pulled, Running ─► http://<pod IP>:<port> ready ─► checks
     logs         the pod's log followed into the probe's server.log, secrets masked
+    fingerprint  node, image digest and imageID; packages, collect_env and nvidia-smi
+                 through the API's exec in the pod
     __exit__     the Job deleted with foreground propagation (its pods with it), always
     reap()       the Jobs of killed llm-bisect processes, found by label, deleted
 
@@ -50,7 +52,9 @@ from ..config import (
     fill,
     secret_names,
 )
+from ..environment import SMI_TIMEOUT_S
 from ..errors import ConfigError, LaunchError, ServerExited, Unplaced
+from ..fingerprint import package_probe_source
 from ..kinds import (
     LAUNCHERS,
     EndContext,
@@ -60,7 +64,7 @@ from ..kinds import (
     PreflightContext,
 )
 from ..model import Candidate
-from ..redact import Masker
+from ..redact import Masker, redact
 from ..registry import Registry, RegistryError, parse_image_ref
 from . import Artifact, Instrument
 from .common import LoggedServer, owner_label, owner_pid, placement_facts, reapable, wait_ready
@@ -86,6 +90,8 @@ LOST = frozenset({"NodeLost", "Evicted", "Preempting", "Shutdown", "Terminated"}
 RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 """API answers retried (API_RETRIES times, backing off): the server's moment, not ours."""
 API_RETRIES = 5
+PACKAGES_S = 60.0
+"""At most this long for the package versions inside the pod."""
 
 
 # ---- the config ----------------------------------------------------------------------------
@@ -488,6 +494,37 @@ class Api:
         finally:
             response.release_conn()
 
+    def exec(self, pod: str, argv: Sequence[str], timeout: float) -> tuple[int | None, bytes]:
+        """Run argv in the pod's server container (the API's exec, over a websocket): its
+        exit code (None: it did not end within `timeout`) and its stdout."""
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.stream import stream
+
+        try:
+            ws = stream(
+                self.core.connect_get_namespaced_pod_exec,
+                pod,
+                self.namespace,
+                command=list(argv),
+                container=CONTAINER,
+                stderr=True,
+                stdin=False,
+                stdout=True,
+                tty=False,
+                binary=True,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            raise LaunchError(f"kubernetes: exec in {pod}: {exc.reason}") from None
+        try:
+            ws.run_forever(timeout=timeout)
+            out = ws.read_stdout()
+            code = ws.returncode
+        finally:
+            ws.close()
+        data = out if isinstance(out, bytes) else str(out or "").encode()
+        return (code if isinstance(code, int) else None), data
+
     def close(self) -> None:
         with suppress(Exception):
             self.client.close()  # type: ignore[no-untyped-call]
@@ -662,8 +699,12 @@ class KubernetesServer(LoggedServer):
         image_id = next(
             (str(c.get("imageID") or "") for c in status.get("containerStatuses") or []), ""
         )
-        (self.probe_dir / collectenv.CODE).write_text("off: exec in a pod is not built yet\n")
+        packages: dict[str, str] = {}
+        if self.name_of_pod():
+            packages = self._packages()
+            self._collect()
         return {
+            **({"packages": packages} if packages else {}),
             "image": {
                 "ref": self.launcher.template_ref(self.candidate),
                 "digest": self.launcher.pinned(self.candidate),
@@ -678,6 +719,47 @@ class KubernetesServer(LoggedServer):
             "command": f"kubectl create -f {self.probe_dir / 'job.json'}",
             **placement_facts(str(spec.get("nodeName") or ""), self.launcher.env),
         }
+
+    def _exec(self, argv: Sequence[str], timeout: float) -> tuple[int | None, bytes]:
+        return self.launcher.api.exec(self.name_of_pod(), argv, timeout)
+
+    def _packages(self) -> dict[str, str]:
+        """The package versions inside the pod (the fingerprint's `packages`)."""
+        for python in ("python3", "python"):
+            try:
+                code, out = self._exec([python, "-c", package_probe_source()], PACKAGES_S)
+            except LaunchError:
+                return {}
+            if code == 0:
+                with suppress(ValueError, IndexError):
+                    found = json.loads(out.decode().strip().splitlines()[-1])
+                    if isinstance(found, dict):
+                        return {str(k): str(v) for k, v in found.items()}
+        return {}
+
+    def _collect(self) -> None:
+        """collect_env and nvidia-smi in the running pod (its GPUs, its environment),
+        their outputs into the probe folder, secrets masked; never raises."""
+        into = self.probe_dir
+        configured = self.cfg.collect_env
+        if configured == []:
+            (into / collectenv.CODE).write_text("off: server.collect_env is empty\n")
+            return
+        c = self.candidate
+        values = {"commit": c.commit, "short": c.short, "python": "python3", "build": ""}
+        argv = [fill(a, values) for a in collectenv.argv_for(configured, "python3")]
+        try:
+            code, out = self._exec(argv, collectenv.TIMEOUT_S)
+        except LaunchError as exc:
+            (into / collectenv.CODE).write_text(f"off: {exc}\n")
+            return
+        text = out.decode("utf-8", "replace")
+        (into / collectenv.OUTPUT).write_text(redact(text, self.secrets))
+        (into / collectenv.CODE).write_text("timeout\n" if code is None else f"{code}\n")
+        with suppress(LaunchError):
+            code, out = self._exec(collectenv.SMI_ARGV, SMI_TIMEOUT_S)
+            if code == 0:
+                (into / collectenv.GPUS).write_bytes(out)
 
 
 # ---- the launcher --------------------------------------------------------------------------
