@@ -35,6 +35,7 @@ import base64
 import hashlib
 import json
 import re
+import socket
 import threading
 import time
 import uuid
@@ -132,6 +133,8 @@ class StandIn:
         self.lock = threading.RLock()
         self.rv = 1000
         self.containers: dict[tuple[str, str], Any] = {}
+        self.forwards = 0
+        """How many port-forward streams were opened."""
         self.execs: list[list[str]] = []
         """The command of every exec, in order."""
         self.started_env: list[dict[str, str]] = []
@@ -652,6 +655,8 @@ class StandIn:
                         if query.get("watch") in ("true", "1"):
                             raise Refused(501, "NotImplemented", "watch: not modelled")
                         self._list("PodList", api.pods, ns, query)
+                    elif m == "GET" and rest[1:] == ["portforward"]:
+                        self._portforward(ns, rest[0])
                     elif m == "GET" and rest[1:] == ["exec"]:
                         self._exec(ns, rest[0])
                     elif m == "GET" and rest[1:] == ["log"]:
@@ -693,6 +698,72 @@ class StandIn:
                         "items": items,
                     },
                 )
+
+            def _upgrade(self, protocol: str) -> None:
+                if self.headers.get("Upgrade", "").lower() != "websocket":
+                    raise Refused(400, "BadRequest", "needs a websocket upgrade")
+                offered = self.headers.get("Sec-WebSocket-Protocol", "")
+                if protocol not in offered:
+                    raise Refused(400, "BadRequest", f"no {protocol} in {offered!r}")
+                key = self.headers["Sec-WebSocket-Key"]
+                accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+                self.send_response(101, "Switching Protocols")
+                self.send_header("Upgrade", "websocket")
+                self.send_header("Connection", "Upgrade")
+                self.send_header("Sec-WebSocket-Accept", accept)
+                self.send_header("Sec-WebSocket-Protocol", protocol)
+                self.end_headers()
+                self.wfile.flush()
+                self.close_connection = True
+
+            def _portforward(self, ns: str, name: str) -> None:
+                """Port-forward over a websocket (v4.channel.k8s.io): per port a data
+                channel and an error channel, each opened with the port number."""
+                pod = self._get(api.pods, ns, name, "pods")
+                ip = (pod.get("status") or {}).get("podIP")
+                ports = parse_qs(urlsplit(self.path).query).get("ports", [""])[0].split(",")
+                if not ip or len(ports) != 1 or not ports[0].isdigit():
+                    raise Refused(400, "BadRequest", "one port of a running pod")
+                port = int(ports[0])
+                self._upgrade("v4.channel.k8s.io")  # the kubelet's port-forward protocol
+                api.forwards += 1
+                lock = threading.Lock()
+
+                def send(data: bytes, opcode: int = 0x2) -> None:
+                    with lock, suppress(OSError):
+                        self.wfile.write(ws_frame(data, opcode))
+                        self.wfile.flush()
+
+                number = port.to_bytes(2, "little")
+                send(b"\x00" + number)
+                send(b"\x01" + number)
+                try:
+                    upstream = socket.create_connection((ip, port), timeout=10)
+                except OSError as exc:
+                    send(b"\x01" + str(exc).encode())
+                    send(b"", 0x8)
+                    return
+                upstream.settimeout(None)
+
+                def down() -> None:
+                    with suppress(OSError):
+                        while chunk := upstream.recv(65536):
+                            send(b"\x00" + chunk)
+                    send(b"", 0x8)
+
+                pump = threading.Thread(target=down, daemon=True)
+                pump.start()
+                with suppress(OSError, ValueError):
+                    while (frame := ws_read(self.rfile)) is not None:
+                        opcode, data = frame
+                        if opcode == 0x8:
+                            break
+                        if opcode in (0x1, 0x2) and data[:1] == b"\x00" and len(data) > 1:
+                            upstream.sendall(data[1:])
+                with suppress(OSError):
+                    upstream.shutdown(socket.SHUT_RDWR)
+                upstream.close()
+                pump.join(timeout=5)
 
             def _exec(self, ns: str, name: str) -> None:
                 """`exec` over a websocket (v4.channel.k8s.io): the command's stdout on
@@ -771,6 +842,27 @@ class StandIn:
 
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def ws_read(stream: Any) -> tuple[int, bytes] | None:
+    """One frame a client sent (masked), reassembled from its fragments; None at the end."""
+    payload, first = b"", None
+    while True:
+        head = stream.read(2)
+        if len(head) < 2:
+            return None
+        fin, opcode = head[0] & 0x80, head[0] & 0x0F
+        n = head[1] & 0x7F
+        if n == 126:
+            n = int.from_bytes(stream.read(2), "big")
+        elif n == 127:
+            n = int.from_bytes(stream.read(8), "big")
+        mask = stream.read(4) if head[1] & 0x80 else b"\0\0\0\0"
+        data = stream.read(n)
+        payload += bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        first = opcode if first is None else first
+        if fin:
+            return first, payload
 
 
 def ws_frame(data: bytes, opcode: int = 0x2) -> bytes:

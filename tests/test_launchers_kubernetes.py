@@ -192,6 +192,11 @@ def test_pod_trouble_tells_the_cluster_from_the_server() -> None:
 
     assert pod_trouble(pod(phase="Pending")) is None
     assert pod_trouble(waiting("ContainerCreating")) is None
+    missing = waiting("CreateContainerConfigError", 'secret "hf-token" not found')
+    assert pod_trouble(missing) == (
+        "unplaced",
+        'CreateContainerConfigError: secret "hf-token" not found',
+    )
     assert pod_trouble(waiting("ErrImagePull", "manifest unknown"))[0] == "no-image"  # type: ignore[index]
     assert pod_trouble(waiting("ErrImagePull", "429 Too Many Requests"))[0] == "pulling"  # type: ignore[index]
     unsched = pod(
@@ -234,6 +239,7 @@ def publish(
     registry: SimRegistry, h: History, repo: str, missing: frozenset[int] = frozenset()
 ) -> None:
     """One image per commit in the registry, its sim-engine.json from the commit."""
+    nonce = uuid.uuid4().hex
     for i, sha in enumerate(h.shas):
         if i in missing:
             continue
@@ -243,9 +249,8 @@ def publish(
             check=True,
             text=True,
         )
-        registry.add_image(
-            repo, sha, json.loads(shown.stdout), labels={"ai.vllm.build.commit": sha}
-        )
+        labels = {"ai.vllm.build.commit": sha, "test-nonce": nonce}  # an image of its own:
+        registry.add_image(repo, sha, json.loads(shown.stdout), labels=labels)  # pulled anew
 
 
 def sim_k8s_server(image: str, kubeconfig: Path, **over: Any) -> dict[str, Any]:
@@ -311,16 +316,18 @@ def nothing_left(standin: StandIn) -> bool:
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("reach", ["port-forward", "pod-ip"])
 def test_one_probe_runs_as_a_job_streams_its_log_and_leaves_nothing(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, reach: str
 ) -> None:
+    """Reached through the API's port-forward (the default: from a laptop too), or at the
+    pod's IP (from inside the cluster)."""
     h: History = history({}, n=1)
     repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
     publish(registry, h, repo)
     kubeconfig = standin.kubeconfig(tmp_path / "kubeconfig")
-    config = k8s_yaml(
-        h, sim_k8s_server(f"{registry.host}/{repo}:{{commit}}", kubeconfig), SIMPLE_CHECKS
-    )
+    server = sim_k8s_server(f"{registry.host}/{repo}:{{commit}}", kubeconfig, reach=reach)
+    config = k8s_yaml(h, server, SIMPLE_CHECKS)
     out = tmp_path / "c"
     code, output = invoke("check", str(config), "--candidate", h.shas[1], "--out", str(out))
     assert code == 0, output
@@ -336,6 +343,7 @@ def test_one_probe_runs_as_a_job_streams_its_log_and_leaves_nothing(
     for path in out.rglob("*"):
         if path.is_file():
             assert PLANTED.encode() not in path.read_bytes(), path
+    assert (standin.forwards > 0) == (reach == "port-forward")
     deletes = [r for r in standin.requests if r[0] == "DELETE" and "/jobs/" in r[1]]
     assert deletes and all("propagationPolicy=Foreground" in r[1] for r in deletes)
     assert nothing_left(standin)

@@ -2,7 +2,8 @@
 
     artifact(c)  registry manifest → digest (nothing pulled: the kubelet pulls by digest)
     launch(c)    Job (restartPolicy Never, backoffLimit 0) created ─► its pod scheduled,
-                 image pulled, Running ─► http://<pod IP>:<port> ready ─► checks
+                 image pulled, Running ─► port-forward through the API (or the pod IP)
+                 ─► ready ─► checks
     logs         the pod's log followed into the probe's server.log, secrets masked
     fingerprint  node, image digest and imageID; packages, collect_env and nvidia-smi
                  through the API's exec in the pod
@@ -16,13 +17,14 @@ No secret value is ever in it: a secret reaches the pod through `secretKeyRef`
 What a cluster does wrong is never a verdict: a pod Unschedulable past `pending_timeout`,
 an image that cannot be pulled (ErrImagePull, ImagePullBackOff), a pod evicted or on a
 lost node is Unplaced (skip); a container that ends before ready (an OOMKill included) is
-ServerExited (skip, as every launcher's). The server is reached at its pod's IP: from
-inside the cluster, or where the pod network is routed to this host.
-"""
+ServerExited (skip, as every launcher's). The server is reached through the API's
+port-forward (`reach: port-forward`, from a laptop too: `Forwarder`), or at its pod's IP
+(`reach: pod-ip`: from inside the cluster)."""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -82,6 +84,8 @@ STOP_WAIT_S = 120.0
 """How long teardown waits for the Job's pods to be gone."""
 PULL_FAILED = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
 """A container waiting for these never gets its image: no artifact on this cluster."""
+CONFIG_FAILED = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+"""The pod's own setup is wrong (a Secret of secret_env missing): never the candidate's."""
 PULL_TRANSIENT = ("429", "toomanyrequests", "timeout", "i/o timeout", "TLS handshake")
 """An image pull failing with these is the registry's moment, not a missing image: waited out
 until pending_timeout."""
@@ -168,9 +172,10 @@ class KubernetesServerConfig(ServerBase):
     """The Job's ttlSecondsAfterFinished."""
     stop_timeout: int = Field(default=30, ge=0)
     """The pod's terminationGracePeriodSeconds."""
-    reach: Literal["pod-ip"] = "pod-ip"
-    """How the server is reached: `pod-ip` (llm-bisect runs in the cluster, or the pod
-    network is routed here); port-forward through the API is not built yet."""
+    reach: Literal["port-forward", "pod-ip"] = "port-forward"
+    """How the server is reached: `port-forward` through the API (from anywhere the API
+    answers, a laptop too), or `pod-ip` (llm-bisect runs in the cluster, or the pod network
+    is routed here: no API server in the way of the checks' requests)."""
 
     @field_validator("image")
     @classmethod
@@ -321,6 +326,8 @@ def pod_trouble(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     for c in status.get("containerStatuses") or []:
         state = c.get("state") or {}
         waiting = state.get("waiting") or {}
+        if waiting.get("reason") in CONFIG_FAILED:
+            return "unplaced", f"{waiting['reason']}: {waiting.get('message') or ''}".rstrip(": ")
         if waiting.get("reason") in PULL_FAILED:
             message = str(waiting.get("message") or "")
             kind = "pulling" if any(t in message for t in PULL_TRANSIENT) else "no-image"
@@ -494,15 +501,30 @@ class Api:
         finally:
             response.release_conn()
 
+    def _own_core(self) -> tuple[Any, Callable[[], None]]:
+        """A CoreV1Api on an ApiClient of its own, and how to close it: the client's
+        stream() and portforward() swap their ApiClient's call_api while they run, so a
+        shared one would send another thread's calls (a delete) down a websocket."""
+        from kubernetes import client
+
+        own = client.ApiClient(self.client.configuration)
+
+        def done() -> None:
+            with suppress(Exception):
+                own.close()  # type: ignore[no-untyped-call]
+
+        return client.CoreV1Api(own), done
+
     def exec(self, pod: str, argv: Sequence[str], timeout: float) -> tuple[int | None, bytes]:
         """Run argv in the pod's server container (the API's exec, over a websocket): its
         exit code (None: it did not end within `timeout`) and its stdout."""
         from kubernetes.client.exceptions import ApiException
         from kubernetes.stream import stream
 
+        core, done = self._own_core()
         try:
             ws = stream(
-                self.core.connect_get_namespaced_pod_exec,
+                core.connect_get_namespaced_pod_exec,
                 pod,
                 self.namespace,
                 command=list(argv),
@@ -516,6 +538,8 @@ class Api:
             )
         except ApiException as exc:
             raise LaunchError(f"kubernetes: exec in {pod}: {exc.reason}") from None
+        finally:
+            done()
         try:
             ws.run_forever(timeout=timeout)
             out = ws.read_stdout()
@@ -525,9 +549,88 @@ class Api:
         data = out if isinstance(out, bytes) else str(out or "").encode()
         return (code if isinstance(code, int) else None), data
 
+    def forward(self, pod: str, port: int) -> Any:
+        """A socket to the pod's `port` through the API (port-forward over a websocket)."""
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.stream import portforward
+
+        core, done = self._own_core()
+        try:
+            pf = portforward(
+                core.connect_get_namespaced_pod_portforward,
+                pod,
+                self.namespace,
+                ports=str(port),
+            )
+        except ApiException as exc:
+            raise LaunchError(f"kubernetes: port-forward to {pod}: {exc.reason}") from None
+        finally:
+            done()
+        return pf.socket(port)
+
     def close(self) -> None:
         with suppress(Exception):
             self.client.close()  # type: ignore[no-untyped-call]
+
+
+class Forwarder:
+    """A port on 127.0.0.1 that reaches a pod's port through the API, as `kubectl
+    port-forward` does: each connection accepted here is one port-forward stream."""
+
+    def __init__(self, api: Api, pod: str, port: int) -> None:
+        self.api, self.pod, self.port = api, pod, port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.local_port: int = self._listener.getsockname()[1]
+        self._open: list[Any] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
+
+    def _relay(self, conn: socket.socket) -> None:
+        try:
+            remote = self.api.forward(self.pod, self.port)
+        except LaunchError:
+            conn.close()
+            return
+        with self._lock:
+            if self._closed:
+                conn.close()
+                remote.close()
+                return
+            self._open += [conn, remote]
+
+        def pump(src: Any, dst: Any) -> None:
+            with suppress(OSError):
+                while chunk := src.recv(65536):
+                    dst.sendall(chunk)
+            with suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+        up = threading.Thread(target=pump, args=(conn, remote), daemon=True)
+        up.start()
+        pump(remote, conn)
+        up.join(timeout=5)
+        for end in (conn, remote):
+            with suppress(OSError):
+                end.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            ends, self._open = self._open, []
+        with suppress(OSError):
+            self._listener.close()
+        for end in ends:
+            with suppress(OSError):
+                end.close()
 
 
 # ---- the server ----------------------------------------------------------------------------
@@ -557,6 +660,7 @@ class KubernetesServer(LoggedServer):
         self.base_url = ""
         self._log_thread: threading.Thread | None = None
         self._closing = threading.Event()
+        self._forwarder: Forwarder | None = None
 
     def __enter__(self) -> KubernetesServer:
         launcher = self.launcher
@@ -619,7 +723,13 @@ class KubernetesServer(LoggedServer):
                         )
                 status = pod.get("status") or {}
                 if trouble is None and status.get("phase") == "Running" and status.get("podIP"):
-                    self.base_url = f"http://{status['podIP']}:{self.cfg.port}"
+                    if self.cfg.reach == "port-forward":
+                        self._forwarder = Forwarder(
+                            self.launcher.api, self.name_of_pod(), self.cfg.port
+                        )
+                        self.base_url = f"http://127.0.0.1:{self._forwarder.local_port}"
+                    else:
+                        self.base_url = f"http://{status['podIP']}:{self.cfg.port}"
                     self._start_log()
                     return
             elif waited > self.cfg.pending_timeout:
@@ -688,6 +798,9 @@ class KubernetesServer(LoggedServer):
                     sleep(POLL_S)
             except LaunchError as exc:
                 self.launcher.report(f"kubernetes: {exc}; `llm-bisect reap` deletes it later")
+        forwarder, self._forwarder = self._forwarder, None
+        if forwarder is not None:
+            forwarder.close()
         self._closing.set()
         self._join_log()
         self._close_log()
