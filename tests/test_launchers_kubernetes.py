@@ -718,3 +718,33 @@ def test_collect_env_nvidia_smi_and_packages_come_from_inside_the_pod(
     assert "| **torch** | `2.13.0+cu130` | `2.14.0` |" in (out / "report.md").read_text()
     assert any(c[:1] == ["nvidia-smi"] or "nvidia-smi" in c[0] for c in standin.execs)
     assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("fault", ["lose_node", "evict"])
+def test_a_node_lost_during_the_checks_is_skip_even_under_regress_crash(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, fault: str
+) -> None:
+    """The cluster ending a pod mid-check is no crash of the build (regress: crash)."""
+    h: History = history({}, n=1, changes={1: {"hostile": {"hang": True}}})
+    config, _ = one_probe(standin, registry, h, tmp_path, request_timeout=60)
+    data = yaml.safe_load(config.read_text())
+    data["regress"] = "crash"
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "c"
+    log = out / "probes" / h.shas[1][:12] / "server.log"
+
+    def holding() -> bool:
+        return log.exists() and "holding request (hang)" in log.read_text(errors="replace")
+
+    ended = threading.Thread(
+        target=lambda: wait_until(holding, timeout=120) and getattr(standin, fault)()
+    )
+    ended.start()
+    try:
+        code, output = check(config, h.shas[1], out)
+    finally:
+        ended.join()
+    assert code == 125, output
+    assert "checks could not run" in output and ("NodeLost" in output or "Evicted" in output)
+    assert wait_until(lambda: nothing_left(standin))

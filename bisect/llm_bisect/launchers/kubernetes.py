@@ -776,11 +776,13 @@ class KubernetesServer(LoggedServer):
         deadline = clock() + wait
         while True:
             pod = self._current_pod()
-            if pod is None:
-                raise ServerExited("the pod is gone (deleted)", None, self.log_tail())
+            if pod is None:  # deleted by someone else: the cluster's doing, not the build's
+                raise Unplaced("kubernetes: the pod is gone (deleted)", self.log_tail())
             self.pod = pod
             trouble = pod_trouble(pod)
-            if trouble is not None and trouble[0] in ("exited", "unplaced"):
+            if trouble is not None and trouble[0] == "unplaced":  # a node lost, an eviction
+                raise Unplaced(f"kubernetes: {trouble[1]}", self.log_tail())
+            if trouble is not None and trouble[0] == "exited":
                 self._join_log()
                 raise ServerExited(trouble[1], None, self.log_tail())
             if clock() >= deadline:
