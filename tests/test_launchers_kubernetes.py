@@ -395,8 +395,9 @@ def test_the_standin_keeps_the_apis_defaults_and_refuses_what_the_api_refuses(
 
 
 @pytest.mark.docker
-def test_ctrl_c_deletes_the_job_and_its_pod(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_delete_the_job_and_its_pod(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, sig: signal.Signals
 ) -> None:
     hold = tmp_path / "hold"
     hold.touch()
@@ -416,11 +417,12 @@ def test_ctrl_c_deletes_the_job_and_its_pod(
     )
     try:
         assert wait_until(lambda: bool(standin.running_containers()), timeout=120)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         output = proc.communicate(timeout=120)[0].decode()
     finally:
         proc.kill()
     assert proc.returncode == 130, output
+    assert "Traceback" not in output
     assert nothing_left(standin), (standin.jobs, standin.pods)
 
 
