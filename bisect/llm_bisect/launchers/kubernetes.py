@@ -141,6 +141,7 @@ class KubernetesServerConfig(ServerBase):
     port: int = Field(default=8000, gt=0, lt=65536)
     """The port the server listens on in the pod."""
     namespace: str = "default"
+    """The namespace the Jobs are created in."""
     kubeconfig: str | None = None
     """A kubeconfig file; default: in-cluster config, else KUBECONFIG or ~/.kube/config."""
     context: str | None = None
@@ -152,6 +153,7 @@ class KubernetesServerConfig(ServerBase):
     affinity: dict[str, Any] | None = None
     """A pod `affinity`, as Kubernetes takes it."""
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    """Pod tolerations, as Kubernetes takes them (`{key: nvidia.com/gpu, operator: Exists}`)."""
     image_pull_secrets: list[str] = Field(default_factory=list)
     """Names of docker-registry Secrets the kubelet pulls with."""
     secret_env: dict[str, SecretRef] = Field(default_factory=dict)
@@ -160,6 +162,7 @@ class KubernetesServerConfig(ServerBase):
     shm_size: str | None = "16Gi"
     """/dev/shm as a memory emptyDir of this size; null: the runtime's default."""
     model_cache: ModelCache | None = None
+    """The model weights' volume, mounted into every probe's pod."""
     host_paths: list[str] = Field(default_factory=list)
     """`HOST:CONTAINER[:ro]` hostPath volumes, where Pod Security allows them."""
     memory: str | None = None
