@@ -102,8 +102,8 @@ def test_a_minimal_config_gets_the_default_checks() -> None:
             "server.ready_timeout: Input should be greater than 0, got -1",
         ),
         (
-            {"server": {"command": ["x"], "launcher": "kubernetes"}},
-            "server.launcher: unknown launcher 'kubernetes' (known: process, docker, slurm)",
+            {"server": {"command": ["x"], "launcher": "nomad"}},
+            "server.launcher: unknown launcher 'nomad' (known: process, docker, slurm, kubernetes)",
         ),
         (
             {"checks": [{"type": "vibes"}]},

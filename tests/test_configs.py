@@ -14,6 +14,7 @@ import yaml
 
 from helpers import History, cli_on_path
 from llm_bisect.config import Config, load_config
+from llm_bisect.kinds import LAUNCHERS
 from llm_bisect.launchers.docker import DockerServerConfig
 from llm_bisect.launchers.slurm import SlurmServerConfig
 from localregistry import LocalRegistry
@@ -25,8 +26,8 @@ CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.yaml"))
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_shipped_configs_validate(path: Path) -> None:
     config = load_config(path)
-    # an image per commit (Docker, or pyxis under Slurm), else a build per commit
-    images = isinstance(config.server, DockerServerConfig) or (
+    # an image per commit (Docker, Kubernetes, or pyxis under Slurm), else a build per commit
+    images = LAUNCHERS[config.server.launcher].runs_images or (
         isinstance(config.server, SlurmServerConfig) and config.server.container_image
     )
     assert images or config.build is not None

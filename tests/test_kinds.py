@@ -204,7 +204,7 @@ def test_a_registered_kind_is_in_the_config_its_errors_and_its_schema(toys: None
     assert cfg.checks == [ToyCheckConfig(type="toy", a=3)]
     with pytest.raises(ConfigError, match=r"^server\.repo: required key is missing$"):
         parse_config({**base, "server": {"launcher": "toy"}})
-    with pytest.raises(ConfigError, match=r"known: process, docker, slurm, toy\)$"):
+    with pytest.raises(ConfigError, match=r"known: process, docker, slurm, kubernetes, toy\)$"):
         parse_config({**base, "server": {"launcher": "k8s"}})
     with pytest.raises(
         ConfigError, match=r"known: canary, expect, logprobs, eval, lm_eval, vllm-eval, toy\)$"
@@ -221,7 +221,7 @@ def test_a_kind_that_left_is_unknown_again(toys: None) -> None:
             parse_config({"candidates": {"repo": ".", "good": "a", "bad": "b"},
                           "server": {"launcher": "toy", "repo": "."}})  # fmt: skip
         with pytest.raises(
-            UnknownKind, match=r"no launcher 'toy' \(known: process, docker, slurm\)"
+            UnknownKind, match=r"no launcher 'toy' \(known: process, docker, slurm, kubernetes\)"
         ):
             LAUNCHERS["toy"]
         assert "ToyServerConfig" not in json.dumps(Config.model_json_schema())

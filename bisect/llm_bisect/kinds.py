@@ -50,6 +50,7 @@ BUILTIN = (
     "llm_bisect.launchers.process",
     "llm_bisect.launchers.docker",
     "llm_bisect.launchers.slurm",
+    "llm_bisect.launchers.kubernetes",
     "llm_bisect.builds",
     "llm_bisect.builds.wheel",
     "llm_bisect.builds.overlay",

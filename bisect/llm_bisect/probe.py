@@ -22,7 +22,15 @@ from .checks.golden import Golden, GoldenStore
 from .client import OpenAIClient
 from .clock import SYSTEM
 from .collectenv import collected
-from .errors import EndpointError, LaunchError, NotReady, ReplyTooLarge, ServerExited, ServerFault
+from .errors import (
+    EndpointError,
+    LaunchError,
+    NotReady,
+    ReplyTooLarge,
+    ServerExited,
+    ServerFault,
+    Unplaced,
+)
 from .files import head_text
 from .fingerprint import Fingerprint, ImageFacts, ServedFacts, parse_startup_log
 from .launchers import Launcher, Server
@@ -314,14 +322,18 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
     except EndpointError as exc:
         found.results, found.not_run, found.failed_at = (), (), Stage.CHECKS
         crash: str | None = None
+        lost: Unplaced | None = None
         try:  # a dropped connection is often the server dying: give it a moment
             server.check_alive(wait=CRASH_WAIT_S)
+        except Unplaced as gone:  # the cluster ended it (a node lost, an eviction): no crash
+            lost = gone
         except LaunchError as died:
             crash, found.log_tail = str(died), died.log_tail
-        if crash is None and isinstance(exc, ServerFault):
+        if crash is None and lost is None and isinstance(exc, ServerFault):
             crash, found.log_tail = str(exc), server.log_tail()
         if crash is None:
-            found.reason, found.log_tail = f"checks could not run: {exc}", server.log_tail()
+            found.reason = f"checks could not run: {lost or exc}"
+            found.log_tail = server.log_tail()
             if ctx.regress is Regress.START:  # it was ready: all that `start` asks
                 found.verdict, found.reason = (
                     Verdict.GOOD,

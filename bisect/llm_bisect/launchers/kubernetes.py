@@ -1,0 +1,1068 @@
+"""The Kubernetes launcher: one batch/v1 Job per probe, through the official client.
+
+    artifact(c)  registry manifest → digest (nothing pulled: the kubelet pulls by digest)
+    launch(c)    Job (restartPolicy Never, backoffLimit 0) created ─► its pod scheduled,
+                 image pulled, Running ─► port-forward through the API (or the pod IP)
+                 ─► ready ─► checks
+    logs         the pod's log followed into the probe's server.log, secrets masked
+    fingerprint  node, image digest and imageID; packages, collect_env and nvidia-smi
+                 through the API's exec in the pod
+    __exit__     the Job deleted with foreground propagation (its pods with it), always
+    reap()       the Jobs of killed llm-bisect processes, found by label, deleted
+
+`job_manifest` is pure: the Job a probe creates, written to the probe folder as job.json.
+No secret value is ever in it: a secret reaches the pod through `secretKeyRef`
+(`server.secret_env`), and a `server.env` entry that holds a secret is refused.
+
+What a cluster does wrong is never a verdict: a pod Unschedulable past `pending_timeout`,
+an image that cannot be pulled (ErrImagePull, ImagePullBackOff), a pod evicted or on a
+lost node is Unplaced (skip); a container that ends before ready (an OOMKill included) is
+ServerExited (skip, as every launcher's). The server is reached through the API's
+port-forward (`reach: port-forward`, from a laptop too: `Forwarder`), or at its pod's IP
+(`reach: pod-ip`: from inside the cluster)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import suppress
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
+
+from .. import collectenv
+from ..clock import SYSTEM
+from ..config import (
+    DOCKER_ARG_PLACEHOLDERS,
+    IMAGE_PLACEHOLDERS,
+    ServerBase,
+    Strict,
+    argv_secrets,
+    check_placeholders,
+    fill,
+    secret_names,
+)
+from ..environment import SMI_TIMEOUT_S
+from ..errors import ConfigError, LaunchError, ServerExited, Unplaced
+from ..fingerprint import package_probe_source
+from ..kinds import (
+    LAUNCHERS,
+    EndContext,
+    LauncherContext,
+    LauncherKind,
+    Preflight,
+    PreflightContext,
+)
+from ..model import Candidate
+from ..redact import Masker, redact
+from ..registry import Registry, RegistryError, parse_image_ref
+from . import Artifact, Instrument
+from .common import LoggedServer, owner_label, owner_pid, placement_facts, reapable, wait_ready
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+"""Every Job and pod llm-bisect creates carries `MANAGED_BY: llm-bisect` (how reap finds them)."""
+RUN_LABEL = "llm-bisect/run"
+COMMIT_LABEL = "llm-bisect/commit"
+OWNER_ANNOTATION = "llm-bisect/owner"
+"""`host:pid:start` of the llm-bisect process that created the Job (a label value cannot
+hold colons): reap() deletes a Job whose owner is gone."""
+CONTAINER = "server"
+POLL_S = 0.5
+STOP_WAIT_S = 120.0
+"""How long teardown waits for the Job's pods to be gone."""
+PULL_FAILED = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+"""A container waiting for these never gets its image: no artifact on this cluster."""
+CONFIG_FAILED = frozenset({"CreateContainerConfigError", "CreateContainerError"})
+"""The pod's own setup is wrong (a Secret of secret_env missing): never the candidate's."""
+PULL_TRANSIENT = ("429", "toomanyrequests", "timeout", "i/o timeout", "TLS handshake")
+"""An image pull failing with these is the registry's moment, not a missing image: waited out
+until pending_timeout."""
+LOST = frozenset({"NodeLost", "Evicted", "Preempting", "Shutdown", "Terminated"})
+"""Pod reasons that say the cluster ended it, not the server."""
+RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
+"""API answers retried (API_RETRIES times, backing off): the server's moment, not ours."""
+API_RETRIES = 5
+PACKAGES_S = 60.0
+"""At most this long for the package versions inside the pod."""
+
+
+# ---- the config ----------------------------------------------------------------------------
+
+
+class SecretRef(Strict):
+    """A key of a Kubernetes Secret in the Job's namespace."""
+
+    secret: str
+    """The Secret's name."""
+    key: str
+    """The key in it whose value becomes the variable."""
+
+
+class ModelCache(Strict):
+    """Where the model weights are kept between probes (a PVC, else a host path)."""
+
+    mount: str = "/root/.cache/huggingface"
+    """Where the server sees it."""
+    pvc: str | None = None
+    """A PersistentVolumeClaim's name (ReadWriteMany for k>1 slots on several nodes)."""
+    host_path: str | None = None
+    """A folder on the node, where Pod Security allows hostPath volumes."""
+
+    @model_validator(mode="after")
+    def _one(self) -> ModelCache:
+        if (self.pvc is None) == (self.host_path is None):
+            raise ValueError("give one of pvc or host_path")
+        return self
+
+
+class KubernetesServerConfig(ServerBase):
+    """One batch/v1 Job per candidate, through the Kubernetes API."""
+
+    launcher: Literal["kubernetes"]
+    """`kubernetes`: one Job per probe on a cluster."""
+    image: str
+    """Image template, e.g. `vllm/vllm-openai:nightly-{commit}`; the Job names it by digest."""
+    args: list[str] = Field(default_factory=list)
+    """The container's `args` (`vllm serve` flags); `{commit}`, `{short}`, `{port}`, `{image}`."""
+    entrypoint: list[str] | None = None
+    """The container's `command`; default: the image's entrypoint."""
+    port: int = Field(default=8000, gt=0, lt=65536)
+    """The port the server listens on in the pod."""
+    namespace: str = "default"
+    """The namespace the Jobs are created in."""
+    kubeconfig: str | None = None
+    """A kubeconfig file; default: in-cluster config, else KUBECONFIG or ~/.kube/config."""
+    context: str | None = None
+    """The kubeconfig context; default: its current one."""
+    gpus: int | None = Field(default=None, ge=1)
+    """`nvidia.com/gpu` limit of the server's container."""
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """e.g. `{nvidia.com/gpu.product: NVIDIA-B300}`."""
+    affinity: dict[str, Any] | None = None
+    """A pod `affinity`, as Kubernetes takes it."""
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    """Pod tolerations, as Kubernetes takes them (`{key: nvidia.com/gpu, operator: Exists}`)."""
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    """Names of docker-registry Secrets the kubelet pulls with."""
+    secret_env: dict[str, SecretRef] = Field(default_factory=dict)
+    """Variables whose values come from Secrets (`HF_TOKEN: {secret: hf, key: token}`):
+    the value is never in the Job, a log or a report."""
+    shm_size: str | None = "16Gi"
+    """/dev/shm as a memory emptyDir of this size; null: the runtime's default."""
+    model_cache: ModelCache | None = None
+    """The model weights' volume, mounted into every probe's pod."""
+    host_paths: list[str] = Field(default_factory=list)
+    """`HOST:CONTAINER[:ro]` hostPath volumes, where Pod Security allows them."""
+    memory: str | None = None
+    """The container's memory limit (`512Gi`)."""
+    pending_timeout: float = Field(default=3600.0, gt=0, allow_inf_nan=False)
+    """Seconds a pod may stay unscheduled or without its image; the probe is then skip."""
+    active_deadline_s: int = Field(default=6 * 3600, ge=1)
+    """The Job's activeDeadlineSeconds: the cluster ends it even if nobody deletes it."""
+    ttl_after_finished_s: int = Field(default=600, ge=0)
+    """The Job's ttlSecondsAfterFinished."""
+    stop_timeout: int = Field(default=30, ge=0)
+    """The pod's terminationGracePeriodSeconds."""
+    reach: Literal["port-forward", "pod-ip"] = "port-forward"
+    """How the server is reached: `port-forward` through the API (from anywhere the API
+    answers, a laptop too), or `pod-ip` (llm-bisect runs in the cluster, or the pod network
+    is routed here: no API server in the way of the checks' requests)."""
+
+    @field_validator("image")
+    @classmethod
+    def _image_placeholders(cls, image: str) -> str:
+        check_placeholders([image], "server.image", IMAGE_PLACEHOLDERS)
+        return image
+
+    @field_validator("args")
+    @classmethod
+    def _args_placeholders(cls, args: list[str]) -> list[str]:
+        check_placeholders(args, "server.args", DOCKER_ARG_PLACEHOLDERS)
+        return args
+
+    @field_validator("host_paths")
+    @classmethod
+    def _host_paths(cls, paths: list[str]) -> list[str]:
+        for spec in paths:
+            parts = spec.split(":")
+            if len(parts) not in (2, 3) or not all(p.startswith("/") for p in parts[:2]):
+                raise ValueError(f"not HOST:CONTAINER[:ro] with absolute paths: {spec!r}")
+            if len(parts) == 3 and parts[2] not in ("ro", "rw"):
+                raise ValueError(f"mode is ro or rw: {spec!r}")
+        return paths
+
+
+# ---- the manifest (pure) -------------------------------------------------------------------
+
+
+def job_name(candidate: Candidate, token: str) -> str:
+    """`llm-bisect-<short>-<token>`: a DNS-1123 label (63 characters at most). Pure."""
+    return f"llm-bisect-{candidate.short}-{token}"[:63].lower()
+
+
+def job_manifest(
+    cfg: KubernetesServerConfig,
+    *,
+    name: str,
+    image: str,
+    ref: str,
+    candidate: Candidate,
+    env: Mapping[str, str],
+    run_id: str,
+    owner: str,
+    instrument: Instrument | None = None,
+) -> dict[str, Any]:
+    """The batch/v1 Job of one probe. Pure.
+
+    `image` is what the kubelet pulls (by digest); `ref` is what `{image}` names; `env` holds
+    no secret (the caller refused them): secrets come from `secret_env`'s Secrets."""
+    values = {
+        "commit": candidate.commit,
+        "short": candidate.short,
+        "port": str(cfg.port),
+        "image": ref,
+    }
+    labels = {MANAGED_BY: "llm-bisect", RUN_LABEL: run_id, COMMIT_LABEL: candidate.commit}
+    extra_args = list(instrument.args) if instrument is not None else []
+    variables: list[dict[str, Any]] = [
+        {"name": k, "value": v}
+        for k, v in sorted({**env, **(instrument.env if instrument else {})}.items())
+    ]
+    variables += [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": r.secret, "key": r.key}}}
+        for k, r in sorted(cfg.secret_env.items())
+    ]
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if cfg.shm_size is not None:
+        volumes.append(
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": cfg.shm_size}}
+        )
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    if cfg.model_cache is not None:
+        cache = cfg.model_cache
+        source: dict[str, Any] = (
+            {"persistentVolumeClaim": {"claimName": cache.pvc}}
+            if cache.pvc is not None
+            else {"hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
+        )
+        volumes.append({"name": "model-cache", **source})
+        mounts.append({"name": "model-cache", "mountPath": cache.mount})
+    for i, spec in enumerate(cfg.host_paths):
+        host, inside, *mode = spec.split(":")
+        volumes.append({"name": f"host-{i}", "hostPath": {"path": host, "type": "Directory"}})
+        mount: dict[str, Any] = {"name": f"host-{i}", "mountPath": inside}
+        if mode == ["ro"]:
+            mount["readOnly"] = True
+        mounts.append(mount)
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "args": [*(fill(a, values) for a in cfg.args), *extra_args],
+        "ports": [{"name": "http", "containerPort": cfg.port, "protocol": "TCP"}],
+        "env": variables,
+        "volumeMounts": mounts,
+        "imagePullPolicy": "IfNotPresent",
+    }
+    if cfg.entrypoint:
+        container["command"] = list(cfg.entrypoint)
+    limits: dict[str, str] = {}
+    if cfg.gpus is not None:
+        limits["nvidia.com/gpu"] = str(cfg.gpus)
+    if cfg.memory is not None:
+        limits["memory"] = cfg.memory
+    if limits:
+        container["resources"] = {"limits": limits}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": cfg.stop_timeout,
+        "enableServiceLinks": False,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if cfg.node_selector:
+        pod["nodeSelector"] = dict(cfg.node_selector)
+    if cfg.affinity is not None:
+        pod["affinity"] = cfg.affinity
+    if cfg.tolerations:
+        pod["tolerations"] = list(cfg.tolerations)
+    if cfg.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": n} for n in cfg.image_pull_secrets]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": cfg.namespace,
+            "labels": labels,
+            "annotations": {OWNER_ANNOTATION: owner},
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": cfg.active_deadline_s,
+            "ttlSecondsAfterFinished": cfg.ttl_after_finished_s,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
+def pod_trouble(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """Why a pod will not run the server, from its status: ("unplaced" | "exited" |
+    "pulling", reason) or None while it may still come up. Pure."""
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or "")
+    if reason in LOST or (status.get("phase") == "Failed" and not _terminated(status)):
+        message = status.get("message") or ""
+        return "unplaced", f"pod {reason or 'failed'}{': ' + message if message else ''}"
+    for c in status.get("containerStatuses") or []:
+        state = c.get("state") or {}
+        waiting = state.get("waiting") or {}
+        if waiting.get("reason") in CONFIG_FAILED:
+            return "unplaced", f"{waiting['reason']}: {waiting.get('message') or ''}".rstrip(": ")
+        if waiting.get("reason") in PULL_FAILED:
+            message = str(waiting.get("message") or "")
+            kind = "pulling" if any(t in message for t in PULL_TRANSIENT) else "no-image"
+            return kind, f"{waiting['reason']}: {message}".rstrip(": ")
+        done = state.get("terminated")
+        if done:
+            why = done.get("reason") or "Error"
+            return "exited", f"container {why}, exit code {done.get('exitCode')}"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return "pending", f"{cond.get('reason') or 'unscheduled'}: {cond.get('message', '')}"
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return "exited", f"pod {status['phase']}"
+    return None
+
+
+def _terminated(status: Mapping[str, Any]) -> bool:
+    return any(
+        (c.get("state") or {}).get("terminated") for c in status.get("containerStatuses") or []
+    )
+
+
+# ---- the API, retried ----------------------------------------------------------------------
+
+
+def _retryable(exc: BaseException) -> bool:
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    if isinstance(exc, ApiException):
+        return exc.status in RETRIED_STATUS
+    return isinstance(exc, HTTPError | ConnectionError)
+
+
+def _log_api_retry(state: RetryCallState) -> None:
+    import logging
+
+    error = state.outcome.exception() if state.outcome else None
+    logging.getLogger("llm_bisect.retry").info(
+        "kubernetes API: attempt %d failed (%s), retrying", state.attempt_number, error
+    )
+
+
+def api_policy(sleep: Callable[[float], None]) -> Retrying:
+    """The Kubernetes API's answers 429 and 5xx, and a dropped connection: retried
+    API_RETRIES times, backing off 0.2 s to 5 s."""
+    return Retrying(
+        stop=stop_after_attempt(API_RETRIES),
+        wait=wait_exponential(multiplier=0.2, min=0.2, max=5.0),
+        retry=retry_if_exception(_retryable),
+        sleep=sleep,
+        before_sleep=_log_api_retry,
+        reraise=True,
+    )
+
+
+class Api:
+    """The calls the launcher makes, through the official client, as JSON objects; every
+    call retried by `api_policy`; a failure that stays is a LaunchError."""
+
+    def __init__(
+        self,
+        namespace: str,
+        kubeconfig: str | None,
+        context: str | None,
+        sleep: Callable[[float], None] = SYSTEM.sleep,
+    ) -> None:
+        from kubernetes import client, config
+
+        self.namespace = namespace
+        self.sleep = sleep
+        try:
+            if kubeconfig is None and context is None:
+                try:
+                    config.load_incluster_config()  # type: ignore[no-untyped-call]
+                    api = client.ApiClient()
+                except config.ConfigException:
+                    api = config.new_client_from_config()  # type: ignore[no-untyped-call]
+            else:
+                api = config.new_client_from_config(  # type: ignore[no-untyped-call]
+                    config_file=kubeconfig, context=context
+                )
+        except (config.ConfigException, OSError, ValueError) as exc:
+            raise ConfigError(f"server.kubeconfig: {exc}") from None
+        self.client = api
+        self.batch = client.BatchV1Api(api)
+        self.core = client.CoreV1Api(api)
+
+    def _call(self, what: str, fn: Callable[[], Any], absent: frozenset[int] = frozenset()) -> Any:
+        """fn's answer; None where the API answered a status in `absent` (404: gone)."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            for attempt in api_policy(self.sleep):
+                with attempt:
+                    return fn()
+        except ApiException as exc:
+            if exc.status in absent:
+                return None
+            raise LaunchError(f"kubernetes: {what}: HTTP {exc.status} {exc.reason}") from None
+        except (HTTPError, ConnectionError) as exc:
+            raise LaunchError(f"kubernetes: {what}: {type(exc).__name__}: {exc}") from None
+        raise AssertionError("unreachable")
+
+    def _json(self, what: str, fn: Callable[[], Any]) -> dict[str, Any]:
+        response = self._call(what, fn)
+        data = json.loads(response.data)
+        return data if isinstance(data, dict) else {}
+
+    def create_job(self, manifest: Mapping[str, Any]) -> None:
+        """Create the Job; a 409 means a retried create had landed: the Job is ours."""
+        from kubernetes import client
+
+        body = client.V1Job.from_dict(dict(manifest))
+        assert body is not None
+        self._call(
+            f"create job {manifest['metadata']['name']}",
+            lambda: self.batch.create_namespaced_job(self.namespace, body, _preload_content=False),
+            absent=frozenset({409}),
+        )
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        found = self._json(
+            f"list pods {selector}",
+            lambda: self.core.list_namespaced_pod(
+                self.namespace, label_selector=selector, _preload_content=False
+            ),
+        )
+        return list(found.get("items") or [])
+
+    def jobs(self, selector: str) -> list[dict[str, Any]]:
+        found = self._json(
+            f"list jobs {selector}",
+            lambda: self.batch.list_namespaced_job(
+                self.namespace, label_selector=selector, _preload_content=False
+            ),
+        )
+        return list(found.get("items") or [])
+
+    def delete_job(self, name: str) -> bool:
+        """Delete a Job and, first, its pods (foreground); False when it was gone already."""
+        done = self._call(
+            f"delete job {name}",
+            lambda: self.batch.delete_namespaced_job(
+                name, self.namespace, propagation_policy="Foreground", _preload_content=False
+            ),
+            absent=frozenset({404}),
+        )
+        return done is not None
+
+    def job_gone(self, name: str) -> bool:
+        """Whether the Job is gone (a foreground delete ends with the Job, after its pods)."""
+        found = self._call(
+            f"read job {name}",
+            lambda: self.batch.read_namespaced_job(name, self.namespace, _preload_content=False),
+            absent=frozenset({404}),
+        )
+        return found is None
+
+    def follow_log(self, pod: str) -> Iterator[bytes]:
+        """The pod's log as it comes, until the container ends or the stream is closed."""
+        response = self._call(
+            f"log of {pod}",
+            lambda: self.core.read_namespaced_pod_log(
+                pod, self.namespace, container=CONTAINER, follow=True, _preload_content=False
+            ),
+        )
+        try:
+            yield from response.stream(4096, decode_content=False)
+        finally:
+            response.release_conn()
+
+    def _own_core(self) -> tuple[Any, Callable[[], None]]:
+        """A CoreV1Api on an ApiClient of its own, and how to close it: the client's
+        stream() and portforward() swap their ApiClient's call_api while they run, so a
+        shared one would send another thread's calls (a delete) down a websocket."""
+        from kubernetes import client
+
+        own = client.ApiClient(self.client.configuration)
+
+        def done() -> None:
+            with suppress(Exception):
+                own.close()  # type: ignore[no-untyped-call]
+
+        return client.CoreV1Api(own), done
+
+    def exec(self, pod: str, argv: Sequence[str], timeout: float) -> tuple[int | None, bytes]:
+        """Run argv in the pod's server container (the API's exec, over a websocket): its
+        exit code (None: it did not end within `timeout`) and its stdout."""
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.stream import stream
+
+        core, done = self._own_core()
+        try:
+            ws = stream(
+                core.connect_get_namespaced_pod_exec,
+                pod,
+                self.namespace,
+                command=list(argv),
+                container=CONTAINER,
+                stderr=True,
+                stdin=False,
+                stdout=True,
+                tty=False,
+                binary=True,
+                _preload_content=False,
+            )
+        except ApiException as exc:
+            raise LaunchError(f"kubernetes: exec in {pod}: {exc.reason}") from None
+        finally:
+            done()
+        try:
+            ws.run_forever(timeout=timeout)
+            out = ws.read_stdout()
+            code = ws.returncode
+        finally:
+            ws.close()
+        data = out if isinstance(out, bytes) else str(out or "").encode()
+        return (code if isinstance(code, int) else None), data
+
+    def forward(self, pod: str, port: int) -> Any:
+        """A socket to the pod's `port` through the API (port-forward over a websocket)."""
+        from kubernetes.client.exceptions import ApiException
+        from kubernetes.stream import portforward
+
+        core, done = self._own_core()
+        try:
+            pf = portforward(
+                core.connect_get_namespaced_pod_portforward,
+                pod,
+                self.namespace,
+                ports=str(port),
+            )
+        except ApiException as exc:
+            raise LaunchError(f"kubernetes: port-forward to {pod}: {exc.reason}") from None
+        finally:
+            done()
+        return pf.socket(port)
+
+    def close(self) -> None:
+        with suppress(Exception):
+            self.client.close()  # type: ignore[no-untyped-call]
+
+
+class Forwarder:
+    """A port on 127.0.0.1 that reaches a pod's port through the API, as `kubectl
+    port-forward` does: each connection accepted here is one port-forward stream."""
+
+    def __init__(self, api: Api, pod: str, port: int) -> None:
+        self.api, self.pod, self.port = api, pod, port
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.local_port: int = self._listener.getsockname()[1]
+        self._open: list[Any] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(conn,), daemon=True).start()
+
+    def _relay(self, conn: socket.socket) -> None:
+        try:
+            remote = self.api.forward(self.pod, self.port)
+        except LaunchError:
+            conn.close()
+            return
+        with self._lock:
+            if self._closed:
+                conn.close()
+                remote.close()
+                return
+            self._open += [conn, remote]
+
+        def pump(src: Any, dst: Any) -> None:
+            with suppress(OSError):
+                while chunk := src.recv(65536):
+                    dst.sendall(chunk)
+            with suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)
+
+        up = threading.Thread(target=pump, args=(conn, remote), daemon=True)
+        up.start()
+        pump(remote, conn)
+        up.join(timeout=5)
+        for end in (conn, remote):
+            with suppress(OSError):
+                end.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            ends, self._open = self._open, []
+        with suppress(OSError):
+            self._listener.close()
+        for end in ends:
+            with suppress(OSError):
+                end.close()
+
+
+# ---- the server ----------------------------------------------------------------------------
+
+
+class KubernetesServer(LoggedServer):
+    """One probe's Job. Enter creates it; exit deletes it (foreground) and waits until its
+    pods are gone."""
+
+    def __init__(
+        self,
+        launcher: KubernetesLauncher,
+        candidate: Candidate,
+        probe_dir: Path,
+        instrument: Instrument | None,
+    ) -> None:
+        self.launcher = launcher
+        self.cfg = launcher.cfg
+        self.candidate = candidate
+        self.probe_dir = probe_dir
+        self.instrument = instrument
+        self.log_path = probe_dir / "server.log"
+        self.secrets = launcher.secrets
+        self.name = job_name(candidate, uuid.uuid4().hex[:6])
+        self.job: str | None = None
+        self.pod: dict[str, Any] = {}
+        self.base_url = ""
+        self._log_thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._forwarder: Forwarder | None = None
+
+    def __enter__(self) -> KubernetesServer:
+        launcher = self.launcher
+        ref = launcher.template_ref(self.candidate)
+        image = launcher.pinned(self.candidate)
+        manifest = job_manifest(
+            self.cfg,
+            name=self.name,
+            image=image,
+            ref=ref,
+            candidate=self.candidate,
+            env=launcher.env,
+            run_id=launcher.run_id,
+            owner=launcher.owner,
+            instrument=self.instrument,
+        )
+        self.probe_dir.mkdir(parents=True, exist_ok=True)
+        (self.probe_dir / "job.json").write_text(json.dumps(manifest, indent=2) + "\n")
+        self._log = self.log_path.open("ab")
+        try:
+            self.job = self.name
+            launcher.api.create_job(manifest)
+        except BaseException:
+            self.stop()
+            raise
+        launcher.report(f"{self.candidate.short}: kubernetes job {self.name} created")
+        return self
+
+    def _current_pod(self) -> dict[str, Any] | None:
+        pods = self.launcher.api.pods(f"job-name={self.name}")
+        return pods[0] if pods else None
+
+    def _placed(self) -> None:
+        """Until the pod runs with an IP (then base_url is set and its log followed);
+        Unplaced or ServerExited when it never will."""
+        clock, sleep = self.launcher.clock, self.launcher.sleep
+        created = clock()
+        while True:
+            if self.job is None:
+                raise ServerExited("the kubernetes job was deleted before ready", None)
+            pod = self._current_pod()
+            waited = clock() - created
+            if pod is not None:
+                self.pod = pod
+                trouble = pod_trouble(pod)
+                if trouble is not None:
+                    kind, reason = trouble
+                    if kind == "exited":
+                        self._start_log()
+                        self._join_log()
+                        raise ServerExited(f"{reason} before ready", None, self.log_tail())
+                    if kind == "unplaced":
+                        raise Unplaced(f"kubernetes: {reason}", self.log_tail())
+                    if kind == "no-image":
+                        raise Unplaced(f"no artifact: {reason}", "")
+                    if waited > self.cfg.pending_timeout:
+                        raise Unplaced(
+                            f"kubernetes: pod pending for {self.cfg.pending_timeout:g}s ({reason})",
+                            "",
+                        )
+                status = pod.get("status") or {}
+                if trouble is None and status.get("phase") == "Running" and status.get("podIP"):
+                    if self.cfg.reach == "port-forward":
+                        self._forwarder = Forwarder(
+                            self.launcher.api, self.name_of_pod(), self.cfg.port
+                        )
+                        self.base_url = f"http://127.0.0.1:{self._forwarder.local_port}"
+                    else:
+                        self.base_url = f"http://{status['podIP']}:{self.cfg.port}"
+                    self._start_log()
+                    return
+            elif waited > self.cfg.pending_timeout:
+                raise Unplaced(f"kubernetes: no pod for {self.cfg.pending_timeout:g}s", "")
+            sleep(POLL_S)
+
+    def wait_ready(self) -> None:
+        self._placed()
+        wait_ready(
+            self, self.cfg.ready_timeout, clock=self.launcher.clock, sleep=self.launcher.sleep
+        )
+
+    def _start_log(self) -> None:
+        if self._log_thread is None:
+            self._log_thread = threading.Thread(target=self._follow_log, daemon=True)
+            self._log_thread.start()
+
+    def _join_log(self) -> None:
+        if self._log_thread is not None:
+            self._log_thread.join(timeout=10)
+
+    def _follow_log(self) -> None:
+        log = self._log
+        if log is None:
+            return
+        masker = Masker(self.secrets)
+        with suppress(LaunchError, OSError, ValueError, Exception):
+            for chunk in self.launcher.api.follow_log(self.name_of_pod()):
+                if self._closing.is_set():
+                    break
+                log.write(masker.feed(chunk))
+                log.flush()
+        with suppress(ValueError, OSError):
+            log.write(masker.flush())
+            log.flush()
+
+    def name_of_pod(self) -> str:
+        return str((self.pod.get("metadata") or {}).get("name", ""))
+
+    def check_alive(self, wait: float = 0.0) -> None:
+        if self.job is None:
+            raise ServerExited("the kubernetes job is gone", None)
+        clock, sleep = self.launcher.clock, self.launcher.sleep
+        deadline = clock() + wait
+        while True:
+            pod = self._current_pod()
+            if pod is None:  # deleted by someone else: the cluster's doing, not the build's
+                raise Unplaced("kubernetes: the pod is gone (deleted)", self.log_tail())
+            self.pod = pod
+            trouble = pod_trouble(pod)
+            if trouble is not None and trouble[0] == "unplaced":  # a node lost, an eviction
+                raise Unplaced(f"kubernetes: {trouble[1]}", self.log_tail())
+            if trouble is not None and trouble[0] == "exited":
+                self._join_log()
+                raise ServerExited(trouble[1], None, self.log_tail())
+            if clock() >= deadline:
+                return
+            sleep(min(POLL_S, max(0.05, deadline - clock())))
+
+    def stop(self) -> None:
+        job, self.job = self.job, None
+        if job is not None:
+            api, clock, sleep = self.launcher.api, self.launcher.clock, self.launcher.sleep
+            try:
+                api.delete_job(job)
+                deadline = clock() + STOP_WAIT_S
+                while clock() < deadline and not api.job_gone(job):
+                    sleep(POLL_S)
+            except LaunchError as exc:
+                self.launcher.report(f"kubernetes: {exc}; `llm-bisect reap` deletes it later")
+        forwarder, self._forwarder = self._forwarder, None
+        if forwarder is not None:
+            forwarder.close()
+        self._closing.set()
+        self._join_log()
+        self._close_log()
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The image (by digest, and the imageID the kubelet resolved), the node, the Job."""
+        status = self.pod.get("status") or {}
+        spec = self.pod.get("spec") or {}
+        image_id = next(
+            (str(c.get("imageID") or "") for c in status.get("containerStatuses") or []), ""
+        )
+        packages: dict[str, str] = {}
+        if self.name_of_pod():
+            packages = self._packages()
+            self._collect()
+        return {
+            **({"packages": packages} if packages else {}),
+            "image": {
+                "ref": self.launcher.template_ref(self.candidate),
+                "digest": self.launcher.pinned(self.candidate),
+                "id": image_id,
+            },
+            "kubernetes": {
+                "namespace": self.cfg.namespace,
+                "job": self.name,
+                "pod": self.name_of_pod(),
+                "image_id": image_id,
+            },
+            "command": f"kubectl create -f {self.probe_dir / 'job.json'}",
+            **placement_facts(str(spec.get("nodeName") or ""), self.launcher.env),
+        }
+
+    def _exec(self, argv: Sequence[str], timeout: float) -> tuple[int | None, bytes]:
+        return self.launcher.api.exec(self.name_of_pod(), argv, timeout)
+
+    def _packages(self) -> dict[str, str]:
+        """The package versions inside the pod (the fingerprint's `packages`)."""
+        for python in ("python3", "python"):
+            try:
+                code, out = self._exec([python, "-c", package_probe_source()], PACKAGES_S)
+            except LaunchError:
+                return {}
+            if code == 0:
+                with suppress(ValueError, IndexError):
+                    found = json.loads(out.decode().strip().splitlines()[-1])
+                    if isinstance(found, dict):
+                        return {str(k): str(v) for k, v in found.items()}
+        return {}
+
+    def _collect(self) -> None:
+        """collect_env and nvidia-smi in the running pod (its GPUs, its environment),
+        their outputs into the probe folder, secrets masked; never raises."""
+        into = self.probe_dir
+        configured = self.cfg.collect_env
+        if configured == []:
+            (into / collectenv.CODE).write_text("off: server.collect_env is empty\n")
+            return
+        c = self.candidate
+        values = {"commit": c.commit, "short": c.short, "python": "python3", "build": ""}
+        argv = [fill(a, values) for a in collectenv.argv_for(configured, "python3")]
+        try:
+            code, out = self._exec(argv, collectenv.TIMEOUT_S)
+        except LaunchError as exc:
+            (into / collectenv.CODE).write_text(f"off: {exc}\n")
+            return
+        text = out.decode("utf-8", "replace")
+        (into / collectenv.OUTPUT).write_text(redact(text, self.secrets))
+        (into / collectenv.CODE).write_text("timeout\n" if code is None else f"{code}\n")
+        with suppress(LaunchError):
+            code, out = self._exec(collectenv.SMI_ARGV, SMI_TIMEOUT_S)
+            if code == 0:
+                (into / collectenv.GPUS).write_bytes(out)
+
+
+# ---- the launcher --------------------------------------------------------------------------
+
+
+class KubernetesLauncher:
+    """Jobs per candidate on one cluster; see the module docstring."""
+
+    def __init__(
+        self,
+        cfg: KubernetesServerConfig,
+        *,
+        env: Mapping[str, str],
+        secret_names: Sequence[str],
+        run_id: str,
+        api: Api | None = None,
+        registry: Registry | None = None,
+        logins: Mapping[str, tuple[str, str]] | None = None,
+        report: Callable[[str], None] = lambda _: None,
+        clock: Callable[[], float] = SYSTEM.monotonic,
+        sleep: Callable[[float], None] = SYSTEM.sleep,
+    ) -> None:
+        self.cfg = cfg
+        self.env = dict(env)
+        self.secrets = [self.env[n] for n in secret_names if n in self.env]
+        self.secrets += argv_secrets([*cfg.args, *(cfg.entrypoint or [])])
+        self.run_id = run_id
+        self.owner = owner_label()
+        self.report = report
+        self.clock = clock
+        self.sleep = sleep
+        self.api = api or Api(cfg.namespace, cfg.kubeconfig, cfg.context, sleep)
+        self.registry = registry or Registry(logins=logins)
+        self._digests: dict[str, str] = {}
+
+    def template_ref(self, candidate: Candidate) -> str:
+        return candidate.artifact or fill(
+            self.cfg.image, {"commit": candidate.commit, "short": candidate.short}
+        )
+
+    def pinned(self, candidate: Candidate) -> str:
+        """The image by digest where the registry named one, else as written."""
+        ref = self.template_ref(candidate)
+        digest = self._digests.get(ref)
+        if digest is None:
+            return ref
+        return parse_image_ref(ref).pinned(digest)
+
+    def artifact(self, candidate: Candidate) -> Artifact:
+        """Whether the registry has the candidate's image (the cluster pulls it; nothing is
+        pulled here); its digest pins the Job's image."""
+        ref = self.template_ref(candidate)
+        try:
+            parsed = parse_image_ref(ref)
+        except ValueError as exc:
+            return Artifact(ref, False, reason=f"no artifact: {exc}")
+        if parsed.digest:
+            self._digests[ref] = parsed.digest
+            return Artifact(ref, True, digest=parsed.digest)
+        try:
+            manifest = self.registry.manifest(parsed)
+        except RegistryError as exc:
+            return Artifact(ref, None, reason=str(exc))
+        if manifest is None:
+            return Artifact(ref, False, reason=f"no artifact: {ref} is not in its registry")
+        self._digests[ref] = manifest.digest
+        return Artifact(ref, True, digest=manifest.digest, size=manifest.size)
+
+    def launch(
+        self,
+        candidate: Candidate,
+        probe_dir: Path,
+        instrument: Instrument | None = None,
+        slot: int = 0,
+    ) -> KubernetesServer:
+        if self.template_ref(candidate) not in self._digests:
+            self.artifact(candidate)
+        return KubernetesServer(self, candidate, probe_dir, instrument)
+
+    def prefetch(self, candidates: list[Candidate]) -> None:
+        """The cluster's kubelets pull; nothing is made ahead here."""
+
+    def quiet(self) -> Any:
+        from contextlib import nullcontext
+
+        return nullcontext()
+
+    def reap(self) -> list[str]:
+        """Delete the Jobs killed llm-bisect processes left (by label; owner gone)."""
+        lines = []
+        for job in self.api.jobs(f"{MANAGED_BY}=llm-bisect"):
+            meta = job.get("metadata") or {}
+            owner = str((meta.get("annotations") or {}).get(OWNER_ANNOTATION, ""))
+            mine = (meta.get("labels") or {}).get(RUN_LABEL) == self.run_id
+            if not reapable(owner, mine):
+                continue
+            name = str(meta.get("name", ""))
+            try:
+                self.api.delete_job(name)
+            except LaunchError as exc:
+                lines.append(f"kubernetes: could not delete job {name}: {exc}")
+                continue
+            lines.append(
+                f"kubernetes: deleted job {name} (its llm-bisect process "
+                f"{owner_pid(owner) if owner else '?'} is gone)"
+            )
+        return lines
+
+    def close(self) -> None:
+        self.registry.close()
+        self.api.close()
+
+
+def from_config(cfg: KubernetesServerConfig, ctx: LauncherContext) -> KubernetesLauncher:
+    return KubernetesLauncher(
+        cfg,
+        env=ctx.env,
+        secret_names=ctx.secret_names,
+        run_id=ctx.run_id,
+        logins=ctx.logins,
+        report=ctx.report,
+        clock=ctx.clock,
+        sleep=ctx.sleep,
+    )
+
+
+def _preflight(cfg: KubernetesServerConfig, ctx: PreflightContext) -> Preflight:
+    """A secret in server.env would be written into the Job: refused, naming secret_env."""
+    for name in secret_names(dict(cfg.env)):
+        raise ConfigError(
+            f"server.env.{name}: a secret would be written into the Job; give it as "
+            f"server.secret_env: {{{name}: {{secret: NAME, key: KEY}}}} (a Kubernetes Secret)"
+        )
+    return Preflight(cfg)
+
+
+def resolve_image_end(
+    cfg: KubernetesServerConfig, ctx: EndContext, ref: str, key: str
+) -> Candidate:
+    """The candidate an image end names (labels, env, tag or version), read from its
+    registry: the cluster pulls, this host need not."""
+    from ..sources.images import WHERE, commit_of_image, env_map
+
+    try:
+        parsed = parse_image_ref(ref)
+    except ValueError:
+        raise ConfigError(f"{key}: no such ref or image {ref!r}") from None
+    with ctx.launcher("resolve") as made:
+        assert isinstance(made, KubernetesLauncher)
+        try:
+            manifest = made.registry.manifest(parsed)
+            blob = made.registry.image_config(parsed, manifest) if manifest else None
+        except RegistryError as exc:
+            raise ConfigError(f"{key}: no such ref {ref!r}, and no image found: {exc}") from None
+    if blob is None:
+        raise ConfigError(f"{key}: no such ref or image {ref!r}")
+    config = blob.get("config") or {}
+    found = commit_of_image(parsed.tag, config.get("Labels") or {}, env_map(config.get("Env")))
+    if found is None:
+        raise ConfigError(f"{key}: image {ref!r} names no commit (looked at {WHERE})")
+    commit, where = found
+    try:
+        candidate = ctx.source.resolve(commit, key)
+    except ConfigError:
+        raise ConfigError(
+            f"{key}: image {ref!r} is commit {commit} ({where}), not in candidates.repo"
+        ) from None
+    return replace(candidate, artifact=ref)
+
+
+def _validate(cfg: KubernetesServerConfig, config: Any) -> None:
+    if config.localize.save_tensors:
+        raise ValueError("localize.save_tensors: the process launcher's only")
+    if config.build is not None:
+        raise ValueError("build: the kubernetes launcher runs published images only (for now)")
+
+
+KIND = LAUNCHERS.register(
+    LauncherKind(
+        "kubernetes",
+        KubernetesServerConfig,
+        make=from_config,
+        runs_images=True,
+        validate=_validate,
+        preflight=_preflight,
+        resolve_end=resolve_image_end,
+    )
+)

@@ -1,0 +1,890 @@
+"""A stand-in Kubernetes API server on 127.0.0.1 whose pods are real Docker containers.
+
+No kube-apiserver can run on these machines, so the Kubernetes launcher is tested against
+this: the part of the API it calls, over HTTP, through the official client.
+
+    POST/GET/LIST/DELETE  /apis/batch/v1/namespaces/NS/jobs[/NAME]
+    GET/LIST/DELETE       /api/v1/namespaces/NS/pods[/NAME]
+    GET                   /api/v1/namespaces/NS/pods/NAME/log[?follow=true]
+    GET (websocket)       /api/v1/namespaces/NS/pods/NAME/exec?command=...
+
+Every request body is validated against the OpenAPI schema of KUBERNETES_VERSION
+(kubernetes-validate, strict: an unknown field is refused), object names and label values
+against the API's own rules (DNS-1123, 63 characters). Kept from the real API:
+resourceVersions on every write; a Job's defaults (completions, parallelism, selector,
+the pod template's labels `job-name` and `controller-uid`); a Job deleted without a
+propagationPolicy orphans its pods (batch/v1's default), which keep running; Foreground
+deletes the pods first. A "kubelet" thread per pod schedules it on the one node (its
+labels and GPU count: Unschedulable when they do not fit), pulls its image through the
+Docker engine (ErrImagePull, then ImagePullBackOff), resolves `secretKeyRef`s from the
+stand-in's Secrets, runs the container (hostPath volumes as binds, the /dev/shm memory
+emptyDir as the container's shm, a memory limit), and reports Running with the container's
+IP on Docker's bridge as the pod IP, then Succeeded/Failed with the exit code (OOMKilled
+where the engine says so). `faults` answers the next matching requests with an HTTP error.
+
+`exec` answers over a websocket (v4.channel.k8s.io), as the client's stream() asks.
+
+Not modelled (docs/kubernetes.md lists it for admins): watch, port-forward, the
+scheduler beyond one node's labels and GPU count, taints, Pod Security, RBAC, TTL
+cleanup, activeDeadlineSeconds, PVCs beyond a named Docker volume.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import docker
+import docker.errors
+import kubernetes_validate
+import yaml
+
+KUBERNETES_VERSION = "1.33.0"
+"""The Kubernetes version whose OpenAPI schema every body is checked against."""
+STANDIN_LABEL = "llm-bisect-test/kubeapi"
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Refused(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+def validate(body: Any, kind: str) -> None:
+    """The body as the API server decodes it: its schema (strict), names and labels."""
+    if not isinstance(body, dict):
+        raise Refused(400, "BadRequest", "the body is no JSON object")
+    try:
+        kubernetes_validate.validate(body, KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        raise Refused(422, "Invalid", f"{kind} is invalid: {exc}") from None
+    meta = body.get("metadata") or {}
+    name = meta.get("name", "")
+    if len(name) > 63 or not DNS_LABEL.fullmatch(name):
+        raise Refused(422, "Invalid", f"metadata.name: Invalid value: {name!r}")
+    template = ((body.get("spec") or {}).get("template") or {}).get("metadata") or {}
+    for labels in (meta.get("labels") or {}, template.get("labels") or {}):
+        for key, value in labels.items():
+            if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
+                raise Refused(422, "Invalid", f"metadata.labels: Invalid value: {value!r}")
+            if len(key.rsplit("/", 1)[-1]) > 63:
+                raise Refused(422, "Invalid", f"metadata.labels: Invalid key: {key!r}")
+
+
+def selected(obj: Mapping[str, Any], selector: str) -> bool:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, selector.split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+@dataclass
+class Fault:
+    """Answer the next `times` requests of `method` whose path holds `path` with `status`."""
+
+    method: str
+    path: str
+    status: int
+    times: int = 1
+
+
+@dataclass
+class StandIn:
+    """The API server, its one node and its kubelet; see the module docstring."""
+
+    client: docker.DockerClient
+    node: str = "standin-node-1"
+    node_labels: dict[str, str] = field(
+        default_factory=lambda: {"kubernetes.io/hostname": "standin-node-1"}
+    )
+    gpus: int = 8
+    """The node's nvidia.com/gpu capacity (the containers get no device: CPU servers)."""
+    secrets: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+    requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    """Every request: method, path with query, JSON body."""
+    jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.id = uuid.uuid4().hex[:8]
+        self.lock = threading.RLock()
+        self.rv = 1000
+        self.containers: dict[tuple[str, str], Any] = {}
+        self.forwards = 0
+        """How many port-forward streams were opened."""
+        self.execs: list[list[str]] = []
+        """The command of every exec, in order."""
+        self.started_env: list[dict[str, str]] = []
+        """The environment each pod's container was started with (secrets resolved)."""
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    # -- the client's view -------------------------------------------------------------
+
+    def kubeconfig(self, path: Path, namespace: str = "default") -> Path:
+        """A kubeconfig whose current context is this server."""
+        data = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "standin", "cluster": {"server": self.url}}],
+            "users": [{"name": "tester", "user": {"token": "standin-token"}}],
+            "contexts": [
+                {
+                    "name": "standin",
+                    "context": {"cluster": "standin", "user": "tester", "namespace": namespace},
+                }
+            ],
+            "current-context": "standin",
+        }
+        path.write_text(yaml.safe_dump(data))
+        return path
+
+    @contextmanager
+    def running(self) -> Iterator[StandIn]:
+        thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05})
+        thread.start()
+        try:
+            yield self
+        finally:
+            self._server.shutdown()
+            self._server.server_close()
+            thread.join()
+            for c in self.client.containers.list(
+                all=True, filters={"label": f"{STANDIN_LABEL}={self.id}"}
+            ):
+                with suppress(docker.errors.DockerException):
+                    c.remove(force=True)
+
+    def running_containers(self) -> list[Any]:
+        """The stand-in's containers still running (pods' servers)."""
+        return list(self.client.containers.list(filters={"label": f"{STANDIN_LABEL}={self.id}"}))
+
+    # -- the store ---------------------------------------------------------------------
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+
+    def _create_job(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        validate(body, "Job")
+        name = body["metadata"]["name"]
+        with self.lock:
+            if (ns, name) in self.jobs:
+                raise Refused(409, "AlreadyExists", f'jobs.batch "{name}" already exists')
+            uid = str(uuid.uuid4())
+            job = json.loads(json.dumps(body))
+            meta = job["metadata"]
+            meta.update(namespace=ns, uid=uid, creationTimestamp=now(), generation=1)
+            spec = job["spec"]
+            spec.setdefault("completions", 1)
+            spec.setdefault("parallelism", 1)
+            spec.setdefault("completionMode", "NonIndexed")
+            spec.setdefault("suspend", False)
+            spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+            own = {"batch.kubernetes.io/controller-uid": uid, "controller-uid": uid}
+            spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+            tmeta = spec["template"].setdefault("metadata", {})
+            tmeta["labels"] = {
+                **(tmeta.get("labels") or {}),
+                **own,
+                "batch.kubernetes.io/job-name": name,
+                "job-name": name,
+            }
+            pspec = spec["template"]["spec"]
+            pspec.setdefault("dnsPolicy", "ClusterFirst")
+            pspec.setdefault("schedulerName", "default-scheduler")
+            pspec.setdefault("terminationGracePeriodSeconds", 30)
+            for c in pspec["containers"]:
+                c.setdefault("terminationMessagePath", "/dev/termination-log")
+                c.setdefault("terminationMessagePolicy", "File")
+                c.setdefault("resources", {})
+            job["status"] = {"active": 1, "startTime": now()}
+            self._bump(job)
+            self.jobs[(ns, name)] = job
+            pod_name = f"{name}-{uuid.uuid4().hex[:5]}"
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": pod_name,
+                    "namespace": ns,
+                    "uid": str(uuid.uuid4()),
+                    "labels": dict(tmeta["labels"]),
+                    "creationTimestamp": now(),
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": name,
+                            "uid": uid,
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": json.loads(json.dumps(pspec)),
+                "status": {"phase": "Pending", "qosClass": "BestEffort"},
+            }
+            self._bump(pod)
+            self.pods[(ns, pod_name)] = pod
+        threading.Thread(target=self._kubelet, args=(ns, pod_name), daemon=True).start()
+        return job
+
+    def _set_status(self, key: tuple[str, str], **status: Any) -> dict[str, Any] | None:
+        with self.lock:
+            pod = self.pods.get(key)
+            if pod is None:
+                return None
+            pod["status"].update(status)
+            self._bump(pod)
+            return pod
+
+    def _job_of(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+        owners = pod["metadata"].get("ownerReferences") or [{}]
+        return self.jobs.get((pod["metadata"]["namespace"], owners[0].get("name", "")))
+
+    # -- the kubelet -------------------------------------------------------------------
+
+    def _fits(self, spec: Mapping[str, Any]) -> str | None:
+        wanted = spec.get("nodeSelector") or {}
+        if any(self.node_labels.get(k) != v for k, v in wanted.items()):
+            return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
+        used = 0
+        with self.lock:
+            for other in self.pods.values():
+                if (
+                    other["spec"] is not spec
+                    and other["spec"].get("nodeName") == self.node
+                    and other["status"].get("phase") in ("Pending", "Running")
+                ):
+                    used += _gpus(other["spec"])
+        if _gpus(spec) > self.gpus - used:
+            return "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+        return None
+
+    def _waiting(self, key: tuple[str, str], reason: str, message: str = "") -> None:
+        state: dict[str, Any] = {"waiting": {"reason": reason}}
+        if message:
+            state["waiting"]["message"] = message
+        pod = self.pods.get(key)
+        if pod is None:
+            return
+        c = pod["spec"]["containers"][0]
+        self._set_status(
+            key,
+            containerStatuses=[
+                {
+                    "name": c["name"],
+                    "image": c["image"],
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "started": False,
+                    "state": state,
+                }
+            ],
+        )
+
+    def _kubelet(self, ns: str, name: str) -> None:
+        key = (ns, name)
+        pod = self.pods.get(key)
+        if pod is None:
+            return
+        spec = pod["spec"]
+        while True:
+            why = self._fits(spec)
+            if why is None:
+                break
+            self._set_status(
+                key,
+                conditions=[
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": why,
+                        "lastTransitionTime": now(),
+                    }
+                ],
+            )
+            time.sleep(0.2)
+            if key not in self.pods:
+                return
+        with self.lock:
+            if key not in self.pods:
+                return
+            spec["nodeName"] = self.node
+        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}
+        self._set_status(key, conditions=[scheduled], hostIP="127.0.0.1")
+        c = spec["containers"][0]
+        self._waiting(key, "ContainerCreating")
+        try:
+            image = self._image(c["image"])
+        except docker.errors.DockerException as exc:
+            self._waiting(key, "ErrImagePull", _said(exc))
+            time.sleep(0.3)
+            self._waiting(key, "ImagePullBackOff", f'Back-off pulling image "{c["image"]}"')
+            return
+        try:
+            env = self._env(ns, c)
+        except KeyError as exc:
+            self._waiting(key, "CreateContainerConfigError", f"secret {exc} not found")
+            return
+        run = self._create(key, spec, c, image, env)
+        if run is None:
+            return
+        run.reload()
+        ip = run.attrs["NetworkSettings"]["IPAddress"]
+        digests = image.attrs.get("RepoDigests") or []
+        repo = c["image"].split("@")[0].rsplit(":", 1)[0] if "@" not in c["image"] else ""
+        image_id = (
+            c["image"]
+            if "@" in c["image"]
+            else next((d for d in digests if d.startswith(repo + "@")), str(image.id))
+        )
+        started = now()
+        self._set_status(
+            key,
+            phase="Running",
+            podIP=ip,
+            podIPs=[{"ip": ip}],
+            startTime=started,
+            containerStatuses=[
+                {
+                    "name": c["name"],
+                    "image": c["image"],
+                    "imageID": image_id,
+                    "containerID": f"docker://{run.id}",
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "state": {"running": {"startedAt": started}},
+                }
+            ],
+        )
+        with suppress(docker.errors.DockerException):
+            run.wait()
+        with suppress(docker.errors.DockerException):
+            run.reload()
+            state = run.attrs["State"]
+            code = int(state.get("ExitCode", 0))
+            reason = (
+                "OOMKilled" if state.get("OOMKilled") else ("Completed" if code == 0 else "Error")
+            )
+            self._set_status(
+                key,
+                phase="Succeeded" if code == 0 else "Failed",
+                containerStatuses=[
+                    {
+                        "name": c["name"],
+                        "image": c["image"],
+                        "imageID": image_id,
+                        "containerID": f"docker://{run.id}",
+                        "ready": False,
+                        "restartCount": 0,
+                        "started": False,
+                        "state": {
+                            "terminated": {
+                                "exitCode": code,
+                                "reason": reason,
+                                "startedAt": started,
+                                "finishedAt": now(),
+                            }
+                        },
+                    }
+                ],
+            )
+            with self.lock:
+                pod = self.pods.get(key)
+                job = self._job_of(pod) if pod is not None else None
+                if job is not None:
+                    kind = "Complete" if code == 0 else "Failed"
+                    job["status"] = {
+                        "conditions": [
+                            {"type": kind, "status": "True", "lastTransitionTime": now()}
+                        ],
+                        ("succeeded" if code == 0 else "failed"): 1,
+                    }
+                    self._bump(job)
+
+    def _image(self, ref: str) -> Any:
+        try:
+            return self.client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return self.client.images.pull(ref)
+
+    def _env(self, ns: str, c: Mapping[str, Any]) -> dict[str, str]:
+        env = {}
+        for var in c.get("env") or []:
+            if "value" in var:
+                env[var["name"]] = var["value"]
+            else:
+                ref = var["valueFrom"]["secretKeyRef"]
+                env[var["name"]] = self.secrets[(ns, ref["name"])][ref["key"]]
+        return env
+
+    def _create(
+        self,
+        key: tuple[str, str],
+        spec: Mapping[str, Any],
+        c: Mapping[str, Any],
+        image: Any,
+        env: Mapping[str, str],
+    ) -> Any:
+        volumes = {v["name"]: v for v in spec.get("volumes") or []}
+        binds: list[str] = []
+        shm = None
+        for m in c.get("volumeMounts") or []:
+            v = volumes[m["name"]]
+            mode = "ro" if m.get("readOnly") else "rw"
+            if "hostPath" in v:
+                binds.append(f"{v['hostPath']['path']}:{m['mountPath']}:{mode}")
+            elif "persistentVolumeClaim" in v:
+                claim = v["persistentVolumeClaim"]["claimName"]
+                binds.append(f"standin-pvc-{claim}:{m['mountPath']}:{mode}")
+            elif "emptyDir" in v and m["mountPath"] == "/dev/shm":
+                shm = v["emptyDir"].get("sizeLimit", "64Mi").replace("i", "").lower()
+        limits = (c.get("resources") or {}).get("limits") or {}
+        kwargs: dict[str, Any] = {}
+        if "memory" in limits:
+            kwargs["mem_limit"] = limits["memory"].replace("i", "").lower()
+            kwargs["memswap_limit"] = kwargs["mem_limit"]
+        if shm:
+            kwargs["shm_size"] = shm
+        if c.get("command"):
+            kwargs["entrypoint"] = c["command"]
+        with self.lock:
+            if key not in self.pods:
+                return None
+            run = self.client.containers.create(
+                image.id,
+                command=c.get("args") or None,
+                environment=dict(env),
+                volumes=binds,
+                labels={STANDIN_LABEL: self.id, "pod": key[1]},
+                name=f"k8s-{key[1]}-{self.id}",
+                detach=True,
+                **kwargs,
+            )
+            self.containers[key] = run
+            self.started_env.append(dict(env))
+            run.start()
+        return run
+
+    def delete_pod(self, ns: str, name: str, grace: float = 0) -> bool:
+        with self.lock:
+            pod = self.pods.pop((ns, name), None)
+            run = self.containers.pop((ns, name), None)
+        if run is not None:
+            with suppress(docker.errors.DockerException):
+                run.stop(timeout=int(grace))
+            with suppress(docker.errors.DockerException):
+                run.remove(force=True)
+        return pod is not None
+
+    def _delete_job(self, ns: str, name: str, policy: str | None) -> dict[str, Any]:
+        with self.lock:
+            job = self.jobs.get((ns, name))
+            if job is None:
+                raise Refused(404, "NotFound", f'jobs.batch "{name}" not found')
+            uid = job["metadata"]["uid"]
+            owned = [
+                k
+                for k, p in self.pods.items()
+                if (p["metadata"].get("ownerReferences") or [{}])[0].get("uid") == uid
+            ]
+        policy = policy or "Orphan"  # batch/v1 Job's default through the API
+        if policy == "Orphan":
+            with self.lock:
+                for k in owned:
+                    self.pods[k]["metadata"].pop("ownerReferences", None)
+                del self.jobs[(ns, name)]
+            return job
+        grace = float(job["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30))
+
+        def collect() -> None:
+            for k in owned:
+                self.delete_pod(*k, grace=min(grace, 5))
+            with self.lock:
+                self.jobs.pop((ns, name), None)
+
+        if policy == "Foreground":
+            job["metadata"]["deletionTimestamp"] = now()
+            job["metadata"]["finalizers"] = ["foregroundDeletion"]
+            self._bump(job)
+        else:
+            with self.lock:
+                self.jobs.pop((ns, name), None)
+        threading.Thread(target=collect, daemon=True).start()
+        return job
+
+    def evict(self) -> None:
+        """The kubelet evicts every running pod (node pressure): killed, Failed (Evicted)."""
+        with self.lock:
+            keys = list(self.containers)
+        for key in keys:
+            self._set_status(
+                key,
+                phase="Failed",
+                reason="Evicted",
+                message="The node was low on resource: memory.",
+            )
+            with suppress(docker.errors.DockerException):
+                self.containers[key].kill()
+
+    def lose_node(self) -> None:
+        """The node stops answering: its pods are killed, marked Failed (NodeLost)."""
+        with self.lock:
+            keys = [k for k, p in self.pods.items() if p["spec"].get("nodeName") == self.node]
+        for key in keys:
+            run = self.containers.get(key)
+            self._set_status(key, phase="Failed", reason="NodeLost", message="node lost")
+            if run is not None:
+                with suppress(docker.errors.DockerException):
+                    run.kill()
+
+    # -- HTTP --------------------------------------------------------------------------
+
+    def _fault(self, method: str, path: str) -> int | None:
+        with self.lock:
+            for f in self.faults:
+                if f.method == method and f.path in path and f.times > 0:
+                    f.times -= 1
+                    return f.status
+        return None
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _status(self, status: int, reason: str, message: str) -> None:
+                self._send(
+                    status,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Failure",
+                        "message": message,
+                        "reason": reason,
+                        "code": status,
+                    },
+                )
+
+            def _body(self) -> Any:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                return json.loads(raw) if raw else None
+
+            def _route(self) -> None:
+                url = urlsplit(self.path)
+                query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+                body = self._body()
+                api.requests.append((self.command, self.path, body))
+                status = api._fault(self.command, url.path)
+                if status is not None:
+                    self._status(status, "Injected", f"injected fault {status}")
+                    return
+                parts = url.path.strip("/").split("/")
+                try:
+                    self._dispatch(parts, query, body)
+                except Refused as exc:
+                    self._status(exc.status, exc.reason, exc.message)
+
+            def _dispatch(self, parts: list[str], query: dict[str, str], body: Any) -> None:
+                m = self.command
+                if parts[:3] == ["apis", "batch", "v1"] and parts[3:4] == ["namespaces"]:
+                    ns, rest = parts[4], parts[6:]
+                    if parts[5] != "jobs":
+                        raise Refused(404, "NotFound", "no such resource")
+                    if m == "POST" and not rest:
+                        self._send(201, api._create_job(ns, body))
+                    elif m == "GET" and not rest:
+                        self._list("JobList", api.jobs, ns, query)
+                    elif m == "GET":
+                        self._send(200, self._get(api.jobs, ns, rest[0], "jobs.batch"))
+                    elif m == "DELETE":
+                        policy = query.get("propagationPolicy") or (body or {}).get(
+                            "propagationPolicy"
+                        )
+                        self._send(200, api._delete_job(ns, rest[0], policy))
+                    else:
+                        raise Refused(405, "MethodNotAllowed", m)
+                elif parts[:2] == ["api", "v1"] and parts[2:3] == ["namespaces"]:
+                    ns, rest = parts[3], parts[5:]
+                    if parts[4] != "pods":
+                        raise Refused(404, "NotFound", "no such resource")
+                    if m == "GET" and not rest:
+                        if query.get("watch") in ("true", "1"):
+                            raise Refused(501, "NotImplemented", "watch: not modelled")
+                        self._list("PodList", api.pods, ns, query)
+                    elif m == "GET" and rest[1:] == ["portforward"]:
+                        self._portforward(ns, rest[0])
+                    elif m == "GET" and rest[1:] == ["exec"]:
+                        self._exec(ns, rest[0])
+                    elif m == "GET" and rest[1:] == ["log"]:
+                        self._log(ns, rest[0], query.get("follow") == "true")
+                    elif m == "GET":
+                        self._send(200, self._get(api.pods, ns, rest[0], "pods"))
+                    elif m == "DELETE":
+                        pod = self._get(api.pods, ns, rest[0], "pods")
+                        api.delete_pod(ns, rest[0])
+                        self._send(200, pod)
+                    else:
+                        raise Refused(405, "MethodNotAllowed", m)
+                else:
+                    raise Refused(404, "NotFound", f"the server could not find {self.path}")
+
+            def _get(self, store: Any, ns: str, name: str, what: str) -> Any:
+                with api.lock:
+                    obj = store.get((ns, name))
+                    if obj is None:
+                        raise Refused(404, "NotFound", f'{what} "{name}" not found')
+                    return json.loads(json.dumps(obj))
+
+            def _list(self, kind: str, store: Any, ns: str, query: dict[str, str]) -> None:
+                selector = query.get("labelSelector", "")
+                with api.lock:
+                    items = [
+                        json.loads(json.dumps(o))
+                        for (n, _), o in store.items()
+                        if n == ns and selected(o, selector)
+                    ]
+                    rv = str(api.rv)
+                version = "batch/v1" if kind == "JobList" else "v1"
+                self._send(
+                    200,
+                    {
+                        "kind": kind,
+                        "apiVersion": version,
+                        "metadata": {"resourceVersion": rv},
+                        "items": items,
+                    },
+                )
+
+            def _upgrade(self, protocol: str) -> None:
+                if self.headers.get("Upgrade", "").lower() != "websocket":
+                    raise Refused(400, "BadRequest", "needs a websocket upgrade")
+                offered = self.headers.get("Sec-WebSocket-Protocol", "")
+                if protocol not in offered:
+                    raise Refused(400, "BadRequest", f"no {protocol} in {offered!r}")
+                key = self.headers["Sec-WebSocket-Key"]
+                accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+                self.send_response(101, "Switching Protocols")
+                self.send_header("Upgrade", "websocket")
+                self.send_header("Connection", "Upgrade")
+                self.send_header("Sec-WebSocket-Accept", accept)
+                self.send_header("Sec-WebSocket-Protocol", protocol)
+                self.end_headers()
+                self.wfile.flush()
+                self.close_connection = True
+
+            def _portforward(self, ns: str, name: str) -> None:
+                """Port-forward over a websocket (v4.channel.k8s.io): per port a data
+                channel and an error channel, each opened with the port number."""
+                pod = self._get(api.pods, ns, name, "pods")
+                ip = (pod.get("status") or {}).get("podIP")
+                ports = parse_qs(urlsplit(self.path).query).get("ports", [""])[0].split(",")
+                if not ip or len(ports) != 1 or not ports[0].isdigit():
+                    raise Refused(400, "BadRequest", "one port of a running pod")
+                port = int(ports[0])
+                self._upgrade("v4.channel.k8s.io")  # the kubelet's port-forward protocol
+                api.forwards += 1
+                lock = threading.Lock()
+
+                def send(data: bytes, opcode: int = 0x2) -> None:
+                    with lock, suppress(OSError):
+                        self.wfile.write(ws_frame(data, opcode))
+                        self.wfile.flush()
+
+                number = port.to_bytes(2, "little")
+                send(b"\x00" + number)
+                send(b"\x01" + number)
+                try:
+                    upstream = socket.create_connection((ip, port), timeout=10)
+                except OSError as exc:
+                    send(b"\x01" + str(exc).encode())
+                    send(b"", 0x8)
+                    return
+                upstream.settimeout(None)
+
+                def down() -> None:
+                    with suppress(OSError):
+                        while chunk := upstream.recv(65536):
+                            send(b"\x00" + chunk)
+                    send(b"", 0x8)
+
+                pump = threading.Thread(target=down, daemon=True)
+                pump.start()
+                with suppress(OSError, ValueError):
+                    while (frame := ws_read(self.rfile)) is not None:
+                        opcode, data = frame
+                        if opcode == 0x8:
+                            break
+                        if opcode in (0x1, 0x2) and data[:1] == b"\x00" and len(data) > 1:
+                            upstream.sendall(data[1:])
+                with suppress(OSError):
+                    upstream.shutdown(socket.SHUT_RDWR)
+                upstream.close()
+                pump.join(timeout=5)
+
+            def _exec(self, ns: str, name: str) -> None:
+                """`exec` over a websocket (v4.channel.k8s.io): the command's stdout on
+                channel 1, stderr on 2, its Status on 3, then close."""
+                if self.headers.get("Upgrade", "").lower() != "websocket":
+                    raise Refused(400, "BadRequest", "exec needs a websocket upgrade")
+                self._get(api.pods, ns, name, "pods")
+                run = api.containers.get((ns, name))
+                if run is None:
+                    raise Refused(400, "BadRequest", f'pod "{name}" has no running container')
+                offered = self.headers.get("Sec-WebSocket-Protocol", "")
+                if "v4.channel.k8s.io" not in offered:
+                    raise Refused(400, "BadRequest", f"no channel protocol in {offered!r}")
+                command = parse_qs(urlsplit(self.path).query).get("command", [])
+                key = self.headers["Sec-WebSocket-Key"]
+                accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+                self.send_response(101, "Switching Protocols")
+                self.send_header("Upgrade", "websocket")
+                self.send_header("Connection", "Upgrade")
+                self.send_header("Sec-WebSocket-Accept", accept)
+                self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+                self.end_headers()
+                self.close_connection = True
+                api.execs.append(list(command))
+                try:
+                    code, (out, err) = run.exec_run(command, demux=True)
+                except docker.errors.DockerException as exc:
+                    code, out, err = 126, b"", str(exc).encode()
+                for channel, data in ((1, out), (2, err)):
+                    if data:
+                        self.wfile.write(ws_frame(bytes([channel]) + data))
+                if code == 0:
+                    status: dict[str, Any] = {"metadata": {}, "status": "Success"}
+                else:
+                    status = {
+                        "metadata": {},
+                        "status": "Failure",
+                        "reason": "NonZeroExitCode",
+                        "details": {"causes": [{"reason": "ExitCode", "message": str(code)}]},
+                    }
+                self.wfile.write(ws_frame(b"\x03" + json.dumps(status).encode()))
+                self.wfile.write(ws_frame(b"", opcode=0x8))
+                self.wfile.flush()
+
+            def _log(self, ns: str, name: str, follow: bool) -> None:
+                self._get(api.pods, ns, name, "pods")
+                run = api.containers.get((ns, name))
+                if run is None:
+                    raise Refused(
+                        400, "BadRequest", f'container "server" in pod "{name}" is waiting to start'
+                    )
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                try:
+                    chunks = run.logs(stream=True, follow=follow)
+                    for chunk in chunks:
+                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                        self.wfile.flush()
+                except (docker.errors.DockerException, OSError):
+                    pass
+                with suppress(OSError):
+                    self.wfile.write(b"0\r\n\r\n")
+
+            def do_GET(self) -> None:
+                self._route()
+
+            def do_POST(self) -> None:
+                self._route()
+
+            def do_DELETE(self) -> None:
+                self._route()
+
+        return Handler
+
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def ws_read(stream: Any) -> tuple[int, bytes] | None:
+    """One frame a client sent (masked), reassembled from its fragments; None at the end."""
+    payload, first = b"", None
+    while True:
+        head = stream.read(2)
+        if len(head) < 2:
+            return None
+        fin, opcode = head[0] & 0x80, head[0] & 0x0F
+        n = head[1] & 0x7F
+        if n == 126:
+            n = int.from_bytes(stream.read(2), "big")
+        elif n == 127:
+            n = int.from_bytes(stream.read(8), "big")
+        mask = stream.read(4) if head[1] & 0x80 else b"\0\0\0\0"
+        data = stream.read(n)
+        payload += bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+        first = opcode if first is None else first
+        if fin:
+            return first, payload
+
+
+def ws_frame(data: bytes, opcode: int = 0x2) -> bytes:
+    """One final, unmasked websocket frame (a server's)."""
+    n = len(data)
+    if n < 126:
+        head = bytes([0x80 | opcode, n])
+    elif n < 2**16:
+        head = bytes([0x80 | opcode, 126]) + n.to_bytes(2, "big")
+    else:
+        head = bytes([0x80 | opcode, 127]) + n.to_bytes(8, "big")
+    return head + data
+
+
+def _gpus(spec: Mapping[str, Any]) -> int:
+    total = 0
+    for c in spec.get("containers") or []:
+        limits = (c.get("resources") or {}).get("limits") or {}
+        total += int(limits.get("nvidia.com/gpu", 0))
+    return total
+
+
+def _said(exc: docker.errors.DockerException) -> str:
+    explanation = getattr(exc, "explanation", None)
+    return str(explanation or exc)

@@ -1,0 +1,752 @@
+"""The Kubernetes launcher: its Jobs against the API's OpenAPI schema, and probes through the
+official client against a stand-in API server (tests/kubeapi.py) whose pods are real
+Docker containers running the simulated server, with images pulled by digest from a
+registry on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import suppress
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import httpx
+import kubernetes_validate
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from helpers import History, wait_until, write_config
+from kubeapi import KUBERNETES_VERSION, Fault, StandIn
+from llm_bisect.cli import cli
+from llm_bisect.config import load_config
+from llm_bisect.launchers.kubernetes import (
+    COMMIT_LABEL,
+    MANAGED_BY,
+    OWNER_ANNOTATION,
+    KubernetesServerConfig,
+    job_manifest,
+    pod_trouble,
+)
+from llm_bisect.model import Candidate
+from llm_bisect.sim.docker import PYTHON, SRC, SimRegistry
+from test_collectenv import SMI
+
+SHA = "0123456789abcdef0123456789abcdef01234567"
+PLANTED = "hf_PLANTEDsecretVALUE_0123456789"
+
+
+def candidate(sha: str = SHA) -> Candidate:
+    return Candidate(commit=sha, subject="s", author="a")
+
+
+def k8s_config(**over: Any) -> KubernetesServerConfig:
+    data: dict[str, Any] = {
+        "launcher": "kubernetes",
+        "image": "vllm/vllm-openai:nightly-{commit}",
+        "args": ["--model", "RedHatAI/Kimi-K3-NVFP4", "--port", "{port}", "-tp", "8"],
+        "gpus": 8,
+        "node_selector": {"nvidia.com/gpu.product": "NVIDIA-B300"},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "image_pull_secrets": ["regcred"],
+        "secret_env": {"HF_TOKEN": {"secret": "hf", "key": "token"}},
+        "model_cache": {"pvc": "hf-cache"},
+        "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"},
+        "memory": "512Gi",
+    }
+    data.update(over)
+    return KubernetesServerConfig.model_validate(data)
+
+
+def manifest(cfg: KubernetesServerConfig, **env: str) -> dict[str, Any]:
+    digest = "sha256:" + "ab" * 32
+    return job_manifest(
+        cfg,
+        name=f"llm-bisect-{SHA[:12]}-a1b2c3",
+        image=f"vllm/vllm-openai@{digest}",
+        ref=f"vllm/vllm-openai:nightly-{SHA}",
+        candidate=candidate(),
+        env=env,
+        run_id="0f1e2d3c4b5a",
+        owner="gpu-node-7:4242:987654",
+    )
+
+
+def test_the_job_validates_against_the_api_schema_and_holds_what_a_gpu_probe_needs() -> None:
+    job = manifest(k8s_config(), VLLM_USE_V2_MODEL_RUNNER="1")
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    spec = job["spec"]
+    assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] > 0
+    assert spec["ttlSecondsAfterFinished"] >= 0
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    (server,) = pod["containers"]
+    assert "@sha256:" in server["image"]
+    assert server["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    assert server["args"][-3:] == ["8000", "-tp", "8"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-B300"}
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["model-cache"]["persistentVolumeClaim"]["claimName"] == "hf-cache"
+    mounts = {m["mountPath"] for m in server["volumeMounts"]}
+    assert {"/dev/shm", "/root/.cache/huggingface"} <= mounts
+    token = next(e for e in server["env"] if e["name"] == "HF_TOKEN")
+    assert token == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}},
+    }
+    labels = job["metadata"]["labels"]
+    assert labels[MANAGED_BY] == "llm-bisect" and labels[COMMIT_LABEL] == SHA
+    assert job["metadata"]["annotations"][OWNER_ANNOTATION] == "gpu-node-7:4242:987654"
+    assert spec["template"]["metadata"]["labels"] == labels
+
+
+def test_a_host_path_cache_and_no_gpus_validate_too() -> None:
+    cfg = k8s_config(
+        model_cache={"host_path": "/mnt/hf", "mount": "/cache"},
+        gpus=None,
+        host_paths=["/usr:/usr:ro"],
+        shm_size=None,
+        affinity=None,
+        entrypoint=["python3", "-m", "vllm.entrypoints.openai.api_server"],
+    )
+    job = manifest(cfg)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    pod = job["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in pod["containers"][0]["resources"]["limits"]
+    assert pod["containers"][0]["command"][0] == "python3"
+    assert {v["name"] for v in pod["volumes"]} == {"model-cache", "host-0"}
+
+
+def test_a_manifest_with_a_wrong_field_is_refused_by_the_schema() -> None:
+    """The check is real: a field the API does not know fails it."""
+    job = manifest(k8s_config())
+    job["spec"]["template"]["spec"]["containers"][0]["gpus"] = 8
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+
+
+def test_a_planted_secret_never_reaches_the_manifest(tmp_path: Path) -> None:
+    job = manifest(k8s_config(), VLLM_USE_V2_MODEL_RUNNER="1")
+    assert PLANTED not in json.dumps(job)
+
+
+def test_a_secret_in_server_env_is_refused_in_one_line_and_nothing_starts(
+    tmp_path: Path, history: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h: History = history({}, n=2)
+    monkeypatch.setenv("HF_TOKEN", PLANTED)
+    config = write_config(
+        tmp_path / "k.yaml",
+        {
+            "candidates": {"repo": str(h.repo), "good": h.shas[0], "bad": h.shas[-1]},
+            "server": {
+                "launcher": "kubernetes",
+                "image": "vllm/vllm-openai:nightly-{commit}",
+                "kubeconfig": str(tmp_path / "absent-kubeconfig"),
+                "env": {"HF_TOKEN": "${HF_TOKEN}"},
+            },
+        },
+    )
+    result = CliRunner().invoke(cli, ["check", str(config), "--candidate", h.shas[1]])
+    assert result.exit_code not in (0, 1, 125), result.output
+    assert "server.env.HF_TOKEN: a secret would be written into the Job" in result.output
+    assert "server.secret_env" in result.output
+    assert "Traceback" not in result.output and PLANTED not in result.output
+
+
+def test_pod_trouble_tells_the_cluster_from_the_server() -> None:
+    def pod(**status: Any) -> dict[str, Any]:
+        return {"status": status}
+
+    def waiting(reason: str, message: str = "") -> dict[str, Any]:
+        return pod(
+            phase="Pending",
+            containerStatuses=[{"state": {"waiting": {"reason": reason, "message": message}}}],
+        )
+
+    assert pod_trouble(pod(phase="Pending")) is None
+    assert pod_trouble(waiting("ContainerCreating")) is None
+    missing = waiting("CreateContainerConfigError", 'secret "hf-token" not found')
+    assert pod_trouble(missing) == (
+        "unplaced",
+        'CreateContainerConfigError: secret "hf-token" not found',
+    )
+    assert pod_trouble(waiting("ErrImagePull", "manifest unknown"))[0] == "no-image"  # type: ignore[index]
+    assert pod_trouble(waiting("ErrImagePull", "429 Too Many Requests"))[0] == "pulling"  # type: ignore[index]
+    unsched = pod(
+        phase="Pending",
+        conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+    )
+    assert pod_trouble(unsched)[0] == "pending"  # type: ignore[index]
+    oom = pod(
+        phase="Failed",
+        containerStatuses=[{"state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}],
+    )
+    assert pod_trouble(oom) == ("exited", "container OOMKilled, exit code 137")
+    assert pod_trouble(pod(phase="Failed", reason="Evicted"))[0] == "unplaced"  # type: ignore[index]
+
+
+# ---- probes through the official client, against the stand-in API server --------------------
+
+
+@pytest.fixture
+def registry() -> Iterator[SimRegistry]:
+    found = SimRegistry()
+    with found.running():
+        yield found
+
+
+@pytest.fixture
+def standin(client: docker.DockerClient, registry: SimRegistry) -> Iterator[StandIn]:
+    api = StandIn(client)
+    api.secrets[("default", "hf")] = {"token": PLANTED}
+    with api.running():
+        yield api
+    for image in client.images.list():
+        for name in [*image.tags, *(image.attrs.get("RepoDigests") or [])]:
+            if name.startswith(registry.host + "/"):
+                with suppress(docker.errors.DockerException):
+                    client.images.remove(name, force=True)
+
+
+def publish(
+    registry: SimRegistry, h: History, repo: str, missing: frozenset[int] = frozenset()
+) -> None:
+    """One image per commit in the registry, its sim-engine.json from the commit."""
+    nonce = uuid.uuid4().hex
+    for i, sha in enumerate(h.shas):
+        if i in missing:
+            continue
+        shown = subprocess.run(
+            ["git", "-C", str(h.repo), "show", f"{sha}:sim-engine.json"],
+            capture_output=True,
+            check=True,
+            text=True,
+        )
+        labels = {"ai.vllm.build.commit": sha, "test-nonce": nonce}  # an image of its own:
+        registry.add_image(repo, sha, json.loads(shown.stdout), labels=labels)  # pulled anew
+
+
+def sim_k8s_server(image: str, kubeconfig: Path, **over: Any) -> dict[str, Any]:
+    """A kubernetes `server:` section whose pods run the simulated server with this
+    machine's Python (hostPath volumes: no base image is pulled)."""
+    base = Path(sys.base_prefix)
+    server: dict[str, Any] = {
+        "launcher": "kubernetes",
+        "image": image,
+        "kubeconfig": str(kubeconfig),
+        "entrypoint": [PYTHON, "-m", "llm_bisect.sim"],
+        "args": [
+            "--engine-file",
+            "/engine/sim-engine.json",
+            "--commit",
+            "{commit}",
+            "--port",
+            "{port}",
+            "--host",
+            "0.0.0.0",
+        ],
+        "env": {"PYTHONPATH": "/src", "PYTHONDONTWRITEBYTECODE": "1"},
+        "secret_env": {"HF_TOKEN": {"secret": "hf", "key": "token"}},
+        "host_paths": [
+            "/usr:/usr:ro",
+            "/lib:/lib:ro",
+            "/lib64:/lib64:ro",
+            f"{base}:{base}:ro",
+            f"{SRC}:/src:ro",
+        ],
+        "shm_size": "64Mi",
+        "ready_timeout": 60,
+        "pending_timeout": 60,
+        "stop_timeout": 2,
+    }
+    server.update(over)
+    return server
+
+
+def k8s_yaml(
+    h: History, server: dict[str, Any], checks: list[Any] | None = None, **ends: str
+) -> Path:
+    h.configs += 1
+    data: dict[str, Any] = {
+        "candidates": {"repo": str(h.repo), "good": h.shas[0], "bad": h.shas[-1], **ends},
+        "server": server,
+    }
+    if checks is not None:
+        data["checks"] = checks
+    return write_config(h.root / f"k8s-{h.configs}.yaml", data)
+
+
+SIMPLE_CHECKS = [{"type": "canary"}, {"type": "expect"}]
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.output
+
+
+def nothing_left(standin: StandIn) -> bool:
+    return not standin.jobs and not standin.pods and not standin.running_containers()
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("reach", ["port-forward", "pod-ip"])
+def test_one_probe_runs_as_a_job_streams_its_log_and_leaves_nothing(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, reach: str
+) -> None:
+    """Reached through the API's port-forward (the default: from a laptop too), or at the
+    pod's IP (from inside the cluster)."""
+    h: History = history({}, n=1)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    kubeconfig = standin.kubeconfig(tmp_path / "kubeconfig")
+    server = sim_k8s_server(f"{registry.host}/{repo}:{{commit}}", kubeconfig, reach=reach)
+    config = k8s_yaml(h, server, SIMPLE_CHECKS)
+    out = tmp_path / "c"
+    code, output = invoke("check", str(config), "--candidate", h.shas[1], "--out", str(out))
+    assert code == 0, output
+    probe = out / "probes" / h.shas[1][:12]
+    log = (probe / "server.log").read_text()
+    assert "Uvicorn" in log or "sim" in log.lower(), log
+    job = json.loads((probe / "job.json").read_text())
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    assert "@sha256:" in job["spec"]["template"]["spec"]["containers"][0]["image"]
+    # the Secret reached the pod, and its value no request, file or output
+    assert standin.started_env[0]["HF_TOKEN"] == PLANTED
+    assert PLANTED not in json.dumps(standin.requests, default=str)
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert PLANTED.encode() not in path.read_bytes(), path
+    assert (standin.forwards > 0) == (reach == "port-forward")
+    deletes = [r for r in standin.requests if r[0] == "DELETE" and "/jobs/" in r[1]]
+    assert deletes and all("propagationPolicy=Foreground" in r[1] for r in deletes)
+    assert nothing_left(standin)
+
+
+@pytest.mark.docker
+def test_the_standin_keeps_the_apis_defaults_and_refuses_what_the_api_refuses(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    """What the launcher relies on is what a real API server does: without a
+    propagationPolicy, deleting a Job orphans its pods, which keep running."""
+    from kubernetes import client, config
+
+    h: History = history({}, n=1)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    api = config.new_client_from_config(config_file=str(standin.kubeconfig(tmp_path / "kc")))
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    server = sim_k8s_server(f"{registry.host}/{repo}:{h.shas[0]}", tmp_path / "kc")
+    cfg = KubernetesServerConfig.model_validate(server)
+    job = job_manifest(
+        cfg,
+        name="llm-bisect-orphan-test",
+        image=f"{registry.host}/{repo}:{h.shas[0]}",
+        ref="",
+        candidate=candidate(h.shas[0]),
+        env=dict(cfg.env),
+        run_id="r",
+        owner="o",
+    )
+    wrong = json.loads(json.dumps(job))
+    wrong["spec"]["template"]["spec"]["containers"][0]["gpus"] = 1
+    # the client refuses it itself; the API server, asked straight, too
+    refused = httpx.post(f"{standin.url}/apis/batch/v1/namespaces/default/jobs", json=wrong)
+    assert refused.status_code == 422 and "gpus" in refused.json()["message"]
+    made = batch.create_namespaced_job("default", client.V1Job.from_dict(job))
+    assert made.metadata.resource_version and made.spec.completions == 1
+    assert wait_until(lambda: len(standin.running_containers()) == 1, timeout=60)
+    (pod,) = core.list_namespaced_pod(
+        "default", label_selector="job-name=llm-bisect-orphan-test"
+    ).items
+    assert pod.metadata.labels["llm-bisect/commit"] == h.shas[0]
+    batch.delete_namespaced_job("llm-bisect-orphan-test", "default")  # no propagationPolicy
+    assert not standin.jobs
+    assert core.read_namespaced_pod(pod.metadata.name, "default").status.phase == "Running"
+    assert len(standin.running_containers()) == 1, "an orphaned pod keeps running"
+    core.delete_namespaced_pod(pod.metadata.name, "default")
+    assert standin.running_containers() == []
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_and_sigterm_delete_the_job_and_its_pod(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, sig: signal.Signals
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    h: History = history({}, n=1, changes={1: {"hold_file": str(hold)}})
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = sim_k8s_server(
+        f"{registry.host}/{repo}:{{commit}}", standin.kubeconfig(tmp_path / "kc")
+    )
+    server["host_paths"].append(f"{tmp_path}:{tmp_path}:ro")
+    config = k8s_yaml(h, server, SIMPLE_CHECKS)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", "check", str(config), "--candidate", h.shas[1]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    try:
+        assert wait_until(lambda: bool(standin.running_containers()), timeout=120)
+        proc.send_signal(sig)
+        output = proc.communicate(timeout=120)[0].decode()
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, output
+    assert "Traceback" not in output
+    assert nothing_left(standin), (standin.jobs, standin.pods)
+
+
+@pytest.mark.docker
+def test_a_bisection_of_images_on_kubernetes_finds_the_culprit_and_skips_a_missing_image(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    h: History = history({5: "garbled-math"}, n=7, changes={5: {"moe_backend": "CUTLASS"}})
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo, missing=frozenset({3}))
+    good, bad = f"{registry.host}/{repo}:{h.shas[0]}", f"{registry.host}/{repo}:{h.shas[-1]}"
+    template = f"{registry.host}/{repo}:{{commit}}"
+    server = sim_k8s_server(template, standin.kubeconfig(tmp_path / "kc"))
+    config = k8s_yaml(h, server, good=good, bad=bad)
+    code, output = invoke("candidates", str(config))
+    assert code == 0, output
+    assert output.count("MISSING") == 1, output
+    out = tmp_path / "out"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[5]
+    probes = {p["commit"]: p for p in result["probes"]}
+    if h.shas[3] in probes:
+        assert probes[h.shas[3]]["verdict"] == "skip"
+        assert probes[h.shas[3]]["reason"].startswith("no artifact")
+    for p in result["probes"]:
+        if p["verdict"] in ("good", "bad"):
+            image = p["fingerprint"]["image"]
+            assert "@sha256:" in image["digest"] and image["id"].endswith(
+                image["digest"].split("@")[1]
+            ), image
+            assert p["fingerprint"]["node"] == standin.node
+    assert "kernels.moe_backend" in result["fingerprints"]["differences"]
+    for job in (out / "probes").rglob("job.json"):
+        kubernetes_validate.validate(json.loads(job.read_text()), KUBERNETES_VERSION, strict=True)
+    assert nothing_left(standin)
+
+
+def one_probe(
+    standin: StandIn,
+    registry: SimRegistry,
+    h: History,
+    tmp_path: Path,
+    **over: Any,
+) -> tuple[Path, dict[str, Any]]:
+    """A config of one published commit's images on the stand-in."""
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = sim_k8s_server(
+        f"{registry.host}/{repo}:{{commit}}", standin.kubeconfig(tmp_path / "kc"), **over
+    )
+    return k8s_yaml(h, server, SIMPLE_CHECKS), {"repo": repo}
+
+
+def check(config: Path, sha: str, out: Path) -> tuple[int, str]:
+    return invoke("check", str(config), "--candidate", sha, "--out", str(out))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        (
+            {"node_selector": {"nvidia.com/gpu.product": "NVIDIA-B300"}},
+            "didn't match Pod's node affinity/selector",
+        ),
+        ({"gpus": 16}, "Insufficient nvidia.com/gpu"),
+    ],
+)
+def test_a_pod_the_scheduler_never_places_is_skip_after_pending_timeout(
+    standin: StandIn,
+    registry: SimRegistry,
+    history: Any,
+    tmp_path: Path,
+    over: dict[str, Any],
+    said: str,
+) -> None:
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path, pending_timeout=2, **over)
+    code, output = check(config, h.shas[1], tmp_path / "c")
+    assert code == 125, output
+    assert "pod pending for 2s (Unschedulable" in output and said in output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_an_image_the_kubelet_cannot_pull_is_skip_no_artifact(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path)
+    registry.blobs.clear()  # the manifest is there, its layers are not: the pull fails
+    code, output = check(config, h.shas[1], tmp_path / "c")
+    assert code == 125, output
+    assert re.search(r"SKIP .* no artifact: (ErrImagePull|ImagePullBackOff)", output), output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_an_oom_kill_before_ready_is_skip_with_its_reason(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path, memory="8Mi")
+    code, output = check(config, h.shas[1], tmp_path / "c")
+    assert code == 125, output
+    assert "container OOMKilled, exit code 137 before ready" in output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("fault", "said"), [("lose_node", "pod NodeLost"), ("evict", "pod Evicted")]
+)
+def test_a_pod_the_cluster_ends_is_skip_with_its_reason(
+    standin: StandIn,
+    registry: SimRegistry,
+    history: Any,
+    tmp_path: Path,
+    fault: str,
+    said: str,
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()  # the server never listens: the cluster ends it while it starts
+    h: History = history({}, n=1, changes={1: {"hold_file": str(hold)}})
+    config, _ = one_probe(
+        standin,
+        registry,
+        h,
+        tmp_path,
+        host_paths=[*sim_k8s_server("", Path())["host_paths"], f"{tmp_path}:{tmp_path}:ro"],
+    )
+    ended = threading.Thread(
+        target=lambda: (
+            wait_until(lambda: bool(standin.running_containers()), timeout=120)
+            and getattr(standin, fault)()
+        )
+    )
+    ended.start()
+    try:
+        code, output = check(config, h.shas[1], tmp_path / "c")
+    finally:
+        ended.join()
+    assert code == 125, output
+    assert said in output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_api_errors_are_retried_and_the_probe_goes_on(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path)
+    standin.faults += [
+        Fault("POST", "/jobs", 503, times=2),
+        Fault("GET", "/pods", 429, times=2),
+        Fault("DELETE", "/jobs/", 500, times=1),
+    ]
+    code, output = check(config, h.shas[1], tmp_path / "c")
+    assert code == 0, output
+    assert all(f.times == 0 for f in standin.faults), "every fault was met"
+    posts = [r for r in standin.requests if r[0] == "POST"]
+    assert len(posts) == 3
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_reap_deletes_the_job_a_sigkilled_run_left(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    hold = tmp_path / "hold"
+    hold.touch()
+    h: History = history({}, n=1, changes={1: {"hold_file": str(hold)}})
+    config, _ = one_probe(
+        standin,
+        registry,
+        h,
+        tmp_path,
+        host_paths=[*sim_k8s_server("", Path())["host_paths"], f"{tmp_path}:{tmp_path}:ro"],
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", "check", str(config), "--candidate", h.shas[1]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    try:
+        assert wait_until(lambda: bool(standin.running_containers()), timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(standin.jobs) == 1, "SIGKILL leaves the Job"
+    code, output = invoke("reap", str(config))
+    assert code == 0, output
+    (name,) = [n for _, n in standin.jobs] or ["gone"]
+    assert "kubernetes: deleted job llm-bisect-" in output
+    assert f"its llm-bisect process {proc.pid} is gone" in output
+    assert wait_until(lambda: nothing_left(standin)), name
+
+
+def test_the_kimi_kubernetes_config_is_the_cases_setup_and_its_job_validates() -> None:
+    path = SRC.parent / "configs" / "kimi-k3-nvfp4-tp8-b300-kubernetes.yaml"
+    config = load_config(path)
+    server = config.server
+    assert isinstance(server, KubernetesServerConfig)
+    assert server.args[server.args.index("--model") + 1] == "RedHatAI/Kimi-K3-NVFP4"
+    assert server.args[server.args.index("--reasoning-parser") + 1] == "kimi_k3"
+    assert server.env == {} and set(server.secret_env) == {"HF_TOKEN"}
+    assert config.candidates.bad.endswith("v0.27.0") and server.gpus == 8
+    job = manifest(server)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    assert "${HF_TOKEN}" not in path.read_text()
+
+
+@pytest.mark.docker
+def test_two_slots_run_two_jobs_at_once(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    """parallel: 2 is two Jobs at once, each its own pod (the scheduler places them): the
+    held bad end's and another's run together."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    h: History = history({5: "degenerate-reasoning"}, n=8, changes={8: {"hold_file": str(hold)}})
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = sim_k8s_server(
+        f"{registry.host}/{repo}:{{commit}}", standin.kubeconfig(tmp_path / "kc"), gpus=4
+    )
+    server["host_paths"].append(f"{tmp_path}:{tmp_path}:ro")
+    config = k8s_yaml(h, server)
+    data = yaml.safe_load(config.read_text())
+    data.update(parallel=2, localize=False, search={"flake": 0})
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", "run", str(config), "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    try:
+        assert wait_until(lambda: len(standin.running_containers()) == 2, timeout=180)
+        ips = {p["status"].get("podIP") for p in list(standin.pods.values())}
+        assert len(ips - {None}) == 2, "two pods, each its own IP"
+        hold.unlink()
+        output = proc.communicate(timeout=300)[0].decode()
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[5]
+    assert {p["slot"] for p in result["probes"]} == {0, 1} and result["parallel"] == 2
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_collect_env_nvidia_smi_and_packages_come_from_inside_the_pod(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    """Through the API's exec (a websocket): collect_env and nvidia-smi run in each
+    candidate's pod, and the report shows the torch bump between the two."""
+    bump = {2: {"packages": {"torch": "2.14.0"}}}
+    h: History = history({2: "degenerate-content"}, n=2, changes=bump)
+    smi = tmp_path / "smi"
+    smi.mkdir()
+    (smi / "nvidia-smi").write_text(SMI.replace("#!/bin/sh", "#!/usr/bin/sh"))
+    (smi / "nvidia-smi").chmod(0o755)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = sim_k8s_server(
+        f"{registry.host}/{repo}:{{commit}}", standin.kubeconfig(tmp_path / "kc")
+    )
+    server["host_paths"].append(f"{smi}:/smi:ro")
+    server["env"]["PATH"] = "/smi:/usr/local/bin:/usr/bin:/bin"
+    engine = "/engine/sim-engine.json"
+    server["collect_env"] = [
+        PYTHON,
+        "-m",
+        "llm_bisect.sim.collect_env",
+        "--engine-file",
+        engine,
+        "--commit",
+        "{commit}",
+    ]
+    config = k8s_yaml(h, server, SIMPLE_CHECKS)
+    out = tmp_path / "out"
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    new = result["fingerprints"]["new"]["collect_env"]
+    assert new["torch"] == "2.14.0" and new["gpu_count"] == "2", new
+    assert result["fingerprints"]["old"]["collect_env"]["torch"] == "2.13.0+cu130"
+    assert "| **torch** | `2.13.0+cu130` | `2.14.0` |" in (out / "report.md").read_text()
+    assert any(c[:1] == ["nvidia-smi"] or "nvidia-smi" in c[0] for c in standin.execs)
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("fault", ["lose_node", "evict"])
+def test_a_node_lost_during_the_checks_is_skip_even_under_regress_crash(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, fault: str
+) -> None:
+    """The cluster ending a pod mid-check is no crash of the build (regress: crash)."""
+    h: History = history({}, n=1, changes={1: {"hostile": {"hang": True}}})
+    config, _ = one_probe(standin, registry, h, tmp_path, request_timeout=60)
+    data = yaml.safe_load(config.read_text())
+    data["regress"] = "crash"
+    config.write_text(yaml.safe_dump(data))
+    out = tmp_path / "c"
+    log = out / "probes" / h.shas[1][:12] / "server.log"
+
+    def holding() -> bool:
+        return log.exists() and "holding request (hang)" in log.read_text(errors="replace")
+
+    ended = threading.Thread(
+        target=lambda: wait_until(holding, timeout=120) and getattr(standin, fault)()
+    )
+    ended.start()
+    try:
+        code, output = check(config, h.shas[1], out)
+    finally:
+        ended.join()
+    assert code == 125, output
+    assert "checks could not run" in output and ("NodeLost" in output or "Evicted" in output)
+    assert wait_until(lambda: nothing_left(standin))
