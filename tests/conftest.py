@@ -13,7 +13,12 @@ import docker.errors
 import pytest
 
 from helpers import History
+from llm_bisect import plugins
 from toybuild import index, toy  # noqa: F401  (fixtures of the build tests)
+
+# The kinds load once, explicitly, as the CLI and services.setup load them (plugins.load);
+# tests that read a config in this process need them too.
+plugins.load()
 
 # Tests never reach the network: Hugging Face datasets come from local files only.
 os.environ["HF_DATASETS_OFFLINE"] = "1"

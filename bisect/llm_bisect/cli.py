@@ -20,7 +20,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 import typer.core
 
-from . import __version__
+from . import __version__, plugins
 from .checks.golden import load as golden_load
 from .checks.golden import schema as golden_schema
 from .checks.golden import warnings as golden_warnings
@@ -865,6 +865,11 @@ def _main(
     ] = False,
 ) -> None:
     """Find the commit that silently broke an LLM serving engine."""
+    try:
+        plugins.load()  # the built-in kinds, then installed packages' (entry points)
+    except LlmBisectError as exc:
+        typer.echo(f"llm-bisect: error: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 def main() -> None:

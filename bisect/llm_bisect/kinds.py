@@ -17,15 +17,16 @@ config.py builds its discriminated unions and its "known" lists from these regis
 
     launcher = LAUNCHERS[config.server.launcher].make(config.server, ctx)
 
-An unknown tag is UnknownKind, never a default. The built-in kinds register when their
-modules are imported (BUILTIN, imported the first time a registry is read); a kind
-registered later (a test's toy) rebuilds the config models. This module imports only
-errors.py of the package: every kind module may import it.
+An unknown tag is UnknownKind, never a default. Importing a kind's module registers it,
+and nothing else: the built-in kinds (BUILTIN) and those of installed packages (entry
+points) are loaded once, explicitly, by plugins.load(), which the CLI, services.setup and
+`schema` call first (as pytest loads its default plugins, then the installed ones). This
+module has no side effect and imports only errors.py of the package: every kind module may
+import it.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -62,7 +63,7 @@ BUILTIN = (
     "llm_bisect.checks.vllm_eval",
 )
 """The modules whose import registers the built-in kinds, in the order the config schema
-lists them."""
+lists them (plugins.load imports them)."""
 
 
 class HasTag(Protocol):
@@ -91,7 +92,6 @@ class Registry(Generic[K]):
 
     def register(self, kind: K) -> K:
         """Add a kind; the config models then accept its tag. A tag is registered once."""
-        load_builtins()
         if kind.tag in self._kinds:
             raise ValueError(f"{self.seam} {kind.tag!r} is registered already")
         self._kinds[kind.tag] = kind
@@ -120,19 +120,16 @@ class Registry(Generic[K]):
             self.unregister(kind.tag)
 
     def __getitem__(self, tag: str) -> K:
-        load_builtins()
         try:
             return self._kinds[tag]
         except KeyError:
             raise UnknownKind(f"no {self.seam} {tag!r} (known: {self.known()})") from None
 
     def __contains__(self, tag: object) -> bool:
-        load_builtins()
         return tag in self._kinds
 
     def kinds(self) -> list[K]:
         """Every kind, in registration order."""
-        load_builtins()
         return list(self._kinds.values())
 
     def tags(self) -> list[str]:
@@ -157,42 +154,56 @@ class Tagged:
         choices: dict[Any, CoreSchema] = {
             k.tag: handler.generate_schema(k.config) for k in self.registry.kinds()
         }
+        if not choices:  # nothing loaded yet (plugins.load): a union of none accepts nothing
+            return core_schema.no_info_plain_validator_function(self._none_loaded)
         return core_schema.tagged_union_schema(choices, discriminator=self.registry.key)
+
+    def _none_loaded(self, value: Any) -> Any:
+        raise ValueError(f"no {self.registry.seam} is loaded (plugins.load() was not called)")
 
 
 _REGISTRIES: list[Registry[Any]] = []
 _listeners: list[Callable[[], None]] = []
-_loading = False
-_loaded = False
+_held = 0
+_missed = False
+
+
+def registries() -> list[Registry[Any]]:
+    """Every registry of kinds (launchers, build types, checks, sources)."""
+    return list(_REGISTRIES)
 
 
 def on_change(listener: Callable[[], None]) -> None:
-    """Call `listener` whenever a kind registers or leaves after the built-ins loaded (the
-    config models rebuild their unions)."""
+    """Call `listener` whenever a kind registers or leaves (the config models rebuild their
+    unions); while `held()`, once at its end."""
     _listeners.append(listener)
 
 
 def _changed() -> None:
-    if _loaded:
-        for listener in _listeners:
-            listener()
-
-
-def load_builtins() -> None:
-    """Import the built-in kind modules once (they register themselves)."""
-    global _loading, _loaded
-    if _loaded or _loading:
+    global _missed
+    if _held:
+        _missed = True
         return
-    _loading = True
+    for listener in _listeners:
+        listener()
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Many kinds registered at once (plugins.load): the listeners hear of them once, after,
+    and the built-in kinds are put in BUILTIN's order."""
+    global _held, _missed
+    _held += 1
     try:
-        for module in BUILTIN:
-            importlib.import_module(module)
+        yield
     finally:
-        _loading = False
-    for registry in _REGISTRIES:
-        registry._in_builtin_order()
-    _loaded = True
-    _changed()
+        _held -= 1
+        if not _held:
+            for registry in _REGISTRIES:
+                registry._in_builtin_order()
+            if _missed:
+                _missed = False
+                _changed()
 
 
 def _nothing(*_: Any) -> None:

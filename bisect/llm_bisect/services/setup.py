@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import collectenv, enginecache
+from .. import collectenv, enginecache, plugins
 from ..builds import Builder, ImageTarget, Strategy
 from ..builds.cache import BuildCache, unusable
 from ..checks import Check
@@ -193,6 +193,7 @@ def setup(
     """Load and validate a config and open its repository (`repo`, else candidates.repo);
     nothing is started. `server_section`: a `server:` section used instead of the config's;
     `eval_config`: a vLLM eval config file judged as one more check."""
+    plugins.load()
     loaded = load_config(config_path, server_section)
     config = expand_paths(loaded, environ, repo_given=repo is not None)
     base_dir = config_path.resolve().parent
