@@ -304,6 +304,13 @@ class LauncherKind:
     """Its config with `${VAR}` expanded in its paths."""
     resolve_end: Callable[[Any, EndContext, str, str], Candidate] | None = None
     """An end that is not a ref (an image that names its commit); None: refs only."""
+    placement: frozenset[str] = frozenset()
+    """Its `server:` fields that say where, how long or on whose account, never what the
+    server answers (a Slurm account, retries): left out of the config digest, so changing
+    one resumes. Fields that choose the hardware (partition, GPU type) are not placement."""
+    inherits: bool = False
+    """Its server inherits the caller's environment: the engine's variables in it
+    (config.ENGINE_VARIABLE) count in the digest as server.env does."""
 
 
 LAUNCHERS: Registry[LauncherKind] = Registry("launcher", "launcher")

@@ -961,5 +961,6 @@ KIND = LAUNCHERS.register(
         preflight=_preflight,
         devices=_devices,
         resolve_end=resolve_image_end,
+        placement=frozenset({"docker_hosts", "pull", "stop_timeout", "prefetch", "port"}),
     )
 )

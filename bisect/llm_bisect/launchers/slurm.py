@@ -755,5 +755,7 @@ KIND = LAUNCHERS.register(
         validate=needs_build,
         preflight=_preflight,
         expand_paths=expand_cwd,
+        placement=frozenset({"account", "retries", "pending_timeout", "time", "port", "host"}),
+        inherits=True,
     )
 )

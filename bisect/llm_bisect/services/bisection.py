@@ -8,7 +8,14 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..config import FastConfig, argv_secrets, config_digest, secret_names
+from ..config import (
+    FastConfig,
+    argv_secrets,
+    config_digest,
+    secret_names,
+    server_environment,
+    setting_digests,
+)
 from ..model import Candidate, ProbeOutcome, Regress, Verdict
 from ..outdir import hold
 from ..pins import commit_bumps
@@ -96,7 +103,8 @@ def _bisect(
         None if find_fix else plan.bad,
         s.source.is_ancestor,
     )
-    digest = config_digest(config) + (":fix" if find_fix else "")
+    environment = server_environment(config, s.env, s.environ)
+    digest = config_digest(config, environment) + (":fix" if find_fix else "")
     named = golden_file or s.golden_path()  # else one is recorded from the good end into DIR
     golden = s.golden_store(named, of=plan.good.commit) if named else None
     judged_by = (named or out_dir / "golden.json").absolute()
@@ -109,6 +117,7 @@ def _bisect(
                 return run(
                     plan,
                     digest=digest,
+                    settings=setting_digests(config, environment),
                     out_dir=out_dir,
                     launcher=launcher,
                     checks=s.checks,
