@@ -27,6 +27,7 @@ from .checks.golden import warnings as golden_warnings
 from .config import Config, shown
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
+from .kinds import LAUNCHERS
 from .launchers import Artifact
 from .model import Candidate, Verdict
 from .outdir import claim, hold, prepare
@@ -631,7 +632,10 @@ def candidates_cmd(
         if plan.anchor is not None:
             term.out(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
         server = s.config.server
-        argv = getattr(server, "command" if "command" in type(server).model_fields else "args")
+        field = LAUNCHERS[server.launcher].shown_argv
+        if field is None:
+            field = "command" if "command" in type(server).model_fields else "args"
+        argv = getattr(server, field)
         words = printable(shlex.join(shown(a) for a in argv))
         term.out(f"server: {words} (ready within {server.ready_timeout:g}s)")
         missing = 0

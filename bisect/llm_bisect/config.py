@@ -1000,6 +1000,15 @@ SERVER_SHAPE = frozenset(
     {"command", "worker_command", "image", "args", "entrypoint", "container_image", "env"}
 )
 """What a server runs and with what environment; not where, how long or how it is reached."""
+SERVER_ARGV = ("command", "args", "worker_command", "entrypoint")
+"""The built-in launchers' argument lists (a launcher adds its own: LauncherKind.argv)."""
+
+
+def server_argv(server: ServerBase | Mapping[str, Any]) -> tuple[str, ...]:
+    """The `server:` fields that are argument lists, for this server's launcher."""
+    tag = server.get("launcher", "process") if isinstance(server, Mapping) else server.launcher
+    extra = LAUNCHERS[tag].argv if isinstance(tag, str) and tag in LAUNCHERS else ()
+    return (*SERVER_ARGV, *extra)
 
 
 def _digest(data: Any) -> str:
@@ -1009,7 +1018,8 @@ def _digest(data: Any) -> str:
 def check_digest(check: CheckConfig) -> str:
     """A digest of the settings that shape a check's golden section (prompts, cases, budgets,
     request fields, the eval's source and format); thresholds are left out."""
-    data = check.model_dump(mode="json", exclude_defaults=True, exclude=set(GOLDEN_NEUTRAL))
+    neutral = CHECKS[check.type].neutral if check.type in CHECKS else frozenset()
+    data = check.model_dump(mode="json", exclude_defaults=True, exclude={*GOLDEN_NEUTRAL, *neutral})
     return _digest({**data, "type": check.type})
 
 
@@ -1017,7 +1027,8 @@ def server_digest(server: ServerBase) -> str:
     """A digest of how the server is started: its command (image, args, entrypoint) and its
     environment, where variables named like secrets count by name only. Timeouts, hosts and
     scheduling are left out; so is `model`, which a golden records apart."""
-    data = server.model_dump(mode="json", include=set(SERVER_SHAPE), exclude_defaults=True)
+    shape = LAUNCHERS[server.launcher].shape if server.launcher in LAUNCHERS else frozenset()
+    data = server.model_dump(mode="json", include={*SERVER_SHAPE, *shape}, exclude_defaults=True)
     secret = set(secret_names(server.env))
     if "env" in data:
         data["env"] = {k: None if k in secret else v for k, v in data["env"].items()}
@@ -1099,7 +1110,7 @@ def verdict_settings(
 
 
 def _flatten(data: Any, key: str, into: dict[str, Any]) -> None:
-    if isinstance(data, dict) and data:
+    if isinstance(data, dict):  # a section left empty (probe: {} once its costs are out)
         for k, v in data.items():
             _flatten(v, f"{key}.{k}" if key else str(k), into)
     elif isinstance(data, list) and data and all(isinstance(v, dict) for v in data):

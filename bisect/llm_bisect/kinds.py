@@ -311,6 +311,35 @@ class LauncherKind:
     inherits: bool = False
     """Its server inherits the caller's environment: the engine's variables in it
     (config.ENGINE_VARIABLE) count in the digest as server.env does."""
+    shape: frozenset[str] = frozenset()
+    """Its `server:` fields that shape what the server answers beyond config.SERVER_SHAPE
+    (the golden's identity: a golden recorded with another value is refused)."""
+    argv: tuple[str, ...] = ()
+    """Its `server:` argument lists beyond config.SERVER_ARGV (command, args, worker_command,
+    entrypoint): flags named like secrets in them are masked, and `probe.fast.args` go after
+    them."""
+    cache_mount: Callable[[Any, Path], Any] | None = None
+    """Its `server:` config with the engine cache's folder (absolute) mounted where its server
+    runs; None: a launcher that runs images gets it in `volumes` where it has them, another
+    shares this machine's files."""
+    reap: Callable[[Mapping[str, str]], Leftovers | None] | None = None
+    """`reap` without a config: this node's servers of killed runs removed (the caller's
+    environment in); None where it finds nowhere to look (no engine, no queue)."""
+    shown_argv: str | None = None
+    """The `server:` field `candidates` prints as the server's command line; None: `command`
+    where it has one, else `args`."""
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What a launcher's `reap` did on this node."""
+
+    looked: str
+    """Where it looked: `the Docker engine`, `the Slurm queue`."""
+    removed: list[str] = field(default_factory=list)
+    """One line per server removed."""
+    failed: list[str] = field(default_factory=list)
+    """Why it could not look, or remove one."""
 
 
 LAUNCHERS: Registry[LauncherKind] = Registry("launcher", "launcher")
@@ -390,6 +419,12 @@ class CheckKind:
     make: Callable[[Any, CheckContext], Check]
     default: bool = False
     """Run by a config without `checks:`."""
+    cost: int | None = None
+    """Where it runs in a probe's suite, cheapest first (`probe.early_stop` stops at the first
+    failure): canary 0, expect 1, logprobs 2, eval 3; None: at least an eval's."""
+    neutral: frozenset[str] = frozenset()
+    """Its settings that judge against a golden without shaping what it records (thresholds,
+    concurrency), beyond config.GOLDEN_NEUTRAL: changing them keeps the golden."""
     shows: frozenset[str] = frozenset()
     """What the reports draw from its results' details: `divergences` (per-prompt cases with
     the first divergent token and per-position |Δlogprob|), `accuracy` (metrics.accuracy and
@@ -397,6 +432,16 @@ class CheckKind:
 
 
 CHECKS: Registry[CheckKind] = Registry("check type", "type")
+
+
+DEFAULT_COST = 4
+"""A check kind that declares no cost runs after the built-in ones (a benchmark harness)."""
+
+
+def cost_of(name: str) -> int:
+    """A check's place in the suite by its kind's declared cost (CheckKind.cost)."""
+    kind = CHECKS._kinds.get(name)
+    return DEFAULT_COST if kind is None or kind.cost is None else kind.cost
 
 
 def showing(what: str) -> frozenset[str]:

@@ -23,6 +23,7 @@ from .collectenv import collected
 from .errors import EndpointError, LaunchError, NotReady, ReplyTooLarge, ServerExited, ServerFault
 from .files import head_text
 from .fingerprint import Fingerprint, ImageFacts, ServedFacts, parse_startup_log
+from .kinds import cost_of
 from .launchers import Launcher, Server
 from .model import (
     Candidate,
@@ -273,7 +274,7 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
                 and candidate.commit not in ctx.full
                 and (baseline is None or baseline.commit != candidate.commit)
             )
-            checks = cheapest_first(ctx.checks)
+            checks = cheapest_first(ctx.checks, cost_of)
             for _ in range(ctx.repeats):
                 found.results, found.not_run = _suite(checks, api, baseline, stop, ctx.decisive)
                 runs.append(judge(found.results))

@@ -150,4 +150,4 @@ def from_config(cfg: CanaryConfig, ctx: CheckContext) -> CanaryCheck:
     return CanaryCheck(cfg.prompts, budget=budget_of(cfg))
 
 
-KIND = CHECKS.register(CheckKind("canary", CanaryConfig, make=from_config, default=True))
+KIND = CHECKS.register(CheckKind("canary", CanaryConfig, make=from_config, default=True, cost=0))

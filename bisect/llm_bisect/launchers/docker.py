@@ -67,6 +67,7 @@ from ..kinds import (
     EndContext,
     LauncherContext,
     LauncherKind,
+    Leftovers,
     Preflight,
     PreflightContext,
 )
@@ -951,6 +952,20 @@ def resolve_image_end(cfg: DockerServerConfig, ctx: EndContext, ref: str, key: s
     return replace(candidate, artifact=ref)
 
 
+def reap_node(environ: Mapping[str, str]) -> Leftovers | None:
+    """`reap` without a config: this node's Docker engine's containers of killed runs (None
+    where no engine answers)."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException:
+        return None  # no engine on this node: nothing of ours there
+    try:
+        return Leftovers("the Docker engine", reap_engine(client))
+    except LaunchError as exc:
+        return Leftovers("the Docker engine", [], [str(exc)])
+
+
 KIND = LAUNCHERS.register(
     LauncherKind(
         "docker",
@@ -961,6 +976,7 @@ KIND = LAUNCHERS.register(
         preflight=_preflight,
         devices=_devices,
         resolve_end=resolve_image_end,
+        reap=reap_node,
         placement=frozenset({"docker_hosts", "pull", "stop_timeout", "prefetch", "port"}),
     )
 )
