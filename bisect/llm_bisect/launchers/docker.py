@@ -73,7 +73,7 @@ from ..kinds import (
 )
 from ..model import Candidate
 from ..redact import Masker, redact
-from ..registry import Registry, parse_image_ref
+from ..registry import RegistryClient, parse_image_ref
 from ..report import escape as esc
 from . import Artifact, Instrument, Launcher
 from .common import LoggedServer, PortBook, owner_label, placement_facts, stranger_on, wait_ready
@@ -517,7 +517,7 @@ class DockerLauncher:
         run_id: str,
         client: docker.DockerClient | None = None,
         engine: str | None = None,
-        registry: Registry | None = None,
+        registry: RegistryClient | None = None,
         builder: Builder | None = None,
         logins: Mapping[str, tuple[str, str]] | None = None,
         report: Callable[[str], None] = lambda _: None,
@@ -546,7 +546,7 @@ class DockerLauncher:
         self.images = Images(
             self.engine,
             registry
-            or Registry(
+            or RegistryClient(
                 username=cfg.registry.username, password=cfg.registry.password, logins=logins
             ),
             pull=cfg.pull,
