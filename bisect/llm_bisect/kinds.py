@@ -11,7 +11,10 @@ A kind is one module that owns its config model (a pydantic model whose tag fiel
     KIND = CHECKS.register(CheckKind("canary", CanaryConfig, make=from_config))
 
 A built-in kind's module is also named in BUILTIN (its place there is its place in the
-schema and in "known: ..."); a kind from elsewhere registers by importing its module.
+schema and in "known: ..."); a kind from another package names its module in an entry
+point of the `llm_bisect.kinds` group (plugins.py). A kind declares on its registration the
+facts other modules ask of it (LauncherKind.placement, shape, argv, cache_mount, reap;
+CheckKind.cost, neutral): adding one is its module and one line.
 config.py builds its discriminated unions and its "known" lists from these registries
 (`Tagged`), and the services look a kind up by the tag the config carries:
 
