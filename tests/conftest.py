@@ -15,6 +15,7 @@ import docker.errors
 import pytest
 
 from helpers import History
+from llm_bisect import plugins
 from localregistry import LocalRegistry, serving
 from toybuild import index, toy  # noqa: F401  (fixtures of the build tests)
 
@@ -22,6 +23,10 @@ from toybuild import index, toy  # noqa: F401  (fixtures of the build tests)
 # installed llm-bisect's (pytest's `pythonpath` reaches this process only).
 _SOURCE = str(Path(__file__).resolve().parents[1] / "bisect")
 os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE, *filter(None, [os.environ.get("PYTHONPATH")])])
+
+# The kinds load once, explicitly, as the CLI and services.setup load them (plugins.load);
+# tests that read a config in this process need them too.
+plugins.load()
 
 # Tests never reach the network: Hugging Face datasets come from local files only.
 os.environ["HF_DATASETS_OFFLINE"] = "1"

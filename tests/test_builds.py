@@ -21,13 +21,14 @@ import yaml
 from typer.testing import CliRunner
 
 from helpers import live_processes, wait_until, write_config
-from llm_bisect.builds import Builder, run_logged
+from llm_bisect.builds import Builder
 from llm_bisect.builds.cache import BuildCache, disk_bytes
 from llm_bisect.builds.command import CommandStrategy
 from llm_bisect.builds.overlay import compiled_changes
 from llm_bisect.builds.prefetch import BuildPrefetcher
 from llm_bisect.cli import cli
 from llm_bisect.errors import LaunchError
+from llm_bisect.logs import run_logged
 from llm_bisect.sources.git import GitSource
 from toybuild import INDEX_LOGIN
 

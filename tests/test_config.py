@@ -22,9 +22,12 @@ from llm_bisect.config import (
     SearchConfig,
     check_digest,
     config_digest,
+    differing,
     expand_env,
     parse_config,
     server_digest,
+    server_environment,
+    setting_digests,
 )
 from llm_bisect.errors import ConfigError
 from llm_bisect.services.setup import fast_section
@@ -561,3 +564,39 @@ def test_batch_invariant_is_a_server_variable_and_part_of_the_digest() -> None:
     assert config_digest(on) != config_digest(parse_config(base()))
     off = parse_config({**base(), "probe": {"batch_invariant": False}})
     assert config_digest(off) == config_digest(parse_config(base()))
+
+
+def test_the_digest_leaves_out_where_and_how_long_but_counts_what_picks_the_hardware() -> None:
+    """A Slurm account, retries, pending_timeout or ready_timeout changed resumes the run; a
+    partition or server.env value changed is another config, and names its key."""
+    slurm = {
+        **base(),
+        "server": {
+            "launcher": "slurm",
+            "command": ["serve", "--port", "{port}"],
+            "partition": "gpu",
+            "account": "team-a",
+        },
+    }
+    plain = parse_config(slurm)
+    for change in (
+        {"account": "team-b"},
+        {"retries": 3},
+        {"pending_timeout": 60},
+        {"ready_timeout": 1200},
+    ):
+        changed = parse_config({**slurm, "server": {**slurm["server"], **change}})
+        assert config_digest(changed) == config_digest(plain), change
+    other = parse_config({**slurm, "server": {**slurm["server"], "partition": "b300"}})
+    assert differing(setting_digests(plain), setting_digests(other)) == ["server.partition"]
+    moded = parse_config({**base(), "server": {**base()["server"], "env": {"MODE": "a"}}})
+    a = server_environment(moded, {"MODE": "a"}, {"VLLM_X": "1", "HOME": "/h"})
+    b = server_environment(moded, {"MODE": "b"}, {"VLLM_X": "1", "HOME": "/elsewhere"})
+    assert a == {"MODE": "a", "VLLM_X": "1"}  # what the engine reads, not HOME
+    assert differing(setting_digests(moded, a), setting_digests(moded, b)) == ["server.env.MODE"]
+    # a secret counts by name: a rotated token resumes, and its value is never written
+    token = parse_config({**base(), "server": {**base()["server"], "env": {"T": "${HF_TOKEN}"}}})
+    one = server_environment(token, {"T": "hf_one"}, {"HF_TOKEN": "hf_one"})
+    two = server_environment(token, {"T": "hf_two"}, {"HF_TOKEN": "hf_two"})
+    assert config_digest(token, one) == config_digest(token, two)
+    assert "hf_one" not in str(setting_digests(token, one))

@@ -30,7 +30,7 @@ from helpers import (
 from llm_bisect import app
 from llm_bisect.fingerprint import Fingerprint
 from llm_bisect.journal import read_events
-from llm_bisect.launchers.common import LINE_CHARS
+from llm_bisect.logs import LINE_CHARS
 from llm_bisect.model import Stage
 from llm_bisect.report.documents import GateDocument, ResultDocument
 from llm_bisect.report.gate import HEADLINE, HEADLINE_OF, render_gate_markdown, render_junit

@@ -8,23 +8,34 @@ and a bisection through the CLI's `run` uses them to find the culprit.
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, Literal
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
 
 from helpers import History, write_config
-from llm_bisect.checks import ChatEndpoint
+from llm_bisect.checks import ChatEndpoint, cheapest_first
 from llm_bisect.checks.golden import Golden
 from llm_bisect.cli import cli
-from llm_bisect.config import CheckBase, Config, ServerBase, parse_config
+from llm_bisect.config import (
+    CheckBase,
+    Config,
+    ServerBase,
+    check_digest,
+    config_digest,
+    differing,
+    parse_config,
+    server_digest,
+    setting_digests,
+)
 from llm_bisect.errors import ConfigError, UnknownKind
 from llm_bisect.kinds import (
     CHECKS,
@@ -32,9 +43,13 @@ from llm_bisect.kinds import (
     CheckKind,
     LauncherContext,
     LauncherKind,
+    Leftovers,
+    cost_of,
 )
 from llm_bisect.launchers import Artifact, Instrument
 from llm_bisect.model import Candidate, CheckResult
+from llm_bisect.services.reap import reap_servers
+from llm_bisect.services.setup import fast_section, setup, with_engine_cache
 from llm_bisect.sim.server import Engine, engine_settings, serve
 
 # ---- a toy launcher: the simulator's engine served in this process ---------------------------
@@ -232,3 +247,106 @@ def test_a_kind_that_left_is_unknown_again(toys: None) -> None:
 def test_a_tag_is_registered_once() -> None:
     with pytest.raises(ValueError, match="launcher 'docker' is registered already"):
         LAUNCHERS.register(LauncherKind("docker", ToyServerConfig, make=ToyLauncher))
+
+
+# ---- a kind declares its facts: nothing else is edited -------------------------------------
+
+
+class FactsServerConfig(ToyServerConfig):
+    """A toy launcher with fields of every sort the other modules ask a launcher about."""
+
+    launcher: Literal["facts"]  # type: ignore[assignment]
+    flavour: str = "plain"
+    """Shapes what the server answers: in the golden's identity and the digest."""
+    zone: str = "a"
+    """Where it runs: in neither."""
+    launch_argv: list[str] = Field(default_factory=list)
+    """An argument list of its own: secrets masked, fast args added."""
+    mounts: list[str] = Field(default_factory=list)
+    """Where the engine cache is mounted."""
+
+
+def _reap_facts(environ: Mapping[str, str]) -> Leftovers | None:
+    return Leftovers("the facts cluster", [f"server of {environ.get('FACTS_OWNER', '?')}"])
+
+
+FACTS_LAUNCHER = LauncherKind(
+    "facts",
+    FactsServerConfig,
+    make=ToyLauncher,
+    shape=frozenset({"flavour"}),
+    placement=frozenset({"zone"}),
+    argv=("launch_argv",),
+    cache_mount=lambda cfg, root: cfg.model_copy(update={"mounts": [*cfg.mounts, str(root)]}),
+    reap=_reap_facts,
+    shown_argv="launch_argv",
+)
+
+
+class CostlyConfig(ToyCheckConfig):
+    type: Literal["costly"]  # type: ignore[assignment]
+    patience: int = 1
+    """How long it waits: never what the golden records."""
+
+
+class Costly(ToyCheck):
+    name = "costly"
+
+
+FACTS_CHECK = CheckKind(
+    "costly",
+    CostlyConfig,
+    make=lambda cfg, ctx: Costly(cfg),
+    cost=-1,
+    neutral=frozenset({"patience"}),
+)
+
+
+def test_a_kind_s_declared_facts_reach_every_module_that_asks(tmp_path: Path, history: Any) -> None:
+    """A launcher and a check registered here, with their facts on their registration: the
+    golden's identity, the digest, secret masking, the fast setup's flags, the engine cache's
+    mount, `reap` and the suite's order all see them, with no module of the package edited."""
+    h: History = history({}, n=2)
+    server = {
+        "launcher": "facts",
+        "repo": str(h.repo),
+        "launch_argv": ["serve", "--api-key", "s3cret-value"],
+    }
+    base = {
+        "candidates": {"repo": str(h.repo), "good": h.shas[0], "bad": h.shas[-1]},
+        "server": server,
+        "checks": [{"type": "canary"}, {"type": "costly"}],
+    }
+    with LAUNCHERS.registered(FACTS_LAUNCHER), CHECKS.registered(FACTS_CHECK):
+        plain = parse_config(base)
+        flavoured = parse_config({**base, "server": {**server, "flavour": "spicy"}})
+        zoned = parse_config({**base, "server": {**server, "zone": "b"}})
+        # the golden's identity: a golden of another flavour is another setup's
+        assert server_digest(flavoured.server) != server_digest(plain.server)
+        assert server_digest(zoned.server) == server_digest(plain.server)
+        # the digest: a run resumes in another zone, not with another flavour
+        assert config_digest(zoned) == config_digest(plain)
+        assert differing(setting_digests(plain), setting_digests(flavoured)) == ["server.flavour"]
+        patient = parse_config({**base, "checks": [{"type": "costly", "patience": 9}]})
+        impatient = parse_config({**base, "checks": [{"type": "costly"}]})
+        assert check_digest(patient.checks[0]) == check_digest(impatient.checks[0])
+        # secret masking: a flag named like a secret in its own argument list
+        config = write_config(tmp_path / "facts.yaml", base)
+        s = setup(config, {"PATH": os.environ["PATH"]})
+        assert "s3cret-value" not in s.scrub.text("--api-key s3cret-value")
+        # the fast setup's flags go after its own argument list
+        fast = fast_section(server, ["--max-model-len", "256"], {})
+        assert fast["launch_argv"] == [*server["launch_argv"], "--max-model-len", "256"]
+        # the engine cache is mounted its way
+        cached = parse_config({**base, "probe": {"engine_cache": {"dir": str(tmp_path / "c")}}})
+        mounted, _ = with_engine_cache(cached, {}, tmp_path)
+        assert mounted.server.mounts == [str(tmp_path / "c")]  # type: ignore[union-attr]
+        # reap without a config asks it where its leftovers are
+        done = reap_servers(None, {"PATH": "/nowhere", "FACTS_OWNER": "run-7"})
+        assert "the facts cluster" in done.looked and "server of run-7" in done.removed
+        # the suite runs it first: it declares itself the cheapest
+        assert [c.name for c in cheapest_first(s.checks, cost_of)] == ["costly", "canary"]
+        # `candidates` prints its own argument list as the server's command line
+        code = CliRunner().invoke(cli, ["candidates", str(config)])
+        assert code.exit_code == 0, code.output
+        assert "server: serve --api-key" in code.output and "s3cret-value" not in code.output

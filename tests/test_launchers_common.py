@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_bisect.launchers.common import LINE_CHARS, SCAN_BYTES, placement_facts, tail
+from llm_bisect.launchers.common import placement_facts
+from llm_bisect.logs import LINE_CHARS, SCAN_BYTES, tail
 
 REASON = "RuntimeError: CUDA error: an illegal memory access was encountered"
 

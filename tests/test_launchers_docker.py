@@ -48,7 +48,7 @@ from llm_bisect.launchers.docker_engine import (
 )
 from llm_bisect.launchers.spread import Spread
 from llm_bisect.model import Candidate
-from llm_bisect.registry import Registry, parse_image_ref
+from llm_bisect.registry import RegistryClient, parse_image_ref
 from llm_bisect.sim.docker import (
     PYTHON,
     SimRegistry,
@@ -664,7 +664,7 @@ def test_registry_client_follows_a_bearer_challenge() -> None:
     registry = SimRegistry(token="t0k3n")
     digest = registry.add_image("org/img", "v1", {"fault": "none"}, labels={"a": "b"})
     with registry.running():
-        reg = Registry()
+        reg = RegistryClient()
         ref = parse_image_ref(f"{registry.host}/org/img:v1")
         manifest = reg.manifest(ref)
         assert manifest is not None and manifest.digest == digest and manifest.size > 0
@@ -721,7 +721,7 @@ def test_a_multi_arch_image_is_sized_for_this_node(
         name, "v1", {"fault": "none"}, pads={"amd64": 1000, "arm64": 50_000}
     )
     ref = parse_image_ref(f"{upstream.host}/{name}:v1")
-    on_gb200, on_x86 = Registry(architecture="arm64"), Registry(architecture="amd64")
+    on_gb200, on_x86 = RegistryClient(architecture="arm64"), RegistryClient(architecture="amd64")
     arm_m, amd_m = on_gb200.manifest(ref), on_x86.manifest(ref)
     assert arm_m is not None and amd_m is not None
     assert arm_m.digest == amd_m.digest == index  # the reference's own digest

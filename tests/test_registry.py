@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from llm_bisect.launchers.docker_images import docker_logins
-from llm_bisect.registry import DOCKER_HUB, ImageRef, Registry, RegistryError, parse_image_ref
+from llm_bisect.registry import DOCKER_HUB, ImageRef, RegistryClient, RegistryError, parse_image_ref
 from llm_bisect.sim.docker import SimRegistry
 
 DIGEST = "sha256:" + "a" * 64
@@ -63,7 +63,7 @@ def test_docker_login_credentials_open_a_private_registry(
     registry.add_image("org/img", "v1", {"fault": "none"})
     with registry.running():
         ref = parse_image_ref(f"{registry.host}/org/img:v1")
-        anonymous = Registry()
+        anonymous = RegistryClient()
         with pytest.raises(RegistryError, match="refused an anonymous request; `docker login"):
             anonymous.manifest(ref)
         anonymous.close()
@@ -74,7 +74,7 @@ def test_docker_login_credentials_open_a_private_registry(
         )
         logins = docker_logins([registry.host, "other.example:5000"])
         assert logins == {registry.host: ("ci-bot", "s3cret-pass")}
-        reg = Registry(logins=logins)
+        reg = RegistryClient(logins=logins)
         assert reg.manifest(ref) is not None
         reg.close()
 
@@ -101,11 +101,11 @@ def test_a_credential_helper_answers_for_its_registry(
         )
         logins = docker_logins([registry.host])
         assert logins == {registry.host: ("helper-user", "helper-secret-1")}
-        reg = Registry(logins=logins)
+        reg = RegistryClient(logins=logins)
         ref = parse_image_ref(f"{registry.host}/org/img:v1")
         assert reg.manifest(ref) is not None
         reg.close()
-        no_login = Registry()
+        no_login = RegistryClient()
         with pytest.raises(RegistryError, match="asks for a login; `docker login"):
             no_login.manifest(ref)
         no_login.close()
@@ -117,7 +117,7 @@ def test_a_bearer_token_that_expired_is_asked_for_again_not_taken_for_a_missing_
     registry = SimRegistry(token="first-token")
     registry.add_image("org/img", "v1", {"fault": "none"})
     with registry.running():
-        reg = Registry()
+        reg = RegistryClient()
         ref = parse_image_ref(f"{registry.host}/org/img:v1")
         assert reg.manifest(ref) is not None
         registry.token = "second-token"  # the first one expired

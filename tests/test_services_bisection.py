@@ -211,3 +211,46 @@ def test_the_report_says_which_releases_hold_the_culprit_picks_included(
     code, output = invoke("report", str(out))
     assert code == 0, output
     assert json.loads((out / "result.json").read_text())["reach"] == reach
+
+
+def test_a_resume_with_another_server_environment_is_refused_naming_the_key(
+    tmp_path: Path, history: Any
+) -> None:
+    """A run begun with MODE=a, resumed with MODE=b (in server.env, or inherited from the
+    caller by the process launcher), would name a culprit of neither setup: refused, and the
+    message says which variable differs."""
+    h: History = history({3: "null-content"}, n=6)
+    out = tmp_path / "out"
+    begun = h.config(server={"env": {"MODE": "a"}}, checks=[{"type": "canary"}])
+    code, output = invoke_env({"VLLM_SIM_KNOB": "1"}, "run", str(begun), "--out", str(out))
+    assert code == 0, output
+    other = h.config(server={"env": {"MODE": "b"}}, checks=[{"type": "canary"}])
+    code, output = invoke_env({"VLLM_SIM_KNOB": "1"}, "run", str(other), "--out", str(out))
+    assert code == 2 and "another config" in output and "server.env.MODE" in output, output
+    code, output = invoke_env({"VLLM_SIM_KNOB": "2"}, "run", str(begun), "--out", str(out))
+    assert code == 2 and "server.env.VLLM_SIM_KNOB" in output, output
+    assert "server.env.MODE" not in output
+    code, output = invoke_env({"VLLM_SIM_KNOB": "1"}, "run", str(begun), "--out", str(out))
+    assert code == 0 and "resumed" in output, output
+
+
+def test_a_resume_after_a_longer_ready_timeout_resumes(tmp_path: Path, history: Any) -> None:
+    """How long the server may take to start never changes a verdict: the run resumes with
+    its finished probes (none probed again)."""
+    h: History = history({3: "null-content"}, n=6)
+    launches = tmp_path / "launches"
+    command = [*h.config_command(), "--launch-log", str(launches)]
+    out = tmp_path / "out"
+    begun = h.config(server={"command": command, "ready_timeout": 30}, checks=[{"type": "canary"}])
+    assert invoke("run", str(begun), "--out", str(out))[0] == 0
+    first = launches.read_text()
+    later = h.config(server={"command": command, "ready_timeout": 60}, checks=[{"type": "canary"}])
+    code, output = invoke("run", str(later), "--out", str(out))
+    assert code == 0 and f"found: {h.shas[3]}" in output, output
+    assert launches.read_text() == first
+
+
+def invoke_env(env: dict[str, str], *args: str) -> tuple[int, str]:
+    """The CLI run with these variables in the caller's environment."""
+    result = CliRunner().invoke(cli, list(args), env=env)
+    return result.exit_code, result.output

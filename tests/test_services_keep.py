@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from helpers import History, write_config
 from llm_bisect.cli import cli
-from llm_bisect.registry import Registry, parse_image_ref
+from llm_bisect.registry import RegistryClient, parse_image_ref
 from llm_bisect.sim.docker import SimRegistry, sim_server
 from localregistry import OCI_MANIFEST, LocalRegistry
 
@@ -291,7 +291,7 @@ def test_the_tags_list_is_read_across_its_pages() -> None:
     for i in range(5):
         registry.add_image("org/vllm", f"t{i}", {"fault": "none"})
     with registry.running():
-        client = Registry()
+        client = RegistryClient()
         try:
             tags = client.tags(parse_image_ref(f"{registry.host}/org/vllm"), page=2)
         finally:

@@ -20,13 +20,14 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 import typer.core
 
-from . import __version__
+from . import __version__, plugins
 from .checks.golden import load as golden_load
 from .checks.golden import schema as golden_schema
 from .checks.golden import warnings as golden_warnings
 from .config import Config, shown
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
+from .kinds import LAUNCHERS
 from .launchers import Artifact
 from .model import Candidate, Verdict
 from .outdir import claim, hold, prepare
@@ -759,7 +760,10 @@ def candidates_cmd(
         if plan.anchor is not None:
             term.out(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
         server = s.config.server
-        argv = getattr(server, "command" if "command" in type(server).model_fields else "args")
+        field = LAUNCHERS[server.launcher].shown_argv
+        if field is None:
+            field = "command" if "command" in type(server).model_fields else "args"
+        argv = getattr(server, field)
         words = printable(shlex.join(shown(a) for a in argv))
         term.out(f"server: {words} (ready within {server.ready_timeout:g}s)")
         missing = 0
@@ -974,7 +978,7 @@ def keep_cmd(
 
     from .launchers.docker_images import docker_logins
     from .ledger import default_path
-    from .registry import Registry, parse_image_ref
+    from .registry import RegistryClient, parse_image_ref
     from .services.keep import keep
 
     def body(term: Terminal) -> int:
@@ -989,7 +993,7 @@ def keep_cmd(
         name = f"{upstream.registry}/{upstream.repository}"
         path = ledger or default_path(name)
         hosts = [upstream.registry] + ([copy_to.registry] if copy_to else [])
-        registry = Registry(logins=docker_logins(hosts))
+        registry = RegistryClient(logins=docker_logins(hosts))
         try:
             done = keep(
                 registry,
@@ -1166,6 +1170,11 @@ def _main(
     ] = False,
 ) -> None:
     """Find the commit that silently broke an LLM serving engine."""
+    try:
+        plugins.load()  # the built-in kinds, then installed packages' (entry points)
+    except LlmBisectError as exc:
+        typer.echo(f"llm-bisect: error: {exc}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
 
 
 def main() -> None:

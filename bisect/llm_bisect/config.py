@@ -1001,6 +1001,15 @@ SERVER_SHAPE = frozenset(
     {"command", "worker_command", "image", "args", "entrypoint", "container_image", "env"}
 )
 """What a server runs and with what environment; not where, how long or how it is reached."""
+SERVER_ARGV = ("command", "args", "worker_command", "entrypoint")
+"""The built-in launchers' argument lists (a launcher adds its own: LauncherKind.argv)."""
+
+
+def server_argv(server: ServerBase | Mapping[str, Any]) -> tuple[str, ...]:
+    """The `server:` fields that are argument lists, for this server's launcher."""
+    tag = server.get("launcher", "process") if isinstance(server, Mapping) else server.launcher
+    extra = LAUNCHERS[tag].argv if isinstance(tag, str) and tag in LAUNCHERS else ()
+    return (*SERVER_ARGV, *extra)
 
 
 def _digest(data: Any) -> str:
@@ -1010,7 +1019,8 @@ def _digest(data: Any) -> str:
 def check_digest(check: CheckConfig) -> str:
     """A digest of the settings that shape a check's golden section (prompts, cases, budgets,
     request fields, the eval's source and format); thresholds are left out."""
-    data = check.model_dump(mode="json", exclude_defaults=True, exclude=set(GOLDEN_NEUTRAL))
+    neutral = CHECKS[check.type].neutral if check.type in CHECKS else frozenset()
+    data = check.model_dump(mode="json", exclude_defaults=True, exclude={*GOLDEN_NEUTRAL, *neutral})
     return _digest({**data, "type": check.type})
 
 
@@ -1018,40 +1028,115 @@ def server_digest(server: ServerBase) -> str:
     """A digest of how the server is started: its command (image, args, entrypoint) and its
     environment, where variables named like secrets count by name only. Timeouts, hosts and
     scheduling are left out; so is `model`, which a golden records apart."""
-    data = server.model_dump(mode="json", include=set(SERVER_SHAPE), exclude_defaults=True)
+    shape = LAUNCHERS[server.launcher].shape if server.launcher in LAUNCHERS else frozenset()
+    data = server.model_dump(mode="json", include={*SERVER_SHAPE, *shape}, exclude_defaults=True)
     secret = set(secret_names(server.env))
     if "env" in data:
         data["env"] = {k: None if k in secret else v for k, v in data["env"].items()}
     return _digest(data)
 
 
-def config_digest(config: Config) -> str:
-    """A stable digest of what decides verdicts; env values are left out (secrets). Keys at
-    their defaults are left out too, so a key a later llm-bisect adds does not turn a
-    journal into "another config's"."""
+SERVER_PLACEMENT = frozenset({"ready_timeout", "request_timeout", "collect_env", "slot_gpus"})
+"""Server settings of every launcher that say how long, where or what else is collected,
+never what the server answers: left out of the digest (a launcher adds its own:
+LauncherKind.placement)."""
+ENGINE_VARIABLE = re.compile(
+    r"^(?:VLLM|NCCL|TORCH|PYTORCH|CUDA|CUBLAS|CUDNN|NVSHMEM|FLASHINFER|TRITON|SGLANG"
+    r"|TRANSFORMERS|TOKENIZERS|OMP|MKL)_|^TORCH[A-Z_]*$|^(?:LD_PRELOAD|LD_LIBRARY_PATH|PYTHONPATH)$"
+)
+"""Inherited variables an engine reads: where the server inherits the caller's environment
+(LauncherKind.inherits), their values count in the digest as server.env's do."""
+PLACEMENT_VARIABLES = frozenset(
+    {"CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"}
+)
+"""Which GPUs a slot's server sees: placement (launchers/devices.py), never the verdict."""
+
+
+def server_environment(
+    config: Config, env: Mapping[str, str], environ: Mapping[str, str]
+) -> dict[str, str | None]:
+    """The environment the server runs with, as the digest counts it: the engine's variables
+    the launcher passes on from the caller (when it inherits the caller's environment) and
+    server.env, expanded (`env`); a secret's value (named like one, or taken from a variable
+    named like one) is None, so a rotated token resumes."""
+    inherits = config.server.launcher in LAUNCHERS and LAUNCHERS[config.server.launcher].inherits
+    passed = {k: v for k, v in environ.items() if ENGINE_VARIABLE.search(k)} if inherits else {}
+    written = config.server.env
+    merged: dict[str, str | None] = {**passed, **{k: env.get(k, v) for k, v in written.items()}}
+    for name in list(merged):
+        raw = written.get(name, "")
+        taken = [m.group(1) for m in _ENV_REF.finditer(raw)]
+        if name in PLACEMENT_VARIABLES and name not in written:
+            del merged[name]
+        elif _SECRET_NAME.search(name) or any(_SECRET_NAME.search(t) for t in taken):
+            merged[name] = None
+    return merged
+
+
+def verdict_settings(
+    config: Config, environment: Mapping[str, str | None] | None = None
+) -> dict[str, Any]:
+    """Every setting that can change a verdict, by dotted key (`server.env.MODE`,
+    `server.command`, `checks.0.prompts`). Left out: what comes after the search (localize,
+    confirm, candidates.later), how verdicts are weighed (search: the journal keeps the
+    policy each resume ran under), what a probe costs (probe.early_stop, engine_cache, fast),
+    how many run at once and where (parallel, docker_hosts, slot_gpus), how long and on
+    whose account (SERVER_PLACEMENT, the launcher's placement: a Slurm account, retries,
+    pending_timeout), credentials, links. Keys at their defaults are left out too, so a key
+    a later llm-bisect adds does not turn a journal into "another config's". `environment`
+    (server_environment): the server's environment with values; None: server.env's names."""
     data = config.model_dump(mode="json", exclude_defaults=True)
-    data.pop("localize", None)  # after the search: never a reason to start it again
-    data.pop("confirm", None)  # the same: `continue` set after "not confirmed" resumes
-    data.pop("search", None)  # how verdicts are weighed, never what they are (the journal
-    # keeps the policy each resume ran under); `symptom` counts some bad probes good, but
-    # the journal keeps each probe as it tested and the verdicts are counted from it again
-    # what a probe costs, never its verdict; `fast` picks which commits the full setup
-    # probes, never what they are: a run resumes with it set or not
+    for key in ("localize", "confirm", "search", "parallel"):
+        data.pop(key, None)
     for key in ("early_stop", "engine_cache", "fast"):
         data.get("probe", {}).pop(key, None)
-    if data.get("probe") == {}:
-        data.pop("probe")
-    data["candidates"].pop("url", None)  # links in the report only
-    data["candidates"].pop("later", None)  # probed after the search, as `confirm`
-    data.pop("parallel", None)  # how many at once, and where, never change a verdict
-    data["server"].pop("docker_hosts", None)
-    data["server"].pop("slot_gpus", None)
-    if "env" in data["server"]:
-        data["server"]["env"] = sorted(data["server"]["env"])
+    data["candidates"].pop("url", None)
+    data["candidates"].pop("later", None)
+    launcher = config.server.launcher
+    placement = LAUNCHERS[launcher].placement if launcher in LAUNCHERS else frozenset()
+    for key in (*SERVER_PLACEMENT, *placement):
+        data["server"].pop(key, None)
     if "registry" in data["server"]:
         data["server"]["registry"].pop("password", None)
-    blob = json.dumps(data, sort_keys=True).encode()
-    return hashlib.sha256(blob).hexdigest()
+        data["server"]["registry"].pop("username", None)
+    env = data["server"].pop("env", {})
+    flat: dict[str, Any] = {}
+    _flatten(data, "", flat)
+    if environment is None:
+        flat["server.env"] = sorted(env)
+    else:
+        for name, value in environment.items():
+            flat[f"server.env.{name}"] = value
+    return flat
+
+
+def _flatten(data: Any, key: str, into: dict[str, Any]) -> None:
+    if isinstance(data, dict):  # a section left empty (probe: {} once its costs are out)
+        for k, v in data.items():
+            _flatten(v, f"{key}.{k}" if key else str(k), into)
+    elif isinstance(data, list) and data and all(isinstance(v, dict) for v in data):
+        for i, v in enumerate(data):
+            _flatten(v, f"{key}.{i}", into)
+    else:
+        into[key] = data
+
+
+def setting_digests(
+    config: Config, environment: Mapping[str, str | None] | None = None
+) -> dict[str, str]:
+    """verdict_settings, each value hashed (an env value is never written, only its hash):
+    what a journal keeps so that a refused resume names the keys that differ."""
+    return {k: _digest(v)[:16] for k, v in verdict_settings(config, environment).items()}
+
+
+def config_digest(config: Config, environment: Mapping[str, str | None] | None = None) -> str:
+    """A stable digest of what decides verdicts (verdict_settings)."""
+    return _digest(setting_digests(config, environment))
+
+
+def differing(before: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
+    """The settings whose digests differ between two runs (added, removed or changed)."""
+    return sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
 
 
 def _rebuild() -> None:

@@ -160,6 +160,9 @@ class JournalState:
     reprobe: bool = False
     """Whether a verdict that contradicts a neighbour's is probed again (`probe.repeats:
     auto`; journals older than `reprobe` hold none: no)."""
+    settings: dict[str, str] = field(default_factory=dict)
+    """Each verdict setting's digest (config.setting_digests) when the run began (older
+    journals hold none): a resume under another config names the keys that differ."""
     policy: Policy = EXACT
     """How verdicts are weighed (`search:`): the latest `search` event's, else the head's
     (journals without one: flake 0, verdicts as facts)."""
@@ -258,6 +261,7 @@ def _state(events: list[dict[str, Any]]) -> JournalState | None:
     counted = [e["symptom"] for e in events if "symptom" in e and e["event"] in ("run", "symptom")]
     return JournalState(
         digest=head["digest"],
+        settings=_settings(head.get("settings")),
         plan=plan_from_json(head["plan"]),
         probes=tuple(ProbeOutcome.from_json(e["outcome"]) for e in events if e["event"] == "probe"),
         regress=Regress(head.get("regress", Regress.SEMANTIC.value)),
@@ -270,6 +274,12 @@ def _state(events: list[dict[str, Any]]) -> JournalState | None:
         policy=Policy.from_json(weighed[-1]) if weighed else EXACT,
         symptom=Symptom(counted[-1]) if counted else Symptom.ANY,
     )
+
+
+def _settings(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

@@ -11,21 +11,25 @@ A kind is one module that owns its config model (a pydantic model whose tag fiel
     KIND = CHECKS.register(CheckKind("canary", CanaryConfig, make=from_config))
 
 A built-in kind's module is also named in BUILTIN (its place there is its place in the
-schema and in "known: ..."); a kind from elsewhere registers by importing its module.
+schema and in "known: ..."); a kind from another package names its module in an entry
+point of the `llm_bisect.kinds` group (plugins.py). A kind declares on its registration the
+facts other modules ask of it (LauncherKind.placement, shape, argv, cache_mount, reap;
+CheckKind.cost, neutral): adding one is its module and one line.
 config.py builds its discriminated unions and its "known" lists from these registries
 (`Tagged`), and the services look a kind up by the tag the config carries:
 
     launcher = LAUNCHERS[config.server.launcher].make(config.server, ctx)
 
-An unknown tag is UnknownKind, never a default. The built-in kinds register when their
-modules are imported (BUILTIN, imported the first time a registry is read); a kind
-registered later (a test's toy) rebuilds the config models. This module imports only
-errors.py of the package: every kind module may import it.
+An unknown tag is UnknownKind, never a default. Importing a kind's module registers it,
+and nothing else: the built-in kinds (BUILTIN) and those of installed packages (entry
+points) are loaded once, explicitly, by plugins.load(), which the CLI, services.setup and
+`schema` call first (as pytest loads its default plugins, then the installed ones). This
+module has no side effect and imports only errors.py of the package: every kind module may
+import it.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -63,7 +67,7 @@ BUILTIN = (
     "llm_bisect.checks.vllm_eval",
 )
 """The modules whose import registers the built-in kinds, in the order the config schema
-lists them."""
+lists them (plugins.load imports them)."""
 
 
 class HasTag(Protocol):
@@ -92,7 +96,6 @@ class Registry(Generic[K]):
 
     def register(self, kind: K) -> K:
         """Add a kind; the config models then accept its tag. A tag is registered once."""
-        load_builtins()
         if kind.tag in self._kinds:
             raise ValueError(f"{self.seam} {kind.tag!r} is registered already")
         self._kinds[kind.tag] = kind
@@ -121,19 +124,16 @@ class Registry(Generic[K]):
             self.unregister(kind.tag)
 
     def __getitem__(self, tag: str) -> K:
-        load_builtins()
         try:
             return self._kinds[tag]
         except KeyError:
             raise UnknownKind(f"no {self.seam} {tag!r} (known: {self.known()})") from None
 
     def __contains__(self, tag: object) -> bool:
-        load_builtins()
         return tag in self._kinds
 
     def kinds(self) -> list[K]:
         """Every kind, in registration order."""
-        load_builtins()
         return list(self._kinds.values())
 
     def tags(self) -> list[str]:
@@ -158,42 +158,56 @@ class Tagged:
         choices: dict[Any, CoreSchema] = {
             k.tag: handler.generate_schema(k.config) for k in self.registry.kinds()
         }
+        if not choices:  # nothing loaded yet (plugins.load): a union of none accepts nothing
+            return core_schema.no_info_plain_validator_function(self._none_loaded)
         return core_schema.tagged_union_schema(choices, discriminator=self.registry.key)
+
+    def _none_loaded(self, value: Any) -> Any:
+        raise ValueError(f"no {self.registry.seam} is loaded (plugins.load() was not called)")
 
 
 _REGISTRIES: list[Registry[Any]] = []
 _listeners: list[Callable[[], None]] = []
-_loading = False
-_loaded = False
+_held = 0
+_missed = False
+
+
+def registries() -> list[Registry[Any]]:
+    """Every registry of kinds (launchers, build types, checks, sources)."""
+    return list(_REGISTRIES)
 
 
 def on_change(listener: Callable[[], None]) -> None:
-    """Call `listener` whenever a kind registers or leaves after the built-ins loaded (the
-    config models rebuild their unions)."""
+    """Call `listener` whenever a kind registers or leaves (the config models rebuild their
+    unions); while `held()`, once at its end."""
     _listeners.append(listener)
 
 
 def _changed() -> None:
-    if _loaded:
-        for listener in _listeners:
-            listener()
-
-
-def load_builtins() -> None:
-    """Import the built-in kind modules once (they register themselves)."""
-    global _loading, _loaded
-    if _loaded or _loading:
+    global _missed
+    if _held:
+        _missed = True
         return
-    _loading = True
+    for listener in _listeners:
+        listener()
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """Many kinds registered at once (plugins.load): the listeners hear of them once, after,
+    and the built-in kinds are put in BUILTIN's order."""
+    global _held, _missed
+    _held += 1
     try:
-        for module in BUILTIN:
-            importlib.import_module(module)
+        yield
     finally:
-        _loading = False
-    for registry in _REGISTRIES:
-        registry._in_builtin_order()
-    _loaded = True
-    _changed()
+        _held -= 1
+        if not _held:
+            for registry in _REGISTRIES:
+                registry._in_builtin_order()
+            if _missed:
+                _missed = False
+                _changed()
 
 
 def _nothing(*_: Any) -> None:
@@ -294,6 +308,42 @@ class LauncherKind:
     """Its config with `${VAR}` expanded in its paths."""
     resolve_end: Callable[[Any, EndContext, str, str], Candidate] | None = None
     """An end that is not a ref (an image that names its commit); None: refs only."""
+    placement: frozenset[str] = frozenset()
+    """Its `server:` fields that say where, how long or on whose account, never what the
+    server answers (a Slurm account, retries): left out of the config digest, so changing
+    one resumes. Fields that choose the hardware (partition, GPU type) are not placement."""
+    inherits: bool = False
+    """Its server inherits the caller's environment: the engine's variables in it
+    (config.ENGINE_VARIABLE) count in the digest as server.env does."""
+    shape: frozenset[str] = frozenset()
+    """Its `server:` fields that shape what the server answers beyond config.SERVER_SHAPE
+    (the golden's identity: a golden recorded with another value is refused)."""
+    argv: tuple[str, ...] = ()
+    """Its `server:` argument lists beyond config.SERVER_ARGV (command, args, worker_command,
+    entrypoint): flags named like secrets in them are masked, and `probe.fast.args` go after
+    them."""
+    cache_mount: Callable[[Any, Path], Any] | None = None
+    """Its `server:` config with the engine cache's folder (absolute) mounted where its server
+    runs; None: a launcher that runs images gets it in `volumes` where it has them, another
+    shares this machine's files."""
+    reap: Callable[[Mapping[str, str]], Leftovers | None] | None = None
+    """`reap` without a config: this node's servers of killed runs removed (the caller's
+    environment in); None where it finds nowhere to look (no engine, no queue)."""
+    shown_argv: str | None = None
+    """The `server:` field `candidates` prints as the server's command line; None: `command`
+    where it has one, else `args`."""
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What a launcher's `reap` did on this node."""
+
+    looked: str
+    """Where it looked: `the Docker engine`, `the Slurm queue`."""
+    removed: list[str] = field(default_factory=list)
+    """One line per server removed."""
+    failed: list[str] = field(default_factory=list)
+    """Why it could not look, or remove one."""
 
 
 LAUNCHERS: Registry[LauncherKind] = Registry("launcher", "launcher")
@@ -373,6 +423,12 @@ class CheckKind:
     make: Callable[[Any, CheckContext], Check]
     default: bool = False
     """Run by a config without `checks:`."""
+    cost: int | None = None
+    """Where it runs in a probe's suite, cheapest first (`probe.early_stop` stops at the first
+    failure): canary 0, expect 1, logprobs 2, eval 3; None: at least an eval's."""
+    neutral: frozenset[str] = frozenset()
+    """Its settings that judge against a golden without shaping what it records (thresholds,
+    concurrency), beyond config.GOLDEN_NEUTRAL: changing them keeps the golden."""
     shows: frozenset[str] = frozenset()
     """What the reports draw from its results' details: `divergences` (per-prompt cases with
     the first divergent token and per-position |Δlogprob|), `accuracy` (metrics.accuracy and
@@ -380,6 +436,16 @@ class CheckKind:
 
 
 CHECKS: Registry[CheckKind] = Registry("check type", "type")
+
+
+DEFAULT_COST = 4
+"""A check kind that declares no cost runs after the built-in ones (a benchmark harness)."""
+
+
+def cost_of(name: str) -> int:
+    """A check's place in the suite by its kind's declared cost (CheckKind.cost)."""
+    kind = CHECKS._kinds.get(name)
+    return DEFAULT_COST if kind is None or kind.cost is None else kind.cost
 
 
 def showing(what: str) -> frozenset[str]:

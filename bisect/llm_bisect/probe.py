@@ -33,6 +33,7 @@ from .errors import (
 )
 from .files import head_text
 from .fingerprint import Fingerprint, ImageFacts, ServedFacts, parse_startup_log
+from .kinds import cost_of
 from .launchers import Launcher, Server
 from .model import (
     Candidate,
@@ -314,7 +315,7 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
                 and candidate.commit not in ctx.full
                 and (baseline is None or baseline.commit != candidate.commit)
             )
-            checks = cheapest_first(ctx.checks)
+            checks = cheapest_first(ctx.checks, cost_of)
             for _ in range(ctx.repeats):
                 found.results, found.not_run = _suite(checks, api, baseline, stop, ctx.decisive)
                 runs.append(judge(found.results))

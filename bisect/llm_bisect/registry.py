@@ -121,7 +121,7 @@ def node_architecture() -> str:
     return _ARCH.get(machine, machine)
 
 
-class Registry:
+class RegistryClient:
     """The distribution API of any registry; Docker Hub's anonymous tokens included."""
 
     def __init__(

@@ -18,7 +18,7 @@ counts them (symptom.count), derived again at every step.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,6 +28,7 @@ from .checks.golden import GoldenStore
 from .checks.golden import warnings as golden_warnings
 from .client import OpenAIClient
 from .clock import SYSTEM, Clock
+from .config import differing
 from .errors import BrokenGoodEnd, JournalError
 from .files import write_atomic as write_atomic  # services write through it
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
@@ -111,6 +112,7 @@ def run(
     plan: Plan,
     *,
     digest: str,
+    settings: Mapping[str, str] | None = None,
     out_dir: Path,
     launcher: Launcher,
     checks: Sequence[Check],
@@ -170,8 +172,10 @@ def run(
         if journal.reading.dropped:
             progress.note(f"journal: cut off its {journal.reading.dropped}")
         if state is not None and (state.digest != digest or _commits(state.plan) != _commits(plan)):
+            changed = differing(state.settings, settings or {}) if state.settings else []
+            what = f" ({', '.join(changed)} differ)" if changed else ""
             raise JournalError(
-                f"{out_dir}: holds a run of another config or range; "
+                f"{out_dir}: holds a run of another config or range{what}; "
                 "resume it with the same config, or pick a new --out"
             )
         if state is None:
@@ -179,6 +183,7 @@ def run(
                 "run",
                 version=VERSION,
                 digest=digest,
+                **({"settings": dict(settings)} if settings else {}),
                 plan=plan_json(plan),
                 good=plan.good.commit,
                 bad=plan.bad.commit,

@@ -23,26 +23,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import ConfigDict
 
-from .. import guard
 from ..config import StrategyBase
 from ..errors import ConfigError, LaunchError
 from ..kinds import STRATEGIES, StrategyKind, StrategyRules
-from ..launchers.common import tail as log_tail
+from ..logs import tail
 from ..model import Candidate
-from ..redact import redact as redact_text
 from .cache import BuildCache, as_json
 
 
@@ -400,85 +393,6 @@ class Earlier:
 
     def names(self) -> list[str]:
         return [s.name for s in self.builder.strategies[: self.index]]
-
-
-GRACE_S = 5.0
-"""Seconds a build step gets between SIGTERM and SIGKILL."""
-
-
-def run_logged(
-    argv: Sequence[str],
-    log: Path,
-    *,
-    env: Mapping[str, str],
-    cwd: Path | None = None,
-    timeout: float | None = None,
-    what: str,
-    redact: Sequence[str] = (),
-    secrets: Sequence[str] = (),
-) -> None:
-    """Run a build step under the guard (guard.py), output appended to `log`.
-
-    The values of the `redact` variables and the `secrets` never reach the log (the
-    command line written first included). A non-zero exit or
-    a timeout is a LaunchError (the candidate is skip). The
-    guard ends the step and everything it started when this process stops
-    waiting: a timeout, Ctrl-C, the run ending, even a SIGKILL of llm-bisect.
-    """
-    with log.open("ab") as f:
-        f.write(("$ " + redact_text(" ".join(argv), secrets) + "\n").encode())
-        f.flush()
-        try:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-I",
-                    guard.__file__,
-                    str(GRACE_S),
-                    "--redact",
-                    ",".join(redact),
-                    "--",
-                    *argv,
-                ],
-                cwd=cwd,
-                env={**env, guard.SECRETS_VAR: json.dumps(list(secrets))},
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.PIPE,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise LaunchError(f"{what} could not run: {exc.strerror}") from None
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            _end(proc)
-            raise LaunchError(f"{what} ran past {timeout:g}s (build log)", tail(log)) from None
-        except BaseException:
-            _end(proc)
-            raise
-        finally:
-            if proc.stdin is not None:
-                proc.stdin.close()
-    if code != 0:
-        raise LaunchError(f"{what} exited with {code}", tail(log))
-
-
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    """The guard ends its group when stdin closes; SIGKILL after the grace if it lingers."""
-    if proc.stdin is not None:
-        proc.stdin.close()
-    try:
-        proc.wait(timeout=GRACE_S + 2)
-    except subprocess.TimeoutExpired:
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
-def tail(log: Path, lines: int = 20) -> str:
-    """A build log's tail (launchers.common.tail); the guard masked its secrets already."""
-    return log_tail(log, lines, [])
 
 
 # ---- the `type: image` strategy kind ---------------------------------------------------------

@@ -21,9 +21,10 @@ from pydantic import ConfigDict, Field, field_validator
 
 from ..config import StrategyBase, argv_secrets, check_placeholders, fill
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
+from ..logs import run_logged
 from ..model import Candidate
 from ..redact import redact
-from . import Build, ImageTarget, run_logged
+from . import Build, ImageTarget
 
 
 class CommandStrategy:

@@ -26,9 +26,10 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from ..errors import LaunchError
+from ..logs import run_logged
 from ..model import Candidate
 from ..redact import public_url
-from . import Build, run_logged
+from . import Build
 
 INSTALL_TIMEOUT_S = 1800.0
 

@@ -4,7 +4,7 @@
     route wheel/overlay  Builder.build: a stage (the wheel file, or the changed files)
           │
           ▼              a container of the base image (no network, the server's volumes)
-    inimage.py           run by the image's own Python: the stage written over the package
+    data/stage/inimage.py  run by the image's own Python: the stage written over the package
           │
           ▼              committed with the base image's config, labelled with the commit,
     llm-bisect-build:<commit>-<route>   the route, the base image's id and the build's facts
@@ -33,8 +33,9 @@ import requests
 from docker.models.images import Image
 
 from ..errors import LaunchError
+from ..logs import tail
 from ..model import Candidate
-from . import Build, ImageTarget, tail
+from . import Build, ImageTarget
 
 REPOSITORY = "llm-bisect-build"
 """Where derived images are tagged: `llm-bisect-build:<commit>-<route>`."""
@@ -48,7 +49,7 @@ KEY_LABEL = "llm-bisect.key"
 BUILD_LABEL = "llm-bisect.build"
 """The build's facts (JSON): wheel and sha256, or overlay base commit and files."""
 STAGE = "/llm-bisect-stage"
-SCRIPT = Path(__file__).with_name("inimage.py")
+SCRIPT = Path(__file__).parent.parent / "data" / "stage" / "inimage.py"
 
 
 def recorded(facts: Mapping[str, Any]) -> dict[str, Any]:

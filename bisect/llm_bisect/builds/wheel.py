@@ -62,9 +62,10 @@ from ..config import (
 from ..errors import ConfigError, LaunchError
 from ..index_page import links
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
+from ..logs import run_logged
 from ..model import Candidate
 from ..redact import public_url, url_credentials
-from . import Build, ImageTarget, base_image_fits, run_logged
+from . import Build, ImageTarget, base_image_fits
 
 INDEX_TIMEOUT_S = 30.0
 PAGE_DEADLINE_S = 4 * INDEX_TIMEOUT_S

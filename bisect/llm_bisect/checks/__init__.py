@@ -112,10 +112,15 @@ class StopsEarly(Protocol):
 COST_RANK = {"canary": 0, "expect": 1, "logprobs": 2, "eval": 3}
 """Checks by what a run of each costs, cheapest first: a few short greedy prompts (canary,
 expect), a short continuation with its logprobs and the golden's scored, then a set of
-problems (eval). Kinds not named here cost at least an eval (a benchmark harness)."""
+problems (eval). Kinds not named here cost at least an eval (a benchmark harness). The
+probe ranks by the kinds' declarations (kinds.CheckKind.cost); this is the default."""
 
 
-def cheapest_first(checks: Sequence[Check]) -> list[Check]:
+def cheapest_first(
+    checks: Sequence[Check], cost: Callable[[str], int] | None = None
+) -> list[Check]:
     """The suite in the order it runs: cheapest first, so that a suite that stops at its first
     failure (`probe.early_stop`) spends least; checks of one cost keep the config's order."""
+    if cost is not None:
+        return sorted(checks, key=lambda c: cost(c.name))
     return sorted(checks, key=lambda c: COST_RANK.get(c.name, len(COST_RANK)))

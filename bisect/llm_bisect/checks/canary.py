@@ -23,17 +23,15 @@ from ..config import CHAT_PROMPTS, Asks
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckDetails, CheckResult, Threshold
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
-from .budget import Budget, ask, budget_of, unfinished
+from .budget import Budget, ask, budget_of
 from .golden import Answer, CanarySection
-from .metrics import degeneration, excerpt, measure
+from .metrics import excerpt
+from .reply import judge_reply
 
 if TYPE_CHECKING:
     from ..client import ChatReply
     from .golden import Golden
 
-WORSE_COMPRESSION = 0.5
-"""Where the good build's text was degenerate too, the candidate's counts only when its
-compression ratio is under this fraction of the good build's (clearly worse)."""
 NO_GOLDEN_HINT = (
     "judged without a golden: if the good build does this too, raise max_tokens, set "
     "chat_template_kwargs, pick other prompts, or record a golden (`llm-bisect golden`)"
@@ -60,54 +58,6 @@ class CanaryDetails(CheckDetails):
     check: ClassVar[str] = "canary"
     cases: list[CanaryCase] = Field(default_factory=list)
     judged_against: JudgedAgainst = "golden"
-
-
-def judge_reply(
-    content: str | None,
-    reasoning: str | None,
-    finish_reason: str | None = "stop",
-    baseline: Answer | None = None,
-    used: int | None = None,
-) -> list[tuple[str, str]]:
-    """Why one reply is unhealthy, as (channel to show, problem); empty when healthy. Pure.
-
-    With `baseline` (the good build's answer to the same prompt) only what the good
-    build did not do counts; a cut answer's missing content never counts, but a cut
-    answer that had `used` >= twice the tokens the good build finished in does.
-    """
-    problems = []
-    cut = finish_reason == "length"
-    had_content = baseline is None or bool(baseline.content and baseline.content.strip())
-    if (content is None or not content.strip()) and not cut and had_content:
-        state = "null" if content is None else "empty"
-        if reasoning:
-            problems.append(
-                ("reasoning", f"content is {state}, text only in the reasoning channel")
-            )
-        else:
-            problems.append(("content", f"content is {state}"))
-    for channel, text in (("content", content), ("reasoning", reasoning)):
-        reasons = degeneration(text)
-        if not reasons or not _worse(text, channel, baseline):
-            continue
-        problems.append((channel, f"{channel} degenerate: {'; '.join(reasons)}"))
-    late = None
-    if baseline is not None and used is not None:
-        late = unfinished(baseline.finished_in, cut, used)
-    if late is not None:
-        problems.append(("content" if content else "reasoning", late))
-    return problems
-
-
-def _worse(text: str | None, channel: str, baseline: Answer | None) -> bool:
-    """Degenerate `text` counts unless the good build's was degenerate too and no better."""
-    if baseline is None or text is None:
-        return True
-    base = baseline.content if channel == "content" else baseline.reasoning
-    if not degeneration(base):
-        return True
-    assert base is not None
-    return measure(text).compression < WORSE_COMPRESSION * measure(base).compression
 
 
 def answer_of(prompt: str, reply: ChatReply, max_tokens: int) -> Answer:
@@ -200,4 +150,4 @@ def from_config(cfg: CanaryConfig, ctx: CheckContext) -> CanaryCheck:
     return CanaryCheck(cfg.prompts, budget=budget_of(cfg))
 
 
-KIND = CHECKS.register(CheckKind("canary", CanaryConfig, make=from_config, default=True))
+KIND = CHECKS.register(CheckKind("canary", CanaryConfig, make=from_config, default=True, cost=0))

@@ -609,6 +609,7 @@ KIND = CHECKS.register(
     CheckKind(
         "eval",
         EvalConfig,
+        cost=3,
         make=from_config,
         default=True,
         shows=frozenset({"accuracy"}),

@@ -167,4 +167,4 @@ def from_config(cfg: ExpectConfig, ctx: CheckContext) -> ExpectCheck:
     return ExpectCheck([(c.prompt, c.match) for c in cfg.cases], budget_of(cfg))
 
 
-KIND = CHECKS.register(CheckKind("expect", ExpectConfig, make=from_config, default=True))
+KIND = CHECKS.register(CheckKind("expect", ExpectConfig, make=from_config, default=True, cost=1))

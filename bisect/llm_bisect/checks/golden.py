@@ -37,6 +37,7 @@ from ..model import Threshold
 from ..redact import Scrub
 from ..sparse import AddedLater
 from .metrics import degeneration
+from .reply import judge_reply
 
 if TYPE_CHECKING:
     from . import Check, ServedEndpoint
@@ -352,10 +353,8 @@ def thresholds(golden: Golden | None, checks: Sequence[Check]) -> dict[str, dict
 
 def broken(golden: Golden) -> list[str]:
     """The canary prompts the good build itself answers badly by the canary's absolute rules
-    (canary.judge_reply without a baseline): content null or empty (not cut by its budget),
+    (reply.judge_reply without a baseline): content null or empty (not cut by its budget),
     or content or reasoning degenerate. Pure."""
-    from .canary import judge_reply  # canary reads this module's Answer: imported here
-
     section = golden.checks.canary
     cases = section.cases if section else []
     return [c.prompt for c in cases if judge_reply(c.content, c.reasoning, c.finish_reason)]

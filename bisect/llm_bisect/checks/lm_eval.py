@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..builds import run_logged
 from ..clock import SYSTEM
 from ..config import CheckBase
 from ..errors import ConfigError, EndpointError, HarnessError, LaunchError
 from ..files import read_capped
 from ..kinds import CHECKS, CheckContext, CheckKind
+from ..logs import run_logged
 from ..model import CheckDetails, CheckResult
 from .golden import LmEvalSection, SampleRun
 from .stats import ALPHA, POWER, TEST, PairedTest, Pairs, p_value, pairs

@@ -442,6 +442,7 @@ KIND = CHECKS.register(
     CheckKind(
         "logprobs",
         LogprobsConfig,
+        cost=2,
         make=from_config,
         default=True,
         shows=frozenset({"divergences"}),

@@ -8,12 +8,11 @@ a port is a local server's own process session or someone else's (a lost race).
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
@@ -25,7 +24,7 @@ from .. import lease
 from ..client import ModelList, parse_reply
 from ..errors import EndpointError, LaunchError, NotReady, ServerExited
 from ..fingerprint import BATCH_INVARIANT_VAR
-from ..redact import redact
+from ..logs import tail
 from ..retry import NotYetReady, readiness
 
 
@@ -216,57 +215,6 @@ def signals_deferred() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-LINE_CHARS = 400
-"""Each line of a log tail is cut to about this many characters (its start and its end)."""
-SCAN_BYTES = 4 * 2**20
-"""How far back from a log's end its tail looks for lines that look like errors."""
-ERROR_LINES = 10
-"""The most lines that look like errors kept from before the last lines."""
-ERROR = re.compile(
-    r"error|traceback|exception|killed|out of memory|segmentation fault|core dumped|fatal|abort",
-    re.IGNORECASE,
-)
-"""Lines that may say why a server died (`CUDA error`, `RuntimeError`, `Killed`, ...)."""
-
-
-def cut_line(line: str, limit: int = LINE_CHARS) -> str:
-    """A line of at most about `limit` characters: its start and end, and how much is left
-    out between them. Pure."""
-    if len(line) <= limit:
-        return line
-    half = limit // 2
-    return f"{line[:half]} … [{len(line) - 2 * half} characters cut] … {line[-half:]}"
-
-
-def tail_of(lines: Sequence[str], keep: int = 20) -> str:
-    """A log's tail: the last `keep` lines, and above them (then `…`) the last lines before
-    those that look like errors, every line cut to LINE_CHARS. Pure.
-
-    A crash's reason is often followed by pages of teardown, or by one endless line (a
-    progress bar): the reason still shows, and the tail stays a few kilobytes."""
-    last = list(lines[-keep:]) if keep > 0 else []
-    before = lines[: len(lines) - len(last)]
-    errors = [line for line in before if ERROR.search(line)][-ERROR_LINES:]
-    kept = [*errors, "…"] if errors else []
-    return "\n".join(cut_line(line) for line in [*kept, *last])
-
-
-def tail(path: Path, lines: int, secrets: list[str]) -> str:
-    """The tail of a log file (`tail_of`), secrets removed; read from its last SCAN_BYTES."""
-    try:
-        with path.open("rb") as f:
-            end = f.seek(0, os.SEEK_END)
-            start = max(0, end - SCAN_BYTES)
-            f.seek(start)
-            data = f.read(SCAN_BYTES)
-    except OSError:
-        return ""
-    every = redact(data.decode("utf-8", "replace"), secrets).splitlines()
-    if start > 0 and every:  # it begins mid-line, maybe mid-secret: only its end is shown
-        every[0] = "…" + every[0][-(LINE_CHARS // 2) :]
-    return tail_of(every, lines)
 
 
 def ready_once(http: httpx.Client) -> None:

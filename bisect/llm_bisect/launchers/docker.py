@@ -67,13 +67,14 @@ from ..kinds import (
     EndContext,
     LauncherContext,
     LauncherKind,
+    Leftovers,
     Preflight,
     PreflightContext,
 )
 from ..ledger import load as ledger_load
 from ..model import Candidate
 from ..redact import Masker, redact
-from ..registry import Registry, parse_image_ref
+from ..registry import RegistryClient, parse_image_ref
 from ..report import escape as esc
 from . import Artifact, Instrument, Launcher
 from .common import LoggedServer, PortBook, owner_label, placement_facts, stranger_on, wait_ready
@@ -517,7 +518,7 @@ class DockerLauncher:
         run_id: str,
         client: docker.DockerClient | None = None,
         engine: str | None = None,
-        registry: Registry | None = None,
+        registry: RegistryClient | None = None,
         builder: Builder | None = None,
         logins: Mapping[str, tuple[str, str]] | None = None,
         report: Callable[[str], None] = lambda _: None,
@@ -546,7 +547,7 @@ class DockerLauncher:
         self.images = Images(
             self.engine,
             registry
-            or Registry(
+            or RegistryClient(
                 username=cfg.registry.username, password=cfg.registry.password, logins=logins
             ),
             pull=cfg.pull,
@@ -986,6 +987,20 @@ def resolve_image_end(cfg: DockerServerConfig, ctx: EndContext, ref: str, key: s
     return replace(candidate, artifact=kept or ref)
 
 
+def reap_node(environ: Mapping[str, str]) -> Leftovers | None:
+    """`reap` without a config: this node's Docker engine's containers of killed runs (None
+    where no engine answers)."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException:
+        return None  # no engine on this node: nothing of ours there
+    try:
+        return Leftovers("the Docker engine", reap_engine(client))
+    except LaunchError as exc:
+        return Leftovers("the Docker engine", [], [str(exc)])
+
+
 KIND = LAUNCHERS.register(
     LauncherKind(
         "docker",
@@ -996,5 +1011,7 @@ KIND = LAUNCHERS.register(
         preflight=_preflight,
         devices=_devices,
         resolve_end=resolve_image_end,
+        reap=reap_node,
+        placement=frozenset({"docker_hosts", "pull", "stop_timeout", "prefetch", "port"}),
     )
 )

@@ -25,7 +25,7 @@ import docker.errors
 from docker.models.images import Image
 
 from ..errors import LaunchError
-from ..registry import DOCKER_HUB, Registry, RegistryError, parse_image_ref
+from ..registry import DOCKER_HUB, RegistryClient, RegistryError, parse_image_ref
 from . import Artifact
 from .docker_engine import Engine
 
@@ -70,7 +70,7 @@ class Images:
     def __init__(
         self,
         engine: Engine,
-        registry: Registry,
+        registry: RegistryClient,
         *,
         pull: str = "missing",
         report: Callable[[str], None] = lambda _: None,

@@ -67,7 +67,7 @@ from ..kinds import (
 )
 from ..model import Candidate
 from ..redact import Masker, redact
-from ..registry import Registry, RegistryError, parse_image_ref
+from ..registry import RegistryClient, RegistryError, parse_image_ref
 from . import Artifact, Instrument
 from .common import LoggedServer, owner_label, owner_pid, placement_facts, reapable, wait_ready
 
@@ -894,7 +894,7 @@ class KubernetesLauncher:
         secret_names: Sequence[str],
         run_id: str,
         api: Api | None = None,
-        registry: Registry | None = None,
+        registry: RegistryClient | None = None,
         logins: Mapping[str, tuple[str, str]] | None = None,
         report: Callable[[str], None] = lambda _: None,
         clock: Callable[[], float] = SYSTEM.monotonic,
@@ -910,7 +910,7 @@ class KubernetesLauncher:
         self.clock = clock
         self.sleep = sleep
         self.api = api or Api(cfg.namespace, cfg.kubeconfig, cfg.context, sleep)
-        self.registry = registry or Registry(logins=logins)
+        self.registry = registry or RegistryClient(logins=logins)
         self._digests: dict[str, str] = {}
 
     def template_ref(self, candidate: Candidate) -> str:

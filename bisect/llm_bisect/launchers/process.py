@@ -432,5 +432,6 @@ KIND = LAUNCHERS.register(
         preflight=_preflight,
         devices=_devices,
         expand_paths=expand_cwd,
+        inherits=True,
     )
 )

@@ -50,7 +50,14 @@ from ..config import (
     fill,
 )
 from ..errors import ConfigError, LaunchError, NotReady, ServerExited, Unplaced
-from ..kinds import LAUNCHERS, LauncherContext, LauncherKind, Preflight, PreflightContext
+from ..kinds import (
+    LAUNCHERS,
+    LauncherContext,
+    LauncherKind,
+    Leftovers,
+    Preflight,
+    PreflightContext,
+)
 from ..model import Candidate
 from ..redact import redact
 from ..report import escape as esc
@@ -747,6 +754,17 @@ def _preflight(cfg: SlurmServerConfig, ctx: PreflightContext) -> Preflight:
     return Preflight(cfg)
 
 
+def reap_node(environ: Mapping[str, str]) -> Leftovers | None:
+    """`reap` without a config: the Slurm queue's jobs of killed runs (None where this node
+    has no `squeue`)."""
+    if shutil.which("squeue", path=environ.get("PATH", os.defpath)) is None:
+        return None
+    try:
+        return Leftovers("the Slurm queue", reap_queue(Slurm(environ)))
+    except LaunchError as exc:
+        return Leftovers("the Slurm queue", [], [str(exc)])
+
+
 KIND = LAUNCHERS.register(
     LauncherKind(
         "slurm",
@@ -755,5 +773,8 @@ KIND = LAUNCHERS.register(
         validate=needs_build,
         preflight=_preflight,
         expand_paths=expand_cwd,
+        placement=frozenset({"account", "retries", "pending_timeout", "time", "port", "host"}),
+        inherits=True,
+        reap=reap_node,
     )
 )

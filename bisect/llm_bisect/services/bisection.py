@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..checks.golden import load as golden_load
-from ..config import config_digest
+from ..config import config_digest, server_environment, setting_digests
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..posterior import Policy
@@ -104,7 +104,8 @@ def _bisect(
         None if find_fix else plan.bad,
         s.source.is_ancestor,
     )
-    digest = config_digest(config) + (":fix" if find_fix else "")
+    environment = server_environment(config, s.env, s.environ)
+    digest = config_digest(config, environment) + (":fix" if find_fix else "")
     named = golden_file or s.golden_path()  # else one is recorded from the good end into DIR
     golden = s.golden_store(named, of=plan.good.commit) if named else None
     judged_by = (named or out_dir / "golden.json").absolute()
@@ -130,6 +131,7 @@ def _bisect(
                 done = run(
                     plan,
                     digest=digest,
+                    settings=setting_digests(config, environment),
                     out_dir=out_dir,
                     launcher=launcher,
                     checks=s.checks,

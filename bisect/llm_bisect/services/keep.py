@@ -25,7 +25,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..ledger import Entry, Ledger, load, observe, save
-from ..registry import ImageRef, Manifest, RawManifest, Registry, RegistryError, node_architecture
+from ..registry import (
+    ImageRef,
+    Manifest,
+    RawManifest,
+    RegistryClient,
+    RegistryError,
+    node_architecture,
+)
 from ..sources.images import commit_of_image, env_map
 
 DEFAULT_PATTERN = r"nightly-[0-9a-f]{7,40}"
@@ -69,7 +76,7 @@ class Kept:
 
 
 def keep(
-    registry: Registry,
+    registry: RegistryClient,
     source: ImageRef,
     *,
     pattern: re.Pattern[str],
@@ -131,7 +138,7 @@ def keep(
     return done
 
 
-def _entry(registry: Registry, source: ImageRef, tag: str, raw: RawManifest) -> Entry:
+def _entry(registry: RegistryClient, source: ImageRef, tag: str, raw: RawManifest) -> Entry:
     """The ledger entry of a tag: its digest, platforms and the commit its image names."""
     image = raw
     platforms: list[str] = []
@@ -177,7 +184,7 @@ def _platform(descriptor: dict[str, object]) -> str:
 
 
 def _copy(
-    registry: Registry, source: ImageRef, mirror: ImageRef, raw: RawManifest, copied: Copied
+    registry: RegistryClient, source: ImageRef, mirror: ImageRef, raw: RawManifest, copied: Copied
 ) -> None:
     """Everything `raw` names, then `raw` itself by digest: children before their index,
     blobs before their manifest, so the mirror never holds a manifest whose parts it lacks."""

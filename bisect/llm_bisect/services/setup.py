@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import collectenv, enginecache
+from .. import collectenv, enginecache, plugins
 from ..builds import Builder, ImageTarget, Strategy
 from ..builds.cache import BuildCache, unusable
 from ..checks import Check
@@ -32,6 +32,7 @@ from ..config import (
     load_config,
     read_yaml,
     secret_names,
+    server_argv,
     server_digest,
 )
 from ..environment import gpu_ids, node_environment
@@ -194,6 +195,7 @@ def setup(
     """Load and validate a config and open its repository (`repo`, else candidates.repo);
     nothing is started. `server_section`: a `server:` section used instead of the config's;
     `eval_config`: a vLLM eval config file judged as one more check (on `eval_data`)."""
+    plugins.load()
     loaded = load_config(config_path, server_section)
     config = expand_paths(loaded, environ, repo_given=repo is not None)
     base_dir = config_path.resolve().parent
@@ -209,7 +211,7 @@ def setup(
     for value in {*env.values(), *environ.values()}:  # a login in a URL under any name
         secrets += url_credentials(value)
     variables = {v: n for n, v in zip(names, secrets[: len(names)], strict=True)}  # "$NAME"
-    for argv_key in ("command", "args", "worker_command", "entrypoint"):  # `--api-key X`
+    for argv_key in server_argv(server):  # `--api-key X`
         named = argv_secret_names(getattr(server, argv_key, None) or [])  # and URL logins
         secrets += list(named)
         variables = {**named, **variables}
@@ -267,7 +269,8 @@ def setup(
 
 
 FAST_ARGV = ("command", "worker_command", "args")
-"""The server fields `probe.fast.args` are added to, where the launcher's server has them."""
+"""The server fields `probe.fast.args` are added to, where the launcher's server has them
+(and its own argument lists: LauncherKind.argv)."""
 
 
 def fast_section(
@@ -276,11 +279,13 @@ def fast_section(
     """A config's raw `server:` section with the fast setup's flags after its own and its
     variables over its own. Pure."""
     section = dict(server)
-    for key in FAST_ARGV:
+    tag = section.get("launcher", "process")
+    keys = (*FAST_ARGV, *(LAUNCHERS[tag].argv if isinstance(tag, str) and tag in LAUNCHERS else ()))
+    for key in keys:
         argv = section.get(key)
         if isinstance(argv, list):
             section[key] = [*argv, *args]
-    if args and not any(isinstance(section.get(k), list) for k in FAST_ARGV):
+    if args and not any(isinstance(section.get(k), list) for k in keys):
         section["args"] = list(args)  # an image's server with no flags of its own
     section["env"] = {**dict(section.get("env") or {}), **env}
     return section
@@ -327,7 +332,10 @@ def with_engine_cache(
     if root.exists() and not root.is_dir():
         raise ConfigError(f"{key}: '{written}' is a file, not a folder")
     server = config.server
-    if LAUNCHERS[server.launcher].runs_images and "volumes" in type(server).model_fields:
+    mount = LAUNCHERS[server.launcher].cache_mount
+    if mount is not None:
+        config = config.model_copy(update={"server": mount(server, root)})
+    elif LAUNCHERS[server.launcher].runs_images and "volumes" in type(server).model_fields:
         volumes = [*getattr(server, "volumes"), enginecache.cache_volume(root)]  # noqa: B009
         config = config.model_copy(
             update={"server": server.model_copy(update={"volumes": volumes})}

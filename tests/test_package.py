@@ -1,0 +1,281 @@
+"""The package as a whole: any module imports first, in a fresh interpreter; the import
+graph has no circle and no arrow from a lower layer to a higher one; the pure core imports
+no I/O library."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent / "bisect"
+PACKAGE = ROOT / "llm_bisect"
+
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "ground",
+        (
+            "llm_bisect",
+            "errors",
+            "files",
+            "clock",
+            "redact",
+            "retry",
+            "lease",
+            "guard",
+            "logs",
+            "index_page",
+            "sparse",
+            "startup",
+            "enginecache",
+            "pins",
+            "environment",
+            "outdir",
+            "report",
+            "report.escape",
+            "data",
+            "data.*",
+        ),
+    ),
+    (
+        "values: the pure core and the seams' Protocols",
+        (
+            "model",
+            "fingerprint",
+            "posterior",
+            "search",
+            "symptom",
+            "verdict",
+            "localize",
+            "delta",
+            "checks",
+            "checks.metrics",
+            "checks.stats",
+            "checks.compare",
+            "checks.gsm8k",
+            "checks.budget",
+            "checks.reply",
+            "checks.dataset",
+            "sources",
+            "sources.picks",
+            "sources.images",
+            "launchers",
+            "launchers.devices",
+            "launchers.spread",
+        ),
+    ),
+    ("kinds and the config's models", ("kinds", "config")),
+    (
+        "the kinds' modules and the adapters they use",
+        (
+            "launchers.*",
+            "builds",
+            "builds.*",
+            "checks.*",
+            "sources.*",
+            "client",
+            "collectenv",
+            "registry",
+            "sim",
+            "sim.*",
+        ),
+    ),
+    ("plugins", ("plugins",)),
+    ("runner, probe, journal, reports", ("runner", "probe", "journal", "report.*", "terminal")),
+    ("services", ("services", "services.*", "demo", "app")),
+    ("cli", ("cli",)),
+]
+"""From the ground up (docs/architecture.md): a module may import its own layer's and
+lower layers' modules only. An exact name wins over a `prefix.*`."""
+
+
+def modules() -> dict[str, tuple[Path, bool]]:
+    """Every module of the package: its dotted name → (file, is a package)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if package else parts)] = (path, package)
+    return found
+
+
+def layer_of(module: str) -> int:
+    name = module.removeprefix("llm_bisect.") if module != "llm_bisect" else module
+    best: tuple[int, int] | None = None  # (how specific, layer)
+    for i, (_, members) in enumerate(LAYERS):
+        for member in members:
+            if member == name:
+                return i
+            wider = member.endswith(".*") and name.startswith(member[:-1])
+            if wider and (best is None or len(member) > best[0]):
+                best = (len(member), i)
+    assert best is not None, f"{module} is in no layer: add it to LAYERS"
+    return best[1]
+
+
+def imports(known: dict[str, tuple[Path, bool]]) -> dict[str, set[str]]:
+    """module → the package's modules it imports, at module level or in a function;
+    imports under `if TYPE_CHECKING:` aside (they never run)."""
+    graph: dict[str, set[str]] = {}
+    for module, (path, package) in known.items():
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            for n in ast.walk(block)
+        }
+        here = module.split(".") if package else module.split(".")[:-1]
+        targets: set[str] = set()
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here[: len(here) - node.level + 1]
+                    stem = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    stem = node.module or ""
+                names = [f"{stem}.{alias.name}" for alias in node.names] + [stem]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            for name in names:
+                if not name.startswith("llm_bisect"):
+                    continue
+                while name not in known and "." in name:
+                    name = name.rsplit(".", 1)[0]
+                if name in known and name != module:
+                    targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_import_graph_has_no_circle_and_nothing_points_up() -> None:
+    known = modules()
+    graph = imports(known)
+    # a package imports its own modules (`from .cache import ...`), which import it back
+    # only as their parent: those arrows are not circles
+    for module in graph:
+        graph[module] = {t for t in graph[module] if not module.startswith(t + ".")}
+    assert cycles(graph) == []
+    upward = [
+        f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
+        for m, targets in sorted(graph.items())
+        for t in sorted(targets)
+        if layer_of(t) > layer_of(m)
+    ]
+    assert upward == []
+
+
+def test_the_graph_sees_a_function_level_import_and_a_circle(tmp_path: Path) -> None:
+    """The checks above can fail: an import inside a function is an arrow (one under
+    TYPE_CHECKING is not), and two modules importing each other are a circle."""
+    (tmp_path / "a.py").write_text("def f() -> None:\n    from .b import x\n")
+    (tmp_path / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import f\n"
+    )
+    known = {"llm_bisect.a": (tmp_path / "a.py", False), "llm_bisect.b": (tmp_path / "b.py", False)}
+    graph = imports(known)
+    assert graph == {"llm_bisect.a": {"llm_bisect.b"}, "llm_bisect.b": set()}
+    assert cycles({**graph, "llm_bisect.b": {"llm_bisect.a"}}) == [["llm_bisect.a", "llm_bisect.b"]]
+    assert (
+        layer_of("llm_bisect.cli") > layer_of("llm_bisect.plugins") > layer_of("llm_bisect.kinds")
+    )
+    assert layer_of("llm_bisect.launchers.process") > layer_of("llm_bisect.config")
+
+
+FIRST = textwrap.dedent(
+    """
+    import importlib, json, os, sys, traceback
+    failed = {}
+    for name in sys.argv[1:]:
+        pid = os.fork()
+        if pid == 0:  # a child that has imported nothing of the package: the module is first
+            try:
+                importlib.import_module(name)
+            except BaseException:
+                sys.stderr.write(traceback.format_exc().splitlines()[-1] + "\\n")
+                os._exit(1)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        if status:
+            failed[name] = status
+    print(json.dumps(failed))
+    """
+)
+
+
+def test_every_module_imports_first() -> None:
+    """Each module imported first, in an interpreter that has imported nothing of the
+    package (a fork of one that has not): none crashes half-loaded."""
+    # data/'s scripts run in other interpreters (vLLM's workers, a base image), never here;
+    # sim/__main__ is `python -m llm_bisect.sim`, which serves
+    names = [
+        m
+        for m in modules()
+        if not m.startswith("llm_bisect.data.") and m != "llm_bisect.sim.__main__"
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST, *names],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    assert json.loads(done.stdout) == {}, done.stderr
+    assert len(names) >= 100
+
+
+@pytest.mark.parametrize("module", ["llm_bisect.search", "llm_bisect.report.documents"])
+def test_the_pure_core_loads_no_io_library(module: str) -> None:
+    code = (
+        f"import sys, {module}; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'httpx', 'docker', 'git'}))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    assert done.stdout.strip() == "[]"
