@@ -50,6 +50,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "posterior",
             "search",
             "symptom",
+            "cost",
             "verdict",
             "localize",
             "delta",
@@ -81,13 +82,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "client",
             "collectenv",
             "registry",
+            "ledger",
             "sim",
             "sim.*",
         ),
     ),
     ("plugins", ("plugins",)),
     ("runner, probe, journal, reports", ("runner", "probe", "journal", "report.*", "terminal")),
-    ("services", ("services", "services.*", "demo", "app")),
+    ("services", ("services", "services.*", "demo", "app", "starter")),
     ("cli", ("cli",)),
 ]
 """From the ground up (docs/architecture.md): a module may import its own layer's and
