@@ -228,7 +228,8 @@ def cli_bounded(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, 
 
     given = dict(os.environ if env is None else env)
     source = str(Path(llm_bisect.__file__).resolve().parents[1])  # this checkout's, not another
-    given["PYTHONPATH"] = os.pathsep.join([source, *filter(None, [given.get("PYTHONPATH")])])
+    inherited = [p for p in given.get("PYTHONPATH", "").split(os.pathsep) if p]
+    given["PYTHONPATH"] = os.pathsep.join([source, *(p for p in inherited if p != source)])
     done = subprocess.run(
         [sys.executable, "-m", "llm_bisect.cli", *args],
         capture_output=True,
@@ -251,7 +252,10 @@ def cli_on_path(folder: Path) -> dict[str, str]:
     shim.write_text(f'#!/bin/sh\nexec {sys.executable} -m llm_bisect.cli "$@"\n')
     shim.chmod(0o755)
     source = str(Path(llm_bisect.__file__).resolve().parents[1])
-    python_path = os.pathsep.join([source, *filter(None, [os.environ.get("PYTHONPATH")])])
+    # conftest put this checkout first already: the same PYTHONPATH as the tests' own
+    # process (a server's environment is in the resume digest), not the source twice
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    python_path = os.pathsep.join([source, *(p for p in inherited if p != source)])
     path = os.pathsep.join([str(folder), os.environ.get("PATH", os.defpath)])
     return {**os.environ, "PATH": path, "PYTHONPATH": python_path}
 
