@@ -7,8 +7,7 @@ import random
 from collections.abc import Callable, Iterator
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from llm_bisect.delta import (
     MAX_RATE,

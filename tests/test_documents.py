@@ -12,8 +12,7 @@ from llm_bisect.app import with_localization
 from llm_bisect.checks.canary import CanaryDetails
 from llm_bisect.checks.eval import EvalDetails
 from llm_bisect.checks.expect import ExpectDetails
-from llm_bisect.checks.golden import load as golden_load
-from llm_bisect.checks.golden import warnings as golden_warnings
+from llm_bisect.checks.golden import load as golden_load, warnings as golden_warnings
 from llm_bisect.checks.logprobs import LogprobsDetails
 from llm_bisect.journal import read_journal
 from llm_bisect.localize import LocalizationDoc

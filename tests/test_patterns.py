@@ -11,8 +11,10 @@ line (the 16 MiB cap allowed some 13 minutes), and collect_env's `(.+?)...\\s*$`
 from __future__ import annotations
 
 import re
-from re import _constants as C  # type: ignore[attr-defined]
-from re import _parser as P  # type: ignore[attr-defined]
+from re import (
+    _constants as C,  # type: ignore[attr-defined]
+    _parser as P,  # type: ignore[attr-defined]
+)
 from typing import Any
 
 import pytest

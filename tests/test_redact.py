@@ -10,8 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from helpers import History, cli_bounded
 from llm_bisect import guard

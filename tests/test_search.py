@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from llm_bisect.model import Candidate, Verdict
 from llm_bisect.search import (

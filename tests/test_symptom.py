@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from llm_bisect.model import Candidate, CheckResult, ProbeOutcome, Verdict
 from llm_bisect.search import Mode, Plan, plan_step

@@ -33,8 +33,7 @@ from llm_bisect.builds.overlay import installed_package
 from llm_bisect.cli import cli
 
 sys.path.insert(0, str(Path(__file__).parent / "vllm"))
-from bed import WheelHost
-from bed import config as bed_config
+from bed import WheelHost, config as bed_config
 
 pytestmark = pytest.mark.vllm
 HERE = Path(__file__).parent / "vllm"

@@ -21,9 +21,7 @@ import typer
 import typer.core
 
 from . import __version__, plugins
-from .checks.golden import load as golden_load
-from .checks.golden import schema as golden_schema
-from .checks.golden import warnings as golden_warnings
+from .checks.golden import load as golden_load, schema as golden_schema, warnings as golden_warnings
 from .config import Config, shown
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
-import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -26,11 +23,44 @@ from pydantic import (
 )
 
 from .errors import ConfigError
-from .files import read_capped
 from .fingerprint import BATCH_INVARIANT_VAR
 from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged, on_change
 from .posterior import EXACT, Policy
 from .report.escape import safe_url
+
+# The parts config.py was (templates, secret names, YAML files): re-exported, so that
+# `from .config import fill` keeps working.
+from .secretnames import (
+    _SECRET_NAME as _SECRET_NAME,
+    CALLER_SECRET_MIN as CALLER_SECRET_MIN,
+    argv_secret_names as argv_secret_names,
+    argv_secrets as argv_secrets,
+    caller_secret_names as caller_secret_names,
+    secret_flag as secret_flag,
+    secret_flag_values as secret_flag_values,
+    secret_names as secret_names,
+)
+from .templates import (
+    _ENV_REF as _ENV_REF,
+    ENV_REF as ENV_REF,
+    expand_env as expand_env,
+    expand_template as expand_template,
+    expand_value as expand_value,
+    fill as fill,
+    filled_literal as filled_literal,
+    literal as literal,
+    shown as shown,
+    template_fields as template_fields,
+)
+from .yamlfile import (
+    MAX_CONFIG_BYTES as MAX_CONFIG_BYTES,
+    MAX_YAML_NODES as MAX_YAML_NODES,
+    expanded_size as expanded_size,
+    load_yaml as load_yaml,
+    not_json as not_json,
+    nul_at as nul_at,
+    read_yaml as read_yaml,
+)
 
 PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build", "gpus"})
 COLLECT_PLACEHOLDERS = frozenset({"commit", "short", "python", "build"})
@@ -38,9 +68,6 @@ BUILD_PLACEHOLDERS = frozenset({"python", "build"})
 """Placeholders a build fills (the build's interpreter and folder); they need `build:`."""
 IMAGE_PLACEHOLDERS = frozenset({"commit", "short"})
 DOCKER_ARG_PLACEHOLDERS = frozenset({"commit", "short", "port", "image"})
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-ENV_REF = _ENV_REF
-"""`${VAR}` in a config value."""
 
 
 class _Strict(BaseModel):
@@ -596,103 +623,6 @@ class Config(_Strict):
         return self
 
 
-def template_fields(template: str, key: str) -> list[str]:
-    """The placeholder names in a `{...}` template; `{{` and `}}` are literal braces. A
-    placeholder is a bare name: `{port:d}` or `{commit!r}` would fail only when filled."""
-    try:
-        parts = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        raise ValueError(f"malformed template {template!r} ({exc})") from exc
-    for _, field, spec, conversion in parts:
-        if field is not None and not field.isidentifier():  # JSON in a flag: {"a": 1}
-            whole = field + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "")
-            raise ValueError(
-                f"'{{{whole}}}' is read as a placeholder: write a literal brace twice "
-                f"('{{{{{whole}}}}}')"
-            )
-        if field is not None and (spec or conversion):
-            written = field + (f"!{conversion}" if conversion else "")
-            written += f":{spec}" if spec else ""
-            raise ValueError(f"placeholder '{{{written}}}' takes no conversion or format")
-    return [f for _, f, _, _ in parts if f is not None]
-
-
-def not_json(value: Any, where: str = "") -> str | None:
-    """What keeps a value parsed from YAML from being sent as JSON (`x.1.y is nan`), or None.
-
-    YAML has `.nan`, `.inf`, dates, binary and sets; a request body holds none of them."""
-    here = where or "the value"
-    if value is None or isinstance(value, bool | int | str):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"{here} is {value} (only finite numbers)"
-    if isinstance(value, list):
-        for i, item in enumerate(value):
-            if (wrong := not_json(item, f"{where}.{i}" if where else str(i))) is not None:
-                return wrong
-        return None
-    if isinstance(value, dict):
-        for k, item in value.items():
-            if not isinstance(k, str):
-                return f"{here} has a key {k!r} that is not a string"
-            if (wrong := not_json(item, f"{where}.{k}" if where else k)) is not None:
-                return wrong
-        return None
-    return f"{here} is {type(value).__name__}"
-
-
-def fill(template: str, values: Mapping[str, str]) -> str:
-    """Fill a template validated by `template_fields`."""
-    return template.format_map(dict(values))
-
-
-class _Kept(dict[str, str]):
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
-
-
-def shown(template: str) -> str:
-    """A template as a person reads it: its placeholders kept (`{port}`), a literal brace
-    (`{{`, as JSON from an eval file is escaped) shown once."""
-    return template.format_map(_Kept())
-
-
-def expand_value(value: str, environ: Mapping[str, str], key: str) -> str:
-    """Expand `${VAR}` in one value from the caller's environment; `key` names it in errors."""
-
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1)
-        if name not in environ:
-            raise ConfigError(f"{key}: ${{{name}}} is not set in the environment")
-        return environ[name]
-
-    return _ENV_REF.sub(sub, value)
-
-
-def literal(text: str) -> str:
-    """Text as a template holds it to mean itself: its braces doubled (`fill` undoes it)."""
-    return text.replace("{", "{{").replace("}", "}}")
-
-
-def filled_literal(text: str) -> str:
-    """What `fill` makes of a template's doubled braces (`{{` → `{`), placeholders aside."""
-    return text.replace("{{", "{").replace("}}", "}")
-
-
-def expand_template(template: str, environ: Mapping[str, str], key: str) -> str:
-    """Expand `${VAR}` in a `{...}` template; the values' own braces stay literal."""
-    parts = _ENV_REF.split(template)  # text, name, text, name, ..., text
-    for i in range(1, len(parts), 2):
-        value = expand_value("${" + parts[i] + "}", environ, key)
-        parts[i] = literal(value)
-    return "".join(parts)
-
-
-def expand_env(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    """Expand `${VAR}` in server.env values from the caller's environment."""
-    return {k: expand_value(v, environ, f"server.env.{k}") for k, v in env.items()}
-
-
 def expand_paths(config: Config, environ: Mapping[str, str], repo_given: bool = False) -> Config:
     """The config with `${VAR}` in its paths (candidates.repo, golden, server.cwd) expanded
     from the caller's environment, as a CI job names its checkout (`${GITHUB_WORKSPACE}/vllm`);
@@ -708,104 +638,6 @@ def expand_paths(config: Config, environ: Mapping[str, str], repo_given: bool = 
     if server is not config.server:
         update["server"] = server
     return config.model_copy(update=update)
-
-
-_SECRET_NAME = re.compile(
-    r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|API_?KEY|KEY|CREDENTIALS?|AUTH)(?:$|_)", re.I
-)
-"""Names of secrets: HF_TOKEN, AWS_SECRET_ACCESS_KEY, OPENAI_API_KEY; not TOKENIZERS_PARALLELISM."""
-
-
-def secret_names(env: Mapping[str, str]) -> list[str]:
-    """Env entries whose values are secrets: taken from the caller (`${VAR}`) or named like one.
-
-    Literal values such as `VLLM_ATTENTION_BACKEND: FLASHINFER` stay readable in logs.
-    """
-    return sorted(k for k, v in env.items() if _ENV_REF.search(v) or _SECRET_NAME.search(k))
-
-
-def secret_flag(name: str) -> bool:
-    """A command-line flag named like a secret (`--api-key`, `--hf-token`)."""
-    return bool(secret_names({name.lstrip("-").replace("-", "_").upper(): ""}))
-
-
-def secret_flag_values(argv: Sequence[str]) -> list[str]:
-    """The values of the flags named like secrets in a command line (`--api-key X`,
-    `--api-key=X`): masked wherever the command is written."""
-    found: list[str] = []
-    for i, word in enumerate(argv):
-        name, eq, value = word.partition("=")
-        if not name.startswith("--") or not secret_flag(name):
-            continue
-        if eq:
-            found.append(value)
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            found.append(argv[i + 1])
-    return [v for v in found if v]
-
-
-def argv_secrets(argv: Sequence[str]) -> list[str]:
-    """Every secret a command line carries: the values of flags named like secrets
-    (`--api-key X`) and each login in a URL (`--otlp-traces-endpoint https://u:T@host/`,
-    `--x=https://u:T@host/`), as written and decoded. Pure."""
-    return list(argv_secret_names(argv))
-
-
-def _variable(flag: str, suffix: str = "") -> str:
-    stem = re.sub(r"[^A-Z0-9]+", "_", flag.lstrip("-").upper()).strip("_") or "SECRET"
-    return f"LLM_BISECT_{stem}{suffix}"
-
-
-def _value_after(argv: Sequence[str], i: int) -> bool:
-    """The word after flag `i` is its value (`--api-key X`), not the next flag."""
-    return i + 1 < len(argv) and bool(argv[i + 1]) and not argv[i + 1].startswith("-")
-
-
-def argv_secret_names(argv: Sequence[str]) -> dict[str, str]:
-    """Each secret a command line carries (see argv_secrets), and the variable a printed
-    command takes it from (`--api-key X`: LLM_BISECT_API_KEY; the login of
-    `--otlp-traces-endpoint URL`: LLM_BISECT_OTLP_TRACES_ENDPOINT_LOGIN). Pure."""
-    from .redact import url_logins  # redact is pure and imports nothing of ours
-
-    found: dict[str, str] = {}
-
-    def add(secret: str, variable: str) -> None:
-        """A variable of its own per secret (a second URL's login: `..._LOGIN_2`), the secret
-        as written in a template (`{{`) and as the server gets it (`{`)."""
-        if secret in found:
-            return
-        taken = set(found.values())
-        unique, n = variable, 1
-        while unique in taken:
-            n += 1
-            unique = f"{variable}_{n}"
-        for form in dict.fromkeys((secret, filled_literal(secret))):
-            found.setdefault(form, unique)
-
-    for i, word in enumerate(argv):
-        name, eq, value = word.partition("=")
-        flag = name if name.startswith("--") else ""
-        if flag and eq and secret_flag(flag) and value:
-            add(value, _variable(flag))
-        elif flag and not eq and secret_flag(flag) and _value_after(argv, i):
-            add(argv[i + 1], _variable(flag))
-        before = argv[i - 1] if i and argv[i - 1].startswith("--") else "url"
-        where, url = (flag, value) if flag and eq else (before, word)
-        for secret, part in url_logins(url):
-            add(secret, _variable(where, f"_{part}"))
-    return found
-
-
-CALLER_SECRET_MIN = 8
-"""A caller's variable named like a secret is masked from this length: real tokens are long,
-while `HF_HUB_DISABLE_IMPLICIT_TOKEN=true` must not mask every `true`."""
-
-
-def caller_secret_names(environ: Mapping[str, str]) -> list[str]:
-    """The caller's variables named like secrets (a process server inherits them)."""
-    return sorted(
-        k for k, v in environ.items() if _SECRET_NAME.search(k) and len(v) >= CALLER_SECRET_MIN
-    )
 
 
 def _loc(loc: tuple[int | str, ...]) -> str:
@@ -845,27 +677,6 @@ def _one_line(exc: ValidationError) -> str:
     return f"{loc}: {msg}, got {value!r}"
 
 
-def nul_at(value: Any, where: str = "") -> str | None:
-    """The key of a string holding a NUL byte (no path, argument or variable can), or None."""
-    if isinstance(value, str):
-        return (where or "the value") if "\0" in value else None
-    items = (
-        value.items()
-        if isinstance(value, dict)
-        else enumerate(value)
-        if isinstance(value, list)
-        else ()
-    )
-    for k, item in items:
-        key = f"{where}.{k}" if where else str(k)
-        if isinstance(k, str) and "\0" in k:
-            return key
-        found = nul_at(item, key)
-        if found is not None:
-            return found
-    return None
-
-
 def parse_config(data: Any) -> Config:
     """Validate parsed YAML; raise ConfigError with one line naming the key."""
     if not isinstance(data, dict):
@@ -880,10 +691,6 @@ def parse_config(data: Any) -> Config:
         return Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_one_line(exc)) from None
-
-
-MAX_CONFIG_BYTES = 16 * 2**20
-"""The most bytes read of a config file: far past any real one."""
 
 
 def load_config(path: Path, server: Mapping[str, Any] | None = None) -> Config:
@@ -904,78 +711,6 @@ def load_server(path: Path, key: str) -> dict[str, Any]:
     if unknown:
         raise ConfigError(f"{key} {path}: unknown key {unknown[0]!r} (only server:)")
     return dict(data["server"])
-
-
-MAX_YAML_NODES = 200_000
-"""Values a YAML document may hold once its aliases are expanded: a few hundred bytes of
-`&a [*b, *b, ...]` expand to billions, and every reader of the data would walk them."""
-
-
-def expanded_size(data: Any, limit: int = MAX_YAML_NODES) -> int | None:
-    """How many values the data holds with every shared (aliased) part counted each time it
-    appears; None past `limit` or where a part holds itself (`&a [*a]`). Pure; linear in
-    the distinct parts."""
-    sizes: dict[int, int] = {}
-    open_now: set[int] = set()
-
-    def size(value: Any) -> int | None:
-        if not isinstance(value, dict | list):
-            return 1
-        key = id(value)
-        if key in sizes:
-            return sizes[key]
-        if key in open_now:
-            return None
-        open_now.add(key)
-        total = 1
-        for item in value.values() if isinstance(value, dict) else value:
-            inner = size(item)
-            if inner is None:
-                return None
-            total += inner
-            if total > limit:
-                return None
-        open_now.discard(key)
-        sizes[key] = total
-        return total
-
-    return size(data)
-
-
-def load_yaml(text: str, where: str) -> Any:
-    """YAML text's data (safe_load); ConfigError naming `where` when it is not YAML, is nested
-    too deep, or its aliases expand past MAX_YAML_NODES values (or into themselves)."""
-    try:
-        data = yaml.safe_load(text)
-    except RecursionError:
-        raise ConfigError(f"{where}: not valid YAML (nested too deep)") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{where}: not valid YAML{at}") from None
-    except ValueError as exc:  # an integer of 4,300+ digits (Python's int limit)
-        raise ConfigError(f"{where}: a value YAML cannot hold ({str(exc)[:80]})") from None
-    try:
-        fits = expanded_size(data)
-    except RecursionError:
-        fits = None
-    if fits is None:
-        raise ConfigError(
-            f"{where}: its aliases (*name) expand past {MAX_YAML_NODES:,} values, or a value "
-            "holds itself: write the values out"
-        )
-    return data
-
-
-def read_yaml(path: Path, what: str) -> Any:
-    """A YAML file's data, read up to MAX_CONFIG_BYTES; ConfigError naming what is wrong."""
-    try:
-        text = read_capped(path, MAX_CONFIG_BYTES).decode("utf-8")
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read {what} ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    return load_yaml(text, str(path))
 
 
 GOLDEN_NEUTRAL = frozenset(

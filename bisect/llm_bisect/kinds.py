@@ -42,8 +42,7 @@ from pydantic_core import CoreSchema, core_schema
 from .errors import UnknownKind
 
 if TYPE_CHECKING:
-    from .builds import Builder, ImageTarget
-    from .builds import Strategy as BuildStrategy
+    from .builds import Builder, ImageTarget, Strategy as BuildStrategy
     from .checks import Check
     from .launchers import Launcher
     from .model import Candidate

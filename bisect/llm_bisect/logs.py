@@ -17,8 +17,7 @@ from pathlib import Path
 
 from . import guard
 from .errors import LaunchError
-from .redact import redact
-from .redact import redact as redact_text
+from .redact import redact, redact as redact_text
 
 __all__ = [
     "ERROR",

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import Check
-from .checks.golden import GoldenStore
-from .checks.golden import warnings as golden_warnings
+from .checks.golden import GoldenStore, warnings as golden_warnings
 from .client import OpenAIClient
 from .clock import SYSTEM, Clock
 from .config import differing

@@ -32,8 +32,7 @@ from ..model import CheckDetails, CheckResult, Threshold
 from ..sparse import AddedLater
 from . import ChatEndpoint, CompletionEndpoint, map_concurrent
 from .budget import Asked, Budget, ask, budget_of, unfinished
-from .dataset import Problems
-from .dataset import load as load_problems
+from .dataset import Problems, load as load_problems
 from .golden import EvalNoise, EvalSection
 from .gsm8k import Problem, extract, instruct_prompt, last_integer, vllm_prompt, wilson
 from .metrics import degeneration, excerpt

@@ -85,10 +85,12 @@ from .docker_engine import (
     RUN_LABEL,
     Engine,
     docker_message,
+    reap_engine as reap_engine,  # `llm-bisect reap` (app.py)
 )
-from .docker_engine import reap_engine as reap_engine  # `llm-bisect reap` (app.py)
-from .docker_images import Images
-from .docker_images import docker_logins as docker_logins  # app.py
+from .docker_images import (
+    Images,
+    docker_logins as docker_logins,  # app.py
+)
 
 
 def ulimit_list(ulimits: Mapping[str, Any]) -> list[docker.types.Ulimit]:

@@ -18,8 +18,7 @@ from ..report.documents import ResultDocument
 from ..runner import RunResult, run, write_probe
 from ..search import Status
 from ..symptom import Symptom
-from .confirm import second_look as _second_look
-from .confirm import unconfirmed as unconfirmed
+from .confirm import second_look as _second_look, unconfirmed as unconfirmed
 from .later import next_steps, resolve_later
 from .setup import Setup, fast_setup, golden_file_of, plan_of, run_context, run_id_of
 from .stages import STAGES, StageRun, before_confirm, fast_shown, with_launcher

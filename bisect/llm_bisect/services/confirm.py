@@ -32,8 +32,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..journal import Journal, begin_side, side_probes
 from ..model import Candidate, Verdict
-from ..posterior import Policy
-from ..posterior import Trial as Weighed
+from ..posterior import Policy, Trial as Weighed
 from ..probe import ProbeContext, probe
 from ..redact import Scrub
 from ..report.documents import Confirmation, ResultDocument, TrialDoc

@@ -24,9 +24,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from ..checks.golden import Golden
-from ..checks.golden import stale as golden_stale
-from ..checks.golden import warnings as golden_warnings
+from ..checks.golden import Golden, stale as golden_stale, warnings as golden_warnings
 from ..config import config_digest
 from ..errors import ConfigError, JournalError
 from ..fingerprint import differences as fingerprint_differences

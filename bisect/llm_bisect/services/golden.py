@@ -7,11 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..checks.golden import Calibration as GoldenCalibration
-from ..checks.golden import Golden
-from ..checks.golden import record as golden_record
-from ..checks.golden import save as golden_save
-from ..checks.golden import thresholds as golden_thresholds
+from ..checks.golden import (
+    Calibration as GoldenCalibration,
+    Golden,
+    record as golden_record,
+    save as golden_save,
+    thresholds as golden_thresholds,
+)
 from ..model import CheckResult, Threshold
 from ..outdir import prepare
 from ..probe import Facts, Progress

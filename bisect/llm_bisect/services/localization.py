@@ -14,8 +14,7 @@ from ..client import OpenAIClient
 from ..config import config_digest
 from ..errors import ConfigError, EndpointError, LaunchError, LocalizeError, RequestRejected
 from ..launchers import Instrument
-from ..localize import LocalizationDoc
-from ..localize import localize as localize_results
+from ..localize import LocalizationDoc, localize as localize_results
 from ..model import Candidate
 from ..outdir import hold
 from ..redact import Scrub

@@ -17,8 +17,7 @@ from ..builds import Builder, ImageTarget, Strategy
 from ..builds.cache import BuildCache, unusable
 from ..checks import Check
 from ..checks.build import build_checks
-from ..checks.golden import GoldenStore, Identity
-from ..checks.golden import load as golden_load
+from ..checks.golden import GoldenStore, Identity, load as golden_load
 from ..checks.vllm_eval import expand as expand_vllm_evals
 from ..client import OpenAIClient
 from ..config import (
