@@ -211,18 +211,23 @@ def commit_bumps(repo: Path, commit: str) -> list[Bump]:
 
 
 def range_bumps(repo: Path, commits: list[str]) -> dict[str, list[Bump]]:
-    """The bumps of each of `commits` that makes any (the dry run's flags): one `git log` finds
-    the commits that touch a pin file, then each one's diff is read; {} when git cannot say."""
+    """The bumps of each of `commits` that makes any (the dry run's flags), read with one
+    `git log` of their diffs to the pin files (against each one's first parent); {} when
+    git cannot say."""
     if not commits:
         return {}
     specs = [f":(glob)**/{p}" for p in PIN_FILES]
     done = subprocess.run(
-        ["git", "-C", str(repo), "log", "--no-walk=unsorted", "--format=%H", "--stdin",
-         "--", *specs],
+        ["git", "-C", str(repo), "log", "--no-walk=unsorted", "--stdin", "-p",
+         "--diff-merges=first-parent", "--no-renames", "--format=%x00%H", "--", *specs],
         input="\n".join(commits).encode(), capture_output=True,
     )  # fmt: skip
     if done.returncode != 0:
         return {}
-    touched = done.stdout.decode().split()
-    found = {commit: commit_bumps(repo, commit) for commit in touched}
-    return {commit: said for commit, said in found.items() if said}
+    found: dict[str, list[Bump]] = {}
+    for chunk in done.stdout.decode("utf-8", "replace").split("\0")[1:]:
+        commit, _, diff = chunk.partition("\n")
+        said = bumps(diff)
+        if said:
+            found[commit.strip()] = said
+    return found
