@@ -82,22 +82,31 @@ VLLM_STARTS: dict[str, int] = {}
 """Real vLLM starts by test (marker `vllm`): the vLLM half's cost, printed at its end."""
 
 
-@pytest.fixture(autouse=True)
-def _count_vllm_starts(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Count each vLLM server the test starts (a port move's restart included)."""
-    if request.node.get_closest_marker("vllm") is None:
-        return
+_RUNNING: list[str] = [""]
+"""The test being set up, run or torn down: a shared (module-scoped) fixture's starts count
+against the first test that asks for it."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _RUNNING[0] = item.nodeid
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _count_vllm_starts() -> Iterator[None]:
+    """Count each vLLM server started (a port move's restart included), by test."""
     from llm_bisect.launchers.process import ProcessServer
 
     spawn = ProcessServer._spawn
-    name = request.node.nodeid
 
     def counted(server: ProcessServer) -> None:
         if any("vllm.entrypoints" in arg for arg in server.argv):
-            VLLM_STARTS[name] = VLLM_STARTS.get(name, 0) + 1
+            VLLM_STARTS[_RUNNING[0]] = VLLM_STARTS.get(_RUNNING[0], 0) + 1
         spawn(server)
 
-    monkeypatch.setattr(ProcessServer, "_spawn", counted)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ProcessServer, "_spawn", counted)
+        yield
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

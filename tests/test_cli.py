@@ -497,22 +497,44 @@ def test_ctrl_c_and_sigterm_stop_the_server(tmp_path: Path, sig: signal.Signals)
     assert live_processes(str(h.repo)) == []
 
 
-def test_the_demo_finds_its_planted_culprit(tmp_path: Path) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    done = subprocess.run(
-        [sys.executable, "-m", "llm_bisect.cli", "demo"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+def test_the_demo_finds_its_planted_culprit_without_docker_and_leaves_no_folder_behind(
+    tmp_path: Path,
+) -> None:
+    """One demo run, as README's first command runs it on a machine without a Docker engine
+    (and its resume): the culprit found, the backend switch in vLLM's words, a wall time,
+    nothing left in TMPDIR; `--docker` without an engine is one line."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "DOCKER_HOST": "unix:///nonexistent.sock"}
+    docker = cli_run("demo", "--docker", env=env)
+    assert docker.returncode == 1
+    lines = docker.stderr.strip().splitlines()
+    assert len(lines) == 1 and "demo --docker: no Docker engine answers" in lines[0]
+    assert "without --docker" in lines[0]
+    out = tmp_path / "demo-out"
+    done = cli_run("demo", "--out", str(out), env=env)
     assert done.returncode == 0, done.stderr
     assert "found:" in done.stdout and "Bump FlashInfer" in done.stdout
-    report = Path(done.stdout.split("report: ")[1].strip())
-    md = report.read_text()  # the culprit switches the attention backend, in vLLM's words
+    assert f"report: {out / 'report.md'}" in done.stdout, done.stdout
+    md = (out / "report.md").read_text()  # the culprit switches the attention backend
     assert "| **⚠ kernels.attention_backend** | FLASH_ATTN | FLASHINFER |" in md, md
     assert "| kernels.moe_backend | TRITON | TRITON |" in md, md
     assert "Changed besides the build's identity: `kernels.attention_backend`\n" in md, md
+    assert list(tmp.iterdir()) == []
+    assert (out / "demo" / "engine" / ".git").is_dir()
+    # the terminal and report.md give one wall time, from the result
+    said = re.search(r"demo: \d+ probes in (\S+)", done.stdout + done.stderr)
+    assert said is not None, done.stdout + done.stderr
+    assert f"· {said.group(1)} (" in md, said.group(0)
+    subjects = subprocess.run(
+        ["git", "-C", str(out / "demo" / "engine"), "log", "--format=%s"],
+        capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    titles = [re.sub(r" \(#\d+\)$", "", s) for s in subjects]
+    assert len(set(titles)) == len(titles), Counter(titles).most_common(3)
+    again = cli_run("demo", "--out", str(out), env=env)  # the finished run is read back
+    assert again.returncode == 0, again.stderr
+    assert "probes resumed from the journal" in again.stderr or "finished probe" in again.stderr
 
 
 # --- git bisect run: errors stop git, they never blame a commit ---------------------------
@@ -739,7 +761,7 @@ def test_a_second_run_on_the_same_dir_is_refused_naming_the_holder(tmp_path: Pat
     assert launched(tmp_path / "launches") == [h.shas[0], h.shas[-1]]
 
 
-def test_check_and_demo_leave_no_folder_behind(tmp_path: Path, history: Any) -> None:
+def test_check_leaves_no_folder_behind(tmp_path: Path, history: Any) -> None:
     h: History = history({}, n=2)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -747,24 +769,7 @@ def test_check_and_demo_leave_no_folder_behind(tmp_path: Path, history: Any) -> 
     config = str(h.config(checks=SIMPLE_CHECKS))
     done = cli_run("check", config, "--candidate", h.shas[1], env=env)
     assert done.returncode == 0, done.stderr
-    out = tmp_path / "demo-out"
-    done = cli_run("demo", "--out", str(out), env=env)
-    assert done.returncode == 0, done.stderr
-    assert list(tmp.iterdir()) == []
-    assert (out / "report.md").exists() and (out / "demo" / "engine" / ".git").is_dir()
-    # the terminal and report.md give one wall time, from the result
-    said = re.search(r"demo: \d+ probes in (\S+)", done.stdout + done.stderr)
-    assert said is not None, done.stdout + done.stderr
-    assert f"· {said.group(1)} (" in (out / "report.md").read_text(), said.group(0)
-    subjects = subprocess.run(
-        ["git", "-C", str(out / "demo" / "engine"), "log", "--format=%s"],
-        capture_output=True, text=True, check=True,
-    ).stdout.splitlines()  # fmt: skip
-    titles = [re.sub(r" \(#\d+\)$", "", s) for s in subjects]
-    assert len(set(titles)) == len(titles), Counter(titles).most_common(3)
-    again = cli_run("demo", "--out", str(out), env=env)  # the finished run is read back
-    assert again.returncode == 0, again.stderr
-    assert "probes resumed from the journal" in again.stderr or "finished probe" in again.stderr
+    assert list(tmp.iterdir()) == []  # the demo's: in the demo's test above
 
 
 def test_a_server_child_that_escapes_with_setsid_is_ended(tmp_path: Path, history: Any) -> None:
@@ -777,20 +782,6 @@ def test_a_server_child_that_escapes_with_setsid_is_ended(tmp_path: Path, histor
     log = (out / "probes" / h.shas[2][:12] / "server.log").read_text()
     assert "sim: escaped as" in log
     assert wait_until(lambda: live_processes(f"escaped-{h.shas[2]}") == [], timeout=15)
-
-
-def test_the_demo_needs_no_docker_engine_and_says_when_docker_is_asked_for(
-    tmp_path: Path,
-) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path), "DOCKER_HOST": "unix:///nonexistent.sock"}
-    done = cli_run("demo", env=env)
-    assert done.returncode == 0, done.stderr
-    assert "Bump FlashInfer" in done.stdout
-    docker = cli_run("demo", "--docker", env=env)
-    assert docker.returncode == 1
-    lines = docker.stderr.strip().splitlines()
-    assert len(lines) == 1 and "demo --docker: no Docker engine answers" in lines[0]
-    assert "without --docker" in lines[0]
 
 
 def test_report_and_resume_survive_a_damaged_last_line(tmp_path: Path, history: Any) -> None:
