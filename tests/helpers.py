@@ -260,13 +260,14 @@ def cli_on_path(folder: Path) -> dict[str, str]:
     return {**os.environ, "PATH": path, "PYTHONPATH": python_path}
 
 
-def printed_commands(md: str) -> list[tuple[str, int]]:
+def printed_commands(md: str, info: str = "bash") -> list[tuple[str, int]]:
     """The command lines of report.md's Reproduce block that say what they exit with
-    (`cmd   # expect bad: exit 1`), each with that exit code."""
+    (`cmd   # expect bad: exit 1`), each with that exit code; `info="sh"`: those of its block
+    for an issue (by the attachments' names, not this machine's paths)."""
     rendered = github_render(md)
     found = []
-    for info, content in rendered.fences:
-        for line in content.splitlines() if info == "bash" else []:
+    for fenced, content in rendered.fences:
+        for line in content.splitlines() if fenced == info else []:
             said = re.search(r"\s+# expect [^#]*: exit (\d+)$", line)
             if said:
                 found.append((line[: said.start()], int(said.group(1))))
@@ -306,3 +307,9 @@ def printed_after(output: str, lead: str) -> str:
     """The command a terminal line gives after `lead` (`later: to find the fix: CMD`)."""
     (line,) = [x for x in output.splitlines() if lead in x]
     return line.split(lead, 1)[1].strip()
+
+
+def first_screen(md: str) -> str:
+    """What a reader of report.md sees first: everything before its first section (`## `)
+    or folded block (`<details>`)."""
+    return re.split(r"^(?:## |<details>)", md, maxsplit=1, flags=re.M)[0]

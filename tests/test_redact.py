@@ -10,11 +10,12 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import yaml
 from hypothesis import given, strategies as st
 
-from helpers import History, cli_bounded
+from helpers import History, cli_bounded, github_render
 from llm_bisect import guard
-from llm_bisect.config import argv_secret_names
+from llm_bisect.config import argv_secret_names, shared_config
 from llm_bisect.redact import Masker, Scrub, public_url, redact, url_credentials
 
 SECRETS = st.lists(st.text("ab1:", min_size=1, max_size=6), max_size=3)
@@ -131,7 +132,12 @@ def test_no_secret_of_a_command_line_reaches_any_output_and_the_printed_one_stil
     leaked = [(p, s) for p in written for s in SECRETS if s.encode() in p.read_bytes()]
     assert not leaked, leaked
     report = (out / "report.md").read_text()
-    (line,) = [x for x in report.splitlines() if "--otlp-traces-endpoint" in x]
+    (embedded,) = [c for info, c in github_render(report).fences if info == "yaml"]
+    shared = yaml.safe_load(embedded)  # the config as report.md holds it: it still loads
+    assert shared["probe"]["fast"]["env"] == {"MY_SECRET_TOKEN": "${MY_SECRET_TOKEN}"}
+    assert "***" in shared["server"]["command"]
+    shell = [c for info, c in github_render(report).fences if info == "bash"]
+    (line,) = [x for c in shell for x in c.splitlines() if "--otlp-traces-endpoint" in x]
     env = {**os.environ, "LLM_BISECT_OTLP_TRACES_ENDPOINT_LOGIN": "u:TOKEN1234abc",
            "LLM_BISECT_API_KEY": "s3cr3tkeyXYZ"}  # fmt: skip
     done = subprocess.run(["sh", "-c", "printf '%s\\0' " + line], env=env, capture_output=True)
@@ -191,3 +197,28 @@ def test_a_secret_with_a_brace_is_masked_as_the_server_gets_it() -> None:
     scrub = Scrub().with_secrets(names, names)
     assert "9Zx" not in scrub.doc({"command": "serve --api-key 'k{9Zx-77q}'"})["command"]
     assert names["a:AAAA1111"] != names["b:BBBB2222"]  # each login its own variable
+
+
+def test_a_config_is_shared_with_secret_variables_by_name_and_other_secrets_masked() -> None:
+    """What report.md embeds of a config: a variable named like a secret takes the reader's
+    own (`${HF_TOKEN}`), one already taken from the environment stays so, any other secret
+    (a flag's value, a login in an address) is masked; ordinary values stay; YAML that loads."""
+    scrub = Scrub().with_secrets(["hf_literal1234", "flagvalue99", "proxyPass9876"])
+    data = {
+        "server": {
+            "command": ["serve", "--api-key", "flagvalue99", "--port", "{port}"],
+            "env": {"HF_TOKEN": "hf_literal1234", "API_KEY": "${MY_KEY}", "NCCL_X": "1",
+                    "HTTPS_PROXY": "http://bob:proxyPass9876@proxy:3128"},
+        },
+        "probe": {"fast": {"env": {"WANDB_API_KEY": "abc"}}},
+    }  # fmt: skip
+    shared = shared_config(data, scrub)
+    assert shared == {
+        "server": {
+            "command": ["serve", "--api-key", "***", "--port", "{port}"],
+            "env": {"HF_TOKEN": "${HF_TOKEN}", "API_KEY": "${MY_KEY}", "NCCL_X": "1",
+                    "HTTPS_PROXY": "http://bob:***@proxy:3128"},
+        },
+        "probe": {"fast": {"env": {"WANDB_API_KEY": "${WANDB_API_KEY}"}}},
+    }  # fmt: skip
+    assert yaml.safe_load(yaml.safe_dump(shared)) == shared

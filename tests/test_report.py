@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from helpers import (
     HOSTILE_LINE,
@@ -18,12 +22,16 @@ from helpers import (
     HOSTILE_TAGS,
     History,
     cli_on_path,
+    first_screen,
     github_render,
     printed_commands,
     shell_words,
+    wait_until,
 )
+from llm_bisect.checks.metrics import degeneration
 from llm_bisect.fingerprint import Fingerprint, parse_startup_log
 from llm_bisect.journal import Span
+from llm_bisect.launchers.docker import run_line
 from llm_bisect.model import Candidate, CheckResult, ProbeOutcome, Verdict
 from llm_bisect.report.documents import ResultDocument
 from llm_bisect.report.links import commit_url, compare_url, pr_number, pr_url, web_url
@@ -481,6 +489,157 @@ def test_the_server_command_shows_its_environment_with_values_but_secrets(
     for document in ("report.md", "report.html", "result.json", "journal.jsonl", "golden.json"):
         text = (out / document).read_text()
         assert "hf_reproduceSecret1234" not in text and "proxyPass9876" not in text, document
+
+
+def test_the_report_stands_alone_in_an_issue_its_portable_lines_run_by_the_attachments(
+    relative_run: Path, tmp_path: Path
+) -> None:
+    """report.md pasted into an issue with golden.json attached: the config it embeds saved
+    as config.yaml beside the golden and a clone of the repository, in a folder of their
+    own, its portable lines pasted into `sh` there exit as they say. The config it embeds
+    holds the token by its name (the reader's own) and no secret; nothing of this machine's
+    paths is in those lines; GitHub shows it as written."""
+    out = relative_run
+    md = (out / "report.md").read_text()
+    shown = github_render(md)
+    assert shown.problems == []
+    assert "hf_reproduceSecret1234" not in md and "proxyPass9876" not in md
+    (config,) = [c for info, c in shown.fences if info == "yaml"]
+    env = yaml.safe_load(config)["server"]["env"]
+    assert env["HF_TOKEN"] == "${HF_TOKEN}" and env["HTTPS_PROXY"] == "http://***@proxy:3128"
+    assert "<summary><b>config.yaml</b>" in md and "attach `golden.json`" in md
+    issue = tmp_path / "issue"
+    issue.mkdir()
+    (issue / "config.yaml").write_text(config)
+    shutil.copy(out / "golden.json", issue / "golden.json")
+    subprocess.run(["git", "clone", "-q", str(out.parent / "engine"), str(issue / "repo")],
+                   check=True)  # fmt: skip
+    result = ResultDocument.model_validate_json((out / "result.json").read_bytes())
+    bad, good = result.range[-1], result.range[0]
+    commands = printed_commands(md, "sh")
+    assert [shell_words(line, tmp_path) for line, _ in commands] == [
+        ["llm-bisect", "check", "config.yaml", "--candidate", c, "--golden", "golden.json",
+         "--repo", "repo"]
+        for c in (bad, good)
+    ]  # fmt: skip
+    assert [code for _, code in commands] == [1, 0]
+    reader = {**cli_on_path(tmp_path / "bin"), "HF_TOKEN": "hf_readersOwn"}
+    for line, code in commands:
+        done = subprocess.run(["sh", "-c", line], cwd=issue, env=reader, capture_output=True,
+                              text=True, timeout=300, check=False)  # fmt: skip
+        assert done.returncode == code, f"{line}\n{done.stdout}{done.stderr}"
+
+
+def test_the_printed_curl_shows_the_symptom_from_the_server_started_as_printed(
+    relative_run: Path, tmp_path: Path
+) -> None:
+    """Without llm-bisect: the first bad build's server line as report.md prints it, then
+    its `curl` of the canary's first failing prompt, each pasted into `sh`: the reply is the
+    degenerate text the report names."""
+    if shutil.which("curl") is None:
+        pytest.skip("no curl on this machine")
+    md = (relative_run / "report.md").read_text()
+    fences = github_render(md).fences
+    server = [c for info, c in fences if info == "bash"][1].strip()
+    (curl,) = [x for info, c in fences if info == "sh" for x in c.splitlines()
+               if x.startswith("curl ")]  # fmt: skip
+    words = shell_words(curl, tmp_path)
+    body = json.loads(words[words.index("-d") + 1])
+    assert body["messages"][0]["role"] == "user" and body["temperature"] == 0.0
+    assert any(
+        "content degenerate" in x for info, c in fences if info == "sh" for x in c.splitlines()
+    )
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    env = {**cli_on_path(tmp_path / "bin"), "HF_TOKEN": "hf_readersOwn"}
+    started = subprocess.Popen(["sh", "-c", server], cwd=where, env=env, start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    replies: list[str] = []
+
+    def answered() -> bool:
+        done = subprocess.run(["sh", "-c", curl], cwd=where, capture_output=True, text=True,
+                              timeout=30, check=False)  # fmt: skip
+        replies.append(done.stdout if done.returncode == 0 else "")
+        return bool(replies[-1])
+
+    try:
+        assert wait_until(answered, timeout=30), "the server never answered the printed curl"
+        content = json.loads(replies[-1])["choices"][0]["message"]["content"]
+        assert degeneration(content), content
+    finally:
+        os.killpg(started.pid, signal.SIGTERM)
+        started.wait(timeout=30)
+
+
+def _docker_build(fp: dict[str, Any], image: dict[str, str], torch: str) -> None:
+    """A probe's fingerprint as the docker launcher records it (its `docker run` line by tag)."""
+    spec = {
+        "device_requests": [{"Count": -1}],
+        "ports": {"8000/tcp": ("127.0.0.1", 8123)},
+        "environment": {"HF_TOKEN": "x", "VLLM_USE_V2_MODEL_RUNNER": "1"},
+        "command": ["--model", "RedHatAI/Kimi-K3-NVFP4", "--tensor-parallel-size", "8"],
+    }
+    fp["image"] = {**image, "labels": {}}
+    fp["command"] = run_line(spec, image["ref"], {"HF_TOKEN"})
+    fp["endpoint"] = "http://127.0.0.1:8123"
+    fp["packages"] = {"torch": torch, "flashinfer": "0.6.16", "vllm": "0.27.0"}
+
+
+@pytest.mark.parametrize("registry", [True, False], ids=["digest", "image id"])
+def test_a_docker_build_is_run_by_digest_and_named_by_it_on_the_first_screen(
+    relative_run: Path, tmp_path: Path, registry: bool
+) -> None:
+    """A docker run's first bad build: its `docker run` for the issue names the image by its
+    digest (one built here and never pushed: by its image id, said so), the rest of the line
+    as it ran; the first screen names both builds' images, the torch bump and the backends."""
+    data = json.loads((relative_run / "result.json").read_text())
+    bad = data["range"][-1]
+    ref = "vllm/vllm-openai:v0.27.0"
+    digest, image_id = "sha256:" + "ab" * 32, "sha256:" + "cd" * 32
+    image = {"ref": ref, "digest": f"vllm/vllm-openai@{digest}" if registry else "",
+             "id": image_id}  # fmt: skip
+    for probe in [*data["probes"], *data["decisive"]]:
+        if probe["commit"] == bad:
+            _docker_build(probe["fingerprint"], image, "2.9.1")
+    _docker_build(data["fingerprints"]["new"], image, "2.9.1")
+    old = {"ref": "vllm/vllm-openai:nightly", "digest": f"vllm/vllm-openai@sha256:{'ef' * 32}"}
+    _docker_build(data["fingerprints"]["old"], {**old, "id": "sha256:" + "12" * 32}, "2.9.0")
+    data["fingerprints"]["differences"] += ["packages.torch", "image.digest"]
+    md = render_markdown(data)
+    assert github_render(md).problems == []
+    pinned = f"vllm/vllm-openai@{digest}" if registry else image_id
+    seen = first_screen(md)
+    assert f"`vllm/vllm-openai@sha256:{'ef' * 32}`" in seen and f"`{pinned}`" in seen
+    assert "torch `2.9.0` → `2.9.1`" in seen and "(2 the same)" in seen
+    assert "attention `" in seen or "**⚠ attention**" in seen
+    assert ("image id" in seen) is not registry
+    (line,) = [x for info, c in github_render(md).fences if info == "sh" for x in c.splitlines()
+               if x.startswith("docker run")]  # fmt: skip
+    words = shell_words(line, tmp_path)
+    assert (
+        words[: words.index(pinned)]
+        == shell_words(data["fingerprints"]["new"]["command"], tmp_path)[: words.index(pinned)]
+    )
+    assert ref not in words and words[words.index(pinned) + 1 :][:2] == [
+        "--model",
+        "RedHatAI/Kimi-K3-NVFP4",
+    ]
+    if not registry:
+        assert "its image id `" in md and "push it to share it" in md
+
+
+def test_the_first_screen_names_the_backends_and_a_clone_line_comes_from_the_address(
+    relative_run: Path,
+) -> None:
+    """The first screen of a simulated run states the backends its startup logs named; with
+    the repository's address known, the block for an issue clones it into its last name."""
+    md = (relative_run / "report.md").read_text()
+    assert "- backends (last good → first bad): " in first_screen(md)
+    data = json.loads((relative_run / "result.json").read_text())
+    data["context"]["repo_url"] = URL
+    commands = [c for info, c in github_render(render_markdown(data)).fences if info == "sh"]
+    assert commands[0].splitlines()[0] == f"git clone {URL} vllm"
+    assert commands[0].splitlines()[1].endswith("--repo vllm   # expect bad: exit 1")
 
 
 def test_a_build_whose_probes_ran_on_several_nodes_names_the_node_of_each_verdict() -> None:

@@ -21,12 +21,12 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import EndpointError, ReplyTooLarge, RequestRejected, ServerFault
-from .model import Step
+from .model import (
+    GREEDY,
+    SEED as SEED,  # where tests and callers have always found it
+    Step,
+)
 
-SEED = 1234
-"""The sampling seed sent with every generating request (chat and completions, the
-teacher-forced ones included), beside `temperature: 0`: a server samples the same way on
-every start."""
 MAX_REPLY_BYTES = 32 * 2**20
 """Default cap on the bytes read of one reply (`server.max_reply_mb`)."""
 ERROR_BODY_BYTES = 4096
@@ -310,9 +310,7 @@ class OpenAIClient:
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
             "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "top_p": 1.0,
-            "seed": SEED,
+            **GREEDY,
             **extra,
         }
         what = "POST /v1/chat/completions"
@@ -342,9 +340,7 @@ class OpenAIClient:
             "model": self.model,
             "prompt": prompt,
             "max_tokens": max_tokens,
-            "temperature": 0.0,
-            "top_p": 1.0,
-            "seed": SEED,
+            **GREEDY,
             **extra,
         }
         what = "POST /v1/completions"
@@ -374,7 +370,7 @@ class OpenAIClient:
         """A greedy /v1/completions of a prompt given as token ids, seeded as every request
         is; the reply body."""
         body = {"model": self.model, "prompt": token_ids, "max_tokens": max_tokens,
-                "temperature": 0.0, "top_p": 1.0, "seed": SEED, **extra}  # fmt: skip
+                **GREEDY, **extra}  # fmt: skip
         return self._request("POST", "/v1/completions", json=body)
 
     def tokenize(self, text: str) -> list[int]:

@@ -26,6 +26,7 @@ from .errors import ConfigError
 from .fingerprint import BATCH_INVARIANT_VAR
 from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged, on_change
 from .posterior import EXACT, Policy
+from .redact import MASK, Scrub, redact, url_credentials
 from .report.escape import safe_url
 
 # The parts config.py was (templates, secret names, YAML files): re-exported, so that
@@ -768,7 +769,47 @@ def server_digest(server: ServerBase) -> str:
     secret = set(secret_names(server.env))
     if "env" in data:
         data["env"] = {k: None if k in secret else v for k, v in data["env"].items()}
-    return _digest(data)
+    return _digest(_secrets_masked(data))
+
+
+def shared_config(data: Any, scrub: Scrub) -> Any:
+    """A config's data as it may be shared (report.md embeds it): a variable of an `env:`
+    named like a secret by its name (`HF_TOKEN: ${HF_TOKEN}`, the reader's own), every
+    other secret masked; still a config that loads, and whose server digest is the same."""
+    if isinstance(data, dict):
+        return {
+            scrub.text(str(k)): _shared_env(v, scrub) if k == "env" and isinstance(v, dict)
+            else shared_config(v, scrub)
+            for k, v in data.items()
+        }  # fmt: skip
+    if isinstance(data, list):
+        return [shared_config(v, scrub) for v in data]
+    return scrub.text(data) if isinstance(data, str) else data
+
+
+def _shared_env(env: dict[Any, Any], scrub: Scrub) -> dict[Any, Any]:
+    named = secret_names({str(k): str(v) for k, v in env.items()})
+    return {
+        scrub.text(str(k)): shared_config(v, scrub)
+        if str(k) not in named or ENV_REF.search(str(v))
+        else f"${{{k}}}"
+        if ENV_REF.fullmatch(f"${{{k}}}")
+        else MASK
+        for k, v in env.items()
+    }
+
+
+def _secrets_masked(data: Any) -> Any:
+    """Data with the secrets its values show by themselves masked (a login in an address,
+    the value of a flag named like a secret): a digest counts them by their place only, so a
+    rotated key, or the config a report shares (shared_config), keeps its golden."""
+    if isinstance(data, dict):
+        return {k: _secrets_masked(v) for k, v in data.items()}
+    if isinstance(data, list):
+        words = [w for w in data if isinstance(w, str)]
+        found = argv_secrets(words) if len(words) == len(data) else []
+        return [_secrets_masked(redact(v, found) if isinstance(v, str) else v) for v in data]
+    return redact(data, url_credentials(data)) if isinstance(data, str) else data
 
 
 SERVER_PLACEMENT = frozenset({"ready_timeout", "request_timeout", "collect_env", "slot_gpus"})

@@ -11,6 +11,7 @@ A fingerprint (`Fingerprint`) holds, each where known:
     collect_env  what vLLM's collect_env said where the server ran (collectenv.py)
     build        how the build was made (its route, cache, base)
     command      the server command line; devices, the GPUs its slot had
+    endpoint     where its OpenAI API answered (`http://127.0.0.1:8123`)
     node         where the server ran (this machine, the Docker engine's host, the Slurm nodes)
     batch_invariant  true: its environment asked for vLLM's batch-invariant kernels
                  (VLLM_BATCH_INVARIANT); a build that does not know the variable says so in
@@ -78,6 +79,9 @@ class Fingerprint(Sparse):
     command: str = ""
     """How the server was started (a secret by its name only); not compared."""
     devices: list[str] = Field(default_factory=list)
+    endpoint: str = ""
+    """Where its OpenAI API answered the probe (`http://127.0.0.1:8123`: the port the printed
+    command line serves on), for the report's `curl`; not compared."""
     node: str = ""
     """Where the server ran: this machine's hostname (a process), the Docker engine's host,
     the Slurm allocation's nodes (`gpu[01-02]`); not compared (a probe's place, not its build)."""
@@ -353,7 +357,7 @@ def flatten(fingerprint: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-NOT_COMPARED = ("command", "node")
+NOT_COMPARED = ("command", "node", "endpoint")
 """Fingerprint keys that say how or where a build was started, not what it is."""
 
 

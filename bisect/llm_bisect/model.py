@@ -21,6 +21,14 @@ if TYPE_CHECKING:
 
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 
+SEED = 1234
+"""The sampling seed sent with every generating request (chat and completions, the
+teacher-forced ones included), beside `temperature: 0`: a server samples the same way on
+every start."""
+GREEDY: Mapping[str, float | int] = {"temperature": 0.0, "top_p": 1.0, "seed": SEED}
+"""The sampling fields of every generating request (client.py), as a report's `curl` sends
+them too."""
+
 
 class Verdict(str, enum.Enum):
     """What one probe says about one candidate."""

@@ -277,7 +277,8 @@ def served_facts(api: OpenAIClient, server: Server) -> Fingerprint:
         tokenizer=_digest(tokens),
         chat_template=_digest(template),
     )
-    return Fingerprint(server=served).merged(Fingerprint.model_validate(server.fingerprint()))
+    said = Fingerprint(server=served, endpoint=server.base_url)
+    return said.merged(Fingerprint.model_validate(server.fingerprint()))
 
 
 def startup_facts(probe_dir: Path) -> Fingerprint:

@@ -15,13 +15,14 @@ A cut answer (`finish_reason: length`) is no evidence where the good build was c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field
 
 from ..config import CHAT_PROMPTS, Asks
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..model import CheckDetails, CheckResult, Threshold
+from ..sparse import AddedLater
 from . import PROMPTS_AT_ONCE, ChatEndpoint, map_concurrent
 from .budget import Budget, ask, budget_of
 from .golden import Answer, CanarySection
@@ -51,13 +52,17 @@ class CanaryCase(Answer):
     """Why the answer is unhealthy, a sentence each; empty when healthy."""
 
 
-class CanaryDetails(CheckDetails):
+class CanaryDetails(CheckDetails, AddedLater):
     """The canary's details: every prompt's answer, judged."""
 
     model_config = ConfigDict(extra="ignore")
+    added_later: ClassVar[tuple[str, ...]] = ("request",)
     check: ClassVar[str] = "canary"
     cases: list[CanaryCase] = Field(default_factory=list)
     judged_against: JudgedAgainst = "golden"
+    request: dict[str, Any] = Field(default_factory=dict)
+    """What each request sent beside its prompt, budget and greedy sampling (the config's
+    `chat_template_kwargs`, `extra_body`): the report's `curl` sends the same."""
 
 
 def answer_of(prompt: str, reply: ChatReply, max_tokens: int) -> Answer:
@@ -129,7 +134,9 @@ class CanaryCheck:
             score=1.0 - len(failures) / len(self.prompts),
             evidence=evidence,
             details=CanaryDetails(
-                cases=cases, judged_against="golden" if section else "absolute rules"
+                cases=cases,
+                judged_against="golden" if section else "absolute rules",
+                request=dict(self.budget.extra or {}),
             ),
         )
 

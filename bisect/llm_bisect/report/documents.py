@@ -183,7 +183,7 @@ class Sides(_Doc):
 class Context(_Doc, AddedLater):
     """How the run was asked for and where it ran: what a bug report needs besides results."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("out",)
+    added_later: ClassVar[tuple[str, ...]] = ("out", "config_text")
 
     good_ref: str = ""
     """candidates.good as the user gave it (a tag, a branch, an image)."""
@@ -200,6 +200,9 @@ class Context(_Doc, AddedLater):
     """The node: GPUs, driver, CUDA (from nvidia-smi), OS, Python, llm-bisect."""
     out: str = ""
     """The run's folder (absolute), for the commands that resume it; "": not recorded."""
+    config_text: str = ""
+    """The config as it may be shared (YAML; a secret variable by its name, `${HF_TOKEN}`,
+    any other secret masked): report.md embeds it; "": not recorded."""
 
 
 class ConfirmProbe(_Doc):

@@ -16,8 +16,9 @@ from ..kinds import showing
 from ..localize import LocalizationDoc
 from ..search import Mode, Status
 from ..startup import PHASE_LABELS
-from . import escape as esc
+from . import escape as esc, portable
 from .documents import (
+    Build,
     CandidateDoc,
     Context,
     DepsDoc,
@@ -785,6 +786,99 @@ def _reproduce(doc: ResultDocument) -> list[str]:
     return lines
 
 
+def _away(doc: ResultDocument) -> list[str]:
+    """The same, away from this machine, for an issue that stands alone: the `check` lines
+    by the attachments' names (the config embedded, secrets masked; the golden attached), the
+    first bad build's `docker run` by digest and a `curl` of the canary's first failing
+    prompt, which show the symptom without llm-bisect."""
+    pair = _bad_side(doc)
+    if pair is None or doc.status is not Status.FOUND or doc.deps is not None:
+        return []
+    bad, good = pair
+    ctx = doc.context
+    bad_word = "bad" if doc.mode is Mode.REGRESSION else "bad (the build before the fix)"
+    clone = portable.clone_argv(ctx)
+    folder = portable.clone_folder(ctx)
+    lines = [
+        esc.shell(portable.check_argv(ctx, bad.commit)) + f"   # expect {bad_word}: exit 1",
+        esc.shell(portable.check_argv(ctx, good.commit)) + "   # expect good: exit 0",
+    ]
+    attach = (
+        f"attach {esc.code(portable.GOLDEN)} (the golden the run judged by, "
+        f"{esc.code(ctx.golden)} here) and "
+        if ctx.golden
+        else ""
+    )
+    config = (
+        "the config below"
+        if ctx.config_text
+        else f"the run's config ({esc.code(ctx.config or 'CONFIG')} here)"
+    )
+    said = [
+        "### Away from this machine",
+        "",
+        f"For an issue: {attach}save {config} as {esc.code(portable.CONFIG)}; in the folder "
+        f"that holds them, with a clone of the repository as {esc.code(folder)}, these lines "
+        "run as printed:",
+        "",
+        *esc.fence("\n".join([*([esc.shell(clone)] if clone else []), *lines]), "sh"),
+        "",
+    ]
+    if ctx.config_text:
+        said += [
+            f"<details><summary><b>{portable.CONFIG}</b> (the run's config; a secret variable "
+            "by its name, which takes your own; any other secret masked)</summary>",
+            "",
+            *esc.fence(ctx.config_text, "yaml"),
+            "",
+            "</details>",
+            "",
+        ]
+    return [*said, *_without_llm_bisect(bad)]
+
+
+def _without_llm_bisect(bad: ProbeDoc) -> list[str]:
+    """The first bad build's server by its image digest (docker), and the canary's first
+    failing prompt sent to its OpenAI endpoint as the canary sent it."""
+    fp = bad.fingerprint
+    pinned = portable.pinned_run(fp)
+    failing = portable.failing_canary(bad)
+    curl = None
+    if failing is not None and fp.endpoint:
+        case, details = failing
+        curl = esc.shell(portable.curl_argv(fp.endpoint, portable.chat_body(fp, case, details)))
+    if pinned is None and curl is None:
+        return []
+    short = f"`{bad.commit[:12]}`"
+    lines, block = ["#### Without llm-bisect", ""], []
+    if pinned is not None and pinned.by_id:
+        lines.append(
+            f"The server of {short} by its image id {esc.code(pinned.name)}: the image has no "
+            "registry digest (built or tagged on this machine, never pulled or pushed), so the "
+            "id names it on this Docker engine only; push it to share it."
+        )
+    elif pinned is not None:
+        lines.append(f"The server of {short} by its image digest {esc.code(pinned.name)}.")
+    if pinned is not None:
+        block.append(pinned.line)
+    if curl is not None and failing is not None:
+        case = failing[0]
+        where = "once it is ready, " if pinned is not None else ""
+        started = " (started by its command line above)" if pinned is None else ""
+        lines.append(
+            f"The canary's first failing prompt, {where}sent as the canary sent it to the first "
+            f"bad build's server{started}:"
+        )
+        problem = case.problems[0] if case.problems else "failed"
+        said = [f"{bad.commit[:12]}: {problem}"]
+        if case.golden is not None:
+            good = case.golden.content if case.golden.content is not None else "content null"
+            said.append(f"the golden's answer (the good build): {good}")
+        block += [esc.comment(cell_text(" ".join(x.split()), 300)) for x in said]
+        block.append(curl)
+    return [*lines, "", *esc.fence("\n".join(block), "sh"), ""]
+
+
 def _deps_reproduce(doc: ResultDocument) -> list[str]:
     """`deps`: its releases are commits of a repository the run made, which `check` does not
     know: the same descent over the answer's last good and first bad release reproduces it
@@ -935,6 +1029,64 @@ def _symptom(doc: ResultDocument) -> list[str]:
     return lines
 
 
+BACKENDS = {
+    "attention_backend": "attention",
+    "mla_prefill_backend": "MLA prefill",
+    "moe_backend": "MoE",
+    "moe_quant": "MoE weights",
+    "gemm_kernel": "linear",
+}
+"""The kernel choices the first screen states (fingerprint.KERNEL_KEYS), as it names them."""
+
+
+def _image_said(build: Build) -> str:
+    """A build's image by digest, else by id (said)."""
+    image = build.image
+    if image is None:
+        return "—"
+    if image.digest:
+        return esc.code(portable.pinned_name(image.ref, image.digest))
+    return f"{esc.code(image.id)} (image id: no registry digest)" if image.id else "—"
+
+
+def _glance(doc: ResultDocument) -> list[str]:
+    """What maintainers ask for first, on the first screen: both builds' image digests, the
+    dependency versions that changed and the backends the startup logs state (a change
+    marked ⚠); the full comparison is folded below."""
+    sides = doc.fingerprints
+    if sides is None:
+        return []
+    old, new = sides.old, sides.new
+    old_label, new_label = _labels(doc)
+    lines = []
+    if old.image is not None or new.image is not None:
+        lines.append(f"- images: {old_label} {_image_said(old)} · {new_label} {_image_said(new)}")
+    versions = sorted(old.packages.keys() | new.packages.keys())
+    changed = [k for k in versions if old.packages.get(k) != new.packages.get(k)]
+    if changed:
+        said = ", ".join(
+            f"{esc.text(k)} {esc.code(old.packages.get(k, '—'))} → "
+            f"{esc.code(new.packages.get(k, '—'))}"
+            for k in changed
+        )
+        same = len(versions) - len(changed)
+        lines.append(f"- dependencies changed: {said}" + (f" ({same} the same)" if same else ""))
+    elif versions:
+        lines.append(f"- dependencies: the same ({', '.join(esc.text(k) for k in versions)})")
+    backends = []
+    for key, name in BACKENDS.items():
+        a, b = old.kernels.get(key), new.kernels.get(key)
+        if a is None and b is None:
+            continue
+        if a == b:
+            backends.append(f"{name} {esc.code(a)}")
+        else:
+            backends.append(f"**⚠ {name}** {esc.code(a or '—')} → {esc.code(b or '—')}")
+    if backends:
+        lines.append(f"- backends ({old_label} → {new_label}): " + ", ".join(backends))
+    return lines
+
+
 def render_markdown(doc: ResultDocument) -> str:
     """The report of a run."""
     status = doc.status
@@ -975,6 +1127,7 @@ def render_markdown(doc: ResultDocument) -> str:
     lines.append(f"- what counts as a regression: `regress: {doc.regress.value}`")
     lines += _releases(doc)
     lines += _symptom(doc)
+    lines += _glance(doc)
     lines.append("")
     lines += _caveats(doc)
     culprit = doc.culprit
@@ -1027,6 +1180,7 @@ def render_markdown(doc: ResultDocument) -> str:
     lines += _bumps(doc)
     lines += _warnings(doc)
     lines += _reproduce(doc)
+    lines += _away(doc)
     lines += _localization(doc)
     lines += _evidence(doc)
     lines += environment_lines(doc.context)

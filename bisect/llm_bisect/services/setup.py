@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from .. import collectenv, enginecache, plugins
 from ..builds import Builder, ImageTarget, Strategy
 from ..builds.cache import BuildCache, unusable
@@ -33,6 +35,7 @@ from ..config import (
     secret_names,
     server_argv,
     server_digest,
+    shared_config,
 )
 from ..environment import gpu_ids, node_environment
 from ..errors import ConfigError, LaunchError
@@ -421,7 +424,18 @@ def run_context(s: Setup, config: Config) -> Context:
         repo=s.repo,
         repo_url=(config.candidates.url or web_url(s.source.remote_url())).rstrip("/"),
         environment=node_environment(),
+        config_text=config_text(s),
     )
+
+
+def config_text(s: Setup) -> str:
+    """The config file as a report may show it: its data, secrets masked (shared_config),
+    written back as YAML (comments are not kept)."""
+    data = read_yaml(Path(s.config_file), "config") if s.config_file else None
+    if not data:
+        return ""
+    shared = shared_config(data, s.scrub)
+    return yaml.safe_dump(shared, sort_keys=False, allow_unicode=True, width=100)
 
 
 def golden_file_of(s: Setup, given: Path | None) -> Path:
