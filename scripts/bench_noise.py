@@ -12,6 +12,8 @@ histories:
   plain    a plain probabilistic bisection: the rate known, the ends known, the posterior
            median probed, stop at posterior 0.99 (Horstein; it checks the harness)
   auto     the posterior search as shipped (`search.flake: auto`: the rate unknown to it)
+  known    the posterior search told the rate (`search.flake: 0.1`; `sticky`: 0.05, as plain;
+           lie 0: flake 0, today's search): what not knowing the rate costs `auto`
 
 Each row: wrong culprits named found (%), right (%), no answer (%), mean probes and, with
 k slots, mean rounds, each with a 95 % interval (Wilson for rates, normal for means).
@@ -24,7 +26,7 @@ cost of the search itself, `plain`'s own count. `ends again`: the mean starts
 of an end beyond its first (an end whose verdict is doubted; `plain` never doubts one).
 
 Usage: python scripts/bench_noise.py [--histories 2000] [--seed 20261204] [--lies 0,0.05,...]
-  [--searches today,plain,auto] [--slots 1,4] [--jobs 2]
+  [--searches today,plain,auto,known] [--slots 1,4] [--jobs 2]
 About 20 minutes on 2 cores at 2,000 histories per row.
 """
 
@@ -86,7 +88,8 @@ def searched(world: World, search: str, k: int) -> Run:
         return _plain(world, rng)
     seq = tuple(Candidate(f"{i:040x}") for i in range(world.n + 1))
     plan = Plan(Mode.REGRESSION, seq)
-    policy = Policy(flake=0.0) if search == "today" else Policy()
+    rate = 0.05 if world.lie == "sticky" else float(world.lie)
+    policy = {"today": Policy(flake=0.0), "known": Policy(flake=rate)}.get(search, Policy())
     seen: dict[str, list[Verdict]] = {}
     probes = rounds = 0
     starts: dict[int, int] = {}
