@@ -12,12 +12,21 @@ histories:
   plain    a plain probabilistic bisection: the rate known, the ends known, the posterior
            median probed, stop at posterior 0.99 (Horstein; it checks the harness)
   auto     the posterior search as shipped (`search.flake: auto`: the rate unknown to it)
+  known    the posterior search told the rate (`search.flake: 0.1`; `sticky`: 0.05, as plain;
+           lie 0: flake 0, today's search): what not knowing the rate costs `auto`
 
 Each row: wrong culprits named found (%), right (%), no answer (%), mean probes and, with
 k slots, mean rounds, each with a 95 % interval (Wilson for rates, normal for means).
 
+The ends are counted honestly. The real tool starts both ends whatever the search (the
+golden is recorded on the good end, the bad end is checked), so `probes` counts every
+start: `plain`, which takes the ends as known and never probes them, is charged those two
+starts too. `beyond the ends` leaves out each end's first start (for every search): the
+cost of the search itself, `plain`'s own count. `ends again`: the mean starts
+of an end beyond its first (an end whose verdict is doubted; `plain` never doubts one).
+
 Usage: python scripts/bench_noise.py [--histories 2000] [--seed 20261204] [--lies 0,0.05,...]
-  [--searches today,plain,auto] [--slots 1,4] [--jobs 2]
+  [--searches today,plain,auto,known] [--slots 1,4] [--jobs 2]
 About 20 minutes on 2 cores at 2,000 histories per row.
 """
 
@@ -65,7 +74,12 @@ class Run:
     status: str
     right: bool
     probes: int
+    """Every start, each end's first included."""
     rounds: int
+    ends: int = 2
+    """The ends started (each end's first start; a search that stops at an end makes one)."""
+    ends_again: int = 0
+    """Starts of the ends beyond their first."""
 
 
 def searched(world: World, search: str, k: int) -> Run:
@@ -74,23 +88,30 @@ def searched(world: World, search: str, k: int) -> Run:
         return _plain(world, rng)
     seq = tuple(Candidate(f"{i:040x}") for i in range(world.n + 1))
     plan = Plan(Mode.REGRESSION, seq)
-    policy = Policy(flake=0.0) if search == "today" else Policy()
+    rate = 0.05 if world.lie == "sticky" else float(world.lie)
+    policy = {"today": Policy(flake=0.0), "known": Policy(flake=rate)}.get(search, Policy())
     seen: dict[str, list[Verdict]] = {}
     probes = rounds = 0
+    starts: dict[int, int] = {}
     while not isinstance(step := plan_batch(plan, seen, k, reprobe=True, policy=policy), Answer):
         rounds += 1
         for c in step:
-            seen.setdefault(c.commit, []).append(world.verdict(int(c.commit, 16), rng))
+            i = int(c.commit, 16)
+            seen.setdefault(c.commit, []).append(world.verdict(i, rng))
             probes += 1
+            starts[i] = starts.get(i, 0) + 1
         if probes > 10 * world.n:
             raise SystemExit(f"stalled on {world}")
     culprit = None if step.culprit is None else int(step.culprit.commit, 16)
-    return Run(step.status.value, culprit == world.culprit, probes, rounds)
+    ends = [starts[i] for i in (0, world.n) if i in starts]
+    right = culprit == world.culprit
+    return Run(step.status.value, right, probes, rounds, len(ends), sum(ends) - len(ends))
 
 
 def _plain(world: World, rng: random.Random) -> Run:
     """Horstein's bisection: the rate known, the ends known (not probed), the posterior
-    over candidates 1..n-1 uniform at first, the posterior median probed, stop at 0.99."""
+    over candidates 1..n-1 uniform at first, the posterior median probed, stop at 0.99.
+    Charged the two starts of the ends the real tool makes (it uses neither verdict)."""
     n = world.n + 1
     rate = 0.05 if world.lie == "sticky" else float(world.lie)
     post = np.full(n - 1, 1.0 / (n - 1))  # post[j]: candidate j + 1 is the first bad
@@ -105,7 +126,7 @@ def _plain(world: World, rng: random.Random) -> Run:
         probes += 1
     found = int(post.argmax()) + 1
     status = "found" if post.max() >= 0.99 else "ambiguous"
-    return Run(status, found == world.culprit, probes, probes)
+    return Run(status, found == world.culprit, probes + 2, probes + 2)
 
 
 def worlds(count: int, seed: int, lie: float | str) -> list[World]:
@@ -143,11 +164,13 @@ def row(search: str, lie: float | str, k: int, runs: Sequence[Run]) -> str:
     none = n - wrong - right
     lo, hi = wilson(wrong, n)
     p, pe = mean([r.probes for r in runs])
+    inner = sum(r.probes - r.ends for r in runs) / n  # each end's first start left out
+    again = sum(r.ends_again for r in runs) / n
     rd, re = mean([r.rounds for r in runs])
     return (
         f"| {search} | {lie} | {k} | {100 * wrong / n:.1f} [{lo:.1f}, {hi:.1f}] | "
-        f"{100 * right / n:.1f} | {100 * none / n:.1f} | {p:.1f} ± {pe:.1f} | "
-        + (f"{rd:.1f} ± {re:.1f} |" if k > 1 else "- |")
+        f"{100 * right / n:.1f} | {100 * none / n:.1f} | {p:.1f} ± {pe:.1f} | {inner:.1f} | "
+        f"{again:.2f} | " + (f"{rd:.1f} ± {re:.1f} |" if k > 1 else "- |")
     )
 
 
@@ -162,10 +185,12 @@ def main() -> None:
     args = parser.parse_args()
     lies: list[float | str] = [x if x == "sticky" else float(x) for x in args.lies.split(",")]
     print(f"{args.histories} histories per row, seed {args.seed}, n in [10, 500]")
+    bits = [math.ceil(math.log2(w.n)) for w in worlds(args.histories, args.seed, 0.0)]
+    print(f"mean ceil(log2 n) {sum(bits) / len(bits):.2f}: bisection's probes beyond the ends")
     print()
     print("| search | lie | slots | wrong, found (%) [95 %] | right (%) | no answer (%) "
-          "| probes | rounds |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          "| probes | beyond the ends | ends again | rounds |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     began = time.monotonic()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for lie in lies:
