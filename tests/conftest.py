@@ -13,6 +13,7 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
+from hypothesis import settings
 
 from helpers import History
 from llm_bisect import plugins
@@ -27,6 +28,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE, *filter(None, [os.environ.g
 # The kinds load once, explicitly, as the CLI and services.setup load them (plugins.load);
 # tests that read a config in this process need them too.
 plugins.load()
+
+# No property test depends on how fast the machine is: hypothesis's deadline (200 ms an
+# example) failed test_redact's shell-quoting property under load, 283 ms once, 5 ms again.
+settings.register_profile("llm-bisect", deadline=None)
+settings.load_profile("llm-bisect")
 
 # Tests never reach the network: Hugging Face datasets come from local files only.
 os.environ["HF_DATASETS_OFFLINE"] = "1"
