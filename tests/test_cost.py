@@ -27,8 +27,8 @@ def test_weighed_verdicts_and_slots_cost_what_the_search_makes_of_them() -> None
     four = estimate(100, EXACT, slots=4)
     assert four.rounds < exact.rounds and four.search >= exact.search
     bare = estimate(100, EXACT, confirm=False, localize=False, decisive=False)
-    assert bare.starts == exact.search and exact.starts == exact.search + 6
-    assert "about 4.0 h at 20 min a start" in estimate(16, EXACT).line(20)  # 12 starts
+    assert bare.starts == exact.search and exact.starts == exact.search + 5
+    assert "about 3.7 h at 20 min a start" in estimate(16, EXACT).line(20)  # 11 starts
 
 
 def test_candidates_says_the_runs_cost_in_starts_and_time(

@@ -78,14 +78,15 @@ def test_the_culprit_and_the_last_good_run_every_check_for_the_report(tmp_path: 
     """`probe.early_stop` (the default) stops the culprit's probe at its first failed check;
     after the search it is probed again with every check, once, and the report's evidence is
     its own: the token-id / logprob diff, accuracy, answers with content null against the
-    golden's, NaN/Inf on both sides; report.html plots the culprit's logprobs."""
-    h = History(tmp_path, {5: "null-content"}, 8)
+    golden's, NaN/Inf on both sides; report.html plots the culprit's logprobs. (The culprit,
+    6, is probed before the last good, 5: its verdict alone did not end the search.)"""
+    h = History(tmp_path, {6: "null-content"}, 8)
     launches = tmp_path / "launches"
     config = h.config(server={"command": [*sim_command(h.repo), "--launch-log", str(launches)]})
     out = tmp_path / "out"
     done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
     assert done.exit_code == 0, done.output
-    culprit, last_good = h.shas[5], h.shas[4]
+    culprit, last_good = h.shas[6], h.shas[5]
     doc = json.loads((out / "result.json").read_text())
     assert doc["culprit"]["commit"] == culprit
     searched = [p for p in doc["probes"] if p["commit"] == culprit]
@@ -121,3 +122,32 @@ def test_the_culprit_and_the_last_good_run_every_check_for_the_report(tmp_path: 
     assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
     assert differences(doc, json.loads((out / "result.json").read_text())) == []
     assert (out / "report.md").read_text() == report
+
+
+def test_a_probe_whose_verdict_ends_the_search_runs_every_check_and_is_not_started_again(
+    tmp_path: Path,
+) -> None:
+    """The culprit, 5, is the search's last probe: bad or good, its verdict ends the search,
+    so its suite runs whole then (early stop is for the probes in between) and the evidence
+    is that probe's: the build starts once for the search, once for localisation, and no
+    more (it was three starts: the search's, the full suite's, localisation's)."""
+    h = History(tmp_path, {5: "null-content"}, 8)
+    launches = tmp_path / "launches"
+    config = h.config(server={"command": [*sim_command(h.repo), "--launch-log", str(launches)]})
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    culprit = h.shas[5]
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["culprit"]["commit"] == culprit
+    (searched,) = [p for p in doc["probes"] if p["commit"] == culprit]
+    assert not searched.get("not_run"), searched  # every check ran
+    assert [c["name"] for c in searched["checks"]] == ["canary", "expect", "logprobs", "eval"]
+    middle = [p for p in doc["probes"] if p["verdict"] == "bad" and p["commit"] != h.shas[-1]]
+    assert any(p.get("not_run") for p in middle), middle  # early stop still cut the others
+    assert launches.read_text().split().count(culprit) == 2, launches.read_text()
+    assert "again with every check" not in done.output, done.output
+    report = (out / "report.md").read_text()
+    evidence = report.split("## Evidence")[1].split("\n## ")[0]
+    assert "#### First divergence from the golden (logprobs)" in evidence, evidence
+    assert "answers with content null; golden 0" in evidence, evidence

@@ -29,8 +29,9 @@ class Cost:
     confirm: int
     """The revert and pick trials (fewer where a run probe already holds that tree)."""
     decisive: int
-    """The last good and first bad again with every check, where theirs stopped early
-    (`probe.early_stop`): the report's evidence."""
+    """The first bad again with every check, where its probe stopped early
+    (`probe.early_stop`): the report's evidence. At most one: a good probe runs every check,
+    and a probe whose verdict ends the search runs them all at once."""
     localize: int
     """The last good and first bad builds again, with the worker extension (vLLM)."""
     slots: int
@@ -99,5 +100,5 @@ def estimate(
 ) -> Cost:
     """The cost of a run over n candidates after the good end."""
     search, rounds = search_cost(n, policy, slots)
-    return Cost(search, rounds, 2 if confirm else 0, 2 if decisive else 0,
+    return Cost(search, rounds, 2 if confirm else 0, 1 if decisive else 0,
                 2 if localize else 0, slots)  # fmt: skip

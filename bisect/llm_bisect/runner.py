@@ -40,7 +40,16 @@ from .report.documents import Context, ResultDocument
 from .report.html import render_html
 from .report.markdown import render_markdown
 from .report.result import build_result, verdicts_by_commit
-from .search import Answer, Plan, left_of, lookahead, no_longer_needed, plan_batch, plan_step
+from .search import (
+    Answer,
+    Plan,
+    left_of,
+    lookahead,
+    no_longer_needed,
+    plan_batch,
+    plan_step,
+    settles,
+)
 from .symptom import Counted, Symptom, count
 
 
@@ -395,8 +404,17 @@ class _Slots:
             )
             self.ctx.progress.note(f"{candidate.short}: probing again, {why}")
         probe_dir = self.out_dir / "probes" / name
-        future = pool.submit(probe, candidate, probe_dir, self.ctx, flight.cancel, slot)
+        ctx = self.ctx
+        if ctx.early_stop and not self.running and self._settles(candidate):
+            # its verdict ends the search either way: its suite is the answer's evidence,
+            # run whole now rather than by another start after the search (stages.Evidence)
+            ctx = replace(ctx, full=ctx.full | {candidate.commit})
+        future = pool.submit(probe, candidate, probe_dir, ctx, flight.cancel, slot)
         self.running[future] = flight
+
+    def _settles(self, candidate: Candidate) -> bool:
+        seen = history(count(self.plan, self.probes, self.symptom).used)
+        return settles(self.plan, seen, candidate, reprobe=self.reprobe, policy=self.policy)
 
     def _finish(self, future: Future[ProbeOutcome]) -> None:
         flight = self.running.pop(future)

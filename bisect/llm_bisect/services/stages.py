@@ -206,7 +206,8 @@ class Evidence:
     search's probe of one stopped at its first failed check (`probe.early_stop`), it is
     probed again in full, into DIR/evidence/<short>; journalled in DIR/evidence.jsonl (a
     resume does not repeat it), kept in DIR/evidence.json. A probe of it that ran every check
-    already is used as it is. At most two probes."""
+    already is used as it is: a good one always did, and so did the search's last probe,
+    whose verdict ended the search either way (runner: `settles`). Rarely more than one."""
 
     name = "evidence"
     probes = True
