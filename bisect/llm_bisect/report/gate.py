@@ -4,6 +4,7 @@ dashboards. Pure: a typed gate document in, text out; text from outside through 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import PurePath
 
 from ..checks.eval import EvalDetails
 from ..checks.lm_eval import LmEvalDetails, TaskJudgement
@@ -188,17 +189,19 @@ def _away(doc: GateDocument) -> list[str]:
     `docker run` by digest and a `curl` of the canary's first failing prompt."""
     ctx = doc.context.model_copy(update={"golden": doc.golden.path})
     folder = portable.clone_folder(ctx)
+    files = [(PurePath(here).name, here) for here in (doc.eval_config, doc.eval_data) if here]
+    evals = [w for flag, (name, _) in zip(("--eval-config", "--eval-data"), files,
+                                          strict=False) for w in (flag, name)]  # fmt: skip
     again = ["llm-bisect", "gate", portable.CONFIG, "--candidate", doc.candidate_ref,
-             "--golden", portable.GOLDEN, "--repo", folder]  # fmt: skip
-    commands = [
-        f"{esc.shell(again)}   # expect {doc.decision}: exit {doc.exit_code}",
-        f"{esc.shell(portable.check_argv(ctx, doc.candidate.commit))}   "
-        f"# expect {EXPECT[doc.probe.verdict]}",
-        f"{esc.shell(portable.check_argv(ctx, doc.golden.commit))}   # expect good: exit 0",
-    ]
-    if doc.eval_config or doc.eval_data:  # files of this machine: said, not pretended
-        commands = commands[1:]
-    return away(ctx, commands, "gate", without_llm_bisect(doc.probe, "candidate"))
+             "--golden", portable.GOLDEN, "--repo", folder, *evals]  # fmt: skip
+    commands = [f"{esc.shell(again)}   # expect {doc.decision}: exit {doc.exit_code}"]
+    if not files:  # `check` judges by the config's checks only, not by an eval file
+        commands += [
+            f"{esc.shell(portable.check_argv(ctx, doc.candidate.commit))}   "
+            f"# expect {EXPECT[doc.probe.verdict]}",
+            f"{esc.shell(portable.check_argv(ctx, doc.golden.commit))}   # expect good: exit 0",
+        ]
+    return away(ctx, commands, "gate", without_llm_bisect(doc.probe, "candidate"), files)
 
 
 def render_gate_html(doc: GateDocument) -> str:

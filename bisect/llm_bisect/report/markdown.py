@@ -8,6 +8,8 @@ outside (git, servers, logs, the config) passes through `escape` on its way in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..checks.eval import EvalDetails
 from ..checks.gsm8k import DETECTABLE_WARN
 from ..checks.logprobs import Chosen, LogprobsDetails
@@ -821,18 +823,24 @@ def _away(doc: ResultDocument) -> list[str]:
     return away(ctx, lines, "run", [*_without_llm_bisect(bad)])
 
 
-def away(ctx: Context, commands: list[str], what: str, after: list[str]) -> list[str]:
-    """`### Away from this machine`: what to attach to an issue (the golden, the config,
-    which the folded block below holds), and `commands` (by those names) that run as printed
-    in the folder that holds them, after a clone of the repository; then `after`."""
+def away(
+    ctx: Context,
+    commands: list[str],
+    what: str,
+    after: list[str],
+    files: Sequence[tuple[str, str]] = (),
+) -> list[str]:
+    """`### Away from this machine`: what to attach to an issue (the golden, `files` as
+    (name, path here), the config, which the folded block below holds), and `commands` (by
+    those names) that run as printed in the folder that holds them, after a clone of the
+    repository; then `after`."""
     clone = portable.clone_argv(ctx)
     folder = portable.clone_folder(ctx)
-    attach = (
-        f"attach {esc.code(portable.GOLDEN)} (the golden the {what} judged by, "
-        f"{esc.code(ctx.golden)} here) and "
-        if ctx.golden
-        else ""
-    )
+    attached = [f"{esc.code(name)} ({esc.code(here)} here)" for name, here in files]
+    if ctx.golden:
+        attached.insert(0, f"{esc.code(portable.GOLDEN)} (the golden the {what} judged by, "
+                           f"{esc.code(ctx.golden)} here)")  # fmt: skip
+    attach = f"attach {', '.join(attached)} and " if attached else ""
     config = (
         "the config below"
         if ctx.config_text
