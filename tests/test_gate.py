@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from helpers import (
     HOSTILE_TAGS,
     History,
     cli_on_path,
+    first_screen,
     github_render,
     live_processes,
     printed_commands,
@@ -682,3 +684,57 @@ def test_the_gate_dates_its_document_by_the_clock_it_is_given(tmp_path: Path, hi
     assert doc.decision == "allow"
     assert doc.started_at == 1_000.0 and 1_000.0 < doc.ended_at < 2_000.0
     assert gate_of(tmp_path / "gate").started_at == 1_000.0
+
+
+PLANTED_KEY = "sk-plantedGateKey4711"
+
+
+def test_the_gate_report_stands_alone_in_an_issue_as_the_run_report_does(tmp_path: Path) -> None:
+    """A blocked gate's report.md, pasted into an issue with golden.json attached and its
+    embedded config saved as config.yaml: the backends are on the first screen, its portable
+    lines (the gate, `check` of the candidate and of the golden's build, by the attachments'
+    names) exit as they say in a folder of their own, and the canary's `curl` sends the
+    server's API key from the reader's environment by its name, never its value."""
+    h = History(tmp_path / "work", {3: "degenerate-content"}, 4)
+    config = h.config(
+        server={"command": [*sim_command(h.repo), "--api-key", PLANTED_KEY]},
+        checks=[{"type": "canary"}, {"type": "expect"}],
+    )
+    golden = record(h, config, tmp_path)
+    out = tmp_path / "gate"
+    code, output = invoke("gate", str(config), "--candidate", h.shas[3], "--golden", str(golden),
+                          "--out", str(out))  # fmt: skip
+    assert code == 1, output
+    md = (out / "report.md").read_text()
+    shown = github_render(md)
+    assert shown.problems == []
+    assert "- backends (golden → candidate): attention `FLASH_ATTN`" in first_screen(md), md
+    assert "### Away from this machine" in md and "attach `golden.json`" in md
+    assert "<summary><b>config.yaml</b>" in md
+    (embedded,) = [c for info, c in shown.fences if info == "yaml"]
+    issue = tmp_path / "issue"
+    issue.mkdir()
+    (issue / "config.yaml").write_text(embedded)
+    shutil.copy(golden, issue / "golden.json")
+    subprocess.run(["git", "clone", "-q", str(h.repo), str(issue / "repo")], check=True)
+    commands = printed_commands(md, "sh")
+    assert [shell_words(line, tmp_path)[:3] for line, _ in commands] == [
+        ["llm-bisect", "gate", "config.yaml"], *[["llm-bisect", "check", "config.yaml"]] * 2
+    ]  # fmt: skip
+    assert [code for _, code in commands] == [1, 1, 0]
+    assert not [line for line, _ in commands if str(tmp_path) in line]
+    env = cli_on_path(tmp_path / "bin")
+    for line, said in commands:
+        done = subprocess.run(["sh", "-c", line], cwd=issue, env=env, capture_output=True,
+                              text=True, timeout=300, check=False)  # fmt: skip
+        assert done.returncode == said, f"{line}\n{done.stdout}{done.stderr}"
+    (curl,) = [x for info, c in shown.fences if info == "sh" for x in c.splitlines()
+               if x.startswith("curl ")]  # fmt: skip
+    assert curl.endswith('-H "Authorization: Bearer ${LLM_BISECT_API_KEY}"'), curl
+    words = subprocess.run(["sh", "-c", "printf '%s\\0' " + curl], capture_output=True,
+                           env={"LLM_BISECT_API_KEY": "readers-own"}, check=True)  # fmt: skip
+    assert "Authorization: Bearer readers-own" in words.stdout.decode().split("\0")
+    for path in [*out.rglob("*"), *issue.glob("*.*")]:
+        if path.is_file():
+            assert PLANTED_KEY.encode() not in path.read_bytes(), path
+    assert live_processes(str(h.repo)) == []

@@ -1028,3 +1028,36 @@ def test_a_private_mirror_in_the_ledger_is_opened_with_its_docker_login(
     assert "unknown" not in output and "MISSING" not in output, output  # the mirror said
     assert f"{len(h.shas)} candidates, {len(h.shas)} with an artifact" in output, output
     assert "mirror-pass-55" not in output
+
+
+def test_configs_of_an_image_needs_no_candidates(
+    client: docker.DockerClient, repo_name: str, tmp_path: Path
+) -> None:
+    """`configs CONFIG --build IMAGE` with a config that has no `candidates:`: the image names
+    its commit by a label and runs as it is; an image that names its commit by a short id
+    (a version's +g<sha>) says in one line that a clone is needed to expand it."""
+    commit = "ab" * 20
+    rules = [{"flags": {"--moe-backend": "cutlass"}, "fault": "garbled-math"}]
+    import_image(client, f"{repo_name}:v0.30.0", {"fault_when": rules},
+                 labels={"org.opencontainers.image.revision": commit})  # fmt: skip
+    import_image(client, f"{repo_name}:short", {"fault_when": rules},
+                 env={"VLLM_VERSION": f"0.30.0+g{commit[:9]}"})  # fmt: skip
+    server = sim_server(repo_name + ":{commit}")
+    server["args"] += ["--moe-backend", "marlin"]
+    config = write_config(tmp_path / "bare.yaml", {
+        "server": server, "checks": SIMPLE_CHECKS, "localize": {"enabled": False},
+        "search": {"flake": 0}})  # fmt: skip
+    out = tmp_path / "out"
+    code, output = invoke("configs", str(config), "--build", f"{repo_name}:v0.30.0",
+                          "--bad-arg", "--moe-backend cutlass", "--out", str(out))  # fmt: skip
+    assert code == 0 and "found: turns GOOD bad: --moe-backend cutlass" in output, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["build"] == {"commit": commit, "subject": "", "author": "", "date": "",
+                               "artifact": f"{repo_name}:v0.30.0"}  # fmt: skip
+    assert [p["fingerprint"]["image"]["ref"] for p in result["decisive"]] == [
+        f"{repo_name}:v0.30.0"] * 2  # fmt: skip
+    code, output = invoke("configs", str(config), "--build", f"{repo_name}:short", "--bad-arg",
+                          "--moe-backend cutlass", "--out", str(tmp_path / "no"))  # fmt: skip
+    assert code == 2 and len(output.strip().splitlines()) == 1, output
+    assert f"image '{repo_name}:short' names commit {commit[:9]}" in output
+    assert "the config has no candidates.repo" in output and not (tmp_path / "no").exists()

@@ -13,9 +13,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
-from helpers import History, live_processes, sim_command, wait_until, write_config
+from helpers import (
+    History,
+    first_screen,
+    github_render,
+    live_processes,
+    printed_commands,
+    run_as_printed,
+    shell_words,
+    sim_command,
+    wait_until,
+    write_config,
+)
 from llm_bisect.cli import cli
 from llm_bisect.journal import read_events
 
@@ -384,3 +396,101 @@ def test_bad_given_inline_runs_against_the_configs_own_server(tmp_path: Path) ->
         code, output = invoke(*base[:-2], "--out", str(tmp_path / "refused"), *extra)
         assert code == 2 and said in output and len(output.strip().splitlines()) == 1, output
         assert not (tmp_path / "refused").exists()
+
+
+PLANTED = ("sk-plantedConfigsKey1", "hf_plantedConfigsTok2")
+
+
+def test_the_report_holds_runs_evidence_and_its_reproduce_lines_run_as_printed(
+    tmp_path: Path,
+) -> None:
+    """What `run`'s report has, for GOOD against the smallest bad setup: the backends each
+    ran with on the first screen (the MoE kernel the flag switched, marked), the failing
+    checks' evidence beside GOOD's with accuracy and content-null counts, NaN/Inf for both,
+    the tensors where they part, a report.html; its Reproduce lines, pasted into `sh` in
+    another folder, exit as they say. A planted key and token reach no output."""
+    h = History(tmp_path, {}, 2, settings={"fault_when": RULES})
+    command = [*sim_command(h.repo), *FLAGS_GOOD, "--api-key", PLANTED[0]]
+    config = h.config(server={"command": command, "ready_timeout": 20,
+                              "env": {**ENV_GOOD, "HF_TOKEN": PLANTED[1]}})  # fmt: skip
+    out = tmp_path / "out"
+    code, output = invoke("configs", str(config), "--build", h.shas[-1], "--out", str(out),
+                          "--bad-arg", "--moe-backend cutlass", "--bad-env",
+                          "VLLM_USE_DEEP_GEMM=1")  # fmt: skip
+    assert code == 0 and "found: turns GOOD bad" in output, output
+    md = (out / "report.md").read_text()
+    shown = github_render(md)
+    assert shown.problems == []
+    top = first_screen(md)
+    assert "- GOOD is the config's own `server:`" in top
+    assert "**⚠ MoE** `MARLIN` → `CUTLASS`" in top and "attention `FLASH_ATTN`" in top, top
+    evidence = md[md.index("## Evidence") :]
+    short = h.shas[-1][:12]
+    assert f"- **smallest bad setup** `{short}`: 'What is 2+2?" in evidence
+    assert f"- **GOOD** `{short}`: 'What is 2+2? Reply with the number only.' → 4" in evidence
+    assert "answers with content null; golden 0 / 64" in evidence
+    assert "#### First divergence from the golden (logprobs)" in evidence
+    nan = md[md.index("## NaN / Inf") : md.index("## Evidence")]
+    assert "- GOOD: 0 logprob position(s) NaN or Inf" in nan
+    assert "- smallest bad setup: 0 logprob position(s) NaN or Inf" in nan
+    assert "No NaN or Inf on either path." in nan
+    assert "| tensor of `model.layers.0.mlp` | relative difference |" in md
+    assert "<b>Builds compared</b>" in md and "**⚠ kernels.moe_backend**" in md
+    html = (out / "report.html").read_text()
+    assert 'id="plot-logprobs"' in html and "smallest bad setup" in html
+    result = json.loads((out / "result.json").read_text())
+    assert [p["verdict"] for p in result["decisive"]] == ["good", "bad"]
+    commands = printed_commands(md)
+    assert [shell_words(line, tmp_path)[:2] for line, _ in commands] == [
+        ["llm-bisect", "check"], ["llm-bisect", "configs"]
+    ]  # fmt: skip
+    assert [c for _, c in commands] == [0, 0]
+    for line, said in commands:
+        done = run_as_printed(line, tmp_path / "elsewhere", tmp_path / "bin")
+        assert done.returncode == said, f"{line}\n{done.stdout}{done.stderr}"
+    again = json.loads(Path(f"{out}-smallest/result.json").read_text())
+    assert [d["label"] for d in again["difference"]] == [d["label"] for d in result["difference"]]
+    for path in [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".yaml"]:
+        assert not [s for s in PLANTED if s.encode() in path.read_bytes()], path
+    assert not [s for s in PLANTED if s in output]
+    assert live_processes(str(h.repo)) == []
+
+
+def test_a_config_without_candidates_serves_and_an_ignored_server_is_said(
+    tmp_path: Path,
+) -> None:
+    """`configs` at one build needs no range: a config without `candidates:` runs with the
+    build named by its full commit; a ref needs a repository, and a build route that reads
+    one (overlay) needs candidates.repo: one line each, nothing started. --good-server
+    leaves the config's own `server:` unused: the terminal and report.md say so."""
+    s = setups(tmp_path)
+    h: History = s["h"]
+    data = yaml.safe_load(Path(s["config"]).read_text())
+    del data["candidates"]
+    data["localize"] = {"enabled": False}
+    bare = write_config(tmp_path / "bare.yaml", data)
+    out = tmp_path / "out"
+    base = ["configs", str(bare), "--good-server", str(s["good"]), "--bad-arg",
+            "--moe-backend cutlass", "--bad-env", "VLLM_USE_DEEP_GEMM=1"]  # fmt: skip
+    code, output = invoke(*base, "--build", h.shas[-1], "--out", str(out))
+    assert code == 0 and "found: turns GOOD bad" in output, output
+    assert "the config's own server: is not used" in output
+    md = (out / "report.md").read_text()
+    assert "(--good-server): **the config's own `server:` is not used**" in first_screen(md)
+    assert json.loads((out / "result.json").read_text())["good_server"] == str(s["good"])
+    starts = len(launched(s["launches"]))
+    data["build"] = {"strategies": [{"type": "overlay", "venv": str(tmp_path), "package": "x",
+                                     "base_commit": h.shas[0]}]}  # fmt: skip
+    overlay = write_config(tmp_path / "overlay.yaml", data)
+    for config, build, said in (
+        (bare, "HEAD", "--build: 'HEAD' is not a full commit id, and the config has no "
+         "candidates.repo"),
+        (overlay, h.shas[-1], "build.strategies.0: `overlay` builds from the repository, and "
+         "the config has no candidates.repo"),
+    ):  # fmt: skip
+        refused = tmp_path / "refused"
+        code, output = invoke("configs", str(config), *base[2:], "--build", build,
+                              "--out", str(refused))  # fmt: skip
+        assert code == 2 and said in output and len(output.strip().splitlines()) == 1, output
+        assert not refused.exists()
+    assert len(launched(s["launches"])) == starts

@@ -623,7 +623,7 @@ def configs_cmd(
         progress = TerminalProgress(term)
         cs = configs_setup(
             config, os.environ, good_file=good_server, bad_file=bad_server, bad_args=words,
-            bad_env=env, repo=repo, report=progress.note,
+            bad_env=env, repo=repo, report=progress.note, build=build,
         )  # fmt: skip
         term.mask(cs.scrub)
         result = run_configs(cs, out, build=build, progress=progress)

@@ -694,13 +694,22 @@ def parse_config(data: Any) -> Config:
         raise ConfigError(_one_line(exc)) from None
 
 
-def load_config(path: Path, server: Mapping[str, Any] | None = None) -> Config:
+def load_config(
+    path: Path, server: Mapping[str, Any] | None = None, candidates: bool = True
+) -> Config:
     """Read and validate a YAML config file; `server`: a `server:` section to use instead
-    of the file's (the `configs` command's GOOD and BAD setups)."""
+    of the file's (the `configs` command's GOOD and BAD setups); not `candidates`: a file
+    without `candidates:` is read as one with no repository and no ends (NO_CANDIDATES)."""
     data = read_yaml(path, "config")
     if server is not None and isinstance(data, dict):
         data = {**data, "server": dict(server)}
+    if not candidates and isinstance(data, dict) and "candidates" not in data:
+        data = {**data, "candidates": dict(NO_CANDIDATES)}
     return parse_config(data)
+
+
+NO_CANDIDATES: Mapping[str, str] = {"repo": "", "good": "", "bad": ""}
+"""`candidates:` of a config that has none (`configs` at one build needs no range)."""
 
 
 def load_server(path: Path, key: str) -> dict[str, Any]:

@@ -394,6 +394,9 @@ class StrategyKind:
     """Its rules against the launcher and the strategies before it; ValueError."""
     secrets: Callable[[Any, Mapping[str, str], int], list[str]] = lambda *_: []
     """Secret values its config holds (a login in an index URL), to mask everywhere."""
+    repository: bool = False
+    """Its builds read the candidates' repository (a commit's files): a config without
+    `candidates.repo` cannot use it."""
 
 
 STRATEGIES: Registry[StrategyKind] = Registry("build type", "type")

@@ -744,5 +744,7 @@ def _validate(cfg: OverlayStrategyConfig, rules: StrategyRules) -> None:
 
 
 KIND = STRATEGIES.register(
-    StrategyKind("overlay", OverlayStrategyConfig, make=from_config, validate=_validate)
+    StrategyKind(
+        "overlay", OverlayStrategyConfig, make=from_config, validate=_validate, repository=True
+    )
 )

@@ -959,6 +959,7 @@ def _devices(cfg: DockerServerConfig, ctx: DeviceContext) -> list[tuple[str, ...
 
 def resolve_image_end(cfg: DockerServerConfig, ctx: EndContext, ref: str, key: str) -> Candidate:
     """The candidate an image names: its commit from labels, env, tag or version."""
+    from ..sources.git import NoRepository
     from ..sources.images import WHERE, commit_of_image, env_map
     from .spread import Spread
 
@@ -983,6 +984,9 @@ def resolve_image_end(cfg: DockerServerConfig, ctx: EndContext, ref: str, key: s
     try:
         candidate = ctx.source.resolve(commit, key)
     except ConfigError:
+        if isinstance(ctx.source, NoRepository):  # a short id names a commit in a clone only
+            raise ConfigError(f"{key}: image {ref!r} names commit {commit} ({where}), not a "
+                              f"full id, and {ctx.source.why}") from None  # fmt: skip
         raise ConfigError(
             f"{key}: image {ref!r} is commit {commit} ({where}), not in candidates.repo"
         ) from None

@@ -4,22 +4,26 @@ dashboards. Pure: a typed gate document in, text out; text from outside through 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import PurePath
 
 from ..checks.eval import EvalDetails
 from ..checks.lm_eval import LmEvalDetails, TaskJudgement
 from ..model import CheckDetails, Verdict
-from . import escape as esc
+from . import escape as esc, portable
 from .documents import Decision, GateDocument, GateReason
 from .escape import cell
 from .html import logprob_figure, page, table
 from .links import commit_url
 from .markdown import (
+    away,
     builds_compared,
     divergences,
     duration,
     environment_lines,
+    glance,
     power_lines,
     reproduce_repo,
+    without_llm_bisect,
 )
 
 DECISION_OF: dict[Verdict, Decision] = {
@@ -104,6 +108,9 @@ def render_gate_markdown(doc: GateDocument) -> str:
         f"**Verdict:** {probe.verdict.value} — {esc.text(probe.reason)}",
         "",
     ]
+    if doc.fingerprints is not None:  # on the first screen, as the run report has them
+        seen = glance(doc.fingerprints.old, doc.fingerprints.new, "golden", "candidate")
+        lines += [*seen, ""] if seen else []
     if doc.warnings:
         lines += ["## Warnings", "", *[f"- ⚠ {esc.text(w)}" for w in doc.warnings], ""]
     if probe.checks:
@@ -166,8 +173,35 @@ def render_gate_markdown(doc: GateDocument) -> str:
     ]
     if command:
         lines += ["The candidate's server ran as:", "", *esc.fence(command, "bash"), ""]
+    lines += _away(doc)
     lines += environment_lines(doc.context)
     return "\n".join(lines).rstrip() + "\n"
+
+
+EXPECT = {Verdict.GOOD: "good: exit 0", Verdict.BAD: "bad: exit 1",
+          Verdict.SKIP: "skip: exit 125", Verdict.UNSURE: "unsure: exit 125"}  # fmt: skip
+"""What `check` of the candidate says for its probe's verdict."""
+
+
+def _away(doc: GateDocument) -> list[str]:
+    """The gate away from this machine, as the run report has it: the golden and the config
+    by their attachment names, the gate and `check` lines that use them, the candidate's
+    `docker run` by digest and a `curl` of the canary's first failing prompt."""
+    ctx = doc.context.model_copy(update={"golden": doc.golden.path})
+    folder = portable.clone_folder(ctx)
+    files = [(PurePath(here).name, here) for here in (doc.eval_config, doc.eval_data) if here]
+    evals = [w for flag, (name, _) in zip(("--eval-config", "--eval-data"), files,
+                                          strict=False) for w in (flag, name)]  # fmt: skip
+    again = ["llm-bisect", "gate", portable.CONFIG, "--candidate", doc.candidate_ref,
+             "--golden", portable.GOLDEN, "--repo", folder, *evals]  # fmt: skip
+    commands = [f"{esc.shell(again)}   # expect {doc.decision}: exit {doc.exit_code}"]
+    if not files:  # `check` judges by the config's checks only, not by an eval file
+        commands += [
+            f"{esc.shell(portable.check_argv(ctx, doc.candidate.commit))}   "
+            f"# expect {EXPECT[doc.probe.verdict]}",
+            f"{esc.shell(portable.check_argv(ctx, doc.golden.commit))}   # expect good: exit 0",
+        ]
+    return away(ctx, commands, "gate", without_llm_bisect(doc.probe, "candidate"), files)
 
 
 def render_gate_html(doc: GateDocument) -> str:

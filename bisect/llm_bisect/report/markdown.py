@@ -8,6 +8,8 @@ outside (git, servers, logs, the config) passes through `escape` on its way in.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..checks.eval import EvalDetails
 from ..checks.gsm8k import DETECTABLE_WARN
 from ..checks.logprobs import Chosen, LogprobsDetails
@@ -73,6 +75,13 @@ def _evidence(doc: ResultDocument) -> list[str]:
     bad_label, good_label = (
         (new_label, old_label) if doc.mode is Mode.REGRESSION else (old_label, new_label)
     )
+    return evidence(bad, good, bad_label, good_label)
+
+
+def evidence(bad: ProbeDoc, good: ProbeDoc, bad_label: str, good_label: str) -> list[str]:
+    """A bad probe's failing checks next to a good probe's output for the same check, both
+    sides' figures (accuracy, content null, NaN/Inf) and the token-id / logprob diff (the
+    section `## Evidence`; [] when no check failed)."""
     good_checks = {c.name: c for c in good.checks}
     lines: list[str] = []
     for check in (c for c in bad.checks if not c.passed):
@@ -395,7 +404,9 @@ CURVE_ROWS = 12
 """Module outputs shown around the first divergence."""
 
 
-def _nonfinite_line(found: LocalizationDoc) -> list[str]:
+def _nonfinite_line(
+    found: LocalizationDoc, good_label: str = "last good", bad_label: str = "first bad"
+) -> list[str]:
     """NaN or Inf on either path, where the worker extension counted them."""
     counts = found.nonfinite
     if counts is None:
@@ -404,10 +415,14 @@ def _nonfinite_line(found: LocalizationDoc) -> list[str]:
         return ["No NaN or Inf on either path.", ""]
     first = f" (first: {cell(counts.first, 160)})" if counts.first else ""
     return [
-        f"NaN or Inf in {counts.good} recorded tensors of the last good build and "
-        f"{counts.bad} of the first bad build{first}.",
+        f"NaN or Inf in {counts.good} recorded tensors of the {good_label} build and "
+        f"{counts.bad} of the {bad_label} build{first}.",
         "",
     ]
+
+
+nonfinite_lines = _nonfinite_line
+"""NaN or Inf on either path of a localisation, each side by its label."""
 
 
 def _call_table(found: LocalizationDoc) -> list[str]:
@@ -431,6 +446,10 @@ def _call_table(found: LocalizationDoc) -> list[str]:
         "|---|---|",
     ]
     return [*head, *[f"| {what} | {said(d)} |" for what, d in rows], ""]
+
+
+call_table = _call_table
+"""The tensors of the call where a localisation's divergence shows."""
 
 
 def _localization(doc: ResultDocument) -> list[str]:
@@ -797,22 +816,35 @@ def _away(doc: ResultDocument) -> list[str]:
     bad, good = pair
     ctx = doc.context
     bad_word = "bad" if doc.mode is Mode.REGRESSION else "bad (the build before the fix)"
-    clone = portable.clone_argv(ctx)
-    folder = portable.clone_folder(ctx)
     lines = [
         esc.shell(portable.check_argv(ctx, bad.commit)) + f"   # expect {bad_word}: exit 1",
         esc.shell(portable.check_argv(ctx, good.commit)) + "   # expect good: exit 0",
     ]
-    attach = (
-        f"attach {esc.code(portable.GOLDEN)} (the golden the run judged by, "
-        f"{esc.code(ctx.golden)} here) and "
-        if ctx.golden
-        else ""
-    )
+    return away(ctx, lines, "run", [*_without_llm_bisect(bad)])
+
+
+def away(
+    ctx: Context,
+    commands: list[str],
+    what: str,
+    after: list[str],
+    files: Sequence[tuple[str, str]] = (),
+) -> list[str]:
+    """`### Away from this machine`: what to attach to an issue (the golden, `files` as
+    (name, path here), the config, which the folded block below holds), and `commands` (by
+    those names) that run as printed in the folder that holds them, after a clone of the
+    repository; then `after`."""
+    clone = portable.clone_argv(ctx)
+    folder = portable.clone_folder(ctx)
+    attached = [f"{esc.code(name)} ({esc.code(here)} here)" for name, here in files]
+    if ctx.golden:
+        attached.insert(0, f"{esc.code(portable.GOLDEN)} (the golden the {what} judged by, "
+                           f"{esc.code(ctx.golden)} here)")  # fmt: skip
+    attach = f"attach {', '.join(attached)} and " if attached else ""
     config = (
         "the config below"
         if ctx.config_text
-        else f"the run's config ({esc.code(ctx.config or 'CONFIG')} here)"
+        else f"the {what}'s config ({esc.code(ctx.config or 'CONFIG')} here)"
     )
     said = [
         "### Away from this machine",
@@ -821,32 +853,37 @@ def _away(doc: ResultDocument) -> list[str]:
         f"that holds them, with a clone of the repository as {esc.code(folder)}, these lines "
         "run as printed:",
         "",
-        *esc.fence("\n".join([*([esc.shell(clone)] if clone else []), *lines]), "sh"),
+        *esc.fence("\n".join([*([esc.shell(clone)] if clone else []), *commands]), "sh"),
         "",
     ]
     if ctx.config_text:
         said += [
-            f"<details><summary><b>{portable.CONFIG}</b> (the run's config; a secret variable "
-            "by its name, which takes your own; any other secret masked)</summary>",
+            f"<details><summary><b>{portable.CONFIG}</b> (the {what}'s config; a secret "
+            "variable by its name, which takes your own; any other secret masked)</summary>",
             "",
             *esc.fence(ctx.config_text, "yaml"),
             "",
             "</details>",
             "",
         ]
-    return [*said, *_without_llm_bisect(bad)]
+    return [*said, *after]
 
 
 def _without_llm_bisect(bad: ProbeDoc) -> list[str]:
-    """The first bad build's server by its image digest (docker), and the canary's first
-    failing prompt sent to its OpenAI endpoint as the canary sent it."""
+    return without_llm_bisect(bad)
+
+
+def without_llm_bisect(bad: ProbeDoc, label: str = "first bad build") -> list[str]:
+    """A bad build's server by its image digest (docker), and the canary's first failing
+    prompt sent to its OpenAI endpoint as the canary sent it (with the server's API key
+    from the reader's environment, by its name, where the server asks for one)."""
     fp = bad.fingerprint
     pinned = portable.pinned_run(fp)
     failing = portable.failing_canary(bad)
     curl = None
     if failing is not None and fp.endpoint:
         case, details = failing
-        curl = esc.shell(portable.curl_argv(fp.endpoint, portable.chat_body(fp, case, details)))
+        curl = portable.curl_line(fp, portable.chat_body(fp, case, details))
     if pinned is None and curl is None:
         return []
     short = f"`{bad.commit[:12]}`"
@@ -866,8 +903,8 @@ def _without_llm_bisect(bad: ProbeDoc) -> list[str]:
         where = "once it is ready, " if pinned is not None else ""
         started = " (started by its command line above)" if pinned is None else ""
         lines.append(
-            f"The canary's first failing prompt, {where}sent as the canary sent it to the first "
-            f"bad build's server{started}:"
+            f"The canary's first failing prompt, {where}sent as the canary sent it to the "
+            f"{label}'s server{started}:"
         )
         problem = case.problems[0] if case.problems else "failed"
         said = [f"{bad.commit[:12]}: {problem}"]
@@ -1056,8 +1093,12 @@ def _glance(doc: ResultDocument) -> list[str]:
     sides = doc.fingerprints
     if sides is None:
         return []
-    old, new = sides.old, sides.new
-    old_label, new_label = _labels(doc)
+    return glance(sides.old, sides.new, *_labels(doc))
+
+
+def glance(old: Build, new: Build, old_label: str, new_label: str) -> list[str]:
+    """Two builds' image digests, the dependency versions that changed and the backends
+    their startup logs state (a change marked ⚠), as list items."""
     lines = []
     if old.image is not None or new.image is not None:
         lines.append(f"- images: {old_label} {_image_said(old)} · {new_label} {_image_said(new)}")

@@ -130,3 +130,39 @@ def curl_argv(endpoint: str, body: str) -> list[str]:
     """A `curl` of the chat completions of an OpenAI-compatible server with this body."""
     url = endpoint.rstrip("/") + "/v1/chat/completions"
     return ["curl", "-sS", url, "-H", "Content-Type: application/json", "-d", body]
+
+
+_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+API_KEY_ENV = "VLLM_API_KEY"
+"""The variable vLLM's server reads its API key from when no `--api-key` is given."""
+
+
+def api_key_variable(command: str) -> str | None:
+    """The variable a reader's shell holds the server's API key in, read from the server's
+    command line as a report shows it (its secrets by their names: `--api-key
+    "$LLM_BISECT_API_KEY"`, `VLLM_API_KEY="$VLLM_API_KEY"`, `-e VLLM_API_KEY`); None where
+    the server asks for no key. Never the key itself."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if name != "--api-key":
+            continue
+        value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+        found = _VARIABLE.fullmatch(value)
+        return found[1] if found else "LLM_BISECT_API_KEY"
+    if any(w == API_KEY_ENV or w.startswith(f"{API_KEY_ENV}=") for w in words):
+        return API_KEY_ENV
+    return None
+
+
+def curl_line(fingerprint: Fingerprint, body: str) -> str:
+    """The `curl` of curl_argv as `sh` reads it, with `Authorization: Bearer "$VAR"` where
+    the server was started with an API key (the reader's own value, by its name)."""
+    line = shlex.join(curl_argv(fingerprint.endpoint or "", body))
+    variable = api_key_variable(fingerprint.command)
+    if variable is None:
+        return line
+    return f'{line} -H "Authorization: Bearer ${{{variable}}}"'

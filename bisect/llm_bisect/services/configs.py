@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checks.golden import Golden
+from ..checks.logprobs import LogprobsDetails
 from ..config import (
     argv_secrets,
     caller_secret_names,
@@ -64,14 +65,19 @@ from ..delta import (
     lie_rate,
     next_trial,
 )
+from ..environment import node_environment
 from ..errors import BrokenGoodEnd, ConfigError, LocalizeError
+from ..fingerprint import differences as fingerprint_differences
 from ..journal import Journal, read_events
 from ..localize import LocalizationDoc
 from ..model import Candidate, ProbeOutcome, Regress, Verdict
 from ..outdir import hold
 from ..probe import ProbeContext, Progress, probe
 from ..redact import Scrub
-from ..report import escape as esc
+from ..report import escape as esc, markdown as md
+from ..report.documents import Build, Context, ProbeDoc, Sides
+from ..report.html import logprob_figure, page, table
+from ..report.result import probe_doc
 from ..runner import write_atomic
 from .localization import localize_builds, write_localization
 from .setup import Setup, run_id_of, setup
@@ -124,6 +130,29 @@ class Retest:
 
 
 @dataclass(frozen=True)
+class Asked:
+    """How a configs run was asked for, by absolute paths (its Reproduce lines run from any
+    folder)."""
+
+    config: str
+    build: str
+    """--build as given (a ref, an image)."""
+    good_file: str = ""
+    """--good-server's file; "": GOOD is the config's own server."""
+    repo: str = ""
+    """--repo's clone; "": candidates.repo (or none)."""
+    out: str = ""
+    golden: str = ""
+    """GOOD's golden the trials were judged by."""
+    environment: Mapping[str, Any] | None = None
+    """The node (report.markdown.environment_lines)."""
+    own_server: bool = True
+    """The config has a `server:` of its own."""
+    candidates: bool = True
+    """The config has `candidates:` (`check` needs them)."""
+
+
+@dataclass(frozen=True)
 class ConfigsResult:
     """What `configs` found."""
 
@@ -150,6 +179,12 @@ class ConfigsResult:
     """The lie rate the trials were weighed at (0: verdicts are facts)."""
     notes: tuple[str, ...] = ()
     """Trials that disagreed with the other trials of their setup (a start that lied)."""
+    good_probe: ProbeDoc | None = None
+    """GOOD's trial (its latest that tested good): one side of the evidence."""
+    bad_probe: ProbeDoc | None = None
+    """The smallest bad setup's trial (its latest that tested bad): the other side."""
+    asked: Asked | None = None
+    """How the run was asked for: what its Reproduce lines say again."""
 
     @property
     def exit_code(self) -> int:
@@ -272,6 +307,16 @@ class ConfigsSetup:
     secret: list[str]
     """Variables whose values output never shows: both setups' and the caller's."""
     scrub: Scrub
+    good_file: str = ""
+    """--good-server's file (absolute); "": GOOD is the config's own server."""
+    repo: str = ""
+    """--repo (absolute); "": none given."""
+    own_server: bool = True
+    """The config has a `server:` of its own (unused where --good-server is given)."""
+    candidates: bool = True
+    """The config has `candidates:` (`check`, which its Reproduce line runs, needs them)."""
+    build: tuple[str, Candidate] | None = None
+    """--build as given and the candidate it resolved to, when configs_setup was given it."""
 
 
 def inline_bad(
@@ -316,11 +361,12 @@ def configs_setup(
     repo: Path | None = None,
     report: Callable[[str], None] = lambda _: None,
     clock: Callable[[], float] = time.monotonic,
+    build: str | None = None,
 ) -> ConfigsSetup:
     """Load CONFIG with GOOD's and with BAD's server, and their differences; ConfigError
     for setups that differ in anything but flags and variables. GOOD is the config's own
     server unless `good_file` names one; BAD is `bad_file`'s, or GOOD's with `bad_args` and
-    `bad_env` put in."""
+    `bad_env` put in; `build`, when given, is resolved here (before anything is said)."""
     inline = bool(bad_args) or bool(bad_env)
     if inline == (bad_file is not None):
         raise ConfigError(
@@ -329,21 +375,23 @@ def configs_setup(
             if inline
             else "BAD: give --bad-server FILE, or --bad-arg '--flag value' / --bad-env NAME=VALUE"
         )
+    data = read_yaml(config_path, "CONFIG")
+    own = isinstance(data, dict) and isinstance(data.get("server"), dict)
     if good_file is not None:
         good_server = load_server(good_file, "--good-server")
-        report(f"GOOD: the server of {good_file} (the config's own server: is not used)")
     else:
-        data = read_yaml(config_path, "CONFIG")
-        if not isinstance(data, dict) or not isinstance(data.get("server"), dict):
+        if not own:
             raise ConfigError(f"CONFIG {config_path}: no server: section to be GOOD")
         good_server = dict(data["server"])
     if bad_file is not None:
         bad_server = load_server(bad_file, "--bad-server")
     else:
         bad_server = inline_bad(good_server, bad_args, bad_env or {})
+    # a config with no `candidates:` serves: `configs` probes one build, named by --build
     s = setup(config_path, environ, repo=repo, clock=clock, report=report,
-              server_section=good_server)  # fmt: skip
-    bad = setup(config_path, environ, repo=repo, clock=clock, server_section=bad_server)
+              server_section=good_server, candidates=False)  # fmt: skip
+    bad = setup(config_path, environ, repo=repo, clock=clock, server_section=bad_server,
+                candidates=False)  # fmt: skip
     key, diffs = _compare(s, bad)
     if not diffs:
         raise ConfigError("--bad-server: GOOD and BAD set the same flags and variables")
@@ -351,7 +399,14 @@ def configs_setup(
     flagged = [v for c in (s, bad) for v in argv_secrets(getattr(c.config.server, key) or [])]
     scrub = s.scrub.with_secrets([*bad.scrub.secrets, *flagged])
     s = replace(s, scrub=scrub)  # the golden, the journal and every trial mask them all
-    return ConfigsSetup(s, bad, key, diffs, names, scrub)
+    resolved = (build, s.resolve(build, "--build")) if build is not None else None
+    if good_file is not None:  # said once the input is known good: bad input is one line
+        unused = " (the config's own server: is not used)" if own else ""
+        report(f"GOOD: the server of {good_file}{unused}")
+    given = str(good_file.absolute()) if good_file is not None else ""
+    return ConfigsSetup(s, bad, key, diffs, names, scrub, given,
+                        str(repo.absolute()) if repo is not None else "", own,
+                        isinstance(data, dict) and "candidates" in data, resolved)  # fmt: skip
 
 
 def run_configs(
@@ -360,11 +415,12 @@ def run_configs(
     """Find the smallest difference between GOOD and BAD that makes `build` bad."""
     s, bad, key, diffs, names, scrub = (cs.good, cs.bad, cs.key, cs.differences, cs.secret,
                                         cs.scrub)  # fmt: skip
-    candidate = s.resolve(build, "--build")
+    candidate = cs.build[1] if cs.build and cs.build[0] == build else s.resolve(build, "--build")
     digest = _digest(candidate.commit, diffs, config_digest(s.config))
     good_argv = list(s.config.server.model_dump()[key] or [])
     good_env = dict(s.config.server.env)
     trials: list[Trial] = []
+    outcomes: list[ProbeOutcome] = []  # each trial's probe, in order
     flake, confidence = _flake(s), s.config.search.confidence
     with hold(out_dir):
         # refused once in total, a resume included: the refused start's folder says so
@@ -382,6 +438,7 @@ def run_configs(
                     done = ProbeOutcome.from_json(event["outcome"])
                     subset = tuple(int(i) for i in event["subset"])
                     trials.append(Trial(subset, done.verdict, done.reason, _failed(done)))
+                    outcomes.append(done)
             if not journal.reading.events:
                 journal.append(
                     "run",
@@ -435,6 +492,7 @@ def run_configs(
                 journal.append("probe", subset=list(subset), outcome=outcome.to_json(),
                                commit=candidate.commit)  # fmt: skip
                 trials.append(Trial(subset, outcome.verdict, outcome.reason, _failed(outcome)))
+                outcomes.append(outcome)
                 trials, step = _decide(trials, len(diffs), flake, confidence)
                 progress.note(f"trial {len(trials)}: {outcome.verdict.value} {trials[-1].shown}")
         result = _result(candidate, diffs, trials, step, names, flake=flake,
@@ -453,10 +511,33 @@ def run_configs(
             located = write_localization(out_dir, located, scrub)
             progress.note(located.line)
             result = replace(result, localization=located)
+        asked = Asked(s.config_file, build, cs.good_file, cs.repo, str(out_dir.absolute()),
+                      str((out_dir / "golden.json").absolute()), node_environment(),
+                      cs.own_server, cs.candidates)  # fmt: skip
+        good_probe, bad_probe = _decisive(result, outcomes, scrub)
+        result = replace(result, good_probe=good_probe, bad_probe=bad_probe, asked=asked)
         doc = scrub.doc(_document(result, names))
         write_atomic(out_dir / "result.json", json.dumps(doc, indent=2) + "\n")
         write_atomic(out_dir / "report.md", scrub.text(_markdown(result, names)))
+        write_atomic(out_dir / "report.html", scrub.text(_html(result, names)))
     return result
+
+
+def _decisive(
+    r: ConfigsResult, outcomes: list[ProbeOutcome], scrub: Scrub
+) -> tuple[ProbeDoc | None, ProbeDoc | None]:
+    """GOOD's latest trial that tested good and the smallest bad setup's latest that tested
+    bad, as result.json holds a probe (secrets masked; a command by its variables)."""
+
+    def latest(subset: tuple[int, ...], verdict: Verdict) -> ProbeDoc | None:
+        for t, o in zip(reversed(r.trials), reversed(outcomes), strict=True):
+            if t.subset == subset and o.verdict is verdict:
+                doc = probe_doc(o, r.build.subject)
+                return ProbeDoc.model_validate(scrub.doc(doc.model_dump(mode="json")))
+        return None
+
+    bad = latest(tuple(sorted(r.difference)), Verdict.BAD) if r.difference else None
+    return latest((), Verdict.GOOD), bad
 
 
 def _result(
@@ -620,6 +701,9 @@ def _document(r: ConfigsResult, secret: Collection[str]) -> dict[str, Any]:
             for x in r.retests
         ],
         "notes": list(r.notes),
+        "build_ref": r.asked.build if r.asked else None,
+        "good_server": (r.asked.good_file or None) if r.asked else None,
+        "decisive": [p.model_dump(mode="json") for p in (r.good_probe, r.bad_probe) if p],
         "trials": [
             {
                 "applied": [shown(r.differences[i])["label"] for i in t.subset],
@@ -632,26 +716,129 @@ def _document(r: ConfigsResult, secret: Collection[str]) -> dict[str, Any]:
     }
 
 
+GOOD_LABEL, BAD_LABEL = "GOOD", "smallest bad setup"
+"""What the report calls the two setups its evidence compares."""
+
+
+def _sides(r: ConfigsResult) -> Sides | None:
+    """GOOD's and the smallest bad setup's builds, side by side."""
+    good, bad = r.good_probe, r.bad_probe
+    if good is None or bad is None:
+        return None
+    return Sides(old=Build.of(good.commit, good.verdict, good.fingerprint),
+                 new=Build.of(bad.commit, bad.verdict, bad.fingerprint),
+                 differences=fingerprint_differences(good.fingerprint,
+                                                     bad.fingerprint))  # fmt: skip
+
+
+def _good_said(r: ConfigsResult) -> str:
+    """Where GOOD's server came from; the config's own `server:` said unused where it was."""
+    if r.asked is None or not r.asked.good_file:
+        return "GOOD is the config's own `server:`"
+    said = f"GOOD is the server of {esc.code(r.asked.good_file)} (--good-server)"
+    return said + (": **the config's own `server:` is not used**" if r.asked.own_server else "")
+
+
+def _nonfinite(r: ConfigsResult) -> list[str]:
+    """NaN or Inf on either side: the logprob positions each setup's logprobs check found,
+    and the tensors the localisation counted."""
+    rows = []
+    for label, p in ((GOOD_LABEL, r.good_probe), (BAD_LABEL, r.bad_probe)):
+        lp = next((c.details for c in p.checks if isinstance(c.details, LogprobsDetails)),
+                  None) if p else None  # fmt: skip
+        if lp is not None:
+            rows.append(f"- {label}: {lp.metrics.non_finite or 0:,} logprob position(s) NaN "
+                        "or Inf")  # fmt: skip
+        elif p is not None:
+            rows.append(f"- {label}: not counted (no logprobs check ran)")
+    found = r.localization
+    if found is not None and not found.error:
+        rows += [f"- {line}" for line in md.nonfinite_lines(found, GOOD_LABEL, BAD_LABEL) if line]
+    return ["## NaN / Inf", "", *rows, ""] if rows else []
+
+
+def _bad_words(r: ConfigsResult, secret: Collection[str]) -> list[str] | None:
+    """The smallest set as --bad-arg / --bad-env words (a secret variable by its name, the
+    reader's own); None where one cannot be said so (a flag or variable BAD removes, a
+    flag named like a secret)."""
+    words: list[str] = []
+    for i in r.difference:
+        d = r.differences[i]
+        if d.bad is None or (d.kind == "flag" and secret_flag(d.name)):
+            return None
+        if d.kind == "env":
+            value = f'"${d.name}"' if d.name in secret else esc.shell([" ".join(d.bad)])
+            words += ["--bad-env", esc.shell([f"{d.name}="]) + value]
+        else:
+            words += ["--bad-arg", esc.shell([esc.shell(d.bad)])]
+    return words
+
+
+def _reproduce(r: ConfigsResult, secret: Collection[str]) -> list[str]:
+    """Lines that run as printed from any folder: GOOD checked against its golden (where it
+    is the config's own server: `check` runs the config's), and `configs` again with the
+    smallest set as BAD, which finds that set (a fresh --out)."""
+    a = r.asked
+    if a is None or r.status != "found":
+        return []
+    repo = ["--repo", a.repo] if a.repo else []
+    lines = []
+    if not a.good_file and a.candidates:
+        check = ["llm-bisect", "check", a.config, "--candidate", a.build, "--golden", a.golden,
+                 *repo]  # fmt: skip
+        lines.append(f"{esc.shell(check)}   # expect good (GOOD): exit 0")
+    words = _bad_words(r, secret)
+    if words is not None:
+        good = ["--good-server", a.good_file] if a.good_file else []
+        head = esc.shell(["llm-bisect", "configs", a.config, "--build", a.build, *good])
+        tail = esc.shell(["--out", f"{a.out}-smallest", *repo])
+        said = "found, the smallest bad setup turns GOOD bad"
+        lines.append(f"{head} {' '.join(words)} {tail}   # expect {said}: exit 0")
+    if not lines:
+        return []
+    return ["## Reproduce", "", *esc.fence("\n".join(lines), "bash"), ""]
+
+
 def _markdown(r: ConfigsResult, secret: Collection[str]) -> str:
-    r = replace(r, differences=[_shown(d, secret) for d in r.differences])
+    shown = replace(r, differences=[_shown(d, secret) for d in r.differences])
+    sides = _sides(shown)
     lines = [
         f"# llm-bisect configs: {esc.text(r.status)}",
         "",
-        f"Build {esc.code(r.build.short)} {esc.text(r.build.subject)}: {esc.text(r.message)}",
+        f"Build {esc.code(r.build.short)}"
+        + "".join(f" {esc.text(x)}" for x in (r.build.subject, r.build.artifact) if x)
+        + f": {esc.text(r.message)}",
         "",
+        f"- {_good_said(r)}",
     ]
+    if sides is not None:
+        lines += md.glance(sides.old, sides.new, GOOD_LABEL, BAD_LABEL)
+    lines.append("")
+    r = shown
     if r.difference:
         lines += ["## The smallest difference that turns GOOD bad", ""]
         lines += [f"- {esc.code(r.differences[i].label)}" for i in r.difference]
         lines.append("")
+    lines += _reproduce(r, secret)
+    if r.bad_probe is not None:
+        lines += md.without_llm_bisect(r.bad_probe, BAD_LABEL)
     lines += ["## Every difference of BAD from GOOD", "", "| # | BAD sets | GOOD sets |",
               "|---|---|---|"]  # fmt: skip
     for n, d in enumerate(r.differences, 1):
         good = "(unset)" if d.good is None else " ".join(d.good)
         lines.append(f"| {n} | {esc.code(d.label, table=True)} | {esc.code(good, table=True)} |")
+    lines.append("")
     if r.localization is not None:
         lines += ["## Where in the model (GOOD against the smallest bad setup)", "",
                   esc.text(r.localization.line), ""]  # fmt: skip
+        lines += [] if r.localization.error else md.call_table(r.localization)
+    lines += _nonfinite(r)
+    if r.good_probe is not None and r.bad_probe is not None:
+        lines += md.evidence(r.bad_probe, r.good_probe, BAD_LABEL, GOOD_LABEL)
+    if r.asked is not None and r.asked.environment:
+        lines += md.environment_lines(Context(environment=dict(r.asked.environment)))
+    if sides is not None:
+        lines += md.builds_compared(sides, GOOD_LABEL, BAD_LABEL)
     if r.retests:
         sure = "not reached" if r.confidence is None else f"{r.confidence:.4f}"
         lines += ["", "## The answer re-tested both ways", "",
@@ -678,3 +865,18 @@ def _markdown(r: ConfigsResult, secret: Collection[str]) -> str:
         lines.append(f"| {n} | {esc.cell(applied)} | {t.verdict.value} | {t.counted.value} "
                      f"| {esc.cell(t.shown)} |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _html(r: ConfigsResult, secret: Collection[str]) -> str:
+    """report.html as the run's: the smallest bad setup's |Δlogprob| against GOOD's golden,
+    and the two setups' trials."""
+    labels = ", ".join(_shown(r.differences[i], secret).label for i in r.difference)
+    summary = (f'<div class="summary"><b>{esc.html_text(r.status)}</b>: '
+               f"{esc.html_text(r.message)}<br>build <code>{r.build.short}</code> "
+               f"{esc.html_text(r.build.subject)}<br>smallest bad setup: "
+               f"{esc.html_text(labels or 'none')}</div>")  # fmt: skip
+    plots = [
+        ("logprobs", logprob_figure(r.bad_probe), "no logprobs check on the smallest bad setup")
+    ]
+    probes = [p for p in (r.good_probe, r.bad_probe) if p is not None]
+    return page(f"configs {r.status} {r.build.short}", summary, plots, table(probes))

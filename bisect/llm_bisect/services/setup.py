@@ -23,6 +23,7 @@ from ..checks.golden import GoldenStore, Identity, load as golden_load
 from ..checks.vllm_eval import expand as expand_vllm_evals
 from ..client import OpenAIClient
 from ..config import (
+    NO_CANDIDATES,
     Config,
     argv_secret_names,
     caller_secret_names,
@@ -59,7 +60,7 @@ from ..redact import Scrub, url_credentials
 from ..report.documents import Context
 from ..report.links import web_url
 from ..search import Mode, Plan, build_plan
-from ..sources.git import GitSource
+from ..sources.git import GitSource, NoRepository
 
 
 @dataclass(frozen=True)
@@ -193,18 +194,32 @@ def setup(
     server_section: Mapping[str, Any] | None = None,
     eval_config: Path | None = None,
     eval_data: Path | None = None,
+    candidates: bool = True,
 ) -> Setup:
     """Load and validate a config and open its repository (`repo`, else candidates.repo);
     nothing is started. `server_section`: a `server:` section used instead of the config's;
     `eval_config`: a vLLM eval config file judged as one more check (on `eval_data`)."""
     plugins.load()
-    loaded = load_config(config_path, server_section)
-    config = expand_paths(loaded, environ, repo_given=repo is not None)
+    loaded = load_config(config_path, server_section, candidates)
+    bare = not candidates and repo is None and loaded.candidates.repo == NO_CANDIDATES["repo"]
+    config = expand_paths(loaded, environ, repo_given=repo is not None or bare)
     base_dir = config_path.resolve().parent
     config = expand_vllm_evals(config, base_dir, eval_config, eval_data)
     repo_dir = repo.absolute() if repo is not None else base_dir / config.candidates.repo
     opened = SourceContext(repo_dir, "--repo" if repo is not None else "candidates.repo")
-    source = SOURCES[GIT].make(config.candidates, opened)
+    source = (
+        NoRepository("the config has no candidates.repo (add `candidates: {repo: ./vllm}`, or "
+                     "give --repo)")
+        if bare
+        else SOURCES[GIT].make(config.candidates, opened)
+    )  # fmt: skip
+    for i, strategy in enumerate(config.build.strategies if bare and config.build else []):
+        if STRATEGIES[strategy.type].repository:
+            raise ConfigError(
+                f"build.strategies.{i}: `{strategy.type}` builds from the repository, and "
+                "the config has no candidates.repo (add `candidates: {repo: ./vllm}`, or give "
+                "--repo)"
+            )
     env = expand_env(config.server.env, environ)
     config, env = with_engine_cache(config, env, base_dir, environ)
     server = config.server

@@ -558,6 +558,9 @@ def main(argv: list[str]) -> int:
         settings = json.loads(args.engine_file.read_text())
     elif args.repo:
         settings = engine_settings(args.repo, args.commit)
+    moe = extra.get("--moe-backend")
+    if moe:  # vLLM's flag picks the MoE kernel its startup log names
+        settings["moe_backend"] = (" ".join(moe[1:]) or moe[0].partition("=")[2]).upper()
     fault = (
         args.fault or _fault_when(settings, extra, os.environ) or str(settings.get("fault", "none"))
     )

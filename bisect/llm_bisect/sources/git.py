@@ -9,6 +9,7 @@ parent, read for a whole range by one `git log` and parsed as they arrive:
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
@@ -246,6 +247,31 @@ class GitSource:
             return None
         data: bytes = blob.data_stream.read()
         return data
+
+
+class NoRepository(GitSource):
+    """No clone at all (`configs` of a build the launcher starts as it is, with no
+    `candidates:`): a full commit id stands for itself; anything that reads the repository is
+    a ConfigError saying why one is needed."""
+
+    def __init__(self, why: str) -> None:
+        self.path = Path()
+        self.why = why
+
+    @property  # every read of the clone goes through `_repo`
+    def _repo(self) -> git.Repo:  # type: ignore[override]
+        raise ConfigError(self.why)
+
+    def remote_url(self) -> str:
+        return ""
+
+    def resolve(self, ref: str, key: str) -> Candidate:
+        if _SHA.fullmatch(ref):
+            return Candidate(commit=ref)
+        raise ConfigError(f"{key}: {ref!r} is not a full commit id, and {self.why}")
+
+
+_SHA = re.compile(r"[0-9a-f]{40}")
 
 
 KIND = SOURCES.register(
