@@ -188,3 +188,55 @@ def test_a_changed_chat_template_is_said_on_the_first_screen(history: Any, tmp_p
     shown = report[: report.index("<details><summary><b>Builds compared")]
     assert "⚠ The chat template differs between the" in shown, report
     assert "⚠ The tokenizer" not in report
+
+
+def test_a_new_snapshot_of_the_weights_is_said_with_each_side_s_revision(
+    history: Any, tmp_path: Path
+) -> None:
+    """The weights' revision each server loaded, resolved from its command line (`--model`)
+    and its environment (HF_HUB_CACHE): from the culprit on, the hub's main moved and each
+    start fetched the new snapshot (the simulator writes the cache as snapshot_download
+    does). result.json gives each side's revision and flags it; report.md's summary names
+    both, and a warning says what it means before the folded tables; the HF token is
+    nowhere."""
+    from typer.testing import CliRunner
+
+    from llm_bisect.cli import cli
+
+    old_snapshot, new_snapshot, token = "1" * 40, "2" * 40, "hf_weights_secret_0451"
+    h = history(
+        {4: "degenerate-content"},
+        n=6,
+        settings={"snapshot": old_snapshot},
+        changes={4: {"snapshot": new_snapshot}},
+    )
+    cache = tmp_path / "hub"
+    out = tmp_path / "out"
+    server = {
+        "command": [*h.config_command(), "--model", "RedHatAI/Kimi-K3-NVFP4"],
+        "env": {"HF_HUB_CACHE": str(cache), "HF_TOKEN": token},
+    }
+    config = h.config(confirm=False, localize=False, server=server)
+    result = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["culprit"]["commit"] == h.shas[4]
+    old, new = (doc["fingerprints"][side]["weights"] for side in ("old", "new"))
+    assert old == {
+        "model": "RedHatAI/Kimi-K3-NVFP4",
+        "revision": old_snapshot,
+        "origin": "hub cache: refs/main",
+    }
+    assert new["revision"] == new_snapshot and new["model"] == old["model"]
+    assert "weights.revision" in doc["fingerprints"]["differences"]
+    assert "weights.model" not in doc["fingerprints"]["differences"]
+    report = (out / "report.md").read_text()
+    glance = report[: report.index("## Culprit")]  # the summary block
+    said = next(line for line in glance.splitlines() if line.startswith("- weights ("))
+    assert "**⚠**" in said and said.index(old_snapshot) < said.index(new_snapshot), said
+    shown = report[: report.index("<details><summary><b>Builds compared")]
+    said = next(line for line in shown.splitlines() if "weights' snapshot revision" in line)
+    assert old_snapshot in said and new_snapshot in said, said
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert token not in path.read_text(errors="replace"), path

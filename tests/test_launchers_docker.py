@@ -874,13 +874,19 @@ def _answers(base_url: str) -> bool:
         return False
 
 
+SNAPSHOT = {"snapshot": "1" * 40}
+"""The revision of the model's files the simulator's start fetches (sim/server.py)."""
+
+
 def test_collect_env_and_the_gpus_come_from_inside_the_candidates_container(
     client: docker.DockerClient, repo_name: str, history: Any
 ) -> None:
     """collect_env runs in each candidate's container, and nvidia-smi there (a stand-in in
-    the image, not on this host's PATH) names the GPUs: the report shows the torch bump."""
-    bump = {2: {"packages": {"torch": "2.14.0"}}}
-    h: History = history({2: "degenerate-content"}, n=2, changes=bump)
+    the image, not on this host's PATH) names the GPUs: the report shows the torch bump.
+    The weights' revision each server loaded is resolved there too, in the container's hub
+    cache (the culprit's start fetched a new snapshot)."""
+    bump = {2: {"packages": {"torch": "2.14.0"}, "snapshot": "2" * 40}}
+    h: History = history({2: "degenerate-content"}, n=2, changes=bump, settings=SNAPSHOT)
     smi = {"engine/bin/nvidia-smi": SMI.replace("#!/bin/sh", "#!/usr/bin/sh").encode()}
     for sha in h.shas:
         shown = subprocess.run(
@@ -895,6 +901,8 @@ def test_collect_env_and_the_gpus_come_from_inside_the_candidates_container(
     collect = [PYTHON, "-m", "llm_bisect.sim.collect_env", "--engine-file", engine]
     server = sim_server(repo_name + ":{commit}", pull="never")
     server["collect_env"] = [*collect, "--commit", "{commit}"]
+    server["args"] += ["--model", "org/m"]
+    server["env"]["HF_HUB_CACHE"] = "/hub"  # inside the container: not this host's
     config = docker_config(h, server, SIMPLE_CHECKS)
     out = h.root / "out"
     code, output = invoke("run", str(config), "--out", str(out))
@@ -905,6 +913,9 @@ def test_collect_env_and_the_gpus_come_from_inside_the_candidates_container(
     assert new["gpu_models"] == "2 x NVIDIA H100 80GB HBM3 (81559 MiB)"
     assert result["fingerprints"]["old"]["collect_env"]["torch"] == "2.13.0+cu130"
     assert "collect_env.torch" in result["fingerprints"]["differences"]
+    old, new = (result["fingerprints"][side]["weights"] for side in ("old", "new"))
+    assert new == {"model": "org/m", "revision": "2" * 40, "origin": "hub cache: refs/main"}
+    assert old["revision"] == "1" * 40 and not (h.root / "hub").exists()
     report = (out / "report.md").read_text()
     assert "| **torch** | `2.13.0+cu130` | `2.14.0` |" in report, report
 

@@ -685,9 +685,11 @@ def test_collect_env_nvidia_smi_and_packages_come_from_inside_the_pod(
     standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
 ) -> None:
     """Through the API's exec (a websocket): collect_env and nvidia-smi run in each
-    candidate's pod, and the report shows the torch bump between the two."""
-    bump = {2: {"packages": {"torch": "2.14.0"}}}
-    h: History = history({2: "degenerate-content"}, n=2, changes=bump)
+    candidate's pod, and the report shows the torch bump between the two; the weights'
+    revision each server loaded is resolved in its pod, in the pod's hub cache."""
+    bump = {2: {"packages": {"torch": "2.14.0"}, "snapshot": "2" * 40}}
+    snapshot = {"snapshot": "1" * 40}
+    h: History = history({2: "degenerate-content"}, n=2, changes=bump, settings=snapshot)
     smi = tmp_path / "smi"
     smi.mkdir()
     (smi / "nvidia-smi").write_text(SMI.replace("#!/bin/sh", "#!/usr/bin/sh"))
@@ -709,11 +711,16 @@ def test_collect_env_nvidia_smi_and_packages_come_from_inside_the_pod(
         "--commit",
         "{commit}",
     ]
+    server["args"] += ["--model", "org/m"]
+    server["env"]["HF_HUB_CACHE"] = "/hub"
     config = k8s_yaml(h, server, SIMPLE_CHECKS)
     out = tmp_path / "out"
     code, output = invoke("run", str(config), "--out", str(out))
     assert code == 0, output
     result = json.loads((out / "result.json").read_text())
+    old, new = (result["fingerprints"][side]["weights"] for side in ("old", "new"))
+    assert (old["revision"], new["revision"]) == ("1" * 40, "2" * 40), (old, new)
+    assert new["model"] == "org/m" and "weights.revision" in result["fingerprints"]["differences"]
     new = result["fingerprints"]["new"]["collect_env"]
     assert new["torch"] == "2.14.0" and new["gpu_count"] == "2", new
     assert result["fingerprints"]["old"]["collect_env"]["torch"] == "2.13.0+cu130"

@@ -415,13 +415,15 @@ def test_collect_env_and_the_gpus_come_from_the_allocated_node(
     """The job runs collect_env and nvidia-smi on its node (a stand-in first on the node's
     PATH, which this submit host's own PATH lacks) beside the server: the report shows the
     culprit's torch bump and the node's GPUs; each probe records its node, and the job's
-    server got `probe.batch_invariant`'s variable."""
+    server got `probe.batch_invariant`'s variable. The head node resolves the weights'
+    revision its server loaded (the culprit's start fetched a new snapshot) once it is
+    ready, in the job's environment (HF_HUB_CACHE)."""
     h = History(
         tmp_path,
         {2: "degenerate-content"},
         2,
-        changes={2: {"packages": {"torch": "2.14.0"}}},
-        settings={"print_env": ["VLLM_BATCH_INVARIANT"]},
+        changes={2: {"packages": {"torch": "2.14.0"}, "snapshot": "2" * 40}},
+        settings={"print_env": ["VLLM_BATCH_INVARIANT"], "snapshot": "1" * 40},
     )
     smi = stand_in_smi(tmp_path / "node-bin")
     collect = [sys.executable, "-m", "llm_bisect.sim.collect_env", "--repo", str(h.repo)]
@@ -430,10 +432,11 @@ def test_collect_env_and_the_gpus_come_from_the_allocated_node(
     config = h.config(
         server={
             "launcher": "slurm",
-            "command": sim_command(h.repo),
+            "command": [*sim_command(h.repo), "--model", "org/m"],
             "ready_timeout": 120,
             "collect_env": [*collect, "--commit", "{commit}"],
             "env": {
+                "HF_HUB_CACHE": str(tmp_path / "hub"),
                 "PYTHONPATH": os.pathsep.join(sys.path),
                 "PATH": f"{smi}{os.pathsep}{os.environ['PATH']}",
                 "HF_TOKEN": "hf_nodeSecret7788",
@@ -455,6 +458,9 @@ def test_collect_env_and_the_gpus_come_from_the_allocated_node(
     old, new = (result["fingerprints"][side]["collect_env"] for side in ("old", "new"))
     assert old["torch"] == "2.13.0+cu130" and new["torch"] == "2.14.0", new
     assert new["gpu_models"] == "2 x NVIDIA H100 80GB HBM3 (81559 MiB)" and new["gpu_count"] == "2"
+    old, new = (result["fingerprints"][side]["weights"] for side in ("old", "new"))
+    assert (old["revision"], new["revision"]) == ("1" * 40, "2" * 40), (old, new)
+    assert new == {"model": "org/m", "revision": "2" * 40, "origin": "hub cache: refs/main"}
     node = (out / "probes" / h.shas[2][:12] / "node.sh").read_text()
     assert "vllm" not in node and "llm_bisect.sim.collect_env" in node
     report = (out / "report.md").read_text()

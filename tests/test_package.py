@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "secretnames",
             "yamlfile",
             "environment",
+            "weights",
             "outdir",
             "report",
             "report.escape",

@@ -3,7 +3,10 @@
 A fingerprint (`Fingerprint`) holds, each where known:
 
     image        ref, digest, id, labels        (docker launcher)
-    server       version (/version), system_fingerprint
+    server       version (/version), system_fingerprint, the model as served, digests of
+                 its tokenizer and chat template
+    weights      the model the command line names and the revision of its files where the
+                 server ran (the hub cache's snapshot, or a local folder's digest: weights.py)
     packages     torch, flashinfer, triton, transformers, nccl, vllm
     kernels      what the startup log states: engine_version, attention_backend, moe_backend,
                  moe_quant, quantization, gemm_kernel, kv_cache_dtype, compilation_mode,
@@ -64,11 +67,29 @@ class ServedFacts(Sparse):
     engine explains."""
 
 
+class WeightsFacts(Sparse):
+    """The weights a server loaded, resolved where it ran with no network (weights.py)."""
+
+    model: str = ""
+    """The model its command line names (`--model`, `vllm serve MODEL`): a hub id or a folder."""
+    revision: str = ""
+    """The snapshot's commit (40 hex) in the hub cache; a `local folder`'s 16-hex digest of
+    its config.json, weight index and weight files' names and sizes; empty: not found."""
+    origin: str = ""
+    """Where and how the revision was found: `refs/main` (or the `--revision` ref), `--revision` (a
+    commit), `snapshot folder`, `local folder`, or why not (`not in the hub cache ...`)."""
+    tokenizer: str = ""
+    """Where `--tokenizer` names another repository or folder than the model."""
+    tokenizer_revision: str = ""
+    """Its revision, found as the model's is."""
+
+
 class Fingerprint(Sparse):
     """What a build really is (see the module docstring); a key nobody found stays absent."""
 
     image: ImageFacts | None = None
     server: ServedFacts | None = None
+    weights: WeightsFacts | None = None
     packages: dict[str, str] = Field(default_factory=dict)
     """Fingerprint name (PACKAGES) → version found inside the build."""
     kernels: dict[str, str] = Field(default_factory=dict)

@@ -7,6 +7,7 @@ a port is a local server's own process session or someone else's (a lost race).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -38,6 +39,23 @@ def placement_facts(node: str, env: Mapping[str, str]) -> dict[str, Any]:
     if value.lstrip("+-").isdigit() and int(value) != 0:
         facts["batch_invariant"] = True
     return facts
+
+
+def weights_facts(found: object) -> dict[str, Any]:
+    """The fingerprint's `weights` from what weights.resolve said where the server ran (a
+    mapping of text, as it printed it); nothing where it named no model. Pure."""
+    if not isinstance(found, Mapping) or not found.get("model"):
+        return {}
+    return {"weights": {str(k): str(v) for k, v in found.items() if v}}
+
+
+def last_json(out: bytes) -> object:
+    """The JSON value on the last line a snippet printed (None where there is none). Pure."""
+    lines = out.decode("utf-8", "replace").strip().splitlines()
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
 
 
 def free_port() -> int:

@@ -42,7 +42,7 @@ from docker.models.containers import Container
 from docker.models.images import Image
 from pydantic import Field, field_validator
 
-from .. import collectenv
+from .. import collectenv, weights
 from ..builds import Builder, ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..builds.prefetch import Prefetcher
@@ -77,7 +77,16 @@ from ..redact import Masker, redact
 from ..registry import RegistryClient, parse_image_ref
 from ..report import escape as esc
 from . import Artifact, Instrument, Launcher
-from .common import LoggedServer, PortBook, owner_label, placement_facts, stranger_on, wait_ready
+from .common import (
+    LoggedServer,
+    PortBook,
+    last_json,
+    owner_label,
+    placement_facts,
+    stranger_on,
+    wait_ready,
+    weights_facts,
+)
 from .devices import EXAMPLE, slot_devices
 from .docker_engine import (
     COMMIT_LABEL,
@@ -371,7 +380,8 @@ class DockerServer(LoggedServer):
             raise PortTaken(f"port {self.host_port} is served by {who}, not this container")
 
     def fingerprint(self) -> dict[str, Any]:
-        """Image digest and labels, and the package versions inside the running container."""
+        """Image digest and labels, and the package versions and the weights' revision inside
+        the running container."""
         facts: dict[str, Any] = {}
         if self.image is not None:
             attrs = self.image.attrs
@@ -387,6 +397,7 @@ class DockerServer(LoggedServer):
             facts["build"] = dict(build)
         if self.container is not None:
             facts["packages"] = self._packages()
+            facts.update(self._weights())
             self._collect()
         if self.command:
             facts["command"] = self.command
@@ -405,6 +416,26 @@ class DockerServer(LoggedServer):
                 with suppress(ValueError):
                     found: dict[str, str] = json.loads(out.decode().strip().splitlines()[-1])
                     return found
+        return {}
+
+    def _weights(self) -> dict[str, Any]:
+        """The weights the container's command line names, resolved inside it (its hub
+        cache, its environment); nothing where it cannot tell."""
+        assert self.container is not None
+        attrs = self.container.attrs
+        argv = [str(attrs.get("Path") or ""), *(str(a) for a in attrs.get("Args") or [])]
+        wanted = weights.asked(argv)
+        if not wanted.get("model"):
+            return {}
+        for python in dict.fromkeys([collectenv.python_of(argv), "python3", "python"]):
+            try:
+                code, out = self.container.exec_run(
+                    [*_bounded(weights.TIMEOUT_S), python, "-c", weights.probe_source(wanted)]
+                )
+            except docker.errors.DockerException:
+                return {}
+            if code == 0 and isinstance(out, bytes):
+                return weights_facts(last_json(out))
         return {}
 
     def _collect(self) -> None:

@@ -42,7 +42,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from .. import collectenv
+from .. import collectenv, weights
 from ..clock import SYSTEM
 from ..config import (
     DOCKER_ARG_PLACEHOLDERS,
@@ -69,7 +69,16 @@ from ..model import Candidate
 from ..redact import Masker, redact
 from ..registry import RegistryClient, RegistryError, parse_image_ref
 from . import Artifact, Instrument
-from .common import LoggedServer, owner_label, owner_pid, placement_facts, reapable, wait_ready
+from .common import (
+    LoggedServer,
+    last_json,
+    owner_label,
+    owner_pid,
+    placement_facts,
+    reapable,
+    wait_ready,
+    weights_facts,
+)
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
 """Every Job and pod llm-bisect creates carries `MANAGED_BY: llm-bisect` (how reap finds them)."""
@@ -811,18 +820,22 @@ class KubernetesServer(LoggedServer):
         self._close_log()
 
     def fingerprint(self) -> dict[str, Any]:
-        """The image (by digest, and the imageID the kubelet resolved), the node, the Job."""
+        """The image (by digest, and the imageID the kubelet resolved), the node, the Job; the
+        package versions and the weights' revision inside the pod."""
         status = self.pod.get("status") or {}
         spec = self.pod.get("spec") or {}
         image_id = next(
             (str(c.get("imageID") or "") for c in status.get("containerStatuses") or []), ""
         )
         packages: dict[str, str] = {}
+        loaded: dict[str, Any] = {}
         if self.name_of_pod():
             packages = self._packages()
+            loaded = self._weights(spec)
             self._collect()
         return {
             **({"packages": packages} if packages else {}),
+            **loaded,
             "image": {
                 "ref": self.launcher.template_ref(self.candidate),
                 "digest": self.launcher.pinned(self.candidate),
@@ -853,6 +866,23 @@ class KubernetesServer(LoggedServer):
                     found = json.loads(out.decode().strip().splitlines()[-1])
                     if isinstance(found, dict):
                         return {str(k): str(v) for k, v in found.items()}
+        return {}
+
+    def _weights(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The weights the pod's command line names, resolved inside it (its hub cache, its
+        environment); nothing where it cannot tell."""
+        container: Mapping[str, Any] = next(iter(spec.get("containers") or []), {})
+        argv = weights.image_argv(container.get("command"), container.get("args") or [])
+        wanted = weights.asked(argv)
+        if not wanted.get("model"):
+            return {}
+        for python in dict.fromkeys([collectenv.python_of(argv), "python3", "python"]):
+            try:
+                code, out = self._exec([python, "-c", weights.probe_source(wanted)], PACKAGES_S)
+            except LaunchError:
+                return {}
+            if code == 0:
+                return weights_facts(last_json(out))
         return {}
 
     def _collect(self) -> None:

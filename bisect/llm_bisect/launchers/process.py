@@ -26,7 +26,7 @@ from typing import IO, Any, Literal
 
 from pydantic import field_validator
 
-from .. import collectenv, guard
+from .. import collectenv, guard, weights
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..clock import SYSTEM
@@ -54,7 +54,15 @@ from ..model import Candidate
 from ..report import escape as esc
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
-from .common import Held, LoggedServer, PortBook, placement_facts, stranger_on, wait_ready
+from .common import (
+    Held,
+    LoggedServer,
+    PortBook,
+    placement_facts,
+    stranger_on,
+    wait_ready,
+    weights_facts,
+)
 from .devices import cuda_visible, slot_devices
 
 GRACE_S = 5.0
@@ -236,12 +244,19 @@ class ProcessServer(LoggedServer):
 
     def fingerprint(self) -> dict[str, Any]:
         """The build's facts and `command`, the server's command line with the environment
-        llm-bisect gave it (a secret by name only); collect_env has finished (its facts are
-        read from the probe folder)."""
+        llm-bisect gave it (a secret by name only), and the weights it loaded (resolved here,
+        in its environment); collect_env has finished (its facts are read from the probe
+        folder)."""
         if self.collect is not None:
             self.collect.finish()
         command = esc.env_shell(self.shown_env, self.argv, self.secret_names)
-        return {**self.facts, "command": command, **placement_facts(socket.gethostname(), self.env)}
+        loaded = weights.resolve(weights.asked(self.argv), self.env, str(self.cwd))
+        return {
+            **self.facts,
+            "command": command,
+            **weights_facts(loaded),
+            **placement_facts(socket.gethostname(), self.env),
+        }
 
 
 class ProcessLauncher(Prefetching):

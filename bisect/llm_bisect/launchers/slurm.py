@@ -13,6 +13,10 @@ after the harness is killed. A multi-node probe runs the
 per-node script once per node with `srun`; `{head}`, `{node_rank}` and `{nnodes}` become
 the head node's name, SLURM_NODEID and SLURM_NNODES there.
 
+The head node resolves which weights its server loaded (weights.py) once the harness asks:
+at the fingerprint, the server ready, the harness writes `weights.ask` into the probe
+folder, and the node answers `weights.json` there.
+
 A job that never runs (PENDING past `pending_timeout`), or that the cluster ends (NODE_FAIL,
 PREEMPTED, TIMEOUT, BOOT_FAIL), is never a verdict: it is resubmitted on another node
 (`--exclude`) up to `retries` times, then the probe is skip. A job whose owner (the harness
@@ -37,7 +41,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field, field_validator
 
-from .. import collectenv
+from .. import collectenv, weights
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..clock import SYSTEM
@@ -67,11 +71,13 @@ from .commands import Prefetching, command_artifact, prepare
 from .common import (
     LoggedServer,
     free_port,
+    last_json,
     owner_label,
     owner_pid,
     placement_facts,
     ready_once,
     reapable,
+    weights_facts,
 )
 from .process import check_cwd, cwd_of, expand_cwd, needs_build
 
@@ -160,6 +166,30 @@ def node_script(
             "",
         ]
     )
+
+
+WEIGHTS_ASK = "weights.ask"
+"""Written by the harness once the server is ready: the node resolves the weights then."""
+WEIGHTS_OUT = "weights.json"
+WEIGHTS_PROBE = "weights_probe.py"
+"""weights.probe_source of what the command line asks, run by the node's python."""
+
+
+def weights_lines(python: str, into: Path) -> list[str]:
+    """Shell lines for the head's script: in the background, once the harness asks (the
+    server loaded its weights: an online start may have moved the hub's ref), the weights'
+    revision resolved on the node into `into`; the wait ends with the server (the script's
+    own pid, which `exec` gives the server). Pure."""
+    folder = shlex.quote(str(into))
+    ask, out = f"{folder}/{WEIGHTS_ASK}", f"{folder}/{WEIGHTS_OUT}"
+    run = f"{shlex.quote(python)} {folder}/{WEIGHTS_PROBE}"
+    bounded = f"timeout {weights.TIMEOUT_S:g} {run}"
+    return [
+        "# which weights the server loaded (the hub cache's snapshot), once the harness asks",
+        f"( set +e; while [ ! -e {ask} ] && kill -0 $$ 2>/dev/null; do sleep 1; done; "
+        f"if [ -e {ask} ]; then {{ if command -v timeout >/dev/null; then {bounded}; "
+        f"else {run}; fi; }} > {out}.part 2>/dev/null && mv {out}.part {out}; fi ) </dev/null &",
+    ]
 
 
 def literal_pattern(path: str) -> str:
@@ -375,6 +405,9 @@ class SlurmServer(LoggedServer):
         self.tries = 0
         self.facts: dict[str, Any] = {}
         self.reproduce = ""
+        nodes = {k: "{" + k + "}" for k in RUNTIME}
+        self.wanted = weights.asked([fill(a, {**nodes, **values}) for a in self.cfg.command])
+        """Which weights the command line names (weights.asked)."""
 
     def __enter__(self) -> SlurmServer:
         self._submit()
@@ -392,9 +425,12 @@ class SlurmServer(LoggedServer):
         collect = collectenv.argv_for(self.cfg.collect_env, python)
         values = {**self.values, "python": python}
         here = self.probe_dir.resolve()
-        for name in (collectenv.CODE, collectenv.OUTPUT, collectenv.GPUS):
+        for name in (collectenv.CODE, collectenv.OUTPUT, collectenv.GPUS, WEIGHTS_ASK, WEIGHTS_OUT):
             (here / name).unlink(missing_ok=True)  # a resubmitted job writes them anew
         lines = collectenv.node_lines(_words(collect, values) if collect else None, here)
+        if self.wanted.get("model"):
+            (here / WEIGHTS_PROBE).write_text(weights.probe_source(self.wanted))
+            lines += weights_lines(python, here)
         node.write_text(node_script(command, worker, self.values, lines))
         script = self.probe_dir / "job.sh"
         launcher = self.launcher
@@ -550,8 +586,29 @@ class SlurmServer(LoggedServer):
             **self.launcher.build_facts.get(self.candidate.commit, {}),
             **self.facts,
             "command": self.reproduce or esc.shell(["sbatch", str(self.probe_dir / "job.sh")]),
+            **self._weights(),
             **placement_facts(nodes, self.env),
         }
+
+    def _weights(self) -> dict[str, Any]:
+        """The weights the head node says its server loaded: asked for now (the server is
+        ready), awaited while the job lives, at most the resolver's own time limit."""
+        if not self.wanted.get("model") or self.job is None:
+            return {}
+        here = self.probe_dir.resolve()
+        (here / WEIGHTS_ASK).touch()
+        answer = here / WEIGHTS_OUT
+        deadline = self.launcher.clock() + weights.TIMEOUT_S + 2 * POLL_S + 1
+        while not answer.exists() and self.launcher.clock() < deadline and self.job is not None:
+            try:  # a controller that does not answer now loses the facts, never the verdict
+                if self.launcher.slurm.state(self.job).state not in LIVE_STATES:
+                    break
+            except LaunchError:
+                break
+            self.launcher.sleep(POLL_S)
+        with suppress(OSError):
+            return weights_facts(last_json(answer.read_bytes()))
+        return {}
 
     def _wait_collect(self) -> None:
         """Until the node wrote collect_env's exit code (an event: a file on the shared

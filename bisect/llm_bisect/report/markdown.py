@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ..checks.eval import EvalDetails
 from ..checks.gsm8k import DETECTABLE_WARN
 from ..checks.logprobs import Chosen, LogprobsDetails
-from ..fingerprint import NOT_COMPARED
+from ..fingerprint import NOT_COMPARED, WeightsFacts
 from ..kinds import showing
 from ..localize import LocalizationDoc
 from ..search import Mode, Status
@@ -263,11 +263,15 @@ def _fingerprints(doc: ResultDocument) -> list[str]:
 
 
 MODEL_FACTS = {
+    "weights.revision": "weights' snapshot revision",
+    "weights.model": "model the server loaded",
+    "weights.tokenizer_revision": "tokenizer's snapshot revision",
     "server.chat_template": "chat template",
     "server.tokenizer": "tokenizer",
     "server.model": "served model name",
 }
-"""What the served model is, besides the engine: a difference is said on the first screen."""
+"""What the served model is, besides the engine: a difference is said on the first screen,
+with each side's value."""
 
 
 def builds_compared(sides: Sides, old_label: str, new_label: str) -> list[str]:
@@ -286,8 +290,10 @@ def builds_compared(sides: Sides, old_label: str, new_label: str) -> list[str]:
 
     model_said = [
         f"⚠ The {what} differs between the {old_label} and {new_label} builds "
-        f"({esc.code(key)}): a change of the model's files (tokenizer_config.json, "
-        "chat_template.jinja, a new snapshot) that no commit of the engine explains; compare "
+        f"({esc.code(key)}: {esc.code(cell_text(fo.get(key, '—')))} → "
+        f"{esc.code(cell_text(fn.get(key, '—')))}): a change of the model's files "
+        "(tokenizer_config.json, chat_template.jinja, a new snapshot) that no commit of the "
+        "engine explains; compare "
         "them before blaming the commit."
         for key, what in MODEL_FACTS.items()
         if key in differ
@@ -1125,7 +1131,20 @@ def glance(old: Build, new: Build, old_label: str, new_label: str) -> list[str]:
             backends.append(f"**⚠ {name}** {esc.code(a or '—')} → {esc.code(b or '—')}")
     if backends:
         lines.append(f"- backends ({old_label} → {new_label}): " + ", ".join(backends))
+    if old.weights is not None or new.weights is not None:
+        a, b = _weights_said(old.weights), _weights_said(new.weights)
+        said = f"{a}, the same on both" if a == b else f"**⚠** {a} → {b}"
+        lines.append(f"- weights ({old_label} → {new_label}): {said}")
     return lines
+
+
+def _weights_said(weights: WeightsFacts | None) -> str:
+    """The model a build loaded and its revision, with how it was found."""
+    if weights is None:
+        return "—"
+    revision = esc.code(weights.revision) if weights.revision else "no revision"
+    origin = f" ({esc.text(weights.origin)})" if weights.origin else ""
+    return f"{esc.code(cell_text(weights.model, 120))} at {revision}{origin}"
 
 
 def render_markdown(doc: ResultDocument) -> str:

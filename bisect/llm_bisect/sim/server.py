@@ -40,6 +40,11 @@ did: a list of `{"flags": {"--moe-backend": "cutlass"}, "env": {"VLLM_USE_DEEP_G
 "fault": "garbled-math"}`; the first rule whose flags (the words after each, joined by a
 space; "" for a bare switch) and variables all match the server's own decides the fault.
 The server takes any other `--flag [value]` as vLLM would, for these rules to read.
+
+A commit's `snapshot` (40 hex) is the revision of the model's files it loads: at start,
+given `--model ORG/NAME`, it writes the hub cache (`--download-dir`, else HF_HUB_CACHE, ...)
+as huggingface_hub's snapshot_download does where the hub's ref moved: `snapshots/<hex>/`
+and `refs/<--revision or main>`.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from .. import weights
 from ..delta import flag_groups, last_copy
 from ..errors import ConfigError
 from . import model
@@ -518,6 +524,22 @@ def _lies(args: argparse.Namespace, number: int, mine: int) -> bool:
     )
 
 
+def _download(argv: list[str], snapshot: str, env: Mapping[str, str]) -> None:
+    """The hub cache as snapshot_download leaves it having fetched `snapshot` of the model
+    the command line names (a hub id): the snapshot's folder and the ref pointing at it."""
+    wanted = weights.asked(argv)
+    model = wanted.get("model", "")
+    if not model or Path(model).expanduser().exists():
+        return
+    cache = Path(wanted.get("download_dir") or weights.hub_cache(env)).expanduser()
+    repo = cache / ("models--" + model.replace("/", "--"))
+    (repo / "snapshots" / snapshot).mkdir(parents=True, exist_ok=True)
+    (repo / "snapshots" / snapshot / "config.json").write_text('{"model_type": "sim"}\n')
+    ref = repo / "refs" / (wanted.get("revision") or "main")
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    ref.write_text(snapshot)
+
+
 def main(argv: list[str]) -> int:
     started = time.time()
     parser = argparse.ArgumentParser(prog="python -m llm_bisect.sim", description=__doc__)
@@ -578,6 +600,8 @@ def main(argv: list[str]) -> int:
             fault = args.lie_fault if fault == "none" else "none"
         if mine <= int(settings.get("crash_first", 0)):  # a start that glitches
             fault = "crash-on-start"
+    if settings.get("snapshot"):
+        _download(rest, str(settings["snapshot"]), os.environ)
     print(f"sim: serving {args.commit[:12]} (fault: {fault}) on port {args.port}", flush=True)
     print(f"sim: started at {started:.6f}", flush=True)
     if args.worker_extension_cls:  # as vLLM logs them
