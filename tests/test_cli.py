@@ -19,7 +19,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from helpers import HOSTILE_LOG, History, live_processes, probe_order, wait_until, write_config
+from helpers import (
+    HOSTILE_LOG,
+    History,
+    live_processes,
+    probe_order,
+    sim_command,
+    wait_until,
+    write_config,
+)
 from llm_bisect.cli import cli
 from llm_bisect.journal import read_events
 from test_sources_git import branched
@@ -1220,3 +1228,28 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(
     assert (out / "report.html").read_bytes() == before
     code, said = invoke("report", str(out))  # space again: it writes
     assert code == 0, said
+
+
+def test_a_server_started_with_an_api_key_is_asked_with_it_and_the_key_is_written_nowhere(
+    tmp_path: Path, history: Any
+) -> None:
+    """vLLM started with `--api-key` (or VLLM_API_KEY) answers every /v1 request without the
+    key 401: the checks send it (`Authorization: Bearer`), so the run finds its culprit
+    instead of calling every build untestable; the key reaches no file."""
+    key = "sk-bisect-0123456789abcdef"
+    h: History = history({3: "null-content"}, n=6)
+    out = tmp_path / "out"
+    config = h.config(server={"command": [*sim_command(h.repo), "--api-key", key]})
+    code, output = invoke("run", str(config), "--out", str(out))
+    assert code == 0, output
+    assert json.loads((out / "result.json").read_text())["culprit"]["commit"] == h.shas[3]
+    # the variable vLLM reads it from, set in server.env: the same
+    config = h.config(server={"env": {"VLLM_API_KEY": key}}, checks=SIMPLE_CHECKS)
+    code, output = invoke(
+        "check", str(config), "--candidate", h.shas[1], "--out", str(tmp_path / "c")
+    )
+    assert code == 0 and "canary: pass" in output, output
+    assert key not in output
+    for path in [*out.rglob("*"), *(tmp_path / "c").rglob("*")]:
+        if path.is_file():
+            assert key not in path.read_text(errors="replace"), path

@@ -215,11 +215,14 @@ class OpenAIClient:
         timeout: float = 120.0,
         max_reply_bytes: int = MAX_REPLY_BYTES,
         transport: httpx.BaseTransport | None = None,
+        api_key: str | None = None,
     ) -> None:
         self._http = httpx.Client(
             base_url=base_url,
             timeout=timeout,
             transport=transport,
+            # the key a server started with --api-key demands (never written anywhere)
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else None,
             limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
         )
         self._model = model

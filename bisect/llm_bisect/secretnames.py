@@ -105,3 +105,32 @@ def caller_secret_names(environ: Mapping[str, str]) -> list[str]:
     return sorted(
         k for k, v in environ.items() if _SECRET_NAME.search(k) and len(v) >= CALLER_SECRET_MIN
     )
+
+
+API_KEY_ENV = "VLLM_API_KEY"
+"""vLLM's variable for the key its OpenAI API demands (as `--api-key` sets it)."""
+
+
+def served_api_key(
+    argvs: Sequence[Sequence[str]], env: Mapping[str, str], environ: Mapping[str, str]
+) -> str | None:
+    """The key a server demands of each request (`Authorization: Bearer KEY`): the value of
+    `--api-key` on its command lines, else VLLM_API_KEY in its environment (`env`, then
+    the caller's `environ` where the server inherits it); `${VAR}` taken from `environ`.
+    None where it asks for none, or the value is a template only a launch fills. Pure."""
+    for argv in argvs:
+        for i, word in enumerate(argv):
+            name, eq, value = word.partition("=")
+            if name != "--api-key":
+                continue
+            given = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+            return _expanded(given, environ)
+    found = env[API_KEY_ENV] if API_KEY_ENV in env else environ.get(API_KEY_ENV)
+    return None if found is None else _expanded(found, environ)
+
+
+def _expanded(value: str, environ: Mapping[str, str]) -> str | None:
+    value = _ENV_REF.sub(lambda m: environ.get(m.group(1), m.group(0)), value)
+    if not value or _ENV_REF.search(value) or re.search(r"(?<!\{)\{[A-Za-z_]", value):
+        return None  # unset, or filled only where it launches
+    return filled_literal(value)

@@ -236,7 +236,10 @@ def signals_deferred() -> Iterator[None]:
 
 
 def ready_once(http: httpx.Client) -> None:
-    """One readiness poll: /health answers 200 and /v1/models lists a model."""
+    """One readiness poll: /health answers 200 and /v1/models lists a model, or answers 401:
+    a server started with an API key (`--api-key`) serves its API only to requests that
+    carry it, which the checks' client does (Setup.api_key); vLLM listens only once its
+    engine is up, so that answer is the API's own."""
     try:
         health = http.get("/health")
         if health.status_code != 200:
@@ -244,6 +247,8 @@ def ready_once(http: httpx.Client) -> None:
         models = http.get("/v1/models")
     except httpx.HTTPError as exc:
         raise NotYetReady(f"{type(exc).__name__}: {exc}") from exc
+    if models.status_code == 401:
+        return
     if models.status_code != 200:
         raise NotYetReady(f"/v1/models answered {models.status_code}")
     try:

@@ -21,6 +21,7 @@ from typing import Any
 from ..checks.canary import CanaryCase, CanaryDetails
 from ..fingerprint import Fingerprint
 from ..model import GREEDY
+from ..secretnames import API_KEY_ENV
 from .documents import Context, ProbeDoc
 from .escape import safe_url
 
@@ -133,8 +134,6 @@ def curl_argv(endpoint: str, body: str) -> list[str]:
 
 
 _VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
-API_KEY_ENV = "VLLM_API_KEY"
-"""The variable vLLM's server reads its API key from when no `--api-key` is given."""
 
 
 def api_key_variable(command: str) -> str | None:

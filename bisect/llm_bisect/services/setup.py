@@ -60,6 +60,7 @@ from ..redact import Scrub, url_credentials
 from ..report.documents import Context
 from ..report.links import web_url
 from ..search import Mode, Plan, build_plan
+from ..secretnames import served_api_key
 from ..sources.git import GitSource, NoRepository
 
 
@@ -101,7 +102,18 @@ class Setup:
             model=self.config.server.model,
             timeout=self.config.server.request_timeout,
             max_reply_bytes=int(self.config.server.max_reply_mb * 2**20),
+            api_key=self.api_key,
         )
+
+    @property
+    def api_key(self) -> str | None:
+        """The key the server demands (`--api-key`, VLLM_API_KEY), sent with every request."""
+        cfg = self.config.server
+        fields = server_argv(cfg)
+        argvs = [list(getattr(cfg, f) or []) for f in fields if f in type(cfg).model_fields]
+        env = {**self.env, **self.config.probe.server_env, **dict(getattr(cfg, "env", {}) or {})}
+        inherits = LAUNCHERS[cfg.launcher].inherits
+        return served_api_key(argvs, env, self.environ if inherits else {})
 
     @contextmanager
     def launcher(self, run_id: str) -> Iterator[Launcher]:

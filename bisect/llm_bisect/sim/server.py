@@ -139,6 +139,8 @@ class Engine:
         self.requests = 0
         self._lock = threading.Lock()
         self.extension = False
+        self.api_key: str | None = None
+        """The key every /v1 request must carry (`--api-key`, VLLM_API_KEY), as vLLM's."""
         """Started as vLLM with `--worker-extension-cls` and VLLM_SERVER_DEV_MODE=1: it
         answers /collective_rpc as llm-bisect's worker extension does."""
         self._armed: dict[str, Any] | None = None
@@ -350,7 +352,21 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def _refused(self) -> bool:
+            """vLLM answers a /v1 request without the server's key 401."""
+            wanted = f"Bearer {engine.api_key}"
+            if engine.api_key is None or not self.path.startswith("/v1"):
+                return False
+            if self.headers.get("Authorization") == wanted:
+                return False
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            self._send(401, {"error": "Unauthorized"})
+            return True
+
         def do_GET(self) -> None:
+            if self._refused():
+                return
             if self.path == "/health":
                 self._send(200 if engine.ready else 503, {})
             elif self.path == "/v1/models" and "models" in engine.hostile:
@@ -364,6 +380,8 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": "not found"})
 
         def do_POST(self) -> None:
+            if self._refused():
+                return
             length = int(self.headers.get("Content-Length") or 0)
             try:
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -642,6 +660,10 @@ def main(argv: list[str]) -> int:
         chat_template=str(settings.get("chat_template", DEFAULT_TEMPLATE)),
     )
     engine.request_log = args.request_log
+    key = extra.get("--api-key")
+    engine.api_key = (
+        (" ".join(key[1:]) or key[0].partition("=")[2]) if key else os.environ.get("VLLM_API_KEY")
+    ) or None
     engine.extension = (
         bool(args.worker_extension_cls)
         and os.environ.get("VLLM_SERVER_DEV_MODE") == "1"
