@@ -271,7 +271,10 @@ def test_detection_table_of_real_code_bugs(
     table: dict[str, dict[str, str]] = {}
     timings: dict[str, str] = {}
     result = json.loads((release["out"] / "result.json").read_text())
-    (full,) = [p for p in result["decisive"] if p["commit"] == shas["config"]]
+    # the culprit was the search's last probe: its verdict ended the search either way, so
+    # it ran every check then (a probe stopped early is probed again: `decisive`)
+    (full,) = [p for p in [*result.get("decisive", []), *result["probes"]]
+               if p["commit"] == shas["config"] and not p.get("not_run")]  # fmt: skip
     table["config"] = said(full["checks"])
     result = json.loads((compiled["out"] / "result.json").read_text())
     (full,) = [p for p in result["probes"] if p["commit"] == shas["mlp-alone"]]
@@ -384,9 +387,12 @@ def test_a_changed_forward_compiles_anew_with_a_shared_cache(
 def test_a_start_that_lies_once_is_outvoted_and_named_on_real_vllm(bed: dict[str, Any]) -> None:
     """The release branch's `tokens` (good) .. `config` (bad): the first start of `tokens`
     serves `config`'s build (tests/vllm/lie_once.py), so believed, it would move the answer
-    to `tokens` (as `search.flake: 0` does). The posterior search probes `tokens` again,
-    names `config`, and says which verdict disagreed. Canary and expect only, each probe
-    running both (no evidence stage to add a start); about seven vLLM starts."""
+    to `tokens` (as `search.flake: 0` does). The posterior search, told a lie rate of 0.05
+    (`search.flake: 0.05`), probes `tokens` again until one culprit holds 0.99, names
+    `config`, and says which verdict disagreed. Canary and expect only, each probe running
+    both (no evidence stage to add a start): six vLLM starts (the ends, `tokens` four
+    times). `flake: auto` learns the rate as well and costs two starts more here: its
+    lying starts are the simulator's (tests/test_runner.py, tests/test_services_confirm.py)."""
     shas, root = bed["shas"], bed["root"]
     data = yaml.safe_load(bed["config"].read_text())
     state = root / "lied"
@@ -397,7 +403,7 @@ def test_a_start_that_lies_once_is_outvoted_and_named_on_real_vllm(bed: dict[str
         candidates={**data["candidates"], "good": shas["refactor"], "bad": shas["config"]},
         checks=[{"type": "canary"}, {"type": "expect"}],
         probe={"early_stop": False},
-        search={"flake": "auto"},
+        search={"flake": 0.05},
         confirm=False,
         localize={"enabled": False},
     )
@@ -469,30 +475,24 @@ def test_localize_names_the_one_mlp_that_reads_the_wrong_channels(bed: dict[str,
 def test_configs_names_the_one_flag_that_changes_real_vllm_output(bed: dict[str, Any]) -> None:
     """The GLM case's question at one build: GOOD and BAD servers differ in a flag that
     changes the model's numerics (`--hf-overrides` of the RMSNorm epsilon, as a wrong
-    backend flag would) and in a variable that changes nothing. `configs` names the flag
-    alone. Three vLLM starts: GOOD, BAD, the flag alone (no localisation: a real one runs in
-    the bisection and in the test above; configs' own, GOOD against the smallest bad setup,
-    in tests/test_services_configs.py)."""
+    backend flag would) and in a variable that changes nothing, given inline (`--bad-arg`,
+    `--bad-env`). `configs` names the flag alone. Three vLLM starts: GOOD, BAD, the flag
+    alone (no localisation: a real one runs in the bisection and in the test above;
+    configs' own, GOOD against the smallest bad setup, in tests/test_services_configs.py)."""
     shas, root = bed["shas"], bed["root"]
-    server = yaml.safe_load(bed["config"].read_text())["server"]
     overrides = json.dumps({"rms_norm_eps": 0.1})
-    good, bad = root / "good-server.yaml", root / "bad-server.yaml"
-    good.write_text(yaml.safe_dump({"server": server}))
-    bad.write_text(yaml.safe_dump({"server": {
-        **server,
-        # a literal brace is written twice in a command (`{port}` is a placeholder)
-        "command": [*server["command"], "--hf-overrides", "{" + overrides + "}"],
-        "env": {**server["env"], "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
-    }}))  # fmt: skip
     config = root / "configs.yaml"
     config.write_text(
         yaml.safe_dump({**yaml.safe_load(bed["config"].read_text()), "localize": False})
     )
     out = root / "configs"
     t0 = time.monotonic()
+    # GOOD is the config's own server; BAD is it with a flag and a variable put in, given
+    # inline as a user types them
     code, output = invoke(
-        "configs", str(config), "--build", shas["refactor"], "--good-server", str(good),
-        "--bad-server", str(bad), "--out", str(out),
+        "configs", str(config), "--build", shas["refactor"], "--bad-arg",
+        f"--hf-overrides '{overrides}'", "--bad-env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+        "--out", str(out),
     )  # fmt: skip
     took = time.monotonic() - t0
     assert code == 0, output
