@@ -1059,3 +1059,77 @@ def test_the_glm_kubernetes_config_is_the_cases_setup_and_its_manifests_validate
         kubernetes_validate.validate(made, KUBERNETES_VERSION, strict=True)
     (lws,) = group(server, "leaderworkerset")
     jsonschema.validate(lws, lws_schema())
+
+
+@pytest.mark.docker
+def test_a_worker_that_ends_before_ready_is_skip_naming_the_worker(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, two_nodes: str
+) -> None:
+    """A worker is the probe's as much as the head: its container ending (an LWS pod
+    restarting: CrashLoopBackOff) makes the probe skip before ready, its log kept."""
+    hold = tmp_path / "hold"
+    hold.touch()  # the head never gets ready: only the worker's end can end the probe
+    h: History = history({}, n=1, changes={1: {"hold_file": str(hold)}})
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = two_node_server(
+        f"{registry.host}/{repo}:{{commit}}",
+        standin.kubeconfig(tmp_path / "kc"),
+        worker_args=["-c", "print('worker: no such rank'); raise SystemExit(3)"],
+    )
+    server["host_paths"].append(f"{tmp_path}:{tmp_path}:ro")
+    out = tmp_path / "c"
+    code, output = check(k8s_yaml(h, server, SIMPLE_CHECKS), h.shas[1], out)
+    assert code == 125, output
+    assert re.search(
+        r"worker pod llm-bisect-\S+: container Error, exit code 3 before ready", output
+    )
+    assert "worker: no such rank" in (out / "probes" / h.shas[1][:12] / "server-1.log").read_text()
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_the_standin_finds_an_indexed_jobs_head_by_name_and_orphans_its_pods_as_the_api_does(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    """What the launcher relies on, through the client alone: the head is found by the DNS
+    name the headless Service publishes, and a Job deleted without a propagationPolicy
+    leaves both pods running."""
+    from kubernetes import client, config
+
+    h: History = history({}, n=1)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    api = config.new_client_from_config(config_file=str(standin.kubeconfig(tmp_path / "kc")))
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    cfg = KubernetesServerConfig.model_validate(
+        two_node_server(f"{registry.host}/{repo}:{h.shas[0]}", tmp_path / "kc")
+    )
+    service, job = group_manifests(
+        cfg,
+        "indexed-job",
+        name="llm-bisect-two-node-test",
+        image=f"{registry.host}/{repo}:{h.shas[0]}",
+        ref="",
+        candidate=candidate(h.shas[0]),
+        env=dict(cfg.env),
+        run_id="r",
+        owner="o",
+    )
+    core.create_namespaced_service("default", client.V1Service.from_dict(service))
+    batch.create_namespaced_job("default", client.V1Job.from_dict(job))
+    assert wait_until(lambda: len(standin.running_containers()) == 2, timeout=60)
+    pods = core.list_namespaced_pod("default", label_selector="job-name=llm-bisect-two-node-test")
+    ranks = sorted(
+        p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in pods.items
+    )
+    assert ranks == ["0", "1"]
+    worker = next(c for c in standin.running_containers() if "-1-" in c.labels["pod"])
+    head = "llm-bisect-two-node-test-0.llm-bisect-two-node-test.default:8000"
+    assert wait_until(lambda: f"worker: connected to {head}" in worker.logs().decode(), timeout=60)
+    batch.delete_namespaced_job("llm-bisect-two-node-test", "default")  # no propagationPolicy
+    assert not standin.jobs and len(standin.running_containers()) == 2, "orphaned, running"
+    for pod in pods.items:
+        core.delete_namespaced_pod(pod.metadata.name, "default")
+    core.delete_namespaced_service("llm-bisect-two-node-test", "default")
+    assert nothing_left(standin)
