@@ -3,7 +3,11 @@
 No kube-apiserver can run on these machines, so the Kubernetes launcher is tested against
 this: the part of the API it calls, over HTTP, through the official client.
 
+    GET                   /apis (the groups served: batch, and LWS's where installed)
     POST/GET/LIST/DELETE  /apis/batch/v1/namespaces/NS/jobs[/NAME]
+    POST/GET/LIST/DELETE  /api/v1/namespaces/NS/services[/NAME]
+    POST/GET/LIST/DELETE  /apis/leaderworkerset.x-k8s.io/v1/namespaces/NS/leaderworkersets[/NAME]
+                          (only with `lws_installed`)
     GET/LIST/DELETE       /api/v1/namespaces/NS/pods[/NAME]
     GET                   /api/v1/namespaces/NS/pods/NAME/log[?follow=true]
     GET (websocket)       /api/v1/namespaces/NS/pods/NAME/exec?command=...
@@ -22,6 +26,16 @@ emptyDir as the container's shm, a memory limit), and reports Running with the c
 IP on Docker's bridge as the pod IP, then Succeeded/Failed with the exit code (OOMKilled
 where the engine says so). `faults` answers the next matching requests with an HTTP error.
 
+Several nodes: an Indexed Job makes one pod per index (hostname JOB-I, the index as a
+label, an annotation and JOB_COMPLETION_INDEX); a LeaderWorkerSet (validated against LWS's
+own CRD, tests/data/lws) makes what LWS's controller makes: a headless Service of its name,
+a leader pod NAME-0 and workers NAME-0-I with the LWS_* variables, restartPolicy Always
+(an ended container is CrashLoopBackOff, restartCount 1). Every pod runs on one Docker
+network; a pod with a hostname and a subdomain is found there by its DNS names where a
+headless Service of that name selects it when its container starts. The kubelet expands
+`$(VAR)` in command and args. A LeaderWorkerSet deleted without a propagationPolicy is
+collected in the background (a custom resource's default); a Job, orphaned.
+
 `exec` answers over a websocket (v4.channel.k8s.io), as the client's stream() asks.
 
 Not modelled (docs/kubernetes.md lists it for admins): watch, port-forward, the
@@ -32,6 +46,8 @@ cleanup, activeDeadlineSeconds, PVCs beyond a named Docker volume.
 from __future__ import annotations
 
 import base64
+import functools
+import gzip
 import hashlib
 import json
 import re
@@ -50,12 +66,20 @@ from urllib.parse import parse_qs, urlsplit
 
 import docker
 import docker.errors
+import jsonschema
 import kubernetes_validate
 import yaml
 
 KUBERNETES_VERSION = "1.33.0"
 """The Kubernetes version whose OpenAPI schema every body is checked against."""
 STANDIN_LABEL = "llm-bisect-test/kubeapi"
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+LWS = "leaderworkerset.sigs.k8s.io"
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+LWS_CRD = (
+    Path(__file__).parent / "data" / "lws" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml.gz"
+)
+"""LWS's own CRD (kubernetes-sigs/lws, a copy: tests/data/lws/README.md)."""
 DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
@@ -89,6 +113,59 @@ def validate(body: Any, kind: str) -> None:
                 raise Refused(422, "Invalid", f"metadata.labels: Invalid value: {value!r}")
             if len(key.rsplit("/", 1)[-1]) > 63:
                 raise Refused(422, "Invalid", f"metadata.labels: Invalid key: {key!r}")
+
+
+def strict(schema: Any) -> Any:
+    """A CRD's structural schema as the API server's strict field validation applies it:
+    an object with `properties` takes no other field (unless it preserves unknown ones)."""
+    if isinstance(schema, dict):
+        out = {k: strict(v) for k, v in schema.items()}
+        if (
+            "properties" in out
+            and "additionalProperties" not in out
+            and not out.get("x-kubernetes-preserve-unknown-fields")
+        ):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [strict(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def lws_schema() -> dict[str, Any]:
+    """The strict openAPIV3Schema of LeaderWorkerSet v1, from LWS's CRD."""
+    crd = yaml.safe_load(gzip.decompress(LWS_CRD.read_bytes()))
+    (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    return dict(strict(version["schema"]["openAPIV3Schema"]))
+
+
+def validate_lws(body: Any) -> None:
+    """A LeaderWorkerSet as the API server with LWS's CRD decodes it: its schema (strict)."""
+    if not isinstance(body, dict):
+        raise Refused(400, "BadRequest", "the body is no JSON object")
+    try:
+        jsonschema.validate(body, lws_schema())
+    except jsonschema.ValidationError as exc:
+        raise Refused(422, "Invalid", f"LeaderWorkerSet is invalid: {exc.message}") from None
+    name = (body.get("metadata") or {}).get("name", "")
+    if len(name) > 63 or not DNS_LABEL.fullmatch(name):
+        raise Refused(422, "Invalid", f"metadata.name: Invalid value: {name!r}")
+
+
+_EXPAND = re.compile(r"\$(\$|\(([A-Za-z_][A-Za-z0-9_]*)\))")
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """The kubelet's expansion of a command or arg: `$(VAR)` from the container's
+    environment (kept as written when VAR is not set), `$$` an escaped `$`."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(1) == "$":
+            return "$"
+        return env.get(m.group(2), m.group(0))
+
+    return _EXPAND.sub(sub, text)
 
 
 def selected(obj: Mapping[str, Any], selector: str) -> bool:
@@ -127,6 +204,10 @@ class StandIn:
     """Every request: method, path with query, JSON body."""
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    services: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    lws_installed: bool = False
+    """Whether LeaderWorkerSet's CRD (and its controller) is installed."""
+    leaderworkersets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.id = uuid.uuid4().hex[:8]
@@ -139,6 +220,9 @@ class StandIn:
         """The command of every exec, in order."""
         self.started_env: list[dict[str, str]] = []
         """The environment each pod's container was started with (secrets resolved)."""
+        self.network = f"standin-{self.id}"
+        """The Docker network of every pod: a pod of a headless Service is found there by
+        its DNS name (hostname.subdomain[.namespace[.svc[.cluster.local]]])."""
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -165,6 +249,7 @@ class StandIn:
 
     @contextmanager
     def running(self) -> Iterator[StandIn]:
+        self.client.networks.create(self.network, driver="bridge", labels={STANDIN_LABEL: self.id})
         thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05})
         thread.start()
         try:
@@ -178,6 +263,8 @@ class StandIn:
             ):
                 with suppress(docker.errors.DockerException):
                     c.remove(force=True)
+            with suppress(docker.errors.DockerException):
+                self.client.networks.get(self.network).remove()
 
     def running_containers(self) -> list[Any]:
         """The stand-in's containers still running (pods' servers)."""
@@ -222,37 +309,64 @@ class StandIn:
                 c.setdefault("terminationMessagePath", "/dev/termination-log")
                 c.setdefault("terminationMessagePolicy", "File")
                 c.setdefault("resources", {})
-            job["status"] = {"active": 1, "startTime": now()}
+            indexed = spec["completionMode"] == "Indexed"
+            count = int(spec["parallelism"]) if indexed else 1
+            job["status"] = {"active": count, "startTime": now()}
             self._bump(job)
             self.jobs[(ns, name)] = job
-            pod_name = f"{name}-{uuid.uuid4().hex[:5]}"
-            pod = {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "name": pod_name,
-                    "namespace": ns,
-                    "uid": str(uuid.uuid4()),
-                    "labels": dict(tmeta["labels"]),
-                    "creationTimestamp": now(),
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "batch/v1",
-                            "kind": "Job",
-                            "name": name,
-                            "uid": uid,
-                            "controller": True,
-                            "blockOwnerDeletion": True,
-                        }
-                    ],
-                },
-                "spec": json.loads(json.dumps(pspec)),
-                "status": {"phase": "Pending", "qosClass": "BestEffort"},
-            }
-            self._bump(pod)
-            self.pods[(ns, pod_name)] = pod
-        threading.Thread(target=self._kubelet, args=(ns, pod_name), daemon=True).start()
+            owner = {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid}
+            made = []
+            for index in range(count):
+                pspec = json.loads(json.dumps(spec["template"]["spec"]))
+                labels = dict(tmeta["labels"])
+                annotations: dict[str, str] = {}
+                pod_name = f"{name}-{uuid.uuid4().hex[:5]}"
+                if indexed:  # what the Job controller adds to each pod of an Indexed Job
+                    pod_name = f"{name}-{index}-{uuid.uuid4().hex[:5]}"
+                    labels[INDEX_LABEL] = annotations[INDEX_LABEL] = str(index)
+                    pspec["hostname"] = f"{name}-{index}"
+                    for c in pspec["containers"]:
+                        path = f"metadata.annotations['{INDEX_LABEL}']"
+                        c.setdefault("env", []).append(
+                            {
+                                "name": "JOB_COMPLETION_INDEX",
+                                "valueFrom": {"fieldRef": {"fieldPath": path}},
+                            }
+                        )
+                made.append(self._add_pod(ns, pod_name, labels, annotations, pspec, owner))
+        for pod_name in made:
+            threading.Thread(target=self._kubelet, args=(ns, pod_name), daemon=True).start()
         return job
+
+    def _add_pod(
+        self,
+        ns: str,
+        name: str,
+        labels: Mapping[str, str],
+        annotations: Mapping[str, str],
+        spec: dict[str, Any],
+        owner: Mapping[str, str],
+    ) -> str:
+        """A Pending pod owned by `owner` (a controller's); its kubelet is started by the
+        caller once the lock is released."""
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": ns,
+                "uid": str(uuid.uuid4()),
+                "labels": dict(labels),
+                "annotations": dict(annotations),
+                "creationTimestamp": now(),
+                "ownerReferences": [{**owner, "controller": True, "blockOwnerDeletion": True}],
+            },
+            "spec": spec,
+            "status": {"phase": "Pending", "qosClass": "BestEffort"},
+        }
+        self._bump(pod)
+        self.pods[(ns, name)] = pod
+        return name
 
     def _set_status(self, key: tuple[str, str], **status: Any) -> dict[str, Any] | None:
         with self.lock:
@@ -265,7 +379,186 @@ class StandIn:
 
     def _job_of(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
         owners = pod["metadata"].get("ownerReferences") or [{}]
+        if owners[0].get("kind") != "Job":
+            return None
         return self.jobs.get((pod["metadata"]["namespace"], owners[0].get("name", "")))
+
+    def _create_service(
+        self, ns: str, body: dict[str, Any], owner: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        validate(body, "Service")
+        name = body["metadata"]["name"]
+        with self.lock:
+            if (ns, name) in self.services:
+                raise Refused(409, "AlreadyExists", f'services "{name}" already exists')
+            svc = json.loads(json.dumps(body))
+            meta = svc["metadata"]
+            meta.update(namespace=ns, uid=str(uuid.uuid4()), creationTimestamp=now())
+            if owner is not None:
+                meta["ownerReferences"] = [{**owner, "controller": True}]
+            spec = svc["spec"]
+            spec.setdefault("type", "ClusterIP")
+            spec.setdefault("sessionAffinity", "None")
+            if spec.get("clusterIP") != "None":
+                spec["clusterIP"] = f"10.96.{self.rv % 250}.{len(self.services) + 10}"
+            spec["clusterIPs"] = [spec["clusterIP"]]
+            svc["status"] = {"loadBalancer": {}}
+            self._bump(svc)
+            self.services[(ns, name)] = svc
+            return svc
+
+    def _dns_names(self, ns: str, pod: Mapping[str, Any]) -> list[str]:
+        """A pod's DNS names: hostname.subdomain... where a headless Service named
+        `subdomain` in its namespace selects it (as cluster DNS publishes them)."""
+        spec = pod["spec"]
+        host, sub = spec.get("hostname"), spec.get("subdomain")
+        if not host or not sub:
+            return []
+        with self.lock:
+            svc = self.services.get((ns, sub))
+        if svc is None or svc["spec"].get("clusterIP") != "None":
+            return []
+        labels = pod["metadata"].get("labels") or {}
+        wanted = svc["spec"].get("selector") or {}
+        if not wanted or any(labels.get(k) != v for k, v in wanted.items()):
+            return []
+        name = f"{host}.{sub}"
+        return [name, f"{name}.{ns}", f"{name}.{ns}.svc", f"{name}.{ns}.svc.cluster.local"]
+
+    def _create_lws(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        """A LeaderWorkerSet, and what LWS's controller makes of it: a headless Service
+        named after it and, per group, a leader pod NAME-0 and workers NAME-0-I, with the
+        labels, annotations and LWS_* variables the controller sets."""
+        validate_lws(body)
+        name = body["metadata"]["name"]
+        with self.lock:
+            if (ns, name) in self.leaderworkersets:
+                raise Refused(
+                    409, "AlreadyExists", f'leaderworkersets.{LWS_GROUP} "{name}" already exists'
+                )
+            uid = str(uuid.uuid4())
+            lws = json.loads(json.dumps(body))
+            lws["metadata"].update(namespace=ns, uid=uid, creationTimestamp=now(), generation=1)
+            spec = lws["spec"]
+            spec.setdefault("replicas", 1)
+            spec.setdefault("startupPolicy", "LeaderCreated")
+            tpl = spec["leaderWorkerTemplate"]
+            tpl.setdefault("size", 1)
+            tpl.setdefault("restartPolicy", "RecreateGroupOnPodRestart")
+            lws["status"] = {"replicas": spec["replicas"]}
+            self._bump(lws)
+            self.leaderworkersets[(ns, name)] = lws
+            owner = {"apiVersion": f"{LWS_GROUP}/v1", "kind": "LeaderWorkerSet", "name": name}
+            owner["uid"] = uid
+        self._create_service(
+            ns,
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "labels": {f"{LWS}/name": name}},
+                "spec": {
+                    "clusterIP": "None",
+                    "publishNotReadyAddresses": True,
+                    "selector": {f"{LWS}/name": name},
+                },
+            },
+            owner,
+        )
+        made = []
+        with self.lock:
+            size = int(tpl["size"])
+            for group in range(int(spec["replicas"])):
+                for index in range(size):
+                    key = "leaderTemplate" if index == 0 and "leaderTemplate" in tpl else None
+                    template = tpl[key or "workerTemplate"]
+                    pod_name = f"{name}-{group}" if index == 0 else f"{name}-{group}-{index}"
+                    labels = {
+                        **((template.get("metadata") or {}).get("labels") or {}),
+                        f"{LWS}/name": name,
+                        f"{LWS}/group-index": str(group),
+                        f"{LWS}/worker-index": str(index),
+                    }
+                    pspec = json.loads(json.dumps(template["spec"]))
+                    pspec.setdefault("restartPolicy", "Always")
+                    pspec["hostname"], pspec["subdomain"] = pod_name, name
+                    added = [
+                        {"name": "LWS_LEADER_ADDRESS", "value": f"{name}-{group}.{name}.{ns}"},
+                        {"name": "LWS_GROUP_SIZE", "value": str(size)},
+                        {"name": "LWS_WORKER_INDEX", "value": str(index)},
+                    ]
+                    for c in pspec["containers"]:
+                        mine = [
+                            e
+                            for e in c.get("env") or []
+                            if e["name"] not in {a["name"] for a in added}
+                        ]
+                        c["env"] = [*added, *mine]
+                    annotations = {f"{LWS}/size": str(size)}
+                    made.append(self._add_pod(ns, pod_name, labels, annotations, pspec, owner))
+        for pod_name in made:
+            threading.Thread(target=self._kubelet, args=(ns, pod_name), daemon=True).start()
+        return lws
+
+    def _delete_owned(
+        self,
+        ns: str,
+        store: dict[tuple[str, str], dict[str, Any]],
+        name: str,
+        what: str,
+        policy: str,
+    ) -> dict[str, Any]:
+        """Delete an owner (a Job, a LeaderWorkerSet) by `policy`: Orphan leaves what it
+        owns running; Background deletes them after it; Foreground before it, the owner
+        showing a deletionTimestamp until they are gone."""
+        with self.lock:
+            obj = store.get((ns, name))
+            if obj is None:
+                raise Refused(404, "NotFound", f'{what} "{name}" not found')
+            uid = obj["metadata"]["uid"]
+
+            def owned(items: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, str]]:
+                return [
+                    k
+                    for k, o in items.items()
+                    if (o["metadata"].get("ownerReferences") or [{}])[0].get("uid") == uid
+                ]
+
+            pods, services = owned(self.pods), owned(self.services)
+        if policy == "Orphan":
+            with self.lock:
+                for k in pods:
+                    self.pods[k]["metadata"].pop("ownerReferences", None)
+                for k in services:
+                    self.services[k]["metadata"].pop("ownerReferences", None)
+                del store[(ns, name)]
+            return obj
+
+        def end(k: tuple[str, str]) -> None:
+            with self.lock:
+                spec = (self.pods.get(k) or {}).get("spec") or {}
+            grace = float(spec.get("terminationGracePeriodSeconds", 30))
+            self.delete_pod(*k, grace=min(grace, 5))
+
+        def collect() -> None:  # the pods end together, as their kubelets stop them
+            ending = [threading.Thread(target=end, args=(k,)) for k in pods]
+            for thread in ending:
+                thread.start()
+            for thread in ending:
+                thread.join()
+            with self.lock:
+                for k in services:
+                    self.services.pop(k, None)
+                store.pop((ns, name), None)
+
+        if policy == "Foreground":
+            obj["metadata"]["deletionTimestamp"] = now()
+            obj["metadata"]["finalizers"] = ["foregroundDeletion"]
+            self._bump(obj)
+        else:
+            with self.lock:
+                store.pop((ns, name), None)
+        threading.Thread(target=collect, daemon=True).start()
+        return obj
 
     # -- the kubelet -------------------------------------------------------------------
 
@@ -350,7 +643,7 @@ class StandIn:
             self._waiting(key, "ImagePullBackOff", f'Back-off pulling image "{c["image"]}"')
             return
         try:
-            env = self._env(ns, c)
+            env = self._env(ns, c, pod)
         except KeyError as exc:
             self._waiting(key, "CreateContainerConfigError", f"secret {exc} not found")
             return
@@ -358,7 +651,7 @@ class StandIn:
         if run is None:
             return
         run.reload()
-        ip = run.attrs["NetworkSettings"]["IPAddress"]
+        ip = run.attrs["NetworkSettings"]["Networks"][self.network]["IPAddress"]
         digests = image.attrs.get("RepoDigests") or []
         repo = c["image"].split("@")[0].rsplit(":", 1)[0] if "@" not in c["image"] else ""
         image_id = (
@@ -395,6 +688,24 @@ class StandIn:
             reason = (
                 "OOMKilled" if state.get("OOMKilled") else ("Completed" if code == 0 else "Error")
             )
+            if spec.get("restartPolicy") == "Always":  # a StatefulSet's pod (LWS): restarted,
+                ended = {"exitCode": code, "reason": reason, "finishedAt": now()}  # backing off
+                self._set_status(
+                    key,
+                    containerStatuses=[
+                        {
+                            "name": c["name"],
+                            "image": c["image"],
+                            "imageID": image_id,
+                            "ready": False,
+                            "restartCount": 1,
+                            "started": False,
+                            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                            "lastState": {"terminated": {**ended, "startedAt": started}},
+                        }
+                    ],
+                )
+                return
             self._set_status(
                 key,
                 phase="Succeeded" if code == 0 else "Failed",
@@ -437,11 +748,16 @@ class StandIn:
         except docker.errors.ImageNotFound:
             return self.client.images.pull(ref)
 
-    def _env(self, ns: str, c: Mapping[str, Any]) -> dict[str, str]:
-        env = {}
+    def _env(self, ns: str, c: Mapping[str, Any], pod: Mapping[str, Any]) -> dict[str, str]:
+        env: dict[str, str] = {}
         for var in c.get("env") or []:
             if "value" in var:
-                env[var["name"]] = var["value"]
+                env[var["name"]] = expand(var["value"], env)
+            elif "fieldRef" in var["valueFrom"]:
+                path = var["valueFrom"]["fieldRef"]["fieldPath"]
+                m = re.fullmatch(r"metadata\.(labels|annotations)\['([^']+)'\]", path)
+                assert m is not None, f"fieldRef {path}: not modelled"
+                env[var["name"]] = (pod["metadata"].get(m.group(1)) or {})[m.group(2)]
             else:
                 ref = var["valueFrom"]["secretKeyRef"]
                 env[var["name"]] = self.secrets[(ns, ref["name"])][ref["key"]]
@@ -476,13 +792,20 @@ class StandIn:
         if shm:
             kwargs["shm_size"] = shm
         if c.get("command"):
-            kwargs["entrypoint"] = c["command"]
+            kwargs["entrypoint"] = [expand(a, env) for a in c["command"]]
+        pod = self.pods.get(key)
+        aliases = self._dns_names(key[0], pod) if pod is not None else []
+        if spec.get("hostname"):
+            kwargs["hostname"] = spec["hostname"]
+        endpoint = self.client.api.create_endpoint_config(aliases=aliases or None)
         with self.lock:
             if key not in self.pods:
                 return None
             run = self.client.containers.create(
                 image.id,
-                command=c.get("args") or None,
+                command=[expand(a, env) for a in c.get("args") or []] or None,
+                network=self.network,
+                networking_config={self.network: endpoint},
                 environment=dict(env),
                 volumes=binds,
                 labels={STANDIN_LABEL: self.id, "pod": key[1]},
@@ -507,40 +830,24 @@ class StandIn:
         return pod is not None
 
     def _delete_job(self, ns: str, name: str, policy: str | None) -> dict[str, Any]:
-        with self.lock:
-            job = self.jobs.get((ns, name))
-            if job is None:
-                raise Refused(404, "NotFound", f'jobs.batch "{name}" not found')
-            uid = job["metadata"]["uid"]
-            owned = [
-                k
-                for k, p in self.pods.items()
-                if (p["metadata"].get("ownerReferences") or [{}])[0].get("uid") == uid
-            ]
-        policy = policy or "Orphan"  # batch/v1 Job's default through the API
-        if policy == "Orphan":
-            with self.lock:
-                for k in owned:
-                    self.pods[k]["metadata"].pop("ownerReferences", None)
-                del self.jobs[(ns, name)]
-            return job
-        grace = float(job["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30))
+        # batch/v1 Job's default through the API: Orphan
+        return self._delete_owned(ns, self.jobs, name, "jobs.batch", policy or "Orphan")
 
-        def collect() -> None:
-            for k in owned:
-                self.delete_pod(*k, grace=min(grace, 5))
-            with self.lock:
-                self.jobs.pop((ns, name), None)
-
-        if policy == "Foreground":
-            job["metadata"]["deletionTimestamp"] = now()
-            job["metadata"]["finalizers"] = ["foregroundDeletion"]
-            self._bump(job)
-        else:
-            with self.lock:
-                self.jobs.pop((ns, name), None)
-        threading.Thread(target=collect, daemon=True).start()
-        return job
+    def discovery(self) -> dict[str, Any]:
+        """GET /apis: the API groups served (LWS's where its CRD is installed)."""
+        served = [("batch", "v1")] + ([(LWS_GROUP, "v1")] if self.lws_installed else [])
+        return {
+            "kind": "APIGroupList",
+            "apiVersion": "v1",
+            "groups": [
+                {
+                    "name": name,
+                    "versions": [{"groupVersion": f"{name}/{v}", "version": v}],
+                    "preferredVersion": {"groupVersion": f"{name}/{v}", "version": v},
+                }
+                for name, v in served
+            ],
+        }
 
     def evict(self) -> None:
         """The kubelet evicts every running pod (node pressure): killed, Failed (Evicted)."""
@@ -630,6 +937,31 @@ class StandIn:
 
             def _dispatch(self, parts: list[str], query: dict[str, str], body: Any) -> None:
                 m = self.command
+                if parts == ["apis"] and m == "GET":
+                    self._send(200, api.discovery())
+                    return
+                if parts[:3] == ["apis", LWS_GROUP, "v1"] and parts[3:4] == ["namespaces"]:
+                    if not api.lws_installed or parts[5:6] != ["leaderworkersets"]:
+                        raise Refused(404, "NotFound", f"the server could not find {self.path}")
+                    ns, rest = parts[4], parts[6:]
+                    what = f"leaderworkersets.{LWS_GROUP}"
+                    if m == "POST" and not rest:
+                        self._send(201, api._create_lws(ns, body))
+                    elif m == "GET" and not rest:
+                        self._list("LeaderWorkerSetList", api.leaderworkersets, ns, query)
+                    elif m == "GET":
+                        self._send(200, self._get(api.leaderworkersets, ns, rest[0], what))
+                    elif m == "DELETE":
+                        policy = query.get("propagationPolicy") or (body or {}).get(
+                            "propagationPolicy"
+                        )  # a custom resource's default: Background
+                        deleted = api._delete_owned(
+                            ns, api.leaderworkersets, rest[0], what, policy or "Background"
+                        )
+                        self._send(200, deleted)
+                    else:
+                        raise Refused(405, "MethodNotAllowed", m)
+                    return
                 if parts[:3] == ["apis", "batch", "v1"] and parts[3:4] == ["namespaces"]:
                     ns, rest = parts[4], parts[6:]
                     if parts[5] != "jobs":
@@ -649,6 +981,21 @@ class StandIn:
                         raise Refused(405, "MethodNotAllowed", m)
                 elif parts[:2] == ["api", "v1"] and parts[2:3] == ["namespaces"]:
                     ns, rest = parts[3], parts[5:]
+                    if parts[4] == "services":
+                        if m == "POST" and not rest:
+                            self._send(201, api._create_service(ns, body))
+                        elif m == "GET" and not rest:
+                            self._list("ServiceList", api.services, ns, query)
+                        elif m == "GET":
+                            self._send(200, self._get(api.services, ns, rest[0], "services"))
+                        elif m == "DELETE":
+                            svc = self._get(api.services, ns, rest[0], "services")
+                            with api.lock:
+                                api.services.pop((ns, rest[0]), None)
+                            self._send(200, svc)
+                        else:
+                            raise Refused(405, "MethodNotAllowed", m)
+                        return
                     if parts[4] != "pods":
                         raise Refused(404, "NotFound", "no such resource")
                     if m == "GET" and not rest:
@@ -688,7 +1035,9 @@ class StandIn:
                         if n == ns and selected(o, selector)
                     ]
                     rv = str(api.rv)
-                version = "batch/v1" if kind == "JobList" else "v1"
+                version = {"JobList": "batch/v1", "LeaderWorkerSetList": f"{LWS_GROUP}/v1"}.get(
+                    kind, "v1"
+                )
                 self._send(
                     200,
                     {

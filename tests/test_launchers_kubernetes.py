@@ -21,20 +21,23 @@ from typing import Any
 import docker
 import docker.errors
 import httpx
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from helpers import History, wait_until, write_config
-from kubeapi import KUBERNETES_VERSION, Fault, StandIn
+from kubeapi import KUBERNETES_VERSION, Fault, StandIn, lws_schema
 from llm_bisect.cli import cli
 from llm_bisect.config import load_config
 from llm_bisect.launchers.kubernetes import (
     COMMIT_LABEL,
     MANAGED_BY,
     OWNER_ANNOTATION,
+    RUN_LABEL,
     KubernetesServerConfig,
+    group_manifests,
     job_manifest,
     pod_trouble,
 )
@@ -312,7 +315,13 @@ def invoke(*args: str) -> tuple[int, str]:
 
 
 def nothing_left(standin: StandIn) -> bool:
-    return not standin.jobs and not standin.pods and not standin.running_containers()
+    return (
+        not standin.jobs
+        and not standin.pods
+        and not standin.services
+        and not standin.leaderworkersets
+        and not standin.running_containers()
+    )
 
 
 @pytest.mark.docker
@@ -757,3 +766,377 @@ def test_a_node_lost_during_the_checks_is_skip_even_under_regress_crash(
     assert code == 125, output
     assert "checks could not run" in output and ("NodeLost" in output or "Evicted" in output)
     assert wait_until(lambda: nothing_left(standin))
+
+
+# ---- two-node probes (the GLM case: DP8 over two 4-GPU GB200 nodes) -------------------------
+
+TESTS = Path(__file__).resolve().parent
+
+
+def glm_config(**over: Any) -> KubernetesServerConfig:
+    """Two GB200 nodes a probe: DP8 as two pods of 4 GPUs, the head's address to the worker,
+    the IMEX channel of a ComputeDomain and an RDMA device in each pod."""
+    data: dict[str, Any] = {
+        "launcher": "kubernetes",
+        "image": "vllm/vllm-openai:nightly-{commit}",
+        "nodes": 2,
+        "entrypoint": ["vllm", "serve"],
+        "args": [
+            "RedHatAI/GLM-5.3-MXFP4",
+            "--data-parallel-size",
+            "8",
+            "--data-parallel-size-local",
+            "4",
+            "--data-parallel-address",
+            "{head}",
+            "--data-parallel-rpc-port",
+            "13345",
+            "--enable-expert-parallel",
+            "--port",
+            "{port}",
+        ],
+        "worker_args": [
+            "RedHatAI/GLM-5.3-MXFP4",
+            "--headless",
+            "--data-parallel-size",
+            "8",
+            "--data-parallel-size-local",
+            "4",
+            "--data-parallel-start-rank",
+            "4",
+            "--data-parallel-address",
+            "{head}",
+            "--data-parallel-rpc-port",
+            "13345",
+            "--enable-expert-parallel",
+        ],
+        "gpus": 4,
+        "node_selector": {"nvidia.com/gpu.product": "NVIDIA-GB200"},
+        "resource_claims": [{"name": "imex-channel", "template": "glm-domain-channel"}],
+        "extra_resources": {"rdma/ib": "1"},
+        "secret_env": {"HF_TOKEN": {"secret": "hf", "key": "token"}},
+        "model_cache": {"pvc": "hf-cache"},
+    }
+    data.update(over)
+    return KubernetesServerConfig.model_validate(data)
+
+
+def group(cfg: KubernetesServerConfig, kind: Any) -> list[dict[str, Any]]:
+    digest = "sha256:" + "ab" * 32
+    return group_manifests(
+        cfg,
+        kind,
+        name=f"llm-bisect-{SHA[:12]}-a1b2c3",
+        image=f"vllm/vllm-openai@{digest}",
+        ref=f"vllm/vllm-openai:nightly-{SHA}",
+        candidate=candidate(),
+        env={"NCCL_MNNVL_ENABLE": "1"},
+        run_id="0f1e2d3c4b5a",
+        owner="gpu-node-7:4242:987654",
+    )
+
+
+def gb200_pod(pod: dict[str, Any]) -> None:
+    """What a GB200 pod over NVLink needs is in it: its IMEX channel (a ComputeDomain's
+    claim template), an RDMA device, 4 GPUs, the token by secretKeyRef only."""
+    assert pod["resourceClaims"] == [
+        {"name": "imex-channel", "resourceClaimTemplateName": "glm-domain-channel"}
+    ]
+    (server,) = pod["containers"]
+    assert server["resources"]["claims"] == [{"name": "imex-channel"}]
+    assert server["resources"]["limits"] == {"nvidia.com/gpu": "4", "rdma/ib": "1"}
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}} in (
+        server["env"]
+    )
+
+
+def test_a_two_node_probe_without_lws_is_an_indexed_job_and_a_headless_service_that_validate() -> (
+    None
+):
+    service, job = group(glm_config(), "indexed-job")
+    for made in (service, job):
+        kubernetes_validate.validate(made, KUBERNETES_VERSION, strict=True)
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 2, 2)
+    assert spec["backoffLimit"] == 0 and spec["activeDeadlineSeconds"] > 0
+    pod = spec["template"]["spec"]
+    name = job["metadata"]["name"]
+    assert pod["subdomain"] == service["metadata"]["name"] == name
+    assert service["spec"]["clusterIP"] == "None"
+    # the Service selects the Job's pods: the template's labels and the controller's job-name
+    labels = {**spec["template"]["metadata"]["labels"], "batch.kubernetes.io/job-name": name}
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["selector"][RUN_LABEL] == "0f1e2d3c4b5a"
+    (server,) = pod["containers"]
+    head = next(e for e in server["env"] if e["name"] == "LLM_BISECT_HEAD")
+    assert head["value"] == f"{name}-0.{name}.default"
+    shell, flag, script = server["command"]
+    assert (shell, flag) == ("/bin/sh", "-c") and not server["args"]
+    assert script.startswith('if [ "$JOB_COMPLETION_INDEX" = 0 ]; then exec vllm serve ')
+    head_words, worker_words = script.split("; else exec ")
+    assert "--data-parallel-address '$(LLM_BISECT_HEAD)'" in head_words
+    assert "--headless" in worker_words and "--headless" not in head_words
+    gb200_pod(pod)
+    assert service["metadata"]["labels"][MANAGED_BY] == "llm-bisect"
+    assert service["metadata"]["annotations"][OWNER_ANNOTATION] == "gpu-node-7:4242:987654"
+    assert PLANTED not in json.dumps([service, job])
+
+
+def test_a_two_node_probe_with_lws_is_a_leaderworkerset_valid_under_lws_own_crd() -> None:
+    """Against the openAPIV3Schema of LWS's CRD (a copy from kubernetes-sigs/lws, strict
+    as the API server's field validation), its pod templates against Kubernetes' own."""
+    (lws,) = group(glm_config(), "leaderworkerset")
+    jsonschema.validate(lws, lws_schema())
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2 and lws["spec"]["replicas"] == 1
+    for key in ("leaderTemplate", "workerTemplate"):
+        kubernetes_validate.validate(
+            {
+                "apiVersion": "v1",
+                "kind": "PodTemplate",
+                "metadata": {"name": "t"},
+                "template": template[key],
+            },
+            KUBERNETES_VERSION,
+            strict=True,
+        )
+        pod = template[key]["spec"]
+        assert "restartPolicy" not in pod  # a StatefulSet's pods: Always, the only one allowed
+        gb200_pod(pod)
+    leader = template["leaderTemplate"]["spec"]["containers"][0]
+    worker = template["workerTemplate"]["spec"]["containers"][0]
+    assert leader["command"] == worker["command"] == ["vllm", "serve"]
+    assert "$(LWS_LEADER_ADDRESS)" in leader["args"] and "$(LWS_LEADER_ADDRESS)" in worker["args"]
+    assert "--headless" in worker["args"] and "--headless" not in leader["args"]
+    wrong = json.loads(json.dumps(lws))
+    wrong["spec"]["leaderWorkerTemplate"]["nodes"] = 2  # the check is real
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(wrong, lws_schema())
+
+
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        ({"entrypoint": None}, "entrypoint: a multi-node probe's pods run a shell"),
+        ({"nodes": 1, "worker_args": None}, "{head}, {node_rank} and {nnodes} need nodes above 1"),
+        ({"nodes": 1, "args": ["x"]}, "worker_args: only with nodes above 1"),
+        ({"resource_claims": [{"name": "imex"}]}, "give one of template or claim"),
+    ],
+)
+def test_a_multi_node_config_that_cannot_work_is_refused(over: dict[str, Any], said: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(said)):
+        glm_config(**over)
+
+
+def two_node_server(image: str, kubeconfig: Path, **over: Any) -> dict[str, Any]:
+    """The simulated server on the head, and on the worker a process that reaches the head
+    by the address the launcher gave it (tests/nodeworker.py) and stays."""
+    server = sim_k8s_server(image, kubeconfig, nodes=2, gpus=4, entrypoint=[PYTHON])
+    server["args"] = ["-m", "llm_bisect.sim", *server["args"]]
+    server["worker_args"] = ["/tests/nodeworker.py", "{head}", "{port}"]
+    server["host_paths"] += ["/usr/bin:/bin:ro", f"{TESTS}:/tests:ro"]  # /bin/sh for the pods
+    server.update(over)
+    return server
+
+
+@pytest.fixture(params=["indexed-job", "leaderworkerset"])
+def two_nodes(request: pytest.FixtureRequest, standin: StandIn) -> str:
+    """Both ways a two-node probe is made: LWS's CRD installed, or not."""
+    standin.lws_installed = request.param == "leaderworkerset"
+    return str(request.param)
+
+
+@pytest.mark.docker
+def test_a_two_node_probe_starts_head_and_worker_answers_and_leaves_nothing(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, two_nodes: str
+) -> None:
+    h: History = history({}, n=1)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    kubeconfig = standin.kubeconfig(tmp_path / "kubeconfig")
+    config = k8s_yaml(
+        h, two_node_server(f"{registry.host}/{repo}:{{commit}}", kubeconfig), SIMPLE_CHECKS
+    )
+    seen: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.1):  # how many pods' containers run, as the probe goes
+            seen.append(len(standin.running_containers()))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    out = tmp_path / "c"
+    try:
+        code, output = invoke("check", str(config), "--candidate", h.shas[1], "--out", str(out))
+    finally:
+        done.set()
+        watcher.join()
+    assert code == 0, output
+    assert max(seen) == 2, "head and worker ran together"
+    probe = out / "probes" / h.shas[1][:12]
+    made = {
+        f.name: json.loads(f.read_text()) for f in probe.glob("*.json") if f.name != "probe.json"
+    }
+    if two_nodes == "leaderworkerset":
+        assert set(made) >= {"lws.json"} and "job.json" not in made
+        jsonschema.validate(made["lws.json"], lws_schema())
+        name = made["lws.json"]["metadata"]["name"]
+        head = f"{name}-0.{name}.default"
+    else:
+        assert set(made) >= {"service.json", "job.json"}
+        for kind in ("service.json", "job.json"):
+            kubernetes_validate.validate(made[kind], KUBERNETES_VERSION, strict=True)
+        name = made["job.json"]["metadata"]["name"]
+        head = f"{name}-0.{name}.default"
+    # the worker reached the head's server by the address it was given, its log followed
+    assert f"worker: connected to {head}:8000" in (probe / "server-1.log").read_text()
+    assert "sim" in (probe / "server.log").read_text().lower()
+    assert standin.forwards > 0
+    deletes = [r for r in standin.requests if r[0] == "DELETE"]
+    owners = [r for r in deletes if "/jobs/" in r[1] or "/leaderworkersets/" in r[1]]
+    assert owners and all("propagationPolicy=Foreground" in r[1] for r in owners)
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert PLANTED.encode() not in path.read_bytes(), path
+    assert nothing_left(standin), (standin.jobs, standin.services, standin.pods)
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_ctrl_c_or_sigkill_then_reap_leaves_nothing_of_a_two_node_probe(
+    standin: StandIn,
+    registry: SimRegistry,
+    history: Any,
+    tmp_path: Path,
+    two_nodes: str,
+    sig: signal.Signals,
+) -> None:
+    """Ctrl-C tears head, worker and Service (or LWS) down at once; after a SIGKILL,
+    `reap` finds them by label."""
+    hold = tmp_path / "hold"
+    hold.touch()  # the head never listens: both pods run until the signal
+    h: History = history({}, n=1, changes={1: {"hold_file": str(hold)}})
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = two_node_server(
+        f"{registry.host}/{repo}:{{commit}}", standin.kubeconfig(tmp_path / "kc")
+    )
+    server["host_paths"].append(f"{tmp_path}:{tmp_path}:ro")
+    config = k8s_yaml(h, server, SIMPLE_CHECKS)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", "check", str(config), "--candidate", h.shas[1]],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )
+    try:
+        assert wait_until(lambda: len(standin.running_containers()) == 2, timeout=120)
+        proc.send_signal(sig)
+        output = proc.communicate(timeout=120)[0].decode()
+    finally:
+        proc.kill()
+    assert "Traceback" not in output
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130, output
+        assert nothing_left(standin), (standin.jobs, standin.services, standin.pods)
+        return
+    assert len(standin.running_containers()) == 2, "SIGKILL leaves both pods"
+    assert standin.services if two_nodes == "indexed-job" else standin.leaderworkersets
+    code, output = invoke("reap", str(config))
+    assert code == 0, output
+    kinds = ["service", "job"] if two_nodes == "indexed-job" else ["leaderworkerset"]
+    for kind in kinds:
+        assert f"kubernetes: deleted {kind} llm-bisect-" in output, output
+    assert f"its llm-bisect process {proc.pid} is gone" in output
+    assert wait_until(lambda: nothing_left(standin)), (standin.jobs, standin.services)
+
+
+def test_the_glm_kubernetes_config_is_the_cases_setup_and_its_manifests_validate() -> None:
+    path = SRC.parent / "configs" / "glm-5.3-mxfp4-dp8-ep8-gb200-kubernetes.yaml"
+    config = load_config(path)
+    server = config.server
+    assert isinstance(server, KubernetesServerConfig) and server.worker_args
+    assert server.nodes == 2 and server.gpus == 4 and config.candidates.bad.endswith("v0.30.0")
+    assert server.args[0] == server.worker_args[0] == "RedHatAI/GLM-5.3-MXFP4"
+    assert "--headless" in server.worker_args and "{head}" in server.args
+    assert server.env["NCCL_MNNVL_ENABLE"] == "1" and set(server.secret_env) == {"HF_TOKEN"}
+    assert [c.name for c in server.resource_claims] == ["imex-channel"]
+    for made in group(server, "indexed-job"):
+        kubernetes_validate.validate(made, KUBERNETES_VERSION, strict=True)
+    (lws,) = group(server, "leaderworkerset")
+    jsonschema.validate(lws, lws_schema())
+
+
+@pytest.mark.docker
+def test_a_worker_that_ends_before_ready_is_skip_naming_the_worker(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, two_nodes: str
+) -> None:
+    """A worker is the probe's as much as the head: its container ending (an LWS pod
+    restarting: CrashLoopBackOff) makes the probe skip before ready, its log kept."""
+    hold = tmp_path / "hold"
+    hold.touch()  # the head never gets ready: only the worker's end can end the probe
+    h: History = history({}, n=1, changes={1: {"hold_file": str(hold)}})
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    server = two_node_server(
+        f"{registry.host}/{repo}:{{commit}}",
+        standin.kubeconfig(tmp_path / "kc"),
+        worker_args=["-c", "print('worker: no such rank'); raise SystemExit(3)"],
+    )
+    server["host_paths"].append(f"{tmp_path}:{tmp_path}:ro")
+    out = tmp_path / "c"
+    code, output = check(k8s_yaml(h, server, SIMPLE_CHECKS), h.shas[1], out)
+    assert code == 125, output
+    assert re.search(
+        r"worker pod llm-bisect-\S+: container Error, exit code 3 before ready", output
+    )
+    assert "worker: no such rank" in (out / "probes" / h.shas[1][:12] / "server-1.log").read_text()
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_the_standin_finds_an_indexed_jobs_head_by_name_and_orphans_its_pods_as_the_api_does(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    """What the launcher relies on, through the client alone: the head is found by the DNS
+    name the headless Service publishes, and a Job deleted without a propagationPolicy
+    leaves both pods running."""
+    from kubernetes import client, config
+
+    h: History = history({}, n=1)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    api = config.new_client_from_config(config_file=str(standin.kubeconfig(tmp_path / "kc")))
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    cfg = KubernetesServerConfig.model_validate(
+        two_node_server(f"{registry.host}/{repo}:{h.shas[0]}", tmp_path / "kc")
+    )
+    service, job = group_manifests(
+        cfg,
+        "indexed-job",
+        name="llm-bisect-two-node-test",
+        image=f"{registry.host}/{repo}:{h.shas[0]}",
+        ref="",
+        candidate=candidate(h.shas[0]),
+        env=dict(cfg.env),
+        run_id="r",
+        owner="o",
+    )
+    core.create_namespaced_service("default", client.V1Service.from_dict(service))
+    batch.create_namespaced_job("default", client.V1Job.from_dict(job))
+    assert wait_until(lambda: len(standin.running_containers()) == 2, timeout=60)
+    pods = core.list_namespaced_pod("default", label_selector="job-name=llm-bisect-two-node-test")
+    ranks = sorted(
+        p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in pods.items
+    )
+    assert ranks == ["0", "1"]
+    worker = next(c for c in standin.running_containers() if "-1-" in c.labels["pod"])
+    head = "llm-bisect-two-node-test-0.llm-bisect-two-node-test.default:8000"
+    assert wait_until(lambda: f"worker: connected to {head}" in worker.logs().decode(), timeout=60)
+    batch.delete_namespaced_job("llm-bisect-two-node-test", "default")  # no propagationPolicy
+    assert not standin.jobs and len(standin.running_containers()) == 2, "orphaned, running"
+    for pod in pods.items:
+        core.delete_namespaced_pod(pod.metadata.name, "default")
+    core.delete_namespaced_service("llm-bisect-two-node-test", "default")
+    assert nothing_left(standin)

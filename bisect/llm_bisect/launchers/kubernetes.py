@@ -1,4 +1,6 @@
-"""The Kubernetes launcher: one batch/v1 Job per probe, through the official client.
+"""The Kubernetes launcher: one batch/v1 Job per probe, through the official client; a
+probe on several nodes (`nodes`) is a LeaderWorkerSet where LWS's CRD is installed (asked
+of the API's group discovery), else an Indexed Job with a headless Service (`group_manifests`).
 
     artifact(c)  registry manifest → digest (nothing pulled: the kubelet pulls by digest)
     launch(c)    Job (restartPolicy Never, backoffLimit 0) created ─► its pod scheduled,
@@ -7,8 +9,10 @@
     logs         the pod's log followed into the probe's server.log, secrets masked
     fingerprint  node, image digest and imageID; packages, collect_env and nvidia-smi
                  through the API's exec in the pod
-    __exit__     the Job deleted with foreground propagation (its pods with it), always
-    reap()       the Jobs of killed llm-bisect processes, found by label, deleted
+    __exit__     the Job (or LWS) deleted with foreground propagation (its pods with it),
+                 and the Service, always
+    reap()       the Jobs, LWSs and Services of killed llm-bisect processes, found by
+                 label, deleted
 
 `job_manifest` is pure: the Job a probe creates, written to the probe folder as job.json.
 No secret value is ever in it: a secret reaches the pod through `secretKeyRef`
@@ -24,6 +28,7 @@ port-forward (`reach: port-forward`, from a laptop too: `Forwarder`), or at its 
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import threading
 import uuid
@@ -65,9 +70,11 @@ from ..kinds import (
     Preflight,
     PreflightContext,
 )
+from ..logs import tail
 from ..model import Candidate
 from ..redact import Masker, redact
 from ..registry import RegistryClient, RegistryError, parse_image_ref
+from ..templates import template_fields
 from . import Artifact, Instrument
 from .common import (
     LoggedServer,
@@ -105,6 +112,26 @@ RETRIED_STATUS = frozenset({429, 500, 502, 503, 504})
 API_RETRIES = 5
 PACKAGES_S = 60.0
 """At most this long for the package versions inside the pod."""
+INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+"""The label an Indexed Job's controller puts on each pod: its index (the head's is 0)."""
+LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderworkersets"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
+LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+"""Labels LWS's controller puts on a group's pods: the set's name, the pod's rank (leader 0)."""
+HEAD_ENV = "LLM_BISECT_HEAD"
+"""The variable that holds the head pod's DNS name in an Indexed Job's pods."""
+NODE_PLACEHOLDERS = frozenset({"head", "node_rank", "nnodes"})
+"""On a multi-node probe's pods: the head's address, this pod's rank, the node count."""
+RUNTIME: dict[str, dict[str, str]] = {
+    "indexed-job": {"head": f"$({HEAD_ENV})", "node_rank": "$(JOB_COMPLETION_INDEX)"},
+    "leaderworkerset": {"head": "$(LWS_LEADER_ADDRESS)", "node_rank": "$(LWS_WORKER_INDEX)"},
+}
+"""What `{head}` and `{node_rank}` become in a pod's command: the kubelet expands `$(VAR)`
+from the container's environment (the Job controller sets JOB_COMPLETION_INDEX; LWS's,
+LWS_LEADER_ADDRESS and LWS_WORKER_INDEX)."""
+Group = Literal["job", "indexed-job", "leaderworkerset"]
+"""What one probe is on the cluster: a Job (one node), an Indexed Job with a headless
+Service, or a LeaderWorkerSet (several nodes)."""
 
 
 # ---- the config ----------------------------------------------------------------------------
@@ -133,6 +160,26 @@ class ModelCache(Strict):
     def _one(self) -> ModelCache:
         if (self.pvc is None) == (self.host_path is None):
             raise ValueError("give one of pvc or host_path")
+        return self
+
+
+class ResourceClaim(Strict):
+    """A DRA resource claim of every pod of the probe (and its server container): e.g. the
+    IMEX channel of a ComputeDomain of NVIDIA's DRA driver, which GB200 pods on several
+    nodes need to share GPU memory over NVLink."""
+
+    name: str
+    """The claim's name in the pod (`imex-channel`)."""
+    template: str | None = None
+    """A ResourceClaimTemplate (a ComputeDomain's `spec.channel.resourceClaimTemplate.name`):
+    each pod gets a claim of its own."""
+    claim: str | None = None
+    """A ResourceClaim all pods share."""
+
+    @model_validator(mode="after")
+    def _one(self) -> ResourceClaim:
+        if (self.template is None) == (self.claim is None):
+            raise ValueError("give one of template or claim")
         return self
 
 
@@ -184,6 +231,19 @@ class KubernetesServerConfig(ServerBase):
     """The Job's ttlSecondsAfterFinished."""
     stop_timeout: int = Field(default=30, ge=0)
     """The pod's terminationGracePeriodSeconds."""
+    nodes: int = Field(default=1, ge=1, le=64)
+    """Nodes (pods) per probe (two for DP8 over two 4-GPU GB200 nodes): a LeaderWorkerSet
+    where its CRD is installed, else an Indexed Job with a headless Service. `{head}` (the
+    head pod's address), `{node_rank}` and `{nnodes}` in `args` and `worker_args`."""
+    worker_args: list[str] | None = None
+    """The `args` of the pods other than the head in a multi-node probe (`--headless`,
+    `--data-parallel-start-rank` ...); default: `args`."""
+    resource_claims: list[ResourceClaim] = Field(default_factory=list)
+    """DRA resource claims of each pod's server container (a ComputeDomain's IMEX channel:
+    `{name: imex-channel, template: gb200-domain-channel}`)."""
+    extra_resources: dict[str, str] = Field(default_factory=dict)
+    """More limits of the server container, as Kubernetes takes them (RDMA devices:
+    `{rdma/ib: "1"}`; the name is the device plugin's)."""
     reach: Literal["port-forward", "pod-ip"] = "port-forward"
     """How the server is reached: `port-forward` through the API (from anywhere the API
     answers, a laptop too), or `pod-ip` (llm-bisect runs in the cluster, or the pod network
@@ -195,11 +255,29 @@ class KubernetesServerConfig(ServerBase):
         check_placeholders([image], "server.image", IMAGE_PLACEHOLDERS)
         return image
 
-    @field_validator("args")
+    @field_validator("args", "worker_args")
     @classmethod
-    def _args_placeholders(cls, args: list[str]) -> list[str]:
-        check_placeholders(args, "server.args", DOCKER_ARG_PLACEHOLDERS)
+    def _args_placeholders(cls, args: list[str] | None) -> list[str] | None:
+        if args is not None:
+            check_placeholders(args, "server.args", DOCKER_ARG_PLACEHOLDERS | NODE_PLACEHOLDERS)
         return args
+
+    @model_validator(mode="after")
+    def _nodes(self) -> KubernetesServerConfig:
+        if self.nodes == 1:
+            if self.worker_args is not None:
+                raise ValueError("worker_args: only with nodes above 1")
+            for arg in self.args:
+                if set(template_fields(arg, "server.args")) & NODE_PLACEHOLDERS:
+                    raise ValueError(
+                        f"args: {arg!r}: {{head}}, {{node_rank}} and {{nnodes}} need nodes above 1"
+                    )
+        elif not self.entrypoint:
+            raise ValueError(
+                "entrypoint: a multi-node probe's pods run a shell that picks head or worker "
+                "and then the server; give the image's entrypoint (vLLM's: [vllm, serve])"
+            )
+        return self
 
     @field_validator("host_paths")
     @classmethod
@@ -221,34 +299,38 @@ def job_name(candidate: Candidate, token: str) -> str:
     return f"llm-bisect-{candidate.short}-{token}"[:63].lower()
 
 
-def job_manifest(
+def _labels(run_id: str, candidate: Candidate) -> dict[str, str]:
+    return {MANAGED_BY: "llm-bisect", RUN_LABEL: run_id, COMMIT_LABEL: candidate.commit}
+
+
+def _metadata(
+    cfg: KubernetesServerConfig, name: str, labels: Mapping[str, str], owner: str
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": cfg.namespace,
+        "labels": dict(labels),
+        "annotations": {OWNER_ANNOTATION: owner},
+    }
+
+
+def pod_spec(
     cfg: KubernetesServerConfig,
     *,
-    name: str,
     image: str,
-    ref: str,
-    candidate: Candidate,
     env: Mapping[str, str],
-    run_id: str,
-    owner: str,
-    instrument: Instrument | None = None,
+    instrument: Instrument | None,
+    args: Sequence[str] | None = None,
+    command: Sequence[str] | None = None,
+    extra_env: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The batch/v1 Job of one probe. Pure.
-
-    `image` is what the kubelet pulls (by digest); `ref` is what `{image}` names; `env` holds
-    no secret (the caller refused them): secrets come from `secret_env`'s Secrets."""
-    values = {
-        "commit": candidate.commit,
-        "short": candidate.short,
-        "port": str(cfg.port),
-        "image": ref,
-    }
-    labels = {MANAGED_BY: "llm-bisect", RUN_LABEL: run_id, COMMIT_LABEL: candidate.commit}
-    extra_args = list(instrument.args) if instrument is not None else []
+    """The pod of a probe (one node's): its server container, volumes, placement. `args`
+    and `command` as the kubelet takes them (filled); default: none, the image's. Pure."""
     variables: list[dict[str, Any]] = [
         {"name": k, "value": v}
         for k, v in sorted({**env, **(instrument.env if instrument else {})}.items())
     ]
+    variables += [dict(v) for v in extra_env]
     variables += [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": r.secret, "key": r.key}}}
         for k, r in sorted(cfg.secret_env.items())
@@ -279,21 +361,27 @@ def job_manifest(
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
-        "args": [*(fill(a, values) for a in cfg.args), *extra_args],
+        "args": list(args or []),
         "ports": [{"name": "http", "containerPort": cfg.port, "protocol": "TCP"}],
         "env": variables,
         "volumeMounts": mounts,
         "imagePullPolicy": "IfNotPresent",
     }
-    if cfg.entrypoint:
-        container["command"] = list(cfg.entrypoint)
+    if command:
+        container["command"] = list(command)
     limits: dict[str, str] = {}
     if cfg.gpus is not None:
         limits["nvidia.com/gpu"] = str(cfg.gpus)
     if cfg.memory is not None:
         limits["memory"] = cfg.memory
+    limits.update(cfg.extra_resources)
+    resources: dict[str, Any] = {}
     if limits:
-        container["resources"] = {"limits": limits}
+        resources["limits"] = limits
+    if cfg.resource_claims:
+        resources["claims"] = [{"name": c.name} for c in cfg.resource_claims]
+    if resources:
+        container["resources"] = resources
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": cfg.stop_timeout,
@@ -301,6 +389,13 @@ def job_manifest(
         "containers": [container],
         "volumes": volumes,
     }
+    if cfg.resource_claims:
+        pod["resourceClaims"] = [
+            {"name": c.name, "resourceClaimTemplateName": c.template}
+            if c.template is not None
+            else {"name": c.name, "resourceClaimName": c.claim}
+            for c in cfg.resource_claims
+        ]
     if cfg.node_selector:
         pod["nodeSelector"] = dict(cfg.node_selector)
     if cfg.affinity is not None:
@@ -309,15 +404,45 @@ def job_manifest(
         pod["tolerations"] = list(cfg.tolerations)
     if cfg.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in cfg.image_pull_secrets]
+    return pod
+
+
+def job_manifest(
+    cfg: KubernetesServerConfig,
+    *,
+    name: str,
+    image: str,
+    ref: str,
+    candidate: Candidate,
+    env: Mapping[str, str],
+    run_id: str,
+    owner: str,
+    instrument: Instrument | None = None,
+) -> dict[str, Any]:
+    """The batch/v1 Job of one probe on one node. Pure.
+
+    `image` is what the kubelet pulls (by digest); `ref` is what `{image}` names; `env` holds
+    no secret (the caller refused them): secrets come from `secret_env`'s Secrets."""
+    values = {
+        "commit": candidate.commit,
+        "short": candidate.short,
+        "port": str(cfg.port),
+        "image": ref,
+    }
+    labels = _labels(run_id, candidate)
+    extra_args = list(instrument.args) if instrument is not None else []
+    pod = pod_spec(
+        cfg,
+        image=image,
+        env=env,
+        instrument=instrument,
+        args=[*(fill(a, values) for a in cfg.args), *extra_args],
+        command=cfg.entrypoint,
+    )
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": cfg.namespace,
-            "labels": labels,
-            "annotations": {OWNER_ANNOTATION: owner},
-        },
+        "metadata": _metadata(cfg, name, labels, owner),
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": cfg.active_deadline_s,
@@ -325,6 +450,130 @@ def job_manifest(
             "template": {"metadata": {"labels": labels}, "spec": pod},
         },
     }
+
+
+def _node_words(
+    cfg: KubernetesServerConfig,
+    group: Group,
+    args: Sequence[str],
+    values: Mapping[str, str],
+    extra: Sequence[str],
+) -> list[str]:
+    """A node's args, placeholders filled: `{head}` and `{node_rank}` as `$(VAR)` that the
+    kubelet expands; a `$` of the user's written `$$` (the kubelet's escape), so that it
+    reaches the server as written."""
+    filled = {**values, **RUNTIME[group], "nnodes": str(cfg.nodes)}
+    return [fill(a.replace("$", "$$"), filled) for a in args] + [
+        e.replace("$", "$$") for e in extra
+    ]
+
+
+def node_script(head: Sequence[str], worker: Sequence[str]) -> str:
+    """What an Indexed Job's pod runs (`sh -c`): the head's command at index 0, the
+    worker's elsewhere; every word quoted for the shell. Pure."""
+    return (
+        'if [ "$JOB_COMPLETION_INDEX" = 0 ]; then exec '
+        + " ".join(shlex.quote(w) for w in head)
+        + "; else exec "
+        + " ".join(shlex.quote(w) for w in worker)
+        + "; fi"
+    )
+
+
+def group_manifests(
+    cfg: KubernetesServerConfig,
+    group: Group,
+    *,
+    name: str,
+    image: str,
+    ref: str,
+    candidate: Candidate,
+    env: Mapping[str, str],
+    run_id: str,
+    owner: str,
+    instrument: Instrument | None = None,
+) -> list[dict[str, Any]]:
+    """The objects of one multi-node probe, in the order they are created: a headless
+    Service and an Indexed Job (`group: indexed-job`), or a LeaderWorkerSet. Pure.
+
+        Indexed Job  NAME-0 (head: JOB_COMPLETION_INDEX 0)   NAME-1 ... (workers)
+                     └── hostname NAME-i, subdomain NAME ── Service NAME (clusterIP: None)
+                         {head} = $(LLM_BISECT_HEAD) = NAME-0.NAME.NAMESPACE
+        LWS          NAME-0 (leader: leaderTemplate)         NAME-0-1 ... (workerTemplate)
+                         {head} = $(LWS_LEADER_ADDRESS), set by LWS's controller"""
+    assert cfg.entrypoint and group != "job"
+    values = {
+        "commit": candidate.commit,
+        "short": candidate.short,
+        "port": str(cfg.port),
+        "image": ref,
+    }
+    labels = _labels(run_id, candidate)
+    extra = list(instrument.args) if instrument is not None else []
+    head = _node_words(cfg, group, cfg.args, values, extra)
+    worker_args = cfg.worker_args if cfg.worker_args is not None else cfg.args
+    worker = _node_words(cfg, group, worker_args, values, extra)
+    entrypoint = [e.replace("$", "$$") for e in cfg.entrypoint]
+    meta = _metadata(cfg, name, labels, owner)
+    if group == "leaderworkerset":
+        templates = {}
+        for key, words in (("leaderTemplate", head), ("workerTemplate", worker)):
+            pod = pod_spec(cfg, image=image, env=env, instrument=instrument, command=entrypoint)
+            pod["containers"][0]["args"] = words
+            del pod["restartPolicy"]  # a StatefulSet's pods: Always (a restart is seen)
+            templates[key] = {"metadata": {"labels": labels}, "spec": pod}
+        return [
+            {
+                "apiVersion": f"{LWS_GROUP}/{LWS_VERSION}",
+                "kind": "LeaderWorkerSet",
+                "metadata": meta,
+                "spec": {
+                    "replicas": 1,
+                    "startupPolicy": "LeaderCreated",
+                    "leaderWorkerTemplate": {
+                        "size": cfg.nodes,
+                        "restartPolicy": "None",
+                        **templates,
+                    },
+                },
+            }
+        ]
+    address = f"{name}-0.{name}.{cfg.namespace}"
+    pod = pod_spec(
+        cfg,
+        image=image,
+        env=env,
+        instrument=instrument,
+        command=["/bin/sh", "-c", node_script([*entrypoint, *head], [*entrypoint, *worker])],
+        extra_env=[{"name": HEAD_ENV, "value": address}],
+    )
+    pod["subdomain"] = name
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {RUN_LABEL: run_id, "batch.kubernetes.io/job-name": name},
+            "ports": [{"name": "http", "port": cfg.port, "targetPort": cfg.port}],
+        },
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": cfg.nodes,
+            "parallelism": cfg.nodes,
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": cfg.active_deadline_s,
+            "ttlSecondsAfterFinished": cfg.ttl_after_finished_s,
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+    return [service, job]
 
 
 def pod_trouble(pod: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -345,6 +594,8 @@ def pod_trouble(pod: Mapping[str, Any]) -> tuple[str, str] | None:
             kind = "pulling" if any(t in message for t in PULL_TRANSIENT) else "no-image"
             return kind, f"{waiting['reason']}: {message}".rstrip(": ")
         done = state.get("terminated")
+        if not done and c.get("restartCount"):  # restartPolicy Always (an LWS's pods)
+            done = (c.get("lastState") or {}).get("terminated")
         if done:
             why = done.get("reason") or "Error"
             return "exited", f"container {why}, exit code {done.get('exitCode')}"
@@ -427,6 +678,8 @@ class Api:
         self.client = api
         self.batch = client.BatchV1Api(api)
         self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self._lws: bool | None = None
 
     def _call(self, what: str, fn: Callable[[], Any], absent: frozenset[int] = frozenset()) -> Any:
         """fn's answer; None where the API answered a status in `absent` (404: gone)."""
@@ -499,6 +752,133 @@ class Api:
             absent=frozenset({404}),
         )
         return found is None
+
+    def has_lws(self) -> bool:
+        """Whether the cluster serves LeaderWorkerSets (LWS's CRD installed): the API's
+        group discovery, asked once."""
+        if self._lws is None:
+            from kubernetes import client
+
+            found = self._json(
+                "discover API groups",
+                lambda: client.ApisApi(self.client).get_api_versions(_preload_content=False),
+            )
+            groups = found.get("groups") or []
+            self._lws = any(
+                g.get("name") == LWS_GROUP
+                and any(v.get("version") == LWS_VERSION for v in g.get("versions") or [])
+                for g in groups
+            )
+        return self._lws
+
+    def create_service(self, manifest: Mapping[str, Any]) -> None:
+        from kubernetes import client
+
+        body = client.V1Service.from_dict(dict(manifest))
+        assert body is not None
+        self._call(
+            f"create service {manifest['metadata']['name']}",
+            lambda: self.core.create_namespaced_service(
+                self.namespace, body, _preload_content=False
+            ),
+            absent=frozenset({409}),
+        )
+
+    def services(self, selector: str) -> list[dict[str, Any]]:
+        found = self._json(
+            f"list services {selector}",
+            lambda: self.core.list_namespaced_service(
+                self.namespace, label_selector=selector, _preload_content=False
+            ),
+        )
+        return list(found.get("items") or [])
+
+    def delete_service(self, name: str) -> bool:
+        done = self._call(
+            f"delete service {name}",
+            lambda: self.core.delete_namespaced_service(
+                name, self.namespace, _preload_content=False
+            ),
+            absent=frozenset({404}),
+        )
+        return done is not None
+
+    def create_lws(self, manifest: Mapping[str, Any]) -> None:
+        self._call(
+            f"create leaderworkerset {manifest['metadata']['name']}",
+            lambda: self.custom.create_namespaced_custom_object(
+                LWS_GROUP,
+                LWS_VERSION,
+                self.namespace,
+                LWS_PLURAL,
+                dict(manifest),
+                _preload_content=False,
+            ),
+            absent=frozenset({409}),
+        )
+
+    def lws(self, selector: str) -> list[dict[str, Any]]:
+        """The LeaderWorkerSets the selector picks (none where LWS is not installed)."""
+        if not self.has_lws():
+            return []
+        found = self._json(
+            f"list leaderworkersets {selector}",
+            lambda: self.custom.list_namespaced_custom_object(
+                LWS_GROUP,
+                LWS_VERSION,
+                self.namespace,
+                LWS_PLURAL,
+                label_selector=selector,
+                _preload_content=False,
+            ),
+        )
+        return list(found.get("items") or [])
+
+    def delete_lws(self, name: str) -> bool:
+        """Delete a LeaderWorkerSet and, first, its pods (foreground)."""
+        done = self._call(
+            f"delete leaderworkerset {name}",
+            lambda: self.custom.delete_namespaced_custom_object(
+                LWS_GROUP,
+                LWS_VERSION,
+                self.namespace,
+                LWS_PLURAL,
+                name,
+                propagation_policy="Foreground",
+                _preload_content=False,
+            ),
+            absent=frozenset({404}),
+        )
+        return done is not None
+
+    def lws_gone(self, name: str) -> bool:
+        found = self._call(
+            f"read leaderworkerset {name}",
+            lambda: self.custom.get_namespaced_custom_object(
+                LWS_GROUP, LWS_VERSION, self.namespace, LWS_PLURAL, name, _preload_content=False
+            ),
+            absent=frozenset({404}),
+        )
+        return found is None
+
+    def create(self, manifest: Mapping[str, Any]) -> None:
+        """Create a Job, Service or LeaderWorkerSet."""
+        {"Job": self.create_job, "Service": self.create_service}.get(
+            manifest["kind"], self.create_lws
+        )(manifest)
+
+    def delete(self, kind: str, name: str) -> bool:
+        """Delete a Job, Service or LeaderWorkerSet (its pods first); False: gone already."""
+        return {"Job": self.delete_job, "Service": self.delete_service}.get(kind, self.delete_lws)(
+            name
+        )
+
+    def gone(self, kind: str, name: str) -> bool:
+        if kind == "Job":
+            return self.job_gone(name)
+        if kind == "LeaderWorkerSet":
+            return self.lws_gone(name)
+        return True
 
     def follow_log(self, pod: str) -> Iterator[bytes]:
         """The pod's log as it comes, until the container ends or the stream is closed."""
@@ -649,8 +1029,9 @@ class Forwarder:
 
 
 class KubernetesServer(LoggedServer):
-    """One probe's Job. Enter creates it; exit deletes it (foreground) and waits until its
-    pods are gone."""
+    """One probe's Job (or, on several nodes, its Indexed Job and Service, or its
+    LeaderWorkerSet). Enter creates them; exit deletes them (foreground) and waits until
+    their pods are gone."""
 
     def __init__(
         self,
@@ -668,9 +1049,17 @@ class KubernetesServer(LoggedServer):
         self.secrets = launcher.secrets
         self.name = job_name(candidate, uuid.uuid4().hex[:6])
         self.job: str | None = None
+        self.group: Group = "job"
+        self.made: list[tuple[str, str]] = []
+        """(kind, name) of what was created, in order: deleted in reverse."""
         self.pod: dict[str, Any] = {}
+        """The head's pod (the only one on one node)."""
+        self.pods: list[dict[str, Any]] = []
+        self.files: list[str] = []
+        """The manifests written into the probe folder (`kubectl create -f` them)."""
         self.base_url = ""
         self._log_thread: threading.Thread | None = None
+        self._worker_logs: dict[str, threading.Thread] = {}
         self._closing = threading.Event()
         self._forwarder: Forwarder | None = None
 
@@ -678,74 +1067,128 @@ class KubernetesServer(LoggedServer):
         launcher = self.launcher
         ref = launcher.template_ref(self.candidate)
         image = launcher.pinned(self.candidate)
-        manifest = job_manifest(
-            self.cfg,
-            name=self.name,
-            image=image,
-            ref=ref,
-            candidate=self.candidate,
-            env=launcher.env,
-            run_id=launcher.run_id,
-            owner=launcher.owner,
-            instrument=self.instrument,
-        )
+        common: dict[str, Any] = {
+            "name": self.name,
+            "image": image,
+            "ref": ref,
+            "candidate": self.candidate,
+            "env": launcher.env,
+            "run_id": launcher.run_id,
+            "owner": launcher.owner,
+            "instrument": self.instrument,
+        }
         self.probe_dir.mkdir(parents=True, exist_ok=True)
-        (self.probe_dir / "job.json").write_text(json.dumps(manifest, indent=2) + "\n")
         self._log = self.log_path.open("ab")
         try:
+            if self.cfg.nodes > 1:
+                self.group = "leaderworkerset" if launcher.api.has_lws() else "indexed-job"
+                manifests = group_manifests(self.cfg, self.group, **common)
+            else:
+                manifests = [job_manifest(self.cfg, **common)]
+            for m in manifests:
+                file = "lws.json" if m["kind"] == "LeaderWorkerSet" else f"{m['kind'].lower()}.json"
+                (self.probe_dir / file).write_text(json.dumps(m, indent=2) + "\n")
+                self.files.append(file)
             self.job = self.name
-            launcher.api.create_job(manifest)
+            for m in manifests:
+                self.made.append((str(m["kind"]), self.name))
+                launcher.api.create(m)
         except BaseException:
             self.stop()
             raise
-        launcher.report(f"{self.candidate.short}: kubernetes job {self.name} created")
+        what = {"job": "job", "indexed-job": "indexed job", "leaderworkerset": "leaderworkerset"}
+        nodes = f" ({self.cfg.nodes} nodes)" if self.cfg.nodes > 1 else ""
+        launcher.report(
+            f"{self.candidate.short}: kubernetes {what[self.group]} {self.name} created{nodes}"
+        )
         return self
 
+    def _selector(self) -> str:
+        if self.group == "leaderworkerset":
+            return f"{LWS_NAME_LABEL}={self.name}"
+        return f"job-name={self.name}"
+
+    def _rank(self, pod: Mapping[str, Any]) -> int:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        key = LWS_INDEX_LABEL if self.group == "leaderworkerset" else INDEX_LABEL
+        try:
+            return int(labels.get(key, "0"))
+        except ValueError:
+            return 0
+
+    def _current_pods(self) -> list[dict[str, Any]]:
+        """The probe's pods, the head's first."""
+        pods = self.launcher.api.pods(self._selector())
+        return sorted(pods, key=self._rank)
+
     def _current_pod(self) -> dict[str, Any] | None:
-        pods = self.launcher.api.pods(f"job-name={self.name}")
-        return pods[0] if pods else None
+        pods = self._current_pods()
+        return pods[0] if pods and self._rank(pods[0]) == 0 else None
+
+    @staticmethod
+    def _pod_name(pod: Mapping[str, Any]) -> str:
+        return str((pod.get("metadata") or {}).get("name", ""))
+
+    def _which(self, pod: Mapping[str, Any]) -> str:
+        """How a reason names the pod: nothing for the head, `worker pod NAME: ` else."""
+        return "" if self._rank(pod) == 0 else f"worker pod {self._pod_name(pod)}: "
 
     def _placed(self) -> None:
-        """Until the pod runs with an IP (then base_url is set and its log followed);
-        Unplaced or ServerExited when it never will."""
+        """Until every pod of the probe runs, the head's with an IP (then base_url is set
+        and the logs followed); Unplaced or ServerExited when one never will."""
         clock, sleep = self.launcher.clock, self.launcher.sleep
         created = clock()
         while True:
             if self.job is None:
                 raise ServerExited("the kubernetes job was deleted before ready", None)
-            pod = self._current_pod()
+            pods = self._current_pods()
             waited = clock() - created
-            if pod is not None:
-                self.pod = pod
+            if pods and self._rank(pods[0]) == 0:
+                self.pod, self.pods = pods[0], pods
+            pending = ""
+            for pod in pods:
                 trouble = pod_trouble(pod)
-                if trouble is not None:
-                    kind, reason = trouble
-                    if kind == "exited":
-                        self._start_log()
-                        self._join_log()
-                        raise ServerExited(f"{reason} before ready", None, self.log_tail())
-                    if kind == "unplaced":
-                        raise Unplaced(f"kubernetes: {reason}", self.log_tail())
-                    if kind == "no-image":
-                        raise Unplaced(f"no artifact: {reason}", "")
-                    if waited > self.cfg.pending_timeout:
-                        raise Unplaced(
-                            f"kubernetes: pod pending for {self.cfg.pending_timeout:g}s ({reason})",
-                            "",
-                        )
-                status = pod.get("status") or {}
-                if trouble is None and status.get("phase") == "Running" and status.get("podIP"):
-                    if self.cfg.reach == "port-forward":
-                        self._forwarder = Forwarder(
-                            self.launcher.api, self.name_of_pod(), self.cfg.port
-                        )
-                        self.base_url = f"http://127.0.0.1:{self._forwarder.local_port}"
-                    else:
-                        self.base_url = f"http://{status['podIP']}:{self.cfg.port}"
-                    self._start_log()
-                    return
-            elif waited > self.cfg.pending_timeout:
-                raise Unplaced(f"kubernetes: no pod for {self.cfg.pending_timeout:g}s", "")
+                if trouble is None:
+                    continue
+                kind, reason = trouble
+                which = self._which(pod)
+                if kind == "exited":
+                    raise ServerExited(f"{which}{reason} before ready", None, self._tail_of(pod))
+                if kind == "unplaced":
+                    raise Unplaced(f"kubernetes: {which}{reason}", self.log_tail())
+                if kind == "no-image":
+                    raise Unplaced(f"no artifact: {reason}", "")
+                pending = pending or f"{which}{reason}"
+            running = [
+                p
+                for p in pods
+                if (p.get("status") or {}).get("phase") == "Running"
+                and (p.get("status") or {}).get("podIP")
+            ]
+            if not pending and len(running) == self.cfg.nodes and self.pod:
+                status = self.pod.get("status") or {}
+                if self.cfg.reach == "port-forward":
+                    self._forwarder = Forwarder(
+                        self.launcher.api, self.name_of_pod(), self.cfg.port
+                    )
+                    self.base_url = f"http://127.0.0.1:{self._forwarder.local_port}"
+                else:
+                    self.base_url = f"http://{status['podIP']}:{self.cfg.port}"
+                self._start_log()
+                return
+            if waited > self.cfg.pending_timeout:
+                if pending:
+                    raise Unplaced(
+                        f"kubernetes: pod pending for {self.cfg.pending_timeout:g}s ({pending})",
+                        "",
+                    )
+                raise Unplaced(
+                    f"kubernetes: {len(running)} of {self.cfg.nodes} pods running after "
+                    f"{self.cfg.pending_timeout:g}s"
+                    if pods
+                    else f"kubernetes: no pod for {self.cfg.pending_timeout:g}s",
+                    "",
+                )
             sleep(POLL_S)
 
     def wait_ready(self) -> None:
@@ -755,21 +1198,34 @@ class KubernetesServer(LoggedServer):
         )
 
     def _start_log(self) -> None:
+        """Follow the head's log into server.log, and each worker's into
+        server-RANK.log."""
         if self._log_thread is None:
-            self._log_thread = threading.Thread(target=self._follow_log, daemon=True)
+            self._log_thread = threading.Thread(
+                target=self._follow_log, args=(self.name_of_pod(), self._log), daemon=True
+            )
             self._log_thread.start()
+        for pod in self.pods[1:]:
+            name = self._pod_name(pod)
+            if name and name not in self._worker_logs:
+                out = (self.probe_dir / f"server-{self._rank(pod)}.log").open("ab")
+                thread = threading.Thread(
+                    target=self._follow_log, args=(name, out, True), daemon=True
+                )
+                self._worker_logs[name] = thread
+                thread.start()
 
     def _join_log(self) -> None:
-        if self._log_thread is not None:
-            self._log_thread.join(timeout=10)
+        for thread in [self._log_thread, *self._worker_logs.values()]:
+            if thread is not None:
+                thread.join(timeout=10)
 
-    def _follow_log(self) -> None:
-        log = self._log
+    def _follow_log(self, pod: str, log: Any, close: bool = False) -> None:
         if log is None:
             return
         masker = Masker(self.secrets)
         with suppress(LaunchError, OSError, ValueError, Exception):
-            for chunk in self.launcher.api.follow_log(self.name_of_pod()):
+            for chunk in self.launcher.api.follow_log(pod):
                 if self._closing.is_set():
                     break
                 log.write(masker.feed(chunk))
@@ -777,9 +1233,27 @@ class KubernetesServer(LoggedServer):
         with suppress(ValueError, OSError):
             log.write(masker.flush())
             log.flush()
+        if close:
+            with suppress(OSError):
+                log.close()
+
+    def _tail_of(self, pod: Mapping[str, Any]) -> str:
+        """The end of an ended pod's log (its follower joined; a worker's: its file)."""
+        name, rank = self._pod_name(pod), self._rank(pod)
+        if rank == 0:
+            self.pod = dict(pod)
+            self._start_log()
+            if self._log_thread is not None:
+                self._log_thread.join(timeout=10)
+            return self.log_tail()
+        self._start_log()
+        thread = self._worker_logs.get(name)
+        if thread is not None:
+            thread.join(timeout=10)
+        return tail(self.probe_dir / f"server-{rank}.log", 20, self.secrets)
 
     def name_of_pod(self) -> str:
-        return str((self.pod.get("metadata") or {}).get("name", ""))
+        return self._pod_name(self.pod)
 
     def check_alive(self, wait: float = 0.0) -> None:
         if self.job is None:
@@ -787,28 +1261,33 @@ class KubernetesServer(LoggedServer):
         clock, sleep = self.launcher.clock, self.launcher.sleep
         deadline = clock() + wait
         while True:
-            pod = self._current_pod()
-            if pod is None:  # deleted by someone else: the cluster's doing, not the build's
+            pods = self._current_pods()
+            if len(pods) < self.cfg.nodes or self._rank(pods[0]) != 0:
+                # deleted by someone else: the cluster's doing, not the build's
                 raise Unplaced("kubernetes: the pod is gone (deleted)", self.log_tail())
-            self.pod = pod
-            trouble = pod_trouble(pod)
-            if trouble is not None and trouble[0] == "unplaced":  # a node lost, an eviction
-                raise Unplaced(f"kubernetes: {trouble[1]}", self.log_tail())
-            if trouble is not None and trouble[0] == "exited":
-                self._join_log()
-                raise ServerExited(trouble[1], None, self.log_tail())
+            self.pod, self.pods = pods[0], pods
+            for pod in pods:
+                trouble = pod_trouble(pod)
+                which = self._which(pod)
+                if trouble is not None and trouble[0] == "unplaced":  # node lost, eviction
+                    raise Unplaced(f"kubernetes: {which}{trouble[1]}", self.log_tail())
+                if trouble is not None and trouble[0] == "exited":
+                    raise ServerExited(f"{which}{trouble[1]}", None, self._tail_of(pod))
             if clock() >= deadline:
                 return
             sleep(min(POLL_S, max(0.05, deadline - clock())))
 
     def stop(self) -> None:
-        job, self.job = self.job, None
-        if job is not None:
-            api, clock, sleep = self.launcher.api, self.launcher.clock, self.launcher.sleep
+        """Delete what was made, last first (the Job or LWS foreground: its pods first),
+        whatever fails, and wait until the pods' owner is gone."""
+        made, self.made = self.made, []
+        self.job = None
+        api, clock, sleep = self.launcher.api, self.launcher.clock, self.launcher.sleep
+        for kind, name in reversed(made):
             try:
-                api.delete_job(job)
+                api.delete(kind, name)
                 deadline = clock() + STOP_WAIT_S
-                while clock() < deadline and not api.job_gone(job):
+                while clock() < deadline and not api.gone(kind, name):
                     sleep(POLL_S)
             except LaunchError as exc:
                 self.launcher.report(f"kubernetes: {exc}; `llm-bisect reap` deletes it later")
@@ -846,8 +1325,25 @@ class KubernetesServer(LoggedServer):
                 "job": self.name,
                 "pod": self.name_of_pod(),
                 "image_id": image_id,
+                **(
+                    {
+                        "kind": self.group,
+                        "pods": [self._pod_name(p) for p in self.pods],
+                        "nodes": [
+                            str((p.get("spec") or {}).get("nodeName") or "") for p in self.pods
+                        ],
+                    }
+                    if self.cfg.nodes > 1
+                    else {}
+                ),
             },
-            "command": f"kubectl create -f {self.probe_dir / 'job.json'}",
+            "command": shlex.join(
+                [
+                    "kubectl",
+                    "create",
+                    *(a for f in self.files for a in ("-f", str(self.probe_dir / f))),
+                ]
+            ),
             **placement_facts(str(spec.get("nodeName") or ""), self.launcher.env),
         }
 
@@ -996,24 +1492,37 @@ class KubernetesLauncher:
         return nullcontext()
 
     def reap(self) -> list[str]:
-        """Delete the Jobs killed llm-bisect processes left (by label; owner gone)."""
+        """Delete the Jobs, LeaderWorkerSets and Services killed llm-bisect processes left
+        (by label; owner gone)."""
         lines = []
-        for job in self.api.jobs(f"{MANAGED_BY}=llm-bisect"):
-            meta = job.get("metadata") or {}
-            owner = str((meta.get("annotations") or {}).get(OWNER_ANNOTATION, ""))
-            mine = (meta.get("labels") or {}).get(RUN_LABEL) == self.run_id
-            if not reapable(owner, mine):
-                continue
-            name = str(meta.get("name", ""))
+        selector = f"{MANAGED_BY}=llm-bisect"
+        for kind, found in (
+            ("Job", self.api.jobs),
+            ("LeaderWorkerSet", self.api.lws),
+            ("Service", self.api.services),
+        ):
             try:
-                self.api.delete_job(name)
-            except LaunchError as exc:
-                lines.append(f"kubernetes: could not delete job {name}: {exc}")
+                objects = found(selector)
+            except LaunchError as exc:  # e.g. a Role without services: the others still
+                lines.append(f"kubernetes: could not list {kind.lower()}s: {exc}")
                 continue
-            lines.append(
-                f"kubernetes: deleted job {name} (its llm-bisect process "
-                f"{owner_pid(owner) if owner else '?'} is gone)"
-            )
+            for obj in objects:
+                meta = obj.get("metadata") or {}
+                owner = str((meta.get("annotations") or {}).get(OWNER_ANNOTATION, ""))
+                mine = (meta.get("labels") or {}).get(RUN_LABEL) == self.run_id
+                if not reapable(owner, mine):
+                    continue
+                name = str(meta.get("name", ""))
+                what = kind.lower()
+                try:
+                    self.api.delete(kind, name)
+                except LaunchError as exc:
+                    lines.append(f"kubernetes: could not delete {what} {name}: {exc}")
+                    continue
+                lines.append(
+                    f"kubernetes: deleted {what} {name} (its llm-bisect process "
+                    f"{owner_pid(owner) if owner else '?'} is gone)"
+                )
         return lines
 
     def close(self) -> None:
