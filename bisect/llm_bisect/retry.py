@@ -37,13 +37,32 @@ def _log_attempt(state: RetryCallState) -> None:
         log.debug("not ready after %d polls: %s", state.attempt_number, state.outcome.exception())
 
 
+class _Polls:
+    """How long to wait before the next readiness poll: 0.05 s growing to 0.25 s for the
+    first QUICK_S seconds (a server that is up in a second is seen within a quarter of one:
+    a poll is two cheap GETs), then growing to 2 s (a start that takes minutes)."""
+
+    QUICK_S = 30.0
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self.began = clock()
+        self.quick = wait_exponential(multiplier=0.05, min=0.05, max=0.25)
+        self.slow = wait_exponential(multiplier=0.05, min=0.25, max=2.0)
+
+    def __call__(self, state: RetryCallState) -> float:
+        early = self.clock() - self.began < self.QUICK_S
+        return (self.quick if early else self.slow)(state)
+
+
 def readiness(
     timeout: float, *, clock: Callable[[], float], sleep: Callable[[float], None]
 ) -> Retrying:
-    """Poll until ready: retries NotYetReady only, every 0.05 s growing to 2 s, until a deadline."""
+    """Poll until ready: retries NotYetReady only (_Polls: every 0.05 s growing to 0.25 s,
+    after 30 s to 2 s), until a deadline."""
     return Retrying(
         stop=_Deadline(clock, clock() + timeout),
-        wait=wait_exponential(multiplier=0.05, min=0.05, max=2.0),
+        wait=_Polls(clock),
         retry=retry_if_exception_type(NotYetReady),
         sleep=sleep,
         after=_log_attempt,
