@@ -352,8 +352,9 @@ class ProbeConfig(_Strict):
     early_stop: bool = True
     """Run the checks cheapest first and stop a probe's suite at its first failed check (the
     verdict is bad whatever the rest say; result.json names those not run). The run's good
-    and bad ends, the build a golden is recorded from, `repeats: N` (N > 1) and `regress:
-    crash` always run every check."""
+    and bad ends, the build a golden is recorded from, a probe whose verdict ends the search
+    either way (it is the answer's evidence), `repeats: N` (N > 1) and `regress: crash`
+    always run every check."""
     engine_cache: EngineCacheConfig | None = None
     """Compile and JIT caches shared by the probes (None: each probe starts cold)."""
     fast: FastConfig | None = None
