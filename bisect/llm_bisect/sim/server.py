@@ -40,12 +40,17 @@ did: a list of `{"flags": {"--moe-backend": "cutlass"}, "env": {"VLLM_USE_DEEP_G
 "fault": "garbled-math"}`; the first rule whose flags (the words after each, joined by a
 space; "" for a bare switch) and variables all match the server's own decides the fault.
 The server takes any other `--flag [value]` as vLLM would, for these rules to read.
+
+With VLLM_CACHE_ROOT set, a start compiles as vLLM does, into
+`torch_compile_cache/<hash of the commit>/rank_0_0/backbone`, or loads that folder when it
+is there (and says which, in vLLM's words): the engine cache's hits are real files.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -450,6 +455,21 @@ def startup_log(commit: str, settings: dict[str, Any]) -> list[str]:
     ]
 
 
+def compile_cache(commit: str, root: str) -> None:
+    """Load this commit's compiled graph from the cache under `root`, or compile it there
+    (a file), as vLLM's compilation/backends.py logs each; nothing without a root."""
+    if not root:
+        return
+    key = hashlib.sha256(commit.encode()).hexdigest()[:10]
+    where = Path(root) / "torch_compile_cache" / key / "rank_0_0" / "backbone"
+    if (where / "graph.bin").exists():
+        print(f"sim: Directly load the compiled graph(s) from the cache {where}", flush=True)
+        return
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "graph.bin").write_text(commit)
+    print(f"sim: Compiling a graph; saved to the cache {where}", flush=True)
+
+
 def serve(engine: Engine, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """An HTTP server for one engine (port 0: any free port); not yet serving."""
     server = ThreadingHTTPServer((host, port), _handler(engine))
@@ -591,6 +611,7 @@ def main(argv: list[str]) -> int:
         print(line, flush=True)
     for line in settings.get("log_lines", []):
         print(line, flush=True)
+    compile_cache(args.commit, os.environ.get("VLLM_CACHE_ROOT", ""))
     time.sleep(delay)
     hold = settings.get("hold_file")
     if os.environ.get(str(settings.get("hold_unless_env", ""))):
