@@ -346,9 +346,10 @@ class ProbeConfig(_Strict):
 
     repeats: Annotated[int, Field(ge=1, le=10)] | Literal["auto"] = "auto"
     """`auto`: the check suite runs once per probe, and a verdict that contradicts a
-    neighbour's (good after bad) is probed again, on a new server, before it is used; a build
-    whose probes disagree is flaky (unsure). N: the suite runs N times on one server, runs
-    that disagree make the verdict `unsure`, and no probe is repeated."""
+    neighbour's (good after bad) is probed again, on a new server (its engine cache an empty
+    folder of its own), before it is used; a build whose probes disagree is flaky (unsure).
+    N: the suite runs N times on one server, runs that disagree make the verdict `unsure`,
+    and no probe is repeated."""
 
     @field_validator("repeats", mode="before")
     @classmethod

@@ -66,10 +66,12 @@ def default_root(environ: Mapping[str, str]) -> Path:
     return base / "llm-bisect" / "engine-cache"
 
 
-def folder(root: Path, node: str, slot: int) -> Path:
+def folder(root: Path, node: str, slot: int, fresh: str = "") -> Path:
     """One slot's folder on one node (`node` NODE: filled on the node; "": the root is the
-    node's own, a Kubernetes hostPath)."""
-    return (root / node.replace("/", "_") if node else root) / f"slot-{slot}"
+    node's own, a Kubernetes hostPath); `fresh`: instead, an empty one of that name for one
+    probe (`fresh-<name>`)."""
+    name = f"fresh-{fresh}" if fresh else f"slot-{slot}"
+    return (root / node.replace("/", "_") if node else root) / name
 
 
 @dataclass(frozen=True)
@@ -82,9 +84,10 @@ class EngineCache:
     own: frozenset[str] = frozenset()
     """Cache variables the config's server.env sets itself: they win over the folder's."""
 
-    def env(self, node: str, slot: int) -> dict[str, str]:
-        """The environment of a server on `node` (NODE: its node's) in `slot`."""
-        mine = cache_env(folder(self.root, node, slot))
+    def env(self, node: str, slot: int, fresh: str = "") -> dict[str, str]:
+        """The environment of a server on `node` (NODE: its node's) in `slot` (`fresh`: in
+        an empty folder of its own, folder())."""
+        mine = cache_env(folder(self.root, node, slot, fresh))
         return {k: v for k, v in mine.items() if k not in self.own}
 
 

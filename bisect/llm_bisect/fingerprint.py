@@ -56,6 +56,9 @@ class CacheFacts(Sparse):
     machine's Docker engine, a Kubernetes pod, a Slurm node list)."""
 
     folder: str = ""
+    fresh: bool | None = None
+    """True: an empty folder of its own, made for this probe (a re-probe of the search:
+    its verdict owes nothing to what an earlier start compiled)."""
     held: int | None = None
     """Files in the folder last written before the server started: what it could load."""
     written: int | None = None

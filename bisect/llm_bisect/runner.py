@@ -31,7 +31,7 @@ from .config import differing
 from .errors import BrokenGoodEnd, JournalError
 from .files import write_atomic as write_atomic  # services write through it
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
-from .launchers import Launcher, Server
+from .launchers import Launcher, Server, StartsCold
 from .model import Candidate, ProbeOutcome, Regress, Verdict
 from .posterior import EXACT, Policy
 from .probe import CANCELLED, Cancel, ProbeContext, Progress, SilentProgress, probe
@@ -40,7 +40,16 @@ from .report.documents import Context, ResultDocument
 from .report.html import render_html
 from .report.markdown import render_markdown
 from .report.result import build_result, verdicts_by_commit
-from .search import Answer, Plan, left_of, lookahead, no_longer_needed, plan_batch, plan_step
+from .search import (
+    Answer,
+    Plan,
+    contradicted,
+    left_of,
+    lookahead,
+    no_longer_needed,
+    plan_batch,
+    plan_step,
+)
 from .symptom import Counted, Symptom, count
 
 
@@ -355,8 +364,9 @@ class _Slots:
             if isinstance(step, list):
                 # re-probes pick their slots first: each prefers one that has not probed it
                 raw = {c.commit: sum(1 for p in self.probes if p.commit == c.commit) for c in step}
+                doubted = contradicted(self.plan, seen)
                 for candidate in sorted(step, key=lambda c: not raw[c.commit]):
-                    self._start(pool, candidate, raw[candidate.commit])
+                    self._start(pool, candidate, raw[candidate.commit], doubted)
                 if self.k == 1 and step:
                     ahead = lookahead(
                         self.plan, seen, step[0], self.prefer, reprobe=reprobe, policy=policy
@@ -369,9 +379,16 @@ class _Slots:
             for future in done:
                 self._finish(future)
 
-    def _start(self, pool: ThreadPoolExecutor, candidate: Candidate, before: int) -> None:
+    def _start(
+        self,
+        pool: ThreadPoolExecutor,
+        candidate: Candidate,
+        before: int,
+        doubted: frozenset[str] = frozenset(),
+    ) -> None:
         """Start a probe on a free slot (pick_slot); `before`: its finished probes (a re-probe
-        has one, and its own folder)."""
+        has one, and its own folder); `doubted` (search.contradicted): a re-probe of one of
+        these starts on an empty engine cache."""
         taken = {f.slot for f in self.running.values()}
         tried = {
             span.slot
@@ -394,6 +411,8 @@ class _Slots:
                 else "another verdict of it tells most about the culprit now"
             )
             self.ctx.progress.note(f"{candidate.short}: probing again, {why}")
+            if candidate.commit in doubted and isinstance(self.ctx.launcher, StartsCold):
+                self.ctx.launcher.start_cold(candidate)  # not on what its first start compiled
         probe_dir = self.out_dir / "probes" / name
         future = pool.submit(probe, candidate, probe_dir, self.ctx, flight.cancel, slot)
         self.running[future] = flight

@@ -6,12 +6,20 @@ what that folder held when the server started.
         server's environment (beside an instrument's) ─► inner launcher's server
     fingerprint() (the server is ready) ─► `engine_cache`: the folder, files held before the
         start and written since, and `cold` / `hit` / `warm`
+
+start_cold(candidate): that candidate's next server gets an empty folder of its own
+(`fresh-<short>-<random>` beside the slots' folders, removed once it stops where this
+machine can): the runner asks it for every re-probe of the search, so a verdict that
+contradicts its neighbours is not believed on a cache its first start may have written.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
+import shutil
 import socket
+import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, suppress
@@ -44,13 +52,21 @@ class CachedServer:
     """A server whose fingerprint says what its engine cache folder held."""
 
     def __init__(
-        self, inner: Server, cache: EngineCache, node: str, slot: int, now: Callable[[], float]
+        self,
+        inner: Server,
+        cache: EngineCache,
+        node: str,
+        slot: int,
+        now: Callable[[], float],
+        fresh: str = "",
     ) -> None:
         self.inner = inner
         self.cache = cache
         self.node = node
         self.slot = slot
         self.now = now
+        self.fresh = fresh
+        """The name of its own empty folder (start_cold); "": the slot's."""
         self.began = 0.0
 
     @property
@@ -72,7 +88,11 @@ class CachedServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.inner.__exit__(exc_type, exc, tb)
+        try:
+            self.inner.__exit__(exc_type, exc, tb)
+        finally:
+            if self.fresh and self.cache.place == "here":  # what a container wrote as root
+                shutil.rmtree(folder(self.cache.root, self.node, 0, self.fresh), True)
 
     def wait_ready(self) -> None:
         self.inner.wait_ready()
@@ -97,8 +117,10 @@ class CachedServer:
             visible = not ran_on or ran_on == node
         else:
             visible = False  # a pod's node
-        where = folder(self.cache.root, node, self.slot)
+        where = folder(self.cache.root, node, self.slot, self.fresh)
         said: dict[str, Any] = {"folder": str(where)}
+        if self.fresh:
+            said["fresh"] = True
         counted = census(where, self.began) if visible else None
         if counted is not None:
             said |= {"held": counted.held, "written": counted.written, "state": counted.state}
@@ -119,6 +141,12 @@ class CachedLauncher:
         self.cache = cache
         self.now = now
         self.node = {"here": node(), "node": NODE, "configured": ""}[cache.place]
+        self._cold: set[str] = set()
+        self._lock = threading.Lock()
+
+    def start_cold(self, candidate: Candidate) -> None:
+        with self._lock:
+            self._cold.add(candidate.commit)
 
     def artifact(self, candidate: Candidate) -> Artifact:
         return self.inner.artifact(candidate)
@@ -130,17 +158,20 @@ class CachedLauncher:
         instrument: Instrument | None = None,
         slot: int = 0,
     ) -> Server:
-        env = self.cache.env(self.node, slot)
+        with self._lock:
+            cold = candidate.commit in self._cold
+            self._cold.discard(candidate.commit)
+        fresh = f"{candidate.short}-{secrets.token_hex(4)}" if cold else ""
+        env = self.cache.env(self.node, slot, fresh)
         if self.cache.place == "here":  # made by this user, not by a Docker engine as root
+            mine = folder(self.cache.root, self.node, slot, fresh)
             for name, sub in CACHES.items():
                 if name in env:
-                    (folder(self.cache.root, self.node, slot) / sub).mkdir(
-                        parents=True, exist_ok=True
-                    )
+                    (mine / sub).mkdir(parents=True, exist_ok=True)
         given = instrument or Instrument()
         with_cache = Instrument(given.args, {**env, **given.env}, given.paths)
         server = self.inner.launch(candidate, probe_dir, with_cache, slot)
-        return CachedServer(server, self.cache, self.node, slot, self.now)
+        return CachedServer(server, self.cache, self.node, slot, self.now, fresh)
 
     def prefetch(self, candidates: list[Candidate]) -> None:
         self.inner.prefetch(candidates)

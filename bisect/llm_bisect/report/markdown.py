@@ -940,7 +940,8 @@ def _cache_state(fingerprint: Fingerprint) -> str:
     cache = fingerprint.engine_cache
     if cache is None or not cache.state:
         return ""
-    return f"{cache.state} ({cache.held} held, {cache.written} written)"
+    fresh = ", a fresh folder: a re-probe" if cache.fresh else ""
+    return f"{cache.state}{fresh} ({cache.held} held, {cache.written} written)"
 
 
 def _probes(doc: ResultDocument) -> list[str]:
@@ -977,7 +978,8 @@ def _probes(doc: ResultDocument) -> list[str]:
             "Engine cache: what each probe's compile-cache folder (its node's and slot's) held "
             "when its server was ready — `cold`: nothing from before its start; `hit`: files "
             "from before, none written since; `warm`: files from before and new ones (another "
-            "build's entries, or parts compiled anew); held/written counts in result.json.",
+            "build's entries, or parts compiled anew); a re-probe starts in a fresh, empty folder "
+            "of its own. Files counted by their times (result.json `engine_cache`).",
             "",
         ]
     lines += [*_startups(doc)]
