@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from helpers import (
+    CACHE_VARIABLES,
     HOSTILE_LINE,
     HOSTILE_LOG,
     HOSTILE_TAGS,
@@ -40,9 +41,6 @@ from llm_bisect.report.markdown import render_markdown as render_doc
 from llm_bisect.report.result import build_result
 from llm_bisect.search import Answer, Mode, Plan, Status, plan_step
 from test_cli import invoke
-
-CACHE_VARIABLES = tuple(f"{name}=" for name in CACHES)
-"""The engine cache's variables (on by default), first in a server's command line."""
 
 SEQ = tuple(
     Candidate(f"{i:040x}", subject=f"commit {i} | piped", author="A <a@x>") for i in range(5)
