@@ -1,6 +1,6 @@
 """A launcher whose servers keep the engine's compile caches (`probe.engine_cache`): each
 slot's server is given its own folder on its node (enginecache), and each probe records
-what that folder held when the server started.
+what that folder held when the server was ready.
 
     launch(candidate, slot k) ─► the folder ROOT/<node>/slot-k made, its variables in the
         server's environment (beside an instrument's) ─► inner launcher's server
@@ -9,8 +9,9 @@ what that folder held when the server started.
 
 start_cold(candidate): that candidate's next server gets an empty folder of its own
 (`fresh-<short>-<random>` beside the slots' folders, removed once it stops where this
-machine can): the runner asks it for every re-probe of the search, so a verdict that
-contradicts its neighbours is not believed on a cache its first start may have written.
+machine can): the runner asks it for a re-probe of a verdict that contradicts its
+neighbours (search.contradicted), which is then not believed on a cache its first start
+may have written.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -106,11 +107,14 @@ class Setup:
         )
 
     @contextmanager
-    def launcher(self, run_id: str) -> Iterator[Launcher]:
-        """The config's launcher, closed (background pulls ended) on the way out."""
+    def launcher(self, run_id: str, cached: bool = True) -> Iterator[Launcher]:
+        """The config's launcher, closed (background pulls ended) on the way out; its servers
+        keep the engine cache (launchers/cached.py) unless not `cached` (one that only reads
+        images' metadata: the launcher kind's own object)."""
         server = self.config.server
-        if self.engine_cache is not None:
-            server = cache_mounted(server, self.engine_cache.root)
+        cache = self.engine_cache if cached else None
+        if cache is not None:
+            server = cache_mounted(server, cache.root)
         ctx = LauncherContext(
             env={**self.env, **self.config.probe.server_env},  # every launcher's servers
             environ=self.environ,
@@ -125,8 +129,8 @@ class Setup:
             sleep=self.sleep,
         )
         made = LAUNCHERS[server.launcher].make(server, ctx)
-        if self.engine_cache is not None:
-            made = CachedLauncher(made, self.engine_cache)
+        if cache is not None:
+            made = CachedLauncher(made, cache)
         try:
             yield made
         finally:
@@ -185,7 +189,8 @@ class Setup:
             resolve_end = LAUNCHERS[self.config.server.launcher].resolve_end
             if resolve_end is None:
                 raise
-        return resolve_end(self.config.server, EndContext(self.launcher, self.source), ref, key)
+        plain = partial(self.launcher, cached=False)  # resolve_end reads its kind's launcher
+        return resolve_end(self.config.server, EndContext(plain, self.source), ref, key)
 
 
 def setup(
