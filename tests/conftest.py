@@ -45,6 +45,20 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The user's cache folder of every llm-bisect the tests start (the engine cache is on by
+    default, under $XDG_CACHE_HOME): a temporary one, never the home of whoever runs them."""
+    path = tmp_path_factory.mktemp("user-cache")
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
+
+
 @pytest.fixture
 def history(tmp_path: Path) -> Callable[..., History]:
     def make(faults: Mapping[int, str], n: int = 16, **kw: Any) -> History:

@@ -17,8 +17,12 @@ from typing import Any
 import yaml
 
 from llm_bisect.demo import build_history
+from llm_bisect.enginecache import CACHES
 from llm_bisect.model import Verdict
 from llm_bisect.search import next_step
+
+CACHE_VARIABLES = tuple(f"{name}=" for name in CACHES)
+"""The engine cache's variables (on by default), first in a server's printed command line."""
 
 
 def sim_command(repo: Path, *extra: str) -> list[str]:

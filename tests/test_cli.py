@@ -8,6 +8,7 @@ import math
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -713,39 +714,69 @@ def test_ctrl_c_during_eval_on_a_hanging_server_is_prompt(tmp_path: Path) -> Non
     assert live_processes(str(h.repo)) == []
 
 
-def test_probes_share_the_engine_cache_and_say_where_their_start_went(
-    tmp_path: Path, history: Any
+def test_the_engine_cache_is_on_by_default_a_folder_per_node_and_slot_and_probes_say_a_hit(
+    tmp_path: Path, history: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """It was off unless configured, so every probe compiled from nothing; now a default
+    config keeps it under the user's cache, each slot in its own folder (no two servers
+    write one at once), and each probe says whether its folder held entries before it
+    started. `engine_cache: false` gives the servers none (this test used to assert that of
+    a plain config, when the cache was off by default)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     h: History = history({1: "degenerate-content"}, n=2)
     out = tmp_path / "out"
-    config = h.config(checks=SIMPLE_CHECKS, probe={"engine_cache": {"dir": "cache"}})
+    config = h.config(checks=SIMPLE_CHECKS, parallel=2)
     code, output = invoke("run", str(config), "--out", str(out))
     assert code == 0, output
-    root = config.parent / "cache"
+    node = tmp_path / "xdg" / "llm-bisect" / "engine-cache" / socket.gethostname()
     probes = result_of(out)["probes"]
-    assert probes
-    for p in probes:  # the same root for every probe, each cache in its folder
+    slot0, slot1 = str(node / "slot-0"), str(node / "slot-1")
+    caches = [p["fingerprint"]["engine_cache"] for p in probes]
+    # the good end first (the golden), then two at once, one a slot: a folder each; the
+    # second build on slot 0 finds the first's entries and compiles its own beside them
+    assert sorted((c["folder"], c["state"], c["held"], c["written"]) for c in caches) == [
+        (slot0, "cold", 0, 1),
+        (slot0, "warm", 1, 1),
+        (slot1, "cold", 0, 1),
+    ], caches
+    for p in probes:  # each cache in its slot's folder
+        where = p["fingerprint"]["engine_cache"]["folder"]
         command = p["fingerprint"]["command"]
-        for name, folder in (
+        for name, sub in (
             ("VLLM_CACHE_ROOT", "vllm"),
             ("TORCHINDUCTOR_CACHE_DIR", "inductor"),
             ("TRITON_CACHE_DIR", "triton"),
             ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
             ("DG_JIT_CACHE_DIR", "deep_gemm"),
         ):
-            assert f"{name}={root / folder}" in command, command
+            assert f"{name}={where}/{sub}" in command, command
         # the simulator logs vLLM's engine line: its start splits at it, up to ready
         phases = p["startup"]["phases"]
         assert [x["name"] for x in phases][-1] == "config"
         assert phases[0]["start"] == p["timings"]["launch"]
         assert phases[-1]["end"] == p["timings"]["ready"]
-    assert "Server starts" in (out / "report.md").read_text()
-    # a run without it gives the server none of these
-    plain = h.config(checks=SIMPLE_CHECKS)
-    code, output = invoke("run", str(plain), "--out", str(tmp_path / "plain"))
-    assert code == 0, output
-    for p in result_of(tmp_path / "plain")["probes"]:
-        assert "VLLM_CACHE_ROOT" not in p["fingerprint"]["command"]
+    report = (out / "report.md").read_text()
+    assert "Server starts" in report
+    assert "| cold (0 held, 1 written) |" in report and "Engine cache: what each" in report
+    # the same build started again on its slot loads what its first start compiled
+    (again,) = [p["commit"] for p in probes if p["fingerprint"]["engine_cache"]["state"] == "cold"
+                and p["fingerprint"]["engine_cache"]["folder"] == slot0]  # fmt: skip
+    golden = str(out / "golden.json")
+    checked = CliRunner().invoke(cli, ["check", str(config), "--candidate", again,
+                                       "--golden", golden, "--json"])  # fmt: skip
+    assert checked.exit_code == 0, checked.output
+    probe = json.loads(checked.stdout)
+    assert probe["startup"]["compile_cache"] == "hit"  # what the engine's own log said
+    cache = probe["fingerprint"]["engine_cache"]
+    # (held: the run's other builds on slot 0 too: the confirmation's, the localisation's)
+    assert cache["state"] == "hit" and cache["written"] == 0 and cache["held"] >= 2, cache
+    # off: the servers get none of it
+    off = h.config(checks=SIMPLE_CHECKS, probe={"engine_cache": False})
+    checked = CliRunner().invoke(cli, ["check", str(off), "--candidate", again,
+                                       "--golden", golden, "--json"])  # fmt: skip
+    assert checked.exit_code == 0, checked.output
+    fingerprint = json.loads(checked.stdout)["fingerprint"]
+    assert "VLLM_CACHE_ROOT" not in fingerprint["command"] and "engine_cache" not in fingerprint
 
 
 # --- one run per DIR; nothing left behind ------------------------------------------------

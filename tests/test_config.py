@@ -30,7 +30,7 @@ from llm_bisect.config import (
     setting_digests,
 )
 from llm_bisect.errors import ConfigError
-from llm_bisect.services.setup import fast_section
+from llm_bisect.services.setup import cache_mounted, fast_section
 
 
 def base() -> dict[str, Any]:
@@ -421,27 +421,63 @@ def test_fast_flags_go_after_every_command_of_the_server_and_its_variables_over_
 def test_the_engine_cache_is_one_root_every_kind_of_server_is_given(tmp_path: Path) -> None:
     cache = {"probe": {"engine_cache": {"dir": "cache"}}}
     root = tmp_path / "cache"
-    config, env = with_engine_cache(parse_config({**base(), **cache}), {"A": "1"}, tmp_path)
-    assert env == {
-        "A": "1",
-        "VLLM_CACHE_ROOT": f"{root}/vllm",
-        "TORCHINDUCTOR_CACHE_DIR": f"{root}/inductor",
-        "TRITON_CACHE_DIR": f"{root}/triton",
-        "FLASHINFER_WORKSPACE_BASE": f"{root}/flashinfer",
-        "DG_JIT_CACHE_DIR": f"{root}/deep_gemm",
+    made = with_engine_cache(parse_config({**base(), **cache}), {"A": "1"}, tmp_path)
+    assert made is not None and made.root == root and made.place == "here"
+    slot = root / "node-a" / "slot-1"  # one folder per node and slot: no two writers
+    assert made.env("node-a", 1) == {
+        "VLLM_CACHE_ROOT": f"{slot}/vllm",
+        "TORCHINDUCTOR_CACHE_DIR": f"{slot}/inductor",
+        "TRITON_CACHE_DIR": f"{slot}/triton",
+        "FLASHINFER_WORKSPACE_BASE": f"{slot}/flashinfer",
+        "DG_JIT_CACHE_DIR": f"{slot}/deep_gemm",
     }
-    _, env = with_engine_cache(config, {"TRITON_CACHE_DIR": "/mine"}, tmp_path)
-    assert env["TRITON_CACHE_DIR"] == "/mine"  # the user's own setting wins
+    config = parse_config({**base(), **cache})
+    mine = with_engine_cache(config, {"TRITON_CACHE_DIR": "/m"}, tmp_path)
+    assert mine is not None and "TRITON_CACHE_DIR" not in mine.env("n", 0)  # the user's wins
     docker = {**base(), "server": {"launcher": "docker", "image": "v", "volumes": ["/m:/m"]}}
-    config, _ = with_engine_cache(parse_config({**docker, **cache}), {}, tmp_path)
-    assert config.server.volumes == ["/m:/m", f"{root}:{root}"]  # type: ignore[union-attr]
+    made = with_engine_cache(parse_config({**docker, **cache}), {}, tmp_path)
+    assert made is not None
+    server = cache_mounted(parse_config(docker).server, made.root)
+    assert server.volumes == ["/m:/m", f"{root}:{root}"]
     off = {"probe": {"engine_cache": {"dir": "cache", "enabled": False}}}
-    config, env = with_engine_cache(parse_config({**docker, **off}), {"A": "1"}, tmp_path)
-    assert env == {"A": "1"} and config.server.volumes == ["/m:/m"]  # type: ignore[union-attr]
+    assert with_engine_cache(parse_config({**docker, **off}), {"A": "1"}, tmp_path) is None
     # what a probe costs never makes a journal another config's
     plain = config_digest(parse_config(base()))
     assert config_digest(parse_config({**base(), **cache})) == plain
+    assert config_digest(parse_config({**base(), "probe": {"engine_cache": False}})) == plain
     assert config_digest(parse_config({**base(), "probe": {"early_stop": False}})) == plain
+
+
+def test_the_engine_cache_is_on_by_default_under_the_users_cache(tmp_path: Path) -> None:
+    """It was off unless configured (every probe compiled from nothing); `false` turns it
+    off; Kubernetes gets none unless the config names a folder its pods' nodes have."""
+    home = {"HOME": str(tmp_path / "home")}
+    made = with_engine_cache(parse_config(base()), {}, tmp_path, home)
+    assert made is not None
+    assert made.root == tmp_path / "home" / ".cache" / "llm-bisect" / "engine-cache"
+    xdg = {**home, "XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    made = with_engine_cache(parse_config(base()), {}, tmp_path, xdg)
+    assert made is not None and made.root == tmp_path / "xdg" / "llm-bisect" / "engine-cache"
+    relative = {**home, "XDG_CACHE_HOME": "xdg"}  # the XDG spec: a relative one is ignored
+    made = with_engine_cache(parse_config(base()), {}, tmp_path, relative)
+    assert made is not None and made.root.is_relative_to(tmp_path / "home")
+    for off in (False, {"enabled": False}):
+        config = parse_config({**base(), "probe": {"engine_cache": off}})
+        assert with_engine_cache(config, {}, tmp_path, xdg) is None
+    slurm = {"launcher": "slurm", "command": ["serve", "--port", "{port}"]}
+    made = with_engine_cache(parse_config({**base(), "server": slurm}), {}, tmp_path, xdg)
+    assert made is not None and made.place == "node"  # filled on the job's node
+    assert made.env("{node}", 0)["VLLM_CACHE_ROOT"].endswith("/engine-cache/{node}/slot-0/vllm")
+    pods = {"launcher": "kubernetes", "image": "v", "namespace": "ns"}
+    assert with_engine_cache(parse_config({**base(), "server": pods}), {}, tmp_path, xdg) is None
+    named = {"probe": {"engine_cache": {"dir": "/scratch/c"}}}  # a hostPath on every node
+    made = with_engine_cache(parse_config({**base(), "server": pods, **named}), {}, tmp_path)
+    assert made is not None and made.place == "configured"
+    assert made.env("", 0)["VLLM_CACHE_ROOT"] == "/scratch/c/slot-0/vllm"
+    mounted = cache_mounted(parse_config({**base(), "server": pods}).server, made.root)
+    assert mounted.host_paths == ["/scratch/c:/scratch/c"]
+    with pytest.raises(ConfigError, match=r"probe\.engine_cache"):
+        parse_config({**base(), "probe": {"engine_cache": "yes"}})
 
 
 def test_the_search_weighs_verdicts_and_never_makes_a_journal_another_config_s() -> None:
@@ -545,8 +581,8 @@ def test_the_engine_cache_dir_expands_variables_and_is_no_file(tmp_path: Path) -
     """`${VAR}` there was taken as it is written, and a file was accepted as the folder."""
     cache = {"probe": {"engine_cache": {"dir": "${SCRATCH}/cache"}}}
     config = parse_config({**base(), **cache})
-    _, env = with_engine_cache(config, {}, tmp_path, {"SCRATCH": str(tmp_path / "s")})
-    assert env["TRITON_CACHE_DIR"] == f"{tmp_path}/s/cache/triton"
+    made = with_engine_cache(config, {}, tmp_path, {"SCRATCH": str(tmp_path / "s")})
+    assert made is not None and made.root == tmp_path / "s" / "cache"
     (tmp_path / "s").mkdir()
     (tmp_path / "s" / "cache").write_text("a file")
     with pytest.raises(ConfigError, match=r"probe.engine_cache.dir: '.*/s/cache' is a file"):

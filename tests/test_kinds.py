@@ -49,7 +49,7 @@ from llm_bisect.kinds import (
 from llm_bisect.launchers import Artifact, Instrument
 from llm_bisect.model import Candidate, CheckResult
 from llm_bisect.services.reap import reap_servers
-from llm_bisect.services.setup import fast_section, setup, with_engine_cache
+from llm_bisect.services.setup import cache_mounted, fast_section, setup, with_engine_cache
 from llm_bisect.sim.server import Engine, engine_settings, serve
 
 # ---- a toy launcher: the simulator's engine served in this process ---------------------------
@@ -339,8 +339,9 @@ def test_a_kind_s_declared_facts_reach_every_module_that_asks(tmp_path: Path, hi
         assert fast["launch_argv"] == [*server["launch_argv"], "--max-model-len", "256"]
         # the engine cache is mounted its way
         cached = parse_config({**base, "probe": {"engine_cache": {"dir": str(tmp_path / "c")}}})
-        mounted, _ = with_engine_cache(cached, {}, tmp_path)
-        assert mounted.server.mounts == [str(tmp_path / "c")]  # type: ignore[union-attr]
+        made = with_engine_cache(cached, {}, tmp_path)
+        assert made is not None and made.root == tmp_path / "c"
+        assert cache_mounted(cached.server, made.root).mounts == [str(tmp_path / "c")]
         # reap without a config asks it where its leftovers are
         done = reap_servers(None, {"PATH": "/nowhere", "FACTS_OWNER": "run-7"})
         assert "the facts cluster" in done.looked and "server of run-7" in done.removed

@@ -236,9 +236,10 @@ def test_gpu_options_reach_the_engine(
 
 
 def test_bisects_images_skips_a_missing_one_and_marks_the_kernel_change(
-    client: docker.DockerClient, repo_name: str, history: Any
+    client: docker.DockerClient, repo_name: str, history: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h: History = history({6: "degenerate-reasoning"}, n=8, changes={6: {"moe_backend": "CUTLASS"}})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(h.root / "xdg"))
     build_images(client, h, repo_name, missing=frozenset({4}))
     config = docker_config(h, sim_server(repo_name + ":{commit}", pull="never"))
     code, output = invoke("candidates", str(config))
@@ -261,6 +262,18 @@ def test_bisects_images_skips_a_missing_one_and_marks_the_kernel_change(
     report = (out / "report.md").read_text()
     assert "**⚠ kernels.moe_backend**" in report
     assert containers_of(client, h.shas[6], COMMIT_LABEL) == []
+    # the engine cache, on by default: the user's cache folder mounted at the same path, the
+    # slot's folder in the container's environment, what it compiled on this host's disk
+    root = h.root / "xdg" / "llm-bisect" / "engine-cache"
+    culprit = probes[h.shas[6]]["fingerprint"]
+    cache = culprit["engine_cache"]
+    assert cache["folder"].startswith(f"{root}/"), cache
+    caches = [p["fingerprint"].get("engine_cache", {}) for p in result["probes"]]
+    assert any(c.get("written", 0) >= 1 for c in caches), caches  # compiled through the mount
+    assert any(c.get("state") == "hit" for c in caches), caches  # a build started again
+    assert f"-v {root}:{root}" in culprit["command"], culprit["command"]
+    assert f"VLLM_CACHE_ROOT={cache['folder']}/vllm" in culprit["command"]
+    assert list((Path(cache["folder"]) / "vllm" / "torch_compile_cache").iterdir())
     # localised in containers: the extension bind-mounted, first on the PYTHONPATH
     assert result["localization"]["module"] == "model.layers.1.self_attn", result["localization"]
     assert "worker_extension_cls" in (out / "localize" / h.shas[6][:12] / "server.log").read_text()

@@ -455,6 +455,10 @@ def test_collect_env_and_the_gpus_come_from_the_allocated_node(
         assert facts["node"] == facts["slurm"]["nodes"] and facts["batch_invariant"] is True
         log = (out / "probes" / p["commit"][:12] / "server.log").read_text()
         assert "sim: VLLM_BATCH_INVARIANT=1" in log
+        # the engine cache (on by default): the folder of the job's own node, made there
+        cache = facts["engine_cache"]
+        assert cache["folder"].endswith(f"/engine-cache/{facts['node']}/slot-0"), cache
+        assert cache["state"] in ("cold", "hit", "warm") and "Compiling a graph" in log
     old, new = (result["fingerprints"][side]["collect_env"] for side in ("old", "new"))
     assert old["torch"] == "2.13.0+cu130" and new["torch"] == "2.14.0", new
     assert new["gpu_models"] == "2 x NVIDIA H100 80GB HBM3 (81559 MiB)" and new["gpu_count"] == "2"
@@ -462,7 +466,9 @@ def test_collect_env_and_the_gpus_come_from_the_allocated_node(
     assert (old["revision"], new["revision"]) == ("1" * 40, "2" * 40), (old, new)
     assert new == {"model": "org/m", "revision": "2" * 40, "origin": "hub cache: refs/main"}
     node = (out / "probes" / h.shas[2][:12] / "node.sh").read_text()
-    assert "vllm" not in node and "llm_bisect.sim.collect_env" in node
+    # the config's collect_env, not vLLM's (the cache's VLLM_CACHE_ROOT names "vllm" too)
+    assert "vllm.collect_env" not in node and "llm_bisect.sim.collect_env" in node
+    assert '"${SLURMD_NODENAME:-$(hostname -s)}"' in node  # each node fills in its name
     report = (out / "report.md").read_text()
     assert "| **torch** | `2.13.0+cu130` | `2.14.0` |" in report, report
     for probe in (out / "probes").iterdir():  # the node wrote it to disk: masked there too

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from helpers import (
+    CACHE_VARIABLES,
     HOSTILE_LINE,
     HOSTILE_LOG,
     HOSTILE_TAGS,
@@ -29,6 +30,7 @@ from helpers import (
     wait_until,
 )
 from llm_bisect.checks.metrics import degeneration
+from llm_bisect.enginecache import CACHES
 from llm_bisect.fingerprint import Fingerprint, parse_startup_log
 from llm_bisect.journal import Span
 from llm_bisect.launchers.docker import run_line
@@ -303,7 +305,8 @@ def test_report_md_shows_hostile_commits_servers_and_logs_as_text(
     golden = ["--golden", str(out / "golden.json")]
     assert first == ["llm-bisect", "check", str(config), "--candidate", h.shas[6], *golden]
     assert second == ["llm-bisect", "check", str(config), "--candidate", h.shas[5], *golden]
-    assert shell_words(commands[1], cwd)[0] == sys.executable  # the server's command line
+    server = [w for w in shell_words(commands[1], cwd) if not w.startswith(CACHE_VARIABLES)]
+    assert server[0] == sys.executable  # the server's command line, after its engine cache
     assert list(cwd.iterdir()) == [], "the pasted lines ran commands"
 
 
@@ -477,6 +480,12 @@ def test_the_server_command_shows_its_environment_with_values_but_secrets(
     fences = [c for info, c in github_render(md).fences if info == "bash"]
     (tmp_path / "sh").mkdir()
     words = shell_words(fences[1], tmp_path / "sh")
+    # the engine cache's folders (on by default) are in the line too, values and all
+    cached = [w.partition("=") for w in words if w.startswith(CACHE_VARIABLES)]
+    assert [name for name, _, _ in cached] == sorted(CACHES)
+    root = Path(os.environ["XDG_CACHE_HOME"], "llm-bisect", "engine-cache")
+    assert all(Path(v).parent.parent.parent == root for _, _, v in cached), cached
+    words = [w for w in words if not w.startswith(CACHE_VARIABLES)]
     token = "HF_TOKEN=" + os.environ.get("HF_TOKEN", "")  # the reader's own
     assert words[:4] == [
         token,

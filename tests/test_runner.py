@@ -193,6 +193,13 @@ def test_a_resumed_run_whose_verdicts_contradict_probes_both_again_and_names_the
     assert counts[h.shas[0]] == counts[h.shas[8]] == 1, "a finished probe ran again"
     assert counts[h.shas[10]] == counts[h.shas[12]] == 1  # both probed again at once, for real
     assert (out / "probes" / f"{h.shas[12][:12]}-2" / "server.log").exists()
+    # a re-probe is not believed on what an earlier start compiled: its engine cache is an
+    # empty folder of its own (the slots' stay as they are), removed once it stopped
+    (cache,) = [p["fingerprint"]["engine_cache"] for p in result["probes"]
+                if p["commit"] == h.shas[12] and "engine_cache" in p["fingerprint"]]  # fmt: skip
+    assert cache["fresh"] is True and cache["state"] == "cold", cache
+    assert Path(cache["folder"]).name.startswith(f"fresh-{h.shas[12][:12]}-")
+    assert not Path(cache["folder"]).exists()
     assert live_processes(str(h.repo)) == []
 
 

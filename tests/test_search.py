@@ -18,6 +18,7 @@ from llm_bisect.search import (
     Outcome,
     Plan,
     Status,
+    contradicted,
     left_of,
     lookahead,
     max_probes,
@@ -497,3 +498,19 @@ def test_an_untestable_merge_base_is_stepped_over_as_git_bisect_does() -> None:
             assert step.range == (anchor.commit, seq[0].commit, seq[1].commit)
             assert "predates the branch point" in step.message
             assert "That cost the answer" in step.notes[0] and "--find-fix" in step.notes[0]
+
+
+def test_the_verdicts_a_cold_reprobe_is_for_contradict_a_neighbour_or_each_other() -> None:
+    """A re-probe of these starts on an empty engine cache; one that only sharpens the
+    posterior (verdicts in order) keeps its slot's."""
+    c = [_c(i) for i in range(6)]
+    plan = Plan(Mode.REGRESSION, tuple(c))
+    G, B = Verdict.GOOD, Verdict.BAD
+    assert contradicted(plan, {c[0].commit: G, c[2].commit: G, c[5].commit: B}) == frozenset()
+    # bad at 2, good at 3 after it: both doubted; the skip at 4 says nothing
+    seen = {c[0].commit: G, c[2].commit: B, c[3].commit: G, c[4].commit: Verdict.SKIP}
+    assert contradicted(plan, seen) == {c[2].commit, c[3].commit}
+    # a build seen good and bad is doubted on its own
+    assert contradicted(plan, {c[0].commit: G, c[1].commit: [G, B], c[5].commit: B}) == {
+        c[1].commit
+    }

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -368,15 +369,18 @@ def test_a_changed_forward_compiles_anew_with_a_shared_cache(
     assert result["culprit"]["commit"] == shas["mlp-alone"], output
     probes = {p["commit"]: p for p in result["probes"]}
     assert list(probes) == [shas["refactor"], shas["mlp-alone"]]
+    slot = cache / socket.gethostname() / "slot-0"  # the node's and slot's folder (parallel 1)
     for sha, p in probes.items():
-        assert f"VLLM_CACHE_ROOT={cache / 'vllm'}" in p["fingerprint"]["command"]
+        assert p["fingerprint"]["engine_cache"]["folder"] == str(slot)
+        assert f"VLLM_CACHE_ROOT={slot / 'vllm'}" in p["fingerprint"]["command"]
         assert "compile" in [x["name"] for x in p["startup"]["phases"]], p["startup"]
         log = (out / "probes" / sha[:12] / "server.log").read_text()
         assert "Directly load" not in log  # never served from another build's compile
     # it compiled: into a folder of its own (the forward's first line moved: another AOT
     # key), or over the parent's after vLLM saw the traced source change
     assert probes[shas["mlp-alone"]]["startup"]["compile_cache"] == "miss"
-    assert any((cache / "vllm" / "torch_compile_cache").rglob("*")), "the cache was used"
+    assert any((slot / "vllm" / "torch_compile_cache").rglob("*")), "the cache was used"
+    assert probes[shas["mlp-alone"]]["fingerprint"]["engine_cache"]["state"] in ("warm", "cold")
     # confirmed at no cost: the bad end with it reverted is the good end's tree, the good end
     # with it picked the culprit's own
     confirmation = result["confirmation"]

@@ -291,10 +291,16 @@ CheckConfig = Annotated[CheckBase, Tagged(CHECKS)]
 
 
 class EngineCacheConfig(_Strict):
-    """One folder for the engine's compile and JIT caches, shared by every probe of a run (or
-    of every run on a node): vLLM's torch.compile cache (VLLM_CACHE_ROOT), TorchInductor's
-    (TORCHINDUCTOR_CACHE_DIR) and Triton's (TRITON_CACHE_DIR), FlashInfer's JIT
-    (FLASHINFER_WORKSPACE_BASE) and DeepGEMM's (DG_JIT_CACHE_DIR), each a subfolder.
+    """The engine's compile and JIT caches, kept between probes (and runs) on each node:
+    vLLM's torch.compile cache (VLLM_CACHE_ROOT), TorchInductor's (TORCHINDUCTOR_CACHE_DIR)
+    and Triton's (TRITON_CACHE_DIR), FlashInfer's JIT (FLASHINFER_WORKSPACE_BASE) and
+    DeepGEMM's (DG_JIT_CACHE_DIR), each a subfolder of `ROOT/<node>/slot-<k>`: one folder per
+    node (its hostname; a Slurm job's resolved on its node) and per slot, so that two servers
+    never write one folder at once (vLLM's compile cache is corrupted by concurrent writers
+    on older versions; a slot runs one server at a time). On by default, under the user's
+    cache (`$XDG_CACHE_HOME` or `~/.cache`, `/llm-bisect/engine-cache`); `engine_cache:
+    false` turns it off. Each probe records whether its folder held entries before it started
+    (result.json's fingerprint `engine_cache`, report.md's probe table).
 
     Safe across commits because each is keyed by what it compiled from: vLLM's
     torch_compile_cache folder by a hash of the config (compilation_config and the
@@ -306,9 +312,11 @@ class EngineCacheConfig(_Strict):
     code (csrc) changes is another build and another torch version at most: the keys
     still differ. docs/configuration.md says more."""
 
-    dir: str = Field(min_length=1)
+    dir: str | None = Field(default=None, min_length=1)
     """The cache root, relative to the config's folder (on the node: a process or Slurm
-    server reads it there; mounted into containers at the same path)."""
+    server reads it there; mounted into containers at the same path); None: the user's
+    cache, `${XDG_CACHE_HOME:-~/.cache}/llm-bisect/engine-cache`. The Kubernetes launcher
+    needs one (its pods run on nodes this machine's home is not on): none by default there."""
     enabled: bool = True
     """False: every probe compiles from nothing (the engine's default caches are not used)."""
 
@@ -338,9 +346,10 @@ class ProbeConfig(_Strict):
 
     repeats: Annotated[int, Field(ge=1, le=10)] | Literal["auto"] = "auto"
     """`auto`: the check suite runs once per probe, and a verdict that contradicts a
-    neighbour's (good after bad) is probed again, on a new server, before it is used; a build
-    whose probes disagree is flaky (unsure). N: the suite runs N times on one server, runs
-    that disagree make the verdict `unsure`, and no probe is repeated."""
+    neighbour's (good after bad) is probed again, on a new server (its engine cache an empty
+    folder of its own), before it is used; a build whose probes disagree is flaky (unsure).
+    N: the suite runs N times on one server, runs that disagree make the verdict `unsure`,
+    and no probe is repeated."""
 
     @field_validator("repeats", mode="before")
     @classmethod
@@ -355,8 +364,10 @@ class ProbeConfig(_Strict):
     and bad ends, the build a golden is recorded from, a probe whose verdict ends the search
     either way (it is the answer's evidence), `repeats: N` (N > 1) and `regress: crash`
     always run every check."""
-    engine_cache: EngineCacheConfig | None = None
-    """Compile and JIT caches shared by the probes (None: each probe starts cold)."""
+    engine_cache: EngineCacheConfig | bool = True
+    """Compile and JIT caches kept per node and slot (EngineCacheConfig): true (the default)
+    under the user's cache, a mapping to name the folder, false: each probe starts cold."""
+
     fast: FastConfig | None = None
     """Search in a cheaper setup, confirm the answer at full fidelity (None: full setup only)."""
     batch_invariant: bool = False
@@ -365,6 +376,16 @@ class ProbeConfig(_Strict):
     lie. Slower, and on NVIDIA GPUs of compute capability 9.0 and up only. Each probe's
     fingerprint records it (`batch_invariant`); a build that does not know the variable says
     so in its startup log (`kernels.unknown_env`). Part of the config digest."""
+
+    @property
+    def cache(self) -> EngineCacheConfig | None:
+        """`engine_cache` as its settings; None when it is off."""
+        cache = self.engine_cache
+        if cache is True:
+            return EngineCacheConfig()
+        if cache is False or not cache.enabled:
+            return None
+        return cache
 
     @property
     def server_env(self) -> dict[str, str]:

@@ -16,6 +16,9 @@ A fingerprint (`Fingerprint`) holds, each where known:
     command      the server command line; devices, the GPUs its slot had
     endpoint     where its OpenAI API answered (`http://127.0.0.1:8123`)
     node         where the server ran (this machine, the Docker engine's host, the Slurm nodes)
+    engine_cache the engine cache folder of its slot and node, and what it held when the
+                 server was ready: files from before its start (`held`), written since
+                 (`written`), `state` cold / hit / warm
     batch_invariant  true: its environment asked for vLLM's batch-invariant kernels
                  (VLLM_BATCH_INVARIANT); a build that does not know the variable says so in
                  its startup log (kernels `unknown_env`)
@@ -48,6 +51,24 @@ class ImageFacts(Sparse):
     """`repo@sha256:...`, the immutable name."""
     id: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
+
+
+class CacheFacts(Sparse):
+    """The engine cache a probe's server was given (`probe.engine_cache`), counted when it
+    was ready; the counts are absent where its folder is not on this machine (another
+    machine's Docker engine, a Kubernetes pod, a Slurm node list)."""
+
+    folder: str = ""
+    fresh: bool | None = None
+    """True: an empty folder of its own, made for this probe (a re-probe of the search:
+    its verdict owes nothing to what an earlier start compiled)."""
+    held: int | None = None
+    """Files in the folder last written before the server started: what it could load."""
+    written: int | None = None
+    """Files written there since, by the time it was ready: what it compiled anew."""
+    state: str = ""
+    """`cold` (nothing held), `hit` (entries held, nothing written), `warm` (entries held,
+    more written: another build's entries, or parts compiled anew)."""
 
 
 class ServedFacts(Sparse):
@@ -106,6 +127,9 @@ class Fingerprint(Sparse):
     node: str = ""
     """Where the server ran: this machine's hostname (a process), the Docker engine's host,
     the Slurm allocation's nodes (`gpu[01-02]`); not compared (a probe's place, not its build)."""
+    engine_cache: CacheFacts | None = None
+    """Its engine cache folder and what that held (CacheFacts); not compared (a cost, not
+    the build)."""
     batch_invariant: bool | None = None
     """True where the server's environment set VLLM_BATCH_INVARIANT to a number other than 0
     (`probe.batch_invariant`, or server.env), as vllm/envs.py reads it: asked. Whether the
@@ -378,7 +402,7 @@ def flatten(fingerprint: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return flat
 
 
-NOT_COMPARED = ("command", "node", "endpoint")
+NOT_COMPARED = ("command", "node", "endpoint", "engine_cache")
 """Fingerprint keys that say how or where a build was started, not what it is."""
 
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, GetCoreSchemaHandler
 from pydantic_core import CoreSchema, core_schema
@@ -325,6 +325,10 @@ class LauncherKind:
     """Its `server:` config with the engine cache's folder (absolute) mounted where its server
     runs; None: a launcher that runs images gets it in `volumes` where it has them, another
     shares this machine's files."""
+    cache_place: Literal["here", "node", "configured"] = "here"
+    """Where its servers find the engine cache's folder (enginecache.Place): `here` (this
+    machine's files), `node` (the node's: `{node}` in the variables is filled there), or
+    `configured` (no default folder: only a `probe.engine_cache.dir` the config names)."""
     reap: Callable[[Mapping[str, str]], Leftovers | None] | None = None
     """`reap` without a config: this node's servers of killed runs removed (the caller's
     environment in); None where it finds nowhere to look (no engine, no queue)."""

@@ -31,7 +31,7 @@ from .config import differing
 from .errors import BrokenGoodEnd, JournalError
 from .files import write_atomic as write_atomic  # services write through it
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
-from .launchers import Launcher, Server
+from .launchers import Launcher, Server, StartsCold
 from .model import Candidate, ProbeOutcome, Regress, Verdict
 from .posterior import EXACT, Policy
 from .probe import CANCELLED, Cancel, ProbeContext, Progress, SilentProgress, probe
@@ -43,6 +43,7 @@ from .report.result import build_result, verdicts_by_commit
 from .search import (
     Answer,
     Plan,
+    contradicted,
     left_of,
     lookahead,
     no_longer_needed,
@@ -364,8 +365,9 @@ class _Slots:
             if isinstance(step, list):
                 # re-probes pick their slots first: each prefers one that has not probed it
                 raw = {c.commit: sum(1 for p in self.probes if p.commit == c.commit) for c in step}
+                doubted = contradicted(self.plan, seen)
                 for candidate in sorted(step, key=lambda c: not raw[c.commit]):
-                    self._start(pool, candidate, raw[candidate.commit])
+                    self._start(pool, candidate, raw[candidate.commit], doubted)
                 if self.k == 1 and step:
                     ahead = lookahead(
                         self.plan, seen, step[0], self.prefer, reprobe=reprobe, policy=policy
@@ -378,9 +380,16 @@ class _Slots:
             for future in done:
                 self._finish(future)
 
-    def _start(self, pool: ThreadPoolExecutor, candidate: Candidate, before: int) -> None:
+    def _start(
+        self,
+        pool: ThreadPoolExecutor,
+        candidate: Candidate,
+        before: int,
+        doubted: frozenset[str] = frozenset(),
+    ) -> None:
         """Start a probe on a free slot (pick_slot); `before`: its finished probes (a re-probe
-        has one, and its own folder)."""
+        has one, and its own folder); `doubted` (search.contradicted): a re-probe of one of
+        these starts on an empty engine cache."""
         taken = {f.slot for f in self.running.values()}
         tried = {
             span.slot
@@ -403,6 +412,8 @@ class _Slots:
                 else "another verdict of it tells most about the culprit now"
             )
             self.ctx.progress.note(f"{candidate.short}: probing again, {why}")
+            if candidate.commit in doubted and isinstance(self.ctx.launcher, StartsCold):
+                self.ctx.launcher.start_cold(candidate)  # not on what its first start compiled
         probe_dir = self.out_dir / "probes" / name
         ctx = self.ctx
         if ctx.early_stop and not self.running and self._settles(candidate):

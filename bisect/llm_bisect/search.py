@@ -478,6 +478,19 @@ def history_of(seen: Seen) -> dict[str, tuple[Verdict, ...]]:
     return {c: (v,) if isinstance(v, Verdict) else tuple(v) for c, v in seen.items()}
 
 
+def contradicted(plan: Plan, verdicts: Seen) -> frozenset[str]:
+    """Commits whose verdicts contradict a neighbour's (a reversal: one in the new state
+    before one in the old, `reversals`) or each other (good and bad both seen). A re-probe of
+    one is not believed on what an earlier start compiled: it starts on an empty engine
+    cache (runner, launchers/cached.py). Pure."""
+    history = history_of(verdicts)
+    index = {c.commit: i for i, c in enumerate(plan.sequence)}
+    told = {index[c]: combined(seen) for c, seen in history.items() if c in index and seen}
+    pairs = reversals(told, plan.mode)
+    flaky = {c for c, seen in history.items() if len({v for v in seen if not _untestable(v)}) > 1}
+    return frozenset(plan.sequence[i].commit for pair in pairs for i in pair) | flaky
+
+
 def left_of(
     plan: Plan, verdicts: Seen, *, reprobe: bool = False, policy: Policy = EXACT
 ) -> tuple[int, int]:

@@ -7,7 +7,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..model import Candidate
 
@@ -116,4 +116,14 @@ class Launcher(Protocol):
 
     def close(self) -> None:
         """End background work."""
+        ...
+
+
+@runtime_checkable
+class StartsCold(Protocol):
+    """A launcher whose servers keep the engine's compile caches (launchers/cached.py)."""
+
+    def start_cold(self, candidate: Candidate) -> None:
+        """Its next server of `candidate` starts on an empty cache folder of its own: a
+        re-probe's verdict owes nothing to what an earlier start compiled."""
         ...

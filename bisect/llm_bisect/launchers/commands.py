@@ -96,5 +96,7 @@ def prepare(
     if instrument is not None:
         out |= instrument.env
         paths = [str(p) for p in instrument.paths]
-        out["PYTHONPATH"] = os.pathsep.join([*paths, out.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        if paths:  # none (the engine cache's folders alone): the caller's PYTHONPATH stands
+            joined = os.pathsep.join([*paths, out.get("PYTHONPATH", "")])
+            out["PYTHONPATH"] = joined.rstrip(os.pathsep)
     return Prepared(values, out, facts, build)

@@ -533,8 +533,9 @@ def instrument_spec(spec: dict[str, Any], instrument: Instrument, image: Image |
         if image is not None
         else {}
     )
-    before = env.get("PYTHONPATH") or image_env.get("PYTHONPATH", "")
-    env["PYTHONPATH"] = ":".join([*mounts, before]).rstrip(":")
+    if mounts:  # none (the engine cache's folders alone): the image's PYTHONPATH stands
+        before = env.get("PYTHONPATH") or image_env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = ":".join([*mounts, before]).rstrip(":")
     spec["environment"] = env
 
 

@@ -1594,6 +1594,12 @@ def _validate(cfg: KubernetesServerConfig, config: Any) -> None:
         raise ValueError("build: the kubernetes launcher runs published images only (for now)")
 
 
+def _cache_mount(cfg: KubernetesServerConfig, root: Path) -> KubernetesServerConfig:
+    """The engine cache's folder (`probe.engine_cache.dir`, on every node that runs a probe)
+    as a hostPath at the same path."""
+    return cfg.model_copy(update={"host_paths": [*cfg.host_paths, f"{root}:{root}"]})
+
+
 KIND = LAUNCHERS.register(
     LauncherKind(
         "kubernetes",
@@ -1603,5 +1609,7 @@ KIND = LAUNCHERS.register(
         validate=_validate,
         preflight=_preflight,
         resolve_end=resolve_image_end,
+        cache_place="configured",  # a pod's node has no folder of this machine's home
+        cache_mount=_cache_mount,
     )
 )

@@ -41,7 +41,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field, field_validator
 
-from .. import collectenv, weights
+from .. import collectenv, enginecache, weights
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..clock import SYSTEM
@@ -141,16 +141,30 @@ def _words(argv: Sequence[str], values: Mapping[str, str]) -> str:
     return " ".join(_word(a, values) for a in argv)
 
 
+def node_env_lines(env: Mapping[str, str] | None) -> list[str]:
+    """Shell lines that set each variable to its value with `{node}` (enginecache.NODE) as
+    this node's Slurm name, and make that folder. Pure."""
+    lines = []
+    for name, value in sorted((env or {}).items()):
+        parts = [shlex.quote(p) if p else "" for p in value.split(enginecache.NODE)]
+        joined = '"${SLURMD_NODENAME:-$(hostname -s)}"'.join(parts)
+        lines += [f"export {name}={joined}", f'mkdir -p "${name}"']
+    return lines
+
+
 def node_script(
     command: Sequence[str],
     worker: Sequence[str] | None,
     values: Mapping[str, str],
     before_head: Sequence[str] = (),
+    node_env: Mapping[str, str] | None = None,
 ) -> str:
     """What each node of a probe runs: the command on the head (rank 0), `worker` on the
-    others; `before_head`: shell lines the head runs first (collect_env). Pure."""
+    others; `before_head`: shell lines the head runs first (collect_env); `node_env`:
+    variables whose `{node}` each node fills with its own name (the engine cache's folders,
+    made there). Pure."""
     head = _words(command, values)
-    lines = ["#!/bin/bash", "set -eu"]
+    lines = ["#!/bin/bash", "set -eu", *node_env_lines(node_env)]
     if worker is None:
         return "\n".join([*lines, *before_head, f"exec {head}", ""])
     rest = _words(worker, values)
@@ -431,7 +445,9 @@ class SlurmServer(LoggedServer):
         if self.wanted.get("model"):
             (here / WEIGHTS_PROBE).write_text(weights.probe_source(self.wanted))
             lines += weights_lines(python, here)
-        node.write_text(node_script(command, worker, self.values, lines))
+        on_node = {k: v for k, v in self.env.items()
+                   if k in enginecache.CACHES and enginecache.NODE in v}  # fmt: skip
+        node.write_text(node_script(command, worker, self.values, lines, on_node))
         script = self.probe_dir / "job.sh"
         launcher = self.launcher
         shown = {
@@ -822,6 +838,13 @@ def reap_node(environ: Mapping[str, str]) -> Leftovers | None:
         return Leftovers("the Slurm queue", [], [str(exc)])
 
 
+def _cache_mount(cfg: SlurmServerConfig, root: Path) -> SlurmServerConfig:
+    """In a container (`container_image`), the engine cache's root at the same path."""
+    if not cfg.container_image:
+        return cfg
+    return cfg.model_copy(update={"container_mounts": [*cfg.container_mounts, f"{root}:{root}"]})
+
+
 KIND = LAUNCHERS.register(
     LauncherKind(
         "slurm",
@@ -833,5 +856,7 @@ KIND = LAUNCHERS.register(
         placement=frozenset({"account", "retries", "pending_timeout", "time", "port", "host"}),
         inherits=True,
         reap=reap_node,
+        cache_place="node",
+        cache_mount=_cache_mount,
     )
 )

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from ..checks.eval import EvalDetails
 from ..checks.gsm8k import DETECTABLE_WARN
 from ..checks.logprobs import Chosen, LogprobsDetails
-from ..fingerprint import NOT_COMPARED, WeightsFacts
+from ..fingerprint import NOT_COMPARED, Fingerprint, WeightsFacts
 from ..kinds import showing
 from ..localize import LocalizationDoc
 from ..search import Mode, Status
@@ -978,14 +978,28 @@ def environment_lines(ctx: Context) -> list[str]:
     return [*lines, ""]
 
 
+def _cache_state(fingerprint: Fingerprint) -> str:
+    """A probe's engine cache as its table cell: `hit (12 held)`; "" where not counted."""
+    cache = fingerprint.engine_cache
+    if cache is None or not cache.state:
+        return ""
+    fresh = ", a fresh folder: a re-probe" if cache.fresh else ""
+    return f"{cache.state}{fresh} ({cache.held} held, {cache.written} written)"
+
+
 def _probes(doc: ResultDocument) -> list[str]:
     nodes = any(p.fingerprint.node for p in doc.probes)  # where each ran, where recorded
+    caches = any(_cache_state(p.fingerprint) for p in doc.probes)
     full = {p.commit for p in doc.decisive}
     lines = [
         f"<details><summary><b>Probes</b> ({len(doc.probes)})</summary>",
         "",
-        "| # | commit | subject | verdict | reason | seconds |" + (" node |" if nodes else ""),
-        "|---|--------|---------|---------|--------|---------|" + ("------|" if nodes else ""),
+        "| # | commit | subject | verdict | reason | seconds |"
+        + (" node |" if nodes else "")
+        + (" engine cache |" if caches else ""),
+        "|---|--------|---------|---------|--------|---------|"
+        + ("------|" if nodes else "")
+        + ("------|" if caches else ""),
     ]
     for i, p in enumerate(doc.probes, 1):
         seconds = p.timings.get("total")
@@ -996,11 +1010,22 @@ def _probes(doc: ResultDocument) -> list[str]:
             f" (not run, the verdict settled: {', '.join(p.not_run)}{again})" if p.not_run else ""
         )
         node = f" {cell(p.fingerprint.node, 40)} |" if nodes else ""
+        cache = f" {esc.text(_cache_state(p.fingerprint))} |" if caches else ""
         lines.append(
             f"| {i} | `{p.commit[:12]}` | {cell(p.subject, 60)} "
-            f"| {p.verdict.value} | {cell(reason)}{esc.text(settled)} | {shown} |{node}"
+            f"| {p.verdict.value} | {cell(reason)}{esc.text(settled)} | {shown} |{node}{cache}"
         )
-    lines += ["", "</details>", "", *_startups(doc)]
+    lines += ["", "</details>", ""]
+    if caches:
+        lines += [
+            "Engine cache: what each probe's compile-cache folder (its node's and slot's) held "
+            "when its server was ready — `cold`: nothing from before its start; `hit`: files "
+            "from before, none written since; `warm`: files from before and new ones (another "
+            "build's entries, or parts compiled anew); a re-probe starts in a fresh, empty folder "
+            "of its own. Files counted by their times (result.json `engine_cache`).",
+            "",
+        ]
+    lines += [*_startups(doc)]
     skipped = [p for p in doc.probes if p.verdict.value == "skip" and p.log_tail]
     if skipped:
         lines += ["## Untestable builds", ""]

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ from ..kinds import (
     SourceContext,
 )
 from ..launchers import Launcher, Server
+from ..launchers.cached import CachedLauncher
 from ..model import Candidate
 from ..outdir import hold
 from ..probe import Facts, Progress, served_facts, startup_facts
@@ -95,6 +97,8 @@ class Setup:
     """Per slot, the GPUs its server alone uses (launchers/devices.py); None: as configured."""
     now: Callable[[], float] = time.time
     """The wall clock (seconds since the epoch), for the times documents record."""
+    engine_cache: enginecache.EngineCache | None = None
+    """Where the servers keep the engine's compile caches (`probe.engine_cache`); None: off."""
 
     def client(self, server: Server) -> OpenAIClient:
         return OpenAIClient(
@@ -116,9 +120,14 @@ class Setup:
         return served_api_key(argvs, env, self.environ if inherits else {})
 
     @contextmanager
-    def launcher(self, run_id: str) -> Iterator[Launcher]:
-        """The config's launcher, closed (background pulls ended) on the way out."""
+    def launcher(self, run_id: str, cached: bool = True) -> Iterator[Launcher]:
+        """The config's launcher, closed (background pulls ended) on the way out; its servers
+        keep the engine cache (launchers/cached.py) unless not `cached` (one that only reads
+        images' metadata: the launcher kind's own object)."""
         server = self.config.server
+        cache = self.engine_cache if cached else None
+        if cache is not None:
+            server = cache_mounted(server, cache.root)
         ctx = LauncherContext(
             env={**self.env, **self.config.probe.server_env},  # every launcher's servers
             environ=self.environ,
@@ -133,6 +142,8 @@ class Setup:
             sleep=self.sleep,
         )
         made = LAUNCHERS[server.launcher].make(server, ctx)
+        if cache is not None:
+            made = CachedLauncher(made, cache)
         try:
             yield made
         finally:
@@ -191,7 +202,8 @@ class Setup:
             resolve_end = LAUNCHERS[self.config.server.launcher].resolve_end
             if resolve_end is None:
                 raise
-        return resolve_end(self.config.server, EndContext(self.launcher, self.source), ref, key)
+        plain = partial(self.launcher, cached=False)  # resolve_end reads its kind's launcher
+        return resolve_end(self.config.server, EndContext(plain, self.source), ref, key)
 
 
 def setup(
@@ -233,7 +245,7 @@ def setup(
                 "--repo)"
             )
     env = expand_env(config.server.env, environ)
-    config, env = with_engine_cache(config, env, base_dir, environ)
+    cache = with_engine_cache(config, env, base_dir, environ)
     server = config.server
     names = sorted({*secret_names(server.env), *caller_secret_names(environ)})
     secrets = [{**environ, **env}[n] for n in names]
@@ -294,6 +306,7 @@ def setup(
         repo=str(repo_dir) if repo is not None else "",
         devices=devices,
         now=now,
+        engine_cache=cache,
     )
 
 
@@ -347,29 +360,43 @@ def with_engine_cache(
     env: Mapping[str, str],
     base_dir: Path,
     environ: Mapping[str, str] | None = None,
-) -> tuple[Config, dict[str, str]]:
-    """The server's environment with `probe.engine_cache`'s folders (the user's own values of
-    those variables win), and, for a launcher that runs images, a bind of its root;
-    unchanged when it is off. Its `dir` has `${VAR}` expanded (from `environ`) and must not
-    name a file: ConfigError."""
-    cache = config.probe.engine_cache
-    if cache is None or not cache.enabled:
-        return config, dict(env)
-    key = "probe.engine_cache.dir"
-    written = expand_value(cache.dir, environ or {}, key)
-    root = (base_dir / Path(written).expanduser()).absolute()
-    if root.exists() and not root.is_dir():
-        raise ConfigError(f"{key}: '{written}' is a file, not a folder")
-    server = config.server
-    mount = LAUNCHERS[server.launcher].cache_mount
-    if mount is not None:
-        config = config.model_copy(update={"server": mount(server, root)})
-    elif LAUNCHERS[server.launcher].runs_images and "volumes" in type(server).model_fields:
+) -> enginecache.EngineCache | None:
+    """`probe.engine_cache` resolved: its root (`dir` with `${VAR}` expanded from `environ`,
+    relative to the config's folder; else the user's cache, enginecache.default_root); None
+    when it is off, or when the launcher finds no folder of its own (Kubernetes) and the
+    config names none. The variables server.env (`env`) sets itself win. A `dir` that names
+    a file: ConfigError."""
+    cache = config.probe.cache
+    if cache is None:
+        return None
+    place = LAUNCHERS[config.server.launcher].cache_place
+    if cache.dir is None:
+        if place == "configured":
+            return None
+        root = enginecache.default_root(environ or {})
+    else:
+        key = "probe.engine_cache.dir"
+        written = expand_value(cache.dir, environ or {}, key)
+        root = (base_dir / Path(written).expanduser()).absolute()
+        if root.exists() and not root.is_dir():
+            raise ConfigError(f"{key}: '{written}' is a file, not a folder")
+    own = frozenset(n for n in enginecache.CACHES if n in env)
+    return enginecache.EngineCache(root, place, own)
+
+
+def cache_mounted(server: Any, root: Path) -> Any:
+    """A `server:` config with the engine cache's root where its servers run: the launcher's
+    own way (LauncherKind.cache_mount), else a bind at the same path in `volumes` for a
+    launcher that runs images; the same config for one that shares this machine's files.
+    Given to the launcher only, never in Setup.config: the cache costs, it changes no
+    verdict, so the config digest stays the one without it."""
+    kind = LAUNCHERS[server.launcher]
+    if kind.cache_mount is not None:
+        return kind.cache_mount(server, root)
+    if kind.runs_images and "volumes" in type(server).model_fields:
         volumes = [*getattr(server, "volumes"), enginecache.cache_volume(root)]  # noqa: B009
-        config = config.model_copy(
-            update={"server": server.model_copy(update={"volumes": volumes})}
-        )
-    return config, {**enginecache.cache_env(root), **env}
+        return server.model_copy(update={"volumes": volumes})
+    return server
 
 
 def slot_devices_of(

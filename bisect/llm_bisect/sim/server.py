@@ -45,12 +45,17 @@ A commit's `snapshot` (40 hex) is the revision of the model's files it loads: at
 given `--model ORG/NAME`, it writes the hub cache (`--download-dir`, else HF_HUB_CACHE, ...)
 as huggingface_hub's snapshot_download does where the hub's ref moved: `snapshots/<hex>/`
 and `refs/<--revision or main>`.
+
+With VLLM_CACHE_ROOT set, a start compiles as vLLM does, into
+`torch_compile_cache/<hash of the commit>/rank_0_0/backbone`, or loads that folder when it
+is there (and says which, in vLLM's words): the engine cache's hits are real files.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -474,6 +479,21 @@ def startup_log(commit: str, settings: dict[str, Any]) -> list[str]:
     ]
 
 
+def compile_cache(commit: str, root: str) -> None:
+    """Load this commit's compiled graph from the cache under `root`, or compile it there
+    (a file), as vLLM's compilation/backends.py logs each; nothing without a root."""
+    if not root:
+        return
+    key = hashlib.sha256(commit.encode()).hexdigest()[:10]
+    where = Path(root) / "torch_compile_cache" / key / "rank_0_0" / "backbone"
+    if (where / "graph.bin").exists():
+        print(f"sim: Directly load the compiled graph(s) from the cache {where}", flush=True)
+        return
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "graph.bin").write_text(commit)
+    print(f"sim: Compiling a graph; saved to the cache {where}", flush=True)
+
+
 def serve(engine: Engine, port: int, host: str = "127.0.0.1") -> ThreadingHTTPServer:
     """An HTTP server for one engine (port 0: any free port); not yet serving."""
     server = ThreadingHTTPServer((host, port), _handler(engine))
@@ -636,6 +656,7 @@ def main(argv: list[str]) -> int:
         print(line, flush=True)
     for line in settings.get("log_lines", []):
         print(line, flush=True)
+    compile_cache(args.commit, os.environ.get("VLLM_CACHE_ROOT", ""))
     time.sleep(delay)
     hold = settings.get("hold_file")
     if os.environ.get(str(settings.get("hold_unless_env", ""))):
