@@ -207,7 +207,8 @@ def shell_words(line: str, cwd: Path) -> list[str]:
     """The words `sh` makes of a printed command, with `printf` run in the command's place:
     `sh -n` must accept it, and a `;`, `$(...)` or backtick it lets through runs in `cwd`,
     where the canaries it creates can be seen."""
-    parsed = subprocess.run(["sh", "-n", "-c", line], capture_output=True, text=True)
+    # `--`: a line that begins with `-` is a command string, not sh's own option
+    parsed = subprocess.run(["sh", "-n", "-c", "--", line], capture_output=True, text=True)
     assert parsed.returncode == 0, f"sh -n: {parsed.stderr.strip()}: {line!r}"
     done = subprocess.run(
         ["sh", "-c", "printf '%s\\0' " + line], cwd=cwd, capture_output=True, check=False
