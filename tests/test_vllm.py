@@ -188,6 +188,12 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     assert sea["content"] is None and sea["reasoning"]
     report = (out / "report.md").read_text()
     assert "content is null" in report
+    # the default report's evidence is the culprit's own, every check: its logprob diff
+    # (none: a parser's bug), accuracy and null-content counts beside the golden's
+    evidence = report.split("## Evidence")[1].split("\n## ")[0]
+    assert "#### First divergence from the golden (logprobs)" in evidence, evidence
+    first_bad = f"**first bad** `{shas['config'][:12]}`"
+    assert f"{first_bad}: accuracy" in evidence and "answers with content null" in evidence
     # two regressions in the range (`config`, then `rope`): the bad end with the culprit
     # reverted is still bad (on logprobs), so the culprit is not all of it
     confirmation = result["confirmation"]

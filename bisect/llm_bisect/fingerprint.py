@@ -405,9 +405,14 @@ def flatten(fingerprint: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 NOT_COMPARED = ("command", "node", "endpoint", "engine_cache")
 """Fingerprint keys that say how or where a build was started, not what it is."""
 
+HOW_BUILT = frozenset({"build.seconds", "build.cached"})
+"""A build's facts that say how long its making took and whether it came from the cache,
+not what it is: never a difference between two builds."""
+
 
 def differences(a: Fingerprint, b: Fingerprint) -> list[str]:
     """Keys whose values differ between two fingerprints (flattened), sorted; how each was
-    started (`command`) is not compared."""
+    started (`command`) or made (HOW_BUILT) is not compared."""
     fa, fb = (f.flat(*NOT_COMPARED) for f in (a, b))
-    return sorted(k for k in fa.keys() | fb.keys() if fa.get(k) != fb.get(k))
+    keys = (fa.keys() | fb.keys()) - HOW_BUILT
+    return sorted(k for k in keys if fa.get(k) != fb.get(k))
