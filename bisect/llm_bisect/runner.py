@@ -43,6 +43,7 @@ from .report.result import build_result, verdicts_by_commit
 from .search import (
     Answer,
     Plan,
+    Seen,
     contradicted,
     left_of,
     lookahead,
@@ -365,9 +366,8 @@ class _Slots:
             if isinstance(step, list):
                 # re-probes pick their slots first: each prefers one that has not probed it
                 raw = {c.commit: sum(1 for p in self.probes if p.commit == c.commit) for c in step}
-                doubted = contradicted(self.plan, seen)
                 for candidate in sorted(step, key=lambda c: not raw[c.commit]):
-                    self._start(pool, candidate, raw[candidate.commit], doubted)
+                    self._start(pool, candidate, raw[candidate.commit], seen)
                 if self.k == 1 and step:
                     ahead = lookahead(
                         self.plan, seen, step[0], self.prefer, reprobe=reprobe, policy=policy
@@ -385,11 +385,11 @@ class _Slots:
         pool: ThreadPoolExecutor,
         candidate: Candidate,
         before: int,
-        doubted: frozenset[str] = frozenset(),
+        seen: Seen,
     ) -> None:
         """Start a probe on a free slot (pick_slot); `before`: its finished probes (a re-probe
-        has one, and its own folder); `doubted` (search.contradicted): a re-probe of one of
-        these starts on an empty engine cache."""
+        has one, and its own folder); `seen`: the verdicts the search counts now (a re-probe
+        of one that contradicts, search.contradicted, starts on an empty engine cache)."""
         taken = {f.slot for f in self.running.values()}
         tried = {
             span.slot
@@ -412,19 +412,19 @@ class _Slots:
                 else "another verdict of it tells most about the culprit now"
             )
             self.ctx.progress.note(f"{candidate.short}: probing again, {why}")
-            if candidate.commit in doubted and isinstance(self.ctx.launcher, StartsCold):
+            doubted = candidate.commit in contradicted(self.plan, seen)
+            if doubted and isinstance(self.ctx.launcher, StartsCold):
                 self.ctx.launcher.start_cold(candidate)  # not on what its first start compiled
         probe_dir = self.out_dir / "probes" / name
         ctx = self.ctx
-        if ctx.early_stop and not self.running and self._settles(candidate):
+        if ctx.early_stop and not self.running and self._settles(candidate, seen):
             # its verdict ends the search either way: its suite is the answer's evidence,
             # run whole now rather than by another start after the search (stages.Evidence)
             ctx = replace(ctx, full=ctx.full | {candidate.commit})
         future = pool.submit(probe, candidate, probe_dir, ctx, flight.cancel, slot)
         self.running[future] = flight
 
-    def _settles(self, candidate: Candidate) -> bool:
-        seen = history(count(self.plan, self.probes, self.symptom).used)
+    def _settles(self, candidate: Candidate, seen: Seen) -> bool:
         return settles(self.plan, seen, candidate, reprobe=self.reprobe, policy=self.policy)
 
     def _finish(self, future: Future[ProbeOutcome]) -> None:

@@ -902,7 +902,7 @@ def lookahead(
     history = history_of(verdicts)
     found: list[Candidate] = []
     for verdict in (plan.mode.new_state, plan.mode.old_state, Verdict.SKIP):
-        then = {**history, current.commit: (*history.get(current.commit, ()), verdict)}
+        then = _with(history, current, verdict)
         step = plan_step(plan, then, prefer, reprobe=reprobe, policy=policy)
         if isinstance(step, Candidate) and step not in found:
             found.append(step)
@@ -922,10 +922,17 @@ def settles(
     than being probed again in full after the search (`probe.early_stop`)."""
     history = history_of(verdicts)
     for verdict in (plan.mode.new_state, plan.mode.old_state):
-        then = {**history, current.commit: (*history.get(current.commit, ()), verdict)}
+        then = _with(history, current, verdict)
         if not isinstance(plan_step(plan, then, reprobe=reprobe, policy=policy), Answer):
             return False
     return True
+
+
+def _with(
+    history: Mapping[str, tuple[Verdict, ...]], current: Candidate, verdict: Verdict
+) -> dict[str, tuple[Verdict, ...]]:
+    """The verdicts with one more of `current`'s (what the search would make of it)."""
+    return {**history, current.commit: (*history.get(current.commit, ()), verdict)}
 
 
 def build_plan(

@@ -107,6 +107,16 @@ def caller_secret_names(environ: Mapping[str, str]) -> list[str]:
     )
 
 
+def flag_value(words: Sequence[str], flag: str) -> str | None:
+    """The value of the first `flag` in a command line (`--flag X` or `--flag=X`; "" where
+    nothing follows it), None where it is absent. Pure."""
+    for i, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if name == flag:
+            return value if eq else (words[i + 1] if i + 1 < len(words) else "")
+    return None
+
+
 API_KEY_ENV = "VLLM_API_KEY"
 """vLLM's variable for the key its OpenAI API demands (as `--api-key` sets it)."""
 
@@ -119,11 +129,8 @@ def served_api_key(
     the caller's `environ` where the server inherits it); `${VAR}` taken from `environ`.
     None where it asks for none, or the value is a template only a launch fills. Pure."""
     for argv in argvs:
-        for i, word in enumerate(argv):
-            name, eq, value = word.partition("=")
-            if name != "--api-key":
-                continue
-            given = value if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        given = flag_value(argv, "--api-key")
+        if given is not None:
             return _expanded(given, environ)
     found = env[API_KEY_ENV] if API_KEY_ENV in env else environ.get(API_KEY_ENV)
     return None if found is None else _expanded(found, environ)

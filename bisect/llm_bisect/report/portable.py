@@ -21,7 +21,7 @@ from typing import Any
 from ..checks.canary import CanaryCase, CanaryDetails
 from ..fingerprint import Fingerprint
 from ..model import GREEDY
-from ..secretnames import API_KEY_ENV
+from ..secretnames import API_KEY_ENV, flag_value
 from .documents import Context, ProbeDoc
 from .escape import safe_url
 
@@ -145,11 +145,8 @@ def api_key_variable(command: str) -> str | None:
         words = shlex.split(command)
     except ValueError:
         return None
-    for i, word in enumerate(words):
-        name, eq, value = word.partition("=")
-        if name != "--api-key":
-            continue
-        value = value if eq else (words[i + 1] if i + 1 < len(words) else "")
+    value = flag_value(words, "--api-key")
+    if value is not None:
         found = _VARIABLE.fullmatch(value)
         return found[1] if found else "LLM_BISECT_API_KEY"
     if any(w == API_KEY_ENV or w.startswith(f"{API_KEY_ENV}=") for w in words):

@@ -115,9 +115,13 @@ class Setup:
         cfg = self.config.server
         fields = server_argv(cfg)
         argvs = [list(getattr(cfg, f) or []) for f in fields if f in type(cfg).model_fields]
-        env = {**self.env, **self.config.probe.server_env, **dict(getattr(cfg, "env", {}) or {})}
         inherits = LAUNCHERS[cfg.launcher].inherits
-        return served_api_key(argvs, env, self.environ if inherits else {})
+        return served_api_key(argvs, self.server_env, self.environ if inherits else {})
+
+    @property
+    def server_env(self) -> dict[str, str]:
+        """Every launcher's servers' environment: server.env (expanded), probe.server_env."""
+        return {**self.env, **self.config.probe.server_env}
 
     @contextmanager
     def launcher(self, run_id: str, cached: bool = True) -> Iterator[Launcher]:
@@ -129,7 +133,7 @@ class Setup:
         if cache is not None:
             server = cache_mounted(server, cache.root)
         ctx = LauncherContext(
-            env={**self.env, **self.config.probe.server_env},  # every launcher's servers
+            env=self.server_env,
             environ=self.environ,
             secret_names=self.secret_names,
             base_dir=self.base_dir,
