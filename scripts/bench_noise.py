@@ -11,9 +11,17 @@ histories:
            reversal is probed again)
   plain    a plain probabilistic bisection: the rate known, the ends known, the posterior
            median probed, stop at posterior 0.99 (Horstein; it checks the harness)
-  auto     the posterior search as shipped (`search.flake: auto`: the rate unknown to it)
-  known    the posterior search told the rate (`search.flake: 0.1`; `sticky`: 0.05, as plain;
+  auto     the posterior search as shipped (`search.flake: auto`: the rate unknown to it),
+           with its confirmation as shipped (`confirm: true`): the search stops where the
+           culprit's revert and pick, if they agree, carry it to 0.99; the trials are weighed
+           and the search goes on if they do not; a culprit named after that is confirmed
+           again on new starts, and one not confirmed then is no answer (services/stages.py)
+  known    the same told the rate (`search.flake: 0.1`; `sticky`: 0.05, as plain;
            lie 0: flake 0, today's search): what not knowing the rate costs `auto`
+
+A confirmation trial is a start like any probe and is counted as one (`trials`: their mean).
+It lies at the row's rate (iid); a sticky liar is a commit, and a trial builds another tree.
+`today` and `plain` run no confirmation (today's tool runs it after its search: two starts).
 
 Each row: wrong culprits named found (%), right (%), no answer (%), mean probes and, with
 k slots, mean rounds, each with a 95 % interval (Wilson for rates, normal for means).
@@ -39,7 +47,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +55,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bisect"))
 
 from llm_bisect.model import Candidate, Verdict
-from llm_bisect.posterior import Policy
+from llm_bisect.posterior import MAX_LOOKS, Policy, Trial, next_look
 from llm_bisect.search import Answer, Mode, Plan, plan_batch
 
 
@@ -80,6 +88,8 @@ class Run:
     """The ends started (each end's first start; a search that stops at an end makes one)."""
     ends_again: int = 0
     """Starts of the ends beyond their first."""
+    trials: int = 0
+    """Confirmation trials started (in `probes`)."""
 
 
 def searched(world: World, search: str, k: int) -> Run:
@@ -90,10 +100,30 @@ def searched(world: World, search: str, k: int) -> Run:
     plan = Plan(Mode.REGRESSION, seq)
     rate = 0.05 if world.lie == "sticky" else float(world.lie)
     policy = {"today": Policy(flake=0.0), "known": Policy(flake=rate)}.get(search, Policy())
+    if not policy.exact:
+        policy = replace(policy, confirming=True)  # Config.search_policy: confirm is on
     seen: dict[str, list[Verdict]] = {}
-    probes = rounds = 0
+    probes = rounds = trials = 0
     starts: dict[int, int] = {}
-    while not isinstance(step := plan_batch(plan, seen, k, reprobe=True, policy=policy), Answer):
+    while True:
+        step = plan_batch(plan, seen, k, reprobe=True, policy=policy)
+        if isinstance(step, Answer):
+            if policy.exact or step.status.value != "found" or step.culprit is None:
+                break
+            _, go_on = next_look(policy.looks, step.culprit.commit)  # as the tool does
+            if not go_on:
+                break
+            culprit = int(step.culprit.commit, 16)
+            ok, said = _confirm(world, culprit, rng)
+            trials, rounds = trials + len(said), rounds + len(said)
+            evidence = tuple(Trial(step.culprit.commit, kind, v) for kind, v in said)
+            policy = replace(
+                policy,
+                evidence=(*policy.evidence, *evidence),
+                looks=(*policy.looks, (step.culprit.commit, ok)),
+                confirming=len(policy.looks) + 1 < MAX_LOOKS,  # services/confirm.py weigh
+            )
+            continue
         rounds += 1
         for c in step:
             i = int(c.commit, 16)
@@ -103,9 +133,32 @@ def searched(world: World, search: str, k: int) -> Run:
         if probes > 10 * world.n:
             raise SystemExit(f"stalled on {world}")
     culprit = None if step.culprit is None else int(step.culprit.commit, 16)
+    status = step.status.value
+    if status == "found" and step.culprit is not None and not policy.exact:
+        at, _ = next_look(policy.looks, step.culprit.commit)
+        if at is not None and not policy.looks[at][1]:
+            status = "ambiguous"  # services/confirm.py unconfirmed: never found unconfirmed
     ends = [starts[i] for i in (0, world.n) if i in starts]
+    right = culprit == world.culprit and status == "found"
+    return Run(status, right, probes + trials, rounds, len(ends), sum(ends) - len(ends), trials)
+
+
+def _confirm(
+    world: World, culprit: int, rng: random.Random
+) -> tuple[bool, list[tuple[str, Verdict]]]:
+    """The culprit's revert (the bad end without it: good only if it is the culprit) and,
+    when that tests good, its pick (the good end with it: bad only if it is the culprit)."""
+
+    def said(truth: Verdict) -> Verdict:
+        lies = world.lie != "sticky" and rng.random() < float(world.lie)
+        return (Verdict.GOOD if truth is Verdict.BAD else Verdict.BAD) if lies else truth
+
     right = culprit == world.culprit
-    return Run(step.status.value, right, probes, rounds, len(ends), sum(ends) - len(ends))
+    revert = said(Verdict.GOOD if right else Verdict.BAD)
+    if revert is not Verdict.GOOD:
+        return False, [("revert", revert)]
+    pick = said(Verdict.BAD if right else Verdict.GOOD)
+    return pick is Verdict.BAD, [("revert", revert), ("pick", pick)]
 
 
 def _plain(world: World, rng: random.Random) -> Run:
@@ -170,7 +223,8 @@ def row(search: str, lie: float | str, k: int, runs: Sequence[Run]) -> str:
     return (
         f"| {search} | {lie} | {k} | {100 * wrong / n:.1f} [{lo:.1f}, {hi:.1f}] | "
         f"{100 * right / n:.1f} | {100 * none / n:.1f} | {p:.1f} ± {pe:.1f} | {inner:.1f} | "
-        f"{again:.2f} | " + (f"{rd:.1f} ± {re:.1f} |" if k > 1 else "- |")
+        f"{again:.2f} | {sum(r.trials for r in runs) / n:.2f} | "
+        + (f"{rd:.1f} ± {re:.1f} |" if k > 1 else "- |")
     )
 
 
@@ -189,8 +243,8 @@ def main() -> None:
     print(f"mean ceil(log2 n) {sum(bits) / len(bits):.2f}: bisection's probes beyond the ends")
     print()
     print("| search | lie | slots | wrong, found (%) [95 %] | right (%) | no answer (%) "
-          "| probes | beyond the ends | ends again | rounds |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| probes | beyond the ends | ends again | trials | rounds |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     began = time.monotonic()
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for lie in lies:

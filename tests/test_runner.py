@@ -257,7 +257,8 @@ def test_slots_on_one_host_get_their_own_gpus_and_each_probe_records_them(
 def test_a_start_that_lies_is_outvoted_and_the_report_names_the_verdict(tmp_path: Path) -> None:
     # The third server start serves the other side's behaviour (a good build answers as a
     # bad one). Taken as a fact it moves the answer; weighed (`search.flake: auto`) it is
-    # probed again, outvoted, and named.
+    # outvoted (the search stops for the culprit's confirmation, whose trials are weighed
+    # like probes) and named.
     h = History(tmp_path, {17: "degenerate-reasoning"}, 24)
 
     def config(name: str, search: dict[str, Any]) -> tuple[Path, Path]:
@@ -283,11 +284,20 @@ def test_a_start_that_lies_is_outvoted_and_the_report_names_the_verdict(tmp_path
     liar = launched(launches)[2]
     search = result["search"]
     assert [(d["commit"], d["verdict"]) for d in search["disagreed"]] == [(liar, "bad")]
-    assert liar in search["again"] and search["flake"] == "auto"
+    assert search["flake"] == "auto" and result["confirmation"]["status"] == "confirmed"
+    trials = [(e["commit"], e["kind"], e["verdict"]) for e in search["evidence"]]
+    # the search stopped for the liar's confirmation first: its revert stays bad (weighed),
+    # then for 17's, which bears it out
+    assert trials == [(liar, "revert", "bad"), (h.shas[17], "revert", "good"),
+                      (h.shas[17], "pick", "bad")], trials  # fmt: skip
     assert result["culprit"]["posterior"] == search["posterior"] >= 0.99
     first = (out / "report.md").read_text().splitlines()[0]
     assert f"found: {h.shas[17][:12]}" in first
-    assert "(posterior 0.99" in first and "1 verdict disagreed and was probed again" in first
+    disagreed = "1 verdict disagreed" + (
+        " and was probed again" if liar in search["again"] else
+        ", outweighed with the confirmation's trials"
+    )  # fmt: skip
+    assert "(posterior 0.99" in first and disagreed in first, first
 
     code, output = invoke("report", str(out))  # from the journal: the same weighing
     assert code == 0, output
@@ -296,7 +306,9 @@ def test_a_start_that_lies_is_outvoted_and_the_report_names_the_verdict(tmp_path
     stricter, _ = config("auto", {"flake": 0.05, "confidence": 0.999})  # resumes: same verdicts
     code, output = invoke("run", str(stricter), "--out", str(out))
     assert code == 0, output
-    assert [e["search"]["flake"] for e in events(out, "search")] == [0.05]
+    # the first run's two weighed confirmations, then the new rate, their trials kept
+    assert [e["search"]["flake"] for e in events(out, "search")] == ["auto", "auto", 0.05]
+    assert events(out, "search")[-1]["search"]["evidence"] == search["evidence"]
     again = json.loads((out / "result.json").read_text())
     assert again["search"]["confidence"] == 0.999 and again["search"]["posterior"] >= 0.999
     assert again["culprit"]["commit"] == h.shas[17]

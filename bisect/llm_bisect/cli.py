@@ -730,7 +730,7 @@ def candidates_cmd(
         _, plan = plan_of(s, good, bad, find_fix)
         cfg = s.config
         cost = estimate(
-            len(plan.sequence) - 1, cfg.search.policy, slots=cfg.parallel,
+            len(plan.sequence) - 1, cfg.search_policy(find_fix), slots=cfg.parallel,
             confirm=bool(cfg.confirm), localize=cfg.localize.enabled,
             decisive=cfg.probe.early_stop,
         )  # fmt: skip

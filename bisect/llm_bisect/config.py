@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
@@ -632,6 +633,14 @@ class Config(_Strict):
     parallel: int = Field(default=1, ge=1, le=64)
     """The most probes in flight at once: k slots split the range into k+1 parts per round
     (local servers for the process launcher, containers on the engine for Docker)."""
+
+    def search_policy(self, find_fix: bool = False) -> Policy:
+        """The search's Policy for a run: `search`'s, confirming (posterior.Policy) where a
+        confirmation follows and its trials are weighed (a regression, `confirm` on)."""
+        policy = self.search.policy
+        if policy.exact or find_fix or self.confirm is False:
+            return policy
+        return replace(policy, confirming=True)
 
     @model_validator(mode="after")
     def _kinds_fit(self) -> Config:

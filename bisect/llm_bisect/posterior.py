@@ -57,6 +57,10 @@ RATE_GRID: tuple[tuple[float, float], ...] = (
 (each of false_bad and false_good alike, independently). Most runs lie rarely; the run's
 own verdicts move the weight (bench_noise.py measures the choice)."""
 
+CONFIRM_FLOOR = 0.5
+"""`Policy.confirming`: the least posterior at which the search stops for a confirmation
+(below it, a probe tells more than the two trials would)."""
+
 END_PRIOR = 0.02
 """How likely, before any verdict, each end is to be wrong (the good end already bad, the
 bad end good): small, since the user says so, but never nil, so an end that contradicts
@@ -113,7 +117,14 @@ class Policy:
     batch: str = "joint"
     """k slots: `joint` (the batch of greatest information together) or `quantiles`."""
     evidence: tuple[Trial, ...] = ()
-    """Confirmation trials weighed with the verdicts (a culprit that was not confirmed)."""
+    """Confirmation trials weighed with the verdicts."""
+    looks: tuple[tuple[str, bool], ...] = ()
+    """The confirmations weighed so far, in order: each culprit looked at and whether its
+    trials bore it out (services/stages.py Confirm; a resume goes on from them)."""
+    confirming: bool = False
+    """A confirmation follows the search and its trials are weighed (`confirm`, regression
+    mode): the search stops once a revert and a pick that agree would carry its answer to
+    the confidence (`decide`), and the answer waits for them. Off once trials are weighed."""
 
     @property
     def exact(self) -> bool:
@@ -139,6 +150,10 @@ class Policy:
         }
         if self.evidence:
             data["evidence"] = [t.to_json() for t in self.evidence]
+        if self.looks:
+            data["looks"] = [{"commit": c, "confirmed": ok} for c, ok in self.looks]
+        if self.confirming:
+            data["confirming"] = True
         return data
 
     @classmethod
@@ -158,16 +173,53 @@ class Policy:
             raise ValueError(f"max_probes {max_probes!r} is not a count")
         if batch not in ("joint", "quantiles"):
             raise ValueError(f"batch {batch!r} is not joint or quantiles")
-        evidence = data.get("evidence", [])
+        evidence, confirming = data.get("evidence", []), data.get("confirming", False)
         if not isinstance(evidence, list):
             raise ValueError(f"evidence {evidence!r} is not a list")
+        if not isinstance(confirming, bool):
+            raise ValueError(f"confirming {confirming!r} is not true or false")
         return cls(
             None if flake == "auto" else float(flake),
             confidence,
             max_probes,
             str(batch),
             tuple(Trial.from_json(t) for t in evidence),
+            _looks(data.get("looks", [])),
+            confirming,
         )
+
+
+def _looks(data: object) -> tuple[tuple[str, bool], ...]:
+    """Policy.looks as to_json wrote them; ValueError for anything else."""
+    if not isinstance(data, list):
+        raise ValueError(f"looks {data!r} is not a list")
+    looks: list[tuple[str, bool]] = []
+    for look in data:
+        commit = look.get("commit") if isinstance(look, Mapping) else None
+        ok = look.get("confirmed") if isinstance(look, Mapping) else None
+        if not isinstance(commit, str) or not isinstance(ok, bool):
+            raise ValueError(f"look {look!r} names no commit and whether it was confirmed")
+        looks.append((commit, ok))
+    return tuple(looks)
+
+
+MAX_LOOKS = 3
+"""The most confirmations of one run under the posterior search (services/stages.py): a
+culprit named first, another the search moved to, and that one's second look."""
+
+
+def next_look(looks: Sequence[tuple[str, bool]], culprit: str) -> tuple[int | None, bool]:
+    """Which confirmation the posterior search's culprit gets, from the looks weighed so far
+    (Policy.looks), and whether its trials are weighed and the search goes on after it:
+    a culprit whose last look bore it out keeps that look (weighed already); one that failed
+    twice, or a run with no look left, keeps its last look (None: it had none) and ends
+    there; else a new look, on new starts. Pure."""
+    if looks and looks[-1] == (culprit, True):
+        return len(looks) - 1, False
+    mine = [i for i, (c, _) in enumerate(looks) if c == culprit]
+    if len(mine) >= 2 or len(looks) >= MAX_LOOKS:
+        return (mine[-1] if mine else None), False
+    return len(looks), True
 
 
 EXACT = Policy(flake=0.0)
@@ -437,6 +489,9 @@ class Decision:
     """When no probe can separate the likely hypotheses: the group holding the confidence."""
     exhausted: bool = False
     """The probe budget is spent below the confidence."""
+    provisional: bool = False
+    """`answer` holds less than the confidence: its confirmation's trials, which follow,
+    would carry it there if they agree (`Policy.confirming`)."""
 
 
 def groups(n: int, pool: frozenset[int]) -> list[tuple[int, int]]:
@@ -461,10 +516,13 @@ def decide(
     k: int = 1,
     running: frozenset[int] = frozenset(),
     prefer: frozenset[int] = frozenset(),
+    closed: frozenset[int] = frozenset(),
 ) -> Decision:
     """The answer if one hypothesis (or a group no probe can split) holds the confidence, or
     the budget is spent; else up to k candidates of `pool` to probe besides those `running`,
-    those that tell most about the culprit (a candidate may be probed again)."""
+    those that tell most about the culprit (a candidate may be probed again). `closed`: the
+    candidates the search does not stop at for a confirmation (`Policy.confirming`: looked
+    at already, next_look)."""
     top = belief.top()
     if (
         belief.of(top) >= policy.confidence
@@ -472,6 +530,12 @@ def decide(
         and (top == 0 or top - 1 in pool)
     ):
         return Decision(answer=top)
+    if (
+        policy.confirming
+        and top not in closed
+        and _confirmable(belief, top, pool, policy.confidence, new)
+    ):
+        return Decision(answer=top, provisional=True)
     for first, last in groups(belief.n, pool):
         if first < last and belief.of_range(first, last) >= policy.confidence:
             return Decision(group=tuple(range(first, last + 1)))
@@ -496,6 +560,36 @@ def decide(
         choice = ready or near
         picks.append(min(choice, key=lambda gi: (-gi[0], abs(belief.cdf(gi[1]) - 0.5), gi[1]))[1])
     return Decision(probes=tuple(picks))
+
+
+def confirmed(belief: Belief, c: int, new: Verdict = Verdict.BAD) -> float:
+    """The posterior of candidate c once its revert (the new end without it) tests old and
+    its pick (the old end with it) tests new, at the rates' posterior mean: the two trials
+    tell c from every other hypothesis at once, where a probe tells c from one neighbour."""
+    rates = belief.rates
+    lie_new = rates.false_good if new is Verdict.BAD else rates.false_bad
+    lie_old = rates.false_bad if new is Verdict.BAD else rates.false_good
+    p, old_new, none = belief.of(c), belief.of(0), belief.of(belief.n)
+    rest = max(0.0, 1.0 - p - old_new - none)
+    # revert: truly old when c is the culprit or nothing changed; pick: truly new when c is
+    # the culprit or the old end was new already
+    held = p * (1 - lie_old) * (1 - lie_new)
+    total = (
+        held
+        + old_new * lie_new * (1 - lie_new)
+        + none * (1 - lie_old) * lie_old
+        + rest * lie_new * lie_old
+    )
+    return held / total if total > 0 else 0.0
+
+
+def _confirmable(
+    belief: Belief, c: int, pool: frozenset[int], confidence: float, new: Verdict
+) -> bool:
+    """Whether the search stops at c for its confirmation (`Policy.confirming`)."""
+    if not 0 < c < belief.n or c not in pool or c - 1 not in pool:
+        return False
+    return belief.of(c) >= CONFIRM_FLOOR and confirmed(belief, c, new) >= confidence
 
 
 def _options(belief: Belief, free: Sequence[int], k: int) -> list[int]:

@@ -208,8 +208,12 @@ def run(
                 journal.append("probe", outcome=outcome.to_json(), given=source, time=clock.time())
             state = read_journal(out_dir / FILENAME).state
             assert state is not None
-        elif state.policy.evidence and replace(state.policy, evidence=()) == policy:
-            policy = state.policy  # a culprit not confirmed: its trials stay weighed on resume
+        elif (weighed := _weighed_from(state.policy, policy)) is not None:
+            if weighed != state.policy:  # another flake or confidence, or `confirm` off
+                journal.append("search", search=weighed.to_json(), time=clock.time())
+            if _settings(weighed) != _settings(state.policy):
+                progress.note(f"search: verdicts weighed by {_weighed(policy)} from here on")
+            policy = weighed  # a culprit's trials stay weighed on resume
         elif state.policy != policy:
             journal.append("search", search=policy.to_json(), time=clock.time())
             progress.note(f"search: verdicts weighed by {_weighed(policy)} from here on")
@@ -253,6 +257,27 @@ def run(
     )
     written = write_outputs(out_dir, result, scrub)
     return RunResult(step, written, out_dir)
+
+
+def _weighed_from(journalled: Policy, policy: Policy) -> Policy | None:
+    """The policy a resume goes on under where the journal's has confirmations weighed into
+    it (services/stages.py Confirm): the config's, with those trials and looks kept (they are
+    evidence whatever the rate), stopping for a confirmation only where both do (`confirm`
+    may have been turned off since); None where it has none, or where `policy` carries its
+    own (the Confirm stage's, which is the newer)."""
+    if not (journalled.evidence or journalled.looks) or policy.evidence or policy.looks:
+        return None
+    return replace(
+        policy,
+        evidence=journalled.evidence,
+        looks=journalled.looks,
+        confirming=policy.confirming and journalled.confirming,
+    )
+
+
+def _settings(policy: Policy) -> Policy:
+    """What a person set of a policy (flake, confidence, budget, batch)."""
+    return replace(policy, evidence=(), looks=(), confirming=False)
 
 
 def _weighed(policy: Policy) -> str:

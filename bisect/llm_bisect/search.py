@@ -51,7 +51,17 @@ from dataclasses import dataclass, field, replace
 
 from .errors import ConfigError
 from .model import Candidate, Verdict
-from .posterior import EXACT, Belief, Decision, Policy, Rates, believe, decide, disagreeing
+from .posterior import (
+    EXACT,
+    Belief,
+    Decision,
+    Policy,
+    Rates,
+    believe,
+    decide,
+    disagreeing,
+    next_look,
+)
 from .sources import Source
 
 
@@ -354,6 +364,7 @@ def posterior_batch(
     running: frozenset[int] = frozenset(),
     old_end_known: bool = False,
     trials: Sequence[tuple[int, str, Verdict]] = (),
+    closed: frozenset[int] = frozenset(),
 ) -> list[int] | Outcome:
     """Up to `k` indices to probe now besides those `running`, or the Outcome, when verdicts
     may lie (posterior.py): every probe of each index counts, a candidate may be probed
@@ -363,7 +374,8 @@ def posterior_batch(
     the search as today. A candidate no probe could test leaves the pool; hypotheses only
     such candidates separate are one group (an ambiguous answer). `old_end_known`: index 0
     (an untested merge base) is taken as old-state. `trials`: confirmation trials weighed
-    too (posterior.believe). An empty list: wait for a running probe.
+    too (posterior.believe); `closed`: candidates not stopped at for a confirmation
+    (posterior.decide). An empty list: wait for a running probe.
     """
     if n < 2:
         raise ValueError("a search needs at least the two ends")
@@ -384,7 +396,7 @@ def posterior_batch(
     pool = frozenset(range(n)) - untestable - (frozenset({0}) if old_end_known else frozenset())
     belief = believe(n, tested, new, policy, old_end_known=old_end_known, trials=trials)
     spent = sum(len(seen) for seen in history.values())
-    decision = decide(belief, policy, new, pool, spent, k, running, prefer)
+    decision = decide(belief, policy, new, pool, spent, k, running, prefer, closed)
     if decision.probes:
         return list(decision.probes)
     if decision.answer is None and not decision.group and not decision.exhausted:
@@ -433,6 +445,12 @@ def _posterior_outcome(
         return Outcome(
             Status.NO_REGRESSION, None, (), f"{_end_name(mode, True)} tests "
             f"{mode.old_state.value}: no change in this range ({said})", belief=sure(held)
+        )  # fmt: skip
+    if decision.answer is not None and decision.provisional:
+        return Outcome(
+            Status.FOUND, top, (top - 1, top),
+            f"first {new.value} candidate found ({said}; its confirmation's trials, weighed, "
+            f"must carry it to {policy.confidence:g})", belief=sure(held)
         )  # fmt: skip
     if decision.answer is not None:
         return Outcome(
@@ -782,6 +800,13 @@ def _trials(plan: Plan, policy: Policy) -> list[tuple[int, str, Verdict]]:
     return [(index[t.commit], t.kind, t.verdict) for t in policy.evidence if t.commit in index]
 
 
+def _closed(plan: Plan, policy: Policy) -> frozenset[int]:
+    """The candidates the search does not stop at for a confirmation: each looked at whose
+    next look would not be weighed (posterior.next_look)."""
+    looked = {c for c, _ in policy.looks}
+    return _indices(plan, frozenset(c for c in looked if not next_look(policy.looks, c)[1]))
+
+
 def plan_step(
     plan: Plan,
     verdicts: Seen,
@@ -845,6 +870,7 @@ def plan_batch(
             _indices(plan, running),
             old_end_known=view.base is not None,
             trials=_trials(plan, policy),
+            closed=_closed(plan, policy),
         )
         if isinstance(found, Outcome):
             return _answer(plan, found, view)

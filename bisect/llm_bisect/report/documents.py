@@ -313,7 +313,7 @@ class Rates(_Doc):
 
 
 class TrialDoc(_Doc):
-    """A confirmation trial the search weighed as evidence (a culprit not confirmed)."""
+    """A confirmation trial the search weighed as evidence (services/stages.py Confirm)."""
 
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
     """The culprit the trial took back (`revert`, from the bad end) or made (`pick`)."""

@@ -554,7 +554,7 @@ def _confidence(doc: ResultDocument) -> list[str]:
     for trial in found.evidence:
         lines.append(
             f"- weighed as evidence: the {trial.kind} of `{trial.commit[:12]}` tested "
-            f"{trial.verdict} (a culprit's confirmation trial: it was not confirmed)"
+            f"{trial.verdict} (a confirmation trial, weighed like a probe)"
         )
     if found.settle:
         lines += [
@@ -721,7 +721,10 @@ def sureness(doc: ResultDocument) -> str:
         probed = all(d.commit in again for d in found.disagreed)
         n = len(found.disagreed)
         said += f"; {n} verdict{'s' if n != 1 else ''} disagreed"
-        said += f" and {'were' if n != 1 else 'was'} probed again" if probed else ""
+        if probed:
+            said += f" and {'were' if n != 1 else 'was'} probed again"
+        elif found.evidence:
+            said += ", outweighed with the confirmation's trials"
     return said
 
 

@@ -157,7 +157,7 @@ def _bisect(
                 return done
 
             stage_run.launcher, stage_run.search = launcher, search
-            done = search(config.search.policy)
+            done = search(config.search_policy(find_fix))
             held = with_launcher()
             for stage in held[len(before_confirm()) :]:
                 done = stage.apply(stage_run, done)

@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..journal import Journal, begin_side, side_probes
 from ..model import Candidate, Verdict
-from ..posterior import Policy, Trial as Weighed
+from ..posterior import MAX_LOOKS, Policy, Trial as Weighed
 from ..probe import ProbeContext, probe
 from ..redact import Scrub
 from ..report.documents import Confirmation, ResultDocument, TrialDoc
@@ -40,8 +40,12 @@ from ..runner import write_atomic
 from ..search import Answer, Mode, Status
 from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto, tree_of
 
-JOURNAL = "confirm.jsonl"
-AGAIN = "confirm-again.jsonl"
+
+def look_name(look: int) -> str:
+    """The folder (and, with .jsonl, the journal) of a run's look-th confirmation."""
+    return "confirm" if look == 0 else "confirm-again" if look == 1 else f"confirm-again-{look}"
+
+
 STORED = "confirmation.json"
 WHAT = {"revert": "the bad end with it reverted", "pick": "the good end with it picked"}
 VERSION = 1
@@ -103,11 +107,12 @@ def confirm(
     ctx: ProbeContext,
     note: Callable[[str], None],
     scrub: Scrub,
-    again: bool = False,
+    look: int = 0,
 ) -> Confirmation | None:
     """The `confirmation` of result.json for a run that found its culprit; None otherwise.
-    `again`: the trials run on new starts, journalled apart (confirm-again.jsonl), where a
-    first confirmation's trial may have lied (the posterior search's second look)."""
+    `look`: which of the run's confirmations (0: the first; later ones run their trials on
+    new starts, each journalled apart: confirm-again.jsonl, confirm-again-2.jsonl), where an
+    earlier trial may have lied (the posterior search's next look)."""
     if result.status is not Status.FOUND or result.culprit is None:
         return None
     if result.mode is not Mode.REGRESSION:
@@ -119,7 +124,7 @@ def confirm(
         if tree and Verdict(p.verdict) in (Verdict.GOOD, Verdict.BAD):
             probed[tree] = (p.commit, Verdict(p.verdict), p.reason)
     digest = hashlib.sha256(f"{culprit}\0{good}\0{bad}".encode()).hexdigest()[:16]
-    path = out_dir / (AGAIN if again else JOURNAL)
+    path = out_dir / f"{look_name(look)}.jsonl"
     done = side_probes(path, digest)  # another culprit's confirmation is dropped
     trials: list[Trial] = []
     with Journal(path, scrub) as journal:
@@ -149,7 +154,7 @@ def confirm(
                 what = WHAT[kind]
                 note(f"confirm: probing {what} ({made.commit[:12]})")
                 candidate = Candidate(made.commit, subject=f"{what} ({culprit[:12]})")
-                where = out_dir / ("confirm-again" if again else "confirm") / kind
+                where = out_dir / look_name(look) / kind
                 outcome = probe(candidate, where, ctx)
                 journal.append("probe", kind=kind, outcome=outcome.to_json())
             if outcome.verdict in (Verdict.GOOD, Verdict.BAD):
@@ -233,16 +238,29 @@ def _subject_of(repo: Path, commit: str) -> str:
     return done.stdout.strip()
 
 
-def weigh(policy: Policy, found: Confirmation, culprit: str) -> Policy:
-    """The search policy with a confirmation's trials as evidence: each trial that ran a
-    probe of its own (a reused tree's verdict is one of the run's probes already). Where
-    there is none, ten times the evidence instead (a verdict on the way may have lied)."""
-    trials = tuple(
+def weighed_trials(found: Confirmation, culprit: str) -> tuple[Weighed, ...]:
+    """A confirmation's trials that count as evidence: each that ran a probe of its own (a
+    reused tree's verdict is one of the run's probes already)."""
+    return tuple(
         Weighed(culprit, t.kind, Verdict(t.verdict))
         for t in found.probes
         if t.verdict is not None and t.reused is None
     )
+
+
+def weigh(policy: Policy, found: Confirmation, culprit: str, confirmed: bool = False) -> Policy:
+    """The search policy with a confirmation's trials as evidence: each trial that ran a
+    probe of its own (a reused tree's verdict is one of the run's probes already), the look
+    recorded (`Policy.looks`: the search stops for a confirmation only of a culprit whose
+    next look is weighed, and none once the looks are spent). Where a culprit was not
+    confirmed and no trial ran a probe of its own, ten times the evidence instead (a verdict
+    on the way may have lied)."""
+    trials = weighed_trials(found, culprit)
+    looks = (*policy.looks, (culprit, confirmed))
+    policy = replace(policy, looks=looks, confirming=policy.confirming and len(looks) < MAX_LOOKS)
     if not trials:
+        if confirmed:
+            return policy
         return replace(policy, confidence=1 - (1 - policy.confidence) / 10)
     return replace(policy, evidence=(*policy.evidence, *trials))
 
@@ -270,6 +288,15 @@ def second_look(result: ResultDocument, evidence: Sequence[TrialDoc]) -> str:
     first = evidence[-1].commit
     trials = ", ".join(f"{t.kind} {t.verdict}" for t in evidence if t.commit == first)
     culprit = result.culprit.commit if result.culprit is not None else None
+    bore_out = {(t.kind, t.verdict) for t in evidence if t.commit == first} == {
+        ("revert", "good"),
+        ("pick", "bad"),
+    }
+    if culprit != first and bore_out:
+        return (
+            f"{first[:12]} was named first and its trials agreed ({trials}), yet the probes "
+            "that followed them point to this one: a verdict on the way was probably wrong"
+        )
     if culprit != first:
         shown = "; ".join(
             f"{d.commit[:12]} was probed again: {', '.join(v.value for v in d.verdicts)}"

@@ -24,14 +24,22 @@ from typing import Any, Protocol
 
 from ..checks.golden import GoldenStore
 from ..config import FastConfig, argv_secrets, secret_names
-from ..journal import Journal, begin_side, side_probes
+from ..journal import FILENAME, Journal, begin_side, read_journal, side_probes
 from ..launchers import Launcher
 from ..model import Candidate, Regress, Verdict
 from ..pins import commit_bumps
-from ..posterior import Policy
+from ..posterior import Policy, next_look
 from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..redact import redact
-from ..report.documents import BumpDoc, FastDoc, PickDoc, ProbeDoc, ReachDoc, ResultDocument
+from ..report.documents import (
+    BumpDoc,
+    Confirmation,
+    FastDoc,
+    PickDoc,
+    ProbeDoc,
+    ReachDoc,
+    ResultDocument,
+)
 from ..report.result import probe_doc
 from ..runner import RunResult, write_atomic, write_outputs
 from ..search import Mode, Plan, Status
@@ -43,6 +51,7 @@ from .confirm import (
     second_look,
     unconfirmed,
     weigh,
+    weighed_trials,
     weighing,
     with_confirmation,
 )
@@ -150,8 +159,11 @@ class Fast:
 
 
 class Confirm:
-    """The culprit reverted and picked (services/confirm.py); not confirmed under the
-    posterior search, its trials are weighed and the search goes on (a second look)."""
+    """The culprit reverted and picked (services/confirm.py). Under the posterior search the
+    trials are evidence like any probe: weighed, and the search goes on where the posterior
+    then points (where the search stopped for them, they carry its culprit to the
+    confidence); a culprit it names after one look was not borne out gets a look on new
+    starts (confirm.next_look: at most three looks a run, two a culprit)."""
 
     name = "confirm"
     probes = True
@@ -161,32 +173,37 @@ class Confirm:
         if s.config.confirm is False:
             return done
         ctx = run.probe_context()
-        policy = s.config.search.policy
-        weighed_before = done.result.search.evidence if done.result.search else []
-        if weighed_before:  # resumed after a culprit was not confirmed: its trials stay
-            # weighed (the journal's policy), and the second look goes on
-            found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub, again=True)
-        else:
-            found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub)
-            was = done.answer.culprit
-            if (
-                found is not None
-                and found.status == "not-confirmed"
-                and not policy.exact
-                and was is not None
-                and run.search is not None
-            ):
-                # the trials are evidence like any probe: the culprit's posterior falls, the
-                # search goes on where it now points, and confirms what it then names on new
-                # starts (a first trial that lied is not reused)
-                weighed = weigh(policy, found, was.commit)
+        policy = _journalled(out_dir, s.config.search_policy(run.plan.mode is Mode.FIX))
+        found: Confirmation | None = None
+
+        def look(at: int) -> Confirmation | None:
+            return confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub, look=at)
+
+        while True:
+            answer = done.answer
+            culprit = answer.culprit.commit if answer.culprit is not None else None
+            if answer.status is not Status.FOUND or culprit is None:
+                break
+            if policy.exact or run.search is None:  # verdicts are facts: one look, as today
+                found = look(0)
+                break
+            at, go_on = next_look(policy.looks, culprit)
+            found = None if at is None else look(at)
+            if found is None or not go_on:
+                break
+            # the trials are evidence like any probe: weighed, the search goes on where the
+            # posterior now points (where the search stopped for them, they carry the
+            # culprit to the confidence); a later look runs on new starts
+            bore_out = found.status == "confirmed"
+            weighed = weigh(policy, found, culprit, confirmed=bore_out)
+            if not bore_out:
                 note(f"confirm: not confirmed; {weighing(weighed, policy)}")
-                done = run.search(weighed)
-                found = confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub,
-                                again=True)  # fmt: skip
+            done, policy = run.search(weighed), weighed
         evidence = done.result.search.evidence if done.result.search else []
-        if found is not None and found.status == "confirmed" and evidence:
-            why = second_look(done.result, evidence)
+        if found is not None and found.status == "confirmed" and len(policy.looks) > 1:
+            own = len(weighed_trials(found, "")) if policy.looks[-1][1] else 0
+            earlier = evidence[: len(evidence) - own]  # the looks before this one
+            why = second_look(done.result, earlier)
             note(f"confirm: {why}")
             found = found.model_copy(update={"reason": f"{found.reason}; {why}"})
             keep(out_dir, done.result, found, s.scrub)  # as `report DIR` reads it
@@ -199,6 +216,15 @@ class Confirm:
     def restore(self, done: RunResult) -> RunResult:
         answer, result = unconfirmed(done.answer, with_confirmation(done.result, done.out_dir))
         return RunResult(answer, result, done.out_dir)  # as the run ended it
+
+
+def _journalled(out_dir: Path, policy: Policy) -> Policy:
+    """The policy the run's search goes by: the journal's, where confirmations were weighed
+    into it (runner: a resume goes on under it), else `policy`."""
+    state = read_journal(out_dir / FILENAME).state
+    if state is None or not (state.policy.looks or state.policy.evidence):
+        return policy
+    return state.policy
 
 
 class Evidence:
