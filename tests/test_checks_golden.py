@@ -68,6 +68,7 @@ def test_calibrate_records_the_golden_and_the_noise_floor(tmp_path: Path, histor
     )
     assert result.exit_code == 0, result.output
     assert "calibrated over 4 runs, 2 server start(s)" in result.output
+    assert "good-vs-good: 0 of 4 runs flagged" in result.output, result.output
     data = json.loads(golden.read_text())
     assert data["commit"] == h.shas[0]
     case = data["checks"]["logprobs"]["cases"][0]

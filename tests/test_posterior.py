@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from llm_bisect.config import SearchConfig
 from llm_bisect.model import Candidate, Verdict
-from llm_bisect.posterior import END_PRIOR, Policy, Rates, believe, decide, groups
+from llm_bisect.posterior import END_PRIOR, Policy, Rates, believe, decide, groups, next_look
 from llm_bisect.report.markdown import render_markdown
 from llm_bisect.report.result import build_result
 from llm_bisect.search import Answer, Mode, Outcome, Plan, Status, plan_batch, posterior_batch
@@ -341,3 +341,50 @@ def test_a_merge_base_whose_verdicts_disagree_is_weighed_not_called_untestable()
             v = Verdict.BAD
         seen.setdefault(c.commit, []).append(v)
     assert step.status is Status.FOUND and step.culprit == seq[1], step.message
+
+
+def test_a_search_that_confirms_stops_where_agreeing_trials_carry_its_culprit() -> None:
+    # 40 candidates, verdicts that bisect to 21 and never lie: below 0.99 by probes alone
+    # (flake auto doubts them), the confirming search stops for 21's confirmation; the
+    # brute-force posterior with its revert (good) and pick (bad) weighed holds 0.99
+    n, culprit = 41, 21
+    seen: dict[int, list[Verdict]] = {}
+    confirming = Policy(confirming=True)
+    while True:
+        step = posterior_batch(n, seen, 1, Mode.REGRESSION, confirming)
+        if isinstance(step, Outcome):
+            break
+        (i,) = step
+        seen.setdefault(i, []).append(Verdict.BAD if i >= culprit else Verdict.GOOD)
+    assert step.status is Status.FOUND and step.culprit == culprit, step
+    assert step.belief is not None and step.belief.posterior < AUTO.confidence
+    assert "its confirmation's trials" in step.message
+    after = brute(
+        n, seen, Verdict.BAD, AUTO, [(21, "revert", Verdict.GOOD), (21, "pick", Verdict.BAD)]
+    )
+    assert after[culprit] >= AUTO.confidence, after[culprit]
+    # the same verdicts without a confirmation to come: the search goes on
+    assert posterior_batch(n, seen, 1, Mode.REGRESSION, AUTO) != step
+    assert isinstance(posterior_batch(n, seen, 1, Mode.REGRESSION, AUTO), list)
+    # nor does it stop for a candidate whose next look is not weighed (`closed`)
+    closed = posterior_batch(n, seen, 1, Mode.REGRESSION, confirming, closed=frozenset({21}))
+    assert isinstance(closed, list), closed
+    # and the trials, once weighed, give the answer at the confidence by themselves
+    trials = [(21, "revert", Verdict.GOOD), (21, "pick", Verdict.BAD)]
+    weighed = posterior_batch(n, seen, 1, Mode.REGRESSION, AUTO, trials=trials)
+    assert isinstance(weighed, Outcome) and weighed.culprit == culprit
+    assert weighed.belief is not None and weighed.belief.posterior >= AUTO.confidence
+
+
+def test_which_look_a_culprit_gets() -> None:
+    a, b, c = "a" * 40, "b" * 40, "c" * 40
+    assert next_look((), a) == (0, True)  # its first, weighed
+    assert next_look(((a, True),), a) == (0, False)  # borne out and weighed: that one
+    assert next_look(((a, False),), a) == (1, True)  # failed once: again, on new starts
+    assert next_look(((a, False),), b) == (1, True)  # the search moved: b's first
+    assert next_look(((a, False), (a, False)), a) == (1, False)  # failed twice: it ends
+    assert next_look(((a, False), (b, False), (b, True)), b) == (2, False)
+    assert next_look(((a, False), (b, False), (a, False)), c) == (None, False)  # none left
+    # the policy keeps them through the journal
+    policy = Policy(looks=((a, False), (b, True)), confirming=True)
+    assert Policy.from_json(json.loads(json.dumps(policy.to_json()))) == policy

@@ -331,3 +331,39 @@ def test_a_revert_trial_that_lies_is_outweighed_and_the_culprit_confirmed_on_new
     assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
     after = json.loads((out / "result.json").read_text())
     assert after["search"] == before["search"]
+
+
+def test_the_search_stops_for_its_confirmation_whose_trials_carry_the_culprit(
+    tmp_path: Path,
+) -> None:
+    # flake auto, no lie: by its probes alone the search doubts its last verdicts and probes
+    # its culprit's neighbours again; with a confirmation to follow it stops where the
+    # revert and the pick, if they agree, carry the culprit to 0.99. They do: found at the
+    # confidence, the trials in the evidence, one look, and fewer search probes than a run
+    # without confirmation spends
+    h = History(tmp_path, {9: "degenerate-content"}, 24)
+    code, output, doc, starts = run(h, tmp_path / "on", search={"flake": "auto"},
+                                    localize={"enabled": False})  # fmt: skip
+    assert code == 0, output
+    assert doc["status"] == "found" and doc["culprit"]["commit"] == h.shas[9]
+    search = doc["search"]
+    assert search["posterior"] >= 0.99 and doc["confirmation"]["status"] == "confirmed"
+    assert search["looks"] == [{"commit": h.shas[9], "confirmed": True}]
+    assert [(t["kind"], t["verdict"]) for t in search["evidence"]] == [
+        ("revert", "good"),
+        ("pick", "bad"),
+    ]
+    report = (tmp_path / "on" / "out" / "report.md").read_text()
+    said = f"confirmation 1: the search stopped for `{h.shas[9][:12]}`; its trials bore it out"
+    assert said in report, report
+    code, output, off, _ = run(h, tmp_path / "off", search={"flake": "auto"}, confirm=False,
+                               localize={"enabled": False})  # fmt: skip
+    assert code == 0 and off["culprit"]["commit"] == h.shas[9], output
+    assert len(doc["probes"]) < len(off["probes"]), (len(doc["probes"]), len(off["probes"]))
+    # `report DIR` rebuilds the same search section from the journal (look and trials)
+    out = tmp_path / "on" / "out"
+    before = json.loads((out / "result.json").read_text())
+    (out / "result.json").unlink()
+    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
+    assert json.loads((out / "result.json").read_text())["search"] == before["search"]
+    assert h.shas[9] in starts

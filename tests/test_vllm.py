@@ -10,8 +10,8 @@ their branch point). The model never closes its reasoning on one default canary 
 on every build: that must not be a false alarm.
 
 Each vLLM start is a minute of CPU, so the starts are shared: one bisection (`release`), one
-compiled run and one gate (module-scoped fixtures) serve several
-tests, and the detection table reads three of its rows from their full-suite probes. The
+compiled run, one gate and one run whose start lies (module-scoped fixtures) serve several
+tests, and the detection table reads four of its rows from their full-suite probes. The
 suite prints the count at its end (tests/conftest.py).
 """
 
@@ -59,10 +59,11 @@ CPU_STARTUP = {
 }
 CAUGHT = {
     # build: the default checks that must fail on it (all others pass); no false alarm on
-    # `refactor` (good in the bisection) nor across restarts of one build (calibrate). Three
-    # rows come from probes other tests ran with every check: `config` (the parser's bug,
-    # from a JSON file) from the bisection's evidence, `mlp-alone` from the compiled run,
-    # `rope-alone` from the gate; the other two are `check` runs of their own
+    # `refactor` nor `tokens` (good in the bisection, against a golden recorded from another
+    # build on another start). Four rows come from probes other tests ran with every check:
+    # `config` (the parser's bug, from a JSON file) from the bisection's evidence,
+    # `mlp-alone` from the compiled run, `rope-alone` from the gate, `eos-alone` from the
+    # lying run's bad end; `attn-alone` is a `check` run of its own
     "config": {"canary", "expect", "eval"},
     "rope-alone": {"logprobs"},
     "mlp-alone": {"logprobs"},
@@ -184,6 +185,9 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     assert any(UNCLOSED in w and "has no content" in w for w in result["warnings"]), result
     golden = json.loads((out / "golden.json").read_text())
     assert golden["version"] == 2 and golden["commit"] == shas["doc2"]
+    case = golden["checks"]["logprobs"]["cases"][0]  # what real vLLM returned for the golden
+    assert case["token_ids"] and case["prompt_token_ids"], "return_token_ids was honoured"
+    assert len(case["teacher"]) == len(case["token_ids"]), "prompt_logprobs scored the golden"
     sea = next(c for c in golden["checks"]["canary"]["cases"] if c["prompt"] == UNCLOSED)
     assert sea["content"] is None and sea["reasoning"]
     report = (out / "report.md").read_text()
@@ -271,7 +275,11 @@ def said(checks: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def test_detection_table_of_real_code_bugs(
-    bed: dict[str, Any], release: dict[str, Any], compiled: dict[str, Any], gate: dict[str, Any]
+    bed: dict[str, Any],
+    release: dict[str, Any],
+    compiled: dict[str, Any],
+    gate: dict[str, Any],
+    lying: dict[str, Any],
 ) -> None:
     shas, root = bed["shas"], bed["root"]
     golden = release["out"] / "golden.json"
@@ -290,30 +298,33 @@ def test_detection_table_of_real_code_bugs(
     table["rope-alone"] = said(probe["checks"])
     logprobs = next(c for c in probe["checks"] if c["name"] == "logprobs")
     assert "top-5 alternatives" in logprobs["evidence"]
+    result = json.loads((lying["out"] / "result.json").read_text())
+    (eos,) = [p for p in result["probes"] if p["commit"] == shas["eos-alone"]]
+    table["eos-alone"] = said(eos["checks"])
+    # every answer runs on to its budget, where the good build's ended
+    checks = {c["name"]: json.dumps(c) for c in eos["checks"] if c["name"] in DEFAULT_CHECKS}
+    assert "the golden's output ends there, this one goes on" in checks.pop("logprobs")
+    for name, check in checks.items():
+        assert "did not finish where the good build did in" in check, (name, check)
     whole = root / "whole.yaml"  # every check runs: this table is about what each catches
     data = yaml.safe_load(bed["config"].read_text())
     whole.write_text(yaml.safe_dump({**data, "probe": {"early_stop": False}}))
-    for build in ("attn-alone", "eos-alone"):
-        out = root / f"check-{build}"
-        code, output = invoke(
-            "check", str(whole), "--candidate", shas[build], "--golden", str(golden),
-            "--out", str(out),
-        )  # fmt: skip
-        table[build] = dict(re.findall(r"^  (\w+): (pass|FAIL)", output, re.M))
-        found = re.search(r"ready in .*", output)
-        timings[build] = found.group(0) if found else ""
-        assert code == 1, output
-        # where the wait until ready went, from vLLM's own lines (eager: nothing compiled)
-        probe = json.loads((out / "probe.json").read_text())
-        phases = [p["name"] for p in probe["startup"]["phases"]]
-        assert phases == ["imports", "config", "engine", "weights", "kv_cache", "warmup", "api"]
-        assert probe["startup"]["phases"][-1]["end"] == probe["timings"]["ready"]
-        assert probe["startup"]["compile_cache"] == "" and "weights" in probe["startup"]["reported"]
-        if build == "eos-alone":  # every answer runs on to its budget, where the good build's ended
-            checks = {c["name"]: json.dumps(c) for c in probe["checks"]}
-            assert "the golden's output ends there, this one goes on" in checks.pop("logprobs")
-            for name, check in checks.items():
-                assert "did not finish where the good build did in" in check, (name, check)
+    build = "attn-alone"
+    out = root / f"check-{build}"
+    code, output = invoke(
+        "check", str(whole), "--candidate", shas[build], "--golden", str(golden),
+        "--out", str(out),
+    )  # fmt: skip
+    table[build] = dict(re.findall(r"^  (\w+): (pass|FAIL)", output, re.M))
+    found = re.search(r"ready in .*", output)
+    timings[build] = found.group(0) if found else ""
+    assert code == 1, output
+    # where the wait until ready went, from vLLM's own lines (eager: nothing compiled)
+    probe = json.loads((out / "probe.json").read_text())
+    phases = [p["name"] for p in probe["startup"]["phases"]]
+    assert phases == ["imports", "config", "engine", "weights", "kv_cache", "warmup", "api"]
+    assert probe["startup"]["phases"][-1]["end"] == probe["timings"]["ready"]
+    assert probe["startup"]["compile_cache"] == "" and "weights" in probe["startup"]["reported"]
     for build, caught in CAUGHT.items():
         assert set(table[build]) == set(DEFAULT_CHECKS), (build, table[build])
         failed = {name for name, verdict in table[build].items() if verdict == "FAIL"}
@@ -394,24 +405,20 @@ def test_a_changed_forward_compiles_anew_with_a_shared_cache(
     assert "by the run's own probes only" in confirmation["reason"], confirmation
 
 
-def test_a_start_that_lies_once_is_outvoted_and_named_on_real_vllm(bed: dict[str, Any]) -> None:
-    """The release branch's `tokens` (good) .. `config` (bad): the first start of `tokens`
-    serves `config`'s build (tests/vllm/lie_once.py), so believed, it would move the answer
-    to `tokens` (as `search.flake: 0` does). The posterior search, told a lie rate of 0.05
-    (`search.flake: 0.05`), probes `tokens` again until one culprit holds 0.99, names
-    `config`, and says which verdict disagreed. Canary and expect only, each probe running
-    both (no evidence stage to add a start): six vLLM starts (the ends, `tokens` four
-    times). `flake: auto` learns the rate as well and costs two starts more here: its
-    lying starts are the simulator's (tests/test_runner.py, tests/test_services_confirm.py)."""
+@pytest.fixture(scope="module")
+def lying(bed: dict[str, Any]) -> dict[str, Any]:
+    """`refactor` (good) .. `eos-alone` (bad) on the EOS bug's branch, every check on every
+    probe (the detection table reads eos-alone's row from its bad end): the first start of
+    `eos-doc`, between them, serves `eos-alone`'s build (tests/vllm/lie_once.py). Six vLLM
+    starts (the ends, `eos-doc` four times)."""
     shas, root = bed["shas"], bed["root"]
     data = yaml.safe_load(bed["config"].read_text())
     state = root / "lied"
     head, *rest = data["server"]["command"]
-    data["server"]["command"] = [head, str(HERE / "lie_once.py"), str(state), shas["tokens"],
-                                 shas["config"], "{commit}", *rest]  # fmt: skip
+    data["server"]["command"] = [head, str(HERE / "lie_once.py"), str(state), shas["eos-doc"],
+                                 shas["eos-alone"], "{commit}", *rest]  # fmt: skip
     data.update(
-        candidates={**data["candidates"], "good": shas["refactor"], "bad": shas["config"]},
-        checks=[{"type": "canary"}, {"type": "expect"}],
+        candidates={**data["candidates"], "good": shas["refactor"], "bad": shas["eos-alone"]},
         probe={"early_stop": False},
         search={"flake": 0.05},
         confirm=False,
@@ -421,32 +428,30 @@ def test_a_start_that_lies_once_is_outvoted_and_named_on_real_vllm(bed: dict[str
     config.write_text(yaml.safe_dump(data))
     out = root / "lying"
     code, output = invoke("run", str(config), "--out", str(out))
+    return {"out": out, "state": state, "code": code, "output": output}
+
+
+def test_a_start_that_lies_once_is_outvoted_and_named_on_real_vllm(
+    bed: dict[str, Any], lying: dict[str, Any]
+) -> None:
+    """The first start of `eos-doc` serves the bad build, so believed, it would move the
+    answer to `eos-doc` (as `search.flake: 0` does). The posterior search, told a lie rate of
+    0.05 (`search.flake: 0.05`), probes `eos-doc` again until one culprit holds 0.99, names
+    `eos-alone`, and says which verdict disagreed (no confirmation: no start beyond the
+    search's). `flake: auto` learns the rate as well and costs more starts here: its lying
+    starts are the simulator's (tests/test_runner.py, tests/test_services_confirm.py)."""
+    shas, out, code, output = bed["shas"], lying["out"], lying["code"], lying["output"]
     assert code == 0, output
-    assert state.read_text().startswith(shas["tokens"]), "the start lied"
+    assert lying["state"].read_text().startswith(shas["eos-doc"]), "the start lied"
     result = json.loads((out / "result.json").read_text())
-    assert result["status"] == "found" and result["culprit"]["commit"] == shas["config"], output
+    assert result["status"] == "found" and result["culprit"]["commit"] == shas["eos-alone"], output
     assert result["culprit"]["posterior"] >= 0.99, result["search"]
-    said = [p["verdict"] for p in result["probes"] if p["commit"] == shas["tokens"]]
+    said = [p["verdict"] for p in result["probes"] if p["commit"] == shas["eos-doc"]]
     assert said[0] == "bad" and said.count("good") >= 1, said
     disagreed = result["search"]["disagreed"]
-    assert [d["commit"] for d in disagreed] == [shas["tokens"]], disagreed
+    assert [d["commit"] for d in disagreed] == [shas["eos-doc"]], disagreed
     first = (out / "report.md").read_text().splitlines()[0]
     assert "verdict" in first and "disagreed" in first and "posterior" in first, first
-
-
-def test_calibrate_on_real_vllm_flags_no_good_run(bed: dict[str, Any]) -> None:
-    shas, root = bed["shas"], bed["root"]
-    code, output = invoke(
-        "calibrate", str(bed["config"]), "--candidate", shas["base"], "--runs", "2",
-        "--restarts", "0", "--out", str(root / "cal"), "-o", str(root / "cal-golden.json"),
-    )  # fmt: skip
-    assert code == 0, output
-    # one start (restarts: the simulator's tests in test_services_golden.py)
-    assert "good-vs-good: 0 of 2 runs flagged" in output, output
-    golden = json.loads((root / "cal-golden.json").read_text())
-    case = golden["checks"]["logprobs"]["cases"][0]
-    assert case["token_ids"] and case["prompt_token_ids"], "return_token_ids was honoured"
-    assert len(case["teacher"]) == len(case["token_ids"]), "prompt_logprobs scored the golden"
 
 
 def test_localize_names_the_one_mlp_that_reads_the_wrong_channels(bed: dict[str, Any]) -> None:
@@ -549,8 +554,9 @@ def gate(bed: dict[str, Any]) -> Iterator[dict[str, Any]]:
 def test_gate_on_real_vllm_blocks_a_rope_bug(bed: dict[str, Any], gate: dict[str, Any]) -> None:
     """The golden recorded, then the candidate blocked on logprobs while lm-eval passes;
     the report names the real server command. (A change that is allowed: the gate's
-    simulator tests in tests/test_gate.py; no false alarm on real vLLM: `refactor` good in
-    the bisection, good-vs-good in calibrate.)"""
+    simulator tests in tests/test_gate.py; no false alarm on real vLLM: `refactor` and
+    `tokens` good in the bisection, `refactor` the lying run's good end. `calibrate`'s
+    good-vs-good runs on the simulator, tests/test_checks_golden.py.)"""
     shas, root, golden = bed["shas"], bed["root"], gate["golden"]
     code, output, seconds = gate["code"], gate["output"], gate["seconds"]
     assert code == 1 and f"\nblock: {shas['rope-alone']}" in output, output

@@ -21,7 +21,8 @@ and each bug alone on a branch off `refactor`, for the detection table:
     parser  the reasoning parser looks for the start token where the end token belongs:
             every answer stays in the reasoning channel, content null
     eos     the sampling parameters keep the EOS token only when told to ignore it: every
-            answer runs on to its budget
+            answer runs on to its budget (after `eos-doc`, a comment: the lying start's
+            candidate between `refactor` and `eos-alone`)
     benign  a refactor of LlamaMLP.forward that changes nothing (`refactor`)
     doc     docstrings only (`doc`)
     csrc    a change to a compiled source: no overlay can build it
@@ -147,6 +148,14 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
             "        if self.start_token not in model_output:\n",
         ),
     ],
+    "eosdoc": [
+        (
+            SAMPLING,
+            "        if not self.ignore_eos:\n            self._eos_token_id = eos_token_id\n",
+            "        # the EOS token stops generation unless told to ignore it\n"
+            "        if not self.ignore_eos:\n            self._eos_token_id = eos_token_id\n",
+        ),
+    ],
     "eos": [
         (
             SAMPLING,
@@ -190,6 +199,7 @@ SUBJECTS = {
     "mlp1": "[Perf] Reuse the input buffer of the second layer's MLP",
     "attn": "[Kernel] Fold the attention scale into the query",
     "csrc": "[Kernel] Tune the CPU attention tile size",
+    "eosdoc": "[Doc] Say when the EOS token stops generation",
     "eos": "[Misc] Set the EOS token in one place in update_from_generation_config",
     "layer": "[Refactor] Read the residual branch once in LlamaDecoderLayer.forward",
     "between": "[Spec Decode] Build the aux hidden states in place",
@@ -261,6 +271,8 @@ def make_bed(repo: Path) -> dict[str, str]:
         shas[f"{bug}-alone"] = _commit(repo, bug, date + 60)
         _git(repo, "checkout", "-q", "main")
     _git(repo, "checkout", "-q", "-b", "bug-eos", shas["refactor"])
+    _edit(repo, "eosdoc")  # a commit before the bug: the lying start's (test_vllm.py)
+    shas["eos-doc"] = _commit(repo, "eosdoc", date + 80)
     _edit(repo, "eos")
     shas["eos-alone"] = _commit(repo, "eos", date + 90)
     _git(repo, "checkout", "-q", "main")

@@ -321,11 +321,20 @@ class TrialDoc(_Doc):
     verdict: Literal["good", "bad"]
 
 
+class LookDoc(_Doc):
+    """One confirmation of the posterior search (services/stages.py Confirm), in order."""
+
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    """The culprit the search named and stopped for."""
+    confirmed: bool
+    """Whether its trials bore it out (the revert fixed the bad end, the pick broke the good)."""
+
+
 class SearchDoc(_Doc, AddedLater):
     """The posterior search (`search.flake` other than 0): how verdicts were weighed, and
     how sure the answer is."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("evidence",)
+    added_later: ClassVar[tuple[str, ...]] = ("evidence", "looks")
 
     flake: float | Literal["auto"]
     """The lie rate the search assumed; `auto`: learnt from the run's verdicts."""
@@ -350,8 +359,12 @@ class SearchDoc(_Doc, AddedLater):
     settle: list[str] = Field(default_factory=list)
     """When ambiguous: the candidates probing next would tell most about."""
     evidence: list[TrialDoc] = Field(default_factory=list)
-    """Confirmation trials weighed with the verdicts: a culprit named earlier and not
-    confirmed (its revert stayed bad) lowered its own posterior, and the search went on."""
+    """Confirmation trials weighed with the verdicts, like probes: the answer's own, which
+    carry it to the confidence, and those of a culprit named earlier and not confirmed (its
+    revert stayed bad), which lowered its posterior and sent the search on."""
+    looks: list[LookDoc] = Field(default_factory=list)
+    """The confirmations the search stopped for, in order: each culprit looked at and whether
+    its trials bore it out (at most three a run, two a culprit)."""
 
 
 class LeftOut(_Doc):

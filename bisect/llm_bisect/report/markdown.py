@@ -556,6 +556,11 @@ def _confidence(doc: ResultDocument) -> list[str]:
             f"- weighed as evidence: the {trial.kind} of `{trial.commit[:12]}` tested "
             f"{trial.verdict} (a confirmation trial, weighed like a probe)"
         )
+    for n, look in enumerate(found.looks, 1):
+        outcome = "bore it out" if look.confirmed else "did not bear it out"
+        lines.append(
+            f"- confirmation {n}: the search stopped for `{look.commit[:12]}`; its trials {outcome}"
+        )
     if found.settle:
         lines += [
             "",

@@ -18,6 +18,7 @@ from .documents import (
     CheckDoc,
     Context,
     Disagreed,
+    LookDoc,
     ProbeDoc,
     Rates,
     ResultDocument,
@@ -191,6 +192,7 @@ def search_doc(answer: Answer, probes: Sequence[ProbeOutcome], policy: Policy) -
         probes=sure.probes,
         settle=list(sure.settle),
         evidence=[TrialDoc.model_validate(t.to_json()) for t in policy.evidence],
+        looks=[LookDoc(commit=c, confirmed=ok) for c, ok in policy.looks],
     )
 
 
