@@ -28,7 +28,7 @@ import yaml
 from typer.testing import CliRunner
 
 from helpers import History, wait_until, write_config
-from kubeapi import KUBERNETES_VERSION, Fault, StandIn, lws_schema
+from kubeapi import KUBERNETES_VERSION, Fault, StandIn, expand, lws_schema
 from llm_bisect.cli import cli
 from llm_bisect.config import load_config
 from llm_bisect.launchers.kubernetes import (
@@ -127,6 +127,40 @@ def test_the_job_validates_against_the_api_schema_and_holds_what_a_gpu_probe_nee
     assert labels[MANAGED_BY] == "llm-bisect" and labels[COMMIT_LABEL] == SHA
     assert job["metadata"]["annotations"][OWNER_ANNOTATION] == "gpu-node-7:4242:987654"
     assert spec["template"]["metadata"]["labels"] == labels
+
+
+def test_a_dollar_in_the_command_args_or_env_reaches_the_server_as_written() -> None:
+    # the kubelet expands `$(VAR)` in a container's command, args and env values and reads
+    # `$$` as `$`: a word the user wrote must reach vLLM unchanged (a JSON override holding
+    # `$(HOME)`, a price in a name), whether the pod is one Job's or a group's
+    written = ["--served-model-name", "kimi-$(HOME)-costs-$$5", "--port", "{port}"]
+    env = {"HOME": "/root", "PATH": "/usr/bin"}
+    cfg = k8s_config(args=written, entrypoint=["vllm", "serve", "$(PATH)"])
+    job = manifest(cfg, PROMPT_NOTE="$(HOME)/$$")
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    (server,) = job["spec"]["template"]["spec"]["containers"]
+    assert [expand(a, env) for a in server["args"]] == [*written[:3], "8000"]
+    assert [expand(a, env) for a in server["command"]] == ["vllm", "serve", "$(PATH)"]
+    (note,) = [e for e in server["env"] if e["name"] == "PROMPT_NOTE"]
+    assert expand(note["value"], env) == "$(HOME)/$$"
+    # a group's pods: the same words, as the shell or LWS's pods get them
+    two = glm_config(args=[*glm_config().args, *written[:2]])
+    for kind in ("leaderworkerset", "indexed-job"):
+        pods = [
+            m["spec"]["template"]["spec"] if m["kind"] == "Job" else template["spec"]
+            for m in group(two, kind)
+            if m["kind"] != "Service"
+            for template in (
+                [m["spec"]["leaderWorkerTemplate"]["leaderTemplate"]]
+                if m["kind"] == "LeaderWorkerSet"
+                else [None]
+            )
+        ]
+        assert pods, kind
+        for pod in pods:
+            server = pod["containers"][0]
+            words = [expand(w, env) for w in [*server.get("command", []), *server.get("args", [])]]
+            assert any(written[1] in w for w in words), (kind, words)
 
 
 def test_a_host_path_cache_and_no_gpus_validate_too() -> None:

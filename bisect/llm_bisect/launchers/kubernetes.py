@@ -314,6 +314,12 @@ def _metadata(
     }
 
 
+def literal(word: str) -> str:
+    """A word of a container's command, args or env value as the kubelet passes it on as
+    written: it expands `$(VAR)` there and reads `$$` as `$`. Pure."""
+    return word.replace("$", "$$")
+
+
 def pod_spec(
     cfg: KubernetesServerConfig,
     *,
@@ -327,7 +333,7 @@ def pod_spec(
     """The pod of a probe (one node's): its server container, volumes, placement. `args`
     and `command` as the kubelet takes them (filled); default: none, the image's. Pure."""
     variables: list[dict[str, Any]] = [
-        {"name": k, "value": v}
+        {"name": k, "value": literal(v)}
         for k, v in sorted({**env, **(instrument.env if instrument else {})}.items())
     ]
     variables += [dict(v) for v in extra_env]
@@ -436,8 +442,8 @@ def job_manifest(
         image=image,
         env=env,
         instrument=instrument,
-        args=[*(fill(a, values) for a in cfg.args), *extra_args],
-        command=cfg.entrypoint,
+        args=[*(fill(literal(a), values) for a in cfg.args), *map(literal, extra_args)],
+        command=[literal(e) for e in cfg.entrypoint] if cfg.entrypoint else None,
     )
     return {
         "apiVersion": "batch/v1",
@@ -463,9 +469,7 @@ def _node_words(
     kubelet expands; a `$` of the user's written `$$` (the kubelet's escape), so that it
     reaches the server as written."""
     filled = {**values, **RUNTIME[group], "nnodes": str(cfg.nodes)}
-    return [fill(a.replace("$", "$$"), filled) for a in args] + [
-        e.replace("$", "$$") for e in extra
-    ]
+    return [fill(literal(a), filled) for a in args] + [literal(e) for e in extra]
 
 
 def node_script(head: Sequence[str], worker: Sequence[str]) -> str:
@@ -513,7 +517,7 @@ def group_manifests(
     head = _node_words(cfg, group, cfg.args, values, extra)
     worker_args = cfg.worker_args if cfg.worker_args is not None else cfg.args
     worker = _node_words(cfg, group, worker_args, values, extra)
-    entrypoint = [e.replace("$", "$$") for e in cfg.entrypoint]
+    entrypoint = [literal(e) for e in cfg.entrypoint]
     meta = _metadata(cfg, name, labels, owner)
     if group == "leaderworkerset":
         templates = {}
