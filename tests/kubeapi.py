@@ -259,7 +259,7 @@ class StandIn:
             self._server.server_close()
             thread.join()
             for c in self.client.containers.list(
-                all=True, filters={"label": f"{STANDIN_LABEL}={self.id}"}
+                all=True, filters={"label": f"{STANDIN_LABEL}={self.id}"}, ignore_removed=True
             ):
                 with suppress(docker.errors.DockerException):
                     c.remove(force=True)
@@ -267,8 +267,12 @@ class StandIn:
                 self.client.networks.get(self.network).remove()
 
     def running_containers(self) -> list[Any]:
-        """The stand-in's containers still running (pods' servers)."""
-        return list(self.client.containers.list(filters={"label": f"{STANDIN_LABEL}={self.id}"}))
+        """The stand-in's containers still running (pods' servers); one removed while they
+        are listed is not (docker lists, then inspects each: a 404 in between)."""
+        found = self.client.containers.list(
+            filters={"label": f"{STANDIN_LABEL}={self.id}"}, ignore_removed=True
+        )
+        return list(found)
 
     # -- the store ---------------------------------------------------------------------
 
