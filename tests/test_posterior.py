@@ -382,9 +382,11 @@ def test_which_look_a_culprit_gets() -> None:
     assert next_look(((a, True),), a) == (0, False)  # borne out and weighed: that one
     assert next_look(((a, False),), a) == (1, True)  # failed once: again, on new starts
     assert next_look(((a, False),), b) == (1, True)  # the search moved: b's first
-    assert next_look(((a, False), (a, False)), a) == (1, False)  # failed twice: it ends
+    assert next_look(((a, False), (a, False)), a) == (2, True)  # a third look
+    assert next_look(((a, False),) * 3, a) == (2, False)  # failed three times: it ends
     assert next_look(((a, False), (b, False), (b, True)), b) == (2, False)
-    assert next_look(((a, False), (b, False), (a, False)), c) == (None, False)  # none left
+    five = ((a, False), (b, False), (a, False), (b, False), (a, False))
+    assert next_look(five, c) == (None, False)  # none left
     # the policy keeps them through the journal
     policy = Policy(looks=((a, False), (b, True)), confirming=True)
     assert Policy.from_json(json.loads(json.dumps(policy.to_json()))) == policy

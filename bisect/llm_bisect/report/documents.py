@@ -364,7 +364,7 @@ class SearchDoc(_Doc, AddedLater):
     revert stayed bad), which lowered its posterior and sent the search on."""
     looks: list[LookDoc] = Field(default_factory=list)
     """The confirmations the search stopped for, in order: each culprit looked at and whether
-    its trials bore it out (at most three a run, two a culprit)."""
+    its trials bore it out (at most five a run, three a culprit)."""
 
 
 class LeftOut(_Doc):

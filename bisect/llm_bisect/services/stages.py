@@ -163,7 +163,7 @@ class Confirm:
     trials are evidence like any probe: weighed, and the search goes on where the posterior
     then points (where the search stopped for them, they carry its culprit to the
     confidence); a culprit it names after one look was not borne out gets a look on new
-    starts (confirm.next_look: at most three looks a run, two a culprit)."""
+    starts (posterior.next_look: at most five looks a run, three a culprit)."""
 
     name = "confirm"
     probes = True
