@@ -92,6 +92,14 @@ def test_a_revert_that_does_not_apply_cannot_confirm_and_costs_no_probe(tmp_path
     assert "sim-engine.json: the change does not apply here (a conflict)" in found["reason"]
     assert [p["commit"] for p in found["probes"]] == [None, None]
     assert set(launches) == {p["commit"] for p in doc["probes"]}  # the run's commits only
+    # the posterior search stopped for trials that cannot run: it goes on by its probes to
+    # the confidence, and says so (no look weighed)
+    code, output, doc, launches = run(h, tmp_path / "auto", search={"flake": "auto"})
+    assert code == 0 and doc["culprit"]["commit"] == h.shas[5], output
+    assert doc["confirmation"]["status"] == "cannot-confirm"
+    assert doc["search"]["posterior"] >= 0.99 and doc["culprit"]["posterior"] >= 0.99
+    assert not doc["search"].get("looks") and not doc["search"].get("evidence")
+    assert set(launches) == {p["commit"] for p in doc["probes"]}
 
 
 def test_confirm_false_spends_nothing(tmp_path: Path) -> None:

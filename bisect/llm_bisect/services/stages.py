@@ -183,6 +183,7 @@ class Confirm:
             answer = done.answer
             culprit = answer.culprit.commit if answer.culprit is not None else None
             if answer.status is not Status.FOUND or culprit is None:
+                found = None  # no culprit: no confirmation of one (as `report DIR` reads it)
                 break
             if policy.exact or run.search is None:  # verdicts are facts: one look, as today
                 found = look(0)
@@ -190,6 +191,13 @@ class Confirm:
             at, go_on = next_look(policy.looks, culprit)
             found = None if at is None else look(at)
             if found is None or not go_on:
+                break
+            if found.status == "cannot-confirm":  # no trial can run: none to weigh
+                if policy.confirming:  # it stopped for them: it goes on to the confidence
+                    policy = replace(policy, confirming=False)
+                    done = run.search(policy)
+                    now = done.answer.culprit
+                    found = found if now is not None and now.commit == culprit else None
                 break
             # the trials are evidence like any probe: weighed, the search goes on where the
             # posterior now points (where the search stopped for them, they carry the
@@ -203,10 +211,11 @@ class Confirm:
         if found is not None and found.status == "confirmed" and len(policy.looks) > 1:
             own = len(weighed_trials(found, "")) if policy.looks[-1][1] else 0
             earlier = evidence[: len(evidence) - own]  # the looks before this one
-            why = second_look(done.result, earlier)
-            note(f"confirm: {why}")
-            found = found.model_copy(update={"reason": f"{found.reason}; {why}"})
-            keep(out_dir, done.result, found, s.scrub)  # as `report DIR` reads it
+            if earlier:  # (a look whose trials reused the run's probes weighed none)
+                why = second_look(done.result, earlier)
+                note(f"confirm: {why}")
+                found = found.model_copy(update={"reason": f"{found.reason}; {why}"})
+                keep(out_dir, done.result, found, s.scrub)  # as `report DIR` reads it
         if found is None:
             return done
         confirmed = done.result.model_copy(update={"confirmation": found})
