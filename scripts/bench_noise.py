@@ -113,8 +113,7 @@ def searched(world: World, search: str, k: int) -> Run:
             _, go_on = next_look(policy.looks, step.culprit.commit)  # as the tool does
             if not go_on:
                 break
-            culprit = int(step.culprit.commit, 16)
-            ok, said = _confirm(world, culprit, rng)
+            ok, said = _confirm(world, int(step.culprit.commit, 16), rng)
             trials, rounds = trials + len(said), rounds + len(said)
             evidence = tuple(Trial(step.culprit.commit, kind, v) for kind, v in said)
             policy = replace(
