@@ -81,6 +81,16 @@ def test_calibrate_records_the_golden_and_the_noise_floor(tmp_path: Path, histor
     assert data["calibration"]["runs"] == 4
     assert data["calibration"]["logprobs"]["max_abs_delta"] == 0.0  # the simulator is deterministic
     assert "logprobs.max_abs_delta <= 0.1  (calibration (0.0000 x 3))" in result.output
+    # its restart read the good build good: the posterior search (flake auto) of a run judged
+    # by this golden weighs that as it weighs its own verdicts (the journal's policy says it)
+    assert data["calibration"]["flagged_restarts"] == 0
+    out = tmp_path / "run"
+    config = h.config(golden=str(golden), search={"flake": "auto"}, localize=False)
+    ran = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert ran.exit_code == 0, ran.output
+    (begun,) = [e for e in map(json.loads, (out / "journal.jsonl").read_text().splitlines())
+                if e["event"] == "run"]  # fmt: skip
+    assert begun["search"]["calibrated"] == [0, 1], begun["search"]
 
 
 def test_detection_table_on_the_simulator(tmp_path: Path, history: Any) -> None:

@@ -390,3 +390,14 @@ def test_which_look_a_culprit_gets() -> None:
     # the policy keeps them through the journal
     policy = Policy(looks=((a, False), (b, True)), confirming=True)
     assert Policy.from_json(json.loads(json.dumps(policy.to_json()))) == policy
+
+
+def test_calibrate_s_restarts_weigh_the_rate_a_good_build_reads_bad() -> None:
+    def false_bad(policy: Policy) -> float:
+        return sum(w * r.false_bad for r, w in policy.grid())
+
+    clean, flagged = Policy(calibrated=(0, 6)), Policy(calibrated=(3, 6))
+    assert false_bad(clean) < false_bad(AUTO) < false_bad(flagged)
+    assert sum(w for _, w in flagged.grid()) == pytest.approx(1.0)
+    assert Policy.from_json(json.loads(json.dumps(flagged.to_json()))) == flagged
+    assert Policy(flake=0.05, calibrated=(3, 6)).grid() == Policy(flake=0.05).grid()  # known

@@ -6,7 +6,7 @@ import pytest
 
 from llm_bisect.model import CheckResult, Regress, Stage, Verdict
 from llm_bisect.redact import redact
-from llm_bisect.verdict import combine_repeats, decide, judge, untested
+from llm_bisect.verdict import combine_repeats, decide, judge, leaning, untested
 
 
 def test_any_failing_check_makes_it_bad_and_names_it() -> None:
@@ -64,3 +64,26 @@ def test_a_build_that_never_started_is_bad_only_under_regress_start(
     assert verdict is (Verdict.BAD if bad else Verdict.SKIP)
     assert reason.endswith("server exited with code 3 before ready")
     assert ("regress: start" in reason) == bad
+
+
+def test_an_unsure_probe_leans_where_most_repeats_went_and_the_posterior_search_weighs_that() -> (
+    None
+):
+    from llm_bisect.model import ProbeOutcome
+    from llm_bisect.posterior import Policy
+    from llm_bisect.runner import history
+
+    bad, good = (Verdict.BAD, "failed"), (Verdict.GOOD, "passed")
+    assert leaning([bad, bad, good]) is Verdict.BAD
+    assert leaning([good, bad, good]) is Verdict.GOOD
+    assert leaning([good, bad]) is None and leaning([bad, bad]) is None  # a tie; agreement
+    sha = "a" * 40
+    unsure = ProbeOutcome(sha, Verdict.UNSURE, "checks disagree across repeats: 2 of 3 bad",
+                          leaning=Verdict.BAD)  # fmt: skip
+    assert ProbeOutcome.from_json(unsure.to_json()) == unsure  # as the journal keeps it
+    # verdicts as facts: unsure stays unsure (today's search steps around it); weighed: the
+    # one start's repeats together are one observation, what most of them said
+    assert history([unsure]) == {sha: [Verdict.UNSURE]}
+    assert history([unsure], Policy()) == {sha: [Verdict.BAD]}
+    tie = ProbeOutcome(sha, Verdict.UNSURE, "checks disagree across repeats: 1 of 2 bad")
+    assert history([tie], Policy()) == {sha: [Verdict.UNSURE]}  # carries nothing

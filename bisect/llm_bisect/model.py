@@ -233,6 +233,9 @@ class ProbeOutcome:
     failed_at: Stage | None = None
     """Where the probe stopped short (no artifact, no launch, never ready, crashed in checks);
     None when its checks ran to a verdict."""
+    leaning: Verdict | None = None
+    """`unsure`: what most of its repeats said (good or bad; None on a tie). The repeats ran
+    on one server: together one observation, which the posterior search weighs."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.fingerprint, Fingerprint):  # the facts as a plain mapping
@@ -254,6 +257,8 @@ class ProbeOutcome:
             data["not_run"] = list(self.not_run)
         if self.failed_at is not None:
             data["failed_at"] = self.failed_at.value
+        if self.leaning is not None:
+            data["leaning"] = self.leaning.value
         return data
 
     @property
@@ -274,6 +279,7 @@ class ProbeOutcome:
             startup=_startup(data.get("startup")),
             not_run=tuple(str(name) for name in data.get("not_run", ())),
             failed_at=Stage(data["failed_at"]) if data.get("failed_at") else None,
+            leaning=Verdict(data["leaning"]) if data.get("leaning") else None,
         )
 
 

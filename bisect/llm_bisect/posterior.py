@@ -8,10 +8,12 @@ first in the new state, and the probe(s) that would tell most, out. Pure: no I/O
 A probe of candidate i truly shows the new state iff i >= c. A verdict lies at a rate that
 depends on what the build truly is: a good build reads bad with `false_bad`, a bad one reads
 good with `false_good` (a flaky start makes a bad build look good more often than the
-reverse). Every server start is one observation; `skip` and `unsure` carry none. The rates
-are known (`search.flake: 0.05`) or learnt from the run itself (`auto`): a grid of rate
-pairs under a prior that favours small ones, each weighted by how well it explains every
-verdict seen — the ends probed again, re-probes that disagree.
+reverse). Every server start is one observation; `skip` carries none, an `unsure` start
+what most of its repeats said (runner.history; a tie, none). The rates are known
+(`search.flake: 0.05`) or learnt from the run itself (`auto`): a grid of rate pairs under a
+prior that favours small ones, each weighted by how well it explains every verdict seen —
+the ends probed again, re-probes that disagree, confirmation trials, and `calibrate`'s
+restarts of the good build (`Policy.calibrated`).
 
 The likelihood of c depends only on which observed candidates lie at or after it, so the
 hypotheses fall into segments between observed candidates, one likelihood each: the
@@ -121,6 +123,9 @@ class Policy:
     looks: tuple[tuple[str, bool], ...] = ()
     """The confirmations weighed so far, in order: each culprit looked at and whether its
     trials bore it out (services/stages.py Confirm; a resume goes on from them)."""
+    calibrated: tuple[int, int] = (0, 0)
+    """`calibrate`'s restarts of the good build (flagged, all): under `flake: auto` they weigh
+    the rate at which a good build's start reads bad, as the run's own verdicts do."""
     confirming: bool = False
     """A confirmation follows the search and its trials are weighed (`confirm`, regression
     mode): the search stops once a revert and a pick that agree would carry its answer to
@@ -135,7 +140,13 @@ class Policy:
         """The rate pairs considered and their prior weights (summing to 1)."""
         if self.flake is not None:
             return ((Rates(self.flake, self.flake), 1.0),)
-        return tuple((Rates(a, b), wa * wb) for (a, wa), (b, wb) in product(RATE_GRID, RATE_GRID))
+        flagged, starts = self.calibrated
+        pairs = [
+            (Rates(a, b), wa * wb * a**flagged * (1 - a) ** (starts - flagged))
+            for (a, wa), (b, wb) in product(RATE_GRID, RATE_GRID)
+        ]
+        total = sum(w for _, w in pairs)
+        return tuple((r, w / total) for r, w in pairs)
 
     def budget(self, n: int) -> int:
         return self.max_probes if self.max_probes is not None else budget(n)
@@ -152,6 +163,8 @@ class Policy:
             data["evidence"] = [t.to_json() for t in self.evidence]
         if self.looks:
             data["looks"] = [{"commit": c, "confirmed": ok} for c, ok in self.looks]
+        if self.calibrated != (0, 0):
+            data["calibrated"] = list(self.calibrated)
         if self.confirming:
             data["confirming"] = True
         return data
@@ -185,8 +198,21 @@ class Policy:
             str(batch),
             tuple(Trial.from_json(t) for t in evidence),
             _looks(data.get("looks", [])),
+            _calibrated(data.get("calibrated", [0, 0])),
             confirming,
         )
+
+
+def _calibrated(data: object) -> tuple[int, int]:
+    """Policy.calibrated as to_json wrote it; ValueError for anything else."""
+    if not (
+        isinstance(data, list)
+        and len(data) == 2
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in data)
+        and data[0] <= data[1]
+    ):
+        raise ValueError(f"calibrated {data!r} is not [flagged, starts]")
+    return (data[0], data[1])
 
 
 def _looks(data: object) -> tuple[tuple[str, bool], ...]:

@@ -47,7 +47,7 @@ from .model import (
 )
 from .search import Plan
 from .startup import Startup, phases, read_marks
-from .verdict import combine_repeats, decide, judge, untested
+from .verdict import combine_repeats, decide, judge, leaning, untested
 
 CRASH_WAIT_S = 3.0
 """After a failed request, how long to wait for the server to exit before calling it a crash."""
@@ -164,6 +164,7 @@ class _Found:
     facts: Facts = field(default_factory=Facts)
     not_run: tuple[str, ...] = ()
     failed_at: Stage | None = None
+    leaning: Verdict | None = None
 
 
 def probe(
@@ -239,6 +240,7 @@ def probe(
         started,
         found.not_run,
         found.failed_at,
+        found.leaning if found.verdict is Verdict.UNSURE else None,
     )
 
 
@@ -345,6 +347,7 @@ def _check(server: Server, ctx: ProbeContext, found: _Found, candidate: Candidat
         found.verdict, found.reason = decide(ctx.regress, None, crash)
         return
     found.verdict, found.reason = decide(ctx.regress, combine_repeats(runs), None)
+    found.leaning = leaning(runs)
 
 
 def _suite(

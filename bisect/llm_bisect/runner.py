@@ -94,7 +94,8 @@ def result_of(
 ) -> tuple[Answer | Candidate, ResultDocument | None]:
     """The search's next step for a journal state, and result.json once it has an answer."""
     used = count(state.plan, state.probes, state.symptom).used
-    step = plan_step(state.plan, history(used), reprobe=state.reprobe, policy=state.policy)
+    seen = history(used, state.policy)
+    step = plan_step(state.plan, seen, reprobe=state.reprobe, policy=state.policy)
     if isinstance(step, Answer):
         return step, build_result(
             state.plan,
@@ -113,9 +114,14 @@ def result_of(
     return step, None
 
 
-def history(probes: Sequence[ProbeOutcome]) -> dict[str, list[Verdict]]:
-    """Commit → the verdict of each of its probes, in order (what the search reads)."""
-    return verdicts_by_commit(probes)
+def history(probes: Sequence[ProbeOutcome], policy: Policy = EXACT) -> dict[str, list[Verdict]]:
+    """Commit → the verdict of each of its probes, in order (what the search reads). Under
+    the posterior search an `unsure` probe counts as what most of its repeats said (one
+    server start: one observation); verdicts taken as facts keep it unsure."""
+    if policy.exact:
+        return verdicts_by_commit(probes)
+    leant = [replace(p, verdict=p.leaning) if p.leaning is not None else p for p in probes]
+    return verdicts_by_commit(leant)
 
 
 def run(
@@ -370,7 +376,7 @@ class _Slots:
         while True:
             counted = count(self.plan, self.probes, self.symptom)
             self.reference.counted = counted
-            seen = history(counted.used)
+            seen = history(counted.used, policy)
             busy = {f.candidate.commit: f for f in self.running.values()}
             # a bad probe waiting for the bad end's symptom is waited for as a running one
             waiting = frozenset(busy) | counted.held

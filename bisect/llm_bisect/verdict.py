@@ -41,6 +41,16 @@ def combine_repeats(runs: Sequence[tuple[Verdict, str]]) -> tuple[Verdict, str]:
     return Verdict.UNSURE, f"checks disagree across repeats: {bad} of {len(runs)} bad"
 
 
+def leaning(runs: Sequence[tuple[Verdict, str]]) -> Verdict | None:
+    """What most of the repeats said, where they disagree (None on a tie, or where they
+    agree: the verdict says it)."""
+    bad = sum(1 for v, _ in runs if v is Verdict.BAD)
+    good = sum(1 for v, _ in runs if v is Verdict.GOOD)
+    if not (bad and good) or bad == good:
+        return None
+    return Verdict.BAD if bad > good else Verdict.GOOD
+
+
 def decide(
     regress: Regress, checked: tuple[Verdict, str] | None, crash: str | None
 ) -> tuple[Verdict, str]:

@@ -198,6 +198,10 @@ class EvalNoise(_Doc):
 class Calibration(_Doc):
     runs: int = Field(gt=0)
     restarts: int = Field(ge=0)
+    flagged_restarts: int = Field(default=0, ge=0)
+    """Starts after the one that recorded the golden whose checks flagged the good build
+    against it (by the thresholds then): how often a good build's start reads bad, which the
+    posterior search (`search.flake: auto`) weighs with its own verdicts."""
     logprobs: LogprobsNoise | None = None
     eval: EvalNoise | None = None
 

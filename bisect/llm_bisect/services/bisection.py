@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..checks.golden import load as golden_load
+from ..checks.golden import GoldenStore, load as golden_load
 from ..config import config_digest, server_environment, setting_digests
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
@@ -157,7 +157,7 @@ def _bisect(
                 return done
 
             stage_run.launcher, stage_run.search = launcher, search
-            done = search(config.search_policy(find_fix))
+            done = search(calibrated(config.search_policy(find_fix), golden))
             held = with_launcher()
             for stage in held[len(before_confirm()) :]:
                 done = stage.apply(stage_run, done)
@@ -167,6 +167,15 @@ def _bisect(
         for line in next_steps(done.result):
             note(line)
         return done
+
+
+def calibrated(policy: Policy, golden: GoldenStore | None) -> Policy:
+    """The search's policy with what `calibrate` saw of the good build's restarts, where the
+    golden was calibrated and the rate is learnt (`flake: auto`)."""
+    found = golden.data.calibration if golden is not None and golden.data is not None else None
+    if found is None or policy.flake is not None or not found.restarts:
+        return policy
+    return replace(policy, calibrated=(found.flagged_restarts, found.restarts))
 
 
 def fix_golden(s: Setup, good: str | None, note: Callable[[str], None]) -> Setup:

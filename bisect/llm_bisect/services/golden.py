@@ -61,23 +61,31 @@ def calibrate(
     prepare(path.parent, "--output")
     store = s.golden_store(path, record_on=candidate.commit, of=candidate.commit)
     results: dict[str, list[CheckResult]] = {c.name: [] for c in s.checks}
-    flagged = 0
+    flagged = flagged_restarts = 0
     for start in range(1 + restarts):
         facts = Facts()
         run_id = run_id_of(out_dir, f"calibrate-{start}")
         doing = f"checking ({start + 1} of {1 + restarts} starts)"
         with serving(s, candidate, out_dir, run_id, facts, progress, doing) as api:
             golden = store.ensure(api, candidate.commit)
+            flagged_here = False
             for _ in range(runs):
                 found = [check.run(api, golden) for check in s.checks]
                 flagged += not all(r.passed for r in found)
+                flagged_here = flagged_here or not all(r.passed for r in found)
                 for check, result in zip(s.checks, found, strict=True):
                     results[check.name].append(result)
+            flagged_restarts += start > 0 and flagged_here
         store.keep(candidate.commit, facts.fingerprint)
     assert store.data is not None
     noise = {c.name: n for c in s.checks if (n := c.noise(results[c.name])) is not None}
     calibration = GoldenCalibration.model_validate(
-        {"runs": runs * (1 + restarts), "restarts": restarts, **noise}
+        {
+            "runs": runs * (1 + restarts),
+            "restarts": restarts,
+            "flagged_restarts": flagged_restarts,
+            **noise,
+        }
     )
     store.update(store.data.model_copy(update={"calibration": calibration}))
     return Calibration(golden_thresholds(store.data, s.checks), runs * (1 + restarts), flagged)

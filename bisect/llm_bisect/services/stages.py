@@ -228,12 +228,10 @@ class Confirm:
 
 
 def _journalled(out_dir: Path, policy: Policy) -> Policy:
-    """The policy the run's search goes by: the journal's, where confirmations were weighed
-    into it (runner: a resume goes on under it), else `policy`."""
+    """The policy the run's search went by, as its journal holds it (with confirmations
+    weighed, `calibrate`'s restarts); `policy` where there is no journal."""
     state = read_journal(out_dir / FILENAME).state
-    if state is None or not (state.policy.looks or state.policy.evidence):
-        return policy
-    return state.policy
+    return policy if state is None else state.policy
 
 
 class Evidence:
