@@ -222,7 +222,8 @@ def run(
             policy = weighed  # a culprit's trials stay weighed on resume
         elif state.policy != policy:
             journal.append("search", search=policy.to_json(), time=clock.time())
-            progress.note(f"search: verdicts weighed by {_weighed(policy)} from here on")
+            if _settings(policy) != _settings(state.policy):  # not a confirmation weighed
+                progress.note(f"search: verdicts weighed by {_weighed(policy)} from here on")
         if state.symptom is not symptom:
             journal.append("symptom", symptom=symptom.value, time=clock.time())
             progress.note(
