@@ -18,6 +18,14 @@ from llm_bisect.cli import cli
 SPACED = {"fault_spacer": 0, "fault_when": []}  # keeps the two culprits' lines apart
 
 
+def assert_report_rebuilds_the_search(out: Path) -> None:
+    """`report DIR` with result.json gone writes the same `search` section from the journal."""
+    before = json.loads((out / "result.json").read_text())
+    (out / "result.json").unlink()
+    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
+    assert json.loads((out / "result.json").read_text())["search"] == before["search"]
+
+
 def run(h: History, tmp_path: Path, **over: Any) -> tuple[int, str, dict[str, Any], list[str]]:
     launches = tmp_path / "launches"
     config = h.config(
@@ -334,11 +342,7 @@ def test_a_revert_trial_that_lies_is_outweighed_and_the_culprit_confirmed_on_new
     report = (out / "report.md").read_text()
     assert f"weighed as evidence: the revert of `{h.shas[5][:12]}` tested bad" in report
     # `report DIR` rebuilds the same search section from the journal (its evidence included)
-    before = json.loads((out / "result.json").read_text())
-    (out / "result.json").unlink()
-    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
-    after = json.loads((out / "result.json").read_text())
-    assert after["search"] == before["search"]
+    assert_report_rebuilds_the_search(out)
 
 
 def test_the_search_stops_for_its_confirmation_whose_trials_carry_the_culprit(
@@ -369,9 +373,5 @@ def test_the_search_stops_for_its_confirmation_whose_trials_carry_the_culprit(
     assert code == 0 and off["culprit"]["commit"] == h.shas[9], output
     assert len(doc["probes"]) < len(off["probes"]), (len(doc["probes"]), len(off["probes"]))
     # `report DIR` rebuilds the same search section from the journal (look and trials)
-    out = tmp_path / "on" / "out"
-    before = json.loads((out / "result.json").read_text())
-    (out / "result.json").unlink()
-    assert CliRunner().invoke(cli, ["report", str(out)]).exit_code == 0
-    assert json.loads((out / "result.json").read_text())["search"] == before["search"]
+    assert_report_rebuilds_the_search(tmp_path / "on" / "out")
     assert h.shas[9] in starts

@@ -262,6 +262,14 @@ def budget(n: int) -> int:
     return 4 * math.ceil(math.log2(max(n, 2))) + 8
 
 
+def lies(rates: Rates, new: Verdict) -> tuple[float, float]:
+    """How often a build truly in the new state reads old, and one truly old reads new, when
+    `new` is the new state's verdict (bad when looking for a regression)."""
+    if new is Verdict.BAD:
+        return rates.false_good, rates.false_bad
+    return rates.false_bad, rates.false_good
+
+
 def _log(x: float) -> float:
     return math.log(x) if x > 0 else -math.inf
 
@@ -419,8 +427,7 @@ def believe(
     per_rate: list[list[float]] = []  # log prior of the rate + log likelihood, per segment
     for rates, weight in grid:
         # truly new: a new-state verdict is right; truly old: an old-state verdict is right
-        lie_new = rates.false_good if new is Verdict.BAD else rates.false_bad
-        lie_old = rates.false_bad if new is Verdict.BAD else rates.false_good
+        lie_new, lie_old = lies(rates, new)
         lo_lie, lo_ok = _log(lie_old), _log(1 - lie_old)
         ln_lie, ln_ok = _log(lie_new), _log(1 - lie_new)
         as_old = [(k_new * lo_lie if k_new else 0.0) + (k_old * lo_ok if k_old else 0.0)
@@ -468,8 +475,7 @@ def believe(
 def gain(p_new: float, rates: Rates, new: Verdict) -> float:
     """The expected information (bits) about the culprit of one verdict on a candidate that is
     truly new with probability `p_new`."""
-    lie_new = rates.false_good if new is Verdict.BAD else rates.false_bad
-    lie_old = rates.false_bad if new is Verdict.BAD else rates.false_good
+    lie_new, lie_old = lies(rates, new)
     shows_new = p_new * (1 - lie_new) + (1 - p_new) * lie_old
     return _h(shows_new) - p_new * _h(lie_new) - (1 - p_new) * _h(lie_old)
 
@@ -478,8 +484,7 @@ def _batch_gain(belief: Belief, chosen: Sequence[int], rates: Rates, new: Verdic
     """The expected information of verdicts on all of `chosen` together (they are independent
     given the culprit): H(Y) - sum of H(Y_i | c)."""
     picks = sorted(chosen)
-    lie_new = rates.false_good if new is Verdict.BAD else rates.false_bad
-    lie_old = rates.false_bad if new is Verdict.BAD else rates.false_good
+    lie_new, lie_old = lies(rates, new)
     # class j: c in (picks[j-1], picks[j]]: picks[:j] truly old, picks[j:] truly new
     edges = [belief.cdf(i) for i in picks]
     classes = [b - a for a, b in zip([0.0, *edges], [*edges, 1.0], strict=True)]
@@ -596,9 +601,7 @@ def confirmed(belief: Belief, c: int, new: Verdict = Verdict.BAD) -> float:
     """The posterior of candidate c once its revert (the new end without it) tests old and
     its pick (the old end with it) tests new, at the rates' posterior mean: the two trials
     tell c from every other hypothesis at once, where a probe tells c from one neighbour."""
-    rates = belief.rates
-    lie_new = rates.false_good if new is Verdict.BAD else rates.false_bad
-    lie_old = rates.false_bad if new is Verdict.BAD else rates.false_good
+    lie_new, lie_old = lies(belief.rates, new)
     p, old_new, none = belief.of(c), belief.of(0), belief.of(belief.n)
     rest = max(0.0, 1.0 - p - old_new - none)
     # revert: truly old when c is the culprit or nothing changed; pick: truly new when c is
