@@ -6,9 +6,11 @@ this: the part of the API it calls, over HTTP, through the official client.
     GET                   /apis (the groups served: batch, and LWS's where installed)
     POST/GET/LIST/DELETE  /apis/batch/v1/namespaces/NS/jobs[/NAME]
     POST/GET/LIST/DELETE  /api/v1/namespaces/NS/services[/NAME]
+    POST/GET/LIST/DELETE  /api/v1/namespaces/NS/configmaps[/NAME]
     POST/GET/LIST/DELETE  /apis/leaderworkerset.x-k8s.io/v1/namespaces/NS/leaderworkersets[/NAME]
                           (only with `lws_installed`)
     GET/LIST/DELETE       /api/v1/namespaces/NS/pods[/NAME]
+    WATCH                 /api/v1/namespaces/NS/pods?watch=true&resourceVersion=RV
     GET                   /api/v1/namespaces/NS/pods/NAME/log[?follow=true]
     GET (websocket)       /api/v1/namespaces/NS/pods/NAME/exec?command=...
 
@@ -22,7 +24,9 @@ deletes the pods first. A "kubelet" thread per pod schedules it on the one node 
 labels and GPU count: Unschedulable when they do not fit), pulls its image through the
 Docker engine (ErrImagePull, then ImagePullBackOff), resolves `secretKeyRef`s from the
 stand-in's Secrets, runs the container (hostPath volumes as binds, the /dev/shm memory
-emptyDir as the container's shm, a memory limit), and reports Running with the container's
+emptyDir as the container's shm, a configMap volume as its keys' files bound read-only; a
+missing ConfigMap keeps the pod ContainerCreating), a memory limit, and reports Running with
+the container's
 IP on Docker's bridge as the pod IP, then Succeeded/Failed with the exit code (OOMKilled
 where the engine says so). `faults` answers the next matching requests with an HTTP error.
 
@@ -38,7 +42,12 @@ collected in the background (a custom resource's default); a Job, orphaned.
 
 `exec` answers over a websocket (v4.channel.k8s.io), as the client's stream() asks.
 
-Not modelled (docs/kubernetes.md lists it for admins): watch, port-forward, the
+A watch of pods streams ADDED, MODIFIED and DELETED events after its resourceVersion (none
+given: the pods there are now, ADDED, then what follows), one JSON object a line, until
+its timeoutSeconds; `expire()` plays an etcd compaction: open watches end, and a watch from
+a resourceVersion before it is answered with an ERROR event, 410 Expired (as the API does).
+
+Not modelled (docs/kubernetes.md lists it for admins): watches of other kinds, the
 scheduler beyond one node's labels and GPU count, taints, Pod Security, RBAC, TTL
 cleanup, activeDeadlineSeconds, PVCs beyond a named Docker volume.
 """
@@ -51,7 +60,9 @@ import gzip
 import hashlib
 import json
 import re
+import shutil
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -205,9 +216,12 @@ class StandIn:
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     services: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    config_maps: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     lws_installed: bool = False
     """Whether LeaderWorkerSet's CRD (and its controller) is installed."""
     leaderworkersets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    expire_once_running: bool = False
+    """An etcd compaction as each pod turns Running (once a pod watch was opened): `expire`."""
 
     def __post_init__(self) -> None:
         self.id = uuid.uuid4().hex[:8]
@@ -216,6 +230,20 @@ class StandIn:
         self.containers: dict[tuple[str, str], Any] = {}
         self.forwards = 0
         """How many port-forward streams were opened."""
+        self.pod_events: list[tuple[int, str, dict[str, Any]]] = []
+        """Every change of a pod: (resourceVersion, ADDED/MODIFIED/DELETED, the pod then)."""
+        self.changed = threading.Condition(self.lock)
+        self.oldest = 0
+        """A watch from a resourceVersion before this one is Gone (410)."""
+        self.epoch = 0
+        """Bumped by expire(): the watches open then end."""
+        self.watches: list[str] = []
+        """The resourceVersion each pod watch started from ('' for none)."""
+        self.expired = 0
+        """How many watches were answered 410 Expired."""
+        self.closed = False
+        self.mounted: list[Path] = []
+        """The folders made for configMap volumes (removed as the stand-in stops)."""
         self.execs: list[list[str]] = []
         """The command of every exec, in order."""
         self.started_env: list[dict[str, str]] = []
@@ -255,6 +283,9 @@ class StandIn:
         try:
             yield self
         finally:
+            with self.changed:
+                self.closed = True
+                self.changed.notify_all()
             self._server.shutdown()
             self._server.server_close()
             thread.join()
@@ -265,6 +296,8 @@ class StandIn:
                     c.remove(force=True)
             with suppress(docker.errors.DockerException):
                 self.client.networks.get(self.network).remove()
+            for folder in self.mounted:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def running_containers(self) -> list[Any]:
         """The stand-in's containers still running (pods' servers); one removed while they
@@ -277,8 +310,22 @@ class StandIn:
     # -- the store ---------------------------------------------------------------------
 
     def _bump(self, obj: dict[str, Any]) -> None:
-        self.rv += 1
-        obj["metadata"]["resourceVersion"] = str(self.rv)
+        with self.changed:
+            self.rv += 1
+            obj["metadata"]["resourceVersion"] = str(self.rv)
+            if obj.get("kind") == "Pod":
+                key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+                kind = "MODIFIED" if key in self.pods else "ADDED"
+                self.pod_events.append((self.rv, kind, json.loads(json.dumps(obj))))
+                self.changed.notify_all()
+
+    def expire(self) -> None:
+        """An etcd compaction: every resourceVersion until now is gone, open watches end."""
+        with self.changed:
+            self.rv += 1
+            self.oldest = self.rv
+            self.epoch += 1
+            self.changed.notify_all()
 
     def _create_job(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
         validate(body, "Job")
@@ -386,6 +433,44 @@ class StandIn:
         if owners[0].get("kind") != "Job":
             return None
         return self.jobs.get((pod["metadata"]["namespace"], owners[0].get("name", "")))
+
+    def _create_config_map(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
+        validate(body, "ConfigMap")
+        name = body["metadata"]["name"]
+        size = len(json.dumps(body))
+        with self.lock:
+            if (ns, name) in self.config_maps:
+                raise Refused(409, "AlreadyExists", f'configmaps "{name}" already exists')
+            if size > 1_048_576:
+                raise Refused(
+                    422, "Invalid", f"ConfigMap {name}: too long: must have at most 1048576 bytes"
+                )
+            made = json.loads(json.dumps(body))
+            made["metadata"].update(namespace=ns, uid=str(uuid.uuid4()), creationTimestamp=now())
+            self._bump(made)
+            self.config_maps[(ns, name)] = made
+            return made
+
+    def _config_map_files(self, ns: str, volume: Mapping[str, Any]) -> Path | None:
+        """A folder holding a configMap volume's files (its `items`, else every key); None
+        while the ConfigMap does not exist (the kubelet cannot mount it)."""
+        ref = volume["configMap"]
+        with self.lock:
+            made = self.config_maps.get((ns, ref["name"]))
+        if made is None:
+            return None
+        files = {k: v.encode() for k, v in (made.get("data") or {}).items()}
+        files |= {k: base64.b64decode(v) for k, v in (made.get("binaryData") or {}).items()}
+        items = ref.get("items") or [{"key": k, "path": k} for k in files]
+        folder = Path(tempfile.mkdtemp(prefix="standin-configmap-"))
+        self.mounted.append(folder)
+        for item in items:
+            target = folder / item["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(files[item["key"]])
+            target.chmod(0o644)
+        folder.chmod(0o755)
+        return folder
 
     def _create_service(
         self, ns: str, body: dict[str, Any], owner: Mapping[str, str] | None = None
@@ -651,7 +736,19 @@ class StandIn:
         except KeyError as exc:
             self._waiting(key, "CreateContainerConfigError", f"secret {exc} not found")
             return
-        run = self._create(key, spec, c, image, env)
+        maps: dict[str, Path] = {}
+        for v in spec.get("volumes") or []:
+            if "configMap" not in v:
+                continue
+            while (found := self._config_map_files(ns, v)) is None:  # FailedMount, retried
+                self._waiting(
+                    key, "ContainerCreating", f'configmap "{v["configMap"]["name"]}" not found'
+                )
+                time.sleep(0.2)
+                if key not in self.pods:
+                    return
+            maps[v["name"]] = found
+        run = self._create(key, spec, c, image, env, maps)
         if run is None:
             return
         run.reload()
@@ -683,6 +780,10 @@ class StandIn:
                 }
             ],
         )
+        if self.expire_once_running:  # once a watch is open: it ends, and its version is gone
+            with self.changed:
+                self.changed.wait_for(lambda: bool(self.watches) or self.closed, timeout=600)
+            self.expire()
         with suppress(docker.errors.DockerException):
             run.wait()
         with suppress(docker.errors.DockerException):
@@ -774,6 +875,7 @@ class StandIn:
         c: Mapping[str, Any],
         image: Any,
         env: Mapping[str, str],
+        maps: Mapping[str, Path],
     ) -> Any:
         volumes = {v["name"]: v for v in spec.get("volumes") or []}
         binds: list[str] = []
@@ -783,6 +885,8 @@ class StandIn:
             mode = "ro" if m.get("readOnly") else "rw"
             if "hostPath" in v:
                 binds.append(f"{v['hostPath']['path']}:{m['mountPath']}:{mode}")
+            elif "configMap" in v:
+                binds.append(f"{maps[m['name']]}:{m['mountPath']}:ro")
             elif "persistentVolumeClaim" in v:
                 claim = v["persistentVolumeClaim"]["claimName"]
                 binds.append(f"standin-pvc-{claim}:{m['mountPath']}:{mode}")
@@ -823,9 +927,14 @@ class StandIn:
         return run
 
     def delete_pod(self, ns: str, name: str, grace: float = 0) -> bool:
-        with self.lock:
+        with self.changed:
             pod = self.pods.pop((ns, name), None)
             run = self.containers.pop((ns, name), None)
+            if pod is not None:
+                self.rv += 1
+                pod["metadata"]["resourceVersion"] = str(self.rv)
+                self.pod_events.append((self.rv, "DELETED", json.loads(json.dumps(pod))))
+                self.changed.notify_all()
         if run is not None:
             with suppress(docker.errors.DockerException):
                 run.stop(timeout=int(grace))
@@ -985,6 +1094,21 @@ class StandIn:
                         raise Refused(405, "MethodNotAllowed", m)
                 elif parts[:2] == ["api", "v1"] and parts[2:3] == ["namespaces"]:
                     ns, rest = parts[3], parts[5:]
+                    if parts[4] == "configmaps":
+                        if m == "POST" and not rest:
+                            self._send(201, api._create_config_map(ns, body))
+                        elif m == "GET" and not rest:
+                            self._list("ConfigMapList", api.config_maps, ns, query)
+                        elif m == "GET":
+                            self._send(200, self._get(api.config_maps, ns, rest[0], "configmaps"))
+                        elif m == "DELETE":
+                            made = self._get(api.config_maps, ns, rest[0], "configmaps")
+                            with api.lock:
+                                api.config_maps.pop((ns, rest[0]), None)
+                            self._send(200, made)
+                        else:
+                            raise Refused(405, "MethodNotAllowed", m)
+                        return
                     if parts[4] == "services":
                         if m == "POST" and not rest:
                             self._send(201, api._create_service(ns, body))
@@ -1003,8 +1127,9 @@ class StandIn:
                     if parts[4] != "pods":
                         raise Refused(404, "NotFound", "no such resource")
                     if m == "GET" and not rest:
-                        if query.get("watch") in ("true", "1"):
-                            raise Refused(501, "NotImplemented", "watch: not modelled")
+                        if query.get("watch", "").lower() in ("true", "1"):
+                            self._watch(ns, query)
+                            return
                         self._list("PodList", api.pods, ns, query)
                     elif m == "GET" and rest[1:] == ["portforward"]:
                         self._portforward(ns, rest[0])
@@ -1051,6 +1176,71 @@ class StandIn:
                         "items": items,
                     },
                 )
+
+            def _watch(self, ns: str, query: dict[str, str]) -> None:
+                """Pod events after the query's resourceVersion, a JSON object a line
+                (chunked), until timeoutSeconds, expire() or the server's end."""
+                selector = query.get("labelSelector", "")
+                since = query.get("resourceVersion", "")
+                deadline = time.monotonic() + float(query.get("timeoutSeconds") or 1800)
+                with api.changed:
+                    api.watches.append(since)
+                    api.changed.notify_all()
+                    epoch = api.epoch
+                    if since and since != "0" and int(since) < api.oldest:
+                        api.expired += 1
+                        said = f"too old resource version: {since} ({api.oldest})"
+                        gone = {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                "status": "Failure", "reason": "Expired", "code": 410,
+                                "message": said}  # fmt: skip
+                        first = [{"type": "ERROR", "object": gone}]
+                        cursor = None
+                    elif since and since != "0":
+                        first, cursor = [], int(since)
+                    else:
+                        first = [
+                            {"type": "ADDED", "object": json.loads(json.dumps(o))}
+                            for (n, _), o in api.pods.items()
+                            if n == ns and selected(o, selector)
+                        ]
+                        cursor = api.rv
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+
+                def send(events: list[dict[str, Any]]) -> None:
+                    for event in events:
+                        line = json.dumps(event).encode() + b"\n"
+                        self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                    self.wfile.flush()
+
+                try:
+                    send(first)
+                    while cursor is not None:
+                        with api.changed:
+                            api.changed.wait_for(
+                                lambda c=cursor: api.rv > c or api.epoch != epoch or api.closed,
+                                timeout=max(0.0, min(0.5, deadline - time.monotonic())),
+                            )
+                            if api.epoch != epoch or api.closed:
+                                break
+                            events = [
+                                {"type": kind, "object": obj}
+                                for rv, kind, obj in api.pod_events
+                                if rv > cursor
+                                and obj["metadata"]["namespace"] == ns
+                                and selected(obj, selector)
+                            ]
+                            cursor = api.rv
+                        send(events)
+                        if time.monotonic() >= deadline:
+                            break
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except OSError:
+                    pass
+                self.close_connection = True
 
             def _upgrade(self, protocol: str) -> None:
                 if self.headers.get("Upgrade", "").lower() != "websocket":

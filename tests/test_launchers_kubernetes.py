@@ -17,11 +17,13 @@ from collections.abc import Iterator
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import docker
 import docker.errors
 import httpx
 import jsonschema
+import kubernetes
 import kubernetes_validate
 import pytest
 import yaml
@@ -31,17 +33,21 @@ from helpers import History, wait_until, write_config
 from kubeapi import KUBERNETES_VERSION, Fault, StandIn, expand, lws_schema
 from llm_bisect.cli import cli
 from llm_bisect.config import load_config
+from llm_bisect.launchers import INSTRUMENT_DIR
 from llm_bisect.launchers.kubernetes import (
     COMMIT_LABEL,
     MANAGED_BY,
     OWNER_ANNOTATION,
     RUN_LABEL,
     KubernetesServerConfig,
+    config_map_manifest,
     group_manifests,
     job_manifest,
     pod_trouble,
+    shipped_files,
 )
 from llm_bisect.model import Candidate
+from llm_bisect.services.localization import localize_instrument
 from llm_bisect.sim.docker import PYTHON, SRC, SimRegistry
 from test_collectenv import SMI
 
@@ -354,6 +360,7 @@ def nothing_left(standin: StandIn) -> bool:
         and not standin.pods
         and not standin.services
         and not standin.leaderworkersets
+        and not standin.config_maps
         and not standin.running_containers()
     )
 
@@ -502,6 +509,25 @@ def test_a_bisection_of_images_on_kubernetes_finds_the_culprit_and_skips_a_missi
     assert "kernels.moe_backend" in result["fingerprints"]["differences"]
     for job in (out / "probes").rglob("job.json"):
         kubernetes_validate.validate(json.loads(job.read_text()), KUBERNETES_VERSION, strict=True)
+    # localised in pods: the worker extension's files in a ConfigMap of the probe's name,
+    # mounted and first on PYTHONPATH (the server imports it, as vLLM's workers do, and
+    # would not start without it); the ConfigMap deleted with its Job
+    assert result["localization"] is not None and result["localization"]["module"], result
+    captured = out / "localize" / h.shas[5][:12]
+    assert "worker_extension_cls" in (captured / "server.log").read_text()
+    made = json.loads((captured / "configmap.json").read_text())
+    kubernetes_validate.validate(made, KUBERNETES_VERSION, strict=True)
+    assert any(k.endswith("llm_bisect_worker.py") for k in made["data"]), made["data"].keys()
+    job = json.loads((captured / "job.json").read_text())
+    pod = job["spec"]["template"]["spec"]
+    assert {"name": "instrument-0", "configMap": {"name": made["metadata"]["name"],
+            "items": [{"key": k, "path": "llm_bisect_worker.py"} for k in made["data"]]}} in (
+        pod["volumes"]
+    )  # fmt: skip
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["PYTHONPATH"] == f"{INSTRUMENT_DIR}/0:/src", env
+    posts = [r[1] for r in standin.requests if r[0] == "POST" and "/configmaps" in r[1]]
+    assert len(posts) == 2, posts  # the good side's and the bad side's
     assert nothing_left(standin)
 
 
@@ -634,6 +660,35 @@ def test_api_errors_are_retried_and_the_probe_goes_on(
     assert wait_until(lambda: nothing_left(standin))
 
 
+def pod_lists(standin: StandIn) -> int:
+    """How many times the pods were listed (a watch is not a list)."""
+    return sum(
+        1
+        for method, path, _ in standin.requests
+        if method == "GET" and urlsplit(path).path.endswith("/pods") and "watch=" not in path
+    )
+
+
+@pytest.mark.docker
+def test_the_pods_are_watched_and_a_watch_the_api_expired_lists_again(
+    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+) -> None:
+    """A probe's pods are followed by one list and a watch from its resourceVersion, not a
+    list every half second; when the API ends the watch and its resourceVersion is gone (an
+    etcd compaction as the pod turns Running: 410 Expired), the launcher lists again and
+    watches from there, and the probe goes on."""
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path)
+    standin.expire_once_running = True
+    code, output = check(config, h.shas[1], tmp_path / "c")
+    assert code == 0, output
+    assert standin.expired >= 1, standin.watches
+    listed = [int(w) for w in standin.watches if w]
+    assert listed and max(listed) >= standin.oldest, (standin.watches, standin.oldest)
+    assert pod_lists(standin) == 1 + standin.expired, standin.requests
+    assert wait_until(lambda: nothing_left(standin))
+
+
 @pytest.mark.docker
 def test_reap_deletes_the_job_a_sigkilled_run_left(
     standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
@@ -660,10 +715,18 @@ def test_reap_deletes_the_job_a_sigkilled_run_left(
         proc.kill()
         proc.wait()
     assert len(standin.jobs) == 1, "SIGKILL leaves the Job"
+    # and, had it been localising, the ConfigMap of the worker extension beside it
+    (job,) = standin.jobs.values()
+    meta = {k: job["metadata"][k] for k in ("name", "labels", "annotations")}
+    kube = kubernetes.config.new_client_from_config(str(tmp_path / "kc"))
+    kubernetes.client.CoreV1Api(kube).create_namespaced_config_map(
+        "default", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"a": "b"}}
+    )
     code, output = invoke("reap", str(config))
     assert code == 0, output
     (name,) = [n for _, n in standin.jobs] or ["gone"]
     assert "kubernetes: deleted job llm-bisect-" in output
+    assert f"kubernetes: deleted configmap {meta['name']}" in output
     assert f"its llm-bisect process {proc.pid} is gone" in output
     assert wait_until(lambda: nothing_left(standin)), name
 
@@ -870,6 +933,50 @@ def group(cfg: KubernetesServerConfig, kind: Any) -> list[dict[str, Any]]:
     )
 
 
+def test_a_localising_probe_on_two_nodes_mounts_the_extension_in_every_pod() -> None:
+    """Both ways a two-node probe is made, with localisation's instrument: each pod mounts
+    the worker extension from the ConfigMap of the probe's name and puts it first on
+    PYTHONPATH (vLLM imports it in every worker, the head's and the others'); the
+    ConfigMap, the Job and the LeaderWorkerSet validate."""
+    instrument = localize_instrument()
+    shipped = shipped_files(instrument)
+    assert [f.path for f in shipped] == ["llm_bisect_worker.py"]
+    made = config_map_manifest(
+        glm_config(), name="llm-bisect-x", candidate=candidate(), run_id="r", owner="o",
+        shipped=shipped,
+    )  # fmt: skip
+    kubernetes_validate.validate(made, KUBERNETES_VERSION, strict=True)
+    assert made["immutable"] and list(made["data"]) == [shipped[0].key]
+    for kind in ("indexed-job", "leaderworkerset"):
+        objects = group_manifests(
+            glm_config(), kind, name="llm-bisect-x", image="vllm/vllm-openai@sha256:" + "ab" * 32,
+            ref="vllm/vllm-openai:nightly", candidate=candidate(), env={"PYTHONPATH": "/extra"},
+            run_id="r", owner="o", instrument=instrument, shipped=shipped,
+        )  # fmt: skip
+        if kind == "leaderworkerset":
+            jsonschema.validate(objects[0], lws_schema())
+            templates = objects[0]["spec"]["leaderWorkerTemplate"]
+            pods = [templates["leaderTemplate"]["spec"], templates["workerTemplate"]["spec"]]
+        else:
+            for obj in objects:
+                kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+            pods = [objects[1]["spec"]["template"]["spec"]]
+        for pod in pods:
+            volume = next(v for v in pod["volumes"] if v["name"] == "instrument-0")
+            assert volume["configMap"] == {
+                "name": "llm-bisect-x",
+                "items": [{"key": shipped[0].key, "path": "llm_bisect_worker.py"}],
+            }
+            (server,) = pod["containers"]
+            mount = {"name": "instrument-0", "mountPath": f"{INSTRUMENT_DIR}/0", "readOnly": True}
+            assert mount in server["volumeMounts"]
+            env = {e["name"]: e.get("value") for e in server["env"]}
+            assert env["PYTHONPATH"] == f"{INSTRUMENT_DIR}/0:/extra"
+            assert env["VLLM_SERVER_DEV_MODE"] == "1"
+            words = server["args"] or server["command"]
+            assert "--worker-extension-cls" in " ".join(words), words
+
+
 def gb200_pod(pod: dict[str, Any]) -> None:
     """What a GB200 pod over NVLink needs is in it: its IMEX channel (a ComputeDomain's
     claim template), an RDMA device, 4 GPUs, the token by secretKeyRef only."""
@@ -963,11 +1070,13 @@ def test_a_multi_node_config_that_cannot_work_is_refused(over: dict[str, Any], s
 
 
 def two_node_server(image: str, kubeconfig: Path, **over: Any) -> dict[str, Any]:
-    """The simulated server on the head, and on the worker a process that reaches the head
-    by the address the launcher gave it (tests/nodeworker.py) and stays."""
+    """On the head, the simulated server once a worker joined; on the worker, a process
+    that joins the head by the address the launcher gave it and stays (tests/nodeworker.py:
+    vLLM's head serves only once its ranks joined)."""
     server = sim_k8s_server(image, kubeconfig, nodes=2, gpus=4, entrypoint=[PYTHON])
-    server["args"] = ["-m", "llm_bisect.sim", *server["args"]]
-    server["worker_args"] = ["/tests/nodeworker.py", "{head}", "{port}"]
+    sim = [PYTHON, "-m", "llm_bisect.sim", *server["args"]]
+    server["args"] = ["/tests/nodeworker.py", "head", "{port}", "--", *sim]
+    server["worker_args"] = ["/tests/nodeworker.py", "worker", "{head}", "{port}"]
     server["host_paths"] += ["/usr/bin:/bin:ro", f"{TESTS}:/tests:ro"]  # /bin/sh for the pods
     server.update(over)
     return server

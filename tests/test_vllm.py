@@ -6,13 +6,16 @@ a git repository holds the installed package's own Python with planted bugs
 (tests/vllm/bed.py); each commit is built by overlay (its files over the installed
 package) and served from it; the bisection runs a release branch of cherry-picks as
 vLLM's CI builds it (main's commits from their own wheels, the picks over the wheel of
-their branch point). The model never closes its reasoning on one default canary prompt,
-on every build: that must not be a false alarm.
+their branch point), judged by the default checks and a vLLM lm-eval-harness config. The
+model never closes its reasoning on one default canary prompt, on every build: that must
+not be a false alarm.
 
 Each vLLM start is a minute of CPU, so the starts are shared: one bisection (`release`), one
-compiled run, one gate and one run whose start lies (module-scoped fixtures) serve several
-tests, and the detection table reads four of its rows from their full-suite probes. The
-suite prints the count at its end (tests/conftest.py).
+compiled run, one gate by the bisection's golden and one run whose start lies
+(module-scoped fixtures) serve several tests, and the detection table reads four of its
+rows from their full-suite probes. The suite prints the count at its end
+(tests/conftest.py): 20 (bisection 6, compiled 2, gate 1, lying 6, detection table 1,
+localize 2, configs 2).
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ CAUGHT = {
     "eos-alone": {"canary", "expect", "logprobs", "eval"},
 }
 DEFAULT_CHECKS = ("canary", "expect", "logprobs", "eval")
+EVAL_CONFIG = Path(__file__).parent / "data" / "lm_eval" / "vllm-known.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +114,15 @@ def bed(vllm_python: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     )
 
 
+def lm_eval_tools(bed: dict[str, Any]) -> Path:
+    """A folder holding lm-eval's command alone (the venv's, not its python3), for PATH."""
+    tools = bed["root"] / "lm-eval-bin"
+    tools.mkdir(exist_ok=True)
+    if not (tools / "lm_eval").exists():
+        (tools / "lm_eval").symlink_to(bed["venv"] / "bin" / "lm_eval")
+    return tools
+
+
 def invoke(*args: str) -> tuple[int, str]:
     result = CliRunner().invoke(cli, list(args))
     return result.exit_code, result.output
@@ -131,6 +144,7 @@ def release(bed: dict[str, Any]) -> Iterator[dict[str, Any]]:
         pytest.MonkeyPatch.context() as patch,
         WheelHost(bed["repo"], bed["package"], root / "wheels") as url,
     ):
+        patch.setenv("PATH", f"{lm_eval_tools(bed)}{os.pathsep}{os.environ['PATH']}")
         patch.setenv("UV_CACHE_DIR", str(root / "uv-cache"))
         # the host makes a commit's 460 MB wheel when uv first asks for it: on a loaded
         # machine that outlasts uv's 30 s read timeout (uv then exits 2: the good end is skip)
@@ -139,6 +153,10 @@ def release(bed: dict[str, Any]) -> Iterator[dict[str, Any]]:
             bed["repo"], shas, bed["models"], bed["venv"], root / "builds", wheels=url
         )
         data["localize"] = {"enabled": False}
+        # the default checks and a vLLM lm-eval-harness config, as `gate --eval-config`
+        # adds it (the gate below judges by this run's golden)
+        data["checks"] = [*({"type": name} for name in DEFAULT_CHECKS),
+                          {"type": "vllm-eval", "path": str(EVAL_CONFIG)}]  # fmt: skip
         config = root / "release.yaml"
         config.write_text(yaml.safe_dump(data))
         out = root / "run"
@@ -490,10 +508,13 @@ def test_localize_names_the_one_mlp_that_reads_the_wrong_channels(bed: dict[str,
 def test_configs_names_the_one_flag_that_changes_real_vllm_output(bed: dict[str, Any]) -> None:
     """The GLM case's question at one build: GOOD and BAD servers differ in a flag that
     changes the model's numerics (`--hf-overrides` of the RMSNorm epsilon, as a wrong
-    backend flag would) and in a variable that changes nothing, given inline (`--bad-arg`,
-    `--bad-env`). `configs` names the flag alone. Three vLLM starts: GOOD, BAD, the flag
-    alone (no localisation: a real one runs in the bisection and in the test above;
-    configs' own, GOOD against the smallest bad setup, in tests/test_services_configs.py)."""
+    backend flag would), given inline (`--bad-arg`) as a user types it. `configs` runs both
+    on real vLLM and names the flag, as vLLM was given it. Two vLLM starts: GOOD, BAD (no
+    localisation: a real one runs in the test above; configs' own, GOOD against the
+    smallest bad setup, in tests/test_services_configs.py). Which of several differences
+    matter (a variable that changes nothing beside the flags that do, `--bad-env` inline):
+    tests/test_services_configs.py::test_bad_given_inline_runs_against_the_configs_own_server
+    (the simulator)."""
     shas, root = bed["shas"], bed["root"]
     overrides = json.dumps({"rms_norm_eps": 0.1})
     config = root / "configs.yaml"
@@ -502,12 +523,10 @@ def test_configs_names_the_one_flag_that_changes_real_vllm_output(bed: dict[str,
     )
     out = root / "configs"
     t0 = time.monotonic()
-    # GOOD is the config's own server; BAD is it with a flag and a variable put in, given
-    # inline as a user types them
+    # GOOD is the config's own server; BAD is it with a flag put in, given inline
     code, output = invoke(
         "configs", str(config), "--build", shas["refactor"], "--bad-arg",
-        f"--hf-overrides '{overrides}'", "--bad-env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
-        "--out", str(out),
+        f"--hf-overrides '{overrides}'", "--out", str(out),
     )  # fmt: skip
     took = time.monotonic() - t0
     assert code == 0, output
@@ -515,7 +534,7 @@ def test_configs_names_the_one_flag_that_changes_real_vllm_output(bed: dict[str,
     labels = [d["label"] for d in result["difference"]]
     (label,) = labels  # the flag as the config writes it, shell-quoted
     assert shlex.split(label) == ["--hf-overrides", "{" + overrides + "}"], output
-    assert [t["verdict"] for t in result["trials"]] == ["good", "bad", "bad"], result["trials"]
+    assert [t["verdict"] for t in result["trials"]] == ["good", "bad"], result["trials"]
     assert result["localization"] is None
     report = (out / "report.md").read_text()
     assert f"- `{label}`" in report
@@ -527,40 +546,35 @@ def test_configs_names_the_one_flag_that_changes_real_vllm_output(bed: dict[str,
 
 
 @pytest.fixture(scope="module")
-def gate(bed: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The release gate on a commit that scales RoPE wrongly, its golden recorded first from
-    the good build (`--record`), judged also by a vLLM lm-eval-harness config
-    (`--eval-config`): lm-eval itself, from the venv (`lm_eval` alone on PATH, not the
-    venv's python3), on a local task the tiny model passes. Two vLLM starts."""
+def gate(bed: dict[str, Any], release: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The release gate on a commit that scales RoPE wrongly, judged by the bisection's
+    golden (recorded from the nightly with the same server and checks) and by a vLLM
+    lm-eval-harness config (`--eval-config`): lm-eval itself, from the venv (`lm_eval` alone
+    on PATH, not the venv's python3), on a local task the tiny model passes. One vLLM start
+    (a golden recorded by `gate --record`: tests/test_gate.py, on the simulator)."""
     shas, root = bed["shas"], bed["root"]
-    golden, out = root / "gate-golden.json", root / "gate-rope"
-    tools = root / "lm-eval-bin"
-    tools.mkdir(exist_ok=True)
-    if not (tools / "lm_eval").exists():
-        (tools / "lm_eval").symlink_to(bed["venv"] / "bin" / "lm_eval")
-    eval_config = str(Path(__file__).parent / "data" / "lm_eval" / "vllm-known.yaml")
+    golden, out = release["out"] / "golden.json", root / "gate-rope"
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PATH", f"{tools}{os.pathsep}{os.environ['PATH']}")
+        patch.setenv("PATH", f"{lm_eval_tools(bed)}{os.pathsep}{os.environ['PATH']}")
         t0 = time.monotonic()
         code, output = invoke(
             "gate", str(bed["config"]), "--candidate", shas["rope-alone"], "--golden",
-            str(golden), "--record", "--good", shas["base"], "--out", str(out),
-            "--junit", str(out / "junit.xml"), "--eval-config", eval_config,
+            str(golden), "--out", str(out), "--junit", str(out / "junit.xml"),
+            "--eval-config", str(EVAL_CONFIG),
         )  # fmt: skip
         yield {"golden": golden, "out": out, "code": code, "output": output,
                "seconds": time.monotonic() - t0}  # fmt: skip
 
 
 def test_gate_on_real_vllm_blocks_a_rope_bug(bed: dict[str, Any], gate: dict[str, Any]) -> None:
-    """The golden recorded, then the candidate blocked on logprobs while lm-eval passes;
-    the report names the real server command. (A change that is allowed: the gate's
+    """The candidate blocked on logprobs while lm-eval passes, by a golden the bisection
+    recorded; the report names the real server command. (A change that is allowed: the gate's
     simulator tests in tests/test_gate.py; no false alarm on real vLLM: `refactor` and
     `tokens` good in the bisection, `refactor` the lying run's good end. `calibrate`'s
     good-vs-good runs on the simulator, tests/test_checks_golden.py.)"""
     shas, root, golden = bed["shas"], bed["root"], gate["golden"]
     code, output, seconds = gate["code"], gate["output"], gate["seconds"]
     assert code == 1 and f"\nblock: {shas['rope-alone']}" in output, output
-    assert "recording the golden from" in output, output
     doc = json.loads((gate["out"] / "gate.json").read_text())
     recorded = json.loads(golden.read_text())["checks"]["lm_eval"]["tasks"]["llm_bisect_known"]
     assert recorded["correct"] == [True, True], recorded  # the tiny model passes the task
@@ -576,7 +590,7 @@ def test_gate_on_real_vllm_blocks_a_rope_bug(bed: dict[str, Any], gate: dict[str
                      "threshold exact_match,strict-match": "0.9200"}  # fmt: skip
     print(f"\nlm-eval in the gate: {lm_eval['details']['seconds']:.1f}s")
     print((root / "gate-rope" / "junit.xml").read_text())
-    assert doc["golden"]["commit"] == shas["base"] and doc["golden"]["recorded"]
+    assert doc["golden"]["commit"] == shas["doc2"] and not doc["golden"]["recorded"]
     logprobs = next(c for c in doc["probe"]["checks"] if c["name"] == "logprobs")
     deltas = [d for case in logprobs["details"]["cases"] for d in case["teacher_deltas"]]
     # per-position teacher-forced deltas, for report.html: real and small (this RoPE bug
@@ -591,4 +605,4 @@ def test_gate_on_real_vllm_blocks_a_rope_bug(bed: dict[str, Any], gate: dict[str
     assert github_render(report, doc["context"]["repo_url"]).problems == []  # as GitHub shows it
     ET.parse(root / "gate-rope" / "junit.xml")  # well-formed, whatever the server logged
     assert 'id="plot-logprobs"' in (root / "gate-rope" / "report.html").read_text()
-    print(f"\ngate: golden recorded, then block, in {seconds:.0f}s")
+    print(f"\ngate: block in {seconds:.0f}s")

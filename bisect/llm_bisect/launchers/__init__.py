@@ -35,6 +35,10 @@ class Artifact:
     (`candidates.coarse` probes these first)."""
 
 
+INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
+"""Where a container or pod finds an instrument's folders (folder i at INSTRUMENT_DIR/i)."""
+
+
 @dataclass(frozen=True)
 class Instrument:
     """What a probe adds to a server beyond its config (the localisation probes)."""

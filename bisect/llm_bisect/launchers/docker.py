@@ -76,7 +76,7 @@ from ..model import Candidate
 from ..redact import Masker, redact
 from ..registry import RegistryClient, parse_image_ref
 from ..report import escape as esc
-from . import Artifact, Instrument, Launcher
+from . import INSTRUMENT_DIR, Artifact, Instrument, Launcher
 from .common import (
     LoggedServer,
     PortBook,
@@ -472,7 +472,6 @@ def _bounded(seconds: float) -> tuple[str, ...]:
 
 
 BOUNDED = _bounded(collectenv.TIMEOUT_S)
-INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
 PORT_MOVES = 3
 """How many times a container whose host port was taken starts again on another one."""
 _PORT_IN_USE = ("port is already allocated", "address already in use")

@@ -3,9 +3,9 @@ probe on several nodes (`nodes`) is a LeaderWorkerSet where LWS's CRD is install
 of the API's group discovery), else an Indexed Job with a headless Service (`group_manifests`).
 
     artifact(c)  registry manifest → digest (nothing pulled: the kubelet pulls by digest)
-    launch(c)    Job (restartPolicy Never, backoffLimit 0) created ─► its pod scheduled,
-                 image pulled, Running ─► port-forward through the API (or the pod IP)
-                 ─► ready ─► checks
+    launch(c)    Job (restartPolicy Never, backoffLimit 0) created (a localisation's: its
+                 ConfigMap first) ─► its pods, watched: scheduled, image pulled, Running
+                 ─► port-forward through the API (or the pod IP) ─► ready ─► checks
     logs         the pod's log followed into the probe's server.log, secrets masked
     fingerprint  node, image digest and imageID; packages, collect_env and nvidia-smi
                  through the API's exec in the pod
@@ -27,14 +27,16 @@ port-forward (`reach: port-forward`, from a laptop too: `Forwarder`), or at its 
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import shlex
 import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,7 +77,7 @@ from ..model import Candidate
 from ..redact import Masker, redact
 from ..registry import RegistryClient, RegistryError, parse_image_ref
 from ..templates import template_fields
-from . import Artifact, Instrument
+from . import INSTRUMENT_DIR, Artifact, Instrument
 from .common import (
     LoggedServer,
     last_json,
@@ -96,6 +98,12 @@ OWNER_ANNOTATION = "llm-bisect/owner"
 hold colons): reap() deletes a Job whose owner is gone."""
 CONTAINER = "server"
 POLL_S = 0.5
+"""How often teardown asks whether a deleted Job is gone."""
+WATCH_S = 10
+"""How long one watch request of a probe's pods stays open (then it resumes from its last
+resourceVersion); a bound on how long a closed watch's thread outlives its probe."""
+GONE = 410
+"""A watch from a resourceVersion the API no longer keeps: list again, watch from there."""
 STOP_WAIT_S = 120.0
 """How long teardown waits for the Job's pods to be gone."""
 PULL_FAILED = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
@@ -118,6 +126,8 @@ LWS_GROUP, LWS_VERSION, LWS_PLURAL = "leaderworkerset.x-k8s.io", "v1", "leaderwo
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 LWS_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 """Labels LWS's controller puts on a group's pods: the set's name, the pod's rank (leader 0)."""
+CONFIG_MAP_MAX = 1_000_000
+"""An instrument's files must fit one ConfigMap (the API keeps an object under 1 MiB)."""
 HEAD_ENV = "LLM_BISECT_HEAD"
 """The variable that holds the head pod's DNS name in an Indexed Job's pods."""
 NODE_PLACEHOLDERS = frozenset({"head", "node_rank", "nnodes"})
@@ -320,6 +330,69 @@ def literal(word: str) -> str:
     return word.replace("$", "$$")
 
 
+@dataclass(frozen=True)
+class Shipped:
+    """A file of an instrument's folder, shipped to the pod in the probe's ConfigMap."""
+
+    folder: int
+    """Which of the instrument's folders (mounted at INSTRUMENT_DIR/folder)."""
+    path: str
+    """Its path inside the folder."""
+    key: str
+    """Its key in the ConfigMap."""
+    data: bytes
+
+
+def shipped_files(instrument: Instrument | None) -> list[Shipped]:
+    """Every file under the instrument's folders (no __pycache__), in order; a LaunchError
+    where they do not fit one ConfigMap."""
+    found: list[Shipped] = []
+    for i, folder in enumerate(instrument.paths if instrument is not None else ()):
+        for file in sorted(folder.rglob("*")):
+            rel = file.relative_to(folder)
+            if not file.is_file() or "__pycache__" in rel.parts:
+                continue
+            safe = re.sub(r"[^-._a-zA-Z0-9]", "_", rel.as_posix())[-200:]
+            found.append(Shipped(i, rel.as_posix(), f"{i}.{len(found)}.{safe}", file.read_bytes()))
+    size = sum(len(f.data) for f in found)
+    if size > CONFIG_MAP_MAX:
+        raise LaunchError(
+            f"kubernetes: the localisation's files are {size} bytes, over one ConfigMap's "
+            f"{CONFIG_MAP_MAX}"
+        )
+    return found
+
+
+def config_map_manifest(
+    cfg: KubernetesServerConfig,
+    *,
+    name: str,
+    candidate: Candidate,
+    run_id: str,
+    owner: str,
+    shipped: Sequence[Shipped],
+) -> dict[str, Any]:
+    """The probe's ConfigMap of its instrument's files (immutable; text as `data`, other
+    bytes as `binaryData`), named as its Job. Pure."""
+    data: dict[str, str] = {}
+    binary: dict[str, str] = {}
+    for f in shipped:
+        try:
+            data[f.key] = f.data.decode("utf-8")
+        except UnicodeDecodeError:
+            binary[f.key] = base64.b64encode(f.data).decode("ascii")
+    made: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(cfg, name, _labels(run_id, candidate), owner),
+        "immutable": True,
+        "data": data,
+    }
+    if binary:
+        made["binaryData"] = binary
+    return made
+
+
 def pod_spec(
     cfg: KubernetesServerConfig,
     *,
@@ -329,12 +402,20 @@ def pod_spec(
     args: Sequence[str] | None = None,
     command: Sequence[str] | None = None,
     extra_env: Sequence[Mapping[str, Any]] = (),
+    config_map: str = "",
+    shipped: Sequence[Shipped] = (),
 ) -> dict[str, Any]:
     """The pod of a probe (one node's): its server container, volumes, placement. `args`
-    and `command` as the kubelet takes them (filled); default: none, the image's. Pure."""
+    and `command` as the kubelet takes them (filled); default: none, the image's. The
+    instrument's folders from the ConfigMap `config_map` (its `shipped` files), first on
+    PYTHONPATH before `env`'s (the image's own is not read: `env` sets it). Pure."""
+    merged = {**env, **(instrument.env if instrument else {})}
+    folders = sorted({f.folder for f in shipped})
+    if folders:
+        placed = [f"{INSTRUMENT_DIR}/{i}" for i in folders]
+        merged["PYTHONPATH"] = ":".join([*placed, merged.get("PYTHONPATH", "")]).rstrip(":")
     variables: list[dict[str, Any]] = [
-        {"name": k, "value": literal(v)}
-        for k, v in sorted({**env, **(instrument.env if instrument else {})}.items())
+        {"name": k, "value": literal(v)} for k, v in sorted(merged.items())
     ]
     variables += [dict(v) for v in extra_env]
     variables += [
@@ -357,6 +438,14 @@ def pod_spec(
         )
         volumes.append({"name": "model-cache", **source})
         mounts.append({"name": "model-cache", "mountPath": cache.mount})
+    for i in folders:
+        items = [{"key": f.key, "path": f.path} for f in shipped if f.folder == i]
+        volumes.append(
+            {"name": f"instrument-{i}", "configMap": {"name": config_map, "items": items}}
+        )
+        mounts.append(
+            {"name": f"instrument-{i}", "mountPath": f"{INSTRUMENT_DIR}/{i}", "readOnly": True}
+        )
     for i, spec in enumerate(cfg.host_paths):
         host, inside, *mode = spec.split(":")
         volumes.append({"name": f"host-{i}", "hostPath": {"path": host, "type": "Directory"}})
@@ -424,8 +513,10 @@ def job_manifest(
     run_id: str,
     owner: str,
     instrument: Instrument | None = None,
+    shipped: Sequence[Shipped] = (),
 ) -> dict[str, Any]:
-    """The batch/v1 Job of one probe on one node. Pure.
+    """The batch/v1 Job of one probe on one node (its instrument's `shipped` files from the
+    ConfigMap of its name). Pure.
 
     `image` is what the kubelet pulls (by digest); `ref` is what `{image}` names; `env` holds
     no secret (the caller refused them): secrets come from `secret_env`'s Secrets."""
@@ -444,6 +535,8 @@ def job_manifest(
         instrument=instrument,
         args=[*(fill(literal(a), values) for a in cfg.args), *map(literal, extra_args)],
         command=[literal(e) for e in cfg.entrypoint] if cfg.entrypoint else None,
+        config_map=name,
+        shipped=shipped,
     )
     return {
         "apiVersion": "batch/v1",
@@ -496,6 +589,7 @@ def group_manifests(
     run_id: str,
     owner: str,
     instrument: Instrument | None = None,
+    shipped: Sequence[Shipped] = (),
 ) -> list[dict[str, Any]]:
     """The objects of one multi-node probe, in the order they are created: a headless
     Service and an Indexed Job (`group: indexed-job`), or a LeaderWorkerSet. Pure.
@@ -522,7 +616,15 @@ def group_manifests(
     if group == "leaderworkerset":
         templates = {}
         for key, words in (("leaderTemplate", head), ("workerTemplate", worker)):
-            pod = pod_spec(cfg, image=image, env=env, instrument=instrument, command=entrypoint)
+            pod = pod_spec(
+                cfg,
+                image=image,
+                env=env,
+                instrument=instrument,
+                command=entrypoint,
+                config_map=name,
+                shipped=shipped,
+            )
             pod["containers"][0]["args"] = words
             del pod["restartPolicy"]  # a StatefulSet's pods: Always (a restart is seen)
             templates[key] = {"metadata": {"labels": labels}, "spec": pod}
@@ -550,6 +652,8 @@ def group_manifests(
         instrument=instrument,
         command=["/bin/sh", "-c", node_script([*entrypoint, *head], [*entrypoint, *worker])],
         extra_env=[{"name": HEAD_ENV, "value": address}],
+        config_map=name,
+        shipped=shipped,
     )
     pod["subdomain"] = name
     service = {
@@ -719,14 +823,41 @@ class Api:
             absent=frozenset({409}),
         )
 
-    def pods(self, selector: str) -> list[dict[str, Any]]:
+    def listed_pods(self, selector: str) -> tuple[list[dict[str, Any]], str]:
+        """The pods the selector picks and the list's resourceVersion (a watch starts there)."""
         found = self._json(
             f"list pods {selector}",
             lambda: self.core.list_namespaced_pod(
                 self.namespace, label_selector=selector, _preload_content=False
             ),
         )
-        return list(found.get("items") or [])
+        version = str((found.get("metadata") or {}).get("resourceVersion") or "")
+        return list(found.get("items") or []), version
+
+    def watch_pods(self, selector: str, version: str, stop: threading.Event) -> Iterator[Any]:
+        """(event type, pod) as the API reports them after `version`, through the client's
+        watch, until `stop` is set (each request open WATCH_S, resumed from the last event);
+        the client's ApiException 410 where `version` is too old (compacted), and its errors
+        as they come (the caller lists again)."""
+        from kubernetes import watch
+
+        while not stop.is_set():
+            w = watch.Watch()  # type: ignore[no-untyped-call]
+            for event in w.stream(  # type: ignore[no-untyped-call]
+                self.core.list_namespaced_pod,
+                self.namespace,
+                label_selector=selector,
+                resource_version=version,
+                timeout_seconds=WATCH_S,
+                allow_watch_bookmarks=True,
+            ):
+                raw = event.get("raw_object") or {}
+                version = str((raw.get("metadata") or {}).get("resourceVersion") or version)
+                if event.get("type") != "BOOKMARK":
+                    yield event.get("type"), raw
+                if stop.is_set():
+                    w.stop()  # type: ignore[no-untyped-call]
+                    break
 
     def jobs(self, selector: str) -> list[dict[str, Any]]:
         found = self._json(
@@ -807,6 +938,38 @@ class Api:
         )
         return done is not None
 
+    def create_config_map(self, manifest: Mapping[str, Any]) -> None:
+        from kubernetes import client
+
+        body = client.V1ConfigMap.from_dict(dict(manifest))
+        assert body is not None
+        self._call(
+            f"create configmap {manifest['metadata']['name']}",
+            lambda: self.core.create_namespaced_config_map(
+                self.namespace, body, _preload_content=False
+            ),
+            absent=frozenset({409}),
+        )
+
+    def config_maps(self, selector: str) -> list[dict[str, Any]]:
+        found = self._json(
+            f"list configmaps {selector}",
+            lambda: self.core.list_namespaced_config_map(
+                self.namespace, label_selector=selector, _preload_content=False
+            ),
+        )
+        return list(found.get("items") or [])
+
+    def delete_config_map(self, name: str) -> bool:
+        done = self._call(
+            f"delete configmap {name}",
+            lambda: self.core.delete_namespaced_config_map(
+                name, self.namespace, _preload_content=False
+            ),
+            absent=frozenset({404}),
+        )
+        return done is not None
+
     def create_lws(self, manifest: Mapping[str, Any]) -> None:
         self._call(
             f"create leaderworkerset {manifest['metadata']['name']}",
@@ -866,16 +1029,23 @@ class Api:
         return found is None
 
     def create(self, manifest: Mapping[str, Any]) -> None:
-        """Create a Job, Service or LeaderWorkerSet."""
-        {"Job": self.create_job, "Service": self.create_service}.get(
-            manifest["kind"], self.create_lws
-        )(manifest)
+        """Create a Job, Service, ConfigMap or LeaderWorkerSet."""
+        made = {
+            "Job": self.create_job,
+            "Service": self.create_service,
+            "ConfigMap": self.create_config_map,
+        }
+        made.get(manifest["kind"], self.create_lws)(manifest)
 
     def delete(self, kind: str, name: str) -> bool:
-        """Delete a Job, Service or LeaderWorkerSet (its pods first); False: gone already."""
-        return {"Job": self.delete_job, "Service": self.delete_service}.get(kind, self.delete_lws)(
-            name
-        )
+        """Delete a Job, Service, ConfigMap or LeaderWorkerSet (its pods first); False: gone
+        already."""
+        deleted = {
+            "Job": self.delete_job,
+            "Service": self.delete_service,
+            "ConfigMap": self.delete_config_map,
+        }
+        return deleted.get(kind, self.delete_lws)(name)
 
     def gone(self, kind: str, name: str) -> bool:
         if kind == "Job":
@@ -967,6 +1137,103 @@ class Api:
     def close(self) -> None:
         with suppress(Exception):
             self.client.close()  # type: ignore[no-untyped-call]
+
+
+class PodWatch:
+    """A probe's pods as the API says they are now: listed once, then kept by a watch from
+    the list's resourceVersion in a thread (a 410 Gone, or the watch failing: listed again,
+    watched from there; a list that keeps failing, after the API's retries, is raised by
+    `pods`). `wait` returns when they change, or when the time is up."""
+
+    def __init__(self, api: Api, selector: str) -> None:
+        self.api = api
+        self.selector = selector
+        self.changed = threading.Condition()
+        self.stop = threading.Event()
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._seen = 0
+        self._error: LaunchError | None = None
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> PodWatch:
+        version = self._list()  # the first list's LaunchError is the caller's
+        self._thread = threading.Thread(target=self._follow, args=(version,), daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        with self.changed:
+            self.changed.notify_all()
+
+    def _list(self) -> str:
+        items, version = self.api.listed_pods(self.selector)
+        with self.changed:
+            self._pods = {str((p.get("metadata") or {}).get("name", "")): p for p in items}
+            self._seen += 1
+            self.changed.notify_all()
+        return version
+
+    def _follow(self, version: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        failures = 0
+        while not self.stop.is_set():
+            try:
+                for kind, pod in self.api.watch_pods(self.selector, version, self.stop):
+                    name = str((pod.get("metadata") or {}).get("name", ""))
+                    with self.changed:
+                        if kind == "DELETED":
+                            self._pods.pop(name, None)
+                        elif kind in ("ADDED", "MODIFIED"):
+                            self._pods[name] = pod
+                        self._seen += 1
+                        self.changed.notify_all()
+                    failures = 0
+                return
+            except ApiException as exc:
+                if exc.status != GONE and exc.status not in RETRIED_STATUS:
+                    self._fail(LaunchError(f"kubernetes: watch pods: HTTP {exc.status}"))
+                    return
+                failures = failures + 1 if exc.status != GONE else 0
+            except Exception as exc:  # a dropped watch: the list below says if the API is gone
+                if self.stop.is_set():
+                    return
+                _log_api_retry_of("watch pods", exc)
+                failures += 1
+            if failures and self.stop.wait(min(5.0, 0.2 * 2 ** (failures - 1))):
+                return  # backing off as the API's retries do
+            try:
+                version = self._list()
+            except LaunchError as exc:
+                self._fail(exc)
+                return
+
+    def _fail(self, exc: LaunchError) -> None:
+        with self.changed:
+            self._error = exc
+            self.changed.notify_all()
+
+    def pods(self) -> list[dict[str, Any]]:
+        with self.changed:
+            if self._error is not None:
+                raise self._error
+            return list(self._pods.values())
+
+    def wait(self, timeout: float) -> None:
+        """Until the pods change (or the watch fails), at most `timeout` seconds."""
+        with self.changed:
+            seen = self._seen
+            self.changed.wait_for(
+                lambda: self._seen != seen or self._error is not None or self.stop.is_set(),
+                timeout=max(0.0, timeout),
+            )
+
+
+def _log_api_retry_of(what: str, exc: BaseException) -> None:
+    import logging
+
+    logging.getLogger("llm_bisect.retry").info("kubernetes API: %s: %s, listing again", what, exc)
 
 
 class Forwarder:
@@ -1066,6 +1333,7 @@ class KubernetesServer(LoggedServer):
         self._worker_logs: dict[str, threading.Thread] = {}
         self._closing = threading.Event()
         self._forwarder: Forwarder | None = None
+        self._watch: PodWatch | None = None
 
     def __enter__(self) -> KubernetesServer:
         launcher = self.launcher
@@ -1084,19 +1352,34 @@ class KubernetesServer(LoggedServer):
         self.probe_dir.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         try:
+            shipped = shipped_files(self.instrument)
+            common["shipped"] = shipped
             if self.cfg.nodes > 1:
                 self.group = "leaderworkerset" if launcher.api.has_lws() else "indexed-job"
                 manifests = group_manifests(self.cfg, self.group, **common)
             else:
                 manifests = [job_manifest(self.cfg, **common)]
+            if shipped:  # made first, deleted last
+                made = config_map_manifest(
+                    self.cfg,
+                    name=self.name,
+                    candidate=self.candidate,
+                    run_id=launcher.run_id,
+                    owner=launcher.owner,
+                    shipped=shipped,
+                )
+                manifests.insert(0, made)
             for m in manifests:
-                file = "lws.json" if m["kind"] == "LeaderWorkerSet" else f"{m['kind'].lower()}.json"
+                file = {"LeaderWorkerSet": "lws.json", "ConfigMap": "configmap.json"}.get(
+                    m["kind"], f"{m['kind'].lower()}.json"
+                )
                 (self.probe_dir / file).write_text(json.dumps(m, indent=2) + "\n")
                 self.files.append(file)
             self.job = self.name
             for m in manifests:
                 self.made.append((str(m["kind"]), self.name))
                 launcher.api.create(m)
+            self._watch = PodWatch(launcher.api, self._selector()).__enter__()
         except BaseException:
             self.stop()
             raise
@@ -1121,9 +1404,16 @@ class KubernetesServer(LoggedServer):
             return 0
 
     def _current_pods(self) -> list[dict[str, Any]]:
-        """The probe's pods, the head's first."""
-        pods = self.launcher.api.pods(self._selector())
+        """The probe's pods, the head's first (as the watch has them)."""
+        pods = self._watch.pods() if self._watch is not None else []
         return sorted(pods, key=self._rank)
+
+    def _wait(self, seconds: float) -> None:
+        """Until the probe's pods change, at most `seconds`."""
+        if self._watch is not None:
+            self._watch.wait(seconds)
+        else:
+            self.launcher.sleep(seconds)
 
     def _current_pod(self) -> dict[str, Any] | None:
         pods = self._current_pods()
@@ -1140,7 +1430,7 @@ class KubernetesServer(LoggedServer):
     def _placed(self) -> None:
         """Until every pod of the probe runs, the head's with an IP (then base_url is set
         and the logs followed); Unplaced or ServerExited when one never will."""
-        clock, sleep = self.launcher.clock, self.launcher.sleep
+        clock = self.launcher.clock
         created = clock()
         while True:
             if self.job is None:
@@ -1193,7 +1483,7 @@ class KubernetesServer(LoggedServer):
                     else f"kubernetes: no pod for {self.cfg.pending_timeout:g}s",
                     "",
                 )
-            sleep(POLL_S)
+            self._wait(self.cfg.pending_timeout - waited + 0.05)
 
     def wait_ready(self) -> None:
         self._placed()
@@ -1230,10 +1520,10 @@ class KubernetesServer(LoggedServer):
         masker = Masker(self.secrets)
         with suppress(LaunchError, OSError, ValueError, Exception):
             for chunk in self.launcher.api.follow_log(pod):
+                log.write(masker.feed(chunk))  # what came is kept, closing or not
+                log.flush()
                 if self._closing.is_set():
                     break
-                log.write(masker.feed(chunk))
-                log.flush()
         with suppress(ValueError, OSError):
             log.write(masker.flush())
             log.flush()
@@ -1262,7 +1552,7 @@ class KubernetesServer(LoggedServer):
     def check_alive(self, wait: float = 0.0) -> None:
         if self.job is None:
             raise ServerExited("the kubernetes job is gone", None)
-        clock, sleep = self.launcher.clock, self.launcher.sleep
+        clock = self.launcher.clock
         deadline = clock() + wait
         while True:
             pods = self._current_pods()
@@ -1279,13 +1569,16 @@ class KubernetesServer(LoggedServer):
                     raise ServerExited(f"{which}{trouble[1]}", None, self._tail_of(pod))
             if clock() >= deadline:
                 return
-            sleep(min(POLL_S, max(0.05, deadline - clock())))
+            self._wait(deadline - clock())
 
     def stop(self) -> None:
         """Delete what was made, last first (the Job or LWS foreground: its pods first),
         whatever fails, and wait until the pods' owner is gone."""
         made, self.made = self.made, []
         self.job = None
+        watching, self._watch = self._watch, None
+        if watching is not None:
+            watching.__exit__(None, None, None)
         api, clock, sleep = self.launcher.api, self.launcher.clock, self.launcher.sleep
         for kind, name in reversed(made):
             try:
@@ -1496,14 +1789,15 @@ class KubernetesLauncher:
         return nullcontext()
 
     def reap(self) -> list[str]:
-        """Delete the Jobs, LeaderWorkerSets and Services killed llm-bisect processes left
-        (by label; owner gone)."""
+        """Delete the Jobs, LeaderWorkerSets, Services and ConfigMaps killed llm-bisect
+        processes left (by label; owner gone)."""
         lines = []
         selector = f"{MANAGED_BY}=llm-bisect"
         for kind, found in (
             ("Job", self.api.jobs),
             ("LeaderWorkerSet", self.api.lws),
             ("Service", self.api.services),
+            ("ConfigMap", self.api.config_maps),
         ):
             try:
                 objects = found(selector)

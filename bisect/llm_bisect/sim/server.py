@@ -56,6 +56,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -644,6 +645,10 @@ def main(argv: list[str]) -> int:
     print(f"sim: started at {started:.6f}", flush=True)
     if args.worker_extension_cls:  # as vLLM logs them
         print(f"sim: non-default args: worker_extension_cls={args.worker_extension_cls!r}")
+        module = args.worker_extension_cls.rpartition(".")[0]
+        if importlib.util.find_spec(module) is None:  # vLLM's workers import it: not there,
+            print(f"sim: ModuleNotFoundError: No module named {module!r}", flush=True)
+            return 1  # the server never starts
     at = int(settings.get("print_env_at", 0))  # the value from this column: a long line
     for name in settings.get("print_env", []):  # a server that logs its environment
         head = f"sim: {name}="
