@@ -72,8 +72,10 @@ class LocalRegistry:
         labels: Mapping[str, str] | None = None,
         architecture: str = "amd64",
         pad_bytes: int = 0,
+        tag: str | None = None,
     ) -> tuple[str, int]:
-        """A one-layer OCI image (the simulator's engine file) by digest: (digest, size)."""
+        """A one-layer OCI image (the simulator's engine file) by digest, and by `tag` when
+        given: (digest, size)."""
         layer = layer_tar(engine_files(settings, pad_bytes))
         layer_gz = gzip.compress(layer, compresslevel=1, mtime=0)  # platforms share it
         config = json.dumps(
@@ -102,6 +104,8 @@ class LocalRegistry:
                 ],
             }
         ).encode()
+        if tag is not None:
+            self.put_manifest(repo, tag, manifest, OCI_MANIFEST)
         return self.put_manifest(repo, digest_of(manifest), manifest, OCI_MANIFEST), len(manifest)
 
     def multi_arch(
@@ -153,6 +157,13 @@ class LocalRegistry:
             if "response completed" in line and method and uri and f"/v2/{repo}/" in uri[1]:
                 found.append(f"{method[1]} {uri[1]}")
         return found
+
+    def drop_blobs(self, repo: str, tag: str) -> None:
+        """The tag's config and layers deleted, its manifest kept: a pull of it fails."""
+        found = self.manifest(repo, tag).json()
+        for blob in [found["config"], *found["layers"]]:
+            r = httpx.delete(self.url(repo, f"/blobs/{blob['digest']}"))
+            assert r.status_code == 202, r.text
 
     def drop(self, repo: str, tag: str) -> None:
         """Retention: the tag's manifest deleted (every tag naming it goes with it)."""

@@ -1,7 +1,7 @@
 """The Kubernetes launcher: its Jobs against the API's OpenAPI schema, and probes through the
 official client against a stand-in API server (tests/kubeapi.py) whose pods are real
 Docker containers running the simulated server, with images pulled by digest from a
-registry on loopback."""
+real registry on loopback (distribution 2.8, tests/localregistry.py)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,8 @@ from llm_bisect.launchers.kubernetes import (
 )
 from llm_bisect.model import Candidate
 from llm_bisect.services.localization import localize_instrument
-from llm_bisect.sim.docker import PYTHON, SRC, SimRegistry
+from llm_bisect.sim.docker import PYTHON, SRC
+from localregistry import LocalRegistry, serving
 from test_collectenv import SMI
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -259,14 +260,14 @@ def test_pod_trouble_tells_the_cluster_from_the_server() -> None:
 
 
 @pytest.fixture
-def registry() -> Iterator[SimRegistry]:
-    found = SimRegistry()
-    with found.running():
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
+    """A real registry (distribution 2.8) on loopback: the kubelet pulls from it by digest."""
+    with serving(tmp_path_factory.mktemp("registry") / "r") as found:
         yield found
 
 
 @pytest.fixture
-def standin(client: docker.DockerClient, registry: SimRegistry) -> Iterator[StandIn]:
+def standin(client: docker.DockerClient, registry: LocalRegistry) -> Iterator[StandIn]:
     api = StandIn(client)
     api.secrets[("default", "hf")] = {"token": PLANTED}
     with api.running():
@@ -279,7 +280,7 @@ def standin(client: docker.DockerClient, registry: SimRegistry) -> Iterator[Stan
 
 
 def publish(
-    registry: SimRegistry, h: History, repo: str, missing: frozenset[int] = frozenset()
+    registry: LocalRegistry, h: History, repo: str, missing: frozenset[int] = frozenset()
 ) -> None:
     """One image per commit in the registry, its sim-engine.json from the commit."""
     nonce = uuid.uuid4().hex
@@ -293,7 +294,7 @@ def publish(
             text=True,
         )
         labels = {"ai.vllm.build.commit": sha, "test-nonce": nonce}  # an image of its own:
-        registry.add_image(repo, sha, json.loads(shown.stdout), labels=labels)  # pulled anew
+        registry.image(repo, json.loads(shown.stdout), labels=labels, tag=sha)  # pulled anew
 
 
 def sim_k8s_server(image: str, kubeconfig: Path, **over: Any) -> dict[str, Any]:
@@ -368,7 +369,7 @@ def nothing_left(standin: StandIn) -> bool:
 @pytest.mark.docker
 @pytest.mark.parametrize("reach", ["port-forward", "pod-ip"])
 def test_one_probe_runs_as_a_job_streams_its_log_and_leaves_nothing(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, reach: str
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path, reach: str
 ) -> None:
     """Reached through the API's port-forward (the default: from a laptop too), or at the
     pod's IP (from inside the cluster)."""
@@ -401,7 +402,7 @@ def test_one_probe_runs_as_a_job_streams_its_log_and_leaves_nothing(
 
 @pytest.mark.docker
 def test_the_standin_keeps_the_apis_defaults_and_refuses_what_the_api_refuses(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
     """What the launcher relies on is what a real API server does: without a
     propagationPolicy, deleting a Job orphans its pods, which keep running."""
@@ -447,7 +448,7 @@ def test_the_standin_keeps_the_apis_defaults_and_refuses_what_the_api_refuses(
 @pytest.mark.docker
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_and_sigterm_delete_the_job_and_its_pod(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, sig: signal.Signals
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path, sig: signal.Signals
 ) -> None:
     hold = tmp_path / "hold"
     hold.touch()
@@ -478,7 +479,7 @@ def test_ctrl_c_and_sigterm_delete_the_job_and_its_pod(
 
 @pytest.mark.docker
 def test_a_bisection_of_images_on_kubernetes_finds_the_culprit_and_skips_a_missing_image(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
     h: History = history({5: "garbled-math"}, n=7, changes={5: {"moe_backend": "CUTLASS"}})
     repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
@@ -533,7 +534,7 @@ def test_a_bisection_of_images_on_kubernetes_finds_the_culprit_and_skips_a_missi
 
 def one_probe(
     standin: StandIn,
-    registry: SimRegistry,
+    registry: LocalRegistry,
     h: History,
     tmp_path: Path,
     **over: Any,
@@ -564,7 +565,7 @@ def check(config: Path, sha: str, out: Path) -> tuple[int, str]:
 )
 def test_a_pod_the_scheduler_never_places_is_skip_after_pending_timeout(
     standin: StandIn,
-    registry: SimRegistry,
+    registry: LocalRegistry,
     history: Any,
     tmp_path: Path,
     over: dict[str, Any],
@@ -580,11 +581,11 @@ def test_a_pod_the_scheduler_never_places_is_skip_after_pending_timeout(
 
 @pytest.mark.docker
 def test_an_image_the_kubelet_cannot_pull_is_skip_no_artifact(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
     h: History = history({}, n=1)
-    config, _ = one_probe(standin, registry, h, tmp_path)
-    registry.blobs.clear()  # the manifest is there, its layers are not: the pull fails
+    config, made = one_probe(standin, registry, h, tmp_path)
+    registry.drop_blobs(made["repo"], h.shas[1])  # the manifest is there, its blobs are not
     code, output = check(config, h.shas[1], tmp_path / "c")
     assert code == 125, output
     assert re.search(r"SKIP .* no artifact: (ErrImagePull|ImagePullBackOff)", output), output
@@ -593,7 +594,7 @@ def test_an_image_the_kubelet_cannot_pull_is_skip_no_artifact(
 
 @pytest.mark.docker
 def test_an_oom_kill_before_ready_is_skip_with_its_reason(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
     h: History = history({}, n=1)
     config, _ = one_probe(standin, registry, h, tmp_path, memory="8Mi")
@@ -609,7 +610,7 @@ def test_an_oom_kill_before_ready_is_skip_with_its_reason(
 )
 def test_a_pod_the_cluster_ends_is_skip_with_its_reason(
     standin: StandIn,
-    registry: SimRegistry,
+    registry: LocalRegistry,
     history: Any,
     tmp_path: Path,
     fault: str,
@@ -643,7 +644,7 @@ def test_a_pod_the_cluster_ends_is_skip_with_its_reason(
 
 @pytest.mark.docker
 def test_api_errors_are_retried_and_the_probe_goes_on(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
     h: History = history({}, n=1)
     config, _ = one_probe(standin, registry, h, tmp_path)
@@ -671,7 +672,7 @@ def pod_lists(standin: StandIn) -> int:
 
 @pytest.mark.docker
 def test_the_pods_are_watched_and_a_watch_the_api_expired_lists_again(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
     """A probe's pods are followed by one list and a watch from its resourceVersion, not a
     list every half second; when the API ends the watch and its resourceVersion is gone (an
@@ -691,7 +692,7 @@ def test_the_pods_are_watched_and_a_watch_the_api_expired_lists_again(
 
 @pytest.mark.docker
 def test_reap_deletes_the_job_a_sigkilled_run_left(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
     hold = tmp_path / "hold"
     hold.touch()
@@ -747,7 +748,7 @@ def test_the_kimi_kubernetes_config_is_the_cases_setup_and_its_job_validates() -
 
 @pytest.mark.docker
 def test_two_slots_run_two_jobs_at_once(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
     """parallel: 2 is two Jobs at once, each its own pod (the scheduler places them): the
     held bad end's and another's run together."""
@@ -788,7 +789,7 @@ def test_two_slots_run_two_jobs_at_once(
 
 @pytest.mark.docker
 def test_collect_env_nvidia_smi_and_packages_come_from_inside_the_pod(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
     """Through the API's exec (a websocket): collect_env and nvidia-smi run in each
     candidate's pod, and the report shows the torch bump between the two; the weights'
@@ -838,7 +839,7 @@ def test_collect_env_nvidia_smi_and_packages_come_from_inside_the_pod(
 @pytest.mark.docker
 @pytest.mark.parametrize("fault", ["lose_node", "evict"])
 def test_a_node_lost_during_the_checks_is_skip_even_under_regress_crash(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, fault: str
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path, fault: str
 ) -> None:
     """The cluster ending a pod mid-check is no crash of the build (regress: crash)."""
     h: History = history({}, n=1, changes={1: {"hostile": {"hang": True}}})
@@ -1091,7 +1092,7 @@ def two_nodes(request: pytest.FixtureRequest, standin: StandIn) -> str:
 
 @pytest.mark.docker
 def test_a_two_node_probe_starts_head_and_worker_answers_and_leaves_nothing(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, two_nodes: str
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path, two_nodes: str
 ) -> None:
     h: History = history({}, n=1)
     repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
@@ -1149,7 +1150,7 @@ def test_a_two_node_probe_starts_head_and_worker_answers_and_leaves_nothing(
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
 def test_ctrl_c_or_sigkill_then_reap_leaves_nothing_of_a_two_node_probe(
     standin: StandIn,
-    registry: SimRegistry,
+    registry: LocalRegistry,
     history: Any,
     tmp_path: Path,
     two_nodes: str,
@@ -1213,7 +1214,7 @@ def test_the_glm_kubernetes_config_is_the_cases_setup_and_its_manifests_validate
 
 @pytest.mark.docker
 def test_a_worker_that_ends_before_ready_is_skip_naming_the_worker(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path, two_nodes: str
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path, two_nodes: str
 ) -> None:
     """A worker is the probe's as much as the head: its container ending (an LWS pod
     restarting: CrashLoopBackOff) makes the probe skip before ready, its log kept."""
@@ -1240,7 +1241,7 @@ def test_a_worker_that_ends_before_ready_is_skip_naming_the_worker(
 
 @pytest.mark.docker
 def test_the_standin_finds_an_indexed_jobs_head_by_name_and_orphans_its_pods_as_the_api_does(
-    standin: StandIn, registry: SimRegistry, history: Any, tmp_path: Path
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
     """What the launcher relies on, through the client alone: the head is found by the DNS
     name the headless Service publishes, and a Job deleted without a propagationPolicy
