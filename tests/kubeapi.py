@@ -44,8 +44,10 @@ collected in the background (a custom resource's default); a Job, orphaned.
 
 A watch of pods streams ADDED, MODIFIED and DELETED events after its resourceVersion (none
 given: the pods there are now, ADDED, then what follows), one JSON object a line, until
-its timeoutSeconds; `expire()` plays an etcd compaction: open watches end, and a watch from
-a resourceVersion before it is answered with an ERROR event, 410 Expired (as the API does).
+its timeoutSeconds; `expire()` plays an etcd compaction: a watch from a resourceVersion
+before it is answered with an ERROR event, 410 Expired (as the API does), and the open
+watches end too (as an API server restart ends them: the client resumes from its last
+resourceVersion, which is gone).
 
 Not modelled (docs/kubernetes.md lists it for admins): watches of other kinds, the
 scheduler beyond one node's labels and GPU count, taints, Pod Security, RBAC, TTL
@@ -190,12 +192,14 @@ def selected(obj: Mapping[str, Any], selector: str) -> bool:
 
 @dataclass
 class Fault:
-    """Answer the next `times` requests of `method` whose path holds `path` with `status`."""
+    """Answer the next `times` requests of `method` whose path holds `path` (and whose query
+    holds `query`: `watch=` for a watch) with `status`."""
 
     method: str
     path: str
     status: int
     times: int = 1
+    query: str = ""
 
 
 @dataclass
@@ -437,7 +441,9 @@ class StandIn:
     def _create_config_map(self, ns: str, body: dict[str, Any]) -> dict[str, Any]:
         validate(body, "ConfigMap")
         name = body["metadata"]["name"]
-        size = len(json.dumps(body))
+        size = sum(len(v.encode()) for v in (body.get("data") or {}).values()) + sum(
+            len(base64.b64decode(v)) for v in (body.get("binaryData") or {}).values()
+        )
         with self.lock:
             if (ns, name) in self.config_maps:
                 raise Refused(409, "AlreadyExists", f'configmaps "{name}" already exists')
@@ -976,6 +982,14 @@ class StandIn:
             with suppress(docker.errors.DockerException):
                 self.containers[key].kill()
 
+    def delete_pods(self) -> None:
+        """Someone deletes every pod (`kubectl delete pod`): gone from the API (a DELETED
+        event), their containers stopped; no controller makes them again."""
+        with self.lock:
+            keys = list(self.pods)
+        for ns, name in keys:
+            self.delete_pod(ns, name, grace=1)
+
     def lose_node(self) -> None:
         """The node stops answering: its pods are killed, marked Failed (NodeLost)."""
         with self.lock:
@@ -989,10 +1003,10 @@ class StandIn:
 
     # -- HTTP --------------------------------------------------------------------------
 
-    def _fault(self, method: str, path: str) -> int | None:
+    def _fault(self, method: str, path: str, query: str) -> int | None:
         with self.lock:
             for f in self.faults:
-                if f.method == method and f.path in path and f.times > 0:
+                if f.method == method and f.path in path and f.query in query and f.times > 0:
                     f.times -= 1
                     return f.status
         return None
@@ -1038,7 +1052,7 @@ class StandIn:
                 query = {k: v[-1] for k, v in parse_qs(url.query).items()}
                 body = self._body()
                 api.requests.append((self.command, self.path, body))
-                status = api._fault(self.command, url.path)
+                status = api._fault(self.command, url.path, url.query)
                 if status is not None:
                     self._status(status, "Injected", f"injected fault {status}")
                     return

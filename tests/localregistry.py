@@ -73,6 +73,7 @@ class LocalRegistry:
         architecture: str = "amd64",
         pad_bytes: int = 0,
         tag: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> tuple[str, int]:
         """A one-layer OCI image (the simulator's engine file) by digest, and by `tag` when
         given: (digest, size)."""
@@ -82,7 +83,10 @@ class LocalRegistry:
             {
                 "architecture": architecture,
                 "os": "linux",
-                "config": {"Labels": dict(labels or {})},
+                "config": {
+                    "Labels": dict(labels or {}),
+                    **({"Env": [f"{k}={v}" for k, v in env.items()]} if env else {}),
+                },
                 "rootfs": {"type": "layers", "diff_ids": [digest_of(layer)]},
             }
         ).encode()

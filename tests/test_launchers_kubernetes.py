@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,8 @@ from helpers import History, wait_until, write_config
 from kubeapi import KUBERNETES_VERSION, Fault, StandIn, expand, lws_schema
 from llm_bisect.cli import cli
 from llm_bisect.config import load_config
-from llm_bisect.launchers import INSTRUMENT_DIR
+from llm_bisect.errors import LaunchError
+from llm_bisect.launchers import INSTRUMENT_DIR, Instrument
 from llm_bisect.launchers.kubernetes import (
     COMMIT_LABEL,
     MANAGED_BY,
@@ -280,9 +281,14 @@ def standin(client: docker.DockerClient, registry: LocalRegistry) -> Iterator[St
 
 
 def publish(
-    registry: LocalRegistry, h: History, repo: str, missing: frozenset[int] = frozenset()
+    registry: LocalRegistry,
+    h: History,
+    repo: str,
+    missing: frozenset[int] = frozenset(),
+    env: Mapping[str, str] | None = None,
 ) -> None:
-    """One image per commit in the registry, its sim-engine.json from the commit."""
+    """One image per commit in the registry, its sim-engine.json from the commit (and `env`
+    in its config)."""
     nonce = uuid.uuid4().hex
     for i, sha in enumerate(h.shas):
         if i in missing:
@@ -294,7 +300,8 @@ def publish(
             text=True,
         )
         labels = {"ai.vllm.build.commit": sha, "test-nonce": nonce}  # an image of its own:
-        registry.image(repo, json.loads(shown.stdout), labels=labels, tag=sha)  # pulled anew
+        settings = json.loads(shown.stdout)
+        registry.image(repo, settings, labels=labels, tag=sha, env=env)  # pulled anew
 
 
 def sim_k8s_server(image: str, kubeconfig: Path, **over: Any) -> dict[str, Any]:
@@ -483,10 +490,12 @@ def test_a_bisection_of_images_on_kubernetes_finds_the_culprit_and_skips_a_missi
 ) -> None:
     h: History = history({5: "garbled-math"}, n=7, changes={5: {"moe_backend": "CUTLASS"}})
     repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
-    publish(registry, h, repo, missing=frozenset({3}))
+    # the images say where their Python is (the config does not): kept under localisation
+    publish(registry, h, repo, missing=frozenset({3}), env={"PYTHONPATH": "/src"})
     good, bad = f"{registry.host}/{repo}:{h.shas[0]}", f"{registry.host}/{repo}:{h.shas[-1]}"
     template = f"{registry.host}/{repo}:{{commit}}"
     server = sim_k8s_server(template, standin.kubeconfig(tmp_path / "kc"))
+    server["env"] = {k: v for k, v in server["env"].items() if k != "PYTHONPATH"}
     config = k8s_yaml(h, server, good=good, bad=bad)
     code, output = invoke("candidates", str(config))
     assert code == 0, output
@@ -511,8 +520,8 @@ def test_a_bisection_of_images_on_kubernetes_finds_the_culprit_and_skips_a_missi
     for job in (out / "probes").rglob("job.json"):
         kubernetes_validate.validate(json.loads(job.read_text()), KUBERNETES_VERSION, strict=True)
     # localised in pods: the worker extension's files in a ConfigMap of the probe's name,
-    # mounted and first on PYTHONPATH (the server imports it, as vLLM's workers do, and
-    # would not start without it); the ConfigMap deleted with its Job
+    # mounted and first on PYTHONPATH, before the image's own (the server imports it, as
+    # vLLM's workers do, and would not start without either); deleted with its Job
     assert result["localization"] is not None and result["localization"]["module"], result
     captured = out / "localize" / h.shas[5][:12]
     assert "worker_extension_cls" in (captured / "server.log").read_text()
@@ -691,6 +700,28 @@ def test_the_pods_are_watched_and_a_watch_the_api_expired_lists_again(
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize(("status", "times"), [(403, 1000), (500, 2)])
+def test_a_watch_the_api_refuses_or_fails_still_follows_the_pods(
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path, status: int, times: int
+) -> None:
+    """A Role without `watch` on pods (403 on every watch): the pods are listed every half
+    second instead, and the probe goes on; a watch that fails (500) is listed again and
+    watched from there."""
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path)
+    (fault,) = standin.faults = [Fault("GET", "/pods", status, times=times, query="watch=")]
+    code, output = check(config, h.shas[1], tmp_path / "c")
+    assert code == 0, output
+    assert fault.times < times, "the watch was asked for"
+    if status == 403:
+        assert fault.times == times - 1, "refused once, then listed instead"
+        assert pod_lists(standin) >= 2, "listed again: the pod it found Pending ran"
+    else:
+        assert fault.times == 0 and pod_lists(standin) == 1 + times, standin.requests
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
 def test_reap_deletes_the_job_a_sigkilled_run_left(
     standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
@@ -837,11 +868,12 @@ def test_collect_env_nvidia_smi_and_packages_come_from_inside_the_pod(
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("fault", ["lose_node", "evict"])
+@pytest.mark.parametrize("fault", ["lose_node", "evict", "delete_pods"])
 def test_a_node_lost_during_the_checks_is_skip_even_under_regress_crash(
     standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path, fault: str
 ) -> None:
-    """The cluster ending a pod mid-check is no crash of the build (regress: crash)."""
+    """The cluster ending a pod mid-check (or someone deleting it: the watch's DELETED
+    event) is no crash of the build (regress: crash)."""
     h: History = history({}, n=1, changes={1: {"hostile": {"hang": True}}})
     config, _ = one_probe(standin, registry, h, tmp_path, request_timeout=60)
     data = yaml.safe_load(config.read_text())
@@ -862,7 +894,8 @@ def test_a_node_lost_during_the_checks_is_skip_even_under_regress_crash(
     finally:
         ended.join()
     assert code == 125, output
-    assert "checks could not run" in output and ("NodeLost" in output or "Evicted" in output)
+    said = {"lose_node": "NodeLost", "evict": "Evicted", "delete_pods": "the pod is gone (deleted)"}
+    assert "checks could not run" in output and said[fault] in output, output
     assert wait_until(lambda: nothing_left(standin))
 
 
@@ -976,6 +1009,30 @@ def test_a_localising_probe_on_two_nodes_mounts_the_extension_in_every_pod() -> 
             assert env["VLLM_SERVER_DEV_MODE"] == "1"
             words = server["args"] or server["command"]
             assert "--worker-extension-cls" in " ".join(words), words
+
+
+def test_an_instruments_files_become_configmap_keys_the_api_takes(tmp_path: Path) -> None:
+    """Any file name (spaces, non-ASCII, nested folders) becomes a valid key mounted at its
+    own path; bytes that are not UTF-8 go as binaryData; a folder over a ConfigMap's size is
+    one clear error, before anything is created; __pycache__ stays home."""
+    folder = tmp_path / "ext"
+    (folder / "pkg" / "__pycache__").mkdir(parents=True)
+    (folder / "pkg" / "__init__.py").write_text("")
+    (folder / "pkg" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    (folder / "a file é.py").write_text("x = 1\n")
+    (folder / "table.bin").write_bytes(bytes(range(256)))
+    shipped = shipped_files(Instrument(paths=(folder,)))
+    assert [f.path for f in shipped] == ["a file é.py", "pkg/__init__.py", "table.bin"]
+    assert all(re.fullmatch(r"[-._a-zA-Z0-9]{1,253}", f.key) for f in shipped), shipped
+    made = config_map_manifest(
+        glm_config(), name="llm-bisect-x", candidate=candidate(), run_id="r", owner="o",
+        shipped=shipped,
+    )  # fmt: skip
+    kubernetes_validate.validate(made, KUBERNETES_VERSION, strict=True)
+    assert len(made["data"]) == 2 and len(made["binaryData"]) == 1
+    (folder / "weights.bin").write_bytes(b"\1" * 1_000_001)
+    with pytest.raises(LaunchError, match="over one ConfigMap"):
+        shipped_files(Instrument(paths=(folder,)))
 
 
 def gb200_pod(pod: dict[str, Any]) -> None:

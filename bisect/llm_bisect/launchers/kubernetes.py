@@ -408,7 +408,7 @@ def pod_spec(
     """The pod of a probe (one node's): its server container, volumes, placement. `args`
     and `command` as the kubelet takes them (filled); default: none, the image's. The
     instrument's folders from the ConfigMap `config_map` (its `shipped` files), first on
-    PYTHONPATH before `env`'s (the image's own is not read: `env` sets it). Pure."""
+    PYTHONPATH before `env`'s (the caller puts the image's own there). Pure."""
     merged = {**env, **(instrument.env if instrument else {})}
     folders = sorted({f.folder for f in shipped})
     if folders:
@@ -788,6 +788,9 @@ class Api:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self._lws: bool | None = None
+        self._lock = threading.Lock()
+        self._watches: dict[int, Any] = {}
+        """The open watch of each PodWatch (by its stop event), for stop_watches."""
 
     def _call(self, what: str, fn: Callable[[], Any], absent: frozenset[int] = frozenset()) -> Any:
         """fn's answer; None where the API answered a status in `absent` (404: gone)."""
@@ -843,21 +846,38 @@ class Api:
 
         while not stop.is_set():
             w = watch.Watch()  # type: ignore[no-untyped-call]
-            for event in w.stream(  # type: ignore[no-untyped-call]
-                self.core.list_namespaced_pod,
-                self.namespace,
-                label_selector=selector,
-                resource_version=version,
-                timeout_seconds=WATCH_S,
-                allow_watch_bookmarks=True,
-            ):
-                raw = event.get("raw_object") or {}
-                version = str((raw.get("metadata") or {}).get("resourceVersion") or version)
-                if event.get("type") != "BOOKMARK":
-                    yield event.get("type"), raw
-                if stop.is_set():
-                    w.stop()  # type: ignore[no-untyped-call]
-                    break
+            with self._lock:
+                self._watches[id(stop)] = w
+            try:
+                for event in w.stream(  # type: ignore[no-untyped-call]
+                    self.core.list_namespaced_pod,
+                    self.namespace,
+                    label_selector=selector,
+                    resource_version=version,
+                    timeout_seconds=WATCH_S,
+                    allow_watch_bookmarks=True,
+                    # a connection that died silently (a laptop asleep, a VPN gone) is a read
+                    # timeout, not a watch that never ends: listed again
+                    _request_timeout=(10, WATCH_S + 30),
+                ):
+                    raw = event.get("raw_object") or {}
+                    version = str((raw.get("metadata") or {}).get("resourceVersion") or version)
+                    if event.get("type") != "BOOKMARK":
+                        yield event.get("type"), raw
+                    if stop.is_set():
+                        break
+            finally:
+                with self._lock:
+                    self._watches.pop(id(stop), None)
+
+    def stop_watches(self, stop: threading.Event) -> None:
+        """End the watch `stop` belongs to now (its stream's socket shut), not at its next
+        event."""
+        with self._lock:
+            w = self._watches.get(id(stop))
+        if w is not None:
+            with suppress(Exception):
+                w.stop()
 
     def jobs(self, selector: str) -> list[dict[str, Any]]:
         found = self._json(
@@ -1142,14 +1162,18 @@ class Api:
 class PodWatch:
     """A probe's pods as the API says they are now: listed once, then kept by a watch from
     the list's resourceVersion in a thread (a 410 Gone, or the watch failing: listed again,
-    watched from there; a list that keeps failing, after the API's retries, is raised by
-    `pods`). `wait` returns when they change, or when the time is up."""
+    watched from there, backing off when it keeps failing; a Role without `watch` on pods:
+    listed every POLL_S instead). A list that keeps failing, after the API's retries, is
+    raised by `pods`. `wait(seen)` returns once the pods changed after the `pods()` that
+    gave `seen`, or when the time is up."""
 
     def __init__(self, api: Api, selector: str) -> None:
         self.api = api
         self.selector = selector
         self.changed = threading.Condition()
         self.stop = threading.Event()
+        self.polling = False
+        """The API refused the watch (401/403): the pods are listed every POLL_S."""
         self._pods: dict[str, dict[str, Any]] = {}
         self._seen = 0
         self._error: LaunchError | None = None
@@ -1163,6 +1187,7 @@ class PodWatch:
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
+        self.api.stop_watches(self.stop)
         with self.changed:
             self.changed.notify_all()
 
@@ -1175,10 +1200,22 @@ class PodWatch:
         return version
 
     def _follow(self, version: str) -> None:
+        try:
+            self._watch(version)
+        except Exception as exc:  # whatever ends the thread is said by pods(), never lost
+            said = exc if isinstance(exc, LaunchError) else LaunchError(f"kubernetes: {exc}")
+            self._fail(said)
+
+    def _watch(self, version: str) -> None:
         from kubernetes.client.exceptions import ApiException
 
         failures = 0
         while not self.stop.is_set():
+            if self.polling:
+                if self.stop.wait(POLL_S):
+                    return
+                self._list()
+                continue
             try:
                 for kind, pod in self.api.watch_pods(self.selector, version, self.stop):
                     name = str((pod.get("metadata") or {}).get("name", ""))
@@ -1192,45 +1229,49 @@ class PodWatch:
                     failures = 0
                 return
             except ApiException as exc:
+                if exc.status in (401, 403):
+                    self.polling = True
+                    _log_api_retry_of(
+                        "watch pods", f"HTTP {exc.status} (the Role lacks `watch` on pods)"
+                    )
+                    continue
                 if exc.status != GONE and exc.status not in RETRIED_STATUS:
-                    self._fail(LaunchError(f"kubernetes: watch pods: HTTP {exc.status}"))
-                    return
-                failures = failures + 1 if exc.status != GONE else 0
+                    raise LaunchError(
+                        f"kubernetes: watch pods: HTTP {exc.status} {exc.reason}"
+                    ) from None
+                failures += 1  # a first 410 lists again at once; more in a row back off
             except Exception as exc:  # a dropped watch: the list below says if the API is gone
                 if self.stop.is_set():
                     return
                 _log_api_retry_of("watch pods", exc)
-                failures += 1
-            if failures and self.stop.wait(min(5.0, 0.2 * 2 ** (failures - 1))):
+                failures += 2
+            if failures > 1 and self.stop.wait(min(5.0, 0.2 * 2 ** (failures - 2))):
                 return  # backing off as the API's retries do
-            try:
-                version = self._list()
-            except LaunchError as exc:
-                self._fail(exc)
-                return
+            version = self._list()
 
     def _fail(self, exc: LaunchError) -> None:
         with self.changed:
             self._error = exc
             self.changed.notify_all()
 
-    def pods(self) -> list[dict[str, Any]]:
+    def pods(self) -> tuple[list[dict[str, Any]], int]:
+        """The pods now, and a token for `wait`: the changes seen so far."""
         with self.changed:
             if self._error is not None:
                 raise self._error
-            return list(self._pods.values())
+            return list(self._pods.values()), self._seen
 
-    def wait(self, timeout: float) -> None:
-        """Until the pods change (or the watch fails), at most `timeout` seconds."""
+    def wait(self, seen: int, timeout: float) -> None:
+        """Until the pods changed after the `pods()` that gave `seen` (or the watch failed,
+        or stopped), at most `timeout` seconds."""
         with self.changed:
-            seen = self._seen
             self.changed.wait_for(
                 lambda: self._seen != seen or self._error is not None or self.stop.is_set(),
                 timeout=max(0.0, timeout),
             )
 
 
-def _log_api_retry_of(what: str, exc: BaseException) -> None:
+def _log_api_retry_of(what: str, exc: object) -> None:
     import logging
 
     logging.getLogger("llm_bisect.retry").info("kubernetes API: %s: %s, listing again", what, exc)
@@ -1334,6 +1375,7 @@ class KubernetesServer(LoggedServer):
         self._closing = threading.Event()
         self._forwarder: Forwarder | None = None
         self._watch: PodWatch | None = None
+        self._seen = 0
 
     def __enter__(self) -> KubernetesServer:
         launcher = self.launcher
@@ -1354,6 +1396,10 @@ class KubernetesServer(LoggedServer):
         try:
             shipped = shipped_files(self.instrument)
             common["shipped"] = shipped
+            if shipped and "PYTHONPATH" not in launcher.env:  # the pod's replaces the image's
+                before = launcher.image_pythonpath(self.candidate)
+                if before:
+                    common["env"] = {**launcher.env, "PYTHONPATH": before}
             if self.cfg.nodes > 1:
                 self.group = "leaderworkerset" if launcher.api.has_lws() else "indexed-job"
                 manifests = group_manifests(self.cfg, self.group, **common)
@@ -1405,15 +1451,17 @@ class KubernetesServer(LoggedServer):
 
     def _current_pods(self) -> list[dict[str, Any]]:
         """The probe's pods, the head's first (as the watch has them)."""
-        pods = self._watch.pods() if self._watch is not None else []
+        watching = self._watch  # stop() may clear it from another thread (a Cancel)
+        if watching is None:
+            return []
+        pods, self._seen = watching.pods()
         return sorted(pods, key=self._rank)
 
     def _wait(self, seconds: float) -> None:
-        """Until the probe's pods change, at most `seconds`."""
-        if self._watch is not None:
-            self._watch.wait(seconds)
-        else:
-            self.launcher.sleep(seconds)
+        """Until the probe's pods changed after the last _current_pods, at most `seconds`."""
+        watching = self._watch
+        if watching is not None:
+            watching.wait(self._seen, seconds)
 
     def _current_pod(self) -> dict[str, Any] | None:
         pods = self._current_pods()
@@ -1748,6 +1796,19 @@ class KubernetesLauncher:
         if digest is None:
             return ref
         return parse_image_ref(ref).pinned(digest)
+
+    def image_pythonpath(self, candidate: Candidate) -> str:
+        """The image's own PYTHONPATH (its config's Env, read from the registry); "" where it
+        has none or it cannot be read."""
+        try:
+            parsed = parse_image_ref(self.template_ref(candidate))
+            manifest = self.registry.manifest(parsed)
+            blob = self.registry.image_config(parsed, manifest) if manifest else None
+        except (ValueError, RegistryError):
+            return ""
+        env = ((blob or {}).get("config") or {}).get("Env") or []
+        found = dict(str(e).split("=", 1) for e in env if "=" in str(e))
+        return found.get("PYTHONPATH", "")
 
     def artifact(self, candidate: Candidate) -> Artifact:
         """Whether the registry has the candidate's image (the cluster pulls it; nothing is
