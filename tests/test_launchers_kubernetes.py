@@ -589,6 +589,33 @@ def test_a_pod_the_scheduler_never_places_is_skip_after_pending_timeout(
 
 
 @pytest.mark.docker
+def test_a_pod_deleted_while_it_waits_to_be_placed_is_skip_at_once(
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
+) -> None:
+    """Deleted while Pending (someone's `kubectl delete pod`): the probe is skip as soon as
+    the watch says so, not after `pending_timeout` (an hour here) waiting for a pod."""
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path, gpus=16, pending_timeout=3600)
+
+    def pending() -> bool:  # Unschedulable, and the launcher has listed it (it watches)
+        with standin.lock:
+            seen = bool(standin.watches)
+            return seen and any(p["status"].get("conditions") for p in standin.pods.values())
+
+    ended = threading.Thread(
+        target=lambda: wait_until(pending, timeout=120) and standin.delete_pods()
+    )
+    ended.start()
+    try:
+        code, output = check(config, h.shas[1], tmp_path / "c")
+    finally:
+        ended.join()
+    assert code == 125, output
+    assert "the pod is gone (deleted)" in output, output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
 def test_an_image_the_kubelet_cannot_pull_is_skip_no_artifact(
     standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
 ) -> None:
@@ -615,7 +642,12 @@ def test_an_oom_kill_before_ready_is_skip_with_its_reason(
 
 @pytest.mark.docker
 @pytest.mark.parametrize(
-    ("fault", "said"), [("lose_node", "pod NodeLost"), ("evict", "pod Evicted")]
+    ("fault", "said"),
+    [
+        ("lose_node", "pod NodeLost"),
+        ("evict", "pod Evicted"),
+        ("delete_pods", "the pod is gone (deleted)"),
+    ],
 )
 def test_a_pod_the_cluster_ends_is_skip_with_its_reason(
     standin: StandIn,
@@ -635,9 +667,9 @@ def test_a_pod_the_cluster_ends_is_skip_with_its_reason(
         tmp_path,
         host_paths=[*sim_k8s_server("", Path())["host_paths"], f"{tmp_path}:{tmp_path}:ro"],
     )
-    ended = threading.Thread(
+    ended = threading.Thread(  # once it runs, and the launcher watches it
         target=lambda: (
-            wait_until(lambda: bool(standin.running_containers()), timeout=120)
+            wait_until(lambda: bool(standin.running_containers() and standin.watches), 120)
             and getattr(standin, fault)()
         )
     )

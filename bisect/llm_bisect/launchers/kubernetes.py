@@ -1175,6 +1175,7 @@ class PodWatch:
         self.polling = False
         """The API refused the watch (401/403): the pods are listed every POLL_S."""
         self._pods: dict[str, dict[str, Any]] = {}
+        self._gone: set[str] = set()
         self._seen = 0
         self._error: LaunchError | None = None
         self._thread: threading.Thread | None = None
@@ -1194,7 +1195,9 @@ class PodWatch:
     def _list(self) -> str:
         items, version = self.api.listed_pods(self.selector)
         with self.changed:
-            self._pods = {str((p.get("metadata") or {}).get("name", "")): p for p in items}
+            listed = {str((p.get("metadata") or {}).get("name", "")): p for p in items}
+            self._gone |= set(self._pods) - set(listed)  # deleted while the watch was down
+            self._pods = listed
             self._seen += 1
             self.changed.notify_all()
         return version
@@ -1222,6 +1225,7 @@ class PodWatch:
                     with self.changed:
                         if kind == "DELETED":
                             self._pods.pop(name, None)
+                            self._gone.add(name)
                         elif kind in ("ADDED", "MODIFIED"):
                             self._pods[name] = pod
                         self._seen += 1
@@ -1260,6 +1264,11 @@ class PodWatch:
             if self._error is not None:
                 raise self._error
             return list(self._pods.values()), self._seen
+
+    def gone(self) -> bool:
+        """Whether a pod it saw was deleted (the watch's DELETED, or missing from a list)."""
+        with self.changed:
+            return bool(self._gone)
 
     def wait(self, seen: int, timeout: float) -> None:
         """Until the pods changed after the `pods()` that gave `seen` (or the watch failed,
@@ -1485,6 +1494,11 @@ class KubernetesServer(LoggedServer):
                 raise ServerExited("the kubernetes job was deleted before ready", None)
             pods = self._current_pods()
             waited = clock() - created
+            watching = self._watch
+            if watching is not None and watching.gone():
+                # deleted by someone else (before it ran, too): the cluster's doing, and a
+                # Job of backoffLimit 0 makes none again
+                raise Unplaced("kubernetes: the pod is gone (deleted)", self.log_tail())
             if pods and self._rank(pods[0]) == 0:
                 self.pod, self.pods = pods[0], pods
             pending = ""
