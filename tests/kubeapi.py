@@ -17,18 +17,19 @@ this: the part of the API it calls, over HTTP, through the official client.
 Every request body is validated against the OpenAPI schema of KUBERNETES_VERSION
 (kubernetes-validate, strict: an unknown field is refused), object names and label values
 against the API's own rules (DNS-1123, 63 characters). Kept from the real API:
-resourceVersions on every write; a Job's defaults (completions, parallelism, selector,
-the pod template's labels `job-name` and `controller-uid`); a Job deleted without a
+resourceVersions on every write; a Job's defaults (completions, parallelism, selector, the
+pod template's labels `job-name` and `controller-uid`); a Job deleted without a
 propagationPolicy orphans its pods (batch/v1's default), which keep running; Foreground
-deletes the pods first. A "kubelet" thread per pod schedules it on the one node (its
-labels and GPU count: Unschedulable when they do not fit), pulls its image through the
-Docker engine (ErrImagePull, then ImagePullBackOff), resolves `secretKeyRef`s from the
-stand-in's Secrets, runs the container (hostPath volumes as binds, the /dev/shm memory
-emptyDir as the container's shm, a configMap volume as its keys' files bound read-only; a
-missing ConfigMap keeps the pod ContainerCreating), a memory limit, and reports Running with
-the container's
-IP on Docker's bridge as the pod IP, then Succeeded/Failed with the exit code (OOMKilled
-where the engine says so). `faults` answers the next matching requests with an HTTP error.
+deletes the pods first; a ConfigMap whose ownerReferences name a deleted Job or
+LeaderWorkerSet goes with it (the garbage collector) unless orphaned. A "kubelet" thread
+per pod schedules it on the one node (its labels and GPU count: Unschedulable when they do
+not fit), pulls its image through the Docker engine (ErrImagePull, then ImagePullBackOff),
+resolves `secretKeyRef`s from the stand-in's Secrets, runs the container (hostPath volumes
+as binds, the /dev/shm memory emptyDir as the container's shm, a configMap volume as its
+keys' files bound read-only; a missing ConfigMap keeps the pod ContainerCreating), a
+memory limit, and reports Running with the container's IP on Docker's bridge as the pod
+IP, then Succeeded/Failed with the exit code (OOMKilled where the engine says so).
+`faults` answers the next matching requests with an HTTP error.
 
 Several nodes: an Indexed Job makes one pod per index (hostname JOB-I, the index as a
 label, an annotation and JOB_COMPLETION_INDEX); a LeaderWorkerSet (validated against LWS's
@@ -619,12 +620,15 @@ class StandIn:
                 ]
 
             pods, services = owned(self.pods), owned(self.services)
+            maps = owned(self.config_maps)
         if policy == "Orphan":
             with self.lock:
                 for k in pods:
                     self.pods[k]["metadata"].pop("ownerReferences", None)
                 for k in services:
                     self.services[k]["metadata"].pop("ownerReferences", None)
+                for k in maps:
+                    self.config_maps[k]["metadata"].pop("ownerReferences", None)
                 del store[(ns, name)]
             return obj
 
@@ -643,6 +647,8 @@ class StandIn:
             with self.lock:
                 for k in services:
                     self.services.pop(k, None)
+                for k in maps:  # the garbage collector: dependents go with their owner
+                    self.config_maps.pop(k, None)
                 store.pop((ns, name), None)
 
         if policy == "Foreground":

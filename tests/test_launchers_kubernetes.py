@@ -536,6 +536,10 @@ def test_a_bisection_of_images_on_kubernetes_finds_the_culprit_and_skips_a_missi
     )  # fmt: skip
     env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
     assert env["PYTHONPATH"] == f"{INSTRUMENT_DIR}/0:/src", env
+    # owned by its Job: the cluster deletes it with the Job (a SIGKILLed run's too)
+    (owned,) = made["metadata"]["ownerReferences"]
+    assert owned["kind"] == "Job" and owned["name"] == job["metadata"]["name"], owned
+    assert owned["apiVersion"] == "batch/v1" and owned["uid"], owned
     posts = [r[1] for r in standin.requests if r[0] == "POST" and "/configmaps" in r[1]]
     assert len(posts) == 2, posts  # the good side's and the bad side's
     assert nothing_left(standin)
@@ -779,9 +783,11 @@ def test_reap_deletes_the_job_a_sigkilled_run_left(
         proc.kill()
         proc.wait()
     assert len(standin.jobs) == 1, "SIGKILL leaves the Job"
-    # and, had it been localising, the ConfigMap of the worker extension beside it
+    # and, had it been localising, the ConfigMap of the worker extension, owned by the Job
     (job,) = standin.jobs.values()
     meta = {k: job["metadata"][k] for k in ("name", "labels", "annotations")}
+    meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job",
+                                "name": meta["name"], "uid": job["metadata"]["uid"]}]  # fmt: skip
     kube = kubernetes.config.new_client_from_config(str(tmp_path / "kc"))
     kubernetes.client.CoreV1Api(kube).create_namespaced_config_map(
         "default", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"a": "b"}}
@@ -789,8 +795,7 @@ def test_reap_deletes_the_job_a_sigkilled_run_left(
     code, output = invoke("reap", str(config))
     assert code == 0, output
     (name,) = [n for _, n in standin.jobs] or ["gone"]
-    assert "kubernetes: deleted job llm-bisect-" in output
-    assert f"kubernetes: deleted configmap {meta['name']}" in output
+    assert "kubernetes: deleted job llm-bisect-" in output  # its ConfigMap with it, or by reap
     assert f"its llm-bisect process {proc.pid} is gone" in output
     assert wait_until(lambda: nothing_left(standin)), name
 

@@ -3,8 +3,8 @@ probe on several nodes (`nodes`) is a LeaderWorkerSet where LWS's CRD is install
 of the API's group discovery), else an Indexed Job with a headless Service (`group_manifests`).
 
     artifact(c)  registry manifest → digest (nothing pulled: the kubelet pulls by digest)
-    launch(c)    Job (restartPolicy Never, backoffLimit 0) created (a localisation's: its
-                 ConfigMap first) ─► its pods, watched: scheduled, image pulled, Running
+    launch(c)    Job (restartPolicy Never, backoffLimit 0) created (a localisation's: and
+                 its ConfigMap, owned by it) ─► its pods, watched: scheduled, pulled, Running
                  ─► port-forward through the API (or the pod IP) ─► ready ─► checks
     logs         the pod's log followed into the probe's server.log, secrets masked
     fingerprint  node, image digest and imageID; packages, collect_env and nvidia-smi
@@ -371,9 +371,13 @@ def config_map_manifest(
     run_id: str,
     owner: str,
     shipped: Sequence[Shipped],
+    owned_by: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The probe's ConfigMap of its instrument's files (immutable; text as `data`, other
-    bytes as `binaryData`), named as its Job. Pure."""
+    bytes as `binaryData`), named as its Job; `owned_by` (the Job's or LeaderWorkerSet's
+    apiVersion, kind, name, uid): the cluster's garbage collector deletes it with them (a
+    Job a SIGKILLed run left, ended by its deadline and TTL, takes its ConfigMap along).
+    Pure."""
     data: dict[str, str] = {}
     binary: dict[str, str] = {}
     for f in shipped:
@@ -388,6 +392,8 @@ def config_map_manifest(
         "immutable": True,
         "data": data,
     }
+    if owned_by is not None:
+        made["metadata"]["ownerReferences"] = [dict(owned_by)]
     if binary:
         made["binaryData"] = binary
     return made
@@ -1048,6 +1054,25 @@ class Api:
         )
         return found is None
 
+    def uid(self, kind: str, name: str) -> str:
+        """The uid of the Job or LeaderWorkerSet just created (what an ownerReference names)."""
+        if kind == "LeaderWorkerSet":
+            found = self._json(
+                f"read leaderworkerset {name}",
+                lambda: self.custom.get_namespaced_custom_object(
+                    LWS_GROUP, LWS_VERSION, self.namespace, LWS_PLURAL, name,
+                    _preload_content=False,
+                ),
+            )  # fmt: skip
+        else:
+            found = self._json(
+                f"read job {name}",
+                lambda: self.batch.read_namespaced_job(
+                    name, self.namespace, _preload_content=False
+                ),
+            )
+        return str((found.get("metadata") or {}).get("uid") or "")
+
     def create(self, manifest: Mapping[str, Any]) -> None:
         """Create a Job, Service, ConfigMap or LeaderWorkerSet."""
         made = {
@@ -1414,7 +1439,13 @@ class KubernetesServer(LoggedServer):
                 manifests = group_manifests(self.cfg, self.group, **common)
             else:
                 manifests = [job_manifest(self.cfg, **common)]
-            if shipped:  # made first, deleted last
+            self.job = self.name
+            for m in manifests:
+                self._write(m)
+                self.made.append((str(m["kind"]), self.name))
+                launcher.api.create(m)
+            if shipped:  # after its owner (the pods wait for it, as a kubelet's mount does)
+                owner = manifests[-1]
                 made = config_map_manifest(
                     self.cfg,
                     name=self.name,
@@ -1422,18 +1453,16 @@ class KubernetesServer(LoggedServer):
                     run_id=launcher.run_id,
                     owner=launcher.owner,
                     shipped=shipped,
+                    owned_by={
+                        "apiVersion": owner["apiVersion"],
+                        "kind": owner["kind"],
+                        "name": self.name,
+                        "uid": launcher.api.uid(owner["kind"], self.name),
+                    },
                 )
-                manifests.insert(0, made)
-            for m in manifests:
-                file = {"LeaderWorkerSet": "lws.json", "ConfigMap": "configmap.json"}.get(
-                    m["kind"], f"{m['kind'].lower()}.json"
-                )
-                (self.probe_dir / file).write_text(json.dumps(m, indent=2) + "\n")
-                self.files.append(file)
-            self.job = self.name
-            for m in manifests:
-                self.made.append((str(m["kind"]), self.name))
-                launcher.api.create(m)
+                self._write(made)
+                self.made.append(("ConfigMap", self.name))
+                launcher.api.create(made)
             self._watch = PodWatch(launcher.api, self._selector()).__enter__()
         except BaseException:
             self.stop()
@@ -1444,6 +1473,14 @@ class KubernetesServer(LoggedServer):
             f"{self.candidate.short}: kubernetes {what[self.group]} {self.name} created{nodes}"
         )
         return self
+
+    def _write(self, manifest: Mapping[str, Any]) -> None:
+        """Into the probe folder, as `kubectl create -f` takes it."""
+        file = {"LeaderWorkerSet": "lws.json", "ConfigMap": "configmap.json"}.get(
+            manifest["kind"], f"{str(manifest['kind']).lower()}.json"
+        )
+        (self.probe_dir / file).write_text(json.dumps(manifest, indent=2) + "\n")
+        self.files.append(file)
 
     def _selector(self) -> str:
         if self.group == "leaderworkerset":
