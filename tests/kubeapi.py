@@ -314,15 +314,27 @@ class StandIn:
 
     # -- the store ---------------------------------------------------------------------
 
-    def _bump(self, obj: dict[str, Any]) -> None:
+    def _bump(self, obj: dict[str, Any], event: str = "") -> None:
+        """A new resourceVersion for a write; a pod's, an event for its watches (`event`,
+        else ADDED or MODIFIED as the store has it)."""
         with self.changed:
             self.rv += 1
             obj["metadata"]["resourceVersion"] = str(self.rv)
             if obj.get("kind") == "Pod":
                 key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-                kind = "MODIFIED" if key in self.pods else "ADDED"
-                self.pod_events.append((self.rv, kind, json.loads(json.dumps(obj))))
+                event = event or ("MODIFIED" if key in self.pods else "ADDED")
+                self.pod_events.append((self.rv, event, json.loads(json.dumps(obj))))
                 self.changed.notify_all()
+
+    def matching(
+        self, store: dict[tuple[str, str], dict[str, Any]], ns: str, selector: str
+    ) -> list[dict[str, Any]]:
+        """Copies of the namespace's objects the label selector picks (the lock held)."""
+        return [
+            json.loads(json.dumps(o))
+            for (n, _), o in store.items()
+            if n == ns and selected(o, selector)
+        ]
 
     def expire(self) -> None:
         """An etcd compaction: every resourceVersion until now is gone, open watches end."""
@@ -943,10 +955,7 @@ class StandIn:
             pod = self.pods.pop((ns, name), None)
             run = self.containers.pop((ns, name), None)
             if pod is not None:
-                self.rv += 1
-                pod["metadata"]["resourceVersion"] = str(self.rv)
-                self.pod_events.append((self.rv, "DELETED", json.loads(json.dumps(pod))))
-                self.changed.notify_all()
+                self._bump(pod, "DELETED")
         if run is not None:
             with suppress(docker.errors.DockerException):
                 run.stop(timeout=int(grace))
@@ -1114,35 +1123,12 @@ class StandIn:
                         raise Refused(405, "MethodNotAllowed", m)
                 elif parts[:2] == ["api", "v1"] and parts[2:3] == ["namespaces"]:
                     ns, rest = parts[3], parts[5:]
-                    if parts[4] == "configmaps":
-                        if m == "POST" and not rest:
-                            self._send(201, api._create_config_map(ns, body))
-                        elif m == "GET" and not rest:
-                            self._list("ConfigMapList", api.config_maps, ns, query)
-                        elif m == "GET":
-                            self._send(200, self._get(api.config_maps, ns, rest[0], "configmaps"))
-                        elif m == "DELETE":
-                            made = self._get(api.config_maps, ns, rest[0], "configmaps")
-                            with api.lock:
-                                api.config_maps.pop((ns, rest[0]), None)
-                            self._send(200, made)
-                        else:
-                            raise Refused(405, "MethodNotAllowed", m)
-                        return
-                    if parts[4] == "services":
-                        if m == "POST" and not rest:
-                            self._send(201, api._create_service(ns, body))
-                        elif m == "GET" and not rest:
-                            self._list("ServiceList", api.services, ns, query)
-                        elif m == "GET":
-                            self._send(200, self._get(api.services, ns, rest[0], "services"))
-                        elif m == "DELETE":
-                            svc = self._get(api.services, ns, rest[0], "services")
-                            with api.lock:
-                                api.services.pop((ns, rest[0]), None)
-                            self._send(200, svc)
-                        else:
-                            raise Refused(405, "MethodNotAllowed", m)
+                    simple = {
+                        "configmaps": ("ConfigMapList", api.config_maps, api._create_config_map),
+                        "services": ("ServiceList", api.services, api._create_service),
+                    }
+                    if parts[4] in simple:
+                        self._simple(parts[4], *simple[parts[4]], ns, rest, query, body)
                         return
                     if parts[4] != "pods":
                         raise Refused(404, "NotFound", "no such resource")
@@ -1168,6 +1154,33 @@ class StandIn:
                 else:
                     raise Refused(404, "NotFound", f"the server could not find {self.path}")
 
+            def _simple(
+                self,
+                what: str,
+                kind: str,
+                store: dict[tuple[str, str], dict[str, Any]],
+                create: Any,
+                ns: str,
+                rest: list[str],
+                query: dict[str, str],
+                body: Any,
+            ) -> None:
+                """Create, list, get and delete of a kind no controller acts on."""
+                m = self.command
+                if m == "POST" and not rest:
+                    self._send(201, create(ns, body))
+                elif m == "GET" and not rest:
+                    self._list(kind, store, ns, query)
+                elif m == "GET":
+                    self._send(200, self._get(store, ns, rest[0], what))
+                elif m == "DELETE":
+                    made = self._get(store, ns, rest[0], what)
+                    with api.lock:
+                        store.pop((ns, rest[0]), None)
+                    self._send(200, made)
+                else:
+                    raise Refused(405, "MethodNotAllowed", m)
+
             def _get(self, store: Any, ns: str, name: str, what: str) -> Any:
                 with api.lock:
                     obj = store.get((ns, name))
@@ -1176,13 +1189,8 @@ class StandIn:
                     return json.loads(json.dumps(obj))
 
             def _list(self, kind: str, store: Any, ns: str, query: dict[str, str]) -> None:
-                selector = query.get("labelSelector", "")
                 with api.lock:
-                    items = [
-                        json.loads(json.dumps(o))
-                        for (n, _), o in store.items()
-                        if n == ns and selected(o, selector)
-                    ]
+                    items = api.matching(store, ns, query.get("labelSelector", ""))
                     rv = str(api.rv)
                 version = {"JobList": "batch/v1", "LeaderWorkerSetList": f"{LWS_GROUP}/v1"}.get(
                     kind, "v1"
@@ -1196,6 +1204,17 @@ class StandIn:
                         "items": items,
                     },
                 )
+
+            def _chunked(self, content_type: str) -> None:
+                """A 200 whose body comes in chunks (`_chunk`), ended by `0\\r\\n\\r\\n`."""
+                self.send_response(200)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+
+            def _chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
 
             def _watch(self, ns: str, query: dict[str, str]) -> None:
                 """Pod events after the query's resourceVersion, a JSON object a line
@@ -1219,21 +1238,15 @@ class StandIn:
                         first, cursor = [], int(since)
                     else:
                         first = [
-                            {"type": "ADDED", "object": json.loads(json.dumps(o))}
-                            for (n, _), o in api.pods.items()
-                            if n == ns and selected(o, selector)
+                            {"type": "ADDED", "object": o}
+                            for o in api.matching(api.pods, ns, selector)
                         ]
                         cursor = api.rv
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
+                self._chunked("application/json")
 
                 def send(events: list[dict[str, Any]]) -> None:
                     for event in events:
-                        line = json.dumps(event).encode() + b"\n"
-                        self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
-                    self.wfile.flush()
+                        self._chunk(json.dumps(event).encode() + b"\n")
 
                 try:
                     send(first)
@@ -1378,15 +1391,10 @@ class StandIn:
                     raise Refused(
                         400, "BadRequest", f'container "server" in pod "{name}" is waiting to start'
                     )
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
+                self._chunked("text/plain")
                 try:
-                    chunks = run.logs(stream=True, follow=follow)
-                    for chunk in chunks:
-                        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                        self.wfile.flush()
+                    for chunk in run.logs(stream=True, follow=follow):
+                        self._chunk(chunk)
                 except (docker.errors.DockerException, OSError):
                     pass
                 with suppress(OSError):

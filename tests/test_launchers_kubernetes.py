@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -565,6 +565,19 @@ def check(config: Path, sha: str, out: Path) -> tuple[int, str]:
     return invoke("check", str(config), "--candidate", sha, "--out", str(out))
 
 
+def check_while(
+    config: Path, sha: str, out: Path, when: Callable[[], bool], then: Callable[[], Any]
+) -> tuple[int, str]:
+    """`check`, with `then` done (the cluster's doing, from another thread) once `when`
+    holds."""
+    ended = threading.Thread(target=lambda: wait_until(when, timeout=120) and then())
+    ended.start()
+    try:
+        return check(config, sha, out)
+    finally:
+        ended.join()
+
+
 @pytest.mark.docker
 @pytest.mark.parametrize(
     ("over", "said"),
@@ -606,14 +619,7 @@ def test_a_pod_deleted_while_it_waits_to_be_placed_is_skip_at_once(
             seen = bool(standin.watches)
             return seen and any(p["status"].get("conditions") for p in standin.pods.values())
 
-    ended = threading.Thread(
-        target=lambda: wait_until(pending, timeout=120) and standin.delete_pods()
-    )
-    ended.start()
-    try:
-        code, output = check(config, h.shas[1], tmp_path / "c")
-    finally:
-        ended.join()
+    code, output = check_while(config, h.shas[1], tmp_path / "c", pending, standin.delete_pods)
     assert code == 125, output
     assert "the pod is gone (deleted)" in output, output
     assert wait_until(lambda: nothing_left(standin))
@@ -671,17 +677,13 @@ def test_a_pod_the_cluster_ends_is_skip_with_its_reason(
         tmp_path,
         host_paths=[*sim_k8s_server("", Path())["host_paths"], f"{tmp_path}:{tmp_path}:ro"],
     )
-    ended = threading.Thread(  # once it runs, and the launcher watches it
-        target=lambda: (
-            wait_until(lambda: bool(standin.running_containers() and standin.watches), 120)
-            and getattr(standin, fault)()
-        )
+    code, output = check_while(  # once it runs, and the launcher watches it
+        config,
+        h.shas[1],
+        tmp_path / "c",
+        lambda: bool(standin.running_containers() and standin.watches),
+        getattr(standin, fault),
     )
-    ended.start()
-    try:
-        code, output = check(config, h.shas[1], tmp_path / "c")
-    finally:
-        ended.join()
     assert code == 125, output
     assert said in output
     assert wait_until(lambda: nothing_left(standin))
@@ -922,14 +924,7 @@ def test_a_node_lost_during_the_checks_is_skip_even_under_regress_crash(
     def holding() -> bool:
         return log.exists() and "holding request (hang)" in log.read_text(errors="replace")
 
-    ended = threading.Thread(
-        target=lambda: wait_until(holding, timeout=120) and getattr(standin, fault)()
-    )
-    ended.start()
-    try:
-        code, output = check(config, h.shas[1], out)
-    finally:
-        ended.join()
+    code, output = check_while(config, h.shas[1], out, holding, getattr(standin, fault))
     assert code == 125, output
     said = {"lose_node": "NodeLost", "evict": "Evicted", "delete_pods": "the pod is gone (deleted)"}
     assert "checks could not run" in output and said[fault] in output, output

@@ -28,6 +28,7 @@ port-forward (`reach: port-forward`, from a laptop too: `Forwarder`), or at its 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import shlex
@@ -75,7 +76,7 @@ from ..kinds import (
 from ..logs import tail
 from ..model import Candidate
 from ..redact import Masker, redact
-from ..registry import RegistryClient, RegistryError, parse_image_ref
+from ..registry import ImageRef, RegistryClient, RegistryError, parse_image_ref
 from ..templates import template_fields
 from . import INSTRUMENT_DIR, Artifact, Instrument
 from .common import (
@@ -97,6 +98,8 @@ OWNER_ANNOTATION = "llm-bisect/owner"
 """`host:pid:start` of the llm-bisect process that created the Job (a label value cannot
 hold colons): reap() deletes a Job whose owner is gone."""
 CONTAINER = "server"
+CORE_KINDS = {"Service": "service", "ConfigMap": "config_map"}
+"""The core/v1 kinds a probe makes, as the client's method names spell them."""
 POLL_S = 0.5
 """How often teardown asks whether a deleted Job is gone."""
 WATCH_S = 10
@@ -761,6 +764,12 @@ def api_policy(sleep: Callable[[float], None]) -> Retrying:
     )
 
 
+def _decoded(response: Any) -> dict[str, Any]:
+    """An API answer's JSON object ({} for anything else)."""
+    data = json.loads(response.data)
+    return data if isinstance(data, dict) else {}
+
+
 class Api:
     """The calls the launcher makes, through the official client, as JSON objects; every
     call retried by `api_policy`; a failure that stays is a LaunchError."""
@@ -816,9 +825,7 @@ class Api:
         raise AssertionError("unreachable")
 
     def _json(self, what: str, fn: Callable[[], Any]) -> dict[str, Any]:
-        response = self._call(what, fn)
-        data = json.loads(response.data)
-        return data if isinstance(data, dict) else {}
+        return _decoded(self._call(what, fn))
 
     def create_job(self, manifest: Mapping[str, Any]) -> None:
         """Create the Job; a 409 means a retried create had landed: the Job is ours."""
@@ -905,15 +912,6 @@ class Api:
         )
         return done is not None
 
-    def job_gone(self, name: str) -> bool:
-        """Whether the Job is gone (a foreground delete ends with the Job, after its pods)."""
-        found = self._call(
-            f"read job {name}",
-            lambda: self.batch.read_namespaced_job(name, self.namespace, _preload_content=False),
-            absent=frozenset({404}),
-        )
-        return found is None
-
     def has_lws(self) -> bool:
         """Whether the cluster serves LeaderWorkerSets (LWS's CRD installed): the API's
         group discovery, asked once."""
@@ -932,66 +930,33 @@ class Api:
             )
         return self._lws
 
-    def create_service(self, manifest: Mapping[str, Any]) -> None:
+    def _create_core(self, manifest: Mapping[str, Any]) -> None:
+        """Create a Service or ConfigMap; a 409 means a retried create had landed."""
         from kubernetes import client
 
-        body = client.V1Service.from_dict(dict(manifest))
-        assert body is not None
+        kind = str(manifest["kind"])
+        body = getattr(client, f"V1{kind}").from_dict(dict(manifest))
+        create = getattr(self.core, f"create_namespaced_{CORE_KINDS[kind]}")
         self._call(
-            f"create service {manifest['metadata']['name']}",
-            lambda: self.core.create_namespaced_service(
-                self.namespace, body, _preload_content=False
-            ),
+            f"create {kind.lower()} {manifest['metadata']['name']}",
+            lambda: create(self.namespace, body, _preload_content=False),
             absent=frozenset({409}),
         )
 
-    def services(self, selector: str) -> list[dict[str, Any]]:
-        found = self._json(
-            f"list services {selector}",
-            lambda: self.core.list_namespaced_service(
-                self.namespace, label_selector=selector, _preload_content=False
-            ),
+    def listed(self, kind: str, selector: str) -> list[dict[str, Any]]:
+        """The Services or ConfigMaps the selector picks."""
+        found = getattr(self.core, f"list_namespaced_{CORE_KINDS[kind]}")
+        made = self._json(
+            f"list {kind.lower()}s {selector}",
+            lambda: found(self.namespace, label_selector=selector, _preload_content=False),
         )
-        return list(found.get("items") or [])
+        return list(made.get("items") or [])
 
-    def delete_service(self, name: str) -> bool:
+    def _delete_core(self, kind: str, name: str) -> bool:
+        delete = getattr(self.core, f"delete_namespaced_{CORE_KINDS[kind]}")
         done = self._call(
-            f"delete service {name}",
-            lambda: self.core.delete_namespaced_service(
-                name, self.namespace, _preload_content=False
-            ),
-            absent=frozenset({404}),
-        )
-        return done is not None
-
-    def create_config_map(self, manifest: Mapping[str, Any]) -> None:
-        from kubernetes import client
-
-        body = client.V1ConfigMap.from_dict(dict(manifest))
-        assert body is not None
-        self._call(
-            f"create configmap {manifest['metadata']['name']}",
-            lambda: self.core.create_namespaced_config_map(
-                self.namespace, body, _preload_content=False
-            ),
-            absent=frozenset({409}),
-        )
-
-    def config_maps(self, selector: str) -> list[dict[str, Any]]:
-        found = self._json(
-            f"list configmaps {selector}",
-            lambda: self.core.list_namespaced_config_map(
-                self.namespace, label_selector=selector, _preload_content=False
-            ),
-        )
-        return list(found.get("items") or [])
-
-    def delete_config_map(self, name: str) -> bool:
-        done = self._call(
-            f"delete configmap {name}",
-            lambda: self.core.delete_namespaced_config_map(
-                name, self.namespace, _preload_content=False
-            ),
+            f"delete {kind.lower()} {name}",
+            lambda: delete(name, self.namespace, _preload_content=False),
             absent=frozenset({404}),
         )
         return done is not None
@@ -1044,60 +1009,45 @@ class Api:
         )
         return done is not None
 
-    def lws_gone(self, name: str) -> bool:
-        found = self._call(
-            f"read leaderworkerset {name}",
-            lambda: self.custom.get_namespaced_custom_object(
-                LWS_GROUP, LWS_VERSION, self.namespace, LWS_PLURAL, name, _preload_content=False
-            ),
-            absent=frozenset({404}),
-        )
-        return found is None
+    def read(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The Job or LeaderWorkerSet as the API has it; None once it is gone (a foreground
+        delete ends with it, after its pods)."""
+
+        def get() -> Any:
+            if kind == "LeaderWorkerSet":
+                return self.custom.get_namespaced_custom_object(
+                    LWS_GROUP, LWS_VERSION, self.namespace, LWS_PLURAL, name,
+                    _preload_content=False,
+                )  # fmt: skip
+            return self.batch.read_namespaced_job(name, self.namespace, _preload_content=False)
+
+        found = self._call(f"read {kind.lower()} {name}", get, absent=frozenset({404}))
+        return None if found is None else _decoded(found)
 
     def uid(self, kind: str, name: str) -> str:
         """The uid of the Job or LeaderWorkerSet just created (what an ownerReference names)."""
-        if kind == "LeaderWorkerSet":
-            found = self._json(
-                f"read leaderworkerset {name}",
-                lambda: self.custom.get_namespaced_custom_object(
-                    LWS_GROUP, LWS_VERSION, self.namespace, LWS_PLURAL, name,
-                    _preload_content=False,
-                ),
-            )  # fmt: skip
-        else:
-            found = self._json(
-                f"read job {name}",
-                lambda: self.batch.read_namespaced_job(
-                    name, self.namespace, _preload_content=False
-                ),
-            )
+        found = self.read(kind, name) or {}
         return str((found.get("metadata") or {}).get("uid") or "")
 
     def create(self, manifest: Mapping[str, Any]) -> None:
         """Create a Job, Service, ConfigMap or LeaderWorkerSet."""
-        made = {
-            "Job": self.create_job,
-            "Service": self.create_service,
-            "ConfigMap": self.create_config_map,
-        }
-        made.get(manifest["kind"], self.create_lws)(manifest)
+        if manifest["kind"] in CORE_KINDS:
+            self._create_core(manifest)
+        elif manifest["kind"] == "Job":
+            self.create_job(manifest)
+        else:
+            self.create_lws(manifest)
 
     def delete(self, kind: str, name: str) -> bool:
         """Delete a Job, Service, ConfigMap or LeaderWorkerSet (its pods first); False: gone
         already."""
-        deleted = {
-            "Job": self.delete_job,
-            "Service": self.delete_service,
-            "ConfigMap": self.delete_config_map,
-        }
-        return deleted.get(kind, self.delete_lws)(name)
+        if kind in CORE_KINDS:
+            return self._delete_core(kind, name)
+        return self.delete_job(name) if kind == "Job" else self.delete_lws(name)
 
     def gone(self, kind: str, name: str) -> bool:
-        if kind == "Job":
-            return self.job_gone(name)
-        if kind == "LeaderWorkerSet":
-            return self.lws_gone(name)
-        return True
+        """Whether a deleted Job or LeaderWorkerSet is gone (what else it deletes at once)."""
+        return kind not in ("Job", "LeaderWorkerSet") or self.read(kind, name) is None
 
     def follow_log(self, pod: str) -> Iterator[bytes]:
         """The pod's log as it comes, until the container ends or the stream is closed."""
@@ -1848,18 +1798,22 @@ class KubernetesLauncher:
             return ref
         return parse_image_ref(ref).pinned(digest)
 
+    def image_config(self, ref: ImageRef) -> dict[str, Any] | None:
+        """The image's config blob (labels, env), read from its registry; None where the
+        registry has no such image. A RegistryError where it cannot say."""
+        manifest = self.registry.manifest(ref)
+        return self.registry.image_config(ref, manifest) if manifest else None
+
     def image_pythonpath(self, candidate: Candidate) -> str:
-        """The image's own PYTHONPATH (its config's Env, read from the registry); "" where it
-        has none or it cannot be read."""
+        """The image's own PYTHONPATH (its config's Env); "" where it has none or it cannot
+        be read."""
+        from ..sources.images import env_map
+
         try:
-            parsed = parse_image_ref(self.template_ref(candidate))
-            manifest = self.registry.manifest(parsed)
-            blob = self.registry.image_config(parsed, manifest) if manifest else None
+            blob = self.image_config(parse_image_ref(self.template_ref(candidate)))
         except (ValueError, RegistryError):
             return ""
-        env = ((blob or {}).get("config") or {}).get("Env") or []
-        found = dict(str(e).split("=", 1) for e in env if "=" in str(e))
-        return found.get("PYTHONPATH", "")
+        return env_map(((blob or {}).get("config") or {}).get("Env")).get("PYTHONPATH", "")
 
     def artifact(self, candidate: Candidate) -> Artifact:
         """Whether the registry has the candidate's image (the cluster pulls it; nothing is
@@ -1908,8 +1862,8 @@ class KubernetesLauncher:
         for kind, found in (
             ("Job", self.api.jobs),
             ("LeaderWorkerSet", self.api.lws),
-            ("Service", self.api.services),
-            ("ConfigMap", self.api.config_maps),
+            ("Service", functools.partial(self.api.listed, "Service")),
+            ("ConfigMap", functools.partial(self.api.listed, "ConfigMap")),
         ):
             try:
                 objects = found(selector)
@@ -1977,8 +1931,7 @@ def resolve_image_end(
     with ctx.launcher("resolve") as made:
         assert isinstance(made, KubernetesLauncher)
         try:
-            manifest = made.registry.manifest(parsed)
-            blob = made.registry.image_config(parsed, manifest) if manifest else None
+            blob = made.image_config(parsed)
         except RegistryError as exc:
             raise ConfigError(f"{key}: no such ref {ref!r}, and no image found: {exc}") from None
     if blob is None:
