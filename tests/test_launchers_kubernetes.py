@@ -844,8 +844,11 @@ def test_two_slots_run_two_jobs_at_once(
     )
     try:
         assert wait_until(lambda: len(standin.running_containers()) == 2, timeout=180)
-        ips = {p["status"].get("podIP") for p in list(standin.pods.values())}
-        assert len(ips - {None}) == 2, "two pods, each its own IP"
+
+        def ips() -> set[str]:  # a started container's pod reports its IP just after
+            return {p["status"].get("podIP") for p in list(standin.pods.values())} - {None}
+
+        assert wait_until(lambda: len(ips()) == 2), "two pods, each its own IP"
         hold.unlink()
         output = proc.communicate(timeout=300)[0].decode()
     finally:
