@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
 import time
@@ -52,11 +53,22 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bisect"))
+# LLM_BISECT_SRC: another checkout's bisect/ (the code before a change, on the same seeds)
+sys.path.insert(
+    0, os.environ.get("LLM_BISECT_SRC") or str(Path(__file__).resolve().parent.parent / "bisect")
+)
 
 from llm_bisect.model import Candidate, Verdict
 from llm_bisect.posterior import MAX_LOOKS, Policy, Trial, next_look
+from llm_bisect.runner import pick_slot
 from llm_bisect.search import Answer, Mode, Plan, plan_batch
+
+try:  # the shipped placement of a confirmation's trials (services/confirm.py)
+    from llm_bisect.posterior import Start
+    from llm_bisect.services.confirm import trial_slots
+except ImportError:  # older code: every trial on slot 0, one after the other
+    Start = None  # type: ignore[assignment,misc]
+    trial_slots = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -71,10 +83,76 @@ class World:
         rng = random.Random(self.seed * 7 + 1)
         return self.culprit - 1 if rng.random() < 0.5 and self.culprit > 1 else self.culprit
 
-    def verdict(self, i: int, rng: random.Random) -> Verdict:
-        truth = Verdict.BAD if i >= self.culprit else Verdict.GOOD
-        lies = i == self.liar() if self.lie == "sticky" else rng.random() < float(self.lie)
-        return (Verdict.GOOD if truth is Verdict.BAD else Verdict.BAD) if lies else truth
+    def rate(self) -> float:
+        """The lie rate a search that is told one assumes (`known`, `plain`)."""
+        return float(self.lie) if isinstance(self.lie, float) else 0.05
+
+
+BURST = 3
+"""A burst: consecutive starts on one slot that lie together."""
+BURSTS_P = 0.08 / (BURST - 2 * 0.08)
+"""`bursts`: the chance a start on a slot out of a burst begins one (8 % of starts lie)."""
+BAD_GPU = 0.5
+"""`node`: how often a start on the bad slot lies."""
+
+
+class Liar:
+    """Which starts lie under the row's model, start by start. Models: a rate (iid, each
+    start); `sticky` (one candidate next to the culprit always lies); `burst` (3 consecutive
+    starts on one slot lie, once, beginning among that slot's first 10 starts); `burst40`
+    (the same, beginning anywhere in the first 40 starts of the run); `bursts` (bursts of 3
+    as a process on every slot: 8 % of starts lie); `node` (one slot of k lies on half its
+    starts: the history's number picks it, so every position takes its turn); `int0.5`
+    (intermittent: a bad build reads good on that share of its starts, a good one never
+    lies)."""
+
+    def __init__(self, world: World, k: int, rng: random.Random) -> None:
+        self.world, self.k, self.rng = world, k, rng
+        self.starts: dict[int, int] = {}
+        """Starts on each slot so far."""
+        self.clock = 0
+        """Starts in the run so far (the order of every start: slot evidence's time)."""
+        self.left: dict[int, int] = {}
+        """`bursts`: starts left in each slot's burst."""
+        lie, here = world.lie, random.Random(world.seed * 13 + 5)
+        self.burst: tuple[int, int] | None = None
+        """`burst`, `burst40`: (slot, the slot's start number the burst begins at)."""
+        if lie == "burst":
+            self.burst = (here.randrange(k), here.randint(1, 10))
+        elif lie == "burst40":
+            self.burst = (here.randrange(k), here.randint(1, max(1, 40 // k)))
+        self.bad_slot = world.seed % k
+
+    def start(self, i: int | None, truly_bad: bool, slot: int) -> Verdict:
+        """The verdict of one start on `slot`: of candidate i (None: a confirmation trial),
+        truly bad or good."""
+        self.clock += 1
+        number = self.starts[slot] = self.starts.get(slot, 0) + 1
+        lie, rng = self.world.lie, self.rng
+        if isinstance(lie, float):
+            lies = rng.random() < lie
+        elif lie == "sticky":
+            lies = i is not None and i == self.world.liar()
+        elif lie in ("burst", "burst40"):
+            assert self.burst is not None
+            where, first = self.burst
+            lies = slot == where and first <= number < first + BURST
+        elif lie == "bursts":
+            if not self.left.get(slot) and rng.random() < BURSTS_P:
+                self.left[slot] = BURST
+            lies = bool(self.left.get(slot))
+            if lies:
+                self.left[slot] -= 1
+        elif lie == "node":
+            lies = slot == self.bad_slot and rng.random() < BAD_GPU
+        elif str(lie).startswith("int"):
+            lies = truly_bad and rng.random() < float(str(lie)[3:])
+        else:
+            raise ValueError(f"no lie model {lie!r}")
+        return Verdict.BAD if truly_bad != lies else Verdict.GOOD
+
+    def verdict(self, i: int, slot: int = 0) -> Verdict:
+        return self.start(i, i >= self.world.culprit, slot)
 
 
 @dataclass(frozen=True)
@@ -94,28 +172,39 @@ class Run:
 
 def searched(world: World, search: str, k: int) -> Run:
     rng = random.Random(world.seed)
+    liar = Liar(world, k, rng)
     if search == "plain":
-        return _plain(world, rng)
+        return _plain(world, liar)
     seq = tuple(Candidate(f"{i:040x}") for i in range(world.n + 1))
     plan = Plan(Mode.REGRESSION, seq)
-    rate = 0.05 if world.lie == "sticky" else float(world.lie)
-    policy = {"today": Policy(flake=0.0), "known": Policy(flake=rate)}.get(search, Policy())
+    policy = {"today": Policy(flake=0.0), "known": Policy(flake=world.rate())}.get(search, Policy())
     if not policy.exact:
         policy = replace(policy, confirming=True)  # Config.search_policy: confirm is on
     seen: dict[str, list[Verdict]] = {}
+    where: dict[str, list[object]] = {}  # commit -> the Start of each of its probes
+    slots: dict[int, list[int]] = {}  # candidate -> the slot of each of its probes
     probes = rounds = trials = 0
     starts: dict[int, int] = {}
+    placed = Start is not None and not policy.exact
     while True:
-        step = plan_batch(plan, seen, k, reprobe=True, policy=policy)
+        step = plan_batch(plan, seen, k, reprobe=True, policy=policy,
+                          **({"starts": where} if placed else {}))  # type: ignore[arg-type]  # fmt: skip
         if isinstance(step, Answer):
             if policy.exact or step.status.value != "found" or step.culprit is None:
                 break
             _, go_on = next_look(policy.looks, step.culprit.commit)  # as the tool does
             if not go_on:
                 break
-            ok, said = _confirm(world, int(step.culprit.commit, 16), rng)
-            trials, rounds = trials + len(said), rounds + len(said)
-            evidence = tuple(Trial(step.culprit.commit, kind, v) for kind, v in said)
+            c = int(step.culprit.commit, 16)
+            looked = [getattr(t, "slot", None) for t in policy.evidence
+                      if t.commit == step.culprit.commit]  # fmt: skip
+            busy = [*slots.get(c - 1, ()), *slots.get(c, ()), *(x for x in looked if x is not None)]
+            ok, said, took = _confirm(world, c, liar, k, busy)
+            trials, rounds = trials + len(said), rounds + took
+            evidence = tuple(
+                Trial(step.culprit.commit, kind, v, *((slot, t) if placed else ()))
+                for kind, v, slot, t in said
+            )
             policy = replace(
                 policy,
                 evidence=(*policy.evidence, *evidence),
@@ -124,9 +213,16 @@ def searched(world: World, search: str, k: int) -> Run:
             )
             continue
         rounds += 1
-        for c in step:
+        taken: set[int] = set()
+        raw = {c.commit: len(seen.get(c.commit, ())) for c in step}
+        for c in sorted(step, key=lambda c: not raw[c.commit]):  # runner: re-probes first
             i = int(c.commit, 16)
-            seen.setdefault(c.commit, []).append(world.verdict(i, rng))
+            slot = pick_slot(k, taken, set(slots.get(i, ())))  # the runner's placement
+            taken.add(slot)
+            seen.setdefault(c.commit, []).append(liar.verdict(i, slot))
+            if placed:
+                where.setdefault(c.commit, []).append(Start(slot, float(liar.clock)))
+            slots.setdefault(i, []).append(slot)
             probes += 1
             starts[i] = starts.get(i, 0) + 1
         if probes > 10 * world.n:
@@ -143,35 +239,44 @@ def searched(world: World, search: str, k: int) -> Run:
 
 
 def _confirm(
-    world: World, culprit: int, rng: random.Random
-) -> tuple[bool, list[tuple[str, Verdict]]]:
-    """The culprit's revert (the bad end without it: good only if it is the culprit) and,
-    when that tests good, its pick (the good end with it: bad only if it is the culprit)."""
-
-    def said(truth: Verdict) -> Verdict:
-        lies = world.lie != "sticky" and rng.random() < float(world.lie)
-        return (Verdict.GOOD if truth is Verdict.BAD else Verdict.BAD) if lies else truth
-
+    world: World, culprit: int, liar: Liar, k: int, busy: Sequence[int]
+) -> tuple[bool, list[tuple[str, Verdict, int, float]], int]:
+    """The culprit's revert (the bad end without it: good only if it is the culprit) and its
+    pick (the good end with it: bad only if it is the culprit), placed as the shipped
+    confirmation places them (confirm.trial_slots: away from the slots of the verdicts they
+    check; both at once where there are two slots, else the pick only after a good revert).
+    (borne out, [(kind, verdict, slot, when)], rounds taken)."""
     right = culprit == world.culprit
-    revert = said(Verdict.GOOD if right else Verdict.BAD)
-    if revert is not Verdict.GOOD:
-        return False, [("revert", revert)]
-    pick = said(Verdict.BAD if right else Verdict.GOOD)
-    return pick is Verdict.BAD, [("revert", revert), ("pick", pick)]
+    where = trial_slots(k, list(busy)) if trial_slots is not None else (0,)
+    at_once = len(where) > 1
+
+    def said(kind: str, truly_bad: bool, slot: int) -> tuple[str, Verdict, int, float]:
+        v = liar.start(None, truly_bad, slot)
+        return kind, v, slot, float(liar.clock)
+
+    revert = said("revert", not right, where[0])
+    if at_once:
+        pick = said("pick", right, where[1])
+        ok = revert[1] is Verdict.GOOD and pick[1] is Verdict.BAD
+        return ok, [revert, pick], 1
+    if revert[1] is not Verdict.GOOD:
+        return False, [revert], 1
+    pick = said("pick", right, where[0])
+    return pick[1] is Verdict.BAD, [revert, pick], 2
 
 
-def _plain(world: World, rng: random.Random) -> Run:
+def _plain(world: World, liar: Liar) -> Run:
     """Horstein's bisection: the rate known, the ends known (not probed), the posterior
     over candidates 1..n-1 uniform at first, the posterior median probed, stop at 0.99.
     Charged the two starts of the ends the real tool makes (it uses neither verdict)."""
     n = world.n + 1
-    rate = 0.05 if world.lie == "sticky" else float(world.lie)
+    rate = world.rate()
     post = np.full(n - 1, 1.0 / (n - 1))  # post[j]: candidate j + 1 is the first bad
     probes = 0
     while post.max() < 0.99 and probes < 200:
         cdf = np.cumsum(post)  # cdf[j]: P(c <= j + 1), the chance candidate j + 1 is bad
         i = int(np.argmin(np.abs(cdf[:-1] - 0.5))) + 1  # the median (never the last: known)
-        says_bad = world.verdict(i, rng) is Verdict.BAD
+        says_bad = liar.verdict(i) is Verdict.BAD
         truly_bad = np.arange(1, n) <= i  # c <= i: candidate i is bad
         post = post * np.where(truly_bad == says_bad, 1 - rate, rate)
         post /= post.sum()
@@ -227,6 +332,13 @@ def row(search: str, lie: float | str, k: int, runs: Sequence[Run]) -> str:
     )
 
 
+def _lie(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--histories", type=int, default=2000)
@@ -236,7 +348,7 @@ def main() -> None:
     parser.add_argument("--slots", default="1,4")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
-    lies: list[float | str] = [x if x == "sticky" else float(x) for x in args.lies.split(",")]
+    lies: list[float | str] = [_lie(x) for x in args.lies.split(",")]
     print(f"{args.histories} histories per row, seed {args.seed}, n in [10, 500]")
     bits = [math.ceil(math.log2(w.n)) for w in worlds(args.histories, args.seed, 0.0)]
     print(f"mean ceil(log2 n) {sum(bits) / len(bits):.2f}: bisection's probes beyond the ends")
@@ -249,8 +361,8 @@ def main() -> None:
         for lie in lies:
             for search in args.searches.split(","):
                 for k in [int(x) for x in args.slots.split(",")]:
-                    if search == "plain" and k > 1:
-                        continue
+                    if (search == "plain" and k > 1) or (lie == "node" and k == 1):
+                        continue  # `node`: one bad slot of several
                     jobs = [(w, search, k) for w in worlds(args.histories, args.seed, lie)]
                     runs = list(pool.map(_one, jobs, chunksize=16))
                     print(row(search, lie, k, runs), flush=True)

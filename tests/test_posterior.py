@@ -15,7 +15,20 @@ from hypothesis import given, settings, strategies as st
 
 from llm_bisect.config import SearchConfig
 from llm_bisect.model import Candidate, Verdict
-from llm_bisect.posterior import END_PRIOR, Policy, Rates, believe, decide, groups, next_look
+from llm_bisect.posterior import (
+    BURST,
+    END_PRIOR,
+    ROBUST,
+    Policy,
+    Rates,
+    Start,
+    Trial,
+    believe,
+    decide,
+    fragile,
+    groups,
+    next_look,
+)
 from llm_bisect.report.markdown import render_markdown
 from llm_bisect.report.result import build_result
 from llm_bisect.search import Answer, Mode, Outcome, Plan, Status, plan_batch, posterior_batch
@@ -401,3 +414,137 @@ def test_calibrate_s_restarts_weigh_the_rate_a_good_build_reads_bad() -> None:
     assert sum(w for _, w in flagged.grid()) == pytest.approx(1.0)
     assert Policy.from_json(json.loads(json.dumps(flagged.to_json()))) == flagged
     assert Policy(flake=0.05, calibrated=(3, 6)).grid() == Policy(flake=0.05).grid()  # known
+
+
+# --- lies that cluster: by slot and in time (posterior.fragile) -----------------------------
+
+C = 5  # the culprit of the small ranges below (n = 10)
+
+
+def test_an_answer_one_burst_of_starts_gave_alone_is_probed_again() -> None:
+    # one slot: the last good, the first bad and both trials are four starts in a row; the
+    # first bad's verdict and both trials fit one burst of three, which could have lied
+    # together (a node in a bad state): the first bad is probed again before the answer
+    observed = [
+        (0, Verdict.GOOD, Start(0, 1.0)),
+        (10 - 1, Verdict.BAD, Start(0, 2.0)),
+        (C + 2, Verdict.BAD, Start(0, 3.0)),
+        (C - 1, Verdict.GOOD, Start(0, 4.0)),
+        (C, Verdict.BAD, Start(0, 5.0)),
+    ]
+    trials = [(C, "revert", Verdict.GOOD, Start(0, 6.0)), (C, "pick", Verdict.BAD, Start(0, 7.0))]
+    assert fragile(10, observed, Verdict.BAD, AUTO, C, trials) == (C,)
+    # once it is bad again on a later start, no one burst gave the answer alone
+    again = [*observed, (C, Verdict.BAD, Start(0, 8.0))]
+    assert fragile(10, again, Verdict.BAD, AUTO, C, trials) == ()
+
+
+def test_trials_on_other_slots_than_the_verdicts_they_check_leave_nothing_to_probe() -> None:
+    observed = [
+        (0, Verdict.GOOD, Start(0, 1.0)),
+        (9, Verdict.BAD, Start(0, 2.0)),
+        (C + 2, Verdict.BAD, Start(1, 3.0)),
+        (C - 1, Verdict.GOOD, Start(2, 4.0)),
+        (C, Verdict.BAD, Start(0, 5.0)),
+    ]
+    trials = [(C, "revert", Verdict.GOOD, Start(1, 6.0)), (C, "pick", Verdict.BAD, Start(2, 6.0))]
+    assert fragile(10, observed, Verdict.BAD, AUTO, C, trials) == ()
+    # the same trials on the slot whose verdict named the culprit: slot 0 alone could have
+    # given it (a bad GPU lies on every start it serves)
+    same = [(C, "revert", Verdict.GOOD, Start(0, 6.0)), (C, "pick", Verdict.BAD, Start(0, 7.0))]
+    assert fragile(10, observed, Verdict.BAD, AUTO, C, same) == (C,)
+
+
+def test_the_search_probes_the_culprit_again_where_one_burst_named_it() -> None:
+    # through plan_batch, as the runner calls it: without where the verdicts ran the answer
+    # is found; with it, the culprit is probed again first (today's search said found)
+    seq = tuple(Candidate(f"{i:040x}") for i in range(11))
+    plan = Plan(Mode.REGRESSION, seq)
+    order = [0, 10, 7, 4, 5]
+    verdicts = {seq[i].commit: [Verdict.BAD if i >= C else Verdict.GOOD] for i in order}
+    policy = Policy(
+        evidence=(
+            Trial(seq[C].commit, "revert", Verdict.GOOD, 0, 6.0),
+            Trial(seq[C].commit, "pick", Verdict.BAD, 0, 7.0),
+        ),
+        looks=((seq[C].commit, True),),
+    )
+    assert isinstance(plan_batch(plan, verdicts, 1, policy=policy), Answer)
+    starts = {seq[i].commit: [Start(0, float(t))] for t, i in enumerate(order, 1)}
+    step = plan_batch(plan, verdicts, 1, policy=policy, starts=starts)
+    assert step == [seq[C]]
+    # the culprit bad again on a later start: found
+    verdicts[seq[C].commit].append(Verdict.BAD)
+    starts[seq[C].commit].append(Start(0, 8.0))
+    done = plan_batch(plan, verdicts, 1, policy=policy, starts=starts)
+    assert isinstance(done, Answer) and done.culprit == seq[C]
+
+
+def _windows(starts: Sequence[Start]) -> list[set[int]]:
+    """Brute force: every set of verdicts (by position) one burst or one slot could give:
+    each BURST starts in a row on one slot (by time), and each slot whole where several."""
+    slots = {s.slot for s in starts if s.slot is not None}
+    found: list[set[int]] = []
+    for slot in slots:
+        mine = sorted((s.began or 0.0, at) for at, s in enumerate(starts) if s.slot == slot)
+        ats = [at for _, at in mine]
+        found += [set(ats[i : i + BURST]) for i in range(max(1, len(ats) - BURST + 1))]
+        if len(slots) > 1:
+            found.append(set(ats))
+    return found
+
+
+place_worlds = st.integers(3, 6).flatmap(
+    lambda n: st.tuples(
+        st.just(n),
+        st.integers(1, n - 1),
+        st.lists(
+            st.tuples(
+                st.integers(0, n - 1),
+                st.sampled_from([Verdict.GOOD, Verdict.BAD]),
+                st.integers(0, 2),
+            ),
+            min_size=1,
+            max_size=7,
+        ),
+        st.lists(
+            st.tuples(
+                st.sampled_from(["revert", "pick"]),
+                st.sampled_from([Verdict.GOOD, Verdict.BAD]),
+                st.integers(0, 2),
+            ),
+            max_size=2,
+        ),
+    )
+)
+
+
+@given(place_worlds, st.sampled_from([None, 0.05]))
+@settings(max_examples=150, deadline=None)
+def test_what_fragile_says_is_what_the_brute_force_posterior_says_without_each_group(
+    world: tuple[int, int, list[tuple[int, Verdict, int]], list[tuple[str, Verdict, int]]],
+    flake: float | None,
+) -> None:
+    n, c, probes, said = world
+    policy = Policy(flake=flake)
+    observed = [(i, v, Start(slot, float(t))) for t, (i, v, slot) in enumerate(probes)]
+    trials = [
+        (c, kind, v, Start(slot, float(len(probes) + t))) for t, (kind, v, slot) in enumerate(said)
+    ]
+    starts = [s for _, _, s in observed] + [s for *_, s in trials]
+    decisive = [i in (c - 1, c) for i, _, _ in observed] + [True] * len(trials)
+    expected_fragile = False
+    for group in _windows(starts):
+        if not any(decisive[at] for at in group):
+            continue
+        seen: dict[int, list[Verdict]] = {}
+        for at, (i, v, _) in enumerate(observed):
+            if at not in group:
+                seen.setdefault(i, []).append(v)
+        kept = [(i, kind, v) for at, (i, kind, v, _) in enumerate(trials, len(observed))
+                if at not in group]  # fmt: skip
+        if brute(n, seen, Verdict.BAD, policy, kept)[c] < ROBUST:
+            expected_fragile = True
+    again = fragile(n, observed, Verdict.BAD, policy, c, trials)
+    assert bool(again) == expected_fragile, (observed, trials)
+    assert set(again) <= {c - 1, c}

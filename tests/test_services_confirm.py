@@ -313,8 +313,9 @@ def test_a_revert_trial_that_lies_is_outweighed_and_the_culprit_confirmed_on_new
     code, output, doc, starts = run(h, tmp_path / "honest", search={"flake": "auto"},
                                     localize={"enabled": False})  # fmt: skip
     assert code == 0 and doc["confirmation"]["status"] == "confirmed", output
-    searched = len(doc["probes"])
-    assert starts[searched] not in h.shas  # the start after the search's is the revert's
+    # the revert's start: the first that is not a commit of the history (the search's probes
+    # come before it; one may follow the trials, which carry the answer only with it)
+    searched = next(i for i, commit in enumerate(starts) if commit not in h.shas)
     launches = tmp_path / "launches"
     config = h.config(
         server={"command": [*sim_command(h.repo), "--launch-log", str(launches),
@@ -375,3 +376,55 @@ def test_the_search_stops_for_its_confirmation_whose_trials_carry_the_culprit(
     # `report DIR` rebuilds the same search section from the journal (look and trials)
     assert_report_rebuilds_the_search(tmp_path / "on" / "out")
     assert h.shas[9] in starts
+
+
+def _slotted(h: History, tmp_path: Path, k: int, *extra: str) -> tuple[int, str, dict[str, Any]]:
+    """A run on k slots of one GPU each (slot i: GPU i), the simulator's `extra` flags."""
+    launches = tmp_path / "launches"
+    command = [*sim_command(h.repo), "--launch-log", str(launches), *extra]
+    config = h.config(
+        server={"command": command, "slot_gpus": [[str(i)] for i in range(k)]},
+        checks=[{"type": "canary"}, {"type": "expect"}],
+        search={"flake": "auto"},
+        localize={"enabled": False},
+        parallel=k,
+    )
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    return result.exit_code, result.output, json.loads((out / "result.json").read_text())
+
+
+def test_the_trials_run_at_once_each_on_a_slot_of_its_own(tmp_path: Path) -> None:
+    # two slots: the revert and the pick start together, one on each slot, so that one bad
+    # GPU or one burst of starts cannot give both (before: both on slot 0, one after the other)
+    h = History(tmp_path, {9: "degenerate-content"}, 16, settings=SPACED)
+    code, output, doc = _slotted(h, tmp_path, 2)
+    assert code == 0, output
+    assert doc["culprit"]["commit"] == h.shas[9]
+    revert, pick = doc["confirmation"]["probes"]
+    assert (revert["verdict"], pick["verdict"]) == ("good", "bad")
+    assert {revert["slot"], pick["slot"]} == {0, 1}, doc["confirmation"]
+    said = [(t["kind"], t["slot"]) for t in doc["search"]["evidence"]]
+    assert sorted(said) == sorted([("revert", revert["slot"]), ("pick", pick["slot"])])
+    assert "confirm: probing the bad end with it reverted" in output and "on slot" in output
+
+
+def test_a_gpu_that_lies_on_every_start_never_confirms_a_wrong_culprit(tmp_path: Path) -> None:
+    # four slots, GPU 1 serves the other side's behaviour on every start (a bad GPU): the
+    # trials never run where the verdicts they check ran, and no answer stands on GPU 1's
+    # verdicts alone; the report says what the search assumes of lies
+    h = History(tmp_path, {9: "degenerate-content"}, 16, settings=SPACED)
+    code, output, doc = _slotted(h, tmp_path, 4, "--lie-gpus", "1:1")
+    assert code != 0 or doc["culprit"]["commit"] == h.shas[9], output
+    culprit = doc["culprit"]["commit"] if doc["culprit"] else None
+    named = [p for p in doc["probes"] if p["commit"] in (h.shas[8], h.shas[9])]
+    for trial in (doc["confirmation"] or {}).get("probes", []):
+        if trial["slot"] is not None and culprit == h.shas[9]:
+            assert trial["slot"] != 1 or all(p["slot"] != 1 for p in named), doc["confirmation"]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "lies assumed: Verdicts may lie, and lies may cluster" in report
+    lied = [p for p in doc["probes"] if p["slot"] == 1]
+    shared = {p["commit"] for p in lied} & {p["commit"] for p in doc["probes"] if p["slot"] != 1}
+    if len(shared) >= 2:  # GPU 1 and another probed the same candidates: it is named
+        assert "slot 1 (node" in report and "GPUs 1) disagreed with the other slots" in report
+        assert "warning: slot 1 (node" in output  # and the terminal says so

@@ -29,6 +29,7 @@ from .kinds import LAUNCHERS
 from .launchers import Artifact
 from .model import Candidate, Verdict
 from .outdir import claim, hold, prepare
+from .places import doubted
 from .registry import ImageRef
 from .report.documents import ResultDocument, schemas
 from .report.markdown import duration
@@ -293,6 +294,8 @@ def run_cmd(
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo)
         done = run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
+        for doubt in doubted(done.result.probes):  # a bad GPU or node: said where it is seen
+            term.say(f"warning: {doubt.line}")
         _print_answer(term, done.answer, out)
         return STATUS_EXIT[done.answer.status]
 

@@ -27,7 +27,7 @@ import json
 import os
 from collections.abc import Callable
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -219,9 +219,9 @@ def read_journal(path: Path) -> Reading:
     return Reading(events, _state(events), sound, dropped)
 
 
-def _when(event: dict[str, Any]) -> float | None:
-    """An event's wall-clock time; None when it has none."""
-    t = event.get("time")
+def _when(event: dict[str, Any], key: str = "time") -> float | None:
+    """An event's wall-clock time (or another of its times); None when it has none."""
+    t = event.get(key)
     return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else None
 
 
@@ -263,7 +263,10 @@ def _state(events: list[dict[str, Any]]) -> JournalState | None:
         digest=head["digest"],
         settings=_settings(head.get("settings")),
         plan=plan_from_json(head["plan"]),
-        probes=tuple(ProbeOutcome.from_json(e["outcome"]) for e in events if e["event"] == "probe"),
+        probes=tuple(
+            replace(ProbeOutcome.from_json(e["outcome"]), slot=span.slot, began=span.started)
+            for e, span in zip((e for e in events if e["event"] == "probe"), spans, strict=True)
+        ),
         regress=Regress(head.get("regress", Regress.SEMANTIC.value)),
         context=context if isinstance(context, dict) else {},
         started=_when(head),
@@ -298,7 +301,8 @@ def side_probes(path: Path, digest: str) -> dict[str, ProbeOutcome]:
             return {}
         if event["event"] == "probe":
             outcome = ProbeOutcome.from_json(event["outcome"])
-            done[outcome.commit] = outcome
+            slot, began = _int(event, "slot"), _when(event, "began")
+            done[outcome.commit] = replace(outcome, slot=slot, began=began)
     return done
 
 

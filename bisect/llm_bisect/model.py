@@ -236,6 +236,11 @@ class ProbeOutcome:
     leaning: Verdict | None = None
     """`unsure`: what most of its repeats said (good or bad; None on a tie). The repeats ran
     on one server: together one observation, which the posterior search weighs."""
+    slot: int | None = field(default=None, compare=False)
+    """The slot its server ran on, as the journal's events say (not part of the outcome's
+    JSON: the runner and the journal's reader set it; slot evidence for the search)."""
+    began: float | None = field(default=None, compare=False)
+    """When its probe started (wall clock), as the journal's events say; like `slot`."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.fingerprint, Fingerprint):  # the facts as a plain mapping

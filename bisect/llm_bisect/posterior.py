@@ -78,9 +78,24 @@ class Trial:
     kind: str
     """`revert` or `pick`."""
     verdict: Verdict
+    slot: int | None = None
+    """The slot its server ran on (slot evidence); None where not known (an older journal)."""
+    began: float | None = None
+    """When its server started (wall clock, as the run's probes); None where not known."""
 
-    def to_json(self) -> dict[str, str]:
-        return {"commit": self.commit, "kind": self.kind, "verdict": self.verdict.value}
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {
+            "commit": self.commit, "kind": self.kind, "verdict": self.verdict.value
+        }  # fmt: skip
+        if self.slot is not None:
+            data["slot"] = self.slot
+        if self.began is not None:
+            data["began"] = self.began
+        return data
+
+    @property
+    def start(self) -> Start:
+        return Start(self.slot, self.began)
 
     @classmethod
     def from_json(cls, data: object) -> Trial:
@@ -92,7 +107,28 @@ class Trial:
             raise ValueError(f"trial {data!r} names no commit, or no revert or pick")
         if verdict not in (Verdict.GOOD.value, Verdict.BAD.value):
             raise ValueError(f"trial verdict {verdict!r} is not good or bad")
-        return cls(commit, str(kind), Verdict(verdict))
+        slot, began = data.get("slot"), data.get("began")
+        if slot is not None and not (isinstance(slot, int) and not isinstance(slot, bool)):
+            raise ValueError(f"trial slot {slot!r} is not a slot")
+        if began is not None and not (
+            isinstance(began, int | float) and not isinstance(began, bool)
+        ):
+            raise ValueError(f"trial start {began!r} is not a time")
+        return cls(
+            commit, str(kind), Verdict(verdict), slot, None if began is None else float(began)
+        )
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where and when one verdict's server started (slot evidence): lies cluster by place (a
+    bad GPU lies on every start it serves) and in time (a node in a bad state lies for several
+    starts in a row), so the verdicts that settle an answer must not all come from one."""
+
+    slot: int | None = None
+    """The slot (a GPU set, a host, a node) it ran on; None: not known, a place of its own."""
+    began: float | None = None
+    """When it started; None: not known."""
 
 
 @dataclass(frozen=True)
@@ -666,3 +702,90 @@ def disagreeing(
             if v in (Verdict.GOOD, Verdict.BAD) and v is not truth:
                 found.append((i, v))
     return found
+
+
+BURST = 3
+"""The most consecutive starts on one slot assumed to lie together (a node in a bad state:
+thermal, ECC, a wedged driver): the verdicts that settle an answer never all come from one
+such run of starts, nor all from one slot where there are several (`fragile`)."""
+
+ROBUST = 0.5
+"""The posterior the culprit keeps, at the least, on the evidence left once any one burst
+(or, with several slots, any one slot) is taken away: more likely than every other
+hypothesis together without it, so that burst or slot did not make the answer alone."""
+
+
+def _groups(starts: Sequence[Start], decisive: Sequence[bool]) -> list[frozenset[int]]:
+    """The sets of verdicts (by position in `starts`) that may have lied together and hold a
+    decisive one: each run of BURST consecutive starts on one slot, and, where verdicts come
+    from more than one slot, each slot's whole. A verdict with no slot is a place of its own."""
+    by_slot: dict[int, list[int]] = {}
+    for at, s in enumerate(starts):
+        if s.slot is not None:
+            by_slot.setdefault(s.slot, []).append(at)
+    found: list[frozenset[int]] = []
+    for members in by_slot.values():
+        ordered = sorted(members, key=lambda m: (starts[m].began is None, starts[m].began or 0, m))
+        for first in range(max(1, len(ordered) - BURST + 1)):
+            found.append(frozenset(ordered[first : first + BURST]))
+        if len(by_slot) > 1:
+            found.append(frozenset(ordered))
+    unique = dict.fromkeys(g for g in found if any(decisive[m] for m in g))
+    return list(unique)
+
+
+def fragile(
+    n: int,
+    observed: Sequence[tuple[int, Verdict, Start]],
+    new: Verdict,
+    policy: Policy,
+    c: int,
+    trials: Sequence[tuple[int, str, Verdict, Start]] = (),
+    old_end_known: bool = False,
+) -> tuple[int, ...]:
+    """The candidates to probe again before culprit c is an answer: those (c - 1, c) whose
+    verdicts one burst of starts or one slot could have given (`_groups`: without that group's
+    verdicts and trials, c holds less than ROBUST); empty where none could. The one most
+    groups lean on first. Pure.
+
+        slot 0:  ... c-1 good │ c bad  revert good  pick bad │ c bad (again)
+                              └──── one burst (BURST) ────┘
+        without the burst, c-1 good and the second c bad still name c: robust."""
+    if not 0 < c < n:
+        return ()
+    items = [*((i, v, s) for i, v, s in observed), *((i, v, s) for i, _, v, s in trials)]
+    starts = [s for _, _, s in items]
+    kinds = [None] * len(observed) + [kind for _, kind, _, _ in trials]
+    decisive = [
+        (i in (c - 1, c)) if kind is None else i == c
+        for (i, _, _), kind in zip(items, kinds, strict=True)
+    ]
+    leaned: dict[int, int] = {}
+    for group in _groups(starts, decisive):
+        seen: dict[int, list[Verdict]] = {}
+        weighed: list[tuple[int, str, Verdict]] = []
+        for at, (i, v, _) in enumerate(items):
+            if at in group:
+                continue
+            kind = kinds[at]
+            if kind is None:
+                seen.setdefault(i, []).append(v)
+            else:
+                weighed.append((i, kind, v))
+        try:
+            belief = believe(n, seen, new, policy, old_end_known=old_end_known, trials=weighed)
+        except ValueError:  # nothing left explains the rest: the group was needed
+            held = 0.0
+        else:
+            held = belief.of(c)
+        if held >= ROBUST:
+            continue
+        # the side the group leaves thinnest: c - 1 with the fewest good verdicts outside it,
+        # or c with the fewest bad ones (a trial counts for c)
+        inside = {c if kinds[at] is not None else items[at][0] for at in group if decisive[at]}
+        left = {i: sum(1 for at, (j, v, _) in enumerate(items) if at not in group
+                       and (j if kinds[at] is None else c) == i and kinds[at] is None
+                       and (v is new) == (i == c)) for i in inside}  # fmt: skip
+        thin = min(inside, key=lambda i: (left[i], -i))
+        leaned[thin] = leaned.get(thin, 0) + 1
+    return tuple(sorted(leaned, key=lambda i: (-leaned[i], -i)))

@@ -33,7 +33,7 @@ from .files import write_atomic as write_atomic  # services write through it
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
 from .launchers import Launcher, Server, StartsCold
 from .model import Candidate, ProbeOutcome, Regress, Verdict
-from .posterior import EXACT, Policy
+from .posterior import EXACT, Policy, Start
 from .probe import CANCELLED, Cancel, ProbeContext, Progress, SilentProgress, probe
 from .redact import Scrub
 from .report.documents import Context, ResultDocument
@@ -95,7 +95,11 @@ def result_of(
     """The search's next step for a journal state, and result.json once it has an answer."""
     used = count(state.plan, state.probes, state.symptom).used
     seen = history(used, state.policy)
-    step = plan_step(state.plan, seen, reprobe=state.reprobe, policy=state.policy)
+    if state.policy.exact:
+        step = plan_step(state.plan, seen, reprobe=state.reprobe, policy=state.policy)
+    else:  # as the run's search stepped: with where each verdict came from
+        batch = plan_batch(state.plan, seen, 1, policy=state.policy, starts=starts_of(used))
+        step = batch if isinstance(batch, Answer) else batch[0]
     if isinstance(step, Answer):
         return step, build_result(
             state.plan,
@@ -122,6 +126,14 @@ def history(probes: Sequence[ProbeOutcome], policy: Policy = EXACT) -> dict[str,
         return verdicts_by_commit(probes)
     leant = [replace(p, verdict=p.leaning) if p.leaning is not None else p for p in probes]
     return verdicts_by_commit(leant)
+
+
+def starts_of(probes: Sequence[ProbeOutcome]) -> dict[str, list[Start]]:
+    """Commit → where and when each of its probes ran, in order (aligned with `history`)."""
+    found: dict[str, list[Start]] = {}
+    for p in probes:
+        found.setdefault(p.commit, []).append(Start(p.slot, p.began))
+    return found
 
 
 def run(
@@ -378,11 +390,12 @@ class _Slots:
             counted = count(self.plan, self.probes, self.symptom)
             self.reference.counted = counted
             seen = history(counted.used, policy)
+            starts = starts_of(counted.used)
             busy = {f.candidate.commit: f for f in self.running.values()}
             # a bad probe waiting for the bad end's symptom is waited for as a running one
             waiting = frozenset(busy) | counted.held
             needless = no_longer_needed(
-                self.plan, seen, frozenset(busy), reprobe=reprobe, policy=policy
+                self.plan, seen, frozenset(busy), reprobe=reprobe, policy=policy, starts=starts
             )
             for commit in needless:
                 if not busy[commit].cancel.cancelled:
@@ -391,8 +404,9 @@ class _Slots:
             # may want that commit again (verdicts that are not monotone move the range back).
             free = self.k - len(self.running)
             step = plan_batch(
-                self.plan, seen, free, self.prefer, waiting, reprobe=reprobe, policy=policy
-            )
+                self.plan, seen, free, self.prefer, waiting, reprobe=reprobe, policy=policy,
+                starts=starts,
+            )  # fmt: skip
             if isinstance(step, Answer) and not self.running:
                 return step
             if isinstance(step, list):
@@ -487,7 +501,7 @@ class _Slots:
             round=flight.round,
             time=ended,
         )
-        self.probes.append(outcome)
+        self.probes.append(replace(outcome, slot=flight.slot, began=flight.began))
         self.spans.append(Span(flight.began, ended, slot=flight.slot, round=flight.round))
         self.depth = max(self.depth, flight.round)
         self.ctx.progress.finished(flight.candidate, outcome)

@@ -57,9 +57,11 @@ from .posterior import (
     Decision,
     Policy,
     Rates,
+    Start,
     believe,
     decide,
     disagreeing,
+    fragile,
     next_look,
 )
 from .sources import Source
@@ -365,6 +367,8 @@ def posterior_batch(
     old_end_known: bool = False,
     trials: Sequence[tuple[int, str, Verdict]] = (),
     closed: frozenset[int] = frozenset(),
+    starts: Mapping[int, Sequence[Start]] | None = None,
+    trial_starts: Sequence[Start] = (),
 ) -> list[int] | Outcome:
     """Up to `k` indices to probe now besides those `running`, or the Outcome, when verdicts
     may lie (posterior.py): every probe of each index counts, a candidate may be probed
@@ -375,7 +379,10 @@ def posterior_batch(
     such candidates separate are one group (an ambiguous answer). `old_end_known`: index 0
     (an untested merge base) is taken as old-state. `trials`: confirmation trials weighed
     too (posterior.believe); `closed`: candidates not stopped at for a confirmation
-    (posterior.decide). An empty list: wait for a running probe.
+    (posterior.decide). `starts`: where and when each probe of `history` ran (aligned with
+    it) and `trial_starts` each trial's: given, a culprit is an answer only once no one burst
+    of starts or one slot could have given it (posterior.fragile); until then its verdicts
+    are probed again. An empty list: wait for a running probe.
     """
     if n < 2:
         raise ValueError("a search needs at least the two ends")
@@ -399,6 +406,25 @@ def posterior_batch(
     decision = decide(belief, policy, new, pool, spent, k, running, prefer, closed)
     if decision.probes:
         return list(decision.probes)
+    top = decision.answer
+    if starts is not None and top is not None and not decision.provisional and 0 < top < n:
+        observed = [
+            (i, v, s)
+            for i, seen in history.items()
+            for v, s in zip(seen, starts.get(i, ()), strict=False)
+            if not _untestable(v)
+        ]
+        weighed = [(i, kind, v, s) for (i, kind, v), s in zip(trials, _pad(trial_starts, trials),
+                                                              strict=True)]  # fmt: skip
+        again = fragile(n, observed, new, policy, top, weighed, old_end_known)
+        if again and spent < policy.budget(n):
+            wanted = [i for i in again if i in pool and i not in running][:k]
+            if wanted or running:
+                return wanted
+        elif again:
+            return _posterior_outcome(
+                n, history, tested, belief, decision, mode, policy, spent, fragile=True
+            )
     if decision.answer is None and not decision.group and not decision.exhausted:
         return []
     settle: tuple[int, ...] = ()
@@ -408,6 +434,11 @@ def posterior_batch(
             belief, more, new, pool, spent, 1, frozenset(), prefer
         ).probes  # as `report` says it
     return _posterior_outcome(n, history, tested, belief, decision, mode, policy, spent, settle)
+
+
+def _pad(starts: Sequence[Start], items: Sequence[object]) -> list[Start]:
+    """One Start per item: those given, then unknown ones (a place of its own each)."""
+    return [*starts[: len(items)], *[Start()] * max(0, len(items) - len(starts))]
 
 
 def _posterior_outcome(
@@ -420,8 +451,10 @@ def _posterior_outcome(
     policy: Policy,
     spent: int,
     settle: tuple[int, ...] = (),
+    fragile: bool = False,
 ) -> Outcome:
-    """The posterior's answer as the search's Outcome, with how sure it is."""
+    """The posterior's answer as the search's Outcome, with how sure it is. `fragile`: the
+    budget is spent while one burst of starts or one slot could have given the answer."""
     new = mode.new_state
     top = decision.answer if decision.answer is not None else belief.top()
     against = disagreeing(tested, top, new)
@@ -445,6 +478,13 @@ def _posterior_outcome(
         return Outcome(
             Status.NO_REGRESSION, None, (), f"{_end_name(mode, True)} tests "
             f"{mode.old_state.value}: no change in this range ({said})", belief=sure(held)
+        )  # fmt: skip
+    if decision.answer is not None and fragile:
+        return Outcome(
+            Status.AMBIGUOUS, None, (top - 1, top),
+            f"the probe budget ({policy.budget(n)}, search.max_probes) is spent while the "
+            f"verdicts that name the most likely first {new.value} ({said}) could all come "
+            f"from one burst of starts or one slot: probe it again elsewhere", belief=sure(held)
         )  # fmt: skip
     if decision.answer is not None and decision.provisional:
         return Outcome(
@@ -794,6 +834,15 @@ def _indices(plan: Plan, commits: frozenset[str]) -> frozenset[int]:
     return frozenset(index[c] for c in commits if c in index)
 
 
+def _positions(plan: Plan) -> dict[str, int]:
+    return {c.commit: i for i, c in enumerate(plan.sequence)}
+
+
+def _by_index(plan: Plan, starts: Mapping[str, Sequence[Start]]) -> dict[int, Sequence[Start]]:
+    index = _positions(plan)
+    return {index[c]: s for c, s in starts.items() if c in index}
+
+
 def _trials(plan: Plan, policy: Policy) -> list[tuple[int, str, Verdict]]:
     """The policy's confirmation trials by candidate index (those of another range left out)."""
     index = {c.commit: i for i, c in enumerate(plan.sequence)}
@@ -845,13 +894,15 @@ def plan_batch(
     *,
     reprobe: bool = False,
     policy: Policy = EXACT,
+    starts: Mapping[str, Sequence[Start]] | None = None,
 ) -> list[Candidate] | Answer:
     """Up to `k` candidates to probe now besides those `running` (next_batch, or
     posterior_batch when verdicts may lie), or the Answer.
 
     The good end goes alone, first: the golden is recorded from it; so do the anchor and the
     merge base of a range whose ends are on two branches. An empty list: wait (never while
-    nothing runs)."""
+    nothing runs). `starts`: where and when each of `verdicts`' probes ran, in its order
+    (slot evidence: posterior_batch)."""
     view = _view(plan, verdicts, reprobe and policy.exact, policy.exact)
     if isinstance(view, Answer):
         return view
@@ -871,6 +922,8 @@ def plan_batch(
             old_end_known=view.base is not None,
             trials=_trials(plan, policy),
             closed=_closed(plan, policy),
+            starts=None if starts is None else _by_index(plan, starts),
+            trial_starts=[t.start for t in policy.evidence if t.commit in _positions(plan)],
         )
         if isinstance(found, Outcome):
             return _answer(plan, found, view)
@@ -896,11 +949,13 @@ def no_longer_needed(
     *,
     reprobe: bool = False,
     policy: Policy = EXACT,
+    starts: Mapping[str, Sequence[Start]] | None = None,
 ) -> frozenset[str]:
     """Running probes to cancel: the search is over, or (verdicts taken as facts) they lie
     outside the open interval; when verdicts may lie, every running probe still tells."""
     if not policy.exact:
-        over = isinstance(plan_batch(plan, verdicts, 0, running=running, policy=policy), Answer)
+        step = plan_batch(plan, verdicts, 0, running=running, policy=policy, starts=starts)
+        over = isinstance(step, Answer)
         return running if over else frozenset()
     view = _view(plan, verdicts, reprobe)
     if isinstance(view, Answer):

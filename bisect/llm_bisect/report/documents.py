@@ -216,6 +216,11 @@ class ConfirmProbe(_Doc):
     reason: str
     reused: str | None = None
     """The commit probed in the run whose tree this is: its verdict, no probe."""
+    slot: int | None = None
+    """The slot its server ran on (never where the verdicts it checks ran, where there is
+    another); None where no probe ran or an older run did not say."""
+    began: float | None = None
+    """When its probe started (wall clock)."""
 
 
 class Confirmation(_Doc):
@@ -319,6 +324,10 @@ class TrialDoc(_Doc):
     """The culprit the trial took back (`revert`, from the bad end) or made (`pick`)."""
     kind: Literal["revert", "pick"]
     verdict: Literal["good", "bad"]
+    slot: int | None = None
+    """The slot its server ran on; None where an older run did not say."""
+    began: float | None = None
+    """When its probe started (wall clock)."""
 
 
 class LookDoc(_Doc):

@@ -16,6 +16,7 @@ from ..checks.logprobs import Chosen, LogprobsDetails
 from ..fingerprint import NOT_COMPARED, Fingerprint, WeightsFacts
 from ..kinds import showing
 from ..localize import LocalizationDoc
+from ..places import ASSUMED, ONE_PLACE, doubted, one_place
 from ..search import Mode, Status
 from ..startup import PHASE_LABELS
 from . import escape as esc, portable
@@ -561,6 +562,11 @@ def _confidence(doc: ResultDocument) -> list[str]:
         lines.append(
             f"- confirmation {n}: the search stopped for `{look.commit[:12]}`; its trials {outcome}"
         )
+    for doubt in doubted(doc.probes):
+        lines.append(f"- {esc.text(doubt.line)}")
+    lines.append(f"- lies assumed: {ASSUMED}")
+    if one_place(doc.probes):
+        lines.append(f"- {ONE_PLACE}")
     if found.settle:
         lines += [
             "",

@@ -24,14 +24,16 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
+import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
 from ..journal import Journal, begin_side, side_probes
-from ..model import Candidate, Verdict
+from ..model import Candidate, ProbeOutcome, Verdict
 from ..posterior import MAX_LOOKS, Policy, Trial as Weighed
 from ..probe import ProbeContext, probe
 from ..redact import Scrub
@@ -61,9 +63,13 @@ class Trial:
     reason: str
     reused: str | None = None
     """The probed commit whose tree this is (its verdict taken, no probe run)."""
+    slot: int | None = None
+    """The slot its server ran on (slot evidence); None where no probe ran."""
+    began: float | None = None
+    """When its probe started (wall clock)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "kind": self.kind,
             "onto": self.onto,
             "commit": self.commit,
@@ -71,6 +77,11 @@ class Trial:
             "reason": self.reason,
             "reused": self.reused,
         }
+        if self.slot is not None:
+            data["slot"] = self.slot
+        if self.began is not None:
+            data["began"] = self.began
+        return data
 
 
 def judge(revert_trial: Trial, pick_trial: Trial) -> tuple[str, str]:
@@ -108,11 +119,18 @@ def confirm(
     note: Callable[[str], None],
     scrub: Scrub,
     look: int = 0,
+    slots: Sequence[int] = (0,),
+    now: Callable[[], float] = time.time,
 ) -> Confirmation | None:
     """The `confirmation` of result.json for a run that found its culprit; None otherwise.
     `look`: which of the run's confirmations (0: the first; later ones run their trials on
     new starts, each journalled apart: confirm-again.jsonl, confirm-again-2.jsonl), where an
-    earlier trial may have lied (the posterior search's next look)."""
+    earlier trial may have lied (the posterior search's next look).
+
+    `slots`: where the trials may run, best first (trial_slots: never where the verdicts
+    they check ran, where there is another). With two or more, the revert and the pick run
+    at once, each on a slot of its own: one bad GPU or one burst of starts cannot give
+    both. With one, the pick follows the revert, and only where the revert tested good."""
     if result.status is not Status.FOUND or result.culprit is None:
         return None
     if result.mode is not Mode.REGRESSION:
@@ -126,50 +144,92 @@ def confirm(
     digest = hashlib.sha256(f"{culprit}\0{good}\0{bad}".encode()).hexdigest()[:16]
     path = out_dir / f"{look_name(look)}.jsonl"
     done = side_probes(path, digest)  # another culprit's confirmation is dropped
-    trials: list[Trial] = []
+    at_once = len(slots) > 1
+    trials: dict[str, Trial] = {}
+    wanted: list[tuple[str, str, Candidate]] = []  # (kind, onto, the commit made)
+    for kind, onto in (("revert", bad), ("pick", good)):
+        make = revert if kind == "revert" else pick
+        try:
+            made: Made = make(repo, culprit, onto)
+        except ConfigError as exc:  # git itself failed: never an answer, never a crash
+            made = Made(None, f"{kind} of {culprit[:12]} onto {onto[:12]}: {exc}")
+        if made.commit is None:
+            trials[kind] = Trial(kind, onto, None, None, made.reason)
+            continue
+        same = probed.get(tree_of(repo, made.commit))
+        if same is not None:
+            commit, verdict, reason = same
+            trials[kind] = Trial(kind, onto, made.commit, verdict, reason, reused=commit)
+            continue
+        candidate = Candidate(made.commit, subject=f"{WHAT[kind]} ({culprit[:12]})")
+        wanted.append((kind, onto, candidate))
     with Journal(path, scrub) as journal:
         begin_side(journal, "confirm", digest, VERSION)
-        for kind, onto in (("revert", bad), ("pick", good)):
-            if trials and trials[0].verdict is not Verdict.GOOD:  # a pick cannot change it
-                was = "no verdict" if trials[0].verdict is None else "bad: not confirmed"
-                trials.append(Trial(kind, onto, None, None, f"not tried: the revert was {was}"))
-                break
-            make = revert if kind == "revert" else pick
-            try:
-                made: Made = make(repo, culprit, onto)
-            except ConfigError as exc:  # git itself failed: never an answer, never a crash
-                made = Made(None, f"{kind} of {culprit[:12]} onto {onto[:12]}: {exc}")
-            if made.commit is None:
-                trials.append(Trial(kind, onto, None, None, made.reason))
-                continue
-            same = probed.get(tree_of(repo, made.commit))
-            if same is not None:
-                commit, verdict, reason = same
-                trials.append(Trial(kind, onto, made.commit, verdict, reason, reused=commit))
-                continue
-            found = done.get(made.commit)
+
+        def run_one(kind: str, candidate: Candidate, slot: int) -> ProbeOutcome:
+            found = done.get(candidate.commit)
             if found is not None:
-                outcome = found
-            else:
-                what = WHAT[kind]
-                note(f"confirm: probing {what} ({made.commit[:12]})")
-                candidate = Candidate(made.commit, subject=f"{what} ({culprit[:12]})")
-                where = out_dir / look_name(look) / kind
-                outcome = probe(candidate, where, ctx)
-                journal.append("probe", kind=kind, outcome=outcome.to_json())
-            if outcome.verdict in (Verdict.GOOD, Verdict.BAD):
-                trials.append(Trial(kind, onto, made.commit, outcome.verdict, outcome.reason))
-            else:
-                why = (
-                    f"{WHAT[kind]} could not be tested ({outcome.verdict.value}): {outcome.reason}"
-                )
-                trials.append(Trial(kind, onto, made.commit, None, why))
-    status, reason = judge(trials[0], trials[1])
+                return found
+            note(f"confirm: probing {WHAT[kind]} ({candidate.commit[:12]}) on slot {slot}")
+            began = now()
+            where = out_dir / look_name(look) / kind
+            outcome = probe(candidate, where, ctx, slot=slot)
+            return replace(outcome, slot=slot, began=began)
+
+        def record(kind: str, onto: str, candidate: Candidate, outcome: ProbeOutcome) -> None:
+            if candidate.commit not in done:
+                journal.append("probe", kind=kind, outcome=outcome.to_json(),
+                               slot=outcome.slot, began=outcome.began)  # fmt: skip
+                done[candidate.commit] = outcome
+            trials[kind] = _trial(kind, onto, candidate.commit, outcome)
+
+        if at_once and len(wanted) > 1:
+            with ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="trial") as pool:
+                futures = [pool.submit(run_one, kind, c, slots[j % len(slots)])
+                           for j, (kind, _, c) in enumerate(wanted)]  # fmt: skip
+                outcomes = [f.result() for f in futures]
+            for (kind, onto, candidate), outcome in zip(wanted, outcomes, strict=True):
+                record(kind, onto, candidate, outcome)
+        else:
+            for kind, onto, candidate in wanted:
+                first = trials.get("revert")
+                if kind == "pick" and (first is None or first.verdict is not Verdict.GOOD):
+                    continue  # not tried (below)
+                record(kind, onto, candidate, run_one(kind, candidate, slots[0]))
+    revert_trial = trials["revert"]
+    pick_trial = trials.get("pick") or Trial("pick", good, None, None, "not tried")
+    if not at_once and revert_trial.verdict is not Verdict.GOOD:  # a pick cannot change it
+        was = "no verdict" if revert_trial.verdict is None else "bad: not confirmed"
+        pick_trial = Trial("pick", good, None, None, f"not tried: the revert was {was}")
+    status, reason = judge(revert_trial, pick_trial)
     note(f"confirm: {status}: {reason}")
-    said = {"status": status, "reason": reason, "probes": [t.to_json() for t in trials]}
+    said = {"status": status, "reason": reason,
+            "probes": [t.to_json() for t in (revert_trial, pick_trial)]}  # fmt: skip
     judged = Confirmation.model_validate(scrub.doc(said))
     keep(out_dir, result, judged, scrub)
     return judged
+
+
+def _trial(kind: str, onto: str, commit: str, outcome: ProbeOutcome) -> Trial:
+    slot, began = outcome.slot, outcome.began
+    if outcome.verdict in (Verdict.GOOD, Verdict.BAD):
+        return Trial(kind, onto, commit, outcome.verdict, outcome.reason, slot=slot, began=began)
+    why = f"{WHAT[kind]} could not be tested ({outcome.verdict.value}): {outcome.reason}"
+    return Trial(kind, onto, commit, None, why, slot=slot, began=began)
+
+
+def trial_slots(k: int, busy: Sequence[int | None]) -> tuple[int, ...]:
+    """The slots a confirmation's trials run on, best first: every slot of k, those where the
+    verdicts they check ran (`busy`: the slots of the culprit's and its parent's probes, most
+    recent last) after the others, the most recent of them last. Pure.
+
+    >>> trial_slots(4, [0, 0])
+    (1, 2, 3, 0)
+    >>> trial_slots(1, [0])
+    (0,)
+    """
+    recent = {slot: at for at, slot in enumerate(busy) if slot is not None}
+    return tuple(sorted(range(max(1, k)), key=lambda s: (s in recent, recent.get(s, -1), s)))
 
 
 def keep(out_dir: Path, result: ResultDocument, found: Confirmation, scrub: Scrub) -> None:
@@ -242,7 +302,7 @@ def weighed_trials(found: Confirmation, culprit: str) -> tuple[Weighed, ...]:
     """A confirmation's trials that count as evidence: each that ran a probe of its own (a
     reused tree's verdict is one of the run's probes already)."""
     return tuple(
-        Weighed(culprit, t.kind, Verdict(t.verdict))
+        Weighed(culprit, t.kind, Verdict(t.verdict), t.slot, t.began)
         for t in found.probes
         if t.verdict is not None and t.reused is None
     )

@@ -28,7 +28,7 @@ from ..journal import FILENAME, Journal, begin_side, read_journal, side_probes
 from ..launchers import Launcher
 from ..model import Candidate, Regress, Verdict
 from ..pins import commit_bumps
-from ..posterior import Policy, next_look
+from ..posterior import Policy, Trial as Weighed, next_look
 from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..redact import redact
 from ..report.documents import (
@@ -49,6 +49,7 @@ from .confirm import (
     continue_after,
     keep,
     second_look,
+    trial_slots,
     unconfirmed,
     weigh,
     weighed_trials,
@@ -177,7 +178,9 @@ class Confirm:
         found: Confirmation | None = None
 
         def look(at: int) -> Confirmation | None:
-            return confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub, look=at)
+            where = _trial_slots(s.config.parallel, out_dir, done.result, policy.evidence)
+            return confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub, look=at,
+                           slots=where, now=s.now)  # fmt: skip
 
         while True:
             answer = done.answer
@@ -227,6 +230,20 @@ class Confirm:
         return RunResult(answer, result, done.out_dir)  # as the run ended it
 
 
+def _trial_slots(
+    k: int, out_dir: Path, result: ResultDocument, earlier: Sequence[Weighed]
+) -> tuple[int, ...]:
+    """Where a confirmation's trials run (confirm.trial_slots): away from the slots whose
+    verdicts named the culprit (its probes and its parent's, the search's journal says) and
+    from those of its earlier looks' trials (a burst there would lie to every look)."""
+    pair = set(culprit_pair(result) or ())
+    state = read_journal(out_dir / FILENAME).state
+    probes = state.probes if state is not None else ()
+    culprit = result.culprit.commit if result.culprit is not None else None
+    looked = [t.slot for t in earlier if t.commit == culprit]
+    return trial_slots(k, [*(p.slot for p in probes if p.commit in pair), *looked])
+
+
 def _journalled(out_dir: Path, policy: Policy) -> Policy:
     """The policy the run's search went by, as its journal holds it (with confirmations
     weighed, `calibrate`'s restarts); `policy` where there is no journal."""
@@ -265,8 +282,11 @@ class Evidence:
                 if commit in found:
                     continue
                 candidate = known.get(commit) or run.s.source.resolve(commit, "evidence")
+                ran = result.probe_of(commit)
+                slot = trial_slots(run.s.config.parallel, [ran.slot if ran else None])[0]
                 run.note(f"evidence: probing {candidate.short} again with every check")
-                outcome = probe(candidate, done.out_dir / "evidence" / candidate.short, ctx)
+                where = done.out_dir / "evidence" / candidate.short
+                outcome = probe(candidate, where, ctx, slot=slot)
                 journal.append("probe", outcome=outcome.to_json())
                 found[commit] = outcome
         subjects = {p.commit: p.subject for p in result.probes}

@@ -552,9 +552,14 @@ def _starts(log: Path, commit: str | None = None) -> int:
 
 def _lies(args: argparse.Namespace, number: int, mine: int) -> bool:
     """Whether start `number` (the `mine`-th of its commit) serves the other side's
-    behaviour (--lie-rate, --lie-at, --lie-on)."""
+    behaviour (--lie-rate, --lie-at, --lie-on, --lie-gpus)."""
     if str(number) in {x.strip() for x in str(args.lie_at).split(",")}:
         return True
+    gpus, _, rate = str(args.lie_gpus).rpartition(":")
+    if gpus and os.environ.get("CUDA_VISIBLE_DEVICES") == gpus:  # a bad GPU: it lies often
+        draw = random.Random(f"{args.lie_seed}:{number}:gpu").random()
+        if draw < float(rate or 1):
+            return True
     commit, _, times = str(args.lie_on).partition(":")
     if commit and args.commit.startswith(commit) and mine <= int(times or 10**9):
         return True
@@ -601,6 +606,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--lie-seed", type=int, default=0)
     parser.add_argument("--lie-at", default="", help="starts that lie, by number (1, 2, ...)")
     parser.add_argument("--lie-on", default="", help="COMMIT:K: its first K starts lie")
+    parser.add_argument("--lie-gpus", default="",
+                        help="GPUS:RATE: a start on these GPUs (CUDA_VISIBLE_DEVICES, as a "
+                        "slot's {gpus}) lies with this probability (a bad GPU)")  # fmt: skip
     parser.add_argument("--lie-fault", choices=FAULTS, default="degenerate-reasoning",
                         help="what a build without a fault serves when its start lies")  # fmt: skip
     # vLLM's flags that `localize` adds: the worker extension answers /collective_rpc
