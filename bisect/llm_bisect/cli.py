@@ -29,7 +29,7 @@ from .kinds import LAUNCHERS
 from .launchers import Artifact
 from .model import Candidate, Verdict
 from .outdir import claim, hold, prepare
-from .registry import ImageRef
+from .registry import BLOB_DEADLINE_S, DEADLINE_S, MAX_PAGES, ImageRef
 from .report.documents import ResultDocument, schemas
 from .report.markdown import duration
 from .runner import RunResult, result_of, write_outputs
@@ -963,6 +963,21 @@ def keep_cmd(
             " under $XDG_DATA_HOME when set).",
         ),
     ] = None,
+    deadline: Annotated[
+        float,
+        typer.Option(
+            "--deadline",
+            help="Seconds one request to a registry may take, whole (retries, every byte).",
+        ),
+    ] = DEADLINE_S,
+    blob_deadline: Annotated[
+        float,
+        typer.Option("--blob-deadline", help="Seconds one layer's copy may take, whole."),
+    ] = BLOB_DEADLINE_S,
+    max_pages: Annotated[
+        int,
+        typer.Option("--max-pages", help="Pages of the tags list read at most."),
+    ] = MAX_PAGES,
 ) -> None:
     """Record a registry's nightly tags (digest and commit) in a ledger, and copy their images
     to a mirror before the registry's retention drops them; a run whose config names the
@@ -988,10 +1003,17 @@ def keep_cmd(
             matcher = re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"--pattern: not a regular expression {pattern!r}: {exc}") from None
+        for key, value in (("--deadline", deadline), ("--blob-deadline", blob_deadline)):
+            if not 0 < value < float("inf"):
+                raise ConfigError(f"{key}: give a number of seconds above 0, not {value:g}")
+        if max_pages < 1:
+            raise ConfigError(f"--max-pages: give 1 or more, not {max_pages}")
         name = f"{upstream.registry}/{upstream.repository}"
         path = ledger or default_path(name)
         hosts = [upstream.registry] + ([copy_to.registry] if copy_to else [])
-        registry = RegistryClient(logins=docker_logins(hosts))
+        registry = RegistryClient(
+            logins=docker_logins(hosts), deadline=deadline, blob_deadline=blob_deadline
+        )
         try:
             done = keep(
                 registry,
@@ -1001,6 +1023,7 @@ def keep_cmd(
                 mirror=copy_to,
                 now=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 report=lambda line: term.say(printable(line)),
+                max_pages=max_pages,
             )
         finally:
             registry.close()
