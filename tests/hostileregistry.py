@@ -45,6 +45,8 @@ class Hostile:
     """Bytes of the tags list's answer (a list of that many bytes of tags)."""
     gzip_bomb: int = 0
     """Bytes a gzip'd tags list expands to (sent compressed, a thousand times smaller)."""
+    next_page: str = ""
+    """The tags list's Link to a next page, as given (once)."""
 
 
 class HostileRegistry:
@@ -81,13 +83,15 @@ class HostileRegistry:
                 ],
             }
         ).encode()
+        plain = b'{"tags": ["' + b"a" * hostile.gzip_bomb + b'"]}'
+        self.bomb = gzip.compress(plain, compresslevel=9) if hostile.gzip_bomb else b""
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.host = f"127.0.0.1:{self._server.server_address[1]}"
 
     @contextmanager
     def running(self) -> Iterator[HostileRegistry]:
-        thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
         thread.start()
         try:
             yield self
@@ -163,15 +167,14 @@ class HostileRegistry:
             def _tags(self, query: dict[str, list[str]]) -> None:
                 headers = {"Content-Type": "application/json"}
                 if hostile.gzip_bomb:
-                    body = gzip.compress(
-                        b'{"tags": ["' + b"a" * hostile.gzip_bomb + b'"]}', compresslevel=9
-                    )
-                    self._send(200, body, {**headers, "Content-Encoding": "gzip"})
+                    self._send(200, registry.bomb, {**headers, "Content-Encoding": "gzip"})
                     return
                 tags = list(hostile.tags)
                 if hostile.huge:
                     one = "nightly-" + "0" * 100
                     tags = [one] * (hostile.huge // (len(one) + 3))
+                if hostile.next_page:
+                    headers["Link"] = f'<{hostile.next_page}>; rel="next"'
                 if hostile.endless:
                     page = int(query.get("last", ["0"])[0] or 0) + 1
                     tags = [f"nightly-{page:040x}"]
