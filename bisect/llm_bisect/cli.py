@@ -982,7 +982,9 @@ def keep_cmd(
     """Record a registry's nightly tags (digest and commit) in a ledger, and copy their images
     to a mirror before the registry's retention drops them; a run whose config names the
     ledger (server.ledger) pulls from the mirror. Run it daily; a second run copies nothing
-    already there. Credentials: what `docker login` stored, for each registry.
+    already there. Credentials: what `docker login` stored, for each registry. A tag outside
+    the registry's grammar is refused, and what is copied is checked against its digest.
+    Exit 0; 1 when a tag could not be kept (refused, unreadable, a limit passed); 2 bad input.
 
     Example: llm-bisect keep vllm/vllm-openai --mirror ghcr.io/me/vllm-openai
     """
