@@ -8,6 +8,7 @@ another path (`nightly-x/../v0.27.0` resolved to `v0.27.0`) reaches it with that
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import json
@@ -36,6 +37,8 @@ class Hostile:
     trickle: str = ""
     """'headers' or 'body': every answer sent a byte each `trickle_s`."""
     trickle_s: float = 0.2
+    trickle_layer_only: bool = False
+    """Only the layer's GET trickles (what `keep` streams to the mirror)."""
     endless: bool = False
     """The tags list always names a next page, of new tags."""
     corrupt: str = ""
@@ -47,12 +50,23 @@ class Hostile:
     """Bytes a gzip'd tags list expands to (sent compressed, a thousand times smaller)."""
     next_page: str = ""
     """The tags list's Link to a next page, as given (once)."""
+    login: tuple[str, str] | None = None
+    """User and password every request must carry (Basic auth), else a 401 challenge."""
+
+
+class _Quiet(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that gave up (reset, closed) is what these tests make happen
 
 
 class HostileRegistry:
     def __init__(self, hostile: Hostile) -> None:
         self.hostile = hostile
         self.requests: list[str] = []
+        self.authorized: list[str] = []
+        """The requests that carried an Authorization header."""
         self._stop = threading.Event()
         layer = b"weights of a nightly" * 64
         config = json.dumps(
@@ -85,8 +99,7 @@ class HostileRegistry:
         ).encode()
         plain = b'{"tags": ["' + b"a" * hostile.gzip_bomb + b'"]}'
         self.bomb = gzip.compress(plain, compresslevel=9) if hostile.gzip_bomb else b""
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = _Quiet(("127.0.0.1", 0), self._handler())
         self.host = f"127.0.0.1:{self._server.server_address[1]}"
 
     @contextmanager
@@ -116,7 +129,10 @@ class HostileRegistry:
                 head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
                 data = head.encode() + (body if self.command != "HEAD" else b"")
                 try:
-                    if hostile.trickle:
+                    if hostile.trickle and (
+                        not hostile.trickle_layer_only
+                        or (self.command == "GET" and self.path.endswith(registry.layer))
+                    ):
                         headers = hostile.trickle == "headers"
                         start = data.index(b"\r\n") + 2 if headers else len(head)
                         self.wfile.write(data[:start])
@@ -136,6 +152,13 @@ class HostileRegistry:
 
             def do_GET(self) -> None:
                 registry.requests.append(f"{self.command} {self.path}")
+                if self.headers.get("Authorization"):
+                    registry.authorized.append(f"{self.command} {self.path}")
+                if hostile.login is not None:
+                    basic = base64.b64encode(":".join(hostile.login).encode()).decode()
+                    if self.headers.get("Authorization") != f"Basic {basic}":
+                        self._send(401, b"{}", {"WWW-Authenticate": 'Basic realm="hostile"'})
+                        return
                 url = urlsplit(self.path)
                 path = url.path
                 if "/tags/list" in path:

@@ -422,6 +422,30 @@ def test_a_registry_that_trickles_its_answers_ends_at_the_deadline(
     assert len(output.strip().splitlines()) == 1 and took < 3, (took, output)
 
 
+def test_a_layer_trickled_to_the_mirror_ends_at_the_blob_deadline(
+    registries: tuple[LocalRegistry, LocalRegistry], tmp_path: Path
+) -> None:
+    _, mirror = registries
+    name = repo()
+    hostile = Hostile(trickle="body", trickle_s=0.2, trickle_layer_only=True)
+    with HostileRegistry(hostile).running() as upstream:
+        began = time.monotonic()
+        code, output = invoke(
+            "keep",
+            f"{upstream.host}/vllm/vllm-openai",
+            "--mirror",
+            f"{mirror.host}/{name}",
+            "--blob-deadline",
+            "1",
+            "--ledger",
+            str(tmp_path / "l.json"),
+        )
+        took = time.monotonic() - began
+    assert code == 1 and "no whole answer within 1 s" in output, output
+    assert took < 3, took
+    assert mirror.manifest(name, f"nightly-{NIGHTLY_COMMIT}").status_code == 404
+
+
 def test_a_tags_list_that_always_names_a_next_page_ends_at_the_page_limit(
     tmp_path: Path,
 ) -> None:
