@@ -106,23 +106,25 @@ class _Bounds:
 
     @contextmanager
     def within(self, seconds: float) -> Iterator[None]:
-        before: float | None = getattr(self._local, "until", None)
+        """Until `seconds` from now, or the deadline already held if that is sooner."""
+        before: tuple[float, float] | None = getattr(self._local, "bound", None)
         until = time.monotonic() + seconds
-        self._local.until = until if before is None else min(before, until)
+        self._local.bound = before if before and before[0] <= until else (until, seconds)
         try:
             yield
         finally:
-            self._local.until = before
+            self._local.bound = before
 
-    def expired(self) -> bool:
-        until: float | None = getattr(self._local, "until", None)
-        return until is not None and time.monotonic() >= until - 0.01
+    def expired(self) -> float | None:
+        """The seconds of the deadline held, once it has passed; else None."""
+        bound: tuple[float, float] | None = getattr(self._local, "bound", None)
+        return bound[1] if bound and time.monotonic() >= bound[0] - 0.01 else None
 
     def clamp(self, timeout: float | None, error: type[Exception]) -> float | None:
-        until: float | None = getattr(self._local, "until", None)
-        if until is None:
+        bound: tuple[float, float] | None = getattr(self._local, "bound", None)
+        if bound is None:
             return timeout
-        left = until - time.monotonic()
+        left = bound[0] - time.monotonic()
         if left <= 0:
             raise error("the request's deadline passed")
         return left if timeout is None else min(timeout, left)
@@ -354,15 +356,16 @@ class RegistryClient:
                             sent["Authorization"] = self._authorizations[key]
                             response = self._fetch(method, url, sent, params, content, cap, ref)
                     except httpx.TransportError as exc:
-                        self._past_deadline(ref, self.deadline, exc)
+                        self._past_deadline(ref, exc)
                         raise
                     except httpx.HTTPError as exc:
                         raise RegistryError(f"{ref.registry}: {exc}") from exc
         return response
 
-    def _past_deadline(self, ref: ImageRef, seconds: float, exc: Exception) -> None:
+    def _past_deadline(self, ref: ImageRef, exc: Exception) -> None:
         """A RegistryError when the request's deadline is what ended it (no retry then)."""
-        if self._bounds.expired():
+        seconds = self._bounds.expired()
+        if seconds is not None:
             raise RegistryError(
                 f"{ref.registry}: no whole answer within {seconds:g} s (the request's deadline)"
             ) from exc
@@ -432,7 +435,7 @@ class RegistryClient:
             r.raise_for_status()
             body = r.json()
         except (KeyError, ValueError, RecursionError, httpx.HTTPError) as exc:
-            self._past_deadline(ImageRef(registry, "", None, None), self.deadline, exc)
+            self._past_deadline(ImageRef(registry, "", None, None), exc)
             raise RegistryError(f"registry token request failed: {exc}") from exc
         token = body.get("token") or body.get("access_token")
         if not isinstance(token, str):
@@ -615,7 +618,7 @@ class RegistryClient:
             try:
                 self._stream_blob(source, ref, digest, segment, size)
             except httpx.HTTPError as exc:
-                self._past_deadline(source, self.blob_deadline, exc)
+                self._past_deadline(source, exc)
                 raise RegistryError(f"copy of blob {digest}: {type(exc).__name__}: {exc}") from exc
 
     def _stream_blob(
