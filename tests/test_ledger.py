@@ -75,6 +75,10 @@ def test_a_ledger_lives_in_the_users_data_folder() -> None:
         ('{"version": 9, "source": "r/x"}', "not a version 1 ledger"),
         ('{"version": 1, "source": "r/y", "entries": {}}', "is the ledger of r/y, not of r/x"),
         ('{"version": 1, "source": "r/x", "entries": {"t": {"digest": 1}}}', "digest is 1"),
+        (  # a hand-edited digest would go into `MIRROR@DIGEST`, then a pull or a URL
+            '{"version": 1, "source": "r/x", "entries": {"t": {"digest": "sha256:../x"}}}',
+            "digest is 'sha256:../x'",
+        ),
     ],
 )
 def test_a_file_that_is_not_this_ledger_is_one_line(tmp_path: Path, text: str, says: str) -> None:

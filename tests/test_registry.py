@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hostileregistry import Hostile, HostileRegistry
 from llm_bisect.launchers.docker_images import docker_logins
 from llm_bisect.registry import DOCKER_HUB, ImageRef, RegistryClient, RegistryError, parse_image_ref
 from llm_bisect.sim.docker import SimRegistry
@@ -125,3 +127,56 @@ def test_a_bearer_token_that_expired_is_asked_for_again_not_taken_for_a_missing_
         assert reg.tags(ref) == ["v1"]
         reg.close()
     assert sum(r.startswith("GET /token") for r in registry.requests) == 2
+
+
+# --- what a hostile registry answers is data (tests/hostileregistry.py) --------------------
+
+
+@pytest.mark.parametrize(
+    ("hostile", "says"),
+    [
+        (
+            Hostile(huge=10 << 20),
+            "answered more than 8388608 bytes to GET '/v2/org/vllm/tags/list'",
+        ),
+        (Hostile(gzip_bomb=24 << 20), "answered more than 8388608 bytes"),  # 24 MB from 24 kB
+    ],
+)
+def test_an_answer_is_read_up_to_its_cap_decoded_bytes_counted(hostile: Hostile, says: str) -> None:
+    with HostileRegistry(hostile).running() as upstream:
+        client = RegistryClient()
+        try:
+            with pytest.raises(RegistryError, match=re.escape(says)):
+                client.tags(parse_image_ref(f"{upstream.host}/org/vllm"))
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize(
+    "reference", ["nightly-1/../v0.27.0", "a?b", "a#b", "..", "x" * 129, "sha256:../../x", "é"]
+)
+def test_a_reference_that_is_no_tag_or_digest_never_reaches_a_url(reference: str) -> None:
+    with HostileRegistry(Hostile()).running() as upstream:
+        client = RegistryClient()
+        ref = parse_image_ref(f"{upstream.host}/org/vllm")
+        try:
+            with pytest.raises(RegistryError, match="not a tag or digest"):
+                client.raw_manifest(ref, reference)
+            with pytest.raises(RegistryError, match="not a tag or digest"):
+                client.manifest_digest(ref, reference)
+            with pytest.raises(RegistryError, match="not a digest"):
+                client.has_blob(ref, reference)
+        finally:
+            client.close()
+    assert upstream.requests == []
+
+
+def test_a_tags_list_whose_next_page_is_on_another_host_is_not_followed() -> None:
+    # our authorization goes with each page's request
+    with HostileRegistry(Hostile(tags=["a"], next_page="http://127.0.0.2:9/v2/x")).running() as r:
+        client = RegistryClient()
+        try:
+            with pytest.raises(RegistryError, match="the tags list's next page is elsewhere"):
+                client.tags(parse_image_ref(f"{r.host}/org/vllm"))
+        finally:
+            client.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import History, write_config
+from hostileregistry import NIGHTLY_COMMIT, Hostile, HostileRegistry
 from llm_bisect.cli import cli
 from llm_bisect.registry import RegistryClient, parse_image_ref
 from llm_bisect.sim.docker import SimRegistry, sim_server
@@ -325,3 +327,147 @@ def test_a_keep_stopped_halfway_resumes_with_what_the_mirror_already_has(
     # the arm64 config, then the arm64 manifest and the index: the rest is not copied again
     assert "1 blob(s) streamed" in output and "1 already there, 2 manifest(s) written" in output
     assert mirror.manifest(name, f"nightly-{SHA}").headers["Docker-Content-Digest"] == index
+
+
+def test_a_tag_that_would_name_another_path_is_refused_and_the_mirrors_release_stays(
+    registries: tuple[LocalRegistry, LocalRegistry], tmp_path: Path
+) -> None:
+    # an upstream whose tags list names `nightly-…/../v0.27.0`: put into a URL unescaped,
+    # httpx resolves the `..` and the mirror's release image is replaced by the nightly
+    _, mirror = registries
+    name = repo()
+    release, _ = mirror.image(name, {"fault": "none"}, tag="v0.27.0")
+    odd = [
+        "nightly-2026-08-09/../v0.27.0",
+        "nightly-2026-08-09?x=1",
+        "nightly-2026-08-09#frag",
+        "nightly-" + "0" * 130,
+        "nightly-ünï",
+        "nightly-2026-08-09/..",
+    ]
+    good = f"nightly-{NIGHTLY_COMMIT[:12]}"
+    ledger = tmp_path / "l.json"
+    with HostileRegistry(Hostile(tags=[*odd, good])).running() as upstream:
+        code, output = invoke(
+            "keep",
+            f"{upstream.host}/vllm/vllm-openai",
+            "--mirror",
+            f"{mirror.host}/{name}",
+            "--pattern",
+            "nightly-.*",
+            "--ledger",
+            str(ledger),
+        )
+    assert code == 1, output  # a tag not kept: exit 1, the others kept
+    assert mirror.manifest(name, "v0.27.0").headers["Docker-Content-Digest"] == release
+    assert mirror.manifest(name, "nightly-2026-08-09").status_code == 404  # not cut short
+    assert mirror.manifest(name, good).status_code == 200
+    refused = [line for line in output.splitlines() if "not a tag" in line]
+    assert len(refused) == len(odd), output
+    assert all(len(line) < 240 for line in refused), output
+    assert "Traceback" not in output
+    assert sorted(json.loads(ledger.read_text())["entries"]) == [good]
+
+
+@pytest.mark.parametrize(
+    ("corrupt", "says"),
+    [
+        ("layer", "came as 1280 bytes of sha256:"),
+        ("config", "config blob sha256:"),
+        ("manifest", "came back as sha256:"),
+    ],
+)
+def test_bytes_that_are_not_their_digest_are_never_pushed_and_the_tag_is_not_kept(
+    registries: tuple[LocalRegistry, LocalRegistry], tmp_path: Path, corrupt: str, says: str
+) -> None:
+    _, mirror = registries
+    name = repo()
+    tag = f"nightly-{NIGHTLY_COMMIT}"
+    with HostileRegistry(Hostile(corrupt=corrupt)).running() as upstream:
+        code, output = invoke(
+            "keep",
+            f"{upstream.host}/vllm/vllm-openai",
+            "--mirror",
+            f"{mirror.host}/{name}",
+            "--ledger",
+            str(tmp_path / "l.json"),
+        )
+        layer = upstream.layer
+    assert code == 1 and says in output, output
+    assert "refused" not in output  # found here, not left to the mirror to refuse
+    assert mirror.manifest(name, tag).status_code == 404
+    assert not mirror.has_blob(name, layer) or corrupt != "layer"
+    assert "Traceback" not in output
+
+
+@pytest.mark.parametrize("trickle", ["headers", "body"])
+def test_a_registry_that_trickles_its_answers_ends_at_the_deadline(
+    tmp_path: Path, trickle: str
+) -> None:
+    # a byte every 0.2 s: never a read timeout, and never a whole answer
+    hostile = HostileRegistry(Hostile(trickle=trickle, trickle_s=0.2))
+    with hostile.running() as upstream:
+        began = time.monotonic()
+        code, output = invoke(
+            "keep",
+            f"{upstream.host}/vllm/vllm-openai",
+            "--deadline",
+            "1",
+            "--ledger",
+            str(tmp_path / "l.json"),
+        )
+        took = time.monotonic() - began
+    assert code == 1, output
+    assert f"{upstream.host}: no whole answer within 1 s" in output, output
+    assert len(output.strip().splitlines()) == 1 and took < 3, (took, output)
+
+
+def test_a_layer_trickled_to_the_mirror_ends_at_the_blob_deadline(
+    registries: tuple[LocalRegistry, LocalRegistry], tmp_path: Path
+) -> None:
+    _, mirror = registries
+    name = repo()
+    hostile = Hostile(trickle="body", trickle_s=0.2, trickle_layer_only=True)
+    with HostileRegistry(hostile).running() as upstream:
+        began = time.monotonic()
+        code, output = invoke(
+            "keep",
+            f"{upstream.host}/vllm/vllm-openai",
+            "--mirror",
+            f"{mirror.host}/{name}",
+            "--blob-deadline",
+            "1",
+            "--ledger",
+            str(tmp_path / "l.json"),
+        )
+        took = time.monotonic() - began
+    assert code == 1 and "no whole answer within 1 s" in output, output
+    assert took < 3, took
+    assert mirror.manifest(name, f"nightly-{NIGHTLY_COMMIT}").status_code == 404
+
+
+def test_a_tags_list_that_always_names_a_next_page_ends_at_the_page_limit(
+    tmp_path: Path,
+) -> None:
+    hostile = HostileRegistry(Hostile(endless=True))
+    with hostile.running() as upstream:
+        code, output = invoke(
+            "keep",
+            f"{upstream.host}/vllm/vllm-openai",
+            "--max-pages",
+            "5",
+            "--ledger",
+            str(tmp_path / "l.json"),
+        )
+    assert code == 1 and "names a next page after 5 pages" in output, output
+    assert len(output.strip().splitlines()) == 1
+    assert sum("/tags/list" in r for r in hostile.requests) == 5
+
+
+def test_the_deadlines_and_page_limit_are_stated_and_settable() -> None:
+    code, output = invoke("keep", "--help")
+    assert code == 0
+    for option in ("--deadline", "--blob-deadline", "--max-pages"):
+        assert option in output
+    code, output = invoke("keep", "127.0.0.1:1/vllm", "--deadline", "0")
+    assert code == 2 and "--deadline: give a number of seconds above 0" in output, output

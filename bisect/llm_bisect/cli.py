@@ -30,7 +30,7 @@ from .launchers import Artifact
 from .model import Candidate, Verdict
 from .outdir import claim, hold, prepare
 from .places import doubted
-from .registry import ImageRef
+from .registry import BLOB_DEADLINE_S, DEADLINE_S, MAX_PAGES, ImageRef
 from .report.documents import ResultDocument, schemas
 from .report.markdown import duration
 from .runner import RunResult, result_of, write_outputs
@@ -966,11 +966,28 @@ def keep_cmd(
             " under $XDG_DATA_HOME when set).",
         ),
     ] = None,
+    deadline: Annotated[
+        float,
+        typer.Option(
+            "--deadline",
+            help="Seconds one request to a registry may take, whole (retries, every byte).",
+        ),
+    ] = DEADLINE_S,
+    blob_deadline: Annotated[
+        float,
+        typer.Option("--blob-deadline", help="Seconds one layer's copy may take, whole."),
+    ] = BLOB_DEADLINE_S,
+    max_pages: Annotated[
+        int,
+        typer.Option("--max-pages", help="Pages of the tags list read at most."),
+    ] = MAX_PAGES,
 ) -> None:
     """Record a registry's nightly tags (digest and commit) in a ledger, and copy their images
     to a mirror before the registry's retention drops them; a run whose config names the
     ledger (server.ledger) pulls from the mirror. Run it daily; a second run copies nothing
-    already there. Credentials: what `docker login` stored, for each registry.
+    already there. Credentials: what `docker login` stored, for each registry. A tag outside
+    the registry's grammar is refused, and what is copied is checked against its digest.
+    Exit 0; 1 when a tag could not be kept (refused, unreadable, a limit passed); 2 bad input.
 
     Example: llm-bisect keep vllm/vllm-openai --mirror ghcr.io/me/vllm-openai
     """
@@ -991,10 +1008,17 @@ def keep_cmd(
             matcher = re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"--pattern: not a regular expression {pattern!r}: {exc}") from None
+        for key, value in (("--deadline", deadline), ("--blob-deadline", blob_deadline)):
+            if not 0 < value < float("inf"):
+                raise ConfigError(f"{key}: give a number of seconds above 0, not {value:g}")
+        if max_pages < 1:
+            raise ConfigError(f"--max-pages: give 1 or more, not {max_pages}")
         name = f"{upstream.registry}/{upstream.repository}"
         path = ledger or default_path(name)
         hosts = [upstream.registry] + ([copy_to.registry] if copy_to else [])
-        registry = RegistryClient(logins=docker_logins(hosts))
+        registry = RegistryClient(
+            logins=docker_logins(hosts), deadline=deadline, blob_deadline=blob_deadline
+        )
         try:
             done = keep(
                 registry,
@@ -1004,6 +1028,7 @@ def keep_cmd(
                 mirror=copy_to,
                 now=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 report=lambda line: term.say(printable(line)),
+                max_pages=max_pages,
             )
         finally:
             registry.close()

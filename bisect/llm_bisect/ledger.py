@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -130,7 +131,7 @@ def _entry(value: Any) -> Entry:
     if not isinstance(value, dict):
         raise ValueError("an entry is not an object")
     digest = value.get("digest")
-    if not isinstance(digest, str) or not digest.startswith("sha256:"):
+    if not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         raise ValueError(f"an entry's digest is {digest!r}")
     texts: dict[str, Any] = {k: value.get(k) for k in ("commit", "gone", "mirror")}
     texts |= {k: value.get(k) or "" for k in ("found_in", "media_type", "first_seen")}

@@ -15,6 +15,11 @@ served (GB200 nodes are arm64; a copy through the Docker engine keeps one platfo
 under a new digest). Idempotent: what the mirror holds is looked at (a HEAD) and never
 copied again; a killed `keep` resumes where it stopped (a manifest is written only
 after what it names). Meant as a daily job (configs/ci/github-actions-keep.yml).
+
+Upstream's answers are data: a tag outside the registry's grammar (`..`, `/`, `?`, `#`,
+over 128 characters) is refused, never put into a URL, and every manifest and blob is
+checked against its digest before the mirror receives it (registry.py); a refusal is one
+line in `failed`, and the other tags are still kept.
 """
 
 from __future__ import annotations
@@ -26,12 +31,17 @@ from pathlib import Path
 
 from ..ledger import Entry, Ledger, load, observe, save
 from ..registry import (
+    DIGEST,
+    MAX_PAGES,
+    TAG,
     ImageRef,
     Manifest,
     RawManifest,
     RegistryClient,
     RegistryError,
     node_architecture,
+    shown,
+    valid_tag,
 )
 from ..sources.images import commit_of_image, env_map
 
@@ -84,12 +94,16 @@ def keep(
     mirror: ImageRef | None,
     now: Callable[[], str],
     report: Callable[[str], None] = lambda _: None,
+    max_pages: int = MAX_PAGES,
 ) -> Kept:
     """Look at `source`'s tags, update the ledger, copy what the mirror lacks."""
     name = f"{source.registry}/{source.repository}"
     ledger = load(ledger_path, name)
     done = Kept(ledger_path)
-    done.matched = sorted(t for t in registry.tags(source) if pattern.fullmatch(t))
+    listed = registry.tags(source, max_pages=max_pages)
+    for tag in sorted(t for t in listed if pattern.fullmatch(t) and not valid_tag(t)):
+        done.failed.append(f"{shown(tag)}: not a tag ({TAG.pattern}); not kept")
+    done.matched = sorted(t for t in listed if pattern.fullmatch(t) and valid_tag(t))
     seen: dict[str, Entry] = {}
     digests: dict[str, str] = {}
     for tag in done.matched:
@@ -150,21 +164,25 @@ def _entry(registry: RegistryClient, source: ImageRef, tag: str, raw: RawManifes
             (c for c in children if _platform(c) == f"linux/{arch}"),
             next((c for c in children if _platform(c) != "unknown/unknown"), None),
         )
-        inner = registry.raw_manifest(source, str(chosen["digest"])) if chosen else None
+        inner = registry.raw_manifest(source, _digest(chosen, raw)) if chosen else None
         if inner is None:
             raise RegistryError(f"{source.repository}:{tag}: the index names no image")
         image = inner
-    config = image.document.get("config") or {}
+    config = image.document.get("config")
     labels: dict[str, str] = {}
     env: dict[str, str] = {}
-    if config.get("digest"):
-        manifest = Manifest(image.digest, 0, str(config["digest"]), source.repository)
+    if isinstance(config, dict) and config.get("digest"):
+        manifest = Manifest(image.digest, 0, _digest(config, image), source.repository)
         inside = registry.image_config(source, manifest)
         if not platforms:
             platforms = [f"{inside.get('os', '?')}/{inside.get('architecture', '?')}"]
-        body = inside.get("config") or {}
-        labels = {str(k): str(v) for k, v in (body.get("Labels") or {}).items()}
-        env = env_map(body.get("Env"))
+        body = inside.get("config")
+        body = body if isinstance(body, dict) else {}
+        found_labels = body.get("Labels")
+        if isinstance(found_labels, dict):
+            labels = {str(k): str(v) for k, v in found_labels.items()}
+        listed = body.get("Env")
+        env = env_map([e for e in listed if isinstance(e, str)] if isinstance(listed, list) else [])
     found = commit_of_image(tag, labels, env)
     return Entry(
         digest=raw.digest,
@@ -173,6 +191,14 @@ def _entry(registry: RegistryClient, source: ImageRef, tag: str, raw: RawManifes
         media_type=raw.media_type,
         platforms=tuple(platforms),
     )
+
+
+def _digest(descriptor: dict[str, object], raw: RawManifest) -> str:
+    """The digest a descriptor of `raw` names (never a tag: that would be another image)."""
+    digest = descriptor.get("digest")
+    if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
+        raise RegistryError(f"{raw.digest}: names {shown(str(digest))}, not a digest")
+    return digest
 
 
 def _platform(descriptor: dict[str, object]) -> str:
@@ -192,14 +218,16 @@ def _copy(
         return
     if raw.is_index:
         for child in raw.children():
-            digest = str(child.get("digest", ""))
+            digest = _digest(child, raw)
             inner = registry.raw_manifest(source, digest)
             if inner is None:
                 raise RegistryError(f"{source.repository}: the index names {digest}, not there")
             _copy(registry, source, mirror, inner, copied)
     else:
         for blob in raw.blobs():
-            digest, size = str(blob.get("digest", "")), int(blob.get("size", 0) or 0)
+            digest, size = str(blob.get("digest", "")), blob.get("size")
+            if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                raise RegistryError(f"{raw.digest}: blob {shown(digest)} has no size")
             if registry.has_blob(mirror, digest, push=True):
                 copied.present += 1
             elif registry.mount_blob(mirror, digest, source):
