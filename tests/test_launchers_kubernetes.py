@@ -33,7 +33,7 @@ from typer.testing import CliRunner
 from helpers import History, wait_until, write_config
 from kubeapi import KUBERNETES_VERSION, Fault, StandIn, expand, lws_schema
 from llm_bisect.cli import cli
-from llm_bisect.config import load_config
+from llm_bisect.config import load_config, verdict_settings
 from llm_bisect.errors import ConfigError, LaunchError
 from llm_bisect.kinds import LAUNCHERS
 from llm_bisect.launchers import INSTRUMENT_DIR, Instrument
@@ -355,6 +355,9 @@ def test_the_report_says_once_that_echoes_of_secret_env_values_are_not_masked(
     assert caveats.count("cannot be masked") == 1 and md.count("cannot be masked") == 1
     read = KubernetesServerConfig.model_validate({**server, "secret_env_read": True})
     assert LAUNCHERS["kubernetes"].caveats(read) == []
+    # what is masked, never what the server answers: a run resumes with it turned on
+    with_read = s.config.model_copy(update={"server": read})
+    assert verdict_settings(with_read) == verdict_settings(s.config)
 
 
 def test_pod_trouble_tells_the_cluster_from_the_server() -> None:

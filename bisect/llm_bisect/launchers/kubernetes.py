@@ -2159,6 +2159,7 @@ KIND = LAUNCHERS.register(
         preflight=_preflight,
         resolve_end=resolve_image_end,
         caveats=caveats,
+        placement=frozenset({"secret_env_read"}),  # what is masked, never what is answered
         cache_place="configured",  # a pod's node has no folder of this machine's home
         cache_mount=_cache_mount,
     )
