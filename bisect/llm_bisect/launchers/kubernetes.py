@@ -16,7 +16,9 @@ of the API's group discovery), else an Indexed Job with a headless Service (`gro
 
 `job_manifest` is pure: the Job a probe creates, written to the probe folder as job.json.
 No secret value is ever in it: a secret reaches the pod through `secretKeyRef`
-(`server.secret_env`), and a `server.env` entry that holds a secret is refused.
+(`server.secret_env`), and a `server.env` entry or a word of the container's command line
+that holds a secret (named like one, a login in a URL) is refused. Their values are masked
+only where the user lets the launcher read them (`secret_env_read`).
 
 What a cluster does wrong is never a verdict: a pod Unschedulable past `pending_timeout`,
 an image that cannot be pulled (ErrImagePull, ImagePullBackOff), a pod evicted or on a
