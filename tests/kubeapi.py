@@ -10,6 +10,7 @@ this: the part of the API it calls, over HTTP, through the official client.
     POST/GET/LIST/DELETE  /apis/leaderworkerset.x-k8s.io/v1/namespaces/NS/leaderworkersets[/NAME]
                           (only with `lws_installed`)
     GET/LIST/DELETE       /api/v1/namespaces/NS/pods[/NAME]
+    GET                   /api/v1/namespaces/NS/secrets/NAME (`secrets`, base64 as the API has them)
     WATCH                 /api/v1/namespaces/NS/pods?watch=true&resourceVersion=RV
     GET                   /api/v1/namespaces/NS/pods/NAME/log[?follow=true]
     GET (websocket)       /api/v1/namespaces/NS/pods/NAME/exec?command=...
@@ -69,7 +70,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -226,6 +227,9 @@ class StandIn:
     """Whether LeaderWorkerSet's CRD (and its controller) is installed."""
     leaderworkersets: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     expire_once_running: bool = False
+    on_exec: Callable[[], bool] | None = None
+    """Called as each exec request arrives, before it is answered (a test's Ctrl-C while the
+    client waits for the websocket): False, the connection is closed unanswered."""
     """An etcd compaction as each pod turns Running (once a pod watch was opened): `expire`."""
 
     def __post_init__(self) -> None:
@@ -967,6 +971,22 @@ class StandIn:
         # batch/v1 Job's default through the API: Orphan
         return self._delete_owned(ns, self.jobs, name, "jobs.batch", policy or "Orphan")
 
+    def secret(self, ns: str, name: str) -> dict[str, Any]:
+        """A Secret as the API answers `get`: its values base64 under `data`."""
+        if (ns, name) not in self.secrets:
+            raise Refused(404, "NotFound", f'secrets "{name}" not found')
+        data = {
+            k: base64.b64encode(v.encode()).decode() for k, v in self.secrets[(ns, name)].items()
+        }
+        meta = {"name": name, "namespace": ns}
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": meta,
+            "type": "Opaque",
+            "data": data,
+        }
+
     def discovery(self) -> dict[str, Any]:
         """GET /apis: the API groups served (LWS's where its CRD is installed)."""
         served = [("batch", "v1")] + ([(LWS_GROUP, "v1")] if self.lws_installed else [])
@@ -1129,6 +1149,9 @@ class StandIn:
                     }
                     if parts[4] in simple:
                         self._simple(parts[4], *simple[parts[4]], ns, rest, query, body)
+                        return
+                    if parts[4] == "secrets" and m == "GET" and len(rest) == 1:
+                        self._send(200, api.secret(ns, rest[0]))
                         return
                     if parts[4] != "pods":
                         raise Refused(404, "NotFound", "no such resource")
@@ -1346,6 +1369,9 @@ class StandIn:
                 channel 1, stderr on 2, its Status on 3, then close."""
                 if self.headers.get("Upgrade", "").lower() != "websocket":
                     raise Refused(400, "BadRequest", "exec needs a websocket upgrade")
+                if api.on_exec is not None and not api.on_exec():
+                    self.close_connection = True
+                    return
                 self._get(api.pods, ns, name, "pods")
                 run = api.containers.get((ns, name))
                 if run is None:

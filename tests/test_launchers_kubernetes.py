@@ -9,6 +9,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -32,14 +33,16 @@ from typer.testing import CliRunner
 from helpers import History, wait_until, write_config
 from kubeapi import KUBERNETES_VERSION, Fault, StandIn, expand, lws_schema
 from llm_bisect.cli import cli
-from llm_bisect.config import load_config
-from llm_bisect.errors import LaunchError
+from llm_bisect.config import load_config, verdict_settings
+from llm_bisect.errors import ConfigError, LaunchError
+from llm_bisect.kinds import LAUNCHERS
 from llm_bisect.launchers import INSTRUMENT_DIR, Instrument
 from llm_bisect.launchers.kubernetes import (
     COMMIT_LABEL,
     MANAGED_BY,
     OWNER_ANNOTATION,
     RUN_LABEL,
+    Api,
     KubernetesServerConfig,
     config_map_manifest,
     group_manifests,
@@ -47,8 +50,12 @@ from llm_bisect.launchers.kubernetes import (
     pod_trouble,
     shipped_files,
 )
-from llm_bisect.model import Candidate
+from llm_bisect.model import Candidate, ProbeOutcome, Verdict
+from llm_bisect.report.markdown import render_markdown
+from llm_bisect.report.result import build_result
+from llm_bisect.search import Answer, Mode, Plan, plan_step
 from llm_bisect.services.localization import localize_instrument
+from llm_bisect.services.setup import run_context, setup
 from llm_bisect.sim.docker import PYTHON, SRC
 from localregistry import LocalRegistry, serving
 from test_collectenv import SMI
@@ -223,6 +230,134 @@ def test_a_secret_in_server_env_is_refused_in_one_line_and_nothing_starts(
     assert "server.env.HF_TOKEN: a secret would be written into the Job" in result.output
     assert "server.secret_env" in result.output
     assert "Traceback" not in result.output and PLANTED not in result.output
+
+
+SK = "sk-PLANTEDapiKEY0123456789"
+
+
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        ({"args": ["--model", "m", "--api-key", SK]}, "server.args: the value of '--api-key'"),
+        ({"args": [f"--api-key={SK}"]}, "server.args: the value of '--api-key'"),
+        (
+            {"args": ["--otlp-traces-endpoint", f"https://bob:{SK}@otel:4318/v1/traces"]},
+            "server.args: the value of '--otlp-traces-endpoint'",
+        ),
+        ({"entrypoint": ["vllm", "serve", f"--hf-token={SK}"]}, "server.entrypoint"),
+        (
+            {"env": {"HTTPS_PROXY": f"http://bob:{SK}@proxy:3128"}},
+            "server.env.HTTPS_PROXY: a login in a URL would be written into the Job",
+        ),
+    ],
+)
+def test_a_secret_on_the_command_line_or_in_a_url_of_server_env_is_refused_in_one_line(
+    tmp_path: Path, history: Any, over: dict[str, Any], said: str
+) -> None:
+    """As a variable named like a secret is: only secret_env's Secrets reach the pod, and
+    job.json and the Job sent hold no secret."""
+    h: History = history({}, n=2)
+    server = {
+        "launcher": "kubernetes",
+        "image": "vllm/vllm-openai:nightly-{commit}",
+        "kubeconfig": str(tmp_path / "absent-kubeconfig"),
+        **over,
+    }
+    config = write_config(
+        tmp_path / "k.yaml",
+        {
+            "candidates": {"repo": str(h.repo), "good": h.shas[0], "bad": h.shas[-1]},
+            "server": server,
+        },
+    )
+    result = CliRunner().invoke(cli, ["check", str(config), "--candidate", h.shas[1]])
+    assert result.exit_code == 128, result.output
+    (line,) = [x for x in result.output.splitlines() if x.strip()]
+    assert said in line and "server.secret_env" in line, line
+    assert SK not in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("over", "said"),
+    [
+        ({"namespace": "ML_Team"}, "server.namespace: 'ML_Team'"),
+        ({"namespace": "a" * 64}, "server.namespace: 'aaaa"),
+        ({"node_selector": {"gpu product": "B300"}}, "server.node_selector: 'gpu product'"),
+        ({"node_selector": {"-x.io/gpu": "B300"}}, "server.node_selector: '-x.io/gpu'"),
+        (
+            {"node_selector": {"nvidia.com/gpu.product": "NVIDIA B300"}},
+            "server.node_selector: nvidia.com/gpu.product: 'NVIDIA B300'",
+        ),
+        ({"env": {"MY VAR": "1"}}, "server.env: 'MY VAR'"),
+        (
+            {"secret_env": {"HF=TOKEN": {"secret": "hf", "key": "t"}}},
+            "server.secret_env: 'HF=TOKEN'",
+        ),
+        ({"memory": "512GB"}, "server.memory: '512GB' is not a Kubernetes quantity"),
+        ({"memory": "-1Gi"}, "server.memory: '-1Gi'"),
+        ({"shm_size": "lots"}, "server.shm_size: 'lots'"),
+        ({"extra_resources": {"rdma/ib": "one"}}, "server.extra_resources: rdma/ib: 'one'"),
+    ],
+)
+def test_what_the_api_would_refuse_is_refused_when_the_config_is_read(
+    tmp_path: Path, over: dict[str, Any], said: str
+) -> None:
+    """Not at the API, where every probe would be skip: one line naming the key and value."""
+    server = {"launcher": "kubernetes", "image": "vllm/vllm-openai:nightly-{commit}", **over}
+    ends = {"repo": ".", "good": "a", "bad": "b"}
+    config = write_config(tmp_path / "k.yaml", {"candidates": ends, "server": server})
+    with pytest.raises(ConfigError) as caught:
+        load_config(config)
+    assert str(caught.value).startswith(said) and "\n" not in str(caught.value), caught.value
+
+
+def test_names_and_quantities_the_api_takes_are_taken() -> None:
+    cfg = k8s_config(
+        namespace="ml-team-7",
+        node_selector={"nvidia.com/gpu.product": "NVIDIA-B300", "node.kubernetes.io/pool": ""},
+        env={"VLLM_USE_V2_MODEL_RUNNER": "1", "my.var-2": "x", "_X": "y"},
+        memory="1.5Ti",
+        shm_size="100M",
+        extra_resources={"rdma/ib": "1", "example.com/foo": "500m", "hugepages-2Mi": "1e3"},
+    )
+    kubernetes_validate.validate(manifest(cfg, **cfg.env), KUBERNETES_VERSION, strict=True)
+
+
+def test_the_report_says_once_that_echoes_of_secret_env_values_are_not_masked(
+    tmp_path: Path, history: Any
+) -> None:
+    """llm-bisect never learns a secret_env value unless told to read it
+    (secret_env_read): report.md's caveats say so, once, naming the variables."""
+    h: History = history({}, n=2)
+    server = {
+        "launcher": "kubernetes",
+        "image": "vllm/vllm-openai:nightly-{commit}",
+        "kubeconfig": str(tmp_path / "absent-kubeconfig"),
+        "secret_env": {"HF_TOKEN": {"secret": "hf", "key": "token"}},
+    }
+    ends = {"repo": str(h.repo), "good": h.shas[0], "bad": h.shas[-1]}
+    config = write_config(tmp_path / "k.yaml", {"candidates": ends, "server": server})
+    s = setup(config, {})
+    ctx = run_context(s, s.config)
+    assert len(ctx.caveats) == 1 and "server.secret_env (HF_TOKEN)" in ctx.caveats[0]
+    assert "secret_env_read" in ctx.caveats[0]
+    seq = [Candidate(sha, subject="s", author="a") for sha in (h.shas[0], h.shas[-1])]
+    plan = Plan(Mode.REGRESSION, tuple(seq))
+    probes = [
+        ProbeOutcome(seq[0].commit, Verdict.GOOD, "fine"),
+        ProbeOutcome(seq[-1].commit, Verdict.BAD, "bad"),
+    ]
+    seen = {p.commit: [p.verdict] for p in probes}
+    answer = plan_step(plan, seen)
+    assert isinstance(answer, Answer)
+    md = render_markdown(build_result(plan, answer, probes, context=ctx))
+    caveats = md.split("## Caveats", 1)[1]
+    assert caveats.count("cannot be masked") == 1 and md.count("cannot be masked") == 1
+    read = KubernetesServerConfig.model_validate({**server, "secret_env_read": True})
+    assert LAUNCHERS["kubernetes"].caveats(read) == []
+    # what is masked, never what the server answers: a run resumes with it turned on
+    with_read = s.config.model_copy(update={"server": read})
+    assert verdict_settings(with_read) == verdict_settings(s.config)
 
 
 def test_pod_trouble_tells_the_cluster_from_the_server() -> None:
@@ -686,6 +821,140 @@ def test_a_pod_the_cluster_ends_is_skip_with_its_reason(
     )
     assert code == 125, output
     assert said in output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+def test_ctrl_c_while_an_exec_waits_for_its_websocket_is_an_interrupt(tmp_path: Path) -> None:
+    """The client turns a KeyboardInterrupt while it opens the websocket into
+    ApiException(status=0): raised again as the interrupt it is, never a failed exec (the
+    fingerprint would go on without it, and the probe to a verdict)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def answer_never() -> None:
+        conn, _ = listener.accept()
+        held.append(conn)
+        request = b""
+        while b"\r\n\r\n" not in request:
+            request += conn.recv(4096)
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C, the upgrade still unanswered
+
+    threading.Thread(target=answer_never, daemon=True).start()
+    kubeconfig = tmp_path / "kc"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": _url(listener)}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    api = Api("default", str(kubeconfig), None)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            api.exec("llm-bisect-pod", ["python3", "-c", "pass"], 30)
+    finally:
+        api.close()
+        listener.close()
+        for conn in held:
+            conn.close()
+
+
+def _url(listener: socket.socket) -> str:
+    return f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+@pytest.mark.docker
+def test_ctrl_c_during_the_fingerprints_exec_exits_130_with_no_verdict(
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
+) -> None:
+    """Ctrl-C while the exec that reads the pod's packages waits for its websocket: exit
+    130, no probe.json, no verdict said, and the Job deleted."""
+    h: History = history({}, n=1)
+    config, _ = one_probe(standin, registry, h, tmp_path)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llm_bisect.cli", "check", str(config), "--candidate", h.shas[1],
+         "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+    )  # fmt: skip
+
+    def ctrl_c() -> bool:
+        proc.send_signal(signal.SIGINT)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=120)
+        return False  # never answered: the client is gone
+
+    standin.on_exec = ctrl_c
+    try:
+        output = proc.communicate(timeout=300)[0].decode()
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, output
+    assert "llm-bisect: interrupted" in output and standin.execs == [], output
+    assert "GOOD" not in output and not (out / "probe.json").exists(), output
+    assert "Traceback" not in output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        (
+            Fault("GET", "/secrets/hf", 403),
+            "server.secret_env.HF_TOKEN: kubernetes: read secret hf: HTTP 403 Forbidden "
+            "(server.secret_env_read: the Role needs `get` on Secret 'hf')",
+        ),
+        (
+            Fault("GET", "/secrets/hf", 404),
+            "server.secret_env.HF_TOKEN: no Secret 'hf' with a key 'token' in namespace 'default'",
+        ),
+    ],
+)
+def test_a_secret_env_that_cannot_be_read_is_one_line_and_nothing_starts(
+    standin: StandIn, history: Any, tmp_path: Path, fault: Fault, said: str
+) -> None:
+    h: History = history({}, n=1)
+    server = sim_k8s_server("127.0.0.1:5000/absent:{commit}", standin.kubeconfig(tmp_path / "kc"))
+    config = k8s_yaml(h, {**server, "secret_env_read": True})
+    standin.faults.append(fault)
+    code, output = check(config, h.shas[1], tmp_path / "out")
+    assert code == 128, output
+    assert said in output and len(output.strip().splitlines()) == 1, output
+    assert not standin.jobs and not [r for r in standin.requests if r[0] == "POST"]
+
+
+@pytest.mark.docker
+def test_a_secret_env_value_the_server_echoes_is_masked_where_it_is_read(
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
+) -> None:
+    """`secret_env_read: true`: the launcher reads the Secret's value (`get` on it, and
+    nothing else) and every output masks it: the reply that echoes it (probe.json, the
+    terminal), the server's log that prints it."""
+    names = ["HF_TOKEN"]
+    h: History = history(
+        {}, n=1, settings={"print_env": names}, changes={1: {"hostile": {"echo_env": names}}}
+    )
+    config, _ = one_probe(standin, registry, h, tmp_path, secret_env_read=True)
+    out = tmp_path / "out"
+    code, output = check(config, h.shas[1], out)
+    assert code in (0, 1), output
+    assert standin.started_env[0]["HF_TOKEN"] == PLANTED
+    probe = (out / "probe.json").read_text()
+    assert "HF_TOKEN=***" in probe, probe  # the echo happened, and was masked
+    assert PLANTED not in output
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert PLANTED.encode() not in path.read_bytes(), path
+    reads = [r[1] for r in standin.requests if "/secrets/" in r[1]]
+    assert reads and all(r == "/api/v1/namespaces/default/secrets/hf" for r in reads), reads
     assert wait_until(lambda: nothing_left(standin))
 
 

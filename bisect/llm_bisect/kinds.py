@@ -329,6 +329,9 @@ class LauncherKind:
     """Where its servers find the engine cache's folder (enginecache.Place): `here` (this
     machine's files), `node` (the node's: `{node}` in the variables is filled there), or
     `configured` (no default folder: only a `probe.engine_cache.dir` the config names)."""
+    caveats: Callable[[Any], list[str]] = lambda cfg: []
+    """What a run's report must say of its `server:` config, a sentence each: what this setup
+    cannot promise (kubernetes: echoes of secret_env values it never reads, unmasked)."""
     reap: Callable[[Mapping[str, str]], Leftovers | None] | None = None
     """`reap` without a config: this node's servers of killed runs removed (the caller's
     environment in); None where it finds nowhere to look (no engine, no queue)."""

@@ -16,7 +16,9 @@ of the API's group discovery), else an Indexed Job with a headless Service (`gro
 
 `job_manifest` is pure: the Job a probe creates, written to the probe folder as job.json.
 No secret value is ever in it: a secret reaches the pod through `secretKeyRef`
-(`server.secret_env`), and a `server.env` entry that holds a secret is refused.
+(`server.secret_env`), and a `server.env` entry or a word of the container's command line
+that holds a secret (named like one, a login in a URL) is refused. Their values are masked
+only where the user lets the launcher read them (`secret_env_read`).
 
 What a cluster does wrong is never a verdict: a pod Unschedulable past `pending_timeout`,
 an image that cannot be pulled (ErrImagePull, ImagePullBackOff), a pod evicted or on a
@@ -57,6 +59,7 @@ from ..config import (
     IMAGE_PLACEHOLDERS,
     ServerBase,
     Strict,
+    argv_secret_names,
     argv_secrets,
     check_placeholders,
     fill,
@@ -75,7 +78,7 @@ from ..kinds import (
 )
 from ..logs import tail
 from ..model import Candidate
-from ..redact import Masker, redact
+from ..redact import Masker, redact, url_logins
 from ..registry import ImageRef, RegistryClient, RegistryError, parse_image_ref
 from ..templates import template_fields
 from . import INSTRUMENT_DIR, Artifact, Instrument
@@ -142,12 +145,32 @@ RUNTIME: dict[str, dict[str, str]] = {
 """What `{head}` and `{node_rank}` become in a pod's command: the kubelet expands `$(VAR)`
 from the container's environment (the Job controller sets JOB_COMPLETION_INDEX; LWS's,
 LWS_LEADER_ADDRESS and LWS_WORKER_INDEX)."""
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+"""A namespace's name (RFC 1123 label, as the API checks it)."""
+_DNS_PART = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_SUBDOMAIN = re.compile(rf"(?=.{{1,253}}$){_DNS_PART}(\.{_DNS_PART})*")
+"""A label key's prefix."""
+QUALIFIED_NAME = re.compile(r"(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+"""A label key's name part, a resource's name part."""
+LABEL_VALUE = re.compile(r"(?=.{0,63}$)(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
+"""A container's variable name, as the API takes it."""
+QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][-+]?[0-9]+)?")
+"""A resource quantity (`512Gi`, `1.5`, `100m`, `1e9`), not negative: the API's grammar."""
 Group = Literal["job", "indexed-job", "leaderworkerset"]
 """What one probe is on the cluster: a Job (one node), an Indexed Job with a headless
 Service, or a LeaderWorkerSet (several nodes)."""
 
 
 # ---- the config ----------------------------------------------------------------------------
+
+
+def qualified_name(key: str) -> bool:
+    """A label key or resource name as the API takes it: `[PREFIX/]NAME`. Pure."""
+    prefix, slash, name = key.rpartition("/")
+    return bool(QUALIFIED_NAME.fullmatch(name)) and (
+        not slash or bool(DNS_SUBDOMAIN.fullmatch(prefix))
+    )
 
 
 class SecretRef(Strict):
@@ -228,6 +251,11 @@ class KubernetesServerConfig(ServerBase):
     secret_env: dict[str, SecretRef] = Field(default_factory=dict)
     """Variables whose values come from Secrets (`HF_TOKEN: {secret: hf, key: token}`):
     the value is never in the Job, a log or a report."""
+    secret_env_read: bool = False
+    """Read the values of `secret_env`'s Secrets through the API (the Role then needs `get`
+    on those Secrets): a server that echoes one (in a reply, a 500 body, its log) has it
+    masked wherever llm-bisect writes. Default: never read, and such an echo cannot be
+    masked (the report says so)."""
     shm_size: str | None = "16Gi"
     """/dev/shm as a memory emptyDir of this size; null: the runtime's default."""
     model_cache: ModelCache | None = None
@@ -291,6 +319,59 @@ class KubernetesServerConfig(ServerBase):
                 "and then the server; give the image's entrypoint (vLLM's: [vllm, serve])"
             )
         return self
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, namespace: str) -> str:
+        if not DNS_LABEL.fullmatch(namespace):
+            raise ValueError(
+                f"{namespace!r} is not a namespace's name (a DNS-1123 label: a-z, 0-9 and "
+                "'-', 63 at most)"
+            )
+        return namespace
+
+    @field_validator("node_selector")
+    @classmethod
+    def _node_selector(cls, labels: dict[str, str]) -> dict[str, str]:
+        for key, value in labels.items():
+            if not qualified_name(key):
+                raise ValueError(
+                    f"{key!r} is not a label key ([PREFIX/]NAME: a DNS subdomain, and 63 "
+                    "characters at most of A-Z, a-z, 0-9, '-', '_', '.')"
+                )
+            if not LABEL_VALUE.fullmatch(value):
+                raise ValueError(
+                    f"{key}: {value!r} is not a label value (63 characters at most of "
+                    "A-Z, a-z, 0-9, '-', '_', '.', alphanumeric at both ends)"
+                )
+        return labels
+
+    @field_validator("env", "secret_env")
+    @classmethod
+    def _env_names(cls, env: dict[str, Any]) -> dict[str, Any]:
+        for name in env:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(
+                    f"{name!r} is not a variable name Kubernetes takes ([-._a-zA-Z][-._a-zA-Z0-9]*)"
+                )
+        return env
+
+    @field_validator("memory", "shm_size")
+    @classmethod
+    def _quantity(cls, value: str | None) -> str | None:
+        if value is not None and not QUANTITY.fullmatch(value):
+            raise ValueError(f"{value!r} is not a Kubernetes quantity (e.g. 512Gi, 64Mi)")
+        return value
+
+    @field_validator("extra_resources")
+    @classmethod
+    def _resources(cls, limits: dict[str, str]) -> dict[str, str]:
+        for name, value in limits.items():
+            if not qualified_name(name):
+                raise ValueError(f"{name!r} is not a resource name ([PREFIX/]NAME)")
+            if not QUANTITY.fullmatch(value):
+                raise ValueError(f"{name}: {value!r} is not a Kubernetes quantity (e.g. 1, 8Gi)")
+        return limits
 
     @field_validator("host_paths")
     @classmethod
@@ -764,6 +845,15 @@ def api_policy(sleep: Callable[[float], None]) -> Retrying:
     )
 
 
+def interrupted(exc: BaseException) -> None:
+    """Raise again the Ctrl-C (or SIGTERM, SystemExit) an error stands for: the client's
+    websocket calls (exec, port-forward) turn one into ApiException(status=0), which would
+    make an interrupt a failed exec and the probe go on to a verdict."""
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, KeyboardInterrupt | SystemExit):
+        raise cause
+
+
 def _decoded(response: Any) -> dict[str, Any]:
     """An API answer's JSON object ({} for anything else)."""
     data = json.loads(response.data)
@@ -1049,6 +1139,23 @@ class Api:
         """Whether a deleted Job or LeaderWorkerSet is gone (what else it deletes at once)."""
         return kind not in ("Job", "LeaderWorkerSet") or self.read(kind, name) is None
 
+    def secret_value(self, name: str, key: str) -> str | None:
+        """A key of a Secret in the namespace, decoded (`get` on it); None where the Secret
+        or the key is absent."""
+        found = self._call(
+            f"read secret {name}",
+            lambda: self.core.read_namespaced_secret(name, self.namespace, _preload_content=False),
+            absent=frozenset({404}),
+        )
+        data = (_decoded(found).get("data") or {}) if found is not None else {}
+        value = data.get(key)
+        if not isinstance(value, str):
+            return None
+        try:
+            return base64.b64decode(value, validate=True).decode("utf-8", "replace")
+        except ValueError:
+            return None
+
     def follow_log(self, pod: str) -> Iterator[bytes]:
         """The pod's log as it comes, until the container ends or the stream is closed."""
         response = self._call(
@@ -1098,6 +1205,7 @@ class Api:
                 _preload_content=False,
             )
         except ApiException as exc:
+            interrupted(exc)
             raise LaunchError(f"kubernetes: exec in {pod}: {exc.reason}") from None
         finally:
             done()
@@ -1124,6 +1232,7 @@ class Api:
                 ports=str(port),
             )
         except ApiException as exc:
+            interrupted(exc)
             raise LaunchError(f"kubernetes: port-forward to {pod}: {exc.reason}") from None
         finally:
             done()
@@ -1784,6 +1893,7 @@ class KubernetesLauncher:
         self.api = api or Api(cfg.namespace, cfg.kubeconfig, cfg.context, sleep)
         self.registry = registry or RegistryClient(logins=logins)
         self._digests: dict[str, str] = {}
+        self._secrets_read = not cfg.secret_env_read
 
     def template_ref(self, candidate: Candidate) -> str:
         return candidate.artifact or fill(
@@ -1844,6 +1954,9 @@ class KubernetesLauncher:
     ) -> KubernetesServer:
         if self.template_ref(candidate) not in self._digests:
             self.artifact(candidate)
+        if not self._secrets_read:  # its log masks what the server echoes of them
+            self.secrets += secret_env_values(self.api, self.cfg)
+            self._secrets_read = True
         return KubernetesServer(self, candidate, probe_dir, instrument)
 
     def prefetch(self, candidates: list[Candidate]) -> None:
@@ -1907,14 +2020,89 @@ def from_config(cfg: KubernetesServerConfig, ctx: LauncherContext) -> Kubernetes
     )
 
 
+SECRET_ENV_HINT = "server.secret_env: {{{name}: {{secret: NAME, key: KEY}}}} (a Kubernetes Secret)"
+"""Where a secret goes instead (`name`: the variable the server reads it from)."""
+UNMASKED = (
+    "a value of server.secret_env ({names}) that the server echoes (in a reply, a 500 body, "
+    "its log) cannot be masked: llm-bisect never reads it (server.secret_env_read: true reads "
+    "it, with `get` on those Secrets in the Role)"
+)
+
+
+def argv_secret_said(words: Sequence[str]) -> str | None:
+    """Where a command line holds a secret (config.argv_secret_names: a flag named like one,
+    a login in a URL), said without the secret: `the value of '--api-key'`, `word 3`. Pure."""
+    for i, word in enumerate(words):
+        flag, eq, _ = word.partition("=")
+        flag = flag if flag.startswith("--") else ""
+        if argv_secret_names(words[i : i + 1]):
+            return f"the value of {flag!r}" if flag and eq else f"word {i}"
+        if flag and not eq and argv_secret_names(words[i : i + 2]):
+            return f"the value of {flag!r}"
+    return None
+
+
+def secret_env_values(api: Api, cfg: KubernetesServerConfig) -> list[str]:
+    """The values of secret_env's Secrets, read through the API (`secret_env_read`); a
+    LaunchError naming the variable where one cannot be read."""
+    found = []
+    for name, ref in sorted(cfg.secret_env.items()):
+        try:
+            value = api.secret_value(ref.secret, ref.key)
+        except LaunchError as exc:
+            raise LaunchError(
+                f"server.secret_env.{name}: {exc} (server.secret_env_read: the Role needs "
+                f"`get` on Secret {ref.secret!r})"
+            ) from None
+        if value is None:
+            raise LaunchError(
+                f"server.secret_env.{name}: no Secret {ref.secret!r} with a key {ref.key!r} "
+                f"in namespace {cfg.namespace!r}"
+            )
+        found.append(value)
+    return found
+
+
 def _preflight(cfg: KubernetesServerConfig, ctx: PreflightContext) -> Preflight:
-    """A secret in server.env would be written into the Job: refused, naming secret_env."""
+    """A secret in server.env (by its name, or a login in a URL) or on the container's
+    command line would be written into the Job: refused, naming secret_env. With
+    secret_env_read, secret_env's values are read, for every output to mask."""
     for name in secret_names(dict(cfg.env)):
         raise ConfigError(
             f"server.env.{name}: a secret would be written into the Job; give it as "
-            f"server.secret_env: {{{name}: {{secret: NAME, key: KEY}}}} (a Kubernetes Secret)"
+            + SECRET_ENV_HINT.format(name=name)
         )
-    return Preflight(cfg)
+    for name, value in sorted({**cfg.env, **ctx.env}.items()):
+        if url_logins(value):
+            raise ConfigError(
+                f"server.env.{name}: a login in a URL would be written into the Job; give "
+                "the variable as " + SECRET_ENV_HINT.format(name=name)
+            )
+    for key in ("entrypoint", "args", "worker_args"):
+        said = argv_secret_said(getattr(cfg, key) or [])
+        if said is not None:
+            raise ConfigError(
+                f"server.{key}: {said} is a secret that would be written into the Job; give "
+                "it as a variable the server reads, in "
+                + SECRET_ENV_HINT.format(name="VAR")
+                + (" (vLLM's --api-key: VLLM_API_KEY)" if "api-key" in said else "")
+            )
+    if not cfg.secret_env_read or not cfg.secret_env:
+        return Preflight(cfg)
+    api = Api(cfg.namespace, cfg.kubeconfig, cfg.context)
+    try:
+        return Preflight(cfg, secret_env_values(api, cfg))
+    except LaunchError as exc:
+        raise ConfigError(str(exc)) from None
+    finally:
+        api.close()
+
+
+def caveats(cfg: KubernetesServerConfig) -> list[str]:
+    """What a report must say of this setup: echoes of secret_env values unmasked. Pure."""
+    if cfg.secret_env and not cfg.secret_env_read:
+        return [UNMASKED.format(names=", ".join(sorted(cfg.secret_env)))]
+    return []
 
 
 def resolve_image_end(
@@ -1972,6 +2160,8 @@ KIND = LAUNCHERS.register(
         validate=_validate,
         preflight=_preflight,
         resolve_end=resolve_image_end,
+        caveats=caveats,
+        placement=frozenset({"secret_env_read"}),  # what is masked, never what is answered
         cache_place="configured",  # a pod's node has no folder of this machine's home
         cache_mount=_cache_mount,
     )

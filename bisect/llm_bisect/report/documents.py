@@ -183,7 +183,7 @@ class Sides(_Doc):
 class Context(_Doc, AddedLater):
     """How the run was asked for and where it ran: what a bug report needs besides results."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("out", "config_text")
+    added_later: ClassVar[tuple[str, ...]] = ("out", "config_text", "caveats")
 
     good_ref: str = ""
     """candidates.good as the user gave it (a tag, a branch, an image)."""
@@ -203,6 +203,9 @@ class Context(_Doc, AddedLater):
     config_text: str = ""
     """The config as it may be shared (YAML; a secret variable by its name, `${HF_TOKEN}`,
     any other secret masked): report.md embeds it; "": not recorded."""
+    caveats: list[str] = Field(default_factory=list)
+    """What the setup cannot promise, a sentence each (the launcher's: echoes of secrets it
+    never reads go unmasked): report.md's caveats."""
 
 
 class ConfirmProbe(_Doc):

@@ -201,9 +201,10 @@ def divergences(probe: ProbeDoc) -> list[str]:
 def _caveats(doc: ResultDocument) -> list[str]:
     """What a person must know to trust the answer (verdicts not monotone, flaky builds, a
     merge base that could not be tested), and what each probe of a build probed again said."""
-    if not doc.notes and not doc.retests:
+    notes = [*doc.notes, *doc.context.caveats]
+    if not notes and not doc.retests:
         return []
-    lines = ["## Caveats", "", *[f"- ⚠ {cell(note, 600)}" for note in doc.notes]]
+    lines = ["## Caveats", "", *[f"- ⚠ {cell(note, 600)}" for note in notes]]
     if doc.retests:
         lines += ["", "Probed again:", ""]
         lines += [

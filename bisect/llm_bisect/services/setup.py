@@ -483,6 +483,7 @@ def run_context(s: Setup, config: Config) -> Context:
         repo_url=(config.candidates.url or web_url(s.source.remote_url())).rstrip("/"),
         environment=node_environment(),
         config_text=config_text(s),
+        caveats=LAUNCHERS[config.server.launcher].caveats(config.server),
     )
 
 
