@@ -129,27 +129,32 @@ def test_init_reads_the_login_in_a_variables_address_from_the_shell(tmp_path: Pa
     says to export it, and the server gets the address it was given (issue 48 item 3)."""
     env = cli_on_path(tmp_path / "bin")
     proxy = "http://bob:hunter2@proxy:3128"
+    indexes = "https://ci:pw-one@a.example/simple https://ci:pw-two@b.example/simple"
     code, out, err = llm_bisect(
         "init", "--good", "a" * 40, "--bad", "b" * 40, "--",
         f"HF_TOKEN={SECRET}", f"HTTPS_PROXY={proxy}", "NO_PROXY=localhost",
+        f"PIP_EXTRA_INDEX_URL={indexes}",
         "vllm", "serve", "Qwen/Qwen3-0.6B",
         cwd=tmp_path, env=env,
     )  # fmt: skip
     assert code == 0, err
     text = (tmp_path / "llm-bisect.yaml").read_text()
-    for secret in (SECRET, "hunter2", "bob"):
+    for secret in (SECRET, "hunter2", "bob", "pw-one", "pw-two"):
         assert secret not in text + out + err, secret
     written = parse_config(yaml.safe_load(text)).server.env
     assert written == {
         "HF_TOKEN": "${HF_TOKEN}",
         "HTTPS_PROXY": "http://${HTTPS_PROXY_LOGIN}@proxy:3128",  # the proxy stays readable
         "NO_PROXY": "localhost",
+        "PIP_EXTRA_INDEX_URL": "${PIP_EXTRA_INDEX_URL}",  # two logins: read whole
     }
-    shell = {"HF_TOKEN": SECRET, "HTTPS_PROXY_LOGIN": "bob:hunter2"}
+    shell = {"HF_TOKEN": SECRET, "HTTPS_PROXY_LOGIN": "bob:hunter2", "PIP_EXTRA_INDEX_URL": indexes}
     assert expand_env(written, shell) == {"HF_TOKEN": SECRET, "HTTPS_PROXY": proxy,
-                                          "NO_PROXY": "localhost"}  # fmt: skip
+                                          "NO_PROXY": "localhost",
+                                          "PIP_EXTRA_INDEX_URL": indexes}  # fmt: skip
     said = err.splitlines()[0]
     assert "export" in said and "HF_TOKEN, HTTPS_PROXY_LOGIN" in said, err
+    assert "PIP_EXTRA_INDEX_URL" in said, err
 
 
 DIGEST = "sha256:" + "c" * 64

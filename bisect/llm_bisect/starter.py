@@ -155,13 +155,14 @@ def _from_shell(name: str, value: str) -> tuple[str, str | None]:
     itself would send llm-bisect's own requests through it."""
     if secret_names({name: value}):
         return "${" + name + "}", name
-    logins = url_logins(value)
+    found = [url_logins(url) for url in re.split(r"[\s,;]+", value)]  # `URL URL`: pip's
+    logins = [login for one in found for login in one]
     if not logins:
         return value, None
     variable = f"{name}_LOGIN"
     written = value.replace(logins[0][0] + "@", "${" + variable + "}@", 1)
-    if any(secret in written for secret, _ in logins):  # it shows elsewhere: read it all
-        return "${" + name + "}", name
+    if sum(map(bool, found)) > 1 or any(secret in written for secret, _ in logins):
+        return "${" + name + "}", name  # several logins, or it shows elsewhere: read it all
     return written, variable
 
 
