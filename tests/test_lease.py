@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -75,3 +76,24 @@ def test_a_stopped_owner_in_this_namespace_is_alive_whatever_its_lease_says() ->
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_where_no_proc_tells_a_process_life_the_lease_alone_decides(tmp_path: Path) -> None:
+    """macOS has no /proc: no start time in the label, no PID namespace in the lease. `reap`
+    beside a live `demo --docker` took the run's own label for a dead owner and removed its
+    containers (issue 48 item 4): there, a fresh lease keeps the owner alive."""
+    from llm_bisect.launchers.common import owner_label, reapable
+
+    no_proc = tmp_path / "no-proc"  # a host without /proc
+    own = owner_label(os.getpid(), proc=no_proc)  # this live process, as such a host labels it
+    assert own.endswith(":")  # no start time to be read
+    lease.write(own, time.time() + 60, space=lease.namespace(no_proc))
+    assert owner_alive(own, proc=no_proc)
+    assert not reapable(own, mine=False) and owner_alive(own)  # read where /proc is, too
+    lease.write(own, time.time() - 1, space=lease.namespace(no_proc))
+    assert not owner_alive(own, proc=no_proc)  # its lease lapsed: the owner is gone
+    # an owner of this namespace that /proc shows gone is gone at once; without /proc the
+    # same lease, still fresh, spares it
+    gone = f"{socket.gethostname()}:4194000:12345"  # no such pid here
+    lease.write(gone, time.time() + 60)
+    assert not owner_alive(gone) and owner_alive(gone, proc=no_proc)

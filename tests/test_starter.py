@@ -8,10 +8,13 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import yaml
 
 from helpers import History, cli_on_path
-from llm_bisect.config import parse_config, shown
+from llm_bisect.config import expand_env, parse_config, shown
+from llm_bisect.errors import ConfigError
+from llm_bisect.starter import Start, parse_serve, render
 
 SECRET = "hf_planted_4c0ffee"
 
@@ -119,3 +122,62 @@ def test_init_refuses_what_it_cannot_write_in_one_line_and_writes_nothing(tmp_pa
         assert code == 2 and said in err and err.count("\n") == 1, (args, err)
         assert "Traceback" not in err and SECRET not in out + err
         assert not (tmp_path / "llm-bisect.yaml").exists(), args
+
+
+def test_init_reads_the_login_in_a_variables_address_from_the_shell(tmp_path: Path) -> None:
+    """A proxy's login is a secret like HF_TOKEN: the config reads it from the shell, init
+    says to export it, and the server gets the address it was given (issue 48 item 3)."""
+    env = cli_on_path(tmp_path / "bin")
+    proxy = "http://bob:hunter2@proxy:3128"
+    indexes = "https://ci:pw-one@a.example/simple https://ci:pw-two@b.example/simple"
+    code, out, err = llm_bisect(
+        "init", "--good", "a" * 40, "--bad", "b" * 40, "--",
+        f"HF_TOKEN={SECRET}", f"HTTPS_PROXY={proxy}", "NO_PROXY=localhost",
+        f"PIP_EXTRA_INDEX_URL={indexes}",
+        "vllm", "serve", "Qwen/Qwen3-0.6B",
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert code == 0, err
+    text = (tmp_path / "llm-bisect.yaml").read_text()
+    for secret in (SECRET, "hunter2", "bob", "pw-one", "pw-two"):
+        assert secret not in text + out + err, secret
+    written = parse_config(yaml.safe_load(text)).server.env
+    assert written == {
+        "HF_TOKEN": "${HF_TOKEN}",
+        "HTTPS_PROXY": "http://${HTTPS_PROXY_LOGIN}@proxy:3128",  # the proxy stays readable
+        "NO_PROXY": "localhost",
+        "PIP_EXTRA_INDEX_URL": "${PIP_EXTRA_INDEX_URL}",  # two logins: read whole
+    }
+    shell = {"HF_TOKEN": SECRET, "HTTPS_PROXY_LOGIN": "bob:hunter2", "PIP_EXTRA_INDEX_URL": indexes}
+    assert expand_env(written, shell) == {"HF_TOKEN": SECRET, "HTTPS_PROXY": proxy,
+                                          "NO_PROXY": "localhost",
+                                          "PIP_EXTRA_INDEX_URL": indexes}  # fmt: skip
+    said = err.splitlines()[0]
+    assert "export" in said and "HF_TOKEN, HTTPS_PROXY_LOGIN" in said, err
+    assert "PIP_EXTRA_INDEX_URL" in said, err
+
+
+DIGEST = "sha256:" + "c" * 64
+
+
+@pytest.mark.parametrize(
+    ("good", "image"),
+    [
+        ("myreg:5000/vllm", "myreg:5000/vllm:nightly-{commit}"),
+        (f"127.0.0.1:5000/vllm@{DIGEST}", "127.0.0.1:5000/vllm:nightly-{commit}"),
+        (f"127.0.0.1:5000/ci/vllm:nightly-x@{DIGEST}", "127.0.0.1:5000/ci/vllm:nightly-{commit}"),
+        ("localhost:5000/vllm:v1", "localhost:5000/vllm:nightly-{commit}"),
+        ("vllm/vllm-openai:nightly-2026-08-09", "vllm/vllm-openai:nightly-{commit}"),
+    ],
+)
+def test_init_keeps_a_registrys_port_in_the_image_of_each_commit(good: str, image: str) -> None:
+    """A registry's port is no tag, nor is a digest (issue 48 item 13)."""
+    start = Start(good, "myreg:5000/vllm:v0.27.0", parse_serve(["vllm", "serve", "M"]), "vllm")
+    config = parse_config(yaml.safe_load(render(start)[0]))
+    server = config.server.model_dump()
+    assert server["image"] == image
+    assert config.candidates.good == good
+    wheel = config.build.strategies[1].model_dump() if config.build else {}
+    assert wheel["image"] == good  # the good end's image, as given, serves each wheel
+    with pytest.raises(ConfigError, match="--bad: not an image reference"):
+        render(Start(good, "Vllm/X:1", start.serve, "vllm"))

@@ -1116,15 +1116,14 @@ def init_cmd(
     from .config import parse_config
 
     def body(term: Terminal) -> int:
-        text, what = starter.render(
-            starter.Start(good, bad, starter.parse_serve(serve or []), repo)
-        )
+        served = starter.parse_serve(serve or [])
+        text, what = starter.render(starter.Start(good, bad, served, repo))
         parse_config(yaml.safe_load(text))  # what it writes validates
         if output.exists():
             raise ConfigError(f"{output} exists: pick another --output (init never overwrites)")
         prepare(output.parent, "--output")
         output.write_text(text)
-        term.say(f"wrote {output} ({what}); edit the lines marked `edit:`, then:")
+        term.say(f"wrote {output} ({what}); {starter.first_steps(served.env)}; then:")
         for line in starter.next_commands(str(output)):
             term.say(f"  {line}")
         return 0

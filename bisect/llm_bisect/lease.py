@@ -8,7 +8,8 @@ expires it at once (the process removed its servers itself). `reap` removes a se
 only when its owner's lease is there and expired:
 
     lease fresh             the owner lives (on this node or another sharing the folder),
-                            unless it ran in this PID namespace and its process is gone
+                            unless it ran in this PID namespace and /proc shows its
+                            process gone (no /proc, as on macOS: the lease alone decides)
     lease expired           the owner died (SIGKILL, OOM): its servers are reaped
     no lease to be read     cannot tell (another PID namespace, another host's disk, an
                             older llm-bisect): spared, and said
@@ -56,11 +57,15 @@ def path_of(owner: str) -> Path:
     return folder() / f"{safe}.lease"
 
 
-def namespace() -> str:
+PROC = Path("/proc")
+"""Where the system tells of its processes (none on macOS)."""
+
+
+def namespace(proc: Path = PROC) -> str:
     """This process's PID namespace (`pid:[4026531836]`): a pid means something only inside
-    it; "" where the system does not say."""
+    it; "" where the system does not say (no /proc: macOS)."""
     try:
-        return os.readlink("/proc/self/ns/pid")
+        return os.readlink(proc / "self" / "ns" / "pid")
     except OSError:
         return ""
 

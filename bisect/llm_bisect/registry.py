@@ -204,11 +204,17 @@ class ImageRef:
         """What the manifest API is asked for: the digest when there is one, else the tag."""
         return self.digest or self.tag or "latest"
 
+    @property
+    def name(self) -> str:
+        """`[registry/]repository` as the engine names it (Docker Hub without its host, its
+        official images without `library/`): `myreg:5000/vllm`, `vllm/vllm-openai`."""
+        if self.registry != DOCKER_HUB:
+            return f"{self.registry}/{self.repository}"
+        return self.repository.removeprefix("library/")
+
     def pinned(self, digest: str) -> str:
         """`repository@digest`, as the engine names it (Docker Hub without its host)."""
-        host = "" if self.registry == DOCKER_HUB else self.registry + "/"
-        repo = self.repository.removeprefix("library/") if not host else self.repository
-        return f"{host}{repo}@{digest}"
+        return f"{self.name}@{digest}"
 
 
 def parse_image_ref(ref: str) -> ImageRef:

@@ -5,7 +5,9 @@ commits between the images' commits (each probe the commit's nightly image, else
 wheel or an overlay); two commits or two vLLM wheels (their version names the commit,
 `0.32.0+cu129.g1a2b3c4`) give a bisection of builds served as local processes. The serve
 command after `--` (`vllm serve MODEL --tensor-parallel-size 8`) becomes the server's
-arguments, with the port a placeholder and secrets (`HF_TOKEN=...`) read from the shell.
+arguments, with the port a placeholder and secrets read from the shell: a variable named
+like one (`HF_TOKEN=...`: `${HF_TOKEN}`), the login in a variable's address
+(`HTTPS_PROXY=http://user:pw@proxy:3128`: `http://${HTTPS_PROXY_LOGIN}@proxy:3128`).
 Every value is written as a JSON string (a YAML scalar that nothing in it can break out of).
 """
 
@@ -14,12 +16,14 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
 from .config import argv_secrets, literal, secret_names
 from .errors import ConfigError
+from .redact import url_logins
+from .registry import parse_image_ref
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 _WHEEL_COMMIT = re.compile(r"\+(?:[a-z0-9]+\.)*g([0-9a-f]{7,40})(?:[.-]|$)")
@@ -144,14 +148,55 @@ def _gpus(args: Sequence[str]) -> int:
     return tp * pp * dp
 
 
-def _env_lines(env: dict[str, str]) -> list[str]:
+def _from_shell(name: str, value: str) -> tuple[str, str | None]:
+    """What the config holds for one variable of the serve command, and the variable of the
+    user's shell it reads (None: none): a secret is `${NAME}`, never its value. A login in an
+    address is read alone (`http://${HTTPS_PROXY_LOGIN}@proxy:3128`): exporting the proxy
+    itself would send llm-bisect's own requests through it."""
+    if secret_names({name: value}):
+        return "${" + name + "}", name
+    found = [url_logins(url) for url in re.split(r"[\s,;]+", value)]  # `URL URL`: pip's
+    logins = [login for one in found for login in one]
+    if not logins:
+        return value, None
+    variable = f"{name}_LOGIN"
+    written = value.replace(logins[0][0] + "@", "${" + variable + "}@", 1)
+    if sum(map(bool, found)) > 1 or any(secret in written for secret, _ in logins):
+        return "${" + name + "}", name  # several logins, or it shows elsewhere: read it all
+    return written, variable
+
+
+def _env_lines(env: Mapping[str, str]) -> list[str]:
     lines = []
     for name, value in env.items():
-        if secret_names({name: value}):
-            lines.append(f"    {name}: {_q('${' + name + '}')}   # from your shell; never written")
-        else:
-            lines.append(f"    {name}: {_q(value)}")
+        written, variable = _from_shell(name, value)
+        said = "" if variable is None else "   # from your shell; never written"
+        if variable not in (None, name):
+            said = f"   # the login: ${{{variable}}} from your shell; never written"
+        lines.append(f"    {name}: {_q(written)}{said}")
     return lines or ["    {}"]
+
+
+def shell_variables(env: Mapping[str, str]) -> list[str]:
+    """The variables of the user's shell the config reads (the serve command's secrets), as
+    said to the user: `HF_TOKEN`, `HTTPS_PROXY_LOGIN (the login in HTTPS_PROXY's address)`."""
+    said = []
+    for name, value in env.items():
+        variable = _from_shell(name, value)[1]
+        if variable is not None:
+            said.append(
+                variable if variable == name else f"{variable} (the login in {name}'s address)"
+            )
+    return said
+
+
+def _repository(ref: str, flag: str) -> str:
+    """An image's repository as the engine names it (`myreg:5000/vllm`), its tag or digest
+    left out."""
+    try:
+        return parse_image_ref(ref).name
+    except ValueError:
+        raise ConfigError(f"{flag}: not an image reference {ref!r}") from None
 
 
 def _list(items: Sequence[str], indent: str) -> list[str]:
@@ -187,7 +232,8 @@ def render(start: Start) -> tuple[str, str]:
     head += [f"  good: {_q(good)}   # the build that worked", f"  bad: {_q(bad)}"]
     if images:
         what = "docker: two images"
-        repo_image = start.good.split("@", 1)[0].rsplit(":", 1)[0]
+        repo_image = _repository(start.good, "--good")
+        _repository(start.bad, "--bad")
         gpus = _gpus(serve.args)
         model_args = ["--model", serve.model] if serve.model else []
         body = [
@@ -256,6 +302,17 @@ def render(start: Start) -> tuple[str, str]:
         "# build's own answers (its golden, recorded on the first run).",
     ]
     return "\n".join([*head, *body, *tail]) + "\n", what
+
+
+def first_steps(env: Mapping[str, str]) -> str:
+    """What to do before the next commands (`env`: the serve command's variables): edit the
+    config, and export the secrets it reads from the shell, by name."""
+    steps = "edit the lines marked `edit:`"
+    if variables := shell_variables(env):
+        steps += (
+            f", export what it reads from your shell (init wrote no value): {', '.join(variables)}"
+        )
+    return steps
 
 
 def next_commands(path: str) -> list[str]:

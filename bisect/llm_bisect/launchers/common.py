@@ -92,7 +92,7 @@ class PortBook:
             self._held.discard(port)
 
 
-PROC = Path("/proc")
+PROC = lease.PROC
 
 
 def _listening(port: int, proc: Path) -> set[int] | None:
@@ -171,41 +171,46 @@ def stranger_on(
     return "a process of another user"
 
 
-def _start_time(pid: int) -> str | None:
-    """When a process started (clock ticks since boot), to tell it from a later one with its pid."""
+def _start_time(pid: int, proc: Path = PROC) -> str | None:
+    """When a process started (clock ticks since boot), to tell it from a later one with its
+    pid; None where it is gone, or where there is no /proc to say (macOS)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = (proc / str(pid) / "stat").read_text()
     except OSError:
         return None
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def owner_label(pid: int | None = None) -> str:
+def owner_label(pid: int | None = None, proc: Path = PROC) -> str:
     """This process as the owner of what it starts (a container label, a Slurm job's
-    comment); its lease (lease.py) is held from here on, renewed while it lives."""
+    comment); its lease (lease.py) is held from here on, renewed while it lives. `proc`: where
+    the system tells of processes (the start time is "" without it)."""
     own = pid is None
     pid = os.getpid() if pid is None else pid
-    label = f"{socket.gethostname()}:{pid}:{_start_time(pid) or ''}"
+    label = f"{socket.gethostname()}:{pid}:{_start_time(pid, proc) or ''}"
     if own:
         lease.hold(label)
     return label
 
 
-def owner_alive(label: str) -> bool:
+def owner_alive(label: str, proc: Path = PROC) -> bool:
     """Whether the owner a label names may still run. False where its lease lapsed, or where
     the lease says it lived in this very PID namespace on this host and no process of its
     pid and start time is there (a resume right after a SIGKILL need not wait the lease
     out). No lease to read (another PID namespace's disk, an older llm-bisect) is no proof
-    of death: a PID alone never condemns a server."""
+    of death: a PID alone never condemns a server. Where a process's life cannot be read
+    (no /proc, as on macOS: no PID namespace, no start time), the lease alone decides."""
     found = lease.read(label)
     if found is None:
         return True
     host, _, rest = label.partition(":")
     pid, _, started = rest.partition(":")
-    if found.namespace == lease.namespace() and host == socket.gethostname():
+    here = lease.namespace(proc)
+    seen = here != "" and found.namespace == here and host == socket.gethostname()
+    if seen and pid.isdigit() and started != "":
         # its process is ours to see: it decides (a run stopped by Ctrl-Z or a paused VM
         # renews nothing, yet lives)
-        return pid.isdigit() and started != "" and _start_time(int(pid)) == started
+        return _start_time(int(pid), proc) == started
     return found.expires > time.time()
 
 
