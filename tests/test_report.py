@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +25,8 @@ from helpers import (
     first_screen,
     github_render,
     printed_commands,
+    served_as_printed,
     shell_words,
-    wait_until,
 )
 from llm_bisect.checks.metrics import degeneration
 from llm_bisect.enginecache import CACHES
@@ -558,26 +557,10 @@ def test_the_printed_curl_shows_the_symptom_from_the_server_started_as_printed(
     assert any(
         "content degenerate" in x for info, c in fences if info == "sh" for x in c.splitlines()
     )
-    where = tmp_path / "elsewhere"
-    where.mkdir()
     env = {**cli_on_path(tmp_path / "bin"), "HF_TOKEN": "hf_readersOwn"}
-    started = subprocess.Popen(["sh", "-c", server], cwd=where, env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    replies: list[str] = []
-
-    def answered() -> bool:
-        done = subprocess.run(["sh", "-c", curl], cwd=where, capture_output=True, text=True,
-                              timeout=30, check=False)  # fmt: skip
-        replies.append(done.stdout if done.returncode == 0 else "")
-        return bool(replies[-1])
-
-    try:
-        assert wait_until(answered, timeout=30), "the server never answered the printed curl"
-        content = json.loads(replies[-1])["choices"][0]["message"]["content"]
-        assert degeneration(content), content
-    finally:
-        os.killpg(started.pid, signal.SIGTERM)
-        started.wait(timeout=30)
+    reply = served_as_printed(server, curl, tmp_path / "elsewhere", env)
+    content = json.loads(reply)["choices"][0]["message"]["content"]
+    assert degeneration(content), content
 
 
 def _docker_build(fp: dict[str, Any], image: dict[str, str], torch: str) -> None:

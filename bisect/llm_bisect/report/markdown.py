@@ -807,16 +807,23 @@ def _reproduce(doc: ResultDocument) -> list[str]:
     lines = ["## Reproduce", "", *esc.fence("\n".join(commands), "bash"), ""]
     if doc.deps is not None:
         lines = _deps_reproduce(doc)
+    return [*lines, *server_ran_as(bad)]
+
+
+def server_ran_as(bad: ProbeDoc, label: str = "") -> list[str]:
+    """The command line a build's server ran with, its environment's values included (a
+    secret by its name), which runs as printed from any folder; [] where none was kept."""
     command = bad.fingerprint.command
-    if command:
-        lines += [
-            f"The server of `{bad.commit[:12]}` ran as (a secret by its name only: the line "
-            "takes its value from your environment; `{port}` was a free port):",
-            "",
-            *esc.fence(command, "bash"),
-            "",
-        ]
-    return lines
+    if not command:
+        return []
+    who = f"{label} (`{bad.commit[:12]}`)" if label else f"`{bad.commit[:12]}`"
+    return [
+        f"The server of {who} ran as (a secret by its name only: the line takes its value "
+        "from your environment; `{port}` was a free port):",
+        "",
+        *esc.fence(command, "bash"),
+        "",
+    ]
 
 
 def _away(doc: ResultDocument) -> list[str]:
@@ -915,7 +922,7 @@ def without_llm_bisect(bad: ProbeDoc, label: str = "first bad build") -> list[st
     if curl is not None and failing is not None:
         case = failing[0]
         where = "once it is ready, " if pinned is not None else ""
-        started = " (started by its command line above)" if pinned is None else ""
+        started = " (started by its command line above)" if pinned is None and fp.command else ""
         lines.append(
             f"The canary's first failing prompt, {where}sent as the canary sent it to the "
             f"{label}'s server{started}:"

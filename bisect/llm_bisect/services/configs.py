@@ -820,8 +820,9 @@ def _markdown(r: ConfigsResult, secret: Collection[str]) -> str:
         lines += [f"- {esc.code(r.differences[i].label)}" for i in r.difference]
         lines.append("")
     lines += _reproduce(r, secret)
-    if r.bad_probe is not None:
-        lines += md.without_llm_bisect(r.bad_probe, BAD_LABEL)
+    if r.bad_probe is not None:  # the curl below says "started by its command line above"
+        lines += [*md.server_ran_as(r.bad_probe, BAD_LABEL),
+                  *md.without_llm_bisect(r.bad_probe, BAD_LABEL)]  # fmt: skip
     lines += ["## Every difference of BAD from GOOD", "", "| # | BAD sets | GOOD sets |",
               "|---|---|---|"]  # fmt: skip
     for n, d in enumerate(r.differences, 1):
