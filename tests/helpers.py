@@ -280,6 +280,19 @@ def printed_commands(md: str, info: str = "bash") -> list[tuple[str, int]]:
     return found
 
 
+def as_in_an_issue(md: str, golden: Path, repo: Path, folder: Path) -> list[tuple[str, int]]:
+    """report.md's block for an issue (`### Away from this machine`) laid out as its reader
+    does: the config it embeds saved as config.yaml beside the attached golden and a clone
+    of the repository as `repo`, in `folder`; its command lines, each with the exit code it
+    says."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (config,) = [c for info, c in github_render(md).fences if info == "yaml"]
+    (folder / "config.yaml").write_text(config)
+    (folder / "golden.json").write_bytes(golden.read_bytes())
+    subprocess.run(["git", "clone", "-q", str(repo), str(folder / "repo")], check=True)
+    return printed_commands(md, "sh")
+
+
 def vllm_gsm8k(folder: Path, questions: int = 1319) -> Path:
     """A folder laid out as vLLM's GSM8K copy (tests/evals/gsm8k/gsm8k_eval.py downloads
     ci-datasets/gsm8k/train.jsonl and test.jsonl): `questions` test rows, each a bundled

@@ -23,8 +23,11 @@ from typer.testing import CliRunner
 from helpers import (
     HOSTILE_LOG,
     History,
+    as_in_an_issue,
     live_processes,
+    printed_commands,
     probe_order,
+    run_as_printed,
     sim_command,
     wait_until,
     write_config,
@@ -400,15 +403,16 @@ def test_secrets_from_env_reach_no_file(tmp_path: Path, history: Any) -> None:
 
 
 def cli_run(
-    *args: str, env: dict[str, str], timeout: float = 300
+    *args: str, env: dict[str, str], timeout: float = 300, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a process of its own."""
+    """The real CLI in a process of its own (in `cwd`)."""
     return subprocess.run(
         [sys.executable, "-m", "llm_bisect.cli", *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=timeout,
+        cwd=cwd,
     )
 
 
@@ -521,7 +525,8 @@ def test_the_demo_finds_its_planted_culprit_without_docker_and_leaves_no_folder_
     assert len(lines) == 1 and "demo --docker: no Docker engine answers" in lines[0]
     assert "without --docker" in lines[0]
     out = tmp_path / "demo-out"
-    done = cli_run("demo", "--out", str(out), env=env)
+    # as `demo --help`'s example: a relative --out (once a 40-line FileNotFoundError)
+    done = cli_run("demo", "--out", "demo-out", env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "found:" in done.stdout and "Bump FlashInfer" in done.stdout
     assert f"report: {out / 'report.md'}" in done.stdout, done.stdout
@@ -541,6 +546,15 @@ def test_the_demo_finds_its_planted_culprit_without_docker_and_leaves_no_folder_
     ).stdout.splitlines()  # fmt: skip
     titles = [re.sub(r" \(#\d+\)$", "", s) for s in subjects]
     assert len(set(titles)) == len(titles), Counter(titles).most_common(3)
+    # report.md's Reproduce lines pasted in another folder, its lines for an issue in one
+    # laid out as the issue says: each exits as it says
+    reproduce = printed_commands(md)
+    issue = as_in_an_issue(md, out / "golden.json", out / "demo" / "engine", tmp_path / "issue")
+    assert [code for _, code in reproduce] == [code for _, code in issue] == [1, 0]
+    for (line, code), where in [*((x, tmp_path / "elsewhere") for x in reproduce),
+                                *((x, tmp_path / "issue") for x in issue)]:  # fmt: skip
+        ran = run_as_printed(line, where, tmp_path / "bin")
+        assert ran.returncode == code, f"{line}\n{ran.stdout}{ran.stderr}"
     again = cli_run("demo", "--out", str(out), env=env)  # the finished run is read back
     assert again.returncode == 0, again.stderr
     assert "probes resumed from the journal" in again.stderr or "finished probe" in again.stderr

@@ -21,6 +21,7 @@ from helpers import (
     HOSTILE_LOG,
     HOSTILE_TAGS,
     History,
+    as_in_an_issue,
     cli_on_path,
     first_screen,
     github_render,
@@ -517,14 +518,9 @@ def test_the_report_stands_alone_in_an_issue_its_portable_lines_run_by_the_attac
     assert env["HF_TOKEN"] == "${HF_TOKEN}" and env["HTTPS_PROXY"] == "http://***@proxy:3128"
     assert "<summary><b>config.yaml</b>" in md and "attach `golden.json`" in md
     issue = tmp_path / "issue"
-    issue.mkdir()
-    (issue / "config.yaml").write_text(config)
-    shutil.copy(out / "golden.json", issue / "golden.json")
-    subprocess.run(["git", "clone", "-q", str(out.parent / "engine"), str(issue / "repo")],
-                   check=True)  # fmt: skip
+    commands = as_in_an_issue(md, out / "golden.json", out.parent / "engine", issue)
     result = ResultDocument.model_validate_json((out / "result.json").read_bytes())
     bad, good = result.range[-1], result.range[0]
-    commands = printed_commands(md, "sh")
     assert [shell_words(line, tmp_path) for line, _ in commands] == [
         ["llm-bisect", "check", "config.yaml", "--candidate", c, "--golden", "golden.json",
          "--repo", "repo"]
