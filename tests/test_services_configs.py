@@ -462,10 +462,10 @@ def test_the_report_holds_runs_evidence_and_its_reproduce_lines_run_as_printed(
 def test_the_printed_curl_reaches_the_server_started_by_the_printed_command_line(
     tmp_path: Path,
 ) -> None:
-    """The report's curl of the canary's first failing prompt says its server is "started by
-    its command line above": that line is printed (its secrets by their names), and the two,
-    pasted into `sh` in another folder with the reader's own key and token, show the
-    symptom. No planted secret is printed."""
+    """The report's curl of the canary's first failing prompt said its server was "started by
+    its command line above", and no such line was printed. The curl's block starts with it
+    (its secrets by their names); the two, pasted into `sh` in another folder with the
+    reader's own key and token, show the symptom. No planted secret is printed."""
     if shutil.which("curl") is None:
         pytest.skip("no curl on this machine")
     rules = [{"flags": {"--moe-backend": "cutlass"}, "fault": "degenerate-content"}]
@@ -479,9 +479,10 @@ def test_the_printed_curl_reaches_the_server_started_by_the_printed_command_line
                           "--bad-arg", "--moe-backend cutlass")  # fmt: skip
     assert code == 0 and "found: turns GOOD bad" in output, output
     md = (out / "report.md").read_text()
-    assert "started by its command line above" in md
+    assert "started by the block's first line" in md
     fences = github_render(md).fences
-    (server,) = [c.strip() for info, c in fences if info == "bash" and "llm_bisect.sim" in c]
+    (server,) = [x for info, c in fences if info == "sh" for x in c.splitlines()
+                 if "llm_bisect.sim" in x]  # fmt: skip
     (curl,) = [x for info, c in fences if info == "sh" for x in c.splitlines()
                if x.startswith("curl ")]  # fmt: skip
     assert md.index(server) < md.index(curl)  # above it

@@ -821,23 +821,16 @@ def _reproduce(doc: ResultDocument) -> list[str]:
     lines = ["## Reproduce", "", *esc.fence("\n".join(commands), "bash"), ""]
     if doc.deps is not None:
         lines = _deps_reproduce(doc)
-    return [*lines, *server_ran_as(bad)]
-
-
-def server_ran_as(bad: ProbeDoc, label: str = "") -> list[str]:
-    """The command line a build's server ran with, its environment's values included (a
-    secret by its name), which runs as printed from any folder; [] where none was kept."""
     command = bad.fingerprint.command
-    if not command:
-        return []
-    who = f"{label} (`{bad.commit[:12]}`)" if label else f"`{bad.commit[:12]}`"
-    return [
-        f"The server of {who} ran as (a secret by its name only: the line takes its value "
-        "from your environment; `{port}` was a free port):",
-        "",
-        *esc.fence(command, "bash"),
-        "",
-    ]
+    if command:
+        lines += [
+            f"The server of `{bad.commit[:12]}` ran as (a secret by its name only: the line "
+            "takes its value from your environment; `{port}` was a free port):",
+            "",
+            *esc.fence(command, "bash"),
+            "",
+        ]
+    return lines
 
 
 def _away(doc: ResultDocument) -> list[str]:
@@ -908,10 +901,14 @@ def _without_llm_bisect(bad: ProbeDoc) -> list[str]:
     return without_llm_bisect(bad)
 
 
-def without_llm_bisect(bad: ProbeDoc, label: str = "first bad build") -> list[str]:
+def without_llm_bisect(
+    bad: ProbeDoc, label: str = "first bad build", *, command_above: bool = True
+) -> list[str]:
     """A bad build's server by its image digest (docker), and the canary's first failing
     prompt sent to its OpenAI endpoint as the canary sent it (with the server's API key
-    from the reader's environment, by its name, where the server asks for one)."""
+    from the reader's environment, by its name, where the server asks for one).
+    `command_above`: the report printed the server's command line above (Reproduce); else,
+    with no image to run, the curl's block starts with it."""
     fp = bad.fingerprint
     pinned = portable.pinned_run(fp)
     failing = portable.failing_canary(bad)
@@ -935,8 +932,14 @@ def without_llm_bisect(bad: ProbeDoc, label: str = "first bad build") -> list[st
         block.append(pinned.line)
     if curl is not None and failing is not None:
         case = failing[0]
-        where = "once it is ready, " if pinned is not None else ""
-        started = " (started by its command line above)" if pinned is None and fp.command else ""
+        started = ""
+        if pinned is None and fp.command and not command_above:
+            block.append(fp.command)
+            started = " (started by the block's first line: a secret by its name only, which "
+            started += "takes its value from your environment)"
+        elif pinned is None and fp.command:
+            started = " (started by its command line above)"
+        where = "once it is ready, " if block else ""
         lines.append(
             f"The canary's first failing prompt, {where}sent as the canary sent it to the "
             f"{label}'s server{started}:"
