@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -279,6 +280,19 @@ def printed_commands(md: str, info: str = "bash") -> list[tuple[str, int]]:
     return found
 
 
+def as_in_an_issue(md: str, golden: Path, repo: Path, folder: Path) -> list[tuple[str, int]]:
+    """report.md's block for an issue (`### Away from this machine`) laid out as its reader
+    does: the config it embeds saved as config.yaml beside the attached golden and a clone
+    of the repository as `repo`, in `folder`; its command lines, each with the exit code it
+    says."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (config,) = [c for info, c in github_render(md).fences if info == "yaml"]
+    (folder / "config.yaml").write_text(config)
+    (folder / "golden.json").write_bytes(golden.read_bytes())
+    subprocess.run(["git", "clone", "-q", str(repo), str(folder / "repo")], check=True)
+    return printed_commands(md, "sh")
+
+
 def vllm_gsm8k(folder: Path, questions: int = 1319) -> Path:
     """A folder laid out as vLLM's GSM8K copy (tests/evals/gsm8k/gsm8k_eval.py downloads
     ci-datasets/gsm8k/train.jsonl and test.jsonl): `questions` test rows, each a bundled
@@ -306,6 +320,31 @@ def run_as_printed(line: str, where: Path, bin_dir: Path) -> subprocess.Complete
         ["sh", "-c", line], cwd=where, env=cli_on_path(bin_dir), capture_output=True, text=True,
         timeout=600, check=False,
     )  # fmt: skip
+
+
+def served_as_printed(server: str, curl: str, where: Path, env: Mapping[str, str]) -> str:
+    """A server's command line as a report prints it, pasted into `sh` in `where`, then the
+    report's `curl` pasted likewise until the server answers it; the reply (the server's
+    process group ended after)."""
+    where.mkdir(parents=True, exist_ok=True)
+    started = subprocess.Popen(["sh", "-c", server], cwd=where, env=dict(env),
+                               start_new_session=True, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+    replies: list[str] = []
+
+    def answered() -> bool:
+        done = subprocess.run(["sh", "-c", curl], cwd=where, env=dict(env), capture_output=True,
+                              text=True, timeout=30, check=False)  # fmt: skip
+        replies.append(done.stdout if done.returncode == 0 else "")
+        return bool(replies[-1]) or started.poll() is not None
+
+    try:
+        assert wait_until(answered, timeout=30), "the server never answered the printed curl"
+        assert started.poll() is None, f"the printed server line exited {started.returncode}"
+        return replies[-1]
+    finally:
+        os.killpg(started.pid, signal.SIGTERM)
+        started.wait(timeout=30)
 
 
 def printed_after(output: str, lead: str) -> str:

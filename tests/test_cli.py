@@ -7,24 +7,31 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
+import docker
+import docker.errors
 import pytest
 from typer.testing import CliRunner
 
 from helpers import (
     HOSTILE_LOG,
     History,
+    as_in_an_issue,
     live_processes,
+    printed_after,
+    printed_commands,
     probe_order,
+    run_as_printed,
     sim_command,
     wait_until,
     write_config,
@@ -400,15 +407,16 @@ def test_secrets_from_env_reach_no_file(tmp_path: Path, history: Any) -> None:
 
 
 def cli_run(
-    *args: str, env: dict[str, str], timeout: float = 300
+    *args: str, env: dict[str, str], timeout: float = 300, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a process of its own."""
+    """The real CLI in a process of its own (in `cwd`)."""
     return subprocess.run(
         [sys.executable, "-m", "llm_bisect.cli", *args],
         capture_output=True,
         text=True,
         env=env,
         timeout=timeout,
+        cwd=cwd,
     )
 
 
@@ -521,7 +529,8 @@ def test_the_demo_finds_its_planted_culprit_without_docker_and_leaves_no_folder_
     assert len(lines) == 1 and "demo --docker: no Docker engine answers" in lines[0]
     assert "without --docker" in lines[0]
     out = tmp_path / "demo-out"
-    done = cli_run("demo", "--out", str(out), env=env)
+    # as `demo --help`'s example: a relative --out (once a 40-line FileNotFoundError)
+    done = cli_run("demo", "--out", "demo-out", env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "found:" in done.stdout and "Bump FlashInfer" in done.stdout
     assert f"report: {out / 'report.md'}" in done.stdout, done.stdout
@@ -541,9 +550,54 @@ def test_the_demo_finds_its_planted_culprit_without_docker_and_leaves_no_folder_
     ).stdout.splitlines()  # fmt: skip
     titles = [re.sub(r" \(#\d+\)$", "", s) for s in subjects]
     assert len(set(titles)) == len(titles), Counter(titles).most_common(3)
+    # report.md's Reproduce lines pasted in another folder, its lines for an issue in one
+    # laid out as the issue says: each exits as it says
+    reproduce = printed_commands(md)
+    issue = as_in_an_issue(md, out / "golden.json", out / "demo" / "engine", tmp_path / "issue")
+    assert [code for _, code in reproduce] == [code for _, code in issue] == [1, 0]
+    for (line, code), where in [*((x, tmp_path / "elsewhere") for x in reproduce),
+                                *((x, tmp_path / "issue") for x in issue)]:  # fmt: skip
+        ran = run_as_printed(line, where, tmp_path / "bin")
+        assert ran.returncode == code, f"{line}\n{ran.stdout}{ran.stderr}"
     again = cli_run("demo", "--out", str(out), env=env)  # the finished run is read back
     assert again.returncode == 0, again.stderr
     assert "probes resumed from the journal" in again.stderr or "finished probe" in again.stderr
+
+
+def test_the_docker_demos_printed_lines_run_after_it_and_its_kept_images_go_as_it_says(
+    client: docker.DockerClient, tmp_path: Path
+) -> None:
+    """`demo --docker` once removed every image, and its report's `expect bad: exit 1` line
+    gave 125 (the image is not in the engine). It keeps the images of the answer's range,
+    which those lines run (pasted in another folder, after the demo exited, each exits as
+    it says), removes the others, and prints the `docker rmi` line that removes the kept."""
+    done = cli_run("demo", "--docker", "--out", "demo-out", env={**os.environ}, cwd=tmp_path)
+    out = tmp_path / "demo-out"
+    line = printed_after(done.stderr, "remove them with: ")
+    kept = shlex.split(line)[2:]
+    try:
+        assert done.returncode == 0, done.stderr
+        assert shlex.split(line)[:2] == ["docker", "rmi"] and len(kept) == 2, line
+        shas = subprocess.run(
+            ["git", "-C", str(out / "demo" / "engine"), "rev-list", "v0.27.0"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        present = {ref for i in client.images.list(name="llm-bisect-demo") for ref in i.tags}
+        assert {f"llm-bisect-demo:{sha}" for sha in shas} & present == set(kept)
+        commands = printed_commands((out / "report.md").read_text())
+        assert [code for _, code in commands] == [1, 0]
+        assert {w for c, _ in commands for w in shlex.split(c)} >= {k.split(":")[1] for k in kept}
+        for command, code in commands:
+            ran = run_as_printed(command, tmp_path / "elsewhere", tmp_path / "bin")
+            assert ran.returncode == code, f"{command}\n{ran.stdout}{ran.stderr}"
+        removed = run_as_printed(line, tmp_path / "elsewhere", tmp_path / "bin")
+        assert removed.returncode == 0, removed.stderr
+        present = {ref for i in client.images.list(name="llm-bisect-demo") for ref in i.tags}
+        assert not set(kept) & present
+    finally:
+        for ref in kept:
+            with suppress(docker.errors.ImageNotFound):
+                client.images.remove(ref, force=True)
 
 
 # --- git bisect run: errors stop git, they never blame a commit ---------------------------

@@ -7,7 +7,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -22,12 +21,13 @@ from helpers import (
     HOSTILE_LOG,
     HOSTILE_TAGS,
     History,
+    as_in_an_issue,
     cli_on_path,
     first_screen,
     github_render,
     printed_commands,
+    served_as_printed,
     shell_words,
-    wait_until,
 )
 from llm_bisect.checks.metrics import degeneration
 from llm_bisect.enginecache import CACHES
@@ -518,14 +518,9 @@ def test_the_report_stands_alone_in_an_issue_its_portable_lines_run_by_the_attac
     assert env["HF_TOKEN"] == "${HF_TOKEN}" and env["HTTPS_PROXY"] == "http://***@proxy:3128"
     assert "<summary><b>config.yaml</b>" in md and "attach `golden.json`" in md
     issue = tmp_path / "issue"
-    issue.mkdir()
-    (issue / "config.yaml").write_text(config)
-    shutil.copy(out / "golden.json", issue / "golden.json")
-    subprocess.run(["git", "clone", "-q", str(out.parent / "engine"), str(issue / "repo")],
-                   check=True)  # fmt: skip
+    commands = as_in_an_issue(md, out / "golden.json", out.parent / "engine", issue)
     result = ResultDocument.model_validate_json((out / "result.json").read_bytes())
     bad, good = result.range[-1], result.range[0]
-    commands = printed_commands(md, "sh")
     assert [shell_words(line, tmp_path) for line, _ in commands] == [
         ["llm-bisect", "check", "config.yaml", "--candidate", c, "--golden", "golden.json",
          "--repo", "repo"]
@@ -558,26 +553,10 @@ def test_the_printed_curl_shows_the_symptom_from_the_server_started_as_printed(
     assert any(
         "content degenerate" in x for info, c in fences if info == "sh" for x in c.splitlines()
     )
-    where = tmp_path / "elsewhere"
-    where.mkdir()
     env = {**cli_on_path(tmp_path / "bin"), "HF_TOKEN": "hf_readersOwn"}
-    started = subprocess.Popen(["sh", "-c", server], cwd=where, env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    replies: list[str] = []
-
-    def answered() -> bool:
-        done = subprocess.run(["sh", "-c", curl], cwd=where, capture_output=True, text=True,
-                              timeout=30, check=False)  # fmt: skip
-        replies.append(done.stdout if done.returncode == 0 else "")
-        return bool(replies[-1])
-
-    try:
-        assert wait_until(answered, timeout=30), "the server never answered the printed curl"
-        content = json.loads(replies[-1])["choices"][0]["message"]["content"]
-        assert degeneration(content), content
-    finally:
-        os.killpg(started.pid, signal.SIGTERM)
-        started.wait(timeout=30)
+    reply = served_as_printed(server, curl, tmp_path / "elsewhere", env)
+    content = json.loads(reply)["choices"][0]["message"]["content"]
+    assert degeneration(content), content
 
 
 def _docker_build(fp: dict[str, Any], image: dict[str, str], torch: str) -> None:

@@ -18,16 +18,19 @@ from typer.testing import CliRunner
 
 from helpers import (
     History,
+    cli_on_path,
     first_screen,
     github_render,
     live_processes,
     printed_commands,
     run_as_printed,
+    served_as_printed,
     shell_words,
     sim_command,
     wait_until,
     write_config,
 )
+from llm_bisect.checks.metrics import degeneration
 from llm_bisect.cli import cli
 from llm_bisect.journal import read_events
 
@@ -454,6 +457,44 @@ def test_the_report_holds_runs_evidence_and_its_reproduce_lines_run_as_printed(
         assert not [s for s in PLANTED if s.encode() in path.read_bytes()], path
     assert not [s for s in PLANTED if s in output]
     assert live_processes(str(h.repo)) == []
+
+
+def test_the_printed_curl_reaches_the_server_started_by_the_printed_command_line(
+    tmp_path: Path,
+) -> None:
+    """The report's curl of the canary's first failing prompt said its server was "started by
+    its command line above", and no such line was printed. The curl's block starts with it
+    (its secrets by their names); the two, pasted into `sh` in another folder with the
+    reader's own key and token, show the symptom. No planted secret is printed."""
+    if shutil.which("curl") is None:
+        pytest.skip("no curl on this machine")
+    rules = [{"flags": {"--moe-backend": "cutlass"}, "fault": "degenerate-content"}]
+    h = History(tmp_path, {}, 2, settings={"fault_when": rules})
+    command = [*sim_command(h.repo), *FLAGS_GOOD, "--api-key", PLANTED[0]]
+    config = h.config(server={"command": command, "ready_timeout": 20,
+                              "env": {**ENV_GOOD, "HF_TOKEN": PLANTED[1]}},
+                      checks=[{"type": "canary"}], localize={"enabled": False})  # fmt: skip
+    out = tmp_path / "out"
+    code, output = invoke("configs", str(config), "--build", h.shas[-1], "--out", str(out),
+                          "--bad-arg", "--moe-backend cutlass")  # fmt: skip
+    assert code == 0 and "found: turns GOOD bad" in output, output
+    md = (out / "report.md").read_text()
+    assert "started by the block's first line" in md
+    fences = github_render(md).fences
+    (server,) = [x for info, c in fences if info == "sh" for x in c.splitlines()
+                 if "llm_bisect.sim" in x]  # fmt: skip
+    (curl,) = [x for info, c in fences if info == "sh" for x in c.splitlines()
+               if x.startswith("curl ")]  # fmt: skip
+    assert md.index(server) < md.index(curl)  # above it
+    assert not [x for x in PLANTED if x in md]
+    words = shell_words(server, tmp_path)
+    assert "--moe-backend" in words and words[words.index("--moe-backend") + 1] == "cutlass"
+    env = {**cli_on_path(tmp_path / "bin"), "HF_TOKEN": "hf_readersOwn",
+           "LLM_BISECT_API_KEY": "sk-readersOwn"}  # fmt: skip
+    reply = served_as_printed(server, curl, tmp_path / "elsewhere", env)
+    content = json.loads(reply)["choices"][0]["message"]["content"]
+    assert degeneration(content), content
+    assert wait_until(lambda: live_processes(str(h.repo)) == [])  # the group was ended
 
 
 def test_a_config_without_candidates_serves_and_an_ignored_server_is_said(

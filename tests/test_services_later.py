@@ -5,6 +5,7 @@ confirmed prints (`confirm: continue`, the same command again)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 import subprocess
@@ -22,6 +23,7 @@ from helpers import (
     run_as_printed,
     shell_words,
     sim_command,
+    write_config,
 )
 from llm_bisect.cli import cli
 from llm_bisect.model import Verdict
@@ -129,6 +131,101 @@ def test_the_printed_find_fix_command_runs_as_printed_with_a_config_golden(
     assert fix["culprit"]["commit"] == h.shas[9]
     assert (Path(f"{out}-fix") / "golden.json").is_file()
     assert (tmp_path / "golden.json").is_file()  # the config's golden is left as it was
+
+
+def kimi_shape(root: Path) -> dict[str, str]:
+    """The Kimi case's lines: main m0..m4 (the good nightly at m2, `nightly-main` at m4, after
+    everything else); the release branch from m2: r1, r2 (the culprit), r3 (`v0.27.0`, bad),
+    r4 (`v0.27.1`, the fix). Main never had the culprit."""
+    repo = root / "engine"
+    repo.mkdir()
+    shas: dict[str, str] = {}
+    clock = itertools.count(1_786_000_000, 60)  # one a git call: the order is the dates'
+
+    def git(*args: str) -> str:
+        when = f"{next(clock)} +0000"
+        env = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "T",
+               "GIT_COMMITTER_EMAIL": "t@x", "GIT_AUTHOR_DATE": when, "GIT_COMMITTER_DATE": when,
+               "PATH": "/usr/bin:/bin"}  # fmt: skip
+        return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                              text=True, env=env).stdout.strip()  # fmt: skip
+
+    def commit(name: str, fault: str) -> None:
+        (repo / "sim-engine.json").write_text(json.dumps({"fault": fault}))
+        (repo / "log.txt").open("a").write(name + "\n")
+        git("add", "-A")
+        git("commit", "-q", "-m", name)
+        shas[name] = git("rev-parse", "HEAD")
+
+    git("init", "-q", "-b", "main")
+    for name in ("m0", "m1", "m2"):
+        commit(name, "none")
+    git("tag", "nightly-0809", shas["m2"])
+    git("checkout", "-q", "-b", "releases/v0.27", shas["m2"])
+    for name, fault in (("r1", "none"), ("r2", "degenerate-content"),
+                        ("r3", "degenerate-content"), ("r4", "none")):  # fmt: skip
+        commit(name, fault)
+    git("tag", "v0.27.0", shas["r3"])
+    git("tag", "v0.27.1", shas["r4"])
+    git("checkout", "-q", "main")
+    for name in ("m3", "m4"):
+        commit(name, "none")
+    git("tag", "nightly-main", shas["m4"])
+    return shas
+
+
+def test_a_later_nightly_that_never_had_the_culprit_is_said_so_and_bounds_no_fix(
+    tmp_path: Path,
+) -> None:
+    """The Kimi shape: the culprit is a release branch's commit; a later nightly of main,
+    which never had it, reads good. It was called "good again" and gave a `--find-fix` line
+    that exited 4 ("was undone ... on the bad side"). It is said not to contain the culprit;
+    the later release that has it and reads good gives the line, which, pasted into `sh` in
+    another folder, finds the fix."""
+    shas = kimi_shape(tmp_path)
+    repo = tmp_path / "engine"
+    config = write_config(tmp_path / "kimi.yaml", {
+        "candidates": {"repo": str(repo), "good": "nightly-0809", "bad": "v0.27.0",
+                       "later": ["v0.27.1", "nightly-main"]},
+        "server": {"command": sim_command(repo), "ready_timeout": 20},
+        "checks": CHECKS, "search": {"flake": 0}, "confirm": False,
+    })  # fmt: skip
+    out = tmp_path / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    md = (out / "report.md").read_text()
+    [line] = commands(md, "--find-fix")  # pasted first, as a reader would
+    fixed = run_as_printed(line, tmp_path / "elsewhere", tmp_path / "bin")
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    fix = json.loads((Path(f"{out}-fix") / "result.json").read_text())
+    assert (fix["mode"], fix["status"], fix["culprit"]["commit"]) == ("fix", "found", shas["r4"])
+    assert printed_after(done.output, "later: to find the fix: ") == line
+    assert shlex.split(line)[4:8] == ["--good", shas["r4"], "--bad", shas["r3"]]
+    assert f"- `v0.27.1` (`{shas['r4'][:12]}`): **good again**" in md
+    said = "does not contain the culprit (tested good; never had it: no fix to find)"
+    assert f"- `nightly-main` (`{shas['m4'][:12]}`): **{said}**" in md
+    assert f"later: nightly-main ({shas['m4'][:12]}): {said}" in done.output
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["culprit"]["commit"] == shas["r2"]
+    assert [(x["ref"], x["verdict"], x["contains"]) for x in doc["later"]] == [
+        ("v0.27.1", "good", True), ("nightly-main", "good", False),
+    ]  # fmt: skip
+
+
+def test_later_builds_none_of_which_has_the_culprit_offer_no_fix_command() -> None:
+    doc = ResultDocument.model_validate(
+        {
+            "status": "found", "message": "m", "mode": "regression", "good": "b" * 40,
+            "bad": "c" * 40, "culprit": {"commit": "d" * 40}, "range": ["b" * 40, "d" * 40],
+            "candidates": 3, "probes": [],
+            "later": [{"ref": "nightly", "commit": "e" * 40, "verdict": v, "contains": False}
+                      for v in ("good", "bad")],
+        }
+    )  # fmt: skip
+    md = render_markdown(doc)
+    assert "--find-fix" not in md and "good again**" not in md and "still bad" not in md
+    assert "**does not contain the culprit (tested bad; never had it: no fix to find)**" in md
+    assert "No later build tested contains the culprit `dddddddddddd`" in md
 
 
 def test_a_later_build_still_bad_or_untestable_offers_no_fix_command(tmp_path: Path) -> None:

@@ -1153,26 +1153,38 @@ def demo_cmd(
     def body(term: Terminal) -> int:
         if docker:
             demo.require_engine()
-        work = (prepare(out) / "demo") if out else Path(tempfile.mkdtemp(prefix="llm-bisect-demo-"))
+        # absolute: the config, the repository and every command the report prints name
+        # these folders, and a user pastes those commands from wherever they stand
+        base = out.absolute() if out else None
+        work = (
+            (prepare(base) / "demo") if base else Path(tempfile.mkdtemp(prefix="llm-bisect-demo-"))
+        )
         repo_dir = work / "engine"
         shas = demo.build_demo_history(repo_dir)
         images = demo.build_demo_images(repo_dir, shas) if docker else []
         config = demo.write_config(work, repo_dir, docker=docker)
-        out_dir = out or work / "out"
+        out_dir = base or work / "out"
         how = f", {len(images)} images" if docker else ""
         term.say(f"demo: a {demo.N_COMMITS}-commit history in {repo_dir}{how}; config {config}")
         progress = TerminalProgress(term)
+        kept: list[str] = []
         try:
             s = _setup(term, config, progress)
             done = run_bisect(s, out_dir, progress=progress)
+            kept = demo.images_of(images, done.answer.range)
         finally:
-            if images:
-                demo.remove_images(images)
+            if images:  # all but those the report's commands run
+                demo.remove_images([x for x in images if x not in kept])
         _print_answer(term, done.answer, out_dir)
         probes = len(done.result.probes)
         started, ended = done.result.started_at, done.result.ended_at
         wall = ended - started if started is not None and ended is not None else None
         term.say(f"demo: {probes} probes in {duration(wall)}")  # the figure report.md gives
+        if kept:
+            term.say(
+                f"demo: kept the {len(kept)} images the report's commands run; remove them "
+                f"with: {demo.remove_line(kept)}"
+            )
         found = done.answer.culprit
         if found is None or found.commit != shas[demo.CULPRIT_INDEX]:
             term.say("demo: the bisection did not land on the planted culprit")

@@ -8,8 +8,9 @@ one earlier commit does not start at all (untestable, fixed by the next one).
 from __future__ import annotations
 
 import json
+import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,7 @@ def build_history(
     merged over `settings` and every `changes[j]` with j <= i (e.g. a kernel
     backend switched by commit j); `authors[i]` (name, email) wrote commit i.
     """
+    repo_dir = repo_dir.absolute()  # GitPython reads the index's paths from the process's cwd
     repo = git.Repo.init(repo_dir)
     actor = git.Actor("Demo Maintainer", "maintainer@example.com")
     start = datetime(2026, 8, 9, 9, 0, tzinfo=timezone.utc)
@@ -170,6 +172,18 @@ def build_demo_images(repo_dir: Path, shas: list[str]) -> list[str]:
     return import_history(
         engine_client(), repo_dir, shas, DOCKER_REPOSITORY, frozenset({MISSING_IMAGE_INDEX})
     )
+
+
+def images_of(refs: list[str], commits: Sequence[str]) -> list[str]:
+    """The images among `refs` of `commits` (an answer's range: the last good build and the
+    culprit, which report.md's Reproduce and `docker run` lines run), in `refs`' order."""
+    wanted = {f"{DOCKER_REPOSITORY}:{c}" for c in commits}
+    return [ref for ref in refs if ref in wanted]
+
+
+def remove_line(refs: list[str]) -> str:
+    """The command that removes the images the demo kept, as printed."""
+    return shlex.join(["docker", "rmi", *refs])
 
 
 def remove_images(refs: list[str]) -> None:

@@ -244,6 +244,10 @@ class LaterDoc(_Doc):
     verdict: Verdict
     """good: good again; bad: still bad; skip or unsure: could not be tested."""
     reason: str = ""
+    contains: bool = True
+    """Whether the build has the culprit (`git merge-base --is-ancestor CULPRIT BUILD`): one
+    that never had it (a nightly of main, the culprit a release branch's commit) is not good
+    *again* and bounds no fix, whatever it reads."""
 
 
 class BumpDoc(_Doc):

@@ -643,12 +643,22 @@ def run_again(doc: ResultDocument) -> list[str] | None:
             *reproduce_repo(ctx)]  # fmt: skip
 
 
-LATER_SAID = {"good": "good again", "bad": "still bad"}
+def later_said(x: LaterDoc) -> str:
+    """What a later build says of the regression: good again, still bad, could not be
+    tested; or that it never had the culprit, whatever it read."""
+    tested = x.verdict.value in ("good", "bad")
+    if not x.contains:
+        read = f"tested {x.verdict.value}" if tested else f"not tested ({x.verdict.value})"
+        return f"does not contain the culprit ({read}; never had it: no fix to find)"
+    return {"good": "good again", "bad": "still bad"}.get(
+        x.verdict.value, f"could not be tested ({x.verdict.value})"
+    )
 
 
 def good_again(doc: ResultDocument) -> LaterDoc | None:
-    """The newest later build that is good again (the last such: `later` is oldest first)."""
-    fixed = [x for x in doc.later if x.verdict.value == "good"]
+    """The newest later build that has the culprit and is good again (the last such: `later`
+    is oldest first)."""
+    fixed = [x for x in doc.later if x.verdict.value == "good" and x.contains]
     return fixed[-1] if fixed and doc.mode is Mode.REGRESSION else None
 
 
@@ -677,9 +687,8 @@ def _later(doc: ResultDocument) -> list[str]:
         "",
     ]
     for x in doc.later:
-        said = LATER_SAID.get(x.verdict.value, f"could not be tested ({x.verdict.value})")
         why = f": {cell(x.reason, 300)}" if x.reason else ""
-        lines.append(f"- {esc.code(x.ref)} (`{x.commit[:12]}`): **{said}**{why}")
+        lines.append(f"- {esc.code(x.ref)} (`{x.commit[:12]}`): **{later_said(x)}**{why}")
     fix, fixed = fix_command(doc), good_again(doc)
     if fix is not None and fixed is not None:
         lines += [
@@ -689,8 +698,13 @@ def _later(doc: ResultDocument) -> list[str]:
             "",
             *esc.fence(esc.shell(fix), "bash"),
         ]
-    elif any(x.verdict.value == "bad" for x in doc.later):
+    elif any(x.verdict.value == "bad" and x.contains for x in doc.later):
         lines += ["", "No later build tested is good again: the regression has not ended."]
+    elif not any(x.contains for x in doc.later):
+        culprit = f" `{doc.culprit.commit[:12]}`" if doc.culprit else ""
+        lines += ["", f"No later build tested contains the culprit{culprit} (each is on "
+                      "another line than the bad end): none bounds a fix. A later build of the "
+                      "bad end's own line would."]  # fmt: skip
     return [*lines, ""]
 
 
@@ -894,10 +908,14 @@ def _without_llm_bisect(bad: ProbeDoc) -> list[str]:
     return without_llm_bisect(bad)
 
 
-def without_llm_bisect(bad: ProbeDoc, label: str = "first bad build") -> list[str]:
+def without_llm_bisect(
+    bad: ProbeDoc, label: str = "first bad build", *, command_above: bool = True
+) -> list[str]:
     """A bad build's server by its image digest (docker), and the canary's first failing
     prompt sent to its OpenAI endpoint as the canary sent it (with the server's API key
-    from the reader's environment, by its name, where the server asks for one)."""
+    from the reader's environment, by its name, where the server asks for one).
+    `command_above`: the report printed the server's command line above (Reproduce); else,
+    with no image to run, the curl's block starts with it."""
     fp = bad.fingerprint
     pinned = portable.pinned_run(fp)
     failing = portable.failing_canary(bad)
@@ -921,8 +939,14 @@ def without_llm_bisect(bad: ProbeDoc, label: str = "first bad build") -> list[st
         block.append(pinned.line)
     if curl is not None and failing is not None:
         case = failing[0]
-        where = "once it is ready, " if pinned is not None else ""
-        started = " (started by its command line above)" if pinned is None else ""
+        started = ""
+        if pinned is None and fp.command and not command_above:
+            block.append(fp.command)
+            started = " (started by the block's first line: a secret by its name only, which "
+            started += "takes its value from your environment)"
+        elif pinned is None and fp.command:
+            started = " (started by its command line above)"
+        where = "once it is ready, " if block else ""
         lines.append(
             f"The canary's first failing prompt, {where}sent as the canary sent it to the "
             f"{label}'s server{started}:"

@@ -820,8 +820,8 @@ def _markdown(r: ConfigsResult, secret: Collection[str]) -> str:
         lines += [f"- {esc.code(r.differences[i].label)}" for i in r.difference]
         lines.append("")
     lines += _reproduce(r, secret)
-    if r.bad_probe is not None:
-        lines += md.without_llm_bisect(r.bad_probe, BAD_LABEL)
+    if r.bad_probe is not None:  # no Reproduce block shows its server: the curl's block does
+        lines += md.without_llm_bisect(r.bad_probe, BAD_LABEL, command_above=False)
     lines += ["## Every difference of BAD from GOOD", "", "| # | BAD sets | GOOD sets |",
               "|---|---|---|"]  # fmt: skip
     for n, d in enumerate(r.differences, 1):

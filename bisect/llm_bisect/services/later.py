@@ -30,7 +30,7 @@ from ..probe import ProbeContext, probe
 from ..redact import Scrub
 from ..report.documents import LaterDoc, ResultDocument
 from ..report.escape import shell
-from ..report.markdown import LATER_SAID, fix_command, run_again
+from ..report.markdown import fix_command, later_said, run_again
 from ..runner import write_atomic
 from ..search import Mode, Status
 from ..sources.picks import tree_of
@@ -94,10 +94,13 @@ def probe_later(
     ctx: ProbeContext,
     note: Callable[[str], None],
     scrub: Scrub,
+    is_ancestor: Callable[[str, str], bool],
 ) -> list[LaterDoc]:
-    """result.json's `later` for a run that found its culprit; [] otherwise (or none given)."""
+    """result.json's `later` for a run that found its culprit; [] otherwise (or none given).
+    Each says whether it has the culprit (`is_ancestor(culprit, build)`)."""
     if not later or result.status is not Status.FOUND or result.mode is not Mode.REGRESSION:
         return []
+    culprit = result.culprit.commit if result.culprit else None
     probed: dict[str, tuple[str, Verdict, str]] = {}  # tree -> (commit, verdict, reason)
     confirmed = result.confirmation.probes if result.confirmation else []
     for commit, verdict, reason in [
@@ -106,6 +109,10 @@ def probe_later(
     ]:
         if commit and verdict in ("good", "bad"):
             probed.setdefault(tree_of(repo, commit), (commit, Verdict(verdict), reason or ""))
+
+    def has(commit: str) -> bool:
+        return culprit is None or is_ancestor(culprit, commit)
+
     digest = hashlib.sha256(f"{result.good}\0{result.bad}".encode()).hexdigest()[:16]
     path = out_dir / JOURNAL
     done = side_probes(path, digest)  # another range's is dropped
@@ -119,7 +126,8 @@ def probe_later(
             if same is not None and commit not in done:
                 was, verdict, reason = same
                 why = reason if was == commit else f"the tree of {was[:12]}, probed: {reason}"
-                found.append(LaterDoc(ref=ref, commit=commit, verdict=verdict, reason=why))
+                found.append(LaterDoc(ref=ref, commit=commit, verdict=verdict, reason=why,
+                                      contains=has(commit)))  # fmt: skip
                 continue
             if commit not in done:
                 note(printable(f"later: probing {ref} ({candidate.short})"))
@@ -129,12 +137,10 @@ def probe_later(
             outcome = done[commit]
             if tree and outcome.verdict in (Verdict.GOOD, Verdict.BAD):
                 probed.setdefault(tree, (commit, outcome.verdict, outcome.reason))
-            found.append(
-                LaterDoc(ref=ref, commit=commit, verdict=outcome.verdict, reason=outcome.reason)
-            )
+            found.append(LaterDoc(ref=ref, commit=commit, verdict=outcome.verdict,
+                                  reason=outcome.reason, contains=has(commit)))  # fmt: skip
     for x in found:
-        said = LATER_SAID.get(x.verdict.value, f"could not be tested ({x.verdict.value})")
-        note(printable(f"later: {x.ref} ({x.commit[:12]}): {said}"))
+        note(printable(f"later: {x.ref} ({x.commit[:12]}): {later_said(x)}"))
     stored = {"good": result.good, "bad": result.bad, "later": [x.model_dump() for x in found]}
     write_atomic(out_dir / STORED, json.dumps(scrub.doc(stored), indent=2) + "\n")
     return [LaterDoc.model_validate(x) for x in scrub.doc(stored)["later"]]

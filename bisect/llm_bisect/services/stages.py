@@ -317,7 +317,8 @@ class Later:
         if not run.later:
             return done
         ends = probe_later(run.s.source.path, done.out_dir, done.result, run.later,
-                           run.probe_context(), run.note, run.s.scrub)  # fmt: skip
+                           run.probe_context(), run.note, run.s.scrub,
+                           run.s.source.is_ancestor)  # fmt: skip
         if not ends:
             return done
         return _written(done, done.result.model_copy(update={"later": ends}), run)
