@@ -398,9 +398,16 @@ def posterior_batch(
                 f"({v.value})"
             )  # fmt: skip
     waiting = [e for e in ends if e not in history and e not in running]
-    if waiting:
-        return waiting[:k]
     pool = frozenset(range(n)) - untestable - (frozenset({0}) if old_end_known else frozenset())
+    if waiting:
+        if waiting != [n - 1] or k < 2:
+            return waiting[:k]
+        # the bad end beside the probes that tell most were it bad (as the user says it is):
+        # one round saved on k slots; where it tests good they told nothing
+        told = believe(n, {**tested, n - 1: [new]}, new, policy, old_end_known=old_end_known,
+                       trials=trials)  # fmt: skip
+        beside = decide(told, policy, new, pool - {n - 1}, 0, k - 1, running, prefer, closed)
+        return [n - 1, *beside.probes]
     belief = believe(n, tested, new, policy, old_end_known=old_end_known, trials=trials)
     spent = sum(len(seen) for seen in history.values())
     decision = decide(belief, policy, new, pool, spent, k, running, prefer, closed)
