@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import Check
-from .checks.golden import GoldenStore, warnings as golden_warnings
+from .checks.golden import GoldenStore, unjudged, warnings as golden_warnings
 from .client import OpenAIClient
 from .clock import SYSTEM, Clock
 from .config import differing
@@ -44,6 +44,7 @@ from .search import (
     Answer,
     Plan,
     Seen,
+    Status,
     contradicted,
     left_of,
     lookahead,
@@ -90,12 +91,18 @@ def write_probe(out_dir: Path, outcome: ProbeOutcome, scrub: Scrub | None = None
 
 
 def result_of(
-    state: JournalState, warnings: Sequence[str] = ()
+    state: JournalState, warnings: Sequence[str] = (), golden: Path | None = None
 ) -> tuple[Answer | Candidate, ResultDocument | None]:
-    """The search's next step for a journal state, and result.json once it has an answer."""
+    """The search's next step for a journal state, and result.json once it has an answer;
+    `golden`: the file the run judged by (an error where the next step cannot be judged
+    without it, as the run ends: golden.unjudged)."""
     used = count(state.plan, state.probes, state.symptom).used
     seen = history(used, state.policy)
     step = plan_step(state.plan, seen, reprobe=state.reprobe, policy=state.policy)
+    if isinstance(step, Candidate) and golden is not None:
+        good = state.plan.good.commit
+        why = unjudged(golden, good, {step.commit}, state.probes, state.regress)
+        step = step if why is None else Answer(Status.ERROR, None, (), why)
     if isinstance(step, Answer):
         return step, build_result(
             state.plan,
@@ -395,6 +402,11 @@ class _Slots:
             )
             if isinstance(step, Answer) and not self.running:
                 return step
+            golden = self.ctx.golden
+            if isinstance(step, list) and step and not self.running and golden is not None:
+                wanted = {c.commit for c in step}
+                if (why := golden.unjudged(wanted, self.probes, self.ctx.regress)) is not None:
+                    return Answer(Status.ERROR, None, (), why)  # never a probe it cannot judge
             if isinstance(step, list):
                 # re-probes pick their slots first: each prefers one that has not probed it
                 raw = {c.commit: sum(1 for p in self.probes if p.commit == c.commit) for c in step}
