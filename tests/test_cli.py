@@ -140,6 +140,71 @@ def test_crashes_during_checks_are_the_regression_only_when_asked(
     assert f"`regress: {regress}`" in (out / "report.md").read_text()
 
 
+@pytest.mark.parametrize("regress", ["crash", "any"])
+def test_a_good_end_that_crashes_during_its_checks_is_an_error_with_a_report_and_no_more_probes(
+    tmp_path: Path, history: Any, regress: str
+) -> None:
+    """Under `regress: crash` (or `any`) a good end that crashes during its checks is bad, and
+    no golden could be recorded from it: nothing can be judged, so no other build is started.
+    The run ends `error` (exit 1) with its report; a resume and `report DIR` end the same way
+    without starting a server."""
+    h: History = history({0: "crash-on-request"}, n=6)
+    launches = tmp_path / "launches"
+    command = [*h.config_command(), "--launch-log", str(launches)]
+    config = str(h.config(server={"command": command}, checks=SIMPLE_CHECKS, regress=regress,
+                          search={"flake": "auto"}))  # fmt: skip
+    out = tmp_path / "out"
+    said = (
+        f"the good end {h.shas[0][:12]} is bad under regress: {regress} (it crashed during its "
+        "checks): nothing to bisect"
+    )
+    for command_ in (["run", config, "--out", str(out)], ["run", config, "--out", str(out)],
+                     ["report", str(out)]):  # fmt: skip
+        code, output = invoke(*command_)
+        assert code == 1 and f"error: {said}" in output, output
+        assert "golden: none recorded yet" not in output
+        result = result_of(out)
+        assert result["status"] == "error" and result["message"].startswith(said)
+        assert [p["commit"] for p in result["probes"]] == [h.shas[0]]
+        assert said in (out / "report.md").read_text()
+        assert launches.read_text().split() == [h.shas[0]]  # the good end's one start
+    assert not (out / "golden.json").exists()
+
+
+def test_a_golden_missing_on_resume_is_an_error_until_it_is_recorded_again(
+    tmp_path: Path, history: Any
+) -> None:
+    """golden.json gone from a run killed after its good end: no build can be judged without
+    it. The run ends `error` (exit 1) naming the file, with its report, and starts nothing;
+    once the golden is recorded again as it says, the same command goes on to the culprit."""
+    h: History = history({2: "null-content"}, n=4)
+    launches = tmp_path / "launches"
+    command = [*h.config_command(), "--launch-log", str(launches)]
+    quick = {"checks": SIMPLE_CHECKS, "confirm": False, "localize": {"enabled": False},
+             "probe": {"early_stop": False}}  # fmt: skip
+    config = str(h.config(server={"command": command}, **quick))
+    out = tmp_path / "out"
+    assert invoke("run", config, "--out", str(out))[0] == 0
+    journal = (out / "journal.jsonl").read_text().splitlines(keepends=True)
+    assert [json.loads(line)["event"] for line in journal[:3]] == ["run", "probe-start", "probe"]
+    (out / "journal.jsonl").write_text("".join(journal[:3]))  # killed after the good end
+    (out / "golden.json").unlink()
+    (out / "result.json").unlink()
+    starts = launches.read_text().split()
+    for command in (["run", config, "--out", str(out)], ["report", str(out)]):
+        code, output = invoke(*command)
+        assert code == 1, output
+        assert f"error: golden: '{out / 'golden.json'}' is missing; the good end " in output
+        assert "golden: none recorded yet" not in output
+        result = result_of(out)
+        assert result["status"] == "error" and "`llm-bisect golden`" in result["message"]
+        assert "is missing" in (out / "report.md").read_text()
+        assert launches.read_text().split() == starts
+    assert invoke("golden", config, "--candidate", h.shas[0], "-o", str(out))[0] == 0
+    code, output = invoke("run", config, "--out", str(out))
+    assert code == 0 and f"found: {h.shas[2]}" in output, output
+
+
 @pytest.mark.parametrize(
     ("regress", "status"), [("crash", "no-regression"), ("any", "found"), ("semantic", "found")]
 )

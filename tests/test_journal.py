@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llm_bisect.errors import JournalError
-from llm_bisect.journal import Journal, plan_json, read_events, read_journal
+from llm_bisect.journal import (
+    Journal,
+    begin_side,
+    look_digest,
+    look_name,
+    plan_json,
+    read_events,
+    read_journal,
+)
 from llm_bisect.model import Candidate, ProbeOutcome, Verdict
+from llm_bisect.posterior import Policy, Trial
 from llm_bisect.redact import Scrub
 from llm_bisect.search import Mode, Plan
 from llm_bisect.symptom import Symptom
@@ -129,3 +139,105 @@ def test_what_goes_in_is_scrubbed(tmp_path: Path) -> None:
     assert "hf_secret_value" not in text and "token *** echoed" in text
     assert "[cut: 517 characters in all, sha256 " in text
     assert read_journal(path).state is not None
+
+
+REVERT, PICK = "d" * 40, "e" * 40  # B reverted onto the bad end, picked onto the good end
+WEIGHED = Policy(
+    flake=None,
+    evidence=(Trial(B, "revert", Verdict.GOOD), Trial(B, "pick", Verdict.BAD)),
+    looks=((B, True),),
+)
+
+
+def confirmed(path: Path, policy: Policy = WEIGHED, culprit: str = B) -> None:
+    """A run whose search named B, whose confirmation's trials (DIR/confirm.jsonl, lines 2
+    and 3) bore it out, weighed into the search (journal.jsonl line 4)."""
+    started(path)
+    with Journal(path.parent / "confirm.jsonl") as side:
+        begin_side(side, "confirm", look_digest(culprit, A, C), 1)
+        side.append("probe", kind="revert", outcome=ProbeOutcome(REVERT, Verdict.GOOD).to_json())
+        side.append("probe", kind="pick", outcome=ProbeOutcome(PICK, Verdict.BAD).to_json())
+    with Journal(path) as j:
+        j.append("search", search=policy.to_json())
+
+
+def test_evidence_as_its_confirmation_journalled_it_is_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    confirmed(path)
+    state = read_journal(path).state
+    assert state is not None and state.policy == WEIGHED
+    assert look_name(0) == "confirm" and look_name(2) == "confirm-again-2"
+
+
+GOOD_A = Trial(A, "revert", Verdict.GOOD)  # A: the good end, which the journal found good
+
+
+@pytest.mark.parametrize(
+    ("policy", "why"),
+    [
+        (  # the issue's edit: the evidence names a commit the journal's own probe found good
+            Policy(
+                flake=None, evidence=(GOOD_A, Trial(A, "pick", Verdict.BAD)), looks=WEIGHED.looks
+            ),
+            f"evidence names the revert of {A[:12]} tested good, but confirm.jsonl:2 holds the "
+            f"revert of {B[:12]} tested good",
+        ),
+        (
+            Policy(flake=None, evidence=(Trial(B, "revert", Verdict.BAD),), looks=WEIGHED.looks),
+            f"evidence names the revert of {B[:12]} tested bad, but confirm.jsonl:2 holds the "
+            f"revert of {B[:12]} tested good",
+        ),
+        (
+            Policy(flake=None, evidence=(*WEIGHED.evidence, GOOD_A), looks=WEIGHED.looks),
+            f"evidence names the revert of {A[:12]} tested good, but no confirmation it weighs "
+            "holds it",
+        ),
+        (
+            Policy(flake=None, evidence=WEIGHED.evidence[:1], looks=WEIGHED.looks),
+            f"evidence leaves out the pick of {B[:12]} tested bad (confirm.jsonl:3)",
+        ),
+        (
+            Policy(flake=None, evidence=(GOOD_A,)),
+            f"evidence names the revert of {A[:12]} tested good, but no confirmation it weighs "
+            "holds it",
+        ),
+        (  # the look names A, and so does its evidence: its side journal confirms B
+            Policy(
+                flake=None, evidence=(GOOD_A, Trial(A, "pick", Verdict.BAD)), looks=((A, True),)
+            ),
+            f"its search weighs look 1 at {A[:12]}, but confirm.jsonl confirms another culprit",
+        ),
+        (  # a second look whose side journal is gone
+            Policy(flake=None, evidence=WEIGHED.evidence, looks=(*WEIGHED.looks, (C, False))),
+            f"its search weighs look 2 at {C[:12]}, but confirm-again.jsonl, where its trials "
+            "are journalled, does not exist",
+        ),
+    ],
+    ids=["a-good-commit", "verdict", "extra", "left-out", "no-look", "look-edited", "look-gone"],
+)
+def test_evidence_that_contradicts_its_confirmation_is_a_one_line_error_naming_the_line(
+    tmp_path: Path, policy: Policy, why: str
+) -> None:
+    """Evidence weighs like verdicts: each entry must be a trial its confirmation's side
+    journal holds (an edited journal named a commit its own probe found good, and `report
+    DIR` named it the culprit)."""
+    path = tmp_path / "journal.jsonl"
+    confirmed(path, policy)
+    said = re.escape(f"journal.jsonl:4: {why}: the journal contradicts what it was weighed from")
+    with pytest.raises(JournalError, match=said) as e:
+        read_journal(path)
+    assert "\n" not in str(e.value)
+    with pytest.raises(JournalError, match=":4: "), Journal(path):  # a resume reads it so
+        pass
+
+
+def test_a_confirmation_journal_that_is_gone_or_another_culprits_is_an_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "journal.jsonl"
+    confirmed(path, culprit=C)
+    with pytest.raises(JournalError, match=f"look 1 at {B[:12]}, but confirm[.]jsonl confirms"):
+        read_journal(path)
+    (tmp_path / "confirm.jsonl").unlink()
+    with pytest.raises(JournalError, match=r"confirm\.jsonl, where its trials are journalled, do"):
+        read_journal(path)

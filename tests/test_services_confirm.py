@@ -376,6 +376,30 @@ def test_the_search_stops_for_its_confirmation_whose_trials_carry_the_culprit(
     # `report DIR` rebuilds the same search section from the journal (look and trials)
     assert_report_rebuilds_the_search(tmp_path / "on" / "out")
     assert h.shas[9] in starts
+    # a journal edited so that its evidence names a build it found good: `report DIR` named
+    # that build the culprit (exit 0); it and a resume refuse it in one line naming the line
+    out = tmp_path / "on" / "out"
+    wrong = max((p["commit"] for p in doc["probes"] if p["verdict"] == "good"), key=h.shas.index)
+    lines = (out / "journal.jsonl").read_text().splitlines()
+    weighed = [
+        i for i, line in enumerate(lines) if "evidence" in json.loads(line).get("search", {})
+    ]
+    for i in weighed:
+        event = json.loads(lines[i])
+        event["search"]["evidence"] = [{**t, "commit": wrong} for t in event["search"]["evidence"]]
+        lines[i] = json.dumps(event)
+    (out / "journal.jsonl").write_text("\n".join(lines) + "\n")
+    said = (
+        f"llm-bisect: error: {out / 'journal.jsonl'}:{weighed[0] + 1}: evidence names the revert "
+        f"of {wrong[:12]} tested good, but confirm.jsonl:2 holds the revert of {h.shas[9][:12]} "
+        "tested good: the journal contradicts what it was weighed from (move it away to start "
+        "the run over)"
+    )
+    report = CliRunner().invoke(cli, ["report", str(out)])
+    assert report.exit_code == 2 and report.output.splitlines() == [said], report.output
+    code, output, _, _ = run(h, tmp_path / "on", search={"flake": "auto"},
+                             localize={"enabled": False})  # fmt: skip
+    assert code == 2 and said in output.splitlines(), output
 
 
 def _slotted(h: History, tmp_path: Path, k: int, *extra: str) -> tuple[int, str, dict[str, Any]]:

@@ -825,7 +825,10 @@ def report_cmd(
                 term.say(f"    journal: left out its {reading.dropped}")
             if reading.state is None:
                 raise ConfigError(f"DIR: the journal in '{out}' holds no run")
-            step, result = result_of(reading.state, _golden_warnings(out / "golden.json"))
+            own = out / "golden.json"  # else the one the run names (a folder moved: its own)
+            named = Path(str(reading.state.context.get("golden") or own))
+            judged_by = own if own.exists() else named
+            step, result = result_of(reading.state, _golden_warnings(own), judged_by)
             if result is None or not isinstance(step, Answer):
                 raise JournalError(
                     f"{out}: the run has not finished; resume it with `llm-bisect run`"

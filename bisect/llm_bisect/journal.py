@@ -19,21 +19,30 @@ Every line is checked as it is read back, by the same rule everywhere:
                     in the middle: nothing is guessed)
     line n (last)   when torn or damaged (a kill mid-write, a disk that lost its tail)
                     it is dropped; resuming cuts it off the file, and says so
+
+A policy's evidence (the `search` of a `run` or `search` event: confirmation trials
+weighed as verdicts) is checked against where it came from: look i of `looks` (culprit
+c) is DIR/<look_name(i)>.jsonl, whose head names c and the run's ends (look_digest), and
+the evidence is each look's trials in turn, as that side journal holds them (revert, then
+pick; each verdict good or bad). A journal that says otherwise was edited, or lost a
+side journal: a JournalError naming its line and the side journal's (`evidence_checked`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any, TextIO
 
 from .errors import JournalError
-from .model import Candidate, ProbeOutcome, Regress
-from .posterior import EXACT, Policy
+from .model import Candidate, ProbeOutcome, Regress, Verdict
+from .posterior import EXACT, Policy, Trial
 from .redact import Scrub
 from .search import Mode, Plan
 from .symptom import Symptom
@@ -183,6 +192,8 @@ class Reading:
     """The file's length up to the end of its last sound line."""
     dropped: str | None
     """What was wrong with a last line that was dropped; None when there was none."""
+    lines: tuple[int, ...] = ()
+    """Each event's line number (1-based), in order."""
 
 
 def read_journal(path: Path) -> Reading:
@@ -194,6 +205,7 @@ def read_journal(path: Path) -> Reading:
     except OSError as exc:
         raise JournalError(f"{path}: cannot read journal ({exc.strerror})") from exc
     events: list[dict[str, Any]] = []
+    numbers: list[int] = []
     sound, dropped, offset = 0, None, 0
     lines = data.split(b"\n")
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
@@ -214,9 +226,11 @@ def read_journal(path: Path) -> Reading:
                     "(move it away to start the run over)"
                 ) from None
             events.append(event)
+            numbers.append(number)
             sound = min(end, len(data))
         offset = end
-    return Reading(events, _state(events), sound, dropped)
+    evidence_checked(path, events, numbers)
+    return Reading(events, _state(events), sound, dropped, tuple(numbers))
 
 
 def _when(event: dict[str, Any], key: str = "time") -> float | None:
@@ -288,6 +302,89 @@ def _settings(value: Any) -> dict[str, str]:
 def read_events(path: Path) -> list[dict[str, Any]]:
     """Every sound event of a journal; a torn or damaged last line is left out."""
     return read_journal(path).events
+
+
+def look_name(look: int) -> str:
+    """The folder (and, with .jsonl, the side journal) of a run's look-th confirmation."""
+    return "confirm" if look == 0 else "confirm-again" if look == 1 else f"confirm-again-{look}"
+
+
+def look_digest(culprit: str, good: str, bad: str) -> str:
+    """What a confirmation's side journal answers: this culprit between these ends."""
+    return hashlib.sha256(f"{culprit}\0{good}\0{bad}".encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One weighed trial as a confirmation's side journal holds it, and where."""
+
+    trial: Trial
+    where: str
+    """`<side journal>:<line>`."""
+
+
+def _said(trial: Trial) -> str:
+    return f"the {trial.kind} of {trial.commit[:12]} tested {trial.verdict.value}"
+
+
+def _look_trials(folder: Path, look: int, culprit: str, ends: tuple[str, str]) -> list[_Source]:
+    """The trials look `look` (of `culprit`) weighed, as its side journal holds them: the
+    last probe of each kind, revert then pick, where it tested good or bad (a skip is none);
+    ValueError where that journal is gone or confirms another culprit."""
+    name = f"{look_name(look)}.jsonl"
+    reading = read_journal(folder / name)
+    if not reading.events:
+        raise ValueError(f"{name}, where its trials are journalled, does not exist")
+    if reading.events[0].get("digest") != look_digest(culprit, *ends):
+        raise ValueError(f"{name} confirms another culprit")
+    last: dict[str, _Source] = {}
+    for number, event in zip(reading.lines, reading.events, strict=True):
+        kind = event.get("kind")
+        if event["event"] != "probe" or kind not in ("revert", "pick"):
+            continue
+        verdict = ProbeOutcome.from_json(event["outcome"]).verdict
+        if verdict in (Verdict.GOOD, Verdict.BAD):
+            trial = Trial(culprit, kind, verdict, _int(event, "slot"), _when(event, "began"))
+            last[kind] = _Source(trial, f"{name}:{number}")
+        else:
+            last.pop(kind, None)
+    return [last[kind] for kind in ("revert", "pick") if kind in last]
+
+
+def evidence_checked(path: Path, events: list[dict[str, Any]], numbers: list[int]) -> None:
+    """Check each policy's evidence in a run's journal against the confirmations it names
+    (the module docstring); JournalError naming the line that says otherwise. Side journals
+    (their head has a `kind`) weigh nothing."""
+    if not events or "kind" in events[0]:
+        return
+    plan = plan_from_json(events[0]["plan"])
+    ends = (plan.good.commit, plan.bad.commit)
+    for number, event in zip(numbers, events, strict=True):
+        if event["event"] in ("run", "search") and "search" in event:
+            why = _contradiction(path.parent, Policy.from_json(event["search"]), ends)
+            if why is not None:
+                raise JournalError(
+                    f"{path}:{number}: {why}: the journal contradicts what it was weighed from "
+                    "(move it away to start the run over)"
+                )
+
+
+def _contradiction(folder: Path, policy: Policy, ends: tuple[str, str]) -> str | None:
+    """Where `policy`'s evidence is not its looks' trials, in turn; None where it is."""
+    sources: list[_Source] = []
+    for look, (culprit, _) in enumerate(policy.looks):
+        try:
+            sources += _look_trials(folder, look, culprit, ends)
+        except ValueError as exc:
+            return f"its search weighs look {look + 1} at {culprit[:12]}, but {exc}"
+    for trial, source in zip_longest(policy.evidence, sources):
+        if trial is None:
+            return f"evidence leaves out {_said(source.trial)} ({source.where})"
+        if source is None:
+            return f"evidence names {_said(trial)}, but no confirmation it weighs holds it"
+        if source.trial != trial:
+            return f"evidence names {_said(trial)}, but {source.where} holds {_said(source.trial)}"
+    return None
 
 
 def side_probes(path: Path, digest: str) -> dict[str, ProbeOutcome]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import Check
-from .checks.golden import GoldenStore, warnings as golden_warnings
+from .checks.golden import GoldenStore, unjudged, warnings as golden_warnings
 from .client import OpenAIClient
 from .clock import SYSTEM, Clock
 from .config import differing
@@ -44,6 +44,7 @@ from .search import (
     Answer,
     Plan,
     Seen,
+    Status,
     contradicted,
     left_of,
     lookahead,
@@ -90,9 +91,11 @@ def write_probe(out_dir: Path, outcome: ProbeOutcome, scrub: Scrub | None = None
 
 
 def result_of(
-    state: JournalState, warnings: Sequence[str] = ()
+    state: JournalState, warnings: Sequence[str] = (), golden: Path | None = None
 ) -> tuple[Answer | Candidate, ResultDocument | None]:
-    """The search's next step for a journal state, and result.json once it has an answer."""
+    """The search's next step for a journal state, and result.json once it has an answer;
+    `golden`: the file the run judged by (an error where the next step cannot be judged
+    without it, as the run ends: golden.unjudged)."""
     used = count(state.plan, state.probes, state.symptom).used
     seen = history(used, state.policy)
     if state.policy.exact:
@@ -100,6 +103,10 @@ def result_of(
     else:  # as the run's search stepped: with where each verdict came from
         batch = plan_batch(state.plan, seen, 1, policy=state.policy, starts=starts_of(used))
         step = batch if isinstance(batch, Answer) else batch[0]
+    if isinstance(step, Candidate) and golden is not None:
+        good = state.plan.good.commit
+        why = unjudged(golden, good, {step.commit}, state.probes, state.regress)
+        step = step if why is None else Answer(Status.ERROR, None, (), why)
     if isinstance(step, Answer):
         return step, build_result(
             state.plan,
@@ -409,6 +416,11 @@ class _Slots:
             )  # fmt: skip
             if isinstance(step, Answer) and not self.running:
                 return step
+            golden = self.ctx.golden
+            if isinstance(step, list) and step and not self.running and golden is not None:
+                wanted = {c.commit for c in step}
+                if (why := golden.unjudged(wanted, self.probes, self.ctx.regress)) is not None:
+                    return Answer(Status.ERROR, None, (), why)  # never a probe it cannot judge
             if isinstance(step, list):
                 # re-probes pick their slots first: each prefers one that has not probed it
                 raw = {c.commit: sum(1 for p in self.probes if p.commit == c.commit) for c in step}

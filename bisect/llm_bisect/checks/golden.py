@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..errors import BrokenGoodEnd, ConfigError
 from ..files import read_capped, write_atomic
 from ..fingerprint import Fingerprint
-from ..model import Threshold
+from ..model import ProbeOutcome, Regress, Stage, Threshold, Verdict
 from ..redact import Scrub
 from ..sparse import AddedLater
 from .metrics import degeneration
@@ -454,6 +454,34 @@ def needing(checks: Sequence[Check]) -> list[Check]:
     return [c for c in checks if c.needs_golden]
 
 
+def unjudged(
+    path: Path, good: str, wanted: Collection[str], probes: Sequence[ProbeOutcome], regress: Regress
+) -> str | None:
+    """Why the candidates `wanted` (the search's next probes) cannot be judged, where the
+    golden is recorded from the good end `good` into `path`: its probes ended and no golden
+    is there. Every probe of it crashed during its checks (bad under `regress: crash` or
+    `any`): none was recorded, and the good end is bad; else the file is gone (moved, or
+    never copied with DIR). None where they can be judged, where the good end is among them
+    (it records one), or where a crash left it good (`regress: start`). Pure but for
+    whether `path` exists."""
+    ends = [p for p in probes if p.commit == good]
+    if not ends or good in wanted or path.exists():
+        return None
+    short = good[:12]
+    if all(p.failed_at is Stage.CHECKS for p in ends):
+        if any(p.verdict is not Verdict.BAD for p in ends):
+            return None
+        return (
+            f"the good end {short} is bad under regress: {regress.value} (it crashed during "
+            "its checks): nothing to bisect"
+        )
+    return (
+        f"golden: '{path}' is missing; the good end {short} recorded it and every verdict so "
+        f"far was judged by it: put it back (or record one from {short} into it with "
+        "`llm-bisect golden`), then run again"
+    )
+
+
 class GoldenStore:
     """The golden of a run: loaded from `path`, or recorded there from the good end's probe.
 
@@ -524,6 +552,15 @@ class GoldenStore:
         self.recorded = True
         save(self.path, self.data, self.scrub)
         return self.data
+
+    def unjudged(
+        self, wanted: Collection[str], probes: Sequence[ProbeOutcome], regress: Regress
+    ) -> str | None:
+        """Why the search's next probes `wanted` cannot be judged (unjudged): a golden to be
+        recorded from the good end, whose probes ended without one; None where they can."""
+        if self.data is not None or self.record_on is None:
+            return None
+        return unjudged(self.path, self.record_on, wanted, probes, regress)
 
     def keep(self, commit: str, fingerprint: Fingerprint) -> None:
         """Stamp a golden this store recorded with the fingerprint of the build it came from,

@@ -21,7 +21,6 @@ without repeating one.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from ..journal import Journal, begin_side, side_probes
+from ..journal import Journal, begin_side, look_digest, look_name, side_probes
 from ..model import Candidate, ProbeOutcome, Verdict
 from ..posterior import MAX_LOOKS, Policy, Trial as Weighed
 from ..probe import ProbeContext, probe
@@ -41,12 +40,6 @@ from ..report.documents import Confirmation, ResultDocument, TrialDoc
 from ..runner import write_atomic
 from ..search import Answer, Mode, Status
 from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto, tree_of
-
-
-def look_name(look: int) -> str:
-    """The folder (and, with .jsonl, the journal) of a run's look-th confirmation."""
-    return "confirm" if look == 0 else "confirm-again" if look == 1 else f"confirm-again-{look}"
-
 
 STORED = "confirmation.json"
 WHAT = {"revert": "the bad end with it reverted", "pick": "the good end with it picked"}
@@ -141,7 +134,7 @@ def confirm(
         tree = tree_of(repo, p.commit)
         if tree and Verdict(p.verdict) in (Verdict.GOOD, Verdict.BAD):
             probed[tree] = (p.commit, Verdict(p.verdict), p.reason)
-    digest = hashlib.sha256(f"{culprit}\0{good}\0{bad}".encode()).hexdigest()[:16]
+    digest = look_digest(culprit, good, bad)
     path = out_dir / f"{look_name(look)}.jsonl"
     done = side_probes(path, digest)  # another culprit's confirmation is dropped
     at_once = len(slots) > 1
