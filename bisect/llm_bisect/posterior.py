@@ -54,6 +54,8 @@ RATE_GRID: tuple[tuple[float, float], ...] = (
     (0.1, 0.08),
     (0.18, 0.06),
     (0.3, 0.04),
+    (0.4, 0.02),
+    (0.5, 0.01),
 )
 """`flake: auto`: the lie rates a run may have and how likely each is before any verdict
 (each of false_bad and false_good alike, independently). Most runs lie rarely; the run's
@@ -184,8 +186,14 @@ class Policy:
         total = sum(w for _, w in pairs)
         return tuple((r, w / total) for r, w in pairs)
 
-    def budget(self, n: int) -> int:
-        return self.max_probes if self.max_probes is not None else budget(n)
+    def budget(self, n: int, rates: Rates | None = None) -> int:
+        """The most probes of a search of n candidates: `max_probes` as set, else budget(n),
+        widened where the run's own verdicts point to a high lie rate (`rates`, their
+        posterior mean: an intermittent regression, a bad build reading good on many starts,
+        needs more starts per bit)."""
+        if self.max_probes is not None:
+            return self.max_probes
+        return budget(n) if rates is None else math.ceil(budget(n) * widened(rates))
 
     def to_json(self) -> dict[str, object]:
         """As the journal and result.json hold it (`evidence` only where there is some)."""
@@ -289,6 +297,14 @@ def next_look(looks: Sequence[tuple[str, bool]], culprit: str) -> tuple[int | No
 
 
 EXACT = Policy(flake=0.0)
+
+
+def widened(rates: Rates) -> float:
+    """How much a lie rate the verdicts point to widens the default budget: none up to 0.1,
+    then in step with the rate, at most 2.6 times at 0.5 (bench_noise.py: an intermittent
+    regression, `int0.5`)."""
+    worst = max(rates.false_bad, rates.false_good)
+    return 1.0 + 4.0 * max(0.0, min(worst, 0.5) - 0.1)
 
 
 def budget(n: int) -> int:
@@ -610,7 +626,7 @@ def decide(
     for first, last in groups(belief.n, pool):
         if first < last and belief.of_range(first, last) >= policy.confidence:
             return Decision(group=tuple(range(first, last + 1)))
-    if spent >= policy.budget(belief.n):
+    if spent >= policy.budget(belief.n, belief.rates):
         return Decision(exhausted=True)
     free = sorted(pool - running)
     if not free or k <= 0:

@@ -424,7 +424,7 @@ def posterior_batch(
         weighed = [(i, kind, v, s) for (i, kind, v), s in zip(trials, _pad(trial_starts, trials),
                                                               strict=True)]  # fmt: skip
         again = fragile(n, observed, new, policy, top, weighed, old_end_known)
-        if again and spent < policy.budget(n):
+        if again and spent < policy.budget(n, belief.rates):
             wanted = [i for i in again if i in pool and i not in running][:k]
             if wanted or running:
                 return wanted
@@ -471,7 +471,8 @@ def _posterior_outcome(
 
     def sure(p: float) -> Confidence:
         return Confidence(p, credible, tuple(against), belief.rates, spent, again,
-                          belief.of(n), policy.confidence, settle, policy.budget(n))  # fmt: skip
+                          belief.of(n), policy.confidence, settle,
+                          policy.budget(n, belief.rates))  # fmt: skip
 
     said = f"posterior {held:.3f}"
     if against:
@@ -489,7 +490,8 @@ def _posterior_outcome(
     if decision.answer is not None and fragile:
         return Outcome(
             Status.AMBIGUOUS, None, (top - 1, top),
-            f"the probe budget ({policy.budget(n)}, search.max_probes) is spent while the "
+            f"the probe budget ({policy.budget(n, belief.rates)}, search.max_probes) is spent "
+            "while the "
             f"verdicts that name the most likely first {new.value} ({said}) could all come "
             f"from one burst of starts or one slot: probe it again elsewhere", belief=sure(held)
         )  # fmt: skip
@@ -527,7 +529,8 @@ def _posterior_outcome(
     )
     return Outcome(
         Status.AMBIGUOUS, None, (lo, *inner),
-        f"the probe budget ({policy.budget(n)}, search.max_probes) is spent below the "
+        f"the probe budget ({policy.budget(n, belief.rates)}, search.max_probes) is spent "
+        "below the "
         f"confidence {policy.confidence}: {likeliest} holds only "
         f"{held:.3f}; {len(credible)} hypotheses hold {policy.confidence}",
         belief=sure(held),
