@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import base64
 import functools
+import inspect
 import json
 import re
 import shlex
 import socket
 import threading
+import types
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
@@ -831,11 +833,10 @@ def _settimeout(response: Any, seconds: float | None) -> None:
 
 def read_answer(
     response: Any, what: str, deadline: float, clock: Callable[[], float], max_bytes: int
-) -> bytes:
+) -> bytearray:
     """An answer's body, read until `deadline` and `max_bytes` at most (a LaunchError past
     either: the connection is closed, never kept half read)."""
-    chunks: list[bytes] = []
-    size = 0
+    body = bytearray()  # grown in place: the answer is held once, not twice
     try:
         while True:
             left = deadline - clock()
@@ -846,20 +847,19 @@ def read_answer(
             chunk = response.read1(65536)
             if not chunk:
                 break
-            size += len(chunk)
-            if size > max_bytes:
+            body += chunk
+            if len(body) > max_bytes:
                 raise LaunchError(
                     f"kubernetes: {what}: the answer is over {max_bytes} bytes "
                     "(server.api.max_bytes)"
                 )
-            chunks.append(chunk)
     except BaseException:
         with suppress(Exception):
             response.close()
         raise
     with suppress(Exception):
         response.release_conn()
-    return b"".join(chunks)
+    return body
 
 
 OBJECT_SHAPE: dict[str, Any] = {"metadata": {"labels": {}, "annotations": {}}}
@@ -898,7 +898,7 @@ def shaped(value: Any, shape: Any, what: str, where: str = "") -> None:
             shaped(item, shape[0], what, f"{where}[{i}]")
 
 
-def decoded(data: bytes, what: str, items: Any = None) -> dict[str, Any]:
+def decoded(data: bytes | bytearray, what: str, items: Any = None) -> dict[str, Any]:
     """An API answer's JSON object; with `items` (a shape), its `items` a list of them. A
     LaunchError for anything else (HTML from a proxy, a list, objects that are not). Pure."""
     try:
@@ -957,9 +957,15 @@ def watch_event(line: bytes, what: str) -> tuple[str, dict[str, Any]]:
     return kind, found
 
 
+ERROR_BODY_MAX = 65536
+"""Bytes of an error answer's body kept (the launcher says its status and reason only)."""
+
+
 def bounded_rest(configuration: Any, max_bytes: int) -> Any:
-    """The client's REST layer with an error answer's body read `max_bytes` at most (the
-    client reads it whole before it raises)."""
+    """The client's REST layer with an error answer's body read ERROR_BODY_MAX (or
+    `max_bytes`) at most, then its connection closed (the client reads it whole before it
+    raises)."""
+    max_bytes = min(max_bytes, ERROR_BODY_MAX)
     from kubernetes.client import rest
 
     class Bounded(rest.RESTClientObject):
@@ -976,6 +982,19 @@ def bounded_rest(configuration: Any, max_bytes: int) -> Any:
             return answer
 
     return Bounded(configuration)
+
+
+class Plain:
+    """A group of the client's API (CoreV1Api ...) whose methods skip pydantic's
+    validate_call (the launcher passes what they take): a call `within` left to end by itself
+    must hold no frame of pydantic-core's (Rust), which a thread cannot unwind when the
+    interpreter exits under it (the process aborts)."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+
+    def __getattr__(self, name: str) -> Any:
+        return types.MethodType(inspect.unwrap(getattr(type(self.group), name)), self.group)
 
 
 class Api:
@@ -1013,9 +1032,9 @@ class Api:
             raise ConfigError(f"server.kubeconfig: {exc}") from None
         api.rest_client = bounded_rest(api.configuration, self.limits.max_bytes)
         self.client = api
-        self.batch = client.BatchV1Api(api)
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.batch = Plain(client.BatchV1Api(api))
+        self.core = Plain(client.CoreV1Api(api))
+        self.custom = Plain(client.CustomObjectsApi(api))
         self._lws: bool | None = None
         self._lock = threading.Lock()
         self._watches: dict[int, Any] = {}
@@ -1179,7 +1198,7 @@ class Api:
 
             found = self._json(
                 "discover API groups",
-                lambda t: client.ApisApi(self.client).get_api_versions(
+                lambda t: Plain(client.ApisApi(self.client)).get_api_versions(
                     _preload_content=False, _request_timeout=t
                 ),
             )
@@ -1353,7 +1372,7 @@ class Api:
             with suppress(Exception):
                 own.close()  # type: ignore[no-untyped-call]
 
-        return client.CoreV1Api(own), done
+        return Plain(client.CoreV1Api(own)), done
 
     def exec(self, pod: str, argv: Sequence[str], timeout: float) -> tuple[int | None, bytes]:
         """Run argv in the pod's server container (the API's exec, over a websocket): its
@@ -1435,7 +1454,7 @@ class PodWatch:
         self._pods: dict[str, dict[str, Any]] = {}
         self._gone: set[str] = set()
         self._seen = 0
-        self._error: LaunchError | None = None
+        self._error: Unplaced | None = None
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> PodWatch:
@@ -1463,9 +1482,10 @@ class PodWatch:
     def _follow(self, version: str) -> None:
         try:
             self._watch(version)
-        except Exception as exc:  # whatever ends the thread is said by pods(), never lost
-            said = exc if isinstance(exc, LaunchError) else LaunchError(f"kubernetes: {exc}")
-            self._fail(said)
+        except Exception as exc:  # whatever ends the thread is said by pods(), never lost:
+            # the API's failing, not the server's (never a crash under `regress: crash`)
+            said = str(exc) if isinstance(exc, LaunchError) else f"kubernetes: {exc}"
+            self._fail(Unplaced(said))
 
     def _watch(self, version: str) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -1513,7 +1533,7 @@ class PodWatch:
                 return  # backing off as the API's retries do
             version = self._list()
 
-    def _fail(self, exc: LaunchError) -> None:
+    def _fail(self, exc: Unplaced) -> None:
         with self.changed:
             self._error = exc
             self.changed.notify_all()
