@@ -7,10 +7,13 @@
     it as a subprocess, with a short `server.api.timeout` in its config.
 
 Tallied: cases; one-line errors (the command ended and said why in a line naming the
-bound or the fault); tracebacks (a Traceback or an internal error, exit 129); hangs (not
-ended within its deadlines + 30 s); leaks (the kubeconfig's planted token in an output or
-a file written); orphans (a Job the API would have deleted, left); the largest memory a
-command took. Figures, not assertions (tests/test_launchers_kubernetes_api.py asserts).
+bound or the fault); verdicts reached (the API's trouble did not touch the probe: a watch
+never answered beside a list that answers; an exec never answered, the fingerprint then
+without what it reads and collect_env.rc saying why); tracebacks (a Traceback, an internal
+error, exit 129, or a process killed by its own signal); hangs (not ended within its
+deadlines + 30 s); leaks (the kubeconfig's planted token in an output or a file written);
+orphans (a Job the API would have deleted, left); the largest memory a command took.
+Figures, not assertions (tests/test_launchers_kubernetes_api.py asserts).
 Usage: python scripts/adversarial_kube.py [--timeout 2]
 """
 
@@ -148,7 +151,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1.0, help="server.api.timeout")
     options = parser.parse_args()
     tally: dict[str, Any] = dict.fromkeys(
-        ("cases", "one-line errors", "tracebacks", "hangs", "leaks", "orphans"), 0
+        ("cases", "one-line errors", "verdicts", "tracebacks", "hangs", "leaks", "orphans"), 0
     )
     peak = 0.0
     with tempfile.TemporaryDirectory() as tmp:
@@ -185,7 +188,9 @@ def main() -> None:
                 lines = [line for line in said_in if SAID.search(line)]
                 tally["tracebacks"] += traceback
                 tally["hangs"] += hang
-                tally["one-line errors"] += bool(lines) and not traceback and not hang
+                verdict = code in (0, 1)  # the probe's own, the API's trouble beside it
+                tally["verdicts"] += verdict and not traceback
+                tally["one-line errors"] += bool(lines) and not (traceback or hang or verdict)
                 written = files_text(case / "out") if (case / "out").exists() else ""
                 tally["leaks"] += TOKEN in output or TOKEN in written
                 said = (lines or output.strip().splitlines() or [""])[0]
@@ -193,7 +198,8 @@ def main() -> None:
                       f"{memory:6.0f} MB  {said[:100]}")  # fmt: skip
     print(
         f"hostile Kubernetes API: {tally['cases']} cases, "
-        f"one-line errors {tally['one-line errors']}, tracebacks {tally['tracebacks']}, "
+        f"one-line errors {tally['one-line errors']}, verdicts reached {tally['verdicts']}, "
+        f"tracebacks {tally['tracebacks']}, "
         f"hangs {tally['hangs']}, leaks {tally['leaks']}, orphans {tally['orphans']}, "
         f"peak memory {peak:.0f} MB (answers of {HUGE // 10**6} MB)"
     )

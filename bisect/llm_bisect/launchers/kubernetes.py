@@ -817,7 +817,7 @@ def within(seconds: float, what: str, fn: Callable[[], T]) -> T:
     threading.Thread(target=run, name=f"kubernetes: {what}", daemon=True).start()
     if not done.wait(max(0.0, seconds)):
         raise LaunchError(f"kubernetes: {what}: no answer within {seconds:g}s (server.api.timeout)")
-    ok, value = ended[0]
+    ok, value = ended.pop()  # no cycle through the error's traceback to this frame
     if ok:
         return value  # type: ignore[no-any-return]
     raise value
@@ -854,6 +854,7 @@ def read_answer(
                     "(server.api.max_bytes)"
                 )
     except BaseException:
+        body.clear()  # now, not when the error's traceback (which holds it) is collected
         with suppress(Exception):
             response.close()
         raise
