@@ -188,7 +188,7 @@ def main() -> None:
                 lines = [line for line in said_in if SAID.search(line)]
                 tally["tracebacks"] += traceback
                 tally["hangs"] += hang
-                verdict = code in (0, 1)  # the probe's own, the API's trouble beside it
+                verdict = command == "check" and code in (0, 1)  # the probe's own
                 tally["verdicts"] += verdict and not traceback
                 tally["one-line errors"] += bool(lines) and not (traceback or hang or verdict)
                 written = files_text(case / "out") if (case / "out").exists() else ""
