@@ -31,17 +31,19 @@ from __future__ import annotations
 
 import base64
 import functools
+import inspect
 import json
 import re
 import shlex
 import socket
 import threading
+import types
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, field_validator, model_validator
 from tenacity import (
@@ -49,8 +51,10 @@ from tenacity import (
     Retrying,
     retry_if_exception,
     stop_after_attempt,
+    stop_any,
     wait_exponential,
 )
+from tenacity.stop import stop_base
 
 from .. import collectenv, weights
 from ..clock import SYSTEM
@@ -157,6 +161,7 @@ ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 """A container's variable name, as the API takes it."""
 QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][-+]?[0-9]+)?")
 """A resource quantity (`512Gi`, `1.5`, `100m`, `1e9`), not negative: the API's grammar."""
+T = TypeVar("T")
 Group = Literal["job", "indexed-job", "leaderworkerset"]
 """What one probe is on the cluster: a Job (one node), an Indexed Job with a headless
 Service, or a LeaderWorkerSet (several nodes)."""
@@ -217,6 +222,20 @@ class ResourceClaim(Strict):
         if (self.template is None) == (self.claim is None):
             raise ValueError("give one of template or claim")
         return self
+
+
+class ApiLimits(Strict):
+    """Bounds on the Kubernetes API (`server.api`): an API that never answers, trickles its
+    answer or answers without end is a one-line error within them, never a hang."""
+
+    timeout: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    """Seconds one API call may take in all: its retries and its whole answer read. A watch
+    request may take WATCH_S (10) more; an exec in a pod (the fingerprint), this more than
+    its command's own time."""
+    max_bytes: int = Field(default=64 * 2**20, ge=1024)
+    """Bytes one answer may hold (a list of pods, Jobs, ConfigMaps; an error's body)."""
+    max_line: int = Field(default=4 * 2**20, ge=1024)
+    """Bytes one event of a watch may hold (one line: one object, 1.5 MiB at most in etcd)."""
 
 
 class KubernetesServerConfig(ServerBase):
@@ -289,6 +308,9 @@ class KubernetesServerConfig(ServerBase):
     """How the server is reached: `port-forward` through the API (from anywhere the API
     answers, a laptop too), or `pod-ip` (llm-bisect runs in the cluster, or the pod network
     is routed here: no API server in the way of the checks' requests)."""
+    api: ApiLimits = Field(default_factory=ApiLimits)
+    """Deadlines and sizes of the API's answers (`{timeout: 60, max_bytes: 67108864,
+    max_line: 4194304}`)."""
 
     @field_validator("image")
     @classmethod
@@ -832,11 +854,24 @@ def _log_api_retry(state: RetryCallState) -> None:
     )
 
 
-def api_policy(sleep: Callable[[float], None]) -> Retrying:
+class _Late(stop_base):
+    """Stop retrying once the call's deadline passed."""
+
+    def __init__(self, late: Callable[[], bool]) -> None:
+        self.late = late
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        return self.late()
+
+
+def api_policy(
+    sleep: Callable[[float], None], late: Callable[[], bool] = lambda: False
+) -> Retrying:
     """The Kubernetes API's answers 429 and 5xx, and a dropped connection: retried
-    API_RETRIES times, backing off 0.2 s to 5 s."""
+    API_RETRIES times, backing off 0.2 s to 5 s, and never once `late()` (the call's
+    deadline passed)."""
     return Retrying(
-        stop=stop_after_attempt(API_RETRIES),
+        stop=stop_any(stop_after_attempt(API_RETRIES), _Late(late)),
         wait=wait_exponential(multiplier=0.2, min=0.2, max=5.0),
         retry=retry_if_exception(_retryable),
         sleep=sleep,
@@ -854,15 +889,209 @@ def interrupted(exc: BaseException) -> None:
         raise cause
 
 
-def _decoded(response: Any) -> dict[str, Any]:
-    """An API answer's JSON object ({} for anything else)."""
-    data = json.loads(response.data)
-    return data if isinstance(data, dict) else {}
+def within(seconds: float, what: str, fn: Callable[[], T]) -> T:
+    """fn's answer, fn run in a thread of its own; a LaunchError where it has not ended within
+    `seconds` (it is left to end by itself: a socket that never answers holds no caller, and
+    a call's own reads stop at its deadline)."""
+    done = threading.Event()
+    ended: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            ended.append((True, fn()))
+        except BaseException as exc:  # handed to the caller, whatever it is
+            ended.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"kubernetes: {what}", daemon=True).start()
+    if not done.wait(max(0.0, seconds)):
+        raise LaunchError(f"kubernetes: {what}: no answer within {seconds:g}s (server.api.timeout)")
+    ok, value = ended.pop()  # no cycle through the error's traceback to this frame
+    if ok:
+        return value  # type: ignore[no-any-return]
+    raise value
+
+
+def _settimeout(response: Any, seconds: float | None) -> None:
+    """The socket under an answer waits `seconds` at most for each read (None: without end)."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        with suppress(OSError):
+            sock.settimeout(None if seconds is None else max(seconds, 0.001))
+
+
+def read_answer(
+    response: Any, what: str, deadline: float, clock: Callable[[], float], max_bytes: int
+) -> bytearray:
+    """An answer's body, read until `deadline` and `max_bytes` at most (a LaunchError past
+    either: the connection is closed, never kept half read)."""
+    body = bytearray()  # grown in place: the answer is held once, not twice
+    try:
+        while True:
+            left = deadline - clock()
+            if left <= 0:
+                raise LaunchError(f"kubernetes: {what}: the answer took over its deadline "
+                                  "(server.api.timeout)")  # fmt: skip
+            _settimeout(response, left)
+            chunk = response.read1(65536)
+            if not chunk:
+                break
+            body += chunk
+            if len(body) > max_bytes:
+                raise LaunchError(
+                    f"kubernetes: {what}: the answer is over {max_bytes} bytes "
+                    "(server.api.max_bytes)"
+                )
+    except BaseException:
+        body.clear()  # now, not when the error's traceback (which holds it) is collected
+        with suppress(Exception):
+            response.close()
+        raise
+    with suppress(Exception):
+        response.release_conn()
+    return body
+
+
+OBJECT_SHAPE: dict[str, Any] = {"metadata": {"labels": {}, "annotations": {}}}
+"""What the launcher reads of any object the API lists: objects where the API has them."""
+POD_SHAPE: dict[str, Any] = {
+    **OBJECT_SHAPE,
+    "spec": {"containers": [{}]},
+    "status": {
+        "conditions": [{}],
+        "containerStatuses": [
+            {"state": {"waiting": {}, "terminated": {}}, "lastState": {"terminated": {}}}
+        ],
+    },
+}
+"""What the launcher reads of a pod (pod_trouble, the fingerprint): objects and lists of
+objects where the API has them."""
+
+
+def shaped(value: Any, shape: Any, what: str, where: str = "") -> None:
+    """A LaunchError where `value` is not of `shape` (a dict: an object whose keys named there
+    are, when present and not null, of their shape; a one-item list: a list of that item's
+    shape). Pure."""
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            name = where or "the answer"
+            raise LaunchError(
+                f"kubernetes: {what}: {name} is {type(value).__name__}, not an object"
+            )
+        for key, inner in shape.items():
+            if value.get(key) is not None:
+                shaped(value[key], inner, what, f"{where}.{key}" if where else key)
+    elif isinstance(shape, list):
+        if not isinstance(value, list):
+            raise LaunchError(f"kubernetes: {what}: {where} is {type(value).__name__}, not a list")
+        for i, item in enumerate(value):
+            shaped(item, shape[0], what, f"{where}[{i}]")
+
+
+def decoded(data: bytes | bytearray, what: str, items: Any = None) -> dict[str, Any]:
+    """An API answer's JSON object; with `items` (a shape), its `items` a list of them. A
+    LaunchError for anything else (HTML from a proxy, a list, objects that are not). Pure."""
+    try:
+        found = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        start = data[:40].decode("utf-8", "replace")
+        raise LaunchError(
+            f"kubernetes: {what}: the answer is not JSON ({exc}; it starts {start!r})"
+        ) from None
+    shaped(found, {"metadata": {}, **({"items": [items]} if items is not None else {})}, what)
+    return found  # type: ignore[no-any-return]
+
+
+def answer_lines(
+    response: Any, what: str, deadline: float, clock: Callable[[], float], max_line: int
+) -> Iterator[bytes]:
+    """A streamed answer's lines (a watch's events) as they come, until it ends; a LaunchError
+    where a line is over `max_line` bytes, or the stream outlives `deadline`."""
+    pending = b""
+    while True:
+        left = deadline - clock()
+        if left <= 0:
+            raise LaunchError(
+                f"kubernetes: {what}: the stream went on past its deadline (server.api.timeout)"
+            )
+        chunk = response.read1(65536)
+        if not chunk:
+            return
+        *lines, pending = (pending + chunk).split(b"\n")
+        yield from (line for line in lines if line.strip())
+        if len(pending) > max_line:
+            raise LaunchError(
+                f"kubernetes: {what}: a line over {max_line} bytes (server.api.max_line)"
+            )
+
+
+def watch_event(line: bytes, what: str) -> tuple[str, dict[str, Any]]:
+    """A watch line's (type, object) (an ERROR's code raised as the client's ApiException, as
+    its own watch does); a LaunchError for a line that is no event. Pure."""
+    from kubernetes.client.exceptions import ApiException
+
+    event = decoded(line, what)
+    kind, found = event.get("type"), event.get("object")
+    if not isinstance(kind, str):
+        raise LaunchError(f"kubernetes: {what}: an event without a type")
+    if kind == "ERROR":
+        shaped(found, {}, what, "the ERROR event's object")
+        assert isinstance(found, dict)
+        code = found.get("code")
+        raise ApiException(
+            status=code if isinstance(code, int) else 0,
+            reason=f"{found.get('reason')}: {found.get('message')}",
+        )
+    shaped(found, POD_SHAPE, what, "object")
+    assert isinstance(found, dict)
+    return kind, found
+
+
+ERROR_BODY_MAX = 65536
+"""Bytes of an error answer's body kept (the launcher says its status and reason only)."""
+
+
+def bounded_rest(configuration: Any, max_bytes: int) -> Any:
+    """The client's REST layer with an error answer's body read ERROR_BODY_MAX (or
+    `max_bytes`) at most, then its connection closed (the client reads it whole before it
+    raises)."""
+    max_bytes = min(max_bytes, ERROR_BODY_MAX)
+    from kubernetes.client import rest
+
+    class Bounded(rest.RESTClientObject):
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            answer = super().request(*args, **kwargs)  # type: ignore[no-untyped-call]
+            if not 200 <= answer.status <= 299:
+                data = bytearray()
+                with suppress(Exception):
+                    while len(data) <= max_bytes and (chunk := answer.response.read1(65536)):
+                        data += chunk
+                answer.data = bytes(data[:max_bytes])
+                with suppress(Exception):
+                    answer.response.close()
+            return answer
+
+    return Bounded(configuration)
+
+
+class Plain:
+    """A group of the client's API (CoreV1Api ...) whose methods skip pydantic's
+    validate_call (the launcher passes what they take): a call `within` left to end by itself
+    must hold no frame of pydantic-core's (Rust), which a thread cannot unwind when the
+    interpreter exits under it (the process aborts)."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+
+    def __getattr__(self, name: str) -> Any:
+        return types.MethodType(inspect.unwrap(getattr(type(self.group), name)), self.group)
 
 
 class Api:
     """The calls the launcher makes, through the official client, as JSON objects; every
-    call retried by `api_policy`; a failure that stays is a LaunchError."""
+    call retried by `api_policy`, and bounded by `limits` (its deadline, retries included;
+    its answer's size); a failure that stays, or a bound reached, is a LaunchError."""
 
     def __init__(
         self,
@@ -870,11 +1099,15 @@ class Api:
         kubeconfig: str | None,
         context: str | None,
         sleep: Callable[[float], None] = SYSTEM.sleep,
+        limits: ApiLimits | None = None,
+        clock: Callable[[], float] = SYSTEM.monotonic,
     ) -> None:
         from kubernetes import client, config
 
         self.namespace = namespace
         self.sleep = sleep
+        self.limits = limits or ApiLimits()
+        self.clock = clock
         try:
             if kubeconfig is None and context is None:
                 try:
@@ -888,34 +1121,62 @@ class Api:
                 )
         except (config.ConfigException, OSError, ValueError) as exc:
             raise ConfigError(f"server.kubeconfig: {exc}") from None
+        api.rest_client = bounded_rest(api.configuration, self.limits.max_bytes)
         self.client = api
-        self.batch = client.BatchV1Api(api)
-        self.core = client.CoreV1Api(api)
-        self.custom = client.CustomObjectsApi(api)
+        self.batch = Plain(client.BatchV1Api(api))
+        self.core = Plain(client.CoreV1Api(api))
+        self.custom = Plain(client.CustomObjectsApi(api))
         self._lws: bool | None = None
         self._lock = threading.Lock()
         self._watches: dict[int, Any] = {}
         """The open watch of each PodWatch (by its stop event), for stop_watches."""
 
-    def _call(self, what: str, fn: Callable[[], Any], absent: frozenset[int] = frozenset()) -> Any:
-        """fn's answer; None where the API answered a status in `absent` (404: gone)."""
+    def _call(
+        self,
+        what: str,
+        fn: Callable[[tuple[float, float]], Any],
+        absent: frozenset[int] = frozenset(),
+        *,
+        read: bool = True,
+    ) -> Any:
+        """fn's answer's body (`read`: bounded by limits.max_bytes; else the answer, its body
+        unread), given fn(the client's `_request_timeout`) all within limits.timeout, its
+        retries included; None where the API answered a status in `absent` (404: gone)."""
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
-        try:
-            for attempt in api_policy(self.sleep):
+        limits, clock = self.limits, self.clock
+        deadline = clock() + limits.timeout
+        policy = api_policy(self.sleep, lambda: clock() >= deadline)
+
+        def attempts() -> Any:
+            for attempt in policy:
                 with attempt:
-                    return fn()
+                    left = max(deadline - clock(), 0.001)
+                    answer = fn((min(10.0, left), left))
+                    if not read:
+                        return answer
+                    return read_answer(answer, what, deadline, clock, limits.max_bytes)
+            raise AssertionError("unreachable")
+
+        try:
+            return within(limits.timeout, what, attempts)
         except ApiException as exc:
             if exc.status in absent:
                 return None
             raise LaunchError(f"kubernetes: {what}: HTTP {exc.status} {exc.reason}") from None
-        except (HTTPError, ConnectionError) as exc:
+        except (HTTPError, OSError) as exc:
+            if clock() >= deadline - 0.05:
+                raise LaunchError(
+                    f"kubernetes: {what}: no answer within {limits.timeout:g}s (server.api.timeout)"
+                ) from None
             raise LaunchError(f"kubernetes: {what}: {type(exc).__name__}: {exc}") from None
-        raise AssertionError("unreachable")
 
-    def _json(self, what: str, fn: Callable[[], Any]) -> dict[str, Any]:
-        return _decoded(self._call(what, fn))
+    def _json(
+        self, what: str, fn: Callable[[tuple[float, float]], Any], items: Any = None
+    ) -> dict[str, Any]:
+        """fn's answer as a JSON object (with `items`: a list of objects of that shape)."""
+        return decoded(self._call(what, fn), what, items)
 
     def create_job(self, manifest: Mapping[str, Any]) -> None:
         """Create the Job; a 409 means a retried create had landed: the Job is ours."""
@@ -925,7 +1186,9 @@ class Api:
         assert body is not None
         self._call(
             f"create job {manifest['metadata']['name']}",
-            lambda: self.batch.create_namespaced_job(self.namespace, body, _preload_content=False),
+            lambda t: self.batch.create_namespaced_job(
+                self.namespace, body, _preload_content=False, _request_timeout=t
+            ),
             absent=frozenset({409}),
         )
 
@@ -933,61 +1196,73 @@ class Api:
         """The pods the selector picks and the list's resourceVersion (a watch starts there)."""
         found = self._json(
             f"list pods {selector}",
-            lambda: self.core.list_namespaced_pod(
-                self.namespace, label_selector=selector, _preload_content=False
+            lambda t: self.core.list_namespaced_pod(
+                self.namespace, label_selector=selector, _preload_content=False, _request_timeout=t
             ),
+            POD_SHAPE,
         )
         version = str((found.get("metadata") or {}).get("resourceVersion") or "")
         return list(found.get("items") or []), version
 
     def watch_pods(self, selector: str, version: str, stop: threading.Event) -> Iterator[Any]:
-        """(event type, pod) as the API reports them after `version`, through the client's
-        watch, until `stop` is set (each request open WATCH_S, resumed from the last event);
-        the client's ApiException 410 where `version` is too old (compacted), and its errors
-        as they come (the caller lists again)."""
-        from kubernetes import watch
-
+        """(event type, pod) as the API reports them after `version`, until `stop` is set
+        (each request open WATCH_S, resumed from the last event); the client's ApiException
+        as it comes (410 where `version` is too old, compacted; an ERROR event's code) and its
+        connection errors (the caller lists again). A LaunchError where a request outlives
+        WATCH_S + limits.timeout, or a line is over limits.max_line or not an event."""
+        limits, clock = self.limits, self.clock
+        what = "watch pods"
         while not stop.is_set():
-            w = watch.Watch()  # type: ignore[no-untyped-call]
-            with self._lock:
-                self._watches[id(stop)] = w
-            try:
-                for event in w.stream(  # type: ignore[no-untyped-call]
+            deadline = clock() + WATCH_S + limits.timeout
+            response: Any = within(
+                limits.timeout,
+                what,
+                functools.partial(
                     self.core.list_namespaced_pod,
                     self.namespace,
                     label_selector=selector,
                     resource_version=version,
+                    watch=True,
                     timeout_seconds=WATCH_S,
                     allow_watch_bookmarks=True,
-                    # a connection that died silently (a laptop asleep, a VPN gone) is a read
-                    # timeout, not a watch that never ends: listed again
-                    _request_timeout=(10, WATCH_S + 30),
-                ):
-                    raw = event.get("raw_object") or {}
-                    version = str((raw.get("metadata") or {}).get("resourceVersion") or version)
-                    if event.get("type") != "BOOKMARK":
-                        yield event.get("type"), raw
+                    _preload_content=False,
+                    # a connection that died silently (a laptop asleep, a VPN gone) is a
+                    # read timeout, not a watch that never ends: listed again
+                    _request_timeout=(10.0, WATCH_S + 30.0),
+                ),
+            )
+            with self._lock:
+                self._watches[id(stop)] = response
+            try:
+                for line in answer_lines(response, what, deadline, clock, limits.max_line):
+                    kind, pod = watch_event(line, what)
+                    version = str((pod.get("metadata") or {}).get("resourceVersion") or version)
+                    if kind != "BOOKMARK":
+                        yield kind, pod
                     if stop.is_set():
                         break
             finally:
                 with self._lock:
                     self._watches.pop(id(stop), None)
+                with suppress(Exception):
+                    response.close()
 
     def stop_watches(self, stop: threading.Event) -> None:
         """End the watch `stop` belongs to now (its stream's socket shut), not at its next
         event."""
         with self._lock:
-            w = self._watches.get(id(stop))
-        if w is not None:
+            response = self._watches.get(id(stop))
+        if response is not None:
             with suppress(Exception):
-                w.stop()
+                response.shutdown()
 
     def jobs(self, selector: str) -> list[dict[str, Any]]:
         found = self._json(
             f"list jobs {selector}",
-            lambda: self.batch.list_namespaced_job(
-                self.namespace, label_selector=selector, _preload_content=False
+            lambda t: self.batch.list_namespaced_job(
+                self.namespace, label_selector=selector, _preload_content=False, _request_timeout=t
             ),
+            OBJECT_SHAPE,
         )
         return list(found.get("items") or [])
 
@@ -995,8 +1270,12 @@ class Api:
         """Delete a Job and, first, its pods (foreground); False when it was gone already."""
         done = self._call(
             f"delete job {name}",
-            lambda: self.batch.delete_namespaced_job(
-                name, self.namespace, propagation_policy="Foreground", _preload_content=False
+            lambda t: self.batch.delete_namespaced_job(
+                name,
+                self.namespace,
+                propagation_policy="Foreground",
+                _preload_content=False,
+                _request_timeout=t,
             ),
             absent=frozenset({404}),
         )
@@ -1010,8 +1289,11 @@ class Api:
 
             found = self._json(
                 "discover API groups",
-                lambda: client.ApisApi(self.client).get_api_versions(_preload_content=False),
+                lambda t: Plain(client.ApisApi(self.client)).get_api_versions(
+                    _preload_content=False, _request_timeout=t
+                ),
             )
+            shaped(found, {"groups": [{"versions": [{}]}]}, "discover API groups")
             groups = found.get("groups") or []
             self._lws = any(
                 g.get("name") == LWS_GROUP
@@ -1029,7 +1311,7 @@ class Api:
         create = getattr(self.core, f"create_namespaced_{CORE_KINDS[kind]}")
         self._call(
             f"create {kind.lower()} {manifest['metadata']['name']}",
-            lambda: create(self.namespace, body, _preload_content=False),
+            lambda t: create(self.namespace, body, _preload_content=False, _request_timeout=t),
             absent=frozenset({409}),
         )
 
@@ -1038,7 +1320,10 @@ class Api:
         found = getattr(self.core, f"list_namespaced_{CORE_KINDS[kind]}")
         made = self._json(
             f"list {kind.lower()}s {selector}",
-            lambda: found(self.namespace, label_selector=selector, _preload_content=False),
+            lambda t: found(
+                self.namespace, label_selector=selector, _preload_content=False, _request_timeout=t
+            ),
+            OBJECT_SHAPE,
         )
         return list(made.get("items") or [])
 
@@ -1046,7 +1331,7 @@ class Api:
         delete = getattr(self.core, f"delete_namespaced_{CORE_KINDS[kind]}")
         done = self._call(
             f"delete {kind.lower()} {name}",
-            lambda: delete(name, self.namespace, _preload_content=False),
+            lambda t: delete(name, self.namespace, _preload_content=False, _request_timeout=t),
             absent=frozenset({404}),
         )
         return done is not None
@@ -1054,13 +1339,14 @@ class Api:
     def create_lws(self, manifest: Mapping[str, Any]) -> None:
         self._call(
             f"create leaderworkerset {manifest['metadata']['name']}",
-            lambda: self.custom.create_namespaced_custom_object(
+            lambda t: self.custom.create_namespaced_custom_object(
                 LWS_GROUP,
                 LWS_VERSION,
                 self.namespace,
                 LWS_PLURAL,
                 dict(manifest),
                 _preload_content=False,
+                _request_timeout=t,
             ),
             absent=frozenset({409}),
         )
@@ -1071,14 +1357,16 @@ class Api:
             return []
         found = self._json(
             f"list leaderworkersets {selector}",
-            lambda: self.custom.list_namespaced_custom_object(
+            lambda t: self.custom.list_namespaced_custom_object(
                 LWS_GROUP,
                 LWS_VERSION,
                 self.namespace,
                 LWS_PLURAL,
                 label_selector=selector,
                 _preload_content=False,
+                _request_timeout=t,
             ),
+            OBJECT_SHAPE,
         )
         return list(found.get("items") or [])
 
@@ -1086,7 +1374,7 @@ class Api:
         """Delete a LeaderWorkerSet and, first, its pods (foreground)."""
         done = self._call(
             f"delete leaderworkerset {name}",
-            lambda: self.custom.delete_namespaced_custom_object(
+            lambda t: self.custom.delete_namespaced_custom_object(
                 LWS_GROUP,
                 LWS_VERSION,
                 self.namespace,
@@ -1094,6 +1382,7 @@ class Api:
                 name,
                 propagation_policy="Foreground",
                 _preload_content=False,
+                _request_timeout=t,
             ),
             absent=frozenset({404}),
         )
@@ -1103,16 +1392,19 @@ class Api:
         """The Job or LeaderWorkerSet as the API has it; None once it is gone (a foreground
         delete ends with it, after its pods)."""
 
-        def get() -> Any:
+        def get(timeout: tuple[float, float]) -> Any:
             if kind == "LeaderWorkerSet":
                 return self.custom.get_namespaced_custom_object(
                     LWS_GROUP, LWS_VERSION, self.namespace, LWS_PLURAL, name,
-                    _preload_content=False,
+                    _preload_content=False, _request_timeout=timeout,
                 )  # fmt: skip
-            return self.batch.read_namespaced_job(name, self.namespace, _preload_content=False)
+            return self.batch.read_namespaced_job(
+                name, self.namespace, _preload_content=False, _request_timeout=timeout
+            )
 
-        found = self._call(f"read {kind.lower()} {name}", get, absent=frozenset({404}))
-        return None if found is None else _decoded(found)
+        what = f"read {kind.lower()} {name}"
+        found = self._call(what, get, absent=frozenset({404}))
+        return None if found is None else decoded(found, what)
 
     def uid(self, kind: str, name: str) -> str:
         """The uid of the Job or LeaderWorkerSet just created (what an ownerReference names)."""
@@ -1142,12 +1434,15 @@ class Api:
     def secret_value(self, name: str, key: str) -> str | None:
         """A key of a Secret in the namespace, decoded (`get` on it); None where the Secret
         or the key is absent."""
+        what = f"read secret {name}"
         found = self._call(
-            f"read secret {name}",
-            lambda: self.core.read_namespaced_secret(name, self.namespace, _preload_content=False),
+            what,
+            lambda t: self.core.read_namespaced_secret(
+                name, self.namespace, _preload_content=False, _request_timeout=t
+            ),
             absent=frozenset({404}),
         )
-        data = (_decoded(found).get("data") or {}) if found is not None else {}
+        data = (decoded(found, what).get("data") or {}) if found is not None else {}
         value = data.get(key)
         if not isinstance(value, str):
             return None
@@ -1160,10 +1455,17 @@ class Api:
         """The pod's log as it comes, until the container ends or the stream is closed."""
         response = self._call(
             f"log of {pod}",
-            lambda: self.core.read_namespaced_pod_log(
-                pod, self.namespace, container=CONTAINER, follow=True, _preload_content=False
+            lambda t: self.core.read_namespaced_pod_log(
+                pod,
+                self.namespace,
+                container=CONTAINER,
+                follow=True,
+                _preload_content=False,
+                _request_timeout=t,
             ),
+            read=False,
         )
+        _settimeout(response, None)  # a server quiet for an hour is still followed
         try:
             yield from response.stream(4096, decode_content=False)
         finally:
@@ -1181,7 +1483,7 @@ class Api:
             with suppress(Exception):
                 own.close()  # type: ignore[no-untyped-call]
 
-        return client.CoreV1Api(own), done
+        return Plain(client.CoreV1Api(own)), done
 
     def exec(self, pod: str, argv: Sequence[str], timeout: float) -> tuple[int | None, bytes]:
         """Run argv in the pod's server container (the API's exec, over a websocket): its
@@ -1191,18 +1493,22 @@ class Api:
 
         core, done = self._own_core()
         try:
-            ws = stream(
-                core.connect_get_namespaced_pod_exec,
-                pod,
-                self.namespace,
-                command=list(argv),
-                container=CONTAINER,
-                stderr=True,
-                stdin=False,
-                stdout=True,
-                tty=False,
-                binary=True,
-                _preload_content=False,
+            ws = within(  # the websocket's handshake: an API may never answer it
+                self.limits.timeout,
+                f"exec in {pod}",
+                lambda: stream(
+                    core.connect_get_namespaced_pod_exec,
+                    pod,
+                    self.namespace,
+                    command=list(argv),
+                    container=CONTAINER,
+                    stderr=True,
+                    stdin=False,
+                    stdout=True,
+                    tty=False,
+                    binary=True,
+                    _preload_content=False,
+                ),
             )
         except ApiException as exc:
             interrupted(exc)
@@ -1261,7 +1567,7 @@ class PodWatch:
         self._pods: dict[str, dict[str, Any]] = {}
         self._gone: set[str] = set()
         self._seen = 0
-        self._error: LaunchError | None = None
+        self._error: Unplaced | None = None
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> PodWatch:
@@ -1289,9 +1595,10 @@ class PodWatch:
     def _follow(self, version: str) -> None:
         try:
             self._watch(version)
-        except Exception as exc:  # whatever ends the thread is said by pods(), never lost
-            said = exc if isinstance(exc, LaunchError) else LaunchError(f"kubernetes: {exc}")
-            self._fail(said)
+        except Exception as exc:  # whatever ends the thread is said by pods(), never lost:
+            # the API's failing, not the server's (never a crash under `regress: crash`)
+            said = str(exc) if isinstance(exc, LaunchError) else f"kubernetes: {exc}"
+            self._fail(Unplaced(said))
 
     def _watch(self, version: str) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -1316,6 +1623,8 @@ class PodWatch:
                         self.changed.notify_all()
                     failures = 0
                 return
+            except LaunchError:
+                raise  # a bound of server.api reached: said, never listed again
             except ApiException as exc:
                 if exc.status in (401, 403):
                     self.polling = True
@@ -1337,7 +1646,7 @@ class PodWatch:
                 return  # backing off as the API's retries do
             version = self._list()
 
-    def _fail(self, exc: LaunchError) -> None:
+    def _fail(self, exc: Unplaced) -> None:
         with self.changed:
             self._error = exc
             self.changed.notify_all()
@@ -1393,7 +1702,11 @@ class Forwarder:
 
     def _relay(self, conn: socket.socket) -> None:
         try:
-            remote = self.api.forward(self.pod, self.port)
+            remote = within(
+                self.api.limits.timeout,
+                f"port-forward to {self.pod}",
+                lambda: self.api.forward(self.pod, self.port),
+            )
         except LaunchError:
             conn.close()
             return
@@ -1803,7 +2116,11 @@ class KubernetesServer(LoggedServer):
         }
 
     def _exec(self, argv: Sequence[str], timeout: float) -> tuple[int | None, bytes]:
-        return self.launcher.api.exec(self.name_of_pod(), argv, timeout)
+        """api.exec, its websocket's handshake and reads bounded too (server.api.timeout)."""
+        api, pod = self.launcher.api, self.name_of_pod()
+        return within(
+            timeout + api.limits.timeout, f"exec in {pod}", lambda: api.exec(pod, argv, timeout)
+        )
 
     def _packages(self) -> dict[str, str]:
         """The package versions inside the pod (the fingerprint's `packages`)."""
@@ -1890,7 +2207,7 @@ class KubernetesLauncher:
         self.report = report
         self.clock = clock
         self.sleep = sleep
-        self.api = api or Api(cfg.namespace, cfg.kubeconfig, cfg.context, sleep)
+        self.api = api or Api(cfg.namespace, cfg.kubeconfig, cfg.context, sleep, cfg.api, clock)
         self.registry = registry or RegistryClient(logins=logins)
         self._digests: dict[str, str] = {}
         self._secrets_read = not cfg.secret_env_read
