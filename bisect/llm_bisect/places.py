@@ -103,3 +103,18 @@ def doubted(probes: Sequence[ProbeDoc]) -> list[Doubt]:
         if disagreed >= 2 and disagreed * 2 > shared:
             found.append(Doubt(slot, _where(own), disagreed, shared))
     return sorted(found, key=lambda d: (-d.disagreed, d.slot))
+
+
+def started_where(probes: Sequence[ProbeDoc], commit: str, verdict: Verdict) -> str:
+    """Where each probe of `commit` that said `verdict` ran (a doubted start, for a person):
+    `probe 3 on slot 0, node gpu-17, GPUs 0,1`; "" where none says."""
+    said = []
+    for number, p in enumerate(probes, 1):
+        if p.commit != commit or p.verdict is not verdict:
+            continue
+        at = [f"probe {number}"]
+        if p.slot is not None:
+            at.append(f"on slot {p.slot}")
+        where = _where([p])
+        said.append(" ".join(at) + (f", {where}" if where else ""))
+    return "; ".join(said)

@@ -16,7 +16,7 @@ from ..checks.logprobs import Chosen, LogprobsDetails
 from ..fingerprint import NOT_COMPARED, Fingerprint, WeightsFacts
 from ..kinds import showing
 from ..localize import LocalizationDoc
-from ..places import ASSUMED, ONE_PLACE, doubted, one_place
+from ..places import ASSUMED, ONE_PLACE, doubted, one_place, started_where
 from ..search import Mode, Status
 from ..startup import PHASE_LABELS
 from . import escape as esc, portable
@@ -549,9 +549,11 @@ def _confidence(doc: ResultDocument) -> list[str]:
     ]
     for commit in dict.fromkeys(d.commit for d in found.disagreed):
         said = [d for d in found.disagreed if d.commit == commit]
+        where = started_where(doc.probes, commit, said[0].verdict)
         lines.append(
             f"- disagreed: `{commit[:12]}` tested {said[0].verdict.value} {len(said)} time(s) "
             f"(its probes: {', '.join(v.value for v in said[0].verdicts)})"
+            + (f"; the doubted start: {esc.text(where)}" if where else "")
         )
     for trial in found.evidence:
         lines.append(
