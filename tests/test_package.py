@@ -92,7 +92,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("plugins", ("plugins",)),
-    ("runner, probe, journal, reports", ("runner", "probe", "journal", "report.*", "terminal")),
+    (
+        "runner, probe, journal, reports",
+        ("runner", "probe", "journal", "report.*", "places", "terminal"),
+    ),
     ("services", ("services", "services.*", "demo", "app", "starter")),
     ("cli", ("cli",)),
 ]
