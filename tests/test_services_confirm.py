@@ -78,7 +78,7 @@ def test_a_lone_culprit_is_confirmed_by_its_revert_and_its_pick(tmp_path: Path) 
 def test_a_second_regression_after_the_culprit_is_said(tmp_path: Path) -> None:
     second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
     h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
-    code, output, doc, _ = run(h, tmp_path)
+    code, output, doc, _ = run(h, tmp_path, search={"culprits": 1})
     assert code == 0, output
     assert doc["culprit"]["commit"] == h.shas[5]
     found = doc["confirmation"]
@@ -192,10 +192,10 @@ def test_a_culprit_that_bumps_a_pin_names_it_and_the_deps_command(tmp_path: Path
 def test_confirm_continue_set_after_a_not_confirmed_run_resumes_it(tmp_path: Path) -> None:
     second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
     h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
-    code, output, doc, first = run(h, tmp_path)
+    code, output, doc, first = run(h, tmp_path, search={"culprits": 1})
     assert code == 0, output
     assert doc["confirmation"]["status"] == "not-confirmed"
-    code, output, doc, launches = run(h, tmp_path, confirm="continue")
+    code, output, doc, launches = run(h, tmp_path, confirm="continue", search={"culprits": 1})
     assert code == 0, output
     again = launches[len(first) :]
     assert again and not set(again) & set(first), again  # nothing of the first run probed anew
@@ -213,7 +213,8 @@ def test_the_printed_continue_command_runs_as_printed_with_a_config_golden(
     second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
     h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
     config = h.config(server={"command": sim_command(h.repo)}, golden="golden.json",
-                      checks=[{"type": "canary"}, {"type": "expect"}])  # fmt: skip
+                      checks=[{"type": "canary"}, {"type": "expect"}],
+                      search={"culprits": 1})  # fmt: skip
     made = CliRunner().invoke(cli, ["golden", str(config), "--candidate", h.shas[0]])
     assert made.exit_code == 0 and (tmp_path / "golden.json").is_file(), made.output
     out = tmp_path / "out"

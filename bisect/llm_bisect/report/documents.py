@@ -231,7 +231,8 @@ class Confirmation(_Doc):
     reason: str
     probes: list[ConfirmProbe]
     continued: dict[str, Any] | None = None
-    """`confirm: continue`: the bisection of what remains on the reverted line."""
+    """The bisection of what remains on the reverted line (several culprits: `search.culprits`,
+    `confirm: continue`): the next culprit; every one is in result.json `culprits`."""
 
 
 class CulpritDoc(_Doc):

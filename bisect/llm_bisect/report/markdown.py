@@ -810,6 +810,9 @@ def _summary(doc: ResultDocument) -> list[str]:
     elif doc.culprit is not None:
         head = f"> **{doc.status.value}** · {what}: {_linked(base, doc.culprit)}"
         head += f" ({sure})" if sure else ""
+        if len(doc.culprits) > 1:  # several culprits: every one, in the answer
+            named = ", ".join(esc.code(c.commit[:12]) for c in doc.culprits)
+            head += f" · {len(doc.culprits)} culprits: {named}"
     else:
         head = f"> **{doc.status.value}** · {cell(doc.message, 200)}"
     compare = compare_url(base, doc.range[0], doc.range[-1]) if len(doc.range) >= 2 else ""

@@ -377,15 +377,16 @@ def _subject_of(repo: Path, commit: str) -> str:
     return done.stdout.strip()
 
 
-def goes_on(result: ResultDocument) -> bool:
+def goes_on(result: ResultDocument, asked: bool = False) -> bool:
     """Whether a run names the culprit after this one (`search.culprits`): its revert left
     the bad end bad on verdicts the search believes (flake 0: every verdict; the posterior
-    search: the culprit held, named again after its trials were weighed). Pure."""
+    search: the culprit held, named again after its trials were weighed). `asked`
+    (`confirm: continue`): wherever the revert was bad, as that always did. Pure."""
     found, culprit = result.confirmation, result.culprit
     if found is None or found.status != "not-confirmed" or culprit is None:
         return False
     revert = next((p for p in found.probes if p.kind == "revert"), None)
-    return revert is not None and revert.verdict == "bad" and _held(result)
+    return revert is not None and revert.verdict == "bad" and (asked or _held(result))
 
 
 def _held(result: ResultDocument) -> bool:
@@ -398,15 +399,15 @@ def _held(result: ResultDocument) -> bool:
 
 def as_a_whole(answer: Answer, result: ResultDocument) -> tuple[Answer, ResultDocument]:
     """A run that went on after its culprit (`result.together`): `found` where several
-    culprits are confirmed together (the bad end good with all of them reverted), naming
-    each; otherwise as it was, with why they are not (a revert that does not apply: cannot
-    confirm). Pure."""
+    culprits are confirmed together (the bad end good with all of them reverted) and the
+    first held (confirm.goes_on), naming each; otherwise as it was, with why they are not
+    (a revert that does not apply: cannot confirm). Pure."""
     together, named = result.together, result.culprits
     if together is None:
         return answer, result
     shown = "; ".join(f"{c.commit[:12]} {c.subject}" for c in named)
     status = result.status
-    if together.status == "confirmed" and len(named) > 1:
+    if together.status == "confirmed" and len(named) > 1 and _held(result):
         message = f"{len(named)} culprits ({shown}), confirmed together: {together.reason}"
         status = Status.FOUND
     elif together.status == "cannot-confirm":

@@ -450,7 +450,8 @@ class Continue:
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
         culprits = run.s.config.culprits
-        if culprits < 2 or run.bisect is None or not goes_on(done.result):
+        asked = run.s.config.confirm == "continue"
+        if culprits < 2 or run.bisect is None or not goes_on(done.result, asked):
             return done
         sequence = [c.commit for c in run.plan.sequence]
         went_on = continue_after(run.s.source.path, done.result, sequence, run.bisect,
