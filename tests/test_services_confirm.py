@@ -78,7 +78,7 @@ def test_a_lone_culprit_is_confirmed_by_its_revert_and_its_pick(tmp_path: Path) 
 def test_a_second_regression_after_the_culprit_is_said(tmp_path: Path) -> None:
     second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
     h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
-    code, output, doc, _ = run(h, tmp_path)
+    code, output, doc, _ = run(h, tmp_path, search={"culprits": 1})
     assert code == 0, output
     assert doc["culprit"]["commit"] == h.shas[5]
     found = doc["confirmation"]
@@ -192,10 +192,10 @@ def test_a_culprit_that_bumps_a_pin_names_it_and_the_deps_command(tmp_path: Path
 def test_confirm_continue_set_after_a_not_confirmed_run_resumes_it(tmp_path: Path) -> None:
     second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
     h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
-    code, output, doc, first = run(h, tmp_path)
+    code, output, doc, first = run(h, tmp_path, search={"culprits": 1})
     assert code == 0, output
     assert doc["confirmation"]["status"] == "not-confirmed"
-    code, output, doc, launches = run(h, tmp_path, confirm="continue")
+    code, output, doc, launches = run(h, tmp_path, confirm="continue", search={"culprits": 1})
     assert code == 0, output
     again = launches[len(first) :]
     assert again and not set(again) & set(first), again  # nothing of the first run probed anew
@@ -213,7 +213,8 @@ def test_the_printed_continue_command_runs_as_printed_with_a_config_golden(
     second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
     h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
     config = h.config(server={"command": sim_command(h.repo)}, golden="golden.json",
-                      checks=[{"type": "canary"}, {"type": "expect"}])  # fmt: skip
+                      checks=[{"type": "canary"}, {"type": "expect"}],
+                      search={"culprits": 1})  # fmt: skip
     made = CliRunner().invoke(cli, ["golden", str(config), "--candidate", h.shas[0]])
     assert made.exit_code == 0 and (tmp_path / "golden.json").is_file(), made.output
     out = tmp_path / "out"
@@ -281,15 +282,19 @@ def test_a_culprit_a_lie_made_is_not_confirmed_and_the_search_probes_on_to_the_r
             assert later[key] == doc[key], key
 
 
-def test_a_second_regression_under_the_posterior_ends_ambiguous_not_found(
+def test_a_second_regression_with_one_culprit_allowed_ends_ambiguous_not_found(
     tmp_path: Path,
 ) -> None:
-    # two real steps: the culprit's verdicts hold when probed again, its revert stays bad;
-    # never `found` with exit 0, and the message says it is more than one step
+    # two real steps, `search.culprits: 1` (the behaviour before several culprits): the
+    # culprit's verdicts hold when probed again, its revert stays bad; never `found` with
+    # exit 0, the message says it is more than one step, and nothing after it is bisected
     second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
     h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
-    code, output, doc, _ = run(h, tmp_path, search={"flake": "auto"})
+    code, output, doc, _ = run(h, tmp_path, search={"flake": "auto", "culprits": 1})
     assert code == 3, output
+    assert not doc.get("culprits") and not doc.get("together")
+    assert not (tmp_path / "out" / "continued").exists()
+    assert doc["confirmation"].get("continued") is None
     assert doc["status"] == "ambiguous" and doc["culprit"]["commit"] == h.shas[5]
     assert doc["confirmation"]["status"] == "not-confirmed"
     assert "supports more than one step" in doc["message"]
@@ -300,6 +305,71 @@ def test_a_second_regression_under_the_posterior_ends_ambiguous_not_found(
     assert report.exit_code == 3, report.output
     rebuilt = json.loads((tmp_path / "out" / "result.json").read_text())
     assert (rebuilt["status"], rebuilt["message"]) == (doc["status"], doc["message"])
+
+
+def test_two_regressions_are_both_named_and_confirmed_together_by_default(
+    tmp_path: Path,
+) -> None:
+    # two real steps, nothing lying, the defaults (`search.culprits: 3`, the posterior
+    # search): the first culprit's revert leaves the bad end bad and holds, so the run goes
+    # on after it with it reverted and names the second; the bad end with both reverted is
+    # good, and only that is "confirmed": exit 0, both named, each with its evidence
+    second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
+    h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
+    code, output, doc, launches = run(h, tmp_path, search={"flake": "auto"})
+    assert code == 0, output
+    assert doc["status"] == "found" and doc["culprit"]["commit"] == h.shas[5]
+    first, then = doc["culprits"]
+    assert (first["commit"], then["commit"]) == (h.shas[5], h.shas[9])
+    assert (first["reverted"], then["reverted"]) == ([], [h.shas[5]])
+    assert then["bisection"] == "continued/result.json" and then["message"]
+    assert set(first["verdicts"]) == set(then["verdicts"]) == {"bad"}, doc["culprits"]
+    assert set(first["parent_verdicts"]) == set(then["parent_verdicts"]) == {"good"}
+    assert then["subject"] == subprocess.run(
+        ["git", "-C", str(h.repo), "log", "-1", "--format=%s", h.shas[9]],
+        capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    together = doc["together"]
+    assert together["status"] == "confirmed", together
+    trial = together["trial"]
+    assert (trial["kind"], trial["onto"], trial["verdict"]) == ("revert", h.shas[-1], "good")
+    assert trial["commit"] in launches and trial["reused"] is None  # it ran, and was good
+    assert h.shas[5][:12] in doc["message"] and h.shas[9][:12] in doc["message"]
+    assert doc["confirmation"]["status"] == "not-confirmed"  # the first alone: never confirmed
+    assert "confirm: confirmed" not in output
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Culprits" in report and h.shas[9][:12] in report
+    # `report DIR` rebuilds it as the run ended it
+    rebuilt = CliRunner().invoke(cli, ["report", str(tmp_path / "out")])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    again = json.loads((tmp_path / "out" / "result.json").read_text())
+    for key in ("status", "message", "culprits", "together", "confirmation"):
+        assert again[key] == doc[key], key
+
+
+def test_a_revert_that_does_not_apply_after_the_culprit_cannot_confirm_and_stops(
+    tmp_path: Path,
+) -> None:
+    # two real steps; commit 7 changes the line beside the first culprit's and commit 8 takes
+    # it back: its revert applies to the bad end (bad: the run goes on) but not to commit 7,
+    # so the line without it cannot be made: cannot-confirm, said, and nothing more probed
+    second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
+    changes = {7: {"fault_spacer": 1}, 8: {"fault_spacer": 0}, 9: second}
+    h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes=changes)
+    code, output, doc, launches = run(h, tmp_path, search={"flake": "auto"})
+    assert code == 3, output  # never found with exit 0
+    assert doc["culprit"]["commit"] == h.shas[5]
+    assert doc["confirmation"]["probes"][0]["verdict"] == "bad"
+    together = doc["together"]
+    assert together["status"] == "cannot-confirm", together
+    assert f"revert of {h.shas[5][:12]} onto {h.shas[7][:12]}" in together["reason"]
+    assert "the change does not apply here (a conflict)" in together["reason"]
+    assert [c["commit"] for c in doc["culprits"]] == [h.shas[5]]
+    assert not (tmp_path / "out" / "continued").exists()  # stopped: nothing after it probed
+    assert set(launches) <= {p["commit"] for p in doc["probes"]} | {
+        t["commit"] for t in doc["confirmation"]["probes"]
+    }
+    assert "cannot confirm" in doc["message"] and "confirm: confirmed" not in output
 
 
 def test_a_revert_trial_that_lies_is_outweighed_and_the_culprit_confirmed_on_new_starts(

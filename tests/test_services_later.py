@@ -278,7 +278,7 @@ def test_a_run_not_confirmed_says_how_to_bisect_what_remains(tmp_path: Path) -> 
     second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
     spaced = {"fault_spacer": 0, "fault_when": []}
     h = History(tmp_path, {5: "degenerate-content"}, 12, settings=spaced, changes={9: second})
-    config = config_of(h, tmp_path)
+    config = config_of(h, tmp_path, search={"culprits": 1})  # one culprit: it stops there
     out = tmp_path / "out"
     done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
     assert done.exit_code == 0, done.output

@@ -447,6 +447,12 @@ class SearchConfig(_Strict):
     batch: Literal["joint", "quantiles"] = "joint"
     """With `parallel` slots: the batch that tells most together, or the posterior's
     quantiles (cheaper to choose)."""
+    culprits: int = Field(default=3, ge=1, le=16)
+    """How many culprits a run names (several regressions in the range): where the first
+    culprit's revert leaves the bad end bad (on verdicts the search believes), the commits
+    after it are bisected with it reverted on each probe, and so on, up to this many; the
+    answer is confirmed only as a whole, by the bad end with every one of them reverted.
+    `1`: the first culprit only (`confirm: continue` still goes on to a second)."""
     symptom: Literal["any", "same"] = "any"
     """Which bad probes count as bad: `any` (the default), every one; `same`, a candidate
     between the ends only when it fails a check the bad end failed (or crashed as it did): one
@@ -629,7 +635,17 @@ class Config(_Strict):
     """After a run finds its culprit: the bad end with it reverted and the good end with it
     picked, built and probed (at most two probes; none where the run probed that tree
     already). `false`: not. `continue`: when reverting it does not fix the bad end, bisect
-    what remains on the reverted line."""
+    what remains on the reverted line (as `search.culprits` does by default; with
+    `search.culprits: 1`, once)."""
+
+    @property
+    def culprits(self) -> int:
+        """How many culprits the run may name: `search.culprits`, at least two with
+        `confirm: continue`, one without confirmation."""
+        if self.confirm is False:
+            return 1
+        return max(self.search.culprits, 2 if self.confirm == "continue" else 1)
+
     parallel: int = Field(default=1, ge=1, le=64)
     """The most probes in flight at once: k slots split the range into k+1 parts per round
     (local servers for the process launcher, containers on the engine for Docker)."""

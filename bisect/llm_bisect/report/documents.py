@@ -231,7 +231,39 @@ class Confirmation(_Doc):
     reason: str
     probes: list[ConfirmProbe]
     continued: dict[str, Any] | None = None
-    """`confirm: continue`: the bisection of what remains on the reverted line."""
+    """The bisection of what remains on the reverted line (several culprits: `search.culprits`,
+    `confirm: continue`): the next culprit; every one is in result.json `culprits`."""
+
+
+class CulpritDoc(_Doc):
+    """One of several culprits (`search.culprits`), oldest first: each found by a bisection of
+    the commits after the one before it, with every culprit before it reverted on each
+    probe."""
+
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    """The commit of the history (not the reverted line's commit that stood for it)."""
+    subject: str = ""
+    reverted: list[str] = Field(default_factory=list)
+    """The culprits reverted on every probe of the bisection that named it (none: the
+    first)."""
+    bisection: str = "result.json"
+    """The result.json of the bisection that named it, relative to DIR."""
+    message: str = ""
+    """That bisection's answer."""
+    verdicts: list[Verdict] = Field(default_factory=list)
+    """Its own probes' verdicts in that bisection (the first bad)."""
+    parent_verdicts: list[Verdict] = Field(default_factory=list)
+    """Its parent's (the last good)."""
+
+
+class Together(_Doc):
+    """Several culprits confirmed as a whole: the bad end with every one of them reverted
+    (one trial, the last culprit's revert on the line with the others reverted)."""
+
+    status: Literal["confirmed", "not-confirmed", "cannot-confirm"]
+    reason: str
+    trial: ConfirmProbe | None = None
+    """The bad end with them all reverted; None where none could be made or tested."""
 
 
 class LaterDoc(_Doc):
@@ -438,7 +470,7 @@ class ResultDocument(_Doc, AddedLater):
 
     added_later: ClassVar[tuple[str, ...]] = (
         "confirmation", "first_bad_version", "bumps", "later", "fast", "search", "left_out",
-        "symptom", "reach", "deps", "decisive",
+        "symptom", "reach", "deps", "decisive", "culprits", "together",
     )  # fmt: skip
 
     version: Literal[2] = RESULT_VERSION
@@ -476,6 +508,11 @@ class ResultDocument(_Doc, AddedLater):
     """localization.json (localize.py), once the culprit was localised."""
     confirmation: Confirmation | None = None
     """The culprit reverted on the bad end and picked on the good end (services/confirm.py)."""
+    culprits: list[CulpritDoc] = Field(default_factory=list)
+    """Where the first culprit's revert left the bad end bad and the run went on
+    (`search.culprits`): every culprit named, oldest first, `culprit` the first."""
+    together: Together | None = None
+    """The culprits confirmed as a whole: the bad end with all of them reverted."""
     bumps: list[BumpDoc] = Field(default_factory=list)
     """Dependency pins the culprit changes, from its diff (pins.py)."""
     reach: ReachDoc | None = None

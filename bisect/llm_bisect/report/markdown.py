@@ -596,6 +596,36 @@ def _fast(doc: ResultDocument) -> list[str]:
     return lines
 
 
+def _culprits(doc: ResultDocument) -> list[str]:
+    """Several culprits (`search.culprits`): each, oldest first, with how it was named, and
+    the bad end with all of them reverted (what confirms them, only as a whole)."""
+    together = doc.together
+    if len(doc.culprits) < 2 or together is None:
+        return []
+    said = {"confirmed": "confirmed together", "not-confirmed": "not confirmed together",
+            "cannot-confirm": "cannot confirm them together"}[together.status]  # fmt: skip
+    lines = [f"## Culprits: {len(doc.culprits)} regressions in the range", "",
+             f"**{said}**: {esc.text(together.reason)}", ""]  # fmt: skip
+    for n, c in enumerate(doc.culprits, 1):
+        own = ", ".join(v.value for v in c.verdicts) or "no probe"
+        parent = ", ".join(v.value for v in c.parent_verdicts) or "no probe"
+        how = (
+            "with " + ", ".join(esc.code(r[:12]) for r in c.reverted) + " reverted on each probe"
+            if c.reverted
+            else "by the run's search"
+        )
+        lines.append(
+            f"{n}. `{c.commit}` {esc.text(c.subject)} — named {how} ({esc.code(c.bisection)}): "
+            f"its probes {own}, its parent's {parent}; {esc.text(c.message)}"
+        )
+    trial = together.trial
+    if trial is not None:
+        made = esc.code(trial.commit[:12]) if trial.commit else "(not made)"
+        lines += ["", f"- the bad end ({esc.code(trial.onto[:12])}) with all of them reverted: "
+                  f"{made}: {trial.verdict or 'no verdict'}; {esc.text(trial.reason)}"]  # fmt: skip
+    return [*lines, ""]
+
+
 def _confirmation(doc: ResultDocument) -> list[str]:
     """Is it really that one: the culprit reverted on the bad end, picked on the good."""
     found = doc.confirmation
@@ -782,6 +812,9 @@ def _summary(doc: ResultDocument) -> list[str]:
     elif doc.culprit is not None:
         head = f"> **{doc.status.value}** · {what}: {_linked(base, doc.culprit)}"
         head += f" ({sure})" if sure else ""
+        if len(doc.culprits) > 1:  # several culprits: every one, in the answer
+            named = ", ".join(esc.code(c.commit[:12]) for c in doc.culprits)
+            head += f" · {len(doc.culprits)} culprits: {named}"
     else:
         head = f"> **{doc.status.value}** · {cell(doc.message, 200)}"
     compare = compare_url(base, doc.range[0], doc.range[-1]) if len(doc.range) >= 2 else ""
@@ -1286,6 +1319,7 @@ def render_markdown(doc: ResultDocument) -> str:
         if doc.reach is not None and doc.reach.sentence:
             lines.append(f"- where it is: {esc.text(doc.reach.sentence)}")
         lines.append("")
+    lines += _culprits(doc)
     if status is Status.AMBIGUOUS:
         lines += ["## Could be any of", ""]
         lines += [f"- `{c}`" for c in doc.range[1:]]

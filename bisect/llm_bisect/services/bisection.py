@@ -18,7 +18,7 @@ from ..report.documents import ResultDocument
 from ..runner import RunResult, run, write_probe
 from ..search import Status
 from ..symptom import Symptom
-from .confirm import second_look as _second_look, unconfirmed as unconfirmed
+from .confirm import CONTINUED, second_look as _second_look, unconfirmed as unconfirmed
 from .later import next_steps, resolve_later
 from .setup import Setup, fast_setup, golden_file_of, plan_of, run_context, run_id_of
 from .stages import STAGES, StageRun, before_confirm, fast_shown, with_launcher
@@ -110,12 +110,15 @@ def _bisect(
     judged_by = (named or out_dir / "golden.json").absolute()
     note = progress.note if progress is not None else (lambda _: None)
 
-    def bisect(line_good: str, line_bad: str) -> ResultDocument:
-        """`confirm: continue`: what remains, on the reverted line, into DIR/continued."""
+    def bisect(line_good: str, line_bad: str, culprits: int) -> ResultDocument:
+        """Several culprits: what remains, on the reverted line, into DIR/continued, naming
+        at most `culprits` (it goes on itself where that is more than one)."""
         only = s.config.candidates.model_copy(update={"later": []})  # the outer run's
+        named = s.config.search.model_copy(update={"culprits": culprits})
         # its good end is the culprit reverted, not the config golden's: its own golden
-        inner = s.config.model_copy(update={"confirm": True, "candidates": only, "golden": None})
-        done = run_bisect(replace(s, config=inner), out_dir / "continued", good=line_good,
+        inner = s.config.model_copy(update={"confirm": True, "candidates": only, "golden": None,
+                                            "search": named})  # fmt: skip
+        done = run_bisect(replace(s, config=inner), out_dir / CONTINUED, good=line_good,
                           bad=line_bad, progress=progress)  # fmt: skip
         return done.result
 

@@ -36,7 +36,13 @@ from ..model import Candidate, ProbeOutcome, Verdict
 from ..posterior import MAX_LOOKS, Policy, Trial as Weighed
 from ..probe import ProbeContext, probe
 from ..redact import Scrub
-from ..report.documents import Confirmation, ResultDocument, TrialDoc
+from ..report.documents import (
+    Confirmation,
+    CulpritDoc,
+    ResultDocument,
+    Together,
+    TrialDoc,
+)
 from ..runner import write_atomic
 from ..search import Answer, Mode, Status
 from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto, tree_of
@@ -195,7 +201,10 @@ def confirm(
         was = "no verdict" if revert_trial.verdict is None else "bad: not confirmed"
         pick_trial = Trial("pick", good, None, None, f"not tried: the revert was {was}")
     status, reason = judge(revert_trial, pick_trial)
-    note(f"confirm: {status}: {reason}")
+    if reverted_onto(repo, bad) is None:
+        note(f"confirm: {status}: {reason}")
+    else:  # a line with the culprits before it reverted: its revert alone is not said to fix
+        note(f"confirm: with the culprits before it reverted too: {status}: {reason}")
     said = {"status": status, "reason": reason,
             "probes": [t.to_json() for t in (revert_trial, pick_trial)]}  # fmt: skip
     judged = Confirmation.model_validate(scrub.doc(said))
@@ -256,32 +265,109 @@ def continue_after(
     repo: Path,
     result: ResultDocument,
     sequence: Sequence[str],
-    bisect: Callable[[str, str], ResultDocument],
+    bisect: Callable[[str, str, int], ResultDocument],
     note: Callable[[str], None],
+    culprits: int = 2,
 ) -> dict[str, Any]:
-    """`confirm: continue`: the culprit's revert did not fix the bad end, so bisect what
-    remains on the reverted line (each commit after the culprit, with it reverted); the
-    next culprit, named by the commit of the history it stands for. `bisect(good, bad)`
-    runs that bisection and returns its result."""
+    """Several culprits (`search.culprits`, `confirm: continue`): the culprit's revert did not
+    fix the bad end, so bisect what remains on the reverted line (each commit after the
+    culprit, with it reverted); the next culprit, named by the commit of the history it
+    stands for. `bisect(good, bad, n)` runs that bisection, which names at most n culprits
+    (going on itself where n > 1), and returns its result; `culprits`: how many this run may
+    name, its own included.
+
+    The answer as the stage keeps it (DIR/continued.json): status, culprit, subject and
+    message of the next, `culprits` (every one named, this one first) and `together` (the
+    bad end with all of them reverted: the last bisection's revert trial)."""
     assert result.culprit is not None
     culprit = result.culprit.commit
+    first = culprit_doc(repo, result)
     after = list(sequence[sequence.index(culprit) :]) if culprit in sequence else []
     line, why = reverted_line(repo, culprit, after)
     if not line:
-        return {"status": "error", "culprit": None, "message": f"cannot continue: {why}"}
+        message = f"cannot continue: {why}"
+        said = Together(status="cannot-confirm", reason=f"{message}; the run stops at "
+                        f"{first.commit[:12]}")  # fmt: skip
+        return {"status": "error", "culprit": None, "message": message,
+                "culprits": [first.model_dump(mode="json")],
+                "together": said.model_dump(mode="json")}  # fmt: skip
     note(f"confirm: bisecting the {len(line)} commits after {culprit[:12]}, with it reverted")
-    found = bisect(line[0], line[-1])
+    found = bisect(line[0], line[-1], culprits - 1)
     status = found.status.value
-    original = reverted_onto(repo, found.culprit.commit) if found.culprit else None
-    if original is None:
-        return {"status": status, "culprit": None, "message": found.message}
-    subject = _subject_of(repo, original)
+    if found.culprit is None:
+        said = Together(status="cannot-confirm", reason=f"the bisection after "
+                        f"{first.commit[:12]} named no culprit: {found.message}")  # fmt: skip
+        return {"status": status, "culprit": None, "message": found.message,
+                "culprits": [first.model_dump(mode="json")],
+                "together": said.model_dump(mode="json")}  # fmt: skip
+    named = [
+        c.model_copy(update={"reverted": [first.commit, *c.reverted], "bisection": where})
+        for c in (found.culprits or [culprit_doc(repo, found)])
+        for where in [f"{CONTINUED}/{c.bisection}"]
+    ]
+    together = found.together or together_of(repo, found, [first.commit, named[0].commit])
+    original, subject = named[0].commit, named[0].subject
     return {
         "status": status,
         "culprit": original,
         "subject": subject,
         "message": f"{original[:12]} {subject}: the next regression (with {culprit[:12]} reverted)",
+        "culprits": [c.model_dump(mode="json") for c in (first, *named)],
+        "together": together.model_dump(mode="json"),
     }
+
+
+CONTINUED = "continued"
+"""The folder of DIR the bisection after a culprit writes to (its own DIR)."""
+
+
+def original_of(repo: Path, commit: str) -> str:
+    """The commit of the history a commit stands for: itself, or for a commit of a reverted
+    line (of a line, ...), the one its Reverted-onto trailers lead to."""
+    seen = {commit}
+    while (onto := reverted_onto(repo, commit)) is not None and onto not in seen:
+        commit = onto
+        seen.add(commit)
+    return commit
+
+
+def culprit_doc(repo: Path, result: ResultDocument) -> CulpritDoc:
+    """A bisection's culprit as one of several: the commit it stands for, its subject, the
+    bisection's answer, its own and its parent's verdicts there."""
+    assert result.culprit is not None
+    named = result.culprit.commit
+    commit = original_of(repo, named)
+    subject = result.culprit.subject if commit == named else _subject_of(repo, commit)
+    span = list(result.range)
+    parent = span[span.index(named) - 1] if named in span[1:] else None
+    return CulpritDoc(
+        commit=commit, subject=subject, message=result.message,
+        verdicts=[p.verdict for p in result.probes if p.commit == named],
+        parent_verdicts=[p.verdict for p in result.probes if p.commit == parent],
+    )  # fmt: skip
+
+
+def together_of(repo: Path, result: ResultDocument, commits: Sequence[str]) -> Together:
+    """The culprits `commits` as a whole, from the last bisection's confirmation (`result`,
+    on the line with all but the last reverted): its revert is the bad end with them all
+    reverted — good, they explain it; bad, another regression lies after them."""
+    shown = ", ".join(c[:12] for c in commits)
+    found = result.confirmation
+    revert = next((p for p in found.probes if p.kind == "revert"), None) if found else None
+    if revert is None:
+        why = "the bisection after them confirmed nothing"
+        return Together(status="cannot-confirm", reason=f"{why}: {result.message}")
+    onto = original_of(repo, revert.onto)
+    trial = revert.model_copy(update={"onto": onto})
+    every = "both" if len(commits) == 2 else f"all {len(commits)}"
+    everything = f"the bad end ({onto[:12]}) with {every} reverted ({shown})"
+    if revert.verdict == "good":
+        return Together(status="confirmed", reason=f"{everything} is good", trial=trial)
+    if revert.verdict == "bad":
+        why = (f"{everything} is still bad: another regression lies after them "
+               f"(`search.culprits: {len(commits)}` names no more)")  # fmt: skip
+        return Together(status="not-confirmed", reason=why, trial=trial)
+    return Together(status="cannot-confirm", reason=revert.reason, trial=trial)
 
 
 def _subject_of(repo: Path, commit: str) -> str:
@@ -289,6 +375,48 @@ def _subject_of(repo: Path, commit: str) -> str:
         ["git", "-C", str(repo), "log", "-1", "--format=%s", commit], capture_output=True, text=True
     )
     return done.stdout.strip()
+
+
+def goes_on(result: ResultDocument, asked: bool = False) -> bool:
+    """Whether a run names the culprit after this one (`search.culprits`): its revert left
+    the bad end bad on verdicts the search believes (flake 0: every verdict; the posterior
+    search: the culprit held, named again after its trials were weighed). `asked`
+    (`confirm: continue`): wherever the revert was bad, as that always did. Pure."""
+    found, culprit = result.confirmation, result.culprit
+    if found is None or found.status != "not-confirmed" or culprit is None:
+        return False
+    revert = next((p for p in found.probes if p.kind == "revert"), None)
+    return revert is not None and revert.verdict == "bad" and (asked or _held(result))
+
+
+def _held(result: ResultDocument) -> bool:
+    """The search named the same culprit again after weighing its trials (or weighed none)."""
+    search, culprit = result.search, result.culprit
+    if search is None or culprit is None:
+        return True
+    return not search.evidence or any(t.commit == culprit.commit for t in search.evidence)
+
+
+def as_a_whole(answer: Answer, result: ResultDocument) -> tuple[Answer, ResultDocument]:
+    """A run that went on after its culprit (`result.together`): `found` where several
+    culprits are confirmed together (the bad end good with all of them reverted) and the
+    first held (confirm.goes_on), naming each; otherwise as it was, with why they are not
+    (a revert that does not apply: cannot confirm). Pure."""
+    together, named = result.together, result.culprits
+    if together is None:
+        return answer, result
+    shown = "; ".join(f"{c.commit[:12]} {c.subject}" for c in named)
+    status = result.status
+    if together.status == "confirmed" and len(named) > 1 and _held(result):
+        message = f"{len(named)} culprits ({shown}), confirmed together: {together.reason}"
+        status = Status.FOUND
+    elif together.status == "cannot-confirm":
+        message = f"{result.message}; cannot confirm the culprits ({shown}): {together.reason}"
+    else:
+        message = f"{result.message}; {len(named)} culprits named ({shown}), not confirmed " \
+            f"together: {together.reason}"  # fmt: skip
+    update = {"status": status, "message": message}
+    return replace(answer, status=status, message=message), result.model_copy(update=update)
 
 
 def weighed_trials(found: Confirmation, culprit: str) -> tuple[Weighed, ...]:
@@ -376,7 +504,7 @@ def unconfirmed(answer: Answer, result: ResultDocument) -> tuple[Answer, ResultD
     found, culprit, search = result.confirmation, result.culprit, result.search
     if found is None or found.status != "not-confirmed" or culprit is None or search is None:
         return answer, result
-    held = not search.evidence or any(t.commit == culprit.commit for t in search.evidence)
+    held = _held(result)
     p = f" (posterior {search.posterior:.4f})"
     stays_bad = any(t.kind == "revert" and t.verdict == "bad" for t in found.probes)
     if not held:

@@ -34,19 +34,23 @@ from ..redact import redact
 from ..report.documents import (
     BumpDoc,
     Confirmation,
+    CulpritDoc,
     FastDoc,
     PickDoc,
     ProbeDoc,
     ReachDoc,
     ResultDocument,
+    Together,
 )
 from ..report.result import probe_doc
 from ..runner import RunResult, write_atomic, write_outputs
-from ..search import Mode, Plan, Status
+from ..search import Answer, Mode, Plan, Status
 from ..sources.releases import reach
 from .confirm import (
+    as_a_whole,
     confirm,
     continue_after,
+    goes_on,
     keep,
     second_look,
     trial_slots,
@@ -81,8 +85,9 @@ class StageRun:
     """The fast setup's result (`probe.fast`), else None."""
     later: Sequence[tuple[str, Candidate]] = ()
     """`candidates.later`, resolved, oldest first."""
-    bisect: Callable[[str, str], ResultDocument] | None = None
-    """Another bisection into DIR/continued between two commits (`confirm: continue`)."""
+    bisect: Callable[[str, str, int], ResultDocument] | None = None
+    """Another bisection into DIR/continued between two commits, naming at most so many
+    culprits (`search.culprits`, `confirm: continue`)."""
     where: bool = True
     """Say which releases hold the culprit (`reach`); not for `deps` (made-up commits)."""
 
@@ -434,37 +439,53 @@ def reach_doc(repo: Path, result: ResultDocument) -> ReachDoc:
 
 
 class Continue:
-    """`confirm: continue`: a revert that did not fix the bad end; what remains is bisected
-    on the reverted line, into DIR/continued."""
+    """Several culprits (`search.culprits`, `confirm: continue`): a revert that did not fix
+    the bad end on verdicts the search believes (confirm.goes_on); what remains is bisected
+    on the reverted line, into DIR/continued (which goes on in its own DIR/continued, up to
+    the culprits allowed). result.json lists every culprit and whether the bad end is good
+    with all of them reverted (`together`): found where it is."""
 
     name = "continued"
     probes = False  # the bisection it starts holds a launcher of its own
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
-        confirmation = done.result.confirmation
-        reverted = confirmation.probes[0] if confirmation is not None else None
-        if (
-            run.s.config.confirm != "continue"
-            or confirmation is None
-            or reverted is None
-            or reverted.verdict != "bad"
-            or run.bisect is None
-        ):
+        culprits = run.s.config.culprits
+        asked = run.s.config.confirm == "continue"
+        if culprits < 2 or run.bisect is None or not goes_on(done.result, asked):
             return done
         sequence = [c.commit for c in run.plan.sequence]
-        went_on = continue_after(run.s.source.path, done.result, sequence, run.bisect, run.note)
+        went_on = continue_after(run.s.source.path, done.result, sequence, run.bisect,
+                                 run.note, culprits)  # fmt: skip
         run.note(f"confirm: {went_on['message']}")
         save(done.out_dir, self.name, done.result, went_on, run)
-        went = confirmation.model_copy(update={"continued": went_on})
-        return _written(done, done.result.model_copy(update={"confirmation": went}), run)
+        answer, result = _went_on(done, went_on)
+        if result.together is not None:
+            shown = ", ".join(c.commit[:12] for c in result.culprits)
+            run.note(f"culprits: {shown}; together: {result.together.status}: "
+                     f"{result.together.reason}")  # fmt: skip
+        written = write_outputs(done.out_dir, result, run.s.scrub)
+        return RunResult(answer, written, done.out_dir)
 
     def restore(self, done: RunResult) -> RunResult:
         part = stored(done.out_dir, self.name, done.result)
-        confirmation = done.result.confirmation
-        if part is None or confirmation is None:
+        if not isinstance(part, dict) or done.result.confirmation is None:
             return done
-        went = confirmation.model_copy(update={"continued": part})
-        return replace_result(done, done.result.model_copy(update={"confirmation": went}))
+        answer, result = _went_on(done, part)
+        return RunResult(answer, result, done.out_dir)
+
+
+def _went_on(done: RunResult, went_on: dict[str, Any]) -> tuple[Answer, ResultDocument]:
+    """The answer and result with what the bisection after the culprit found (continued.json:
+    the next culprit in `confirmation.continued`; every culprit, and them together). Pure."""
+    result = done.result
+    assert result.confirmation is not None
+    kept = {k: v for k, v in went_on.items() if k not in ("culprits", "together")}
+    went = result.confirmation.model_copy(update={"continued": kept})
+    named = [CulpritDoc.model_validate(c) for c in went_on.get("culprits") or ()]
+    said = went_on.get("together")
+    together = None if said is None else Together.model_validate(said)
+    update = {"confirmation": went, "culprits": named, "together": together}
+    return as_a_whole(done.answer, result.model_copy(update=update))
 
 
 def replace_result(done: RunResult, result: ResultDocument) -> RunResult:
