@@ -20,7 +20,7 @@ from ..search import Status
 from ..symptom import Symptom
 from .confirm import second_look as _second_look, unconfirmed as unconfirmed
 from .later import next_steps, resolve_later
-from .setup import Setup, fast_setup, golden_file_of, plan_of, run_context, run_id_of
+from .setup import Setup, fast_setup, golden_file_of, known_of, plan_of, run_context, run_id_of
 from .stages import STAGES, StageRun, before_confirm, fast_shown, with_launcher
 
 __all__ = ["FAST_DIR", "_second_look", "check_one", "run_bisect", "unconfirmed"]
@@ -109,10 +109,12 @@ def _bisect(
     golden = s.golden_store(named, of=plan.good.commit) if named else None
     judged_by = (named or out_dir / "golden.json").absolute()
     note = progress.note if progress is not None else (lambda _: None)
+    known = known_of(s, plan, note)
 
     def bisect(line_good: str, line_bad: str) -> ResultDocument:
         """`confirm: continue`: what remains, on the reverted line, into DIR/continued."""
-        only = s.config.candidates.model_copy(update={"later": []})  # the outer run's
+        # the outer run's later refs; its known verdicts are of other trees than this line's
+        only = s.config.candidates.model_copy(update={"later": [], "known_verdicts": None})
         # its good end is the culprit reverted, not the config golden's: its own golden
         inner = s.config.model_copy(update={"confirm": True, "candidates": only, "golden": None})
         done = run_bisect(replace(s, config=inner), out_dir / "continued", good=line_good,
@@ -157,7 +159,8 @@ def _bisect(
                 return done
 
             stage_run.launcher, stage_run.search = launcher, search
-            done = search(calibrated(config.search_policy(find_fix), golden))
+            policy = calibrated(config.search_policy(find_fix), golden)
+            done = search(replace(policy, known=known) if known else policy)
             held = with_launcher()
             for stage in held[len(before_confirm()) :]:
                 done = stage.apply(stage_run, done)
