@@ -611,18 +611,21 @@ def test_verdicts_known_from_elsewhere_narrow_the_range_before_any_start() -> No
     assert {c.commit for c in round_[1:]} <= inside
 
 
+@pytest.mark.parametrize("confirming", [False, True])
 def test_an_answer_s_culprit_and_parent_are_probed_here_even_where_known_verdicts_name_them(
-) -> None:  # fmt: skip
+    confirming: bool,
+) -> None:
     """Known verdicts at a low rate say 4 good, 5 bad twice over: the posterior holds 5 past
-    the confidence after the ends alone, yet the search probes 5, then 4, before it answers;
-    the report lists the known verdicts as not run here, with their source and rate."""
+    the confidence after the ends alone, yet the search probes 5, then 4, before it answers
+    (or stops for a confirmation); the report lists the known verdicts as not run here, with
+    their source and rate."""
     plan, seq = _known_plan(10)
     known = tuple(
         Known(seq[i].commit, v, f"nightly CI eval {day}", 0.01)
         for i, v in ((4, Verdict.GOOD), (5, Verdict.BAD))
         for day in ("2026-08-10", "2026-08-11")
     )
-    policy = Policy(known=known)
+    policy = Policy(known=known, confirming=confirming)
     said = {seq[0].commit: [Verdict.GOOD], seq[9].commit: [Verdict.BAD]}
     index = {c.commit: i for i, c in enumerate(seq)}
     folded = [(index[k.commit], k.verdict, k.rate) for k in known]
