@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from llm_bisect.config import SearchConfig
-from llm_bisect.model import Candidate, Verdict
+from llm_bisect.model import Candidate, ProbeOutcome, Verdict
 from llm_bisect.posterior import (
     BURST,
     END_PRIOR,
     ROBUST,
+    Known,
     Policy,
     Rates,
     Start,
@@ -43,10 +44,12 @@ def brute(
     new: Verdict,
     policy: Policy,
     trials: Sequence[tuple[int, str, Verdict]] = (),
+    known: Sequence[tuple[int, Verdict, float]] = (),
 ) -> list[float]:
     """P(c) for c = 0..n by enumerating hypotheses and rate pairs; a trial's truth from the
     commits its tree holds (the new end holds 1..n-1, the old end none; the change is in
-    the tree iff it holds commit c, or c = 0)."""
+    the tree iff it holds commit c, or c = 0); a verdict known from elsewhere lies at its own
+    rate, whatever the pair."""
     inner = (1 - 2 * END_PRIOR) / (n - 1)
     prior = [END_PRIOR, *[inner] * (n - 1), END_PRIOR]
     weights = [0.0] * (n + 1)
@@ -69,6 +72,8 @@ def brute(
                 truly_new = c == 0 or c in held
                 lie = lie_new if truly_new else lie_old
                 like *= (1 - lie) if (v is new) == truly_new else lie
+            for i, v, rate in known:
+                like *= (1 - rate) if (v is new) == (i >= c) else rate
             weights[c] += prior[c] * w * like
     total = sum(weights)
     return [x / total for x in weights]
@@ -548,3 +553,122 @@ def test_what_fragile_says_is_what_the_brute_force_posterior_says_without_each_g
     again = fragile(n, observed, Verdict.BAD, policy, c, trials)
     assert bool(again) == expected_fragile, (observed, trials)
     assert set(again) <= {c - 1, c}
+
+
+known_lists = st.lists(
+    st.tuples(
+        st.integers(0, 7),
+        st.sampled_from([Verdict.GOOD, Verdict.BAD]),
+        st.sampled_from([0.01, 0.1, 0.3]),
+    ),
+    max_size=4,
+)
+
+
+@given(histories, known_lists, st.sampled_from([Verdict.BAD, Verdict.GOOD]),
+       st.sampled_from([None, 0.05]))  # fmt: skip
+@settings(max_examples=300, deadline=None)
+def test_verdicts_known_from_elsewhere_are_weighed_as_the_brute_force_posterior_weighs_them(
+    history: tuple[int, dict[int, list[Verdict]]],
+    known: list[tuple[int, Verdict, float]],
+    new: Verdict,
+    flake: float | None,
+) -> None:
+    n, seen = history
+    mine = [(i, v, r) for i, v, r in known if i < n]
+    policy = Policy(flake=flake)
+    belief = believe(n, seen, new, policy, known=mine)
+    expected = brute(n, seen, new, policy, known=mine)
+    for c in range(n + 1):
+        assert math.isclose(belief.of(c), expected[c], abs_tol=1e-9), (c, seen, mine)
+        assert math.isclose(belief.cdf(c), sum(expected[: c + 1]), abs_tol=1e-9)
+
+
+def _known_plan(n: int) -> tuple[Plan, tuple[Candidate, ...]]:
+    seq = tuple(Candidate(f"{i:040x}") for i in range(n))
+    return Plan(Mode.REGRESSION, seq), seq
+
+
+def test_verdicts_known_from_elsewhere_narrow_the_range_before_any_start() -> None:
+    """Nightly CI read 20 good and 28 bad (of 0..32): the search's first probes after the ends
+    lie in 21..28, where without them they halve the whole range; with four slots, those
+    beside the bad end in its round too."""
+    plan, seq = _known_plan(33)
+    known = (
+        Known(seq[20].commit, Verdict.GOOD, "nightly CI eval 2026-08-10"),
+        Known(seq[28].commit, Verdict.BAD, "alice by hand", 0.05),
+    )
+    policy = Policy(known=known)
+    ends = {seq[0].commit: [Verdict.GOOD], seq[32].commit: [Verdict.BAD]}
+    inside = {c.commit for c in seq[21:29]}
+    without = plan_batch(plan, ends, 1, policy=Policy())
+    assert isinstance(without, list) and not {c.commit for c in without} & inside
+    first = plan_batch(plan, ends, 1, policy=policy)
+    assert isinstance(first, list) and len(first) == 1 and first[0].commit in inside
+    good_end = {seq[0].commit: [Verdict.GOOD]}
+    round_ = plan_batch(plan, good_end, 4, policy=policy)
+    assert isinstance(round_, list) and round_[0] == seq[32] and len(round_) == 4
+    assert {c.commit for c in round_[1:]} <= inside
+
+
+@pytest.mark.parametrize("confirming", [False, True])
+def test_an_answer_s_culprit_and_parent_are_probed_here_even_where_known_verdicts_name_them(
+    confirming: bool,
+) -> None:
+    """Known verdicts at a low rate say 4 good, 5 bad twice over: the posterior holds 5 past
+    the confidence after the ends alone, yet the search probes 5, then 4, before it answers
+    (or stops for a confirmation); the report lists the known verdicts as not run here, with
+    their source and rate."""
+    plan, seq = _known_plan(10)
+    known = tuple(
+        Known(seq[i].commit, v, f"nightly CI eval {day}", 0.01)
+        for i, v in ((4, Verdict.GOOD), (5, Verdict.BAD))
+        for day in ("2026-08-10", "2026-08-11")
+    )
+    policy = Policy(known=known, confirming=confirming)
+    said = {seq[0].commit: [Verdict.GOOD], seq[9].commit: [Verdict.BAD]}
+    index = {c.commit: i for i, c in enumerate(seq)}
+    folded = [(index[k.commit], k.verdict, k.rate) for k in known]
+    assert believe(10, {0: [Verdict.GOOD], 9: [Verdict.BAD]}, Verdict.BAD, policy,
+                   known=folded).of(5) >= policy.confidence  # fmt: skip
+    probed: list[Candidate] = []
+    while isinstance(step := plan_batch(plan, said, 1, policy=policy), list):
+        assert len(step) == 1
+        probed += step
+        said[step[0].commit] = [Verdict.BAD if index[step[0].commit] >= 5 else Verdict.GOOD]
+    assert probed == [seq[5], seq[4]]
+    assert step.status is Status.FOUND and step.culprit == seq[5]
+    probes = [ProbeOutcome(c, v[0], "") for c, v in said.items()]
+    result = build_result(plan, step, probes, policy=policy)
+    assert result.search is not None
+    assert [(k.commit, k.verdict, k.source, k.rate) for k in result.search.known] == [
+        (k.commit, k.verdict.value, k.source, 0.01) for k in known
+    ]
+    report = render_markdown(result)
+    assert (
+        f"- verdict not run here: `{seq[4].short}` good, from nightly CI eval 2026-08-10 "
+        "(weighed at a lie rate of 0.01; `candidates.known_verdicts`)"
+    ) in report
+
+
+def test_the_budget_spent_before_a_known_culprit_is_probed_here_is_no_answer() -> None:
+    plan, seq = _known_plan(10)
+    known = tuple(Known(seq[i].commit, v, "earlier run", 0.01)
+                  for i, v in ((4, Verdict.GOOD), (5, Verdict.BAD)) for _ in range(2))  # fmt: skip
+    said = {seq[0].commit: [Verdict.GOOD], seq[9].commit: [Verdict.BAD, Verdict.BAD]}
+    done = plan_batch(plan, said, 1, policy=Policy(known=known, max_probes=3))
+    assert isinstance(done, Answer) and done.status is Status.AMBIGUOUS
+    assert "rests on verdicts known from elsewhere" in done.message
+
+
+def test_known_verdicts_go_into_the_journal_s_policy_and_back() -> None:
+    policy = Policy(known=(Known("a" * 40, Verdict.BAD, "alice by hand", 0.2),))
+    data = json.loads(json.dumps(policy.to_json()))
+    assert data["known"] == [
+        {"commit": "a" * 40, "verdict": "bad", "source": "alice by hand", "rate": 0.2}
+    ]
+    assert Policy.from_json(data) == policy
+    for wrong in ({"commit": "a" * 40, "verdict": "skip", "source": "x"},
+                  {"commit": "a" * 40, "verdict": "bad", "source": "x", "rate": 0.5}):  # fmt: skip
+        with pytest.raises(ValueError):
+            Policy.from_json({**data, "known": [wrong]})

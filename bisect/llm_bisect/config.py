@@ -26,7 +26,7 @@ from pydantic import (
 from .errors import ConfigError
 from .fingerprint import BATCH_INVARIANT_VAR
 from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged, on_change
-from .posterior import EXACT, Policy
+from .posterior import EXACT, KNOWN_RATE, Policy
 from .redact import MASK, Scrub, redact, url_credentials
 from .report.escape import safe_url
 
@@ -105,6 +105,13 @@ class CandidatesConfig(_Strict):
     url: str | None = None
     """The repository's web address, for links in report.md (commit, PR, compare range);
     default: from the clone's `origin` remote, when it is a GitHub or GitLab address."""
+    known_verdicts: str | None = None
+    """A YAML or JSON file (relative to the config's folder) of verdicts known from elsewhere:
+    a list of `{commit, verdict: good|bad, source, rate}` (a commit, ref or image tag as the
+    ends are named; where it comes from, free text; its lie rate, default 0.1). Weighed at
+    their own rates before the first start, they narrow the range before any server starts;
+    the culprit and its parent are still probed here. Needs the posterior search (not
+    `search.flake: 0`)."""
 
     @field_validator("url")
     @classmethod
@@ -112,6 +119,34 @@ class CandidatesConfig(_Strict):
         if url is not None and not safe_url(url):
             raise ValueError(f"not an http(s) address of a repository: {url!r}")
         return url
+
+
+class KnownVerdict(_Strict):
+    """One verdict known from elsewhere (an entry of `candidates.known_verdicts`' file)."""
+
+    commit: str = Field(min_length=1)
+    """A commit, a ref or an image tag, resolved as the ends are."""
+    verdict: Literal["good", "bad"]
+    source: str = Field(min_length=1)
+    """Where it comes from: `nightly CI eval 2026-08-10`, `alice by hand`, an earlier run."""
+    rate: float = Field(default=KNOWN_RATE, gt=0, lt=0.5, allow_inf_nan=False)
+    """How often such a verdict lies, both ways (default 0.1)."""
+
+
+def read_known_verdicts(path: Path) -> list[KnownVerdict]:
+    """The entries of a `candidates.known_verdicts` file (YAML or JSON: a list); ConfigError
+    naming the file, the entry and its key for anything else."""
+    key = f"candidates.known_verdicts: {path}"
+    data = read_yaml(path, "candidates.known_verdicts")
+    if not isinstance(data, list):
+        raise ConfigError(f"{key}: expected a list of {{commit, verdict, source, rate}}")
+    entries: list[KnownVerdict] = []
+    for i, entry in enumerate(data):
+        try:
+            entries.append(KnownVerdict.model_validate(entry))
+        except ValidationError as exc:
+            raise ConfigError(f"{key}: entry {i}: {_one_line(exc)}") from None
+    return entries
 
 
 def _check_placeholders(templates: list[str], key: str, allowed: frozenset[str]) -> None:
@@ -659,6 +694,15 @@ class Config(_Strict):
         return replace(policy, confirming=True)
 
     @model_validator(mode="after")
+    def _known_needs_posterior(self) -> Config:
+        if self.candidates.known_verdicts is not None and self.search.flake == 0:
+            raise ValueError(
+                "candidates.known_verdicts: verdicts known from elsewhere are weighed at their "
+                "lie rate, which needs the posterior search (search.flake: auto or a rate, not 0)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _kinds_fit(self) -> Config:
         """The rules across sections, each its kind's: the launcher's over the whole config,
         each strategy's over the launcher and the strategies before it."""
@@ -672,8 +716,9 @@ class Config(_Strict):
 
 
 def expand_paths(config: Config, environ: Mapping[str, str], repo_given: bool = False) -> Config:
-    """The config with `${VAR}` in its paths (candidates.repo, golden, server.cwd) expanded
-    from the caller's environment, as a CI job names its checkout (`${GITHUB_WORKSPACE}/vllm`);
+    """The config with `${VAR}` in its paths (candidates.repo and known_verdicts, golden,
+    server.cwd) expanded from the caller's environment, as a CI job names its checkout
+    (`${GITHUB_WORKSPACE}/vllm`);
     a variable that is not set is a ConfigError naming the key. `repo_given`: `--repo` names
     the clone, so candidates.repo is not read (another CI's variable need not be set)."""
     update: dict[str, Any] = {}
@@ -682,6 +727,10 @@ def expand_paths(config: Config, environ: Mapping[str, str], repo_given: bool = 
         update["candidates"] = config.candidates.model_copy(update={"repo": repo})
     if config.golden is not None:
         update["golden"] = expand_value(config.golden, environ, "golden")
+    if config.candidates.known_verdicts is not None:
+        known = expand_value(config.candidates.known_verdicts, environ, "candidates.known_verdicts")
+        ends = update.get("candidates", config.candidates)
+        update["candidates"] = ends.model_copy(update={"known_verdicts": known})
     server = LAUNCHERS[config.server.launcher].expand_paths(config.server, environ)
     if server is not config.server:
         update["server"] = server
@@ -924,6 +973,7 @@ def verdict_settings(
         data.get("probe", {}).pop(key, None)
     data["candidates"].pop("url", None)
     data["candidates"].pop("later", None)
+    data["candidates"].pop("known_verdicts", None)  # weighed as the search is: journalled
     launcher = config.server.launcher
     placement = LAUNCHERS[launcher].placement if launcher in LAUNCHERS else frozenset()
     for key in (*SERVER_PLACEMENT, *placement):

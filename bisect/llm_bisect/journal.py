@@ -5,8 +5,9 @@
     {"event": "probe-start", ...}    a probe began on a slot, in a round (a kill may follow)
     {"event": "probe", ...}          a probe finished: verdict, checks, timings
     {"event": "probe-cancel", ...}   a probe was stopped: its answer was no longer needed
-    {"event": "search", ...}         a resume weighs verdicts another way (`search:`) from
-                                     here on; the head holds the first (none: flake 0)
+    {"event": "search", ...}         a resume weighs verdicts another way (`search:`, the
+                                     verdicts known from elsewhere: `known`) from here on;
+                                     the head holds the first (none: flake 0)
     {"event": "symptom", ...}        a resume counts bad probes by another rule
                                      (`search.symptom`) from here on; the head holds the
                                      first (none: any)

@@ -26,6 +26,11 @@ posterior is a few numbers, whatever n is.
 Hypotheses that only never-tested candidates separate form one group (`groups`): no probe
 can tell them apart, and a group that holds the confidence is an ambiguous answer.
 
+Verdicts known from elsewhere (`Known`: a nightly CI eval, a colleague's try, an earlier run)
+are observations at their own fixed lie rate, outside the rate grid: they narrow the range
+before the first start, but the search probes the culprit and its parent here before it
+answers (search.posterior_batch).
+
 Confirmation's trials are evidence too (`Trial`): the new end with candidate i taken back
 (`revert`) is truly new unless i is the culprit (or nothing changed); the old end with it
 made (`pick`) is truly new only if i is the culprit (or the old end was new already). Such
@@ -133,6 +138,47 @@ class Start:
     """When it started; None: not known."""
 
 
+KNOWN_RATE = 0.1
+"""How often a verdict known from elsewhere lies where its file does not say
+(`candidates.known_verdicts`): another node, another setup, a check of its own."""
+
+
+@dataclass(frozen=True)
+class Known:
+    """A verdict known from elsewhere (`candidates.known_verdicts`: a nightly CI eval, a
+    colleague's try, an earlier run): weighed at its own lie rate, never this run's, and never
+    the last word on the culprit or its parent (the search probes them here first)."""
+
+    commit: str
+    verdict: Verdict
+    """good or bad."""
+    source: str
+    """Where it comes from, as its file says (free text)."""
+    rate: float = KNOWN_RATE
+    """How often such a verdict lies (both ways), in (0, 0.5)."""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "commit": self.commit, "verdict": self.verdict.value, "source": self.source,
+            "rate": self.rate,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: object) -> Known:
+        """The known verdict to_json wrote; ValueError for anything else."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"known verdict {data!r} is not a mapping")
+        commit, verdict = data.get("commit"), data.get("verdict")
+        source, rate = data.get("source"), data.get("rate", KNOWN_RATE)
+        if not isinstance(commit, str) or not isinstance(source, str):
+            raise ValueError(f"known verdict {data!r} names no commit or source")
+        if verdict not in (Verdict.GOOD.value, Verdict.BAD.value):
+            raise ValueError(f"known verdict {verdict!r} is not good or bad")
+        if not (isinstance(rate, int | float) and not isinstance(rate, bool) and 0 < rate < 0.5):
+            raise ValueError(f"known verdict rate {rate!r} is not in (0, 0.5)")
+        return cls(commit, Verdict(verdict), source, float(rate))
+
+
 @dataclass(frozen=True)
 class Rates:
     """How often a verdict lies, by what the build truly is."""
@@ -168,6 +214,9 @@ class Policy:
     """A confirmation follows the search and its trials are weighed (`confirm`, regression
     mode): the search stops once a revert and a pick that agree would carry its answer to
     the confidence (`decide`), and the answer waits for them. Off once trials are weighed."""
+    known: tuple[Known, ...] = ()
+    """Verdicts known from elsewhere (`candidates.known_verdicts`), weighed at their own
+    rates before the first start; the culprit and its parent are still probed here."""
 
     @property
     def exact(self) -> bool:
@@ -211,6 +260,8 @@ class Policy:
             data["calibrated"] = list(self.calibrated)
         if self.confirming:
             data["confirming"] = True
+        if self.known:
+            data["known"] = [k.to_json() for k in self.known]
         return data
 
     @classmethod
@@ -235,6 +286,9 @@ class Policy:
             raise ValueError(f"evidence {evidence!r} is not a list")
         if not isinstance(confirming, bool):
             raise ValueError(f"confirming {confirming!r} is not true or false")
+        known = data.get("known", [])
+        if not isinstance(known, list):
+            raise ValueError(f"known {known!r} is not a list")
         return cls(
             None if flake == "auto" else float(flake),
             confidence,
@@ -244,6 +298,7 @@ class Policy:
             _looks(data.get("looks", [])),
             _calibrated(data.get("calibrated", [0, 0])),
             confirming,
+            tuple(Known.from_json(k) for k in known),
         )
 
 
@@ -445,13 +500,16 @@ def believe(
     weights: Sequence[float] | None = None,
     old_end_known: bool = False,
     trials: Sequence[tuple[int, str, Verdict]] = (),
+    known: Sequence[tuple[int, Verdict, float]] = (),
 ) -> Belief:
     """The posterior from every probe of each candidate 0..n-1 (`seen`); `new`: the verdict of
     the new state (bad when looking for a regression). `weights`: prior weights of the
     candidates 1..n-1 (default uniform: the hook for weights by touched paths).
     `old_end_known`: the old end is taken as old (an untested merge base), c = 0 ruled out.
     `trials`: confirmation trials (candidate index, `revert` or `pick`, verdict) weighed with
-    the probes; one of candidate 0 tells nothing and is left out."""
+    the probes; one of candidate 0 tells nothing and is left out. `known`: verdicts known from
+    elsewhere (candidate index, verdict, its own lie rate, both ways): a fixed-rate term of
+    each segment's likelihood, outside the rate grid (they say nothing of this run's rates)."""
     inner = list(weights) if weights is not None else [1.0] * (n - 1)
     if len(inner) != n - 1:
         raise ValueError("one prior weight per candidate between the ends")
@@ -470,9 +528,16 @@ def believe(
         (i, kind, v) for i, kind, v in trials if 0 < i < n and v in (Verdict.GOOD, Verdict.BAD)
     ]
     edges = {e for i, _, _ in weighed for e in (0, i - 1, i, n - 1)}
-    cuts = tuple(sorted({*counts, *edges}))
+    elsewhere = [(i, v, r) for i, v, r in known if 0 <= i < n and v in (Verdict.GOOD, Verdict.BAD)]
+    cuts = tuple(sorted({*counts, *edges, *(i for i, _, _ in elsewhere)}))
     grid = policy.grid()
     obs = [counts.get(i, (0, 0)) for i in cuts]
+    # the known verdicts' log likelihood at each cut were it truly old, truly new (fixed rates)
+    fixed_old, fixed_new = [0.0] * len(cuts), [0.0] * len(cuts)
+    for i, v, r in elsewhere:
+        at = cuts.index(i)
+        fixed_old[at] += _log(r) if v is new else _log(1 - r)
+        fixed_new[at] += _log(1 - r) if v is new else _log(r)
     seg_first = [cuts[j - 1] + 1 if j > 0 else 0 for j in range(len(cuts) + 1)]
     seg_last = [cuts[j] if j < len(cuts) else n for j in range(len(cuts) + 1)]
     seg_prior = [_log(cum[b + 1] - cum[a]) for a, b in zip(seg_first, seg_last, strict=True)]
@@ -482,10 +547,10 @@ def believe(
         lie_new, lie_old = lies(rates, new)
         lo_lie, lo_ok = _log(lie_old), _log(1 - lie_old)
         ln_lie, ln_ok = _log(lie_new), _log(1 - lie_new)
-        as_old = [(k_new * lo_lie if k_new else 0.0) + (k_old * lo_ok if k_old else 0.0)
-                  for k_new, k_old in obs]  # fmt: skip
-        as_new = [(k_new * ln_ok if k_new else 0.0) + (k_old * ln_lie if k_old else 0.0)
-                  for k_new, k_old in obs]  # fmt: skip
+        as_old = [(k_new * lo_lie if k_new else 0.0) + (k_old * lo_ok if k_old else 0.0) + f
+                  for (k_new, k_old), f in zip(obs, fixed_old, strict=True)]  # fmt: skip
+        as_new = [(k_new * ln_ok if k_new else 0.0) + (k_old * ln_lie if k_old else 0.0) + f
+                  for (k_new, k_old), f in zip(obs, fixed_new, strict=True)]  # fmt: skip
         # segment j: cuts[:j] lie before c (truly old), cuts[j:] at or after it (truly new)
         tail = [0.0] * (len(cuts) + 1)
         for j in range(len(cuts) - 1, -1, -1):
@@ -758,11 +823,13 @@ def fragile(
     c: int,
     trials: Sequence[tuple[int, str, Verdict, Start]] = (),
     old_end_known: bool = False,
+    known: Sequence[tuple[int, Verdict, float]] = (),
 ) -> tuple[int, ...]:
     """The candidates to probe again before culprit c is an answer: those (c - 1, c) whose
     verdicts one burst of starts or one slot could have given (`_groups`: without that group's
     verdicts and trials, c holds less than ROBUST); empty where none could. The one most
-    groups lean on first. Pure.
+    groups lean on first. `known`: verdicts known from elsewhere, weighed with what every group
+    leaves (they ran on no slot here). Pure.
 
         slot 0:  ... c-1 good │ c bad  revert good  pick bad │ c bad (again)
                               └──── one burst (BURST) ────┘
@@ -789,7 +856,8 @@ def fragile(
             else:
                 weighed.append((i, kind, v))
         try:
-            belief = believe(n, seen, new, policy, old_end_known=old_end_known, trials=weighed)
+            belief = believe(n, seen, new, policy, old_end_known=old_end_known, trials=weighed,
+                             known=known)  # fmt: skip
         except ValueError:  # nothing left explains the rest: the group was needed
             held = 0.0
         else:

@@ -173,8 +173,9 @@ def run(
 
     `repeats`: runs of the check suite on each server; `reprobe`: a verdict that contradicts
     a neighbour's is probed again (a new server) before it is used (`probe.repeats: auto`).
-    `policy`: how verdicts are weighed (`search:`; EXACT: as facts); a resume under another
-    policy journals it and goes on under it.
+    `policy`: how verdicts are weighed (`search:`; EXACT: as facts) and the verdicts known from
+    elsewhere it weighs (`Policy.known`, in the first event's `search`); a resume under another
+    policy (another known_verdicts file) journals it and goes on under it.
 
     `early_stop`: a probe's suite stops at its first failed check, except at the ends.
     `symptom` (`search.symptom`): `same` counts a middle probe bad only with the bad end's
@@ -243,6 +244,11 @@ def run(
             journal.append("search", search=policy.to_json(), time=clock.time())
             if _settings(policy) != _settings(state.policy):  # not a confirmation weighed
                 progress.note(f"search: verdicts weighed by {_weighed(policy)} from here on")
+        if state.policy.known != policy.known:  # journalled with the policy, just above
+            progress.note(
+                f"candidates.known_verdicts: {len(policy.known)} verdict(s) known from "
+                "elsewhere weighed from here on"
+            )
         if state.symptom is not symptom:
             journal.append("symptom", symptom=symptom.value, time=clock.time())
             progress.note(
@@ -303,7 +309,7 @@ def _weighed_from(journalled: Policy, policy: Policy) -> Policy | None:
 
 def _settings(policy: Policy) -> Policy:
     """What a person set of a policy (flake, confidence, budget, batch)."""
-    return replace(policy, evidence=(), looks=(), confirming=False)
+    return replace(policy, evidence=(), looks=(), confirming=False, known=())
 
 
 def _weighed(policy: Policy) -> str:

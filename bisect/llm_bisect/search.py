@@ -369,6 +369,7 @@ def posterior_batch(
     closed: frozenset[int] = frozenset(),
     starts: Mapping[int, Sequence[Start]] | None = None,
     trial_starts: Sequence[Start] = (),
+    known: Sequence[tuple[int, Verdict, float]] = (),
 ) -> list[int] | Outcome:
     """Up to `k` indices to probe now besides those `running`, or the Outcome, when verdicts
     may lie (posterior.py): every probe of each index counts, a candidate may be probed
@@ -382,7 +383,10 @@ def posterior_batch(
     (posterior.decide). `starts`: where and when each probe of `history` ran (aligned with
     it) and `trial_starts` each trial's: given, a culprit is an answer only once no one burst
     of starts or one slot could have given it (posterior.fragile); until then its verdicts
-    are probed again. An empty list: wait for a running probe.
+    are probed again. `known`: verdicts known from elsewhere (index, verdict, lie rate), weighed
+    from the first start (posterior.believe); an answer never rests on them alone: where its
+    culprit or its parent has no verdict from this run, they are probed first. An empty list:
+    wait for a running probe.
     """
     if n < 2:
         raise ValueError("a search needs at least the two ends")
@@ -405,15 +409,28 @@ def posterior_batch(
         # the bad end beside the probes that tell most were it bad (as the user says it is):
         # one round saved on k slots; where it tests good they told nothing
         told = believe(n, {**tested, n - 1: [new]}, new, policy, old_end_known=old_end_known,
-                       trials=trials)  # fmt: skip
+                       trials=trials, known=known)  # fmt: skip
         beside = decide(told, policy, new, pool - {n - 1}, 0, k - 1, running, prefer, closed)
         return [n - 1, *beside.probes]
-    belief = believe(n, tested, new, policy, old_end_known=old_end_known, trials=trials)
+    belief = believe(
+        n, tested, new, policy, old_end_known=old_end_known, trials=trials, known=known
+    )
     spent = sum(len(seen) for seen in history.values())
     decision = decide(belief, policy, new, pool, spent, k, running, prefer, closed)
     if decision.probes:
         return list(decision.probes)
     top = decision.answer
+    if known and top is not None and 0 < top < n:
+        # the culprit and its parent are probed here: known verdicts narrow, never answer
+        unprobed = [i for i in (top, top - 1) if not tested.get(i)]
+        if unprobed and spent < policy.budget(n, belief.rates):
+            wanted = [i for i in unprobed if i in pool and i not in running][:k]
+            if wanted or running:
+                return wanted
+        elif unprobed:
+            return _posterior_outcome(
+                n, history, tested, belief, decision, mode, policy, spent, unprobed=True
+            )
     if starts is not None and top is not None and not decision.provisional and 0 < top < n:
         observed = [
             (i, v, s)
@@ -423,7 +440,7 @@ def posterior_batch(
         ]
         weighed = [(i, kind, v, s) for (i, kind, v), s in zip(trials, _pad(trial_starts, trials),
                                                               strict=True)]  # fmt: skip
-        again = fragile(n, observed, new, policy, top, weighed, old_end_known)
+        again = fragile(n, observed, new, policy, top, weighed, old_end_known, known)
         if again and spent < policy.budget(n, belief.rates):
             wanted = [i for i in again if i in pool and i not in running][:k]
             if wanted or running:
@@ -459,9 +476,11 @@ def _posterior_outcome(
     spent: int,
     settle: tuple[int, ...] = (),
     fragile: bool = False,
+    unprobed: bool = False,
 ) -> Outcome:
     """The posterior's answer as the search's Outcome, with how sure it is. `fragile`: the
-    budget is spent while one burst of starts or one slot could have given the answer."""
+    budget is spent while one burst of starts or one slot could have given the answer;
+    `unprobed`: while the answer's culprit or parent has only verdicts known from elsewhere."""
     new = mode.new_state
     top = decision.answer if decision.answer is not None else belief.top()
     against = disagreeing(tested, top, new)
@@ -494,6 +513,13 @@ def _posterior_outcome(
             "while the "
             f"verdicts that name the most likely first {new.value} ({said}) could all come "
             f"from one burst of starts or one slot: probe it again elsewhere", belief=sure(held)
+        )  # fmt: skip
+    if decision.answer is not None and unprobed:
+        return Outcome(
+            Status.AMBIGUOUS, None, (top - 1, top),
+            f"the probe budget ({policy.budget(n, belief.rates)}, search.max_probes) is spent "
+            f"before the most likely first {new.value} ({said}) and its parent were probed "
+            "here: it rests on verdicts known from elsewhere", belief=sure(held)
         )  # fmt: skip
     if decision.answer is not None and decision.provisional:
         return Outcome(
@@ -571,7 +597,8 @@ def left_of(
     if not policy.exact:
         mine = {index[c]: [v for v in seen if not _untestable(v)]
                 for c, seen in history.items() if c in index}  # fmt: skip
-        belief = believe(n, mine, plan.mode.new_state, policy, trials=_trials(plan, policy))
+        belief = believe(n, mine, plan.mode.new_state, policy, trials=_trials(plan, policy),
+                         known=_known(plan, policy))  # fmt: skip
         size = len(belief.credible(policy.confidence))
         return size, (math.ceil(math.log2(size)) if size > 1 else 0) + 1
     settled = settle({index[c]: v for c, v in history.items() if c in index}, plan.mode, reprobe)
@@ -859,6 +886,13 @@ def _trials(plan: Plan, policy: Policy) -> list[tuple[int, str, Verdict]]:
     return [(index[t.commit], t.kind, t.verdict) for t in policy.evidence if t.commit in index]
 
 
+def _known(plan: Plan, policy: Policy) -> list[tuple[int, Verdict, float]]:
+    """The policy's verdicts known from elsewhere by candidate index (those of commits outside
+    the range left out)."""
+    index = _positions(plan)
+    return [(index[k.commit], k.verdict, k.rate) for k in policy.known if k.commit in index]
+
+
 def _closed(plan: Plan, policy: Policy) -> frozenset[int]:
     """The candidates the search does not stop at for a confirmation: each looked at whose
     next look would not be weighed (posterior.next_look)."""
@@ -934,6 +968,7 @@ def plan_batch(
             closed=_closed(plan, policy),
             starts=None if starts is None else _by_index(plan, starts),
             trial_starts=[t.start for t in policy.evidence if t.commit in _positions(plan)],
+            known=_known(plan, policy),
         )
         if isinstance(found, Outcome):
             return _answer(plan, found, view)

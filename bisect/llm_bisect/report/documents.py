@@ -369,6 +369,18 @@ class TrialDoc(_Doc):
     """When its probe started (wall clock)."""
 
 
+class KnownDoc(_Doc):
+    """A verdict known from elsewhere (`candidates.known_verdicts`), weighed by the search at
+    its own lie rate: not run here."""
+
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    verdict: Literal["good", "bad"]
+    source: str
+    """Where it comes from, as its file says."""
+    rate: float
+    """The lie rate it was weighed at."""
+
+
 class LookDoc(_Doc):
     """One confirmation of the posterior search (services/stages.py Confirm), in order."""
 
@@ -382,7 +394,7 @@ class SearchDoc(_Doc, AddedLater):
     """The posterior search (`search.flake` other than 0): how verdicts were weighed, and
     how sure the answer is."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("evidence", "looks")
+    added_later: ClassVar[tuple[str, ...]] = ("evidence", "looks", "known")
 
     flake: float | Literal["auto"]
     """The lie rate the search assumed; `auto`: learnt from the run's verdicts."""
@@ -413,6 +425,9 @@ class SearchDoc(_Doc, AddedLater):
     looks: list[LookDoc] = Field(default_factory=list)
     """The confirmations the search stopped for, in order: each culprit looked at and whether
     its trials bore it out (at most five a run, three a culprit)."""
+    known: list[KnownDoc] = Field(default_factory=list)
+    """Verdicts not run here (`candidates.known_verdicts`): weighed at their own lie rates
+    from the first start; the culprit and its parent were probed here all the same."""
 
 
 class LeftOut(_Doc):

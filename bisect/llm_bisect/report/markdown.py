@@ -560,6 +560,12 @@ def _confidence(doc: ResultDocument) -> list[str]:
             f"- weighed as evidence: the {trial.kind} of `{trial.commit[:12]}` tested "
             f"{trial.verdict} (a confirmation trial, weighed like a probe)"
         )
+    for known in found.known:
+        lines.append(
+            f"- verdict not run here: `{known.commit[:12]}` {known.verdict}, from "
+            f"{esc.text(known.source, 200)} (weighed at a lie rate of {known.rate:g}; "
+            "`candidates.known_verdicts`)"
+        )
     for n, look in enumerate(found.looks, 1):
         outcome = "bore it out" if look.confirmed else "did not bear it out"
         lines.append(

@@ -18,6 +18,7 @@ from .documents import (
     CheckDoc,
     Context,
     Disagreed,
+    KnownDoc,
     LookDoc,
     ProbeDoc,
     Rates,
@@ -193,6 +194,7 @@ def search_doc(answer: Answer, probes: Sequence[ProbeOutcome], policy: Policy) -
         settle=list(sure.settle),
         evidence=[TrialDoc.model_validate(t.to_json()) for t in policy.evidence],
         looks=[LookDoc(commit=c, confirmed=ok) for c, ok in policy.looks],
+        known=[KnownDoc.model_validate(k.to_json()) for k in policy.known],
     )
 
 

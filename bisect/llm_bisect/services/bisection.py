@@ -20,7 +20,7 @@ from ..search import Status
 from ..symptom import Symptom
 from .confirm import CONTINUED, second_look as _second_look, unconfirmed as unconfirmed
 from .later import next_steps, resolve_later
-from .setup import Setup, fast_setup, golden_file_of, plan_of, run_context, run_id_of
+from .setup import Setup, fast_setup, golden_file_of, known_of, plan_of, run_context, run_id_of
 from .stages import STAGES, StageRun, before_confirm, fast_shown, with_launcher
 
 __all__ = ["FAST_DIR", "_second_look", "check_one", "run_bisect", "unconfirmed"]
@@ -109,11 +109,13 @@ def _bisect(
     golden = s.golden_store(named, of=plan.good.commit) if named else None
     judged_by = (named or out_dir / "golden.json").absolute()
     note = progress.note if progress is not None else (lambda _: None)
+    known = known_of(s, plan, note)
 
     def bisect(line_good: str, line_bad: str, culprits: int) -> ResultDocument:
         """Several culprits: what remains, on the reverted line, into DIR/continued, naming
         at most `culprits` (it goes on itself where that is more than one)."""
-        only = s.config.candidates.model_copy(update={"later": []})  # the outer run's
+        # the outer run's later refs; its known verdicts are of other trees than this line's
+        only = s.config.candidates.model_copy(update={"later": [], "known_verdicts": None})
         named = s.config.search.model_copy(update={"culprits": culprits})
         # its good end is the culprit reverted, not the config golden's: its own golden
         inner = s.config.model_copy(update={"confirm": True, "candidates": only, "golden": None,
@@ -160,7 +162,8 @@ def _bisect(
                 return done
 
             stage_run.launcher, stage_run.search = launcher, search
-            done = search(calibrated(config.search_policy(find_fix), golden))
+            policy = calibrated(config.search_policy(find_fix), golden)
+            done = search(replace(policy, known=known) if known else policy)
             held = with_launcher()
             for stage in held[len(before_confirm()) :]:
                 done = stage.apply(stage_run, done)

@@ -33,6 +33,7 @@ from ..config import (
     expand_paths,
     expand_value,
     load_config,
+    read_known_verdicts,
     read_yaml,
     secret_names,
     server_argv,
@@ -55,8 +56,9 @@ from ..kinds import (
 )
 from ..launchers import Launcher, Server
 from ..launchers.cached import CachedLauncher
-from ..model import Candidate
+from ..model import Candidate, Verdict
 from ..outdir import hold
+from ..posterior import Known
 from ..probe import Facts, Progress, served_facts, startup_facts
 from ..redact import Scrub, url_credentials
 from ..report.documents import Context
@@ -466,6 +468,29 @@ def plan_of(s: Setup, good: str | None, bad: str | None, find_fix: bool) -> tupl
     if s.builder is not None:  # route facts for the whole range, read as routes are asked for
         s.builder.survey(plan.candidates)
     return config, plan
+
+
+def known_of(s: Setup, plan: Plan, note: Callable[[str], None]) -> tuple[Known, ...]:
+    """The verdicts known from elsewhere that `candidates.known_verdicts` names (relative to
+    the config's folder), each commit resolved as the ends are; those of commits outside the
+    plan's range are left out, and said. A ref that resolves to nothing is a ConfigError."""
+    name = s.config.candidates.known_verdicts
+    if name is None:
+        return ()
+    path = s.base_dir / Path(name).expanduser()
+    found: list[Known] = []
+    outside = 0
+    inside = {c.commit for c in plan.sequence}
+    for i, entry in enumerate(read_known_verdicts(path)):
+        commit = s.resolve(entry.commit, f"candidates.known_verdicts: {path}: entry {i}").commit
+        if commit not in inside:
+            outside += 1
+            continue
+        found.append(Known(commit, Verdict(entry.verdict), entry.source, entry.rate))
+    if outside:
+        note(f"candidates.known_verdicts: {outside} verdict(s) of commits outside the range "
+             "left out")  # fmt: skip
+    return tuple(found)
 
 
 def run_id_of(out_dir: Path, digest: str) -> str:
