@@ -27,8 +27,17 @@ from ..model import Verdict
 from ..startup import PHASE_LABELS
 from . import escape as esc
 from .documents import ProbeDoc, ResultDocument
-from .links import commit_url, pr_number, pr_url
-from .markdown import bad_probe, duration, sureness
+from .markdown import (
+    Fact,
+    Part,
+    answer_facts,
+    bad_probe,
+    cell_text,
+    duration,
+    lies_fact,
+    logprob_drop,
+    screen,
+)
 
 COLOURS = {
     Verdict.GOOD: "#2e7d32",
@@ -214,32 +223,20 @@ def _shown(token: Token) -> str:
     return repr(esc.plain(token.text)) if token.text else f"id {esc.plain(token.token)}"
 
 
-def _number(logprob: float | None) -> float:
-    """A logprob as a figure: NaN where the server sent none (NaN or infinite)."""
-    return math.nan if logprob is None else logprob
-
-
 def _parting(divergence: TokensPart) -> tuple[float, bool, str, str]:
     """At the first divergence: how much less likely the candidate finds the golden's token
     (|Δlogprob|), whether that is only a lower bound (not in its top-k), a label naming both
     tokens, and a sentence with their logprobs."""
     golden, now = divergence.golden, divergence.candidate
-    top = {t.token: _number(t.logprob) for t in now.top}
-    bound = golden.token not in top and bool(top)
-    mine, theirs = _number(golden.logprob), _number(now.logprob)
-    if golden.token in top:
-        drop = abs(mine - top[golden.token])
-    elif top:  # below the least likely alternative this build listed
-        drop = max(0.0, mine - min(top.values()))
-    else:
-        drop = abs(mine - theirs)
-    drop = drop if math.isfinite(drop) else 0.0  # a NaN logprob: the check names it
+    drop, bound = logprob_drop(divergence)
+    mine = math.nan if golden.logprob is None else golden.logprob
+    theirs = math.nan if now.logprob is None else now.logprob
     said = (
         f"tokens part at {divergence.position}: golden {_shown(golden)} "
         f"({mine:.3f}) → now {_shown(now)} ({theirs:.3f})"
     )
     if bound:
-        said += f"; the golden's token is not in this build's top-{len(top)}"
+        said += f"; the golden's token is not in this build's top-{len({t.token for t in now.top})}"
     label = f"{divergence.position}: {_shown(golden)} → {_shown(now)}"
     return drop, bound, label, said
 
@@ -384,22 +381,27 @@ def accuracy_figure(doc: ResultDocument) -> go.Figure | None:
     return fig
 
 
+def html_part(part: Part) -> str:
+    """A first-screen part as HTML."""
+    text = part.text if part.limit is None else cell_text(part.text, part.limit)
+    said = esc.html_text(" ".join(esc.plain(text).split()))
+    if part.style == "code":
+        said = f"<code>{said}</code>"
+    elif part.style == "mark":
+        said = f"<b>{said}</b>"
+    return f'<a href="{html.escape(part.href)}">{said}</a>' if part.href else said
+
+
+def html_fact(fact: Fact) -> str:
+    return "".join(html_part(p) for p in fact.parts)
+
+
 def _summary(doc: ResultDocument) -> str:
-    base = doc.context.repo_url
-    rows = [f"<b>{html.escape(doc.status.value)}</b>: {esc.html_text(doc.message)}"]
+    """The top of the page, from report.md's first-screen facts in its order: the answer and
+    how sure it is, the lies assumed, the ends; then the images, dependency versions,
+    backends, first divergence, checks and doubted slots."""
+    rows = [html_fact(f) for f in answer_facts(doc)]
     rows += [f"⚠ {esc.html_text(note)}" for note in doc.notes]
-    if doc.culprit is not None:
-        c = doc.culprit
-        url = commit_url(base, c.commit)
-        sha = f"<code>{_short(c.commit)}</code>"
-        sha = f'<a href="{html.escape(url)}">{sha}</a>' if url else sha
-        pr = pr_number(c.subject)
-        pr_href = pr_url(base, pr) if pr is not None else ""
-        pr_link = f' (<a href="{html.escape(pr_href)}">#{pr}</a>)' if pr_href else ""
-        rows.append(f"culprit {sha} {esc.html_text(c.subject)}{pr_link}")
-    sure = sureness(doc)
-    if sure:
-        rows.append(f"confidence: {esc.html_text(sure)}")
     ctx = doc.context
     rows.append(
         f"good <code>{esc.html_text(ctx.good_ref or _short(doc.good))}</code> → bad "
@@ -411,10 +413,21 @@ def _summary(doc: ResultDocument) -> str:
             else ""
         )
     )
+    rows.append(html_fact(lies_fact(doc)))
     found = doc.localization
     if found is not None and found.line:
         rows.append(f"where in the model: {html.escape(found.line)}")
-    return '<div class="summary">' + "<br>".join(rows) + "</div>"
+    items, depth = [], 0
+    for fact in screen(doc):
+        if fact.depth > depth:
+            items.append("<ul>")
+        elif fact.depth < depth:
+            items.append("</ul>")
+        depth = fact.depth
+        items.append(f'<li data-fact="{fact.key}">{html_fact(fact)}</li>')
+    items += ["</ul>"] * depth
+    listed = f"<ul>{''.join(items)}</ul>" if items else ""
+    return '<div class="summary">' + "<br>".join(rows) + listed + "</div>"
 
 
 def table(probes: Sequence[ProbeDoc]) -> str:
