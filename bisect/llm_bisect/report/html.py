@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -384,7 +385,7 @@ def accuracy_figure(doc: ResultDocument) -> go.Figure | None:
 def html_part(part: Part) -> str:
     """A first-screen part as HTML."""
     text = part.text if part.limit is None else cell_text(part.text, part.limit)
-    said = esc.html_text(" ".join(esc.plain(text).split()))
+    said = esc.html_text(re.sub(r"\s+", " ", esc.plain(text)))  # on one line, spaces kept
     if part.style == "code":
         said = f"<code>{said}</code>"
     elif part.style == "mark":
