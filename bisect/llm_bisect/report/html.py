@@ -7,6 +7,8 @@ the plots a person would rather look at than read. Pure: a typed document in, HT
                                             tokens part, and the teacher-forced scores
     accuracy and its 95% interval per probe the eval check
 
+Above them, report.md's first-screen facts (markdown.screen), in its order.
+
 Text from outside passes through `escape.html_text` (plotly reads a little HTML in trace names
 too); links are http(s) only (`links`).
 """

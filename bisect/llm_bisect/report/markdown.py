@@ -1,8 +1,12 @@
 """report.md: what a maintainer reads, and pastes into a GitHub issue. Pure: the typed
 result.json (documents.ResultDocument) in, markdown out.
 
-A summary block comes first (culprit, its PR, the refs as given, status, probes, time), then
-how to reproduce it, the node, the evidence; long parts sit inside <details>. Every text from
+The first screen comes first (`first_screen`: the answer and how sure it is, the lies
+assumed, the images, the dependency versions that changed, the backends, the first
+divergence, each check's number, a doubted slot: docs/outputs.md), then the details, how to
+reproduce it, the node, the evidence; long parts sit inside <details>. The first screen's
+facts are built once (`screen`, as `Part`s a writer escapes) and written three ways:
+report.md, report.html's top and the banner `run` ends with (`banner`). Every text from
 outside (git, servers, logs, the config) passes through `escape` on its way in.
 """
 
