@@ -738,7 +738,7 @@ def test_the_first_40_lines_hold_the_maintainers_items_in_their_order(
         f"`{h.shas[4][:12]}`)",
         "  - `canary` **FAIL**: 3 of 3 prompts failed (0 of 3 prompts failed)",
         "  - `logprobs` **FAIL**: 4 of 4 prompts not close to the golden (0 of 4",
-        "  - `eval` **FAIL**: accuracy 0.0% of 64 (accuracy ",
+        "  - `eval` **FAIL**: accuracy 0.0% on 64 (accuracy ",
         "- ⚠ slot 1 (",
         "disagreed with the other slots on 2 of 2 candidates",
     ]

@@ -1447,7 +1447,7 @@ def headline(check: CheckDoc) -> str:
     if isinstance(d, LogprobsDetails) and d.cases:
         return f"{d.metrics.not_close} of {len(d.cases)} prompts not close to the golden"
     if isinstance(d, EvalDetails) and d.metrics is not None:
-        n = f" of {d.metrics.n}" if d.metrics.n else ""
+        n = f" on {d.metrics.n}" if d.metrics.n else ""
         return f"accuracy {d.metrics.accuracy:.1%}{n}"
     if isinstance(d, LmEvalDetails) and d.tasks:
         return ", ".join(f"{t.task} {t.metric} {t.value:.3g}" for t in d.tasks[:3])
@@ -1495,7 +1495,8 @@ def screen(doc: ResultDocument) -> list[Fact]:
     """The facts of the first screen below the answer, in the order maintainers ask for them:
     the images, the dependency versions that changed, the backends (and weights), the first
     culprit's first divergence, each check's headline number, a doubted slot."""
-    facts: list[Fact | None] = [images_fact(_ends(doc)) if _ends(doc) else None]
+    ends = _ends(doc)
+    facts: list[Fact | None] = [images_fact(ends) if ends else None]
     sides = doc.fingerprints
     if sides is not None:
         labels = _labels(doc)
