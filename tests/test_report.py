@@ -732,7 +732,7 @@ def test_the_first_40_lines_hold_the_maintainers_items_in_their_order(
         "- dependencies changed (last good → first bad): flashinfer `0.6.16` → "
         "`0.6.16.post3` (6 the same)\n",  # torch, triton, ..., CUDA runtime, driver
         "- backends (last good → first bad): **⚠ attention** `FLASH_ATTN` → `FLASHINFER`",
-        f"- first divergence (`{culprit}` vs the golden): 'hello how are you' at token 2: "
+        f"- first token divergence (`{culprit}` vs the golden): 'hello how are you' at token 2: "
         "golden `15505` ' well,' → now `11038` ' we', Δlogprob ",
         f"- checks on the first bad build `{culprit}` (in brackets: the last good build "
         f"`{h.shas[4][:12]}`)",
@@ -755,7 +755,7 @@ def test_the_first_40_lines_hold_the_maintainers_items_in_their_order(
         "flashinfer <code>0.6.16</code> → <code>0.6.16.post3</code>",
         'data-fact="backends">backends (last good → first bad): '
         "<b>⚠ attention</b> <code>FLASH_ATTN</code> → <code>FLASHINFER</code>",
-        'data-fact="divergence">first divergence', 'data-fact="checks">',
+        'data-fact="divergence">first token divergence', 'data-fact="checks">',
         'data-fact="check"><code>canary</code> <b>FAIL</b>', 'data-fact="doubted">⚠ slot 1',
     ])  # fmt: skip
     assert "<img" not in head
@@ -784,7 +784,7 @@ def test_run_ends_with_a_banner_to_paste_into_an_issue(
         "\n- confirmation: **confirmed**: reverting it fixes the bad end",
         "\n- changed (last good → first bad): attention `FLASH_ATTN` → `FLASHINFER`, "
         "flashinfer `0.6.16` → `0.6.16.post3`",  # nothing else changed
-        f"\n- first divergence (`{culprit}` vs the golden): 'hello how are you' at token 2",
+        f"\n- first token divergence (`{culprit}` vs the golden): 'hello how are you' at token 2",
         f"\n- report: `{(out / 'report.md').absolute()}`",
     ])  # fmt: skip
     assert "- changed (last good → first bad): attention `FLASH_ATTN` → `FLASHINFER`, " \

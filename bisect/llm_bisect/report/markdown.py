@@ -1407,7 +1407,7 @@ def divergence_fact(doc: ResultDocument) -> Fact | None:
     bad = bad_probe(doc)
     if bad is None:
         return None
-    lead = (_own("first divergence ("), _code(bad.commit[:12]), _own(" vs the golden): "))
+    lead = (_own("first token divergence ("), _code(bad.commit[:12]), _own(" vs the golden): "))
     cases = [
         case
         for check in bad.checks
