@@ -401,8 +401,8 @@ def html_fact(fact: Fact) -> str:
 
 def _summary(doc: ResultDocument) -> str:
     """The top of the page, from report.md's first-screen facts in its order: the answer and
-    how sure it is, the lies assumed, the ends; then the images, dependency versions,
-    backends, first divergence, checks and doubted slots."""
+    how sure it is, the ends, the lies assumed; then the images, dependency versions,
+    backends, first token divergence, checks and doubted slots; where in the model."""
     rows = [html_fact(f) for f in answer_facts(doc)]
     rows += [f"⚠ {esc.html_text(note)}" for note in doc.notes]
     ctx = doc.context
@@ -417,20 +417,24 @@ def _summary(doc: ResultDocument) -> str:
         )
     )
     rows.append(html_fact(lies_fact(doc)))
+    items: list[tuple[Fact, list[Fact]]] = []
+    for fact in screen(doc):  # an item under the line before (depth 1) nests in it
+        if fact.depth and items:
+            items[-1][1].append(fact)
+        else:
+            items.append((fact, []))
+
+    def li(fact: Fact, under: list[Fact]) -> str:
+        nested = "".join(li(f, []) for f in under)
+        return (f'<li data-fact="{fact.key}">{html_fact(fact)}'
+                + (f"<ul>{nested}</ul>" if nested else "") + "</li>")  # fmt: skip
+
+    listed = f"<ul>{''.join(li(*item) for item in items)}</ul>" if items else ""
     found = doc.localization
-    if found is not None and found.line:
-        rows.append(f"where in the model: {html.escape(found.line)}")
-    items, depth = [], 0
-    for fact in screen(doc):
-        if fact.depth > depth:
-            items.append("<ul>")
-        elif fact.depth < depth:
-            items.append("</ul>")
-        depth = fact.depth
-        items.append(f'<li data-fact="{fact.key}">{html_fact(fact)}</li>')
-    items += ["</ul>"] * depth
-    listed = f"<ul>{''.join(items)}</ul>" if items else ""
-    return '<div class="summary">' + "<br>".join(rows) + listed + "</div>"
+    where = (
+        f"where in the model: {html.escape(found.line)}" if found is not None and found.line else ""
+    )
+    return '<div class="summary">' + "<br>".join(rows) + listed + where + "</div>"
 
 
 def table(probes: Sequence[ProbeDoc]) -> str:
