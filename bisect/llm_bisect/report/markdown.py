@@ -1215,9 +1215,8 @@ def answer_facts(doc: ResultDocument) -> list[Fact]:
     if not found:
         return [Fact("answer", (status, _own(" · "), Part(doc.message, limit=200)))]
     what = "first bad commit" if doc.mode is Mode.REGRESSION else "first good commit (the fix)"
-    facts = []
+    facts, base = [], doc.context.repo_url
     for n, c in enumerate(found):
-        base = doc.context.repo_url
         pr = pr_number(c.subject)
         pr_href = pr_url(base, pr) if pr is not None else ""
         lead = (status, _own(f" · {what}: ")) if n == 0 else (_own(f"culprit {n + 1}: "),)
