@@ -55,13 +55,16 @@ def test_an_older_result_loads_typed_and_is_written_back_the_same() -> None:
 
 def test_an_older_report_renders_the_same_from_its_result() -> None:
     """As the untyped code wrote it, but for what report.md gained since, made of what the
-    older result holds: the backends on the first screen, the block for an issue."""
+    older result holds: the first screen's lies assumed and its facts (images, dependencies,
+    backends, the first divergence, the checks), the block for an issue."""
     doc = ResultDocument.model_validate(_json("result.json"))
     md = render_markdown(doc)
     gained = re.compile(
-        r"^- backends \([^\n]*\n|^### Away from this machine\n.*?(?=^## )", re.M | re.S
+        r"^> lies assumed[^\n]*\n|^- images: .*?\n\n(?=\*\*Status)"
+        r"|^### Away from this machine\n.*?(?=^## )",
+        re.M | re.S,
     )
-    assert len(gained.findall(md)) == 2
+    assert len(gained.findall(md)) == 3
     assert gained.sub("", md) == (OLD / "report.md").read_text()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from helpers import (
     CACHE_VARIABLES,
@@ -30,17 +31,20 @@ from helpers import (
     shell_words,
 )
 from llm_bisect.checks.metrics import degeneration
+from llm_bisect.cli import cli
 from llm_bisect.enginecache import CACHES
 from llm_bisect.fingerprint import Fingerprint, parse_startup_log
 from llm_bisect.journal import Span
 from llm_bisect.launchers.docker import run_line
 from llm_bisect.model import Candidate, CheckResult, ProbeOutcome, Verdict
 from llm_bisect.report.documents import ResultDocument
+from llm_bisect.report.html import render_html
 from llm_bisect.report.links import commit_url, compare_url, pr_number, pr_url, web_url
 from llm_bisect.report.markdown import render_markdown as render_doc
 from llm_bisect.report.result import build_result
 from llm_bisect.search import Answer, Mode, Plan, Status, plan_step
 from test_cli import invoke
+from test_collectenv import stand_in_smi
 
 SEQ = tuple(
     Candidate(f"{i:040x}", subject=f"commit {i} | piped", author="A <a@x>") for i in range(5)
@@ -598,7 +602,8 @@ def test_a_docker_build_is_run_by_digest_and_named_by_it_on_the_first_screen(
     pinned = f"vllm/vllm-openai@{digest}" if registry else image_id
     seen = first_screen(md)
     assert f"`vllm/vllm-openai@sha256:{'ef' * 32}`" in seen and f"`{pinned}`" in seen
-    assert "torch `2.9.0` → `2.9.1`" in seen and "(2 the same)" in seen
+    # flashinfer the same; vllm is the build itself, not a dependency
+    assert "torch `2.9.0` → `2.9.1`" in seen and "(1 the same)" in seen
     assert "attention `" in seen or "**⚠ attention**" in seen
     assert ("image id" in seen) is not registry
     (line,) = [x for info, c in github_render(md).fences if info == "sh" for x in c.splitlines()
@@ -656,3 +661,131 @@ def test_a_build_whose_probes_ran_on_several_nodes_names_the_node_of_each_verdic
     assert f"- `{SEQ[1].short}`: bad (on gpu-02), then good (on gpu-01) — flaky" in md
     assert f"- `{SEQ[2].short}`: good, then good" in md  # one node: nothing to tell apart
     assert "| reason | seconds | node |" in md and "| 1.2 | gpu-02 |" in md
+
+
+FIRST_SCREEN_CULPRIT = "[Kernel] Bump FlashInfer to 0.6.16.post3 <img src=x> @octocat (#24005)"
+
+
+@pytest.fixture(scope="module")
+def bumped_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[History, Path, str]:
+    """The Kimi shape on the simulator: the culprit bumps FlashInfer (its collect_env says
+    so) and switches the attention backend; a posterior search with confirmation. The
+    History, DIR and what `run` printed on stdout."""
+    root = tmp_path_factory.mktemp("bumped")
+    bump = {"packages": {"flashinfer-python": "0.6.16.post3"}, "attention_backend": "FLASHINFER"}
+    h = History(root, {5: "degenerate-reasoning"}, 8, changes={5: bump},
+                subjects={5: FIRST_SCREEN_CULPRIT})  # fmt: skip
+    collect = [sys.executable, "-m", "llm_bisect.sim.collect_env", "--repo", str(h.repo)]
+    smi = stand_in_smi(root / "smi")
+    server = {"collect_env": [*collect, "--commit", "{commit}"],
+              "env": {"PATH": f"{smi}{os.pathsep}{os.environ['PATH']}"}}  # fmt: skip
+    config = h.config(server=server, search={"flake": "auto"})
+    out = root / "out"
+    done = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    return h, out, done.stdout
+
+
+def _in_order(text: str, marks: list[str]) -> list[int]:
+    """Where each mark first shows in `text`, asserting each shows after the one before."""
+    at, found = 0, []
+    for mark in marks:
+        i = text.find(mark, at)
+        assert i >= 0, f"{mark!r} not after {text[:at][-200:]!r} in:\n{text}"
+        found.append(i)
+        at = i + len(mark)
+    return found
+
+
+def test_the_first_40_lines_hold_the_maintainers_items_in_their_order(
+    bumped_run: tuple[History, Path, str],
+) -> None:
+    """report.md's first 40 lines, and report.html's top, give what the maintainers asked for
+    in their order: the answer and how sure it is with the lies assumed; both ends' images
+    (no registry digest here); the dependency versions that changed (only FlashInfer: the
+    others left out, and vLLM's own version is no dependency); the backends, the change
+    marked; the culprit's first token-id divergence; each check's number; a doubted slot."""
+    h, out, _ = bumped_run
+    data = json.loads((out / "result.json").read_text())
+    culprit = h.shas[5][:12]
+    # three slots, the second reading bad where the others read good: a doubted slot
+    extra = []
+    good = {p["commit"]: p for p in data["probes"] if p["verdict"] == "good"}
+    assert len(good) >= 2, data["probes"]
+    for probe in list(good.values())[:2]:
+        extra += [{**probe, "slot": 1, "verdict": "bad"}, {**probe, "slot": 2}]
+    data["probes"] += extra
+    nightly = f"vllm/vllm-openai@sha256:{'ef' * 32}"  # the good end ran from an image
+    for probe in data["probes"]:
+        if probe["commit"] == h.shas[0]:
+            probe["fingerprint"]["image"] = {"ref": "vllm/vllm-openai:nightly", "digest": nightly}
+    doc = ResultDocument.model_validate(data)
+    md = render_doc(doc)
+    assert github_render(md).problems == []
+    top = "\n".join(md.splitlines()[:40])
+    marks = [
+        f"> **found** · first bad commit: `{culprit}` \\[Kernel\\] Bump FlashInfer",
+        "(posterior ",
+        "> lies assumed (`search.flake: auto`): verdicts may lie",
+        f"- images: good end `{nightly}` · last good no image: no registry digest · first bad "
+        "no image: no registry digest · bad end no image: no registry digest\n",
+        "- dependencies changed (last good → first bad): flashinfer `0.6.16` → "
+        "`0.6.16.post3` (6 the same)\n",  # torch, triton, ..., CUDA runtime, driver
+        "- backends (last good → first bad): **⚠ attention** `FLASH_ATTN` → `FLASHINFER`",
+        f"- first token divergence (`{culprit}` vs the golden): 'hello how are you' at token 2: "
+        "golden `15505` ' well,' → now `11038` ' we', Δlogprob ",
+        f"- checks on the first bad build `{culprit}` (in brackets: the last good build "
+        f"`{h.shas[4][:12]}`)",
+        "  - `canary` **FAIL**: 3 of 3 prompts failed (0 of 3 prompts failed)",
+        "  - `logprobs` **FAIL**: 4 of 4 prompts not close to the golden (0 of 4",
+        "  - `eval` **FAIL**: accuracy 0.0% on 64 (accuracy ",
+        "- ⚠ slot 1 (",
+        "disagreed with the other slots on 2 of 2 candidates",
+    ]
+    _in_order(top, marks)
+    assert "**Status:**" in md.split(marks[-1])[1]  # the details below, as before
+    # the HTML top from the same facts, in the same order, before the first plot
+    page = render_html(doc)
+    head = page.split('<div id="plot-')[0]
+    _in_order(head, [
+        f"<b>found</b> · first bad commit: <code>{culprit}</code> [Kernel] Bump FlashInfer "
+        "to 0.6.16.post3 &lt;img src=x&gt; @octocat", "(posterior ", "lies assumed (",
+        f'data-fact="images">images: good end <code>{nightly}</code>',
+        'data-fact="dependencies">dependencies changed (last good → first bad): '
+        "flashinfer <code>0.6.16</code> → <code>0.6.16.post3</code>",
+        'data-fact="backends">backends (last good → first bad): '
+        "<b>⚠ attention</b> <code>FLASH_ATTN</code> → <code>FLASHINFER</code>",
+        'data-fact="divergence">first token divergence', 'data-fact="checks">',
+        'data-fact="check"><code>canary</code> <b>FAIL</b>', 'data-fact="doubted">⚠ slot 1',
+    ])  # fmt: skip
+    assert "<img" not in head
+
+
+def test_run_ends_with_a_banner_to_paste_into_an_issue(
+    bumped_run: tuple[History, Path, str],
+) -> None:
+    """`run`'s last lines: at most 12 lines of markdown, escaped as report.md is, with the
+    answer and how sure it is, the confirmation, what changed, the first divergence and the
+    report's path; then the two lines scripts read, as before."""
+    h, out, stdout = bumped_run
+    lines = stdout.rstrip("\n").splitlines()
+    assert lines[-2].startswith(f"found: {h.shas[5]} ") and lines[-1] == (
+        f"report: {out / 'report.md'}"
+    )
+    start = next(i for i, x in enumerate(lines) if x.startswith("**llm-bisect**"))
+    shown = lines[start : lines.index("", start)]
+    assert len(shown) <= 12, shown
+    text = "\n".join(shown)
+    assert github_render(text).problems == [], text  # no raw HTML, no @mention
+    culprit = h.shas[5][:12]
+    _in_order(text, [
+        f"**llm-bisect** **found** · first bad commit: `{culprit}` \\[Kernel\\] Bump "
+        "FlashInfer to 0.6.16.post3 \\<img src=x\\> \\@\u200boctocat (#24005) (posterior ",
+        "\n- confirmation: **confirmed**: reverting it fixes the bad end",
+        "\n- changed (last good → first bad): attention `FLASH_ATTN` → `FLASHINFER`, "
+        "flashinfer `0.6.16` → `0.6.16.post3`",  # nothing else changed
+        f"\n- first token divergence (`{culprit}` vs the golden): 'hello how are you' at token 2",
+        f"\n- report: `{(out / 'report.md').absolute()}`",
+    ])  # fmt: skip
+    assert "- changed (last good → first bad): attention `FLASH_ATTN` → `FLASHINFER`, " \
+        "flashinfer `0.6.16` → `0.6.16.post3`" in shown  # fmt: skip

@@ -32,7 +32,7 @@ from .outdir import claim, hold, prepare
 from .places import doubted
 from .registry import BLOB_DEADLINE_S, DEADLINE_S, MAX_PAGES, ImageRef
 from .report.documents import ResultDocument, schemas
-from .report.markdown import duration
+from .report.markdown import banner, duration
 from .runner import RunResult, result_of, write_outputs
 from .search import Answer, Plan, Status
 from .services.bisection import check_one, run_bisect
@@ -262,7 +262,15 @@ def _artifact_cell(art: Artifact) -> str:
     return f"{art.size / 1e9:5.1f} GB"
 
 
-def _print_answer(term: Terminal, answer: Answer, out_dir: Path) -> None:
+def _print_answer(
+    term: Terminal, answer: Answer, out_dir: Path, doc: ResultDocument | None = None
+) -> None:
+    """The answer's last lines, which scripts read (`found: SHA ...`, `report: PATH`); with
+    the run's document, the banner to paste into an issue before them."""
+    if doc is not None:
+        for line in banner(doc, str((out_dir / "report.md").absolute())):
+            term.out(line)
+        term.out("")
     if answer.culprit is not None:
         c = answer.culprit
         sure = f" (posterior {answer.sure.posterior:.3f})" if answer.sure is not None else ""
@@ -296,7 +304,7 @@ def run_cmd(
         done = run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
         for doubt in doubted(done.result.probes):  # a bad GPU or node: said where it is seen
             term.say(f"warning: {doubt.line}")
-        _print_answer(term, done.answer, out)
+        _print_answer(term, done.answer, out, done.result)
         return STATUS_EXIT[done.answer.status]
 
     raise typer.Exit(guarded(body))
@@ -835,8 +843,8 @@ def report_cmd(
                 )
             restored = restore(RunResult(step, result, out))  # each stage's part, as the run
             step = restored.answer  # ended it
-            write_outputs(out, _with_deps(restored.result, out / "result.json"))
-        _print_answer(term, step, out)
+            written = write_outputs(out, _with_deps(restored.result, out / "result.json"))
+        _print_answer(term, step, out, written)
         return STATUS_EXIT[step.status]
 
     raise typer.Exit(guarded(body))
@@ -1178,7 +1186,7 @@ def demo_cmd(
         finally:
             if images:  # all but those the report's commands run
                 demo.remove_images([x for x in images if x not in kept])
-        _print_answer(term, done.answer, out_dir)
+        _print_answer(term, done.answer, out_dir, done.result)
         probes = len(done.result.probes)
         started, ended = done.result.started_at, done.result.ended_at
         wall = ended - started if started is not None and ended is not None else None

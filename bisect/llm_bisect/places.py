@@ -31,6 +31,12 @@ ASSUMED = (
     f"than {BURST} starts on every slot at once are not covered."
 )
 """What the search assumes about lies, in one paragraph (report.md's Confidence, docs)."""
+ASSUMED_LINE = (
+    f"verdicts may lie, clustered by slot or in up to {BURST} consecutive starts on one slot; "
+    f"no answer stands on one slot's or one such burst's verdicts alone (lies longer than {BURST} "
+    "starts on every slot at once are not covered)"
+)
+"""The same in one line (report.md's first screen)."""
 
 ONE_PLACE = (
     "every probe ran on one slot: lies that cluster by slot (a bad GPU) cannot be told apart "

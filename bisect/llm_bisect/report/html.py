@@ -7,6 +7,8 @@ the plots a person would rather look at than read. Pure: a typed document in, HT
                                             tokens part, and the teacher-forced scores
     accuracy and its 95% interval per probe the eval check
 
+Above them, report.md's first-screen facts (markdown.screen), in its order.
+
 Text from outside passes through `escape.html_text` (plotly reads a little HTML in trace names
 too); links are http(s) only (`links`).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Sequence
 
 import plotly.graph_objects as go
@@ -27,8 +30,17 @@ from ..model import Verdict
 from ..startup import PHASE_LABELS
 from . import escape as esc
 from .documents import ProbeDoc, ResultDocument
-from .links import commit_url, pr_number, pr_url
-from .markdown import bad_probe, duration, sureness
+from .markdown import (
+    Fact,
+    Part,
+    answer_facts,
+    bad_probe,
+    cell_text,
+    duration,
+    lies_fact,
+    logprob_drop,
+    screen,
+)
 
 COLOURS = {
     Verdict.GOOD: "#2e7d32",
@@ -214,32 +226,20 @@ def _shown(token: Token) -> str:
     return repr(esc.plain(token.text)) if token.text else f"id {esc.plain(token.token)}"
 
 
-def _number(logprob: float | None) -> float:
-    """A logprob as a figure: NaN where the server sent none (NaN or infinite)."""
-    return math.nan if logprob is None else logprob
-
-
 def _parting(divergence: TokensPart) -> tuple[float, bool, str, str]:
     """At the first divergence: how much less likely the candidate finds the golden's token
     (|Δlogprob|), whether that is only a lower bound (not in its top-k), a label naming both
     tokens, and a sentence with their logprobs."""
     golden, now = divergence.golden, divergence.candidate
-    top = {t.token: _number(t.logprob) for t in now.top}
-    bound = golden.token not in top and bool(top)
-    mine, theirs = _number(golden.logprob), _number(now.logprob)
-    if golden.token in top:
-        drop = abs(mine - top[golden.token])
-    elif top:  # below the least likely alternative this build listed
-        drop = max(0.0, mine - min(top.values()))
-    else:
-        drop = abs(mine - theirs)
-    drop = drop if math.isfinite(drop) else 0.0  # a NaN logprob: the check names it
+    drop, bound = logprob_drop(divergence)
+    mine = math.nan if golden.logprob is None else golden.logprob
+    theirs = math.nan if now.logprob is None else now.logprob
     said = (
         f"tokens part at {divergence.position}: golden {_shown(golden)} "
         f"({mine:.3f}) → now {_shown(now)} ({theirs:.3f})"
     )
     if bound:
-        said += f"; the golden's token is not in this build's top-{len(top)}"
+        said += f"; the golden's token is not in this build's top-{len({t.token for t in now.top})}"
     label = f"{divergence.position}: {_shown(golden)} → {_shown(now)}"
     return drop, bound, label, said
 
@@ -384,22 +384,27 @@ def accuracy_figure(doc: ResultDocument) -> go.Figure | None:
     return fig
 
 
+def html_part(part: Part) -> str:
+    """A first-screen part as HTML."""
+    text = part.text if part.limit is None else cell_text(part.text, part.limit)
+    said = esc.html_text(re.sub(r"\s+", " ", esc.plain(text)))  # on one line, spaces kept
+    if part.style == "code":
+        said = f"<code>{said}</code>"
+    elif part.style == "mark":
+        said = f"<b>{said}</b>"
+    return f'<a href="{html.escape(part.href)}">{said}</a>' if part.href else said
+
+
+def html_fact(fact: Fact) -> str:
+    return "".join(html_part(p) for p in fact.parts)
+
+
 def _summary(doc: ResultDocument) -> str:
-    base = doc.context.repo_url
-    rows = [f"<b>{html.escape(doc.status.value)}</b>: {esc.html_text(doc.message)}"]
+    """The top of the page, from report.md's first-screen facts in its order: the answer and
+    how sure it is, the ends, the lies assumed; then the images, dependency versions,
+    backends, first token divergence, checks and doubted slots; where in the model."""
+    rows = [html_fact(f) for f in answer_facts(doc)]
     rows += [f"⚠ {esc.html_text(note)}" for note in doc.notes]
-    if doc.culprit is not None:
-        c = doc.culprit
-        url = commit_url(base, c.commit)
-        sha = f"<code>{_short(c.commit)}</code>"
-        sha = f'<a href="{html.escape(url)}">{sha}</a>' if url else sha
-        pr = pr_number(c.subject)
-        pr_href = pr_url(base, pr) if pr is not None else ""
-        pr_link = f' (<a href="{html.escape(pr_href)}">#{pr}</a>)' if pr_href else ""
-        rows.append(f"culprit {sha} {esc.html_text(c.subject)}{pr_link}")
-    sure = sureness(doc)
-    if sure:
-        rows.append(f"confidence: {esc.html_text(sure)}")
     ctx = doc.context
     rows.append(
         f"good <code>{esc.html_text(ctx.good_ref or _short(doc.good))}</code> → bad "
@@ -411,10 +416,25 @@ def _summary(doc: ResultDocument) -> str:
             else ""
         )
     )
+    rows.append(html_fact(lies_fact(doc)))
+    items: list[tuple[Fact, list[Fact]]] = []
+    for fact in screen(doc):  # an item under the line before (depth 1) nests in it
+        if fact.depth and items:
+            items[-1][1].append(fact)
+        else:
+            items.append((fact, []))
+
+    def li(fact: Fact, under: list[Fact]) -> str:
+        nested = "".join(li(f, []) for f in under)
+        return (f'<li data-fact="{fact.key}">{html_fact(fact)}'
+                + (f"<ul>{nested}</ul>" if nested else "") + "</li>")  # fmt: skip
+
+    listed = f"<ul>{''.join(li(*item) for item in items)}</ul>" if items else ""
     found = doc.localization
-    if found is not None and found.line:
-        rows.append(f"where in the model: {html.escape(found.line)}")
-    return '<div class="summary">' + "<br>".join(rows) + "</div>"
+    where = (
+        f"where in the model: {html.escape(found.line)}" if found is not None and found.line else ""
+    )
+    return '<div class="summary">' + "<br>".join(rows) + listed + where + "</div>"
 
 
 def table(probes: Sequence[ProbeDoc]) -> str:

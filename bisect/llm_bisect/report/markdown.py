@@ -1,29 +1,41 @@
 """report.md: what a maintainer reads, and pastes into a GitHub issue. Pure: the typed
 result.json (documents.ResultDocument) in, markdown out.
 
-A summary block comes first (culprit, its PR, the refs as given, status, probes, time), then
-how to reproduce it, the node, the evidence; long parts sit inside <details>. Every text from
+The first screen comes first (`first_screen`: the answer and how sure it is, the lies
+assumed, the images, the dependency versions that changed, the backends, the first
+divergence, each check's number, a doubted slot: docs/outputs.md), then the details, how to
+reproduce it, the node, the evidence; long parts sit inside <details>. The first screen's
+facts are built once (`screen`, as `Part`s a writer escapes) and written three ways:
+report.md, report.html's top and the banner `run` ends with (`banner`). Every text from
 outside (git, servers, logs, the config) passes through `escape` on its way in.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
 
+from ..checks.canary import CanaryDetails
 from ..checks.eval import EvalDetails
+from ..checks.expect import ExpectDetails
 from ..checks.gsm8k import DETECTABLE_WARN
-from ..checks.logprobs import Chosen, LogprobsDetails
+from ..checks.lm_eval import LmEvalDetails
+from ..checks.logprobs import Chosen, LogprobsDetails, TokensPart
 from ..fingerprint import NOT_COMPARED, Fingerprint, WeightsFacts
 from ..kinds import showing
 from ..localize import LocalizationDoc
-from ..places import ASSUMED, ONE_PLACE, doubted, one_place, started_where
+from ..places import ASSUMED, ASSUMED_LINE, ONE_PLACE, doubted, one_place, started_where
 from ..search import Mode, Status
 from ..startup import PHASE_LABELS
 from . import escape as esc, portable
 from .documents import (
     Build,
     CandidateDoc,
+    CheckDoc,
     Context,
+    CulpritDoc,
     DepsDoc,
     LaterDoc,
     Power,
@@ -807,49 +819,6 @@ def _engine(d: DepsDoc) -> str:
     return f"the engine held at `{d.engine[:12]}`{given}{route}"
 
 
-def _summary(doc: ResultDocument) -> list[str]:
-    """The block a maintainer reads first: what was found, between which builds, at what cost."""
-    ctx, base = doc.context, doc.context.repo_url
-    what = "first bad commit" if doc.mode is Mode.REGRESSION else "first good commit (the fix)"
-    sure = sureness(doc)
-    if doc.deps is not None and doc.first_bad_version is not None:
-        head = f"> **{doc.status.value}** · first bad release: {_release(doc)}"
-        head += f" ({sure})" if sure else ""
-    elif doc.culprit is not None:
-        head = f"> **{doc.status.value}** · {what}: {_linked(base, doc.culprit)}"
-        head += f" ({sure})" if sure else ""
-        if len(doc.culprits) > 1:  # several culprits: every one, in the answer
-            named = ", ".join(esc.code(c.commit[:12]) for c in doc.culprits)
-            head += f" · {len(doc.culprits)} culprits: {named}"
-    else:
-        head = f"> **{doc.status.value}** · {cell(doc.message, 200)}"
-    compare = compare_url(base, doc.range[0], doc.range[-1]) if len(doc.range) >= 2 else ""
-    ends = compare_url(base, doc.good, doc.bad) if doc.mode is Mode.REGRESSION else ""
-    links = [f"[the change]({compare})" if compare else "", f"[the range]({ends})" if ends else ""]
-    shown = " · ".join(x for x in links if x)
-    between = f"> good {_ref(ctx.good_ref, doc.good)} → bad {_ref(ctx.bad_ref, doc.bad)}"
-    if doc.deps is not None:
-        d = doc.deps
-        between = (
-            f"> good {esc.code(f'{d.package} {d.good}')} → bad {esc.code(f'{d.package} {d.bad}')}"
-            f" · {_engine(d)}"
-        )
-    spent = sum(p.timings.get("total", 0.0) for p in doc.probes if not p.given)
-    wall = (
-        doc.ended_at - doc.started_at
-        if doc.ended_at is not None and doc.started_at is not None
-        else None
-    )
-    ran = [p for p in doc.probes if not p.given]
-    return [
-        head,
-        between + (f" · {shown}" if shown else ""),
-        f"> {len(ran)} probes over {doc.candidates} candidates · {duration(wall)} "
-        f"({duration(spent)} in probes) · mode `{doc.mode.value}` · `regress: {doc.regress.value}`",
-        "",
-    ]
-
-
 def _reproduce(doc: ResultDocument) -> list[str]:
     """The commands that show the change again, as printed from any folder (the config, the
     golden and a `--repo` by absolute path): a `check` of each side, and the server command
@@ -1186,70 +1155,482 @@ BACKENDS = {
 }
 """The kernel choices the first screen states (fingerprint.KERNEL_KEYS), as it names them."""
 
+DEPENDENCIES = {
+    "torch": "torch",
+    "flashinfer": "flashinfer",
+    "triton": "triton",
+    "transformers": "transformers",
+    "nccl": "nccl",
+    "cuda_runtime": "CUDA runtime",
+    "driver": "driver",
+}
+"""The dependency versions maintainers ask for, as the first screen names them: a build's
+`packages` (read inside it), else what its collect_env said (CUDA runtime and driver: only
+there). The engine's own version is the build's identity, not a dependency."""
 
-def _image_said(build: Build) -> str:
-    """A build's image by digest, else by id (said)."""
-    image = build.image
-    if image is None:
-        return "—"
-    if image.digest:
-        return esc.code(portable.pinned_name(image.ref, image.digest))
-    return f"{esc.code(image.id)} (image id: no registry digest)" if image.id else "—"
+# ---- the first screen ---------------------------------------------------------------------
+#
+# The facts a maintainer asks for first (DESIGN.md's Kimi case), built once as styled parts:
+# report.md's first screen, report.html's top and the banner `run` ends with write the same
+# facts, each escaping them for where it writes.
+
+Style = Literal["text", "own", "code", "mark"]
 
 
-def _glance(doc: ResultDocument) -> list[str]:
-    """What maintainers ask for first, on the first screen: both builds' image digests, the
-    dependency versions that changed and the backends the startup logs state (a change
-    marked ⚠); the full comparison is folded below."""
+@dataclass(frozen=True)
+class Part:
+    """A piece of a first-screen line, its text as it is: each writer escapes it."""
+
+    text: str
+    style: Style = "text"
+    """`text`: from outside (escaped); `own`: llm-bisect's own words and numbers, as they
+    are; `code`: a code span (ids, versions, digests); `mark`: own words that stand out (a
+    change, a failure)."""
+    href: str = ""
+    """A link (links.py makes them: http(s) only)."""
+    limit: int | None = None
+    """Cut to this many characters (a subject, a prompt)."""
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One line of the first screen: what it is (`key`) and what it says."""
+
+    key: str
+    parts: tuple[Part, ...]
+    depth: int = 0
+    """0: a line of its own; 1: an item under the line before (a check under `checks`)."""
+
+
+def _own(text: str) -> Part:
+    return Part(text, "own")
+
+
+def _code(text: str) -> Part:
+    return Part(text, "code")
+
+
+def md_part(part: Part) -> str:
+    """A part as GitHub markdown."""
+    text = part.text if part.limit is None else cell_text(part.text, part.limit)
+    if part.style == "code":
+        said = esc.code(text)
+    elif part.style == "mark":
+        said = f"**{part.text}**"
+    elif part.style == "own":
+        said = part.text
+    else:
+        said = esc.text(part.text, part.limit)
+    return f"[{said}]({part.href})" if part.href else said
+
+
+def md_fact(fact: Fact) -> str:
+    """A fact as one line of GitHub markdown."""
+    return "".join(md_part(p) for p in fact.parts)
+
+
+def culprits(doc: ResultDocument) -> list[CandidateDoc | CulpritDoc]:
+    """The answer's culprits, the first first (several where the first one's revert left the
+    bad end bad and what remained was bisected: result.json `culprits`)."""
+    if len(doc.culprits) > 1:
+        return list(doc.culprits)
+    return [doc.culprit] if doc.culprit is not None else []
+
+
+def answer_facts(doc: ResultDocument) -> list[Fact]:
+    """The answer and how sure it is: a line a culprit (the first with the run's status), or
+    the status and why where there is none."""
+    sure = sureness(doc)
+    tail = (_own(f" ({sure})"),) if sure else ()
+    status = Part(doc.status.value, "mark")
+    d, first_bad = doc.deps, doc.first_bad_version
+    if d is not None and first_bad is not None:
+        last = (
+            (_own(" (last good "), _code(d.last_good_version), _own(")"))
+            if d.last_good_version
+            else ()
+        )
+        release = (_own(" · first bad release: "), _code(f"{d.package} {first_bad}"), *last)
+        return [Fact("answer", (status, *release, *tail))]
+    found = culprits(doc)
+    if not found:
+        return [Fact("answer", (status, _own(" · "), Part(doc.message, limit=200)))]
+    what = "first bad commit" if doc.mode is Mode.REGRESSION else "first good commit (the fix)"
+    facts, base = [], doc.context.repo_url
+    for n, c in enumerate(found):
+        pr = pr_number(c.subject)
+        pr_href = pr_url(base, pr) if pr is not None else ""
+        lead = (status, _own(f" · {what}: ")) if n == 0 else (_own(f"culprit {n + 1}: "),)
+        parts = (
+            *lead,
+            Part(c.commit[:12], "code", href=commit_url(base, c.commit)),
+            _own(" "),
+            Part(c.subject, limit=100),
+            *((_own(" ("), Part(f"#{pr}", "own", href=pr_href), _own(")")) if pr_href else ()),
+            *(tail if n == 0 else ()),
+        )
+        facts.append(Fact("answer", parts))
+    return facts
+
+
+def lies_fact(doc: ResultDocument) -> Fact:
+    """What the answer assumes of lying verdicts, in one line."""
+    found = doc.search
+    if found is None:
+        said = " takes every verdict as it reads (a lying start can move the answer)"
+        return Fact("lies", (_own("lies assumed: none, "), _code("search.flake: 0"), _own(said)))
+    rate = "auto" if found.flake == "auto" else f"{found.flake:g}"
+    lead = (_own("lies assumed ("), _code(f"search.flake: {rate}"), _own("): "))
+    return Fact("lies", (*lead, _own(ASSUMED_LINE)))
+
+
+def _image_parts(fp: Fingerprint | None) -> tuple[Part, ...]:
+    """A build's image by digest, else by id (said), else that it ran from none."""
+    image = fp.image if fp is not None else None
+    if image is not None and image.digest:
+        return (_code(portable.pinned_name(image.ref, image.digest)),)
+    if image is not None and image.id:
+        return (_code(image.id), _own(" (image id: no registry digest)"))
+    return (_own("no image: no registry digest"),)
+
+
+def images_fact(builds: Sequence[tuple[str, Fingerprint | None]]) -> Fact:
+    """Builds' images by digest, each by its label (where none ran from an image: said once)."""
+    if all(fp is None or fp.image is None for _, fp in builds):
+        return Fact(
+            "images", (_own("images: none, the servers ran from no image (no registry digest)"),)
+        )
+    parts: list[Part] = [_own("images: ")]
+    for n, (label, fp) in enumerate(builds):
+        parts += [_own(f"{' · ' if n else ''}{label} "), *_image_parts(fp)]
+    return Fact("images", tuple(parts))
+
+
+def _ends(doc: ResultDocument) -> list[tuple[str, Fingerprint | None]]:
+    """The good end, the builds either side of the change and the bad end, each once (a
+    build that is two of them by both labels), with their fingerprints."""
+    old_label, new_label = _labels(doc)
     sides = doc.fingerprints
-    if sides is None:
-        return []
-    return glance(sides.old, sides.new, *_labels(doc))
+    found: dict[str, tuple[list[str], Fingerprint | None]] = {}
+
+    def add(label: str, commit: str, fp: Fingerprint | None) -> None:
+        if commit in found:
+            found[commit][0].append(label)
+        elif fp is not None:
+            found[commit] = ([label], fp)
+
+    def probed(commit: str) -> Fingerprint | None:
+        p = doc.probe_of(commit)
+        return p.fingerprint if p is not None else None
+
+    add("good end", doc.good, probed(doc.good))
+    if sides is not None:
+        add(old_label, sides.old.commit, sides.old)
+        add(new_label, sides.new.commit, sides.new)
+    add("bad end", doc.bad, probed(doc.bad))
+    return [(" = ".join(labels), fp) for labels, fp in found.values()]
+
+
+def _versions(fp: Fingerprint) -> dict[str, str]:
+    """A build's DEPENDENCIES versions, where known."""
+    said = {k: fp.packages.get(k) or fp.collect_env.get(k) for k in DEPENDENCIES}
+    return {k: v for k, v in said.items() if v}
+
+
+def _arrow(a: str | None, b: str | None) -> tuple[Part, ...]:
+    return (_code(a or "—"), _own(" → "), _code(b or "—"))
+
+
+def dependencies_fact(
+    old: Fingerprint, new: Fingerprint, old_label: str, new_label: str, *, unknown: bool = False
+) -> Fact | None:
+    """The dependency versions that changed between two builds (the rest counted); None
+    where neither build's are known (`unknown`: said so instead)."""
+    a, b = _versions(old), _versions(new)
+    known = [k for k in DEPENDENCIES if k in a or k in b]
+    changed = [k for k in known if a.get(k) != b.get(k)]
+    if not known:
+        said = "dependencies: not recorded (no package versions or collect_env in the fingerprints)"
+        return Fact("dependencies", (_own(said),)) if unknown else None
+    if not changed:
+        names = ", ".join(DEPENDENCIES[k] for k in known)
+        return Fact("dependencies", (_own(f"dependencies: none changed ({names})"),))
+    parts: list[Part] = [_own(f"dependencies changed ({old_label} → {new_label}): ")]
+    for n, k in enumerate(changed):
+        parts += [_own(f"{', ' if n else ''}{DEPENDENCIES[k]} "), *_arrow(a.get(k), b.get(k))]
+    same = len(known) - len(changed)
+    return Fact("dependencies", (*parts, *((_own(f" ({same} the same)"),) if same else ())))
+
+
+def _backends(old: Fingerprint, new: Fingerprint) -> list[tuple[str, str | None, str | None]]:
+    """(name, old, new) of each BACKENDS key either build's startup log states."""
+    said = [(name, old.kernels.get(k), new.kernels.get(k)) for k, name in BACKENDS.items()]
+    return [(name, a, b) for name, a, b in said if a is not None or b is not None]
+
+
+def backends_fact(
+    old: Fingerprint, new: Fingerprint, old_label: str, new_label: str
+) -> Fact | None:
+    """The backends two builds' startup logs state, a change marked ⚠."""
+    parts: list[Part] = []
+    for name, a, b in _backends(old, new):
+        parts.append(_own(", ") if parts else _own(f"backends ({old_label} → {new_label}): "))
+        if a == b:
+            parts += [_own(f"{name} "), _code(a or "")]
+        else:
+            parts += [Part(f"⚠ {name}", "mark"), _own(" "), *_arrow(a, b)]
+    return Fact("backends", tuple(parts)) if parts else None
+
+
+def _weights_parts(weights: WeightsFacts | None) -> tuple[Part, ...]:
+    """The model a build loaded and its revision, with how it was found."""
+    if weights is None:
+        return (_own("—"),)
+    revision = _code(weights.revision) if weights.revision else _own("no revision")
+    origin = (_own(" ("), Part(weights.origin), _own(")")) if weights.origin else ()
+    return (Part(weights.model, "code", limit=120), _own(" at "), revision, *origin)
+
+
+def weights_fact(old: Fingerprint, new: Fingerprint, old_label: str, new_label: str) -> Fact | None:
+    """The weights two builds' servers loaded, a change marked ⚠."""
+    if old.weights is None and new.weights is None:
+        return None
+    a, b = _weights_parts(old.weights), _weights_parts(new.weights)
+    lead = _own(f"weights ({old_label} → {new_label}): ")
+    if a == b:
+        return Fact("weights", (lead, *a, _own(", the same on both")))
+    return Fact("weights", (lead, Part("⚠", "mark"), _own(" "), *a, _own(" → "), *b))
 
 
 def glance(old: Build, new: Build, old_label: str, new_label: str) -> list[str]:
     """Two builds' image digests, the dependency versions that changed and the backends
     their startup logs state (a change marked ⚠), as list items."""
-    lines = []
-    if old.image is not None or new.image is not None:
-        lines.append(f"- images: {old_label} {_image_said(old)} · {new_label} {_image_said(new)}")
-    versions = sorted(old.packages.keys() | new.packages.keys())
-    changed = [k for k in versions if old.packages.get(k) != new.packages.get(k)]
-    if changed:
-        said = ", ".join(
-            f"{esc.text(k)} {esc.code(old.packages.get(k, '—'))} → "
-            f"{esc.code(new.packages.get(k, '—'))}"
-            for k in changed
+    facts = [
+        images_fact([(old_label, old), (new_label, new)])
+        if old.image is not None or new.image is not None
+        else None,
+        dependencies_fact(old, new, old_label, new_label),
+        backends_fact(old, new, old_label, new_label),
+        weights_fact(old, new, old_label, new_label),
+    ]
+    return [f"- {md_fact(f)}" for f in facts if f is not None]
+
+
+def logprob_drop(divergence: TokensPart) -> tuple[float, bool]:
+    """Where the greedy tokens part: how much less likely the candidate finds the golden's
+    token (|Δlogprob|), and whether that is only a lower bound (not in its top-k)."""
+    golden, now = divergence.golden, divergence.candidate
+    top = {t.token: _number(t.logprob) for t in now.top}
+    mine, theirs = _number(golden.logprob), _number(now.logprob)
+    if golden.token in top:
+        drop = abs(mine - top[golden.token])
+    elif top:  # below the least likely alternative this build listed
+        drop = max(0.0, mine - min(top.values()))
+    else:
+        drop = abs(mine - theirs)
+    return (drop if math.isfinite(drop) else 0.0), golden.token not in top and bool(top)
+
+
+def _number(logprob: float | None) -> float:
+    """A logprob as a figure: NaN where the server sent none (NaN or infinite)."""
+    return math.nan if logprob is None else logprob
+
+
+def _token_parts(token: Chosen) -> tuple[Part, ...]:
+    text = (_own(" "), Part(repr(token.text), limit=24)) if token.text is not None else ()
+    return (_code(token.token), *text)
+
+
+def divergence_fact(doc: ResultDocument) -> Fact | None:
+    """The first culprit's first token-id divergence from the golden (the logprobs check):
+    the prompt, the position, both tokens and how much less likely the golden's token became."""
+    bad = bad_probe(doc)
+    if bad is None:
+        return None
+    lead = (_own("first token divergence ("), _code(bad.commit[:12]), _own(" vs the golden): "))
+    cases = [
+        case
+        for check in bad.checks
+        if check.name in showing("divergences") and isinstance(check.details, LogprobsDetails)
+        for case in check.details.cases
+    ]
+    if not cases:
+        return Fact("divergence", (*lead, _own("no logprobs check ran on it")))
+    case = next((c for c in cases if c.divergence is not None), None)
+    if case is None or case.divergence is None:
+        ended = next((c for c in cases if c.first_divergence is not None), None)
+        if ended is None:
+            return Fact("divergence", (*lead, _own("none: its greedy tokens are the golden's")))
+        where = (Part(repr(ended.prompt), limit=40), _own(f" at token {ended.first_divergence}"))
+        return Fact("divergence", (*lead, *where, _own(": one output ends here")))
+    d = case.divergence
+    drop, bound = logprob_drop(d)
+    parts = (
+        *lead,
+        Part(repr(case.prompt), limit=40),
+        _own(f" at token {d.position}: golden "),
+        *_token_parts(d.golden),
+        _own(" → now "),
+        *_token_parts(d.candidate),
+        _own(f", Δlogprob {'≥ ' if bound else ''}{drop:.3f}"),
+    )
+    return Fact("divergence", parts)
+
+
+def headline(check: CheckDoc) -> str:
+    """A check's headline number, in its own terms."""
+    d = check.details
+    if isinstance(d, CanaryDetails) and d.cases:
+        return f"{sum(1 for c in d.cases if c.problems)} of {len(d.cases)} prompts failed"
+    if isinstance(d, ExpectDetails) and d.cases:
+        return f"{sum(1 for c in d.cases if not c.passed)} of {len(d.cases)} cases failed"
+    if isinstance(d, LogprobsDetails) and d.cases:
+        return f"{d.metrics.not_close} of {len(d.cases)} prompts not close to the golden"
+    if isinstance(d, EvalDetails) and d.metrics is not None:
+        n = f" on {d.metrics.n}" if d.metrics.n else ""
+        return f"accuracy {d.metrics.accuracy:.1%}{n}"
+    if isinstance(d, LmEvalDetails) and d.tasks:
+        return ", ".join(f"{t.task} {t.metric} {t.value:.3g}" for t in d.tasks[:3])
+    return f"score {check.score:.3g}"
+
+
+def checks_facts(doc: ResultDocument) -> list[Fact]:
+    """Each check's headline number on the first culprit's build, the build before's beside."""
+    pair = _bad_side(doc)
+    if pair is None or not pair[0].checks:
+        return []
+    bad, good = pair
+    old_label, new_label = _labels(doc)
+    bad_label, good_label = (
+        (new_label, old_label) if doc.mode is Mode.REGRESSION else (old_label, new_label)
+    )
+    theirs = {c.name: c for c in good.checks}
+    head = (
+        _own(f"checks on the {bad_label} build "),
+        _code(bad.commit[:12]),
+        _own(f" (in brackets: the {good_label} build "),
+        _code(good.commit[:12]),
+        _own(")"),
+    )
+    facts = [Fact("checks", head)]
+    for check in bad.checks:
+        other = theirs.get(check.name)
+        parts = (
+            _code(check.name),
+            _own(" "),
+            Part("FAIL", "mark") if not check.passed else _own("pass"),
+            _own(f": {headline(check)}"),
+            _own(f" ({headline(other)})" if other is not None else " (not run)"),
         )
-        same = len(versions) - len(changed)
-        lines.append(f"- dependencies changed: {said}" + (f" ({same} the same)" if same else ""))
-    elif versions:
-        lines.append(f"- dependencies: the same ({', '.join(esc.text(k) for k in versions)})")
-    backends = []
-    for key, name in BACKENDS.items():
-        a, b = old.kernels.get(key), new.kernels.get(key)
-        if a is None and b is None:
-            continue
-        if a == b:
-            backends.append(f"{name} {esc.code(a)}")
-        else:
-            backends.append(f"**⚠ {name}** {esc.code(a or '—')} → {esc.code(b or '—')}")
-    if backends:
-        lines.append(f"- backends ({old_label} → {new_label}): " + ", ".join(backends))
-    if old.weights is not None or new.weights is not None:
-        a, b = _weights_said(old.weights), _weights_said(new.weights)
-        said = f"{a}, the same on both" if a == b else f"**⚠** {a} → {b}"
-        lines.append(f"- weights ({old_label} → {new_label}): {said}")
+        facts.append(Fact("check", parts, depth=1))
+    return facts
+
+
+def doubted_facts(doc: ResultDocument) -> list[Fact]:
+    """Each slot whose verdicts stand apart from the others'."""
+    return [Fact("doubted", (_own("⚠ "), Part(d.line))) for d in doubted(doc.probes)]
+
+
+def screen(doc: ResultDocument) -> list[Fact]:
+    """The facts of the first screen below the answer, in the order maintainers ask for them:
+    the images, the dependency versions that changed, the backends (and weights), the first
+    culprit's first divergence, each check's headline number, a doubted slot."""
+    ends = _ends(doc)
+    facts: list[Fact | None] = [images_fact(ends) if ends else None]
+    sides = doc.fingerprints
+    if sides is not None:
+        labels = _labels(doc)
+        facts += [
+            dependencies_fact(sides.old, sides.new, *labels, unknown=True),
+            backends_fact(sides.old, sides.new, *labels),
+            weights_fact(sides.old, sides.new, *labels),
+        ]
+    if doc.culprit is not None:
+        facts.append(divergence_fact(doc))
+    facts += checks_facts(doc)
+    facts += doubted_facts(doc)
+    return [f for f in facts if f is not None]
+
+
+def first_screen(doc: ResultDocument) -> list[str]:
+    """report.md's first screen (docs/outputs.md): the answer and how sure it is (a line a
+    culprit), the ends, probes and time, the lies assumed; then `screen`'s facts."""
+    ctx, base = doc.context, doc.context.repo_url
+    compare = compare_url(base, doc.range[0], doc.range[-1]) if len(doc.range) >= 2 else ""
+    ends = compare_url(base, doc.good, doc.bad) if doc.mode is Mode.REGRESSION else ""
+    links = [f"[the change]({compare})" if compare else "", f"[the range]({ends})" if ends else ""]
+    shown = " · ".join(x for x in links if x)
+    between = f"> good {_ref(ctx.good_ref, doc.good)} → bad {_ref(ctx.bad_ref, doc.bad)}"
+    if doc.deps is not None:
+        d = doc.deps
+        between = (
+            f"> good {esc.code(f'{d.package} {d.good}')} → bad {esc.code(f'{d.package} {d.bad}')}"
+            f" · {_engine(d)}"
+        )
+    spent = sum(p.timings.get("total", 0.0) for p in doc.probes if not p.given)
+    wall = (
+        doc.ended_at - doc.started_at
+        if doc.ended_at is not None and doc.started_at is not None
+        else None
+    )
+    ran = [p for p in doc.probes if not p.given]
+    lines = [f"> {md_fact(f)}" for f in answer_facts(doc)]
+    lines += [
+        between + (f" · {shown}" if shown else ""),
+        f"> {len(ran)} probes over {doc.candidates} candidates · {duration(wall)} "
+        f"({duration(spent)} in probes) · mode `{doc.mode.value}` · `regress: {doc.regress.value}`",
+        f"> {md_fact(lies_fact(doc))}",
+        "",
+    ]
+    facts = screen(doc)
+    lines += [f"{'  ' * f.depth}- {md_fact(f)}" for f in facts]
+    return [*lines, ""] if facts else lines
+
+
+def _changed_fact(doc: ResultDocument) -> Fact | None:
+    """The backends and dependency versions that changed between the builds either side of
+    the change, only those."""
+    sides = doc.fingerprints
+    if sides is None:
+        return None
+    old_label, new_label = _labels(doc)
+    parts: list[Part] = []
+    a, b = _versions(sides.old), _versions(sides.new)
+    changed = [(name, x, y) for name, x, y in _backends(sides.old, sides.new) if x != y]
+    changed += [(DEPENDENCIES[k], a.get(k), b.get(k)) for k in DEPENDENCIES if a.get(k) != b.get(k)]
+    for name, x, y in changed:
+        parts += [_own(", ") if parts else _own(f"changed ({old_label} → {new_label}): ")]
+        parts += [_own(f"{name} "), *_arrow(x, y)]
+    if not parts:
+        said = f"no backend or dependency version changed ({old_label} → {new_label})"
+        return Fact("changed", (_own(said),))
+    return Fact("changed", tuple(parts))
+
+
+BANNER_LINES = 12
+"""The most lines the banner `run` ends with may take."""
+BANNER_CULPRITS = 4
+"""Culprits the banner names each on a line of its own; more are counted."""
+
+
+def banner(doc: ResultDocument, report: str) -> list[str]:
+    """What `run` ends with, to paste into an issue (markdown, escaped as report.md is; at
+    most BANNER_LINES lines): the answer and how sure it is, the culprits, the
+    confirmation, the backends and dependency versions that changed, the first divergence,
+    and where the report is."""
+    answer = answer_facts(doc)
+    lines = [f"**llm-bisect** {md_fact(answer[0])}"]
+    lines += [f"- {md_fact(f)}" for f in answer[1:BANNER_CULPRITS]]
+    if len(answer) > BANNER_CULPRITS:
+        lines.append(f"- and {len(answer) - BANNER_CULPRITS} more culprit(s): see the report")
+    found = doc.confirmation
+    if found is not None:
+        lines.append(f"- confirmation: **{found.status}**: {esc.text(found.reason, 300)}")
+    for fact in (_changed_fact(doc), divergence_fact(doc) if doc.culprit else None):
+        if fact is not None:
+            lines.append(f"- {md_fact(fact)}")
+    lines.append(f"- report: {esc.code(report)}")
     return lines
-
-
-def _weights_said(weights: WeightsFacts | None) -> str:
-    """The model a build loaded and its revision, with how it was found."""
-    if weights is None:
-        return "—"
-    revision = esc.code(weights.revision) if weights.revision else "no revision"
-    origin = f" ({esc.text(weights.origin)})" if weights.origin else ""
-    return f"{esc.code(cell_text(weights.model, 120))} at {revision}{origin}"
 
 
 def render_markdown(doc: ResultDocument) -> str:
@@ -1267,7 +1648,7 @@ def render_markdown(doc: ResultDocument) -> str:
         first_bad = cell(f"{deps.package} {doc.first_bad_version}", 80)
         title = f"{status.value}: {first_bad}, the first bad release"
     sure = sureness(doc)
-    lines = [f"# llm-bisect: {title}" + (f" ({sure})" if sure else ""), "", *_summary(doc)]
+    lines = [f"# llm-bisect: {title}" + (f" ({sure})" if sure else ""), "", *first_screen(doc)]
     lines.append(f"**Status:** {status.value} — {esc.text(doc.message)}")
     lines.append("")
     if deps is not None:
@@ -1292,7 +1673,6 @@ def render_markdown(doc: ResultDocument) -> str:
     lines.append(f"- what counts as a regression: `regress: {doc.regress.value}`")
     lines += _releases(doc)
     lines += _symptom(doc)
-    lines += _glance(doc)
     lines.append("")
     lines += _caveats(doc)
     culprit = doc.culprit
