@@ -73,7 +73,10 @@ def test_run_finds_the_culprit_with_evidence(tmp_path: Path, history: Any) -> No
     assert "**first bad**" in report and "**last good**" in report
     assert "I'm doing well" in report  # the last good build's output, next to the bad one
     assert result["eval_power"]["n"] == 64  # the bundled set is too small for small drops
-    assert "⚠ The eval's 64 problems detect an accuracy drop of" in report
+    assert (
+        "⚠ The eval (bundled arithmetic, 64 problems, not GSM8K) detects, on its 64 "
+        "answers compared, an accuracy drop of" in report
+    )
     assert (out / "probes" / h.shas[9][:12] / "server.log").exists()
     assert live_processes(str(h.repo)) == []
 
