@@ -21,6 +21,7 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from helpers import (
@@ -1408,3 +1409,67 @@ def test_a_server_started_with_an_api_key_is_asked_with_it_and_the_key_is_writte
     for path in [*out.rglob("*"), *(tmp_path / "c").rglob("*")]:
         if path.is_file():
             assert key not in path.read_text(errors="replace"), path
+
+
+def test_a_day_names_its_nightly_and_says_which_it_picked(tmp_path: Path, history: Any) -> None:
+    """`--good 2026-08-09` (or, in a config, the day quoted or as a YAML date) is that day's
+    nightly: the last commit of that day (UTC) on the bad end's first-parent history, said
+    in one line; a ref or tag of that name wins. (Commits every 3 hours from 2026-08-09
+    09:00 UTC: the last of that day is the fifth.)"""
+    h: History = history({12: "degenerate-reasoning"}, n=16)
+    code, output = invoke("candidates", str(h.config()), "--good", "2026-08-09")
+    assert code == 0, output
+    said = (
+        f"candidates.good 2026-08-09: {h.shas[4][:12]} (the last commit of 2026-08-09 (UTC) "
+        f"on {h.shas[-1]}'s first-parent history)"
+    )
+    assert said in output, output
+    assert h.shas[4][:12] in output and h.shas[3][:12] not in output
+    # a YAML date (PyYAML reads an unquoted 2026-08-10 as a datetime.date) is a day too
+    config = h.config(good=None)
+    text = config.read_text().replace(f"good: {h.shas[0]}", "good: 2026-08-10")
+    config.write_text(text)
+    code, output = invoke("candidates", str(config))
+    assert code == 0 and f"candidates.good 2026-08-10: {h.shas[12][:12]}" in output, output
+    # a tag of that name wins, and is no nightly to pick
+    subprocess.run(["git", "-C", str(h.repo), "tag", "2026-08-10", h.shas[2]], check=True)
+    code, output = invoke("candidates", str(config))
+    assert code == 0 and "candidates.good 2026-08-10" not in output, output
+    assert h.shas[3][:12] in output and h.shas[2][:12] in output
+    # a day before any commit is one line naming it
+    code, output = invoke("candidates", str(h.config()), "--good", "2026-08-01")
+    assert code == 2 and "candidates.good: no such ref '2026-08-01'" in output, output
+
+
+def test_a_day_is_the_nightly_keep_recorded_that_day(tmp_path: Path, history: Any) -> None:
+    """Where the Docker launcher reads `keep`'s ledger (`server.ledger`), a day is the
+    nightly the ledger holds of it (a tag with the date, else the tag first seen that day),
+    said with the ledger's file; the repository's history is not asked."""
+    from llm_bisect.ledger import Entry, Ledger, save
+    from llm_bisect.services.setup import setup
+
+    h: History = history({12: "degenerate-reasoning"}, n=16)
+    ledger = tmp_path / "ledger.json"
+    kept = {
+        "nightly-" + h.shas[1][:9]: Entry("sha256:" + "1" * 64, h.shas[1][:9],
+                                          first_seen="2026-08-08T03:00:00+00:00"),
+        "nightly-" + h.shas[6][:9]: Entry("sha256:" + "2" * 64, h.shas[6][:9],
+                                          first_seen="2026-08-09T03:00:00+00:00"),
+    }  # fmt: skip
+    save(ledger, Ledger("registry-1.docker.io/vllm/vllm-openai", kept))
+    server = {"launcher": "docker", "image": "vllm/vllm-openai:nightly-{commit}",
+              "ledger": str(ledger)}  # fmt: skip
+    config = h.config()
+    data = yaml.safe_load(config.read_text())
+    write_config(config, {**data, "server": server})
+    notes: list[str] = []
+    s = setup(config, {}, report=notes.append)
+    assert s.resolve("2026-08-09", "--good").commit == h.shas[6]
+    assert s.resolve("2026-08-09", "--good").commit == h.shas[6]  # said once
+    assert notes == [
+        f"--good 2026-08-09: {h.shas[6][:12]} (the nightly nightly-{h.shas[6][:9]}, first "
+        f"seen 2026-08-09: {ledger})"
+    ]
+    # a day the ledger has no nightly of: the bad end's history that day
+    assert s.resolve("2026-08-10", "--good").commit == h.shas[12]
+    assert "the last commit of 2026-08-10 (UTC)" in notes[-1]

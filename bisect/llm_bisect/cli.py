@@ -203,7 +203,12 @@ ConfigArg = Annotated[
     Path, typer.Argument(help="The YAML config.", show_default=False, metavar="CONFIG")
 ]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output folder (journal, logs, report).")]
-GoodOpt = Annotated[str | None, typer.Option("--good", help="Override candidates.good.")]
+GoodOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--good", help="Override candidates.good (a ref, or a day: 2026-08-09, its nightly)."
+    ),
+]
 BadOpt = Annotated[str | None, typer.Option("--bad", help="Override candidates.bad.")]
 FixOpt = Annotated[
     bool,

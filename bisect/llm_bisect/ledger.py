@@ -72,6 +72,20 @@ class Ledger:
         _, tag, entry = max(found)
         return tag, entry
 
+    def nightly(self, day: str) -> tuple[str, Entry] | None:
+        """(tag, entry) of the nightly of `day` (YYYY-MM-DD, UTC): a tag holding the date
+        (`nightly-2026-08-09`, `20260809`), else the tag `keep` first saw that day; the newest
+        sighting where several are, and only entries that name a commit. None: no such one."""
+        forms = (day, day.replace("-", ""), day.replace("-", "."))
+        named = [(e.first_seen, tag, e) for tag, e in self.entries.items() if e.commit]
+        dated = [n for n in named if any(f in n[1] for f in forms)]
+        seen = [n for n in named if n[0][:10] == day]
+        found = dated or seen
+        if not found:
+            return None
+        _, tag, entry = max(found)
+        return tag, entry
+
 
 def observe(ledger: Ledger, seen: Mapping[str, Entry], now: str) -> Ledger:
     """The ledger after a look at the registry's tags: `seen` are those there now (their

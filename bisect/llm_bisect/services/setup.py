@@ -55,6 +55,7 @@ from ..kinds import (
 )
 from ..launchers import Launcher, Server
 from ..launchers.cached import CachedLauncher
+from ..ledger import load as ledger_load
 from ..model import Candidate
 from ..outdir import hold
 from ..probe import Facts, Progress, served_facts, startup_facts
@@ -63,7 +64,7 @@ from ..report.documents import Context
 from ..report.links import web_url
 from ..search import Mode, Plan, build_plan
 from ..secretnames import served_api_key
-from ..sources.git import GitSource, NoRepository
+from ..sources.git import GitSource, NoRepository, nightly_day
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ class Setup:
     """Per slot, the GPUs its server alone uses (launchers/devices.py); None: as configured."""
     now: Callable[[], float] = time.time
     """The wall clock (seconds since the epoch), for the times documents record."""
+    days: dict[str, Candidate] = field(default_factory=dict)
+    """Each day named as a ref → the nightly it resolved to (said once; shared by copies)."""
     engine_cache: enginecache.EngineCache | None = None
     """Where the servers keep the engine's compile caches (`probe.engine_cache`); None: off."""
 
@@ -199,15 +202,63 @@ class Setup:
         return True
 
     def resolve(self, ref: str, key: str) -> Candidate:
-        """A git ref, or (docker launcher) an image reference whose metadata names a commit."""
+        """A git ref, a day (YYYY-MM-DD: its nightly, `nightly`), or (docker launcher) an
+        image reference whose metadata names a commit."""
         try:
-            return self.source.resolve(ref, key)
+            return self.source.resolve(ref, key)  # a ref or tag of that name wins
         except ConfigError:
+            day = nightly_day(ref)
+            if day is not None:
+                return self.nightly(ref, day, key)
             resolve_end = LAUNCHERS[self.config.server.launcher].resolve_end
             if resolve_end is None:
                 raise
         plain = partial(self.launcher, cached=False)  # resolve_end reads its kind's launcher
         return resolve_end(self.config.server, EndContext(plain, self.source), ref, key)
+
+    def nightly(self, ref: str, day: str, key: str) -> Candidate:
+        """The nightly of `day`, said in one line (once a run): the nightly `keep`'s ledger
+        (`server.ledger`) holds of that day, else the last commit of that day (UTC) on the
+        bad end's first-parent history."""
+        if ref in self.days:
+            return self.days[ref]
+        found = self._ledger_nightly(day, key) or self._branch_nightly(ref, day, key)
+        picked, how = found
+        self.report(f"{key} {ref}: {picked.short} {how}")
+        self.days[ref] = picked
+        return picked
+
+    def _ledger_nightly(self, day: str, key: str) -> tuple[Candidate, str] | None:
+        where = getattr(self.config.server, "ledger", None)
+        if not where:
+            return None
+        path = self.base_dir / Path(where).expanduser()
+        found = ledger_load(path, key="server.ledger").nightly(day)
+        if found is None:
+            return None
+        tag, entry = found
+        assert entry.commit is not None
+        seen = f"first seen {entry.first_seen[:10]}" if entry.first_seen else "of that day"
+        return self.source.resolve(entry.commit, key), f"(the nightly {tag}, {seen}: {path})"
+
+    def _branch_nightly(self, ref: str, day: str, key: str) -> tuple[Candidate, str]:
+        bad = self.config.candidates.bad
+        tip, on = (
+            ("HEAD", "HEAD") if bad == ref else (self.resolve(bad, "candidates.bad").commit, bad)
+        )
+        found = self.source.last_of_day(day, tip)
+        if found is None:
+            raise ConfigError(
+                f"{key}: no such ref {ref!r}, and {on}'s history holds no commit by the end of "
+                "that day (UTC)"
+            )
+        picked, committed = found
+        when = (
+            f"of {day}"
+            if committed == day
+            else f"by the end of {day} (of {committed}: none that day)"
+        )
+        return picked, f"(the last commit {when} (UTC) on {on}'s first-parent history)"
 
 
 def setup(
@@ -460,8 +511,9 @@ def with_ends(config: Config, good: str | None, bad: str | None) -> Config:
 def plan_of(s: Setup, good: str | None, bad: str | None, find_fix: bool) -> tuple[Config, Plan]:
     config = with_ends(s.config, good, bad)
     mode = Mode.FIX if find_fix else Mode.REGRESSION
+    ends = replace(s, config=config)  # a day's nightly is on --bad's history
     plan = build_plan(
-        s.source, config.candidates.good, config.candidates.bad, mode, resolve=s.resolve
+        s.source, config.candidates.good, config.candidates.bad, mode, resolve=ends.resolve
     )
     if s.builder is not None:  # route facts for the whole range, read as routes are asked for
         s.builder.survey(plan.candidates)
