@@ -1441,26 +1441,31 @@ def test_a_day_names_its_nightly_and_says_which_it_picked(tmp_path: Path, histor
     assert code == 2 and "candidates.good: no such ref '2026-08-01'" in output, output
 
 
+def _ledger_of(path: Path, nightlies: dict[str, str]) -> None:
+    """A keep ledger holding a nightly of each commit, first seen on its day."""
+    from llm_bisect.ledger import Entry, Ledger, save
+
+    kept = {
+        f"nightly-{commit[:9]}": Entry("sha256:" + "3" * 64, commit[:9],
+                                       first_seen=f"{day}T03:00:00+00:00")
+        for commit, day in nightlies.items()
+    }  # fmt: skip
+    save(path, Ledger("registry-1.docker.io/vllm/vllm-openai", kept))
+
+
 def test_a_day_is_the_nightly_keep_recorded_that_day(tmp_path: Path, history: Any) -> None:
     """Where the Docker launcher reads `keep`'s ledger (`server.ledger`), a day is the
     nightly the ledger holds of it (a tag with the date, else the tag first seen that day),
     said with the ledger's file; the repository's history is not asked."""
-    from llm_bisect.ledger import Entry, Ledger, save
     from llm_bisect.services.setup import setup
 
     h: History = history({12: "degenerate-reasoning"}, n=16)
     ledger = tmp_path / "ledger.json"
-    kept = {
-        "nightly-" + h.shas[1][:9]: Entry("sha256:" + "1" * 64, h.shas[1][:9],
-                                          first_seen="2026-08-08T03:00:00+00:00"),
-        "nightly-" + h.shas[6][:9]: Entry("sha256:" + "2" * 64, h.shas[6][:9],
-                                          first_seen="2026-08-09T03:00:00+00:00"),
-    }  # fmt: skip
-    save(ledger, Ledger("registry-1.docker.io/vllm/vllm-openai", kept))
-    server = {"launcher": "docker", "image": "vllm/vllm-openai:nightly-{commit}",
-              "ledger": str(ledger)}  # fmt: skip
+    _ledger_of(ledger, {h.shas[1]: "2026-08-08", h.shas[6]: "2026-08-09"})
     config = h.config()
     data = yaml.safe_load(config.read_text())
+    server = {"launcher": "docker", "image": "vllm/vllm-openai:nightly-{commit}",
+              "ledger": str(ledger)}  # fmt: skip
     write_config(config, {**data, "server": server})
     notes: list[str] = []
     s = setup(config, {}, report=notes.append)
@@ -1473,3 +1478,35 @@ def test_a_day_is_the_nightly_keep_recorded_that_day(tmp_path: Path, history: An
     # a day the ledger has no nightly of: the bad end's history that day
     assert s.resolve("2026-08-10", "--good").commit == h.shas[12]
     assert "the last commit of 2026-08-10 (UTC)" in notes[-1]
+
+
+def test_a_day_is_the_image_the_registry_tags_with_it_before_the_ledger(
+    tmp_path: Path, history: Any, registries: Any
+) -> None:
+    """Where the Docker launcher's image template names a registry, a day is the image of a
+    tag holding the date there (before the ledger), run as that end and said with its
+    digest; where the registry has none of that day, the ledger's."""
+    from llm_bisect.services.setup import setup
+
+    upstream, _ = registries
+    h: History = history({12: "degenerate-reasoning"}, n=16)
+    repo = f"dated-{tmp_path.name[-20:].lower()}".rstrip("_-.")
+    digest, _ = upstream.image(repo, {"fault": "none"}, labels={"vllm.commit": h.shas[5]},
+                               tag="nightly-2026-08-09")  # fmt: skip
+    upstream.image(repo, {"fault": "none"}, labels={"vllm.commit": h.shas[3]},
+                   tag="nightly-2026-08-09-cu126")  # fmt: skip
+    ledger = tmp_path / "ledger.json"
+    _ledger_of(ledger, {h.shas[7]: "2026-08-09", h.shas[9]: "2026-08-10"})
+    config = h.config()
+    data = yaml.safe_load(config.read_text())
+    image = f"{upstream.host}/{repo}:nightly-{{commit}}"
+    write_config(config, {**data, "server": {"launcher": "docker", "image": image,
+                                             "ledger": str(ledger)}})  # fmt: skip
+    notes: list[str] = []
+    s = setup(config, {}, report=notes.append)
+    picked = s.resolve("2026-08-09", "candidates.good")
+    tagged = f"{upstream.host}/{repo}:nightly-2026-08-09"
+    assert (picked.commit, picked.artifact) == (h.shas[5], tagged)
+    assert notes == [f"candidates.good 2026-08-09: {h.shas[5][:12]} (the image {tagged}, {digest})"]
+    assert s.resolve("2026-08-10", "candidates.good").commit == h.shas[9]  # the ledger's
+    assert "(the nightly nightly-" in notes[-1]

@@ -55,16 +55,20 @@ from ..kinds import (
 )
 from ..launchers import Launcher, Server
 from ..launchers.cached import CachedLauncher
-from ..ledger import load as ledger_load
+from ..ledger import holds_day, load as ledger_load
 from ..model import Candidate
 from ..outdir import hold
 from ..probe import Facts, Progress, served_facts, startup_facts
 from ..redact import Scrub, url_credentials
+from ..registry import RegistryClient, RegistryError, parse_image_ref, valid_tag
 from ..report.documents import Context
 from ..report.links import web_url
 from ..search import Mode, Plan, build_plan
 from ..secretnames import served_api_key
 from ..sources.git import GitSource, NoRepository, nightly_day
+from ..sources.images import WHERE
+from ..templates import fill
+from .keep import image_entry
 
 
 @dataclass(frozen=True)
@@ -222,11 +226,54 @@ class Setup:
         bad end's first-parent history."""
         if ref in self.days:
             return self.days[ref]
-        found = self._ledger_nightly(day, key) or self._branch_nightly(ref, day, key)
+        found = (
+            self._registry_nightly(day, key)
+            or self._ledger_nightly(day, key)
+            or self._branch_nightly(ref, day, key)
+        )
         picked, how = found
         self.report(f"{key} {ref}: {picked.short} {how}")
         self.days[ref] = picked
         return picked
+
+    def _registry_nightly(self, day: str, key: str) -> tuple[Candidate, str] | None:
+        """Where the Docker launcher's image template names its registry (`host/repo:...`),
+        the image of a tag holding the day there (the plainest where several do), run as
+        that end. A registry that cannot be read is said, and the next way is tried."""
+        server = self.config.server
+        template = getattr(server, "image", None)
+        if server.launcher != "docker" or not isinstance(template, str) or "/" not in template:
+            return None
+        try:
+            repo = parse_image_ref(fill(template, {"commit": "0" * 40, "short": "0" * 12}))
+        except (ValueError, ConfigError):
+            return None
+        if template.split("/", 1)[0] not in (repo.registry, "docker.io"):
+            return None  # no registry named: Docker Hub's by default, whose nightlies have none
+        name = f"{repo.registry}/{repo.repository}"
+        auth = getattr(server, "registry", None)
+        client = RegistryClient(
+            username=getattr(auth, "username", None),
+            password=getattr(auth, "password", None),
+            logins=self.logins,
+        )
+        try:
+            tags = sorted((t for t in client.tags(repo) if holds_day(t, day) and valid_tag(t)),
+                          key=lambda t: (len(t), t))  # fmt: skip
+            raw = client.raw_manifest(repo, tags[0]) if tags else None
+            entry = image_entry(client, repo, tags[0], raw) if raw is not None else None
+        except RegistryError as exc:
+            self.report(f"{key} {day}: the tags of {name} could not be read ({exc})")
+            return None
+        finally:
+            client.close()
+        if entry is None:
+            return None
+        image = f"{name}:{tags[0]}"
+        if entry.commit is None:
+            raise ConfigError(f"{key}: {day}'s image {image} names no commit (looked at {WHERE})")
+        picked = replace(self.source.resolve(entry.commit, key), artifact=image)
+        return picked, f"(the image {image}, {entry.digest})"
 
     def _ledger_nightly(self, day: str, key: str) -> tuple[Candidate, str] | None:
         where = getattr(self.config.server, "ledger", None)
