@@ -1478,6 +1478,17 @@ def test_a_day_is_the_nightly_keep_recorded_that_day(tmp_path: Path, history: An
     # a day the ledger has no nightly of: the bad end's history that day
     assert s.resolve("2026-08-10", "--good").commit == h.shas[12]
     assert "the last commit of 2026-08-10 (UTC)" in notes[-1]
+    # a later end's day is newer than the bad end: on the clone's own branch (HEAD), here a
+    # branch with one more commit that day
+    who = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "T",
+           "GIT_COMMITTER_EMAIL": "t@x", "GIT_COMMITTER_DATE": "2026-08-10T23:00:00Z"}  # fmt: skip
+    git = ["git", "-C", str(h.repo)]
+    subprocess.run([*git, "checkout", "-q", "-b", "main2", h.shas[12]], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x", "--date",
+                    "2026-08-10T23:00:00Z"], check=True, env={**os.environ, **who})  # fmt: skip
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert s.resolve("2026-08-10", "candidates.later").commit == head.strip()
+    assert "on HEAD's first-parent history" in notes[-1], notes
 
 
 def test_a_day_is_the_image_the_registry_tags_with_it_before_the_ledger(

@@ -102,8 +102,9 @@ class Setup:
     """Per slot, the GPUs its server alone uses (launchers/devices.py); None: as configured."""
     now: Callable[[], float] = time.time
     """The wall clock (seconds since the epoch), for the times documents record."""
-    days: dict[str, Candidate] = field(default_factory=dict)
-    """Each day named as a ref → the nightly it resolved to (said once; shared by copies)."""
+    days: dict[tuple[bool, str], Candidate] = field(default_factory=dict)
+    """Each day named as a ref (and whether as a later end) → the nightly it resolved to
+    (said once; shared by copies)."""
     engine_cache: enginecache.EngineCache | None = None
     """Where the servers keep the engine's compile caches (`probe.engine_cache`); None: off."""
 
@@ -224,8 +225,9 @@ class Setup:
         """The nightly of `day`, said in one line (once a run): the nightly `keep`'s ledger
         (`server.ledger`) holds of that day, else the last commit of that day (UTC) on the
         bad end's first-parent history."""
-        if ref in self.days:
-            return self.days[ref]
+        memo = (key == "candidates.later", ref)  # a later end is on another branch
+        if memo in self.days:
+            return self.days[memo]
         found = (
             self._registry_nightly(day, key)
             or self._ledger_nightly(day, key)
@@ -233,7 +235,7 @@ class Setup:
         )
         picked, how = found
         self.report(f"{key} {ref}: {picked.short} {how}")
-        self.days[ref] = picked
+        self.days[memo] = picked
         return picked
 
     def _registry_nightly(self, day: str, key: str) -> tuple[Candidate, str] | None:
@@ -289,10 +291,12 @@ class Setup:
         return self.source.resolve(entry.commit, key), f"(the nightly {tag}, {seen}: {path})"
 
     def _branch_nightly(self, ref: str, day: str, key: str) -> tuple[Candidate, str]:
+        """The last commit of `day` on the bad end's first-parent history; on HEAD's where
+        the bad end is this day, or for `candidates.later` (newer than the bad end: a later
+        nightly of the clone's branch, not of the bad end's)."""
         bad = self.config.candidates.bad
-        tip, on = (
-            ("HEAD", "HEAD") if bad == ref else (self.resolve(bad, "candidates.bad").commit, bad)
-        )
+        own = bad == ref or key == "candidates.later"
+        tip, on = ("HEAD", "HEAD") if own else (self.resolve(bad, "candidates.bad").commit, bad)
         found = self.source.last_of_day(day, tip)
         if found is None:
             raise ConfigError(
