@@ -139,8 +139,8 @@ class Power(_Part, AddedLater):
         """The chance flips the power is computed with, and what that figure rests on."""
         if self.flips_from == "assumed":
             return (
-                "flips: 0 assumed: nothing measured how many answers change by chance (no "
-                "calibration, and the candidate gained none); `llm-bisect calibrate` measures it"
+                "flips: 0 assumed: nothing measured how many answers change by chance, no "
+                "calibration and no answer gained; `llm-bisect calibrate` measures it"
             )
         if not self.flips:
             said = {"calibration": ": calibration saw none change by chance"}
