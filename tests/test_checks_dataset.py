@@ -57,6 +57,24 @@ def test_a_parquet_file_and_a_dataset_folder_give_the_same_problems(tmp_path: Pa
     assert len(from_folder.asked) == 20 and from_folder.asked[0].question == ROWS[5]["question"]
 
 
+def test_each_set_of_problems_is_named_by_what_it_is_and_its_size(tmp_path: Path) -> None:
+    """What every figure of the eval is labelled with: the bundled set is not GSM8K and says
+    so; a user's file by its name and size (and the part a `limit` kept); a dataset folder
+    by its split's file; a hub dataset by its name and split."""
+    assert load().name == "bundled arithmetic, 64 problems, not GSM8K"
+    assert load(limit=10).name == "bundled arithmetic, the first 10 of 64 problems, not GSM8K"
+    (tmp_path / "mine.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS[:1319]))
+    assert load(path=tmp_path / "mine.jsonl").name == "mine.jsonl, 64 problems"
+    assert load(path=tmp_path / "mine.jsonl", shots=4).name == "mine.jsonl, 60 problems"
+    folder = tmp_path / "gsm8k"
+    folder.mkdir()
+    for split, rows in (("train", ROWS[:5]), ("test", ROWS[5:])):
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert load(dataset=str(folder), limit=50).name == (
+        "gsm8k/test.jsonl, the first 50 of 59 problems"
+    )
+
+
 def test_an_eval_in_vllm_format_records_and_judges(tmp_path: Path, history: Any) -> None:
     h: History = history({0: "none", 1: "numerics"}, n=1)
     datasets.Dataset.from_list(ROWS[:40]).to_parquet(str(h.root / "gsm8k.parquet"))

@@ -6,9 +6,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from llm_bisect.checks.dataset import Problems
+from llm_bisect.checks.dataset import Problems, load
 from llm_bisect.checks.eval import EvalCheck, EvalDetails
-from llm_bisect.checks.golden import EvalSection, Golden, Sections
+from llm_bisect.checks.golden import Calibration, EvalNoise, EvalSection, Golden, Sections
 from llm_bisect.checks.gsm8k import instruct_prompt, load_problems
 from llm_bisect.client import ChatReply
 
@@ -172,3 +172,42 @@ def test_the_eval_stops_at_a_look_where_the_drop_is_beyond_doubt() -> None:
     assert alarms / trials <= 0.05 + 0.02, alarms / trials
     whole = check.run(Counting(0, lose=0.9, gain=0.0), golden()).details
     assert isinstance(whole, EvalDetails) and whole.sequential is None
+
+
+class NullContent:
+    """Every answer right, but in the reasoning channel: content null."""
+
+    def chat(self, prompt: str, *, max_tokens: int, **extra: Any) -> ChatReply:
+        return ChatReply(None, f"The answer is {PROBLEMS[ASKED[prompt]].answer}.", "stop")
+
+
+def test_the_eval_says_what_it_asked_and_counts_replies_as_maintainers_do() -> None:
+    """Every figure names the problems it is of (the bundled set is not GSM8K); content-null
+    counts read "n of N replies"; the power states the chance flips it assumes, and where
+    that figure comes from (none measured: 0 assumed; calibration's; the candidate's gains)."""
+    check = EvalCheck(load(), concurrency=1)
+    fine = check.run(Flipping(0, 0.0, 0.0), golden())
+    named = "bundled arithmetic, 64 problems, not GSM8K"
+    assert fine.passed and fine.evidence.startswith(f"{named}: accuracy 92% ["), fine.evidence
+    assert isinstance(fine.details, EvalDetails) and fine.details.data == named
+    power = fine.details.power
+    assert power is not None and power.data == named and power.flips_from == "assumed"
+    said = power.said()
+    assert said.startswith(f"the eval ({named}) catches an accuracy drop of ")
+    assert "flips: 0 assumed: nothing measured how many answers change by chance" in said
+    nulls = check.run(NullContent(), golden())
+    assert not nulls.passed and nulls.evidence.startswith(f"{named}: ")
+    assert "64 of 64 replies have null content with the answer in reasoning" in nulls.evidence
+    assert "(golden 0 of 64 replies)" in nulls.evidence
+    # with calibration's measure of chance, the power is computed with it and says so
+    noise = EvalNoise(accuracy_spread=0.0, accuracies=[0.92], flips=6 / 64)
+    calibrated = golden().model_copy(
+        update={"calibration": Calibration(runs=3, restarts=0, eval=noise)}
+    )
+    power = check.run(Flipping(0, 0.0, 0.0), calibrated).details.power  # type: ignore[union-attr]
+    assert power is not None and power.flips_from == "calibration"
+    assert "flips: 9.4% of answers change by chance, as calibration measured" in power.said()
+    flipped = frozenset([1, 2, 3, *sorted(GOLDEN_WRONG)[:4]])  # 4 gained: 12.5% by chance
+    gains = check.run(Flipping(0, 0.0, 0.0, flipped), golden()).details
+    assert isinstance(gains, EvalDetails) and gains.power is not None
+    assert gains.power.flips_from == "gains" and "gained answers show" in gains.power.said()

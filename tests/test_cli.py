@@ -21,6 +21,7 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from helpers import (
@@ -73,7 +74,10 @@ def test_run_finds_the_culprit_with_evidence(tmp_path: Path, history: Any) -> No
     assert "**first bad**" in report and "**last good**" in report
     assert "I'm doing well" in report  # the last good build's output, next to the bad one
     assert result["eval_power"]["n"] == 64  # the bundled set is too small for small drops
-    assert "⚠ The eval's 64 problems detect an accuracy drop of" in report
+    assert (
+        "⚠ The eval (bundled arithmetic, 64 problems, not GSM8K) detects, on its 64 "
+        "answers compared, an accuracy drop of" in report
+    )
     assert (out / "probes" / h.shas[9][:12] / "server.log").exists()
     assert live_processes(str(h.repo)) == []
 
@@ -1405,3 +1409,115 @@ def test_a_server_started_with_an_api_key_is_asked_with_it_and_the_key_is_writte
     for path in [*out.rglob("*"), *(tmp_path / "c").rglob("*")]:
         if path.is_file():
             assert key not in path.read_text(errors="replace"), path
+
+
+def test_a_day_names_its_nightly_and_says_which_it_picked(tmp_path: Path, history: Any) -> None:
+    """`--good 2026-08-09` (or, in a config, the day quoted or as a YAML date) is that day's
+    nightly: the last commit of that day (UTC) on the bad end's first-parent history, said
+    in one line; a ref or tag of that name wins. (Commits every 3 hours from 2026-08-09
+    09:00 UTC: the last of that day is the fifth.)"""
+    h: History = history({12: "degenerate-reasoning"}, n=16)
+    code, output = invoke("candidates", str(h.config()), "--good", "2026-08-09")
+    assert code == 0, output
+    said = (
+        f"candidates.good 2026-08-09: {h.shas[4][:12]} (the last commit of 2026-08-09 (UTC) "
+        f"on {h.shas[-1]}'s first-parent history)"
+    )
+    assert said in output, output
+    assert h.shas[4][:12] in output and h.shas[3][:12] not in output
+    # a YAML date (PyYAML reads an unquoted 2026-08-10 as a datetime.date) is a day too
+    config = h.config(good=None)
+    text = config.read_text().replace(f"good: {h.shas[0]}", "good: 2026-08-10")
+    config.write_text(text)
+    code, output = invoke("candidates", str(config))
+    assert code == 0 and f"candidates.good 2026-08-10: {h.shas[12][:12]}" in output, output
+    # a tag of that name wins, and is no nightly to pick
+    subprocess.run(["git", "-C", str(h.repo), "tag", "2026-08-10", h.shas[2]], check=True)
+    code, output = invoke("candidates", str(config))
+    assert code == 0 and "candidates.good 2026-08-10" not in output, output
+    assert h.shas[3][:12] in output and h.shas[2][:12] in output
+    # a day before any commit is one line naming it
+    code, output = invoke("candidates", str(h.config()), "--good", "2026-08-01")
+    assert code == 2 and "candidates.good: no such ref '2026-08-01'" in output, output
+
+
+def _ledger_of(path: Path, nightlies: dict[str, str]) -> None:
+    """A keep ledger holding a nightly of each commit, first seen on its day."""
+    from llm_bisect.ledger import Entry, Ledger, save
+
+    kept = {
+        f"nightly-{commit[:9]}": Entry("sha256:" + "3" * 64, commit[:9],
+                                       first_seen=f"{day}T03:00:00+00:00")
+        for commit, day in nightlies.items()
+    }  # fmt: skip
+    save(path, Ledger("registry-1.docker.io/vllm/vllm-openai", kept))
+
+
+def test_a_day_is_the_nightly_keep_recorded_that_day(tmp_path: Path, history: Any) -> None:
+    """Where the Docker launcher reads `keep`'s ledger (`server.ledger`), a day is the
+    nightly the ledger holds of it (a tag with the date, else the tag first seen that day),
+    said with the ledger's file; the repository's history is not asked."""
+    from llm_bisect.services.setup import setup
+
+    h: History = history({12: "degenerate-reasoning"}, n=16)
+    ledger = tmp_path / "ledger.json"
+    _ledger_of(ledger, {h.shas[1]: "2026-08-08", h.shas[6]: "2026-08-09"})
+    config = h.config()
+    data = yaml.safe_load(config.read_text())
+    server = {"launcher": "docker", "image": "vllm/vllm-openai:nightly-{commit}",
+              "ledger": str(ledger)}  # fmt: skip
+    write_config(config, {**data, "server": server})
+    notes: list[str] = []
+    s = setup(config, {}, report=notes.append)
+    assert s.resolve("2026-08-09", "--good").commit == h.shas[6]
+    assert s.resolve("2026-08-09", "--good").commit == h.shas[6]  # said once
+    assert notes == [
+        f"--good 2026-08-09: {h.shas[6][:12]} (the nightly nightly-{h.shas[6][:9]}, first "
+        f"seen 2026-08-09: {ledger})"
+    ]
+    # a day the ledger has no nightly of: the bad end's history that day
+    assert s.resolve("2026-08-10", "--good").commit == h.shas[12]
+    assert "the last commit of 2026-08-10 (UTC)" in notes[-1]
+    # a later end's day is newer than the bad end: on the clone's own branch (HEAD), here a
+    # branch with one more commit that day
+    who = {"GIT_AUTHOR_NAME": "T", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "T",
+           "GIT_COMMITTER_EMAIL": "t@x", "GIT_COMMITTER_DATE": "2026-08-10T23:00:00Z"}  # fmt: skip
+    git = ["git", "-C", str(h.repo)]
+    subprocess.run([*git, "checkout", "-q", "-b", "main2", h.shas[12]], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "x", "--date",
+                    "2026-08-10T23:00:00Z"], check=True, env={**os.environ, **who})  # fmt: skip
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert s.resolve("2026-08-10", "candidates.later").commit == head.strip()
+    assert "on HEAD's first-parent history" in notes[-1], notes
+
+
+def test_a_day_is_the_image_the_registry_tags_with_it_before_the_ledger(
+    tmp_path: Path, history: Any, registries: Any
+) -> None:
+    """Where the Docker launcher's image template names a registry, a day is the image of a
+    tag holding the date there (before the ledger), run as that end and said with its
+    digest; where the registry has none of that day, the ledger's."""
+    from llm_bisect.services.setup import setup
+
+    upstream, _ = registries
+    h: History = history({12: "degenerate-reasoning"}, n=16)
+    repo = f"dated-{tmp_path.name[-20:].lower()}".rstrip("_-.")
+    digest, _ = upstream.image(repo, {"fault": "none"}, labels={"vllm.commit": h.shas[5]},
+                               tag="nightly-2026-08-09")  # fmt: skip
+    upstream.image(repo, {"fault": "none"}, labels={"vllm.commit": h.shas[3]},
+                   tag="nightly-2026-08-09-cu126")  # fmt: skip
+    ledger = tmp_path / "ledger.json"
+    _ledger_of(ledger, {h.shas[7]: "2026-08-09", h.shas[9]: "2026-08-10"})
+    config = h.config()
+    data = yaml.safe_load(config.read_text())
+    image = f"{upstream.host}/{repo}:nightly-{{commit}}"
+    write_config(config, {**data, "server": {"launcher": "docker", "image": image,
+                                             "ledger": str(ledger)}})  # fmt: skip
+    notes: list[str] = []
+    s = setup(config, {}, report=notes.append)
+    picked = s.resolve("2026-08-09", "candidates.good")
+    tagged = f"{upstream.host}/{repo}:nightly-2026-08-09"
+    assert (picked.commit, picked.artifact) == (h.shas[5], tagged)
+    assert notes == [f"candidates.good 2026-08-09: {h.shas[5][:12]} (the image {tagged}, {digest})"]
+    assert s.resolve("2026-08-10", "candidates.good").commit == h.shas[9]  # the ledger's
+    assert "(the nightly nightly-" in notes[-1]

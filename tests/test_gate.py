@@ -70,9 +70,40 @@ def test_allow_on_a_good_candidate(tmp_path: Path, history: Any) -> None:
     suite = ET.parse(junit).getroot()
     assert suite.get("failures") == "0" and suite.get("errors") == "0"
     assert {c.get("name") for c in suite} == {"canary", "expect", "logprobs", "eval", "decision"}
-    assert (out / "report.md").read_text().startswith(f"# llm-bisect gate: ALLOW {h.shas[6]}")
+    md = (out / "report.md").read_text()
+    assert md.startswith(f"# llm-bisect gate: ALLOW {h.shas[6]}")
     assert (out / "report.html").exists()
     assert live_processes(str(h.repo)) == []
+    # what the eval is and what it could see, on the terminal, in JUnit and the reports: the
+    # bundled set is not GSM8K; its power with the chance flips it assumed (nothing measured
+    # them: no calibration, no answer gained); the ALLOW's smallest drop it would have caught
+    power = doc.eval_power
+    named = "bundled arithmetic, 64 problems, not GSM8K"
+    assert power is not None and power.data == named and power.flips_from == "assumed"
+    drop = f"{power.detectable_drop:.1%}"
+    said = output.replace("\n", " ")
+    assert f"eval: pass — {named}: accuracy" in said, output
+    assert f"eval power: the eval ({named}) catches an accuracy drop of {drop} or more" in said
+    assert "flips: 0 assumed: nothing measured how many answers change by chance" in said
+    caught = f"allow: the smallest accuracy drop it would have caught is {drop}"
+    assert caught in said, output
+    props = {
+        (case.get("name"), p.get("name")): p.get("value")
+        for case in suite
+        for p in case.iter("property")
+    }
+    assert props["eval", "data"] == named
+    assert props["eval", "detectable drop"] == f"{power.detectable_drop:.4f}"
+    assert props["eval", "flips assumption"].startswith("flips: 0 assumed")
+    assert (props["decision", "eval power"] or "").startswith(f"the eval ({named}) catches")
+    assert (props["decision", "allow"] or "").startswith(caught.removeprefix("allow: "))
+    assert f"**allow:** the smallest accuracy drop it would have caught is {drop}" in first_screen(
+        md
+    )
+    assert (
+        f"allow: the smallest accuracy drop it would have caught is {drop}"
+        in (out / "report.html").read_text()
+    )
 
 
 def test_block_on_a_bad_candidate_with_json_and_junit(tmp_path: Path, history: Any) -> None:
@@ -103,7 +134,8 @@ def test_block_on_a_bad_candidate_with_json_and_junit(tmp_path: Path, history: A
     # what it could miss, as the run report says it: the eval's n and its detectable drop
     power = printed["eval_power"]
     assert 0 < power["detectable_drop"] < 1 and power["n"] > 0
-    assert f"The eval's {power['n']} problems detect an accuracy drop of" in report, report
+    said = f"on its {power['n']} answers compared, an accuracy drop of"
+    assert said in report, report
     # the golden keeps the good build's fingerprint; the gate compares the two builds
     kept = json.loads(golden.read_text())["fingerprint"]
     assert kept["server"]["system_fingerprint"] == f"sim-0.1.0-{h.shas[0][:12]}", kept

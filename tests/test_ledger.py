@@ -93,3 +93,18 @@ def test_a_missing_ledger_is_empty_for_keep_and_an_error_for_a_run(tmp_path: Pat
     assert load(tmp_path / "none.json", "r/x") == Ledger("r/x")
     with pytest.raises(ConfigError, match=r"server\.ledger: no such ledger .* keep writes it"):
         load(tmp_path / "none.json", key="server.ledger")
+
+
+def test_the_nightly_of_a_day_is_its_dated_tag_else_the_one_first_seen_that_day() -> None:
+    other = "89abcdef0123456789abcdef0123456789abcdef"
+    seen = {
+        "nightly-0123456": Entry(D1, SHA[:7], first_seen="2026-08-09T03:00:00+00:00"),
+        "nightly-89abcde": Entry(D2, other[:7], first_seen="2026-08-09T23:00:00+00:00"),
+        "untagged": Entry(D2, None, first_seen="2026-08-10T01:00:00+00:00"),
+    }
+    ledger = Ledger("r/x", seen)
+    assert ledger.nightly("2026-08-09") == ("nightly-89abcde", seen["nightly-89abcde"])
+    assert ledger.nightly("2026-08-10") is None  # it names no commit
+    dated = Ledger("r/x", {**seen, "nightly-20260809": Entry(D1, SHA, first_seen="2026-08-11")})
+    found = dated.nightly("2026-08-09")
+    assert found is not None and found[0] == "nightly-20260809"

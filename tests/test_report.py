@@ -127,9 +127,21 @@ def test_the_report_says_how_small_a_drop_the_eval_could_see() -> None:
         result = build_result(plan, answer, [probe]).model_dump(mode="json")
         assert result["eval_power"] == power
         md = render_markdown(result)
-        assert f"The eval's {n} problems detect an accuracy drop of" in md
-        assert f"({TEST}, alpha 0.05, power 0.8, with 9.4% of answers changing by chance)" in md
+        assert f"The eval detects, on its {n:,} answers compared, an accuracy drop of" in md
+        assert f"({TEST}, alpha 0.05, power 0.8; flips: 9.4% of answers change by chance)" in md
         assert ("⚠" in md and "passes unseen" in md) is warned
+    # computed with no chance flips, where nothing measured them: it says it assumed so, and
+    # names the problems the eval asked
+    power |= {"flips": 0.0, "flips_from": "assumed", "data": "test.jsonl, 1,319 problems"}
+    power["detectable_drop"] = test.detectable_drop(n, right, 0.0)
+    check = CheckResult("eval", True, 0.92, "fine", {"power": power})
+    probe = ProbeOutcome(SEQ[0].commit, Verdict.GOOD, "ok", (check,), {"total": 1.0})
+    md = render_markdown(build_result(plan, answer, [probe]).model_dump(mode="json"))
+    assert (
+        "The eval (test.jsonl, 1,319 problems) detects, on its 1,319 answers compared, an "
+        "accuracy drop of 0.5% or more" in md
+    ), md
+    assert "power 0.8; flips: 0 assumed: nothing measured how many answers change by chance" in md
 
 
 GOLDEN_MD = Path(__file__).parent / "golden" / "report.md"

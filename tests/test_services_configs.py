@@ -431,7 +431,7 @@ def test_the_report_holds_runs_evidence_and_its_reproduce_lines_run_as_printed(
     short = h.shas[-1][:12]
     assert f"- **smallest bad setup** `{short}`: 'What is 2+2?" in evidence
     assert f"- **GOOD** `{short}`: 'What is 2+2? Reply with the number only.' → 4" in evidence
-    assert "answers with content null; golden 0 / 64" in evidence
+    assert "replies with content null; golden 0 of 64 replies" in evidence
     assert "#### First divergence from the golden (logprobs)" in evidence
     nan = md[md.index("## NaN / Inf") : md.index("## Evidence")]
     assert "- GOOD: 0 logprob position(s) NaN or Inf" in nan

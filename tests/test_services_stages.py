@@ -104,7 +104,7 @@ def test_the_culprit_and_the_last_good_run_every_check_for_the_report(tmp_path: 
     nulls = eval_["metrics"]["null_content"]
     assert nulls > 0 and eval_["golden_null_content"] == 0
     assert (f"`{culprit[:12]}`: accuracy {eval_['metrics']['accuracy']:.1%}" in evidence
-            and f"{nulls:,} / {n:,} answers with content null; golden 0 / {n:,}"
+            and f"{nulls:,} of {n:,} replies with content null; golden 0 of {n:,} replies"
             in evidence), evidence  # fmt: skip
     assert f"`{last_good[:12]}`: accuracy" in evidence, evidence
     assert f"`{culprit[:12]}`: 0 logprob position(s) NaN or Inf" in evidence, evidence
@@ -150,4 +150,4 @@ def test_a_probe_whose_verdict_ends_the_search_runs_every_check_and_is_not_start
     report = (out / "report.md").read_text()
     evidence = report.split("## Evidence")[1].split("\n## ")[0]
     assert "#### First divergence from the golden (logprobs)" in evidence, evidence
-    assert "answers with content null; golden 0" in evidence, evidence
+    assert "replies with content null; golden 0" in evidence, evidence

@@ -215,7 +215,7 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     evidence = report.split("## Evidence")[1].split("\n## ")[0]
     assert "#### First divergence from the golden (logprobs)" in evidence, evidence
     first_bad = f"**first bad** `{shas['config'][:12]}`"
-    assert f"{first_bad}: accuracy" in evidence and "answers with content null" in evidence
+    assert f"{first_bad}: accuracy" in evidence and "replies with content null" in evidence
     # two regressions in the range (`config`, then `rope`): the bad end with the culprit
     # reverted is still bad (on logprobs), so the culprit is not all of it
     confirmation = result["confirmation"]

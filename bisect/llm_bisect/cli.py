@@ -32,6 +32,7 @@ from .outdir import claim, hold, prepare
 from .places import doubted
 from .registry import BLOB_DEADLINE_S, DEADLINE_S, MAX_PAGES, ImageRef
 from .report.documents import ResultDocument, schemas
+from .report.gate import power_said
 from .report.markdown import banner, duration
 from .runner import RunResult, result_of, write_outputs
 from .search import Answer, Plan, Status
@@ -202,7 +203,12 @@ ConfigArg = Annotated[
     Path, typer.Argument(help="The YAML config.", show_default=False, metavar="CONFIG")
 ]
 OutOpt = Annotated[Path, typer.Option("--out", "-o", help="Output folder (journal, logs, report).")]
-GoodOpt = Annotated[str | None, typer.Option("--good", help="Override candidates.good.")]
+GoodOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--good", help="Override candidates.good (a ref, or a day: 2026-08-09, its nightly)."
+    ),
+]
 BadOpt = Annotated[str | None, typer.Option("--bad", help="Override candidates.bad.")]
 FixOpt = Annotated[
     bool,
@@ -563,6 +569,8 @@ def gate_cmd(
         for result in doc.probe.checks:
             verdict = "pass" if result.passed else "FAIL"
             term.out(f"  {result.name}: {verdict} — {printable(result.evidence)[:160]}")
+        for name, line in power_said(doc):  # what the eval could see; on allow, could miss
+            term.out(f"  {name}: {printable(line)}")
         b = doc.bisection
         if b is not None and b.status is not None:
             found = b.culprit.commit if b.culprit is not None else printable(b.message)

@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, cast
 
@@ -92,9 +93,10 @@ class CandidatesConfig(_Strict):
     """Path to a local git clone (relative to the config file; `${VAR}` from the environment;
     `--repo` overrides it)."""
     good: str
-    """A ref that tests good (in --find-fix mode: the newer build that works)."""
+    """A ref that tests good (in --find-fix mode: the newer build that works); a day
+    (YYYY-MM-DD, quoted or not) names that day's nightly."""
     bad: str
-    """A ref that tests bad (in --find-fix mode: the older build that is broken)."""
+    """A ref that tests bad (in --find-fix mode: the older build that is broken); a day too."""
     coarse: bool = False
     """Coarse then fine: bisect first among candidates whose artifact is ready (an image, a
     published wheel, a cached build), then within the range left with any build."""
@@ -112,6 +114,18 @@ class CandidatesConfig(_Strict):
     their own rates before the first start, they narrow the range before any server starts;
     the culprit and its parent are still probed here. Needs the posterior search (not
     `search.flake: 0`)."""
+
+    @field_validator("good", "bad", mode="before")
+    @classmethod
+    def _a_day(cls, ref: Any) -> Any:
+        """An unquoted YAML date (`good: 2026-08-09`, which YAML reads as a date) is that
+        day's ref: its nightly (services/setup.py)."""
+        return ref.isoformat() if isinstance(ref, date) and not isinstance(ref, datetime) else ref
+
+    @field_validator("later", mode="before")
+    @classmethod
+    def _days(cls, refs: Any) -> Any:
+        return [cls._a_day(r) for r in refs] if isinstance(refs, list) else refs
 
     @field_validator("url")
     @classmethod

@@ -72,6 +72,25 @@ class Ledger:
         _, tag, entry = max(found)
         return tag, entry
 
+    def nightly(self, day: str) -> tuple[str, Entry] | None:
+        """(tag, entry) of the nightly of `day` (YYYY-MM-DD, UTC): a tag holding the date
+        (`nightly-2026-08-09`, `20260809`), else the tag `keep` first saw that day; the newest
+        sighting where several are, and only entries that name a commit. None: no such one."""
+        named = [(e.first_seen, tag, e) for tag, e in self.entries.items() if e.commit]
+        dated = [n for n in named if holds_day(n[1], day)]
+        seen = [n for n in named if n[0][:10] == day]
+        found = dated or seen
+        if not found:
+            return None
+        _, tag, entry = max(found)
+        return tag, entry
+
+
+def holds_day(tag: str, day: str) -> bool:
+    """Whether an image tag names `day` (YYYY-MM-DD): `nightly-2026-08-09`, `20260809`,
+    `2026.08.09`."""
+    return any(form in tag for form in (day, day.replace("-", ""), day.replace("-", ".")))
+
 
 def observe(ledger: Ledger, seen: Mapping[str, Entry], now: str) -> Ledger:
     """The ledger after a look at the registry's tags: `seen` are those there now (their

@@ -1,6 +1,7 @@
 """Where the eval's problems come from: the bundled set, a local file, a Hugging Face dataset.
 
-    (nothing)              the bundled GSM8K-format set (64 problems, offline)
+    (nothing)              the bundled set: 64 made-up arithmetic word problems in GSM8K's
+                           format (offline; not GSM8K, and every figure of it says so)
     path: x.jsonl          GSM8K-format JSONL: `question`, `answer` ending in `#### N`
     path: x.parquet        the same columns in parquet (the Hub's own file format)
     dataset: openai/gsm8k  `datasets.load_dataset(name, config, split)`, from the node's
@@ -9,7 +10,9 @@
     dataset: ./gsm8k       a folder holding `test.jsonl` and `train.jsonl` (vLLM's own copy,
                            as tests/evals/gsm8k/gsm8k_eval.py downloads it) is read as it is
 
-A `limit` larger than the problems there is an error, never fewer problems asked.
+A `limit` larger than the problems there is an error, never fewer problems asked. The
+problems carry their name (`Problems.name`: the set, or the file, and its size), which every
+figure of theirs shows.
 
 Few-shot examples (the `vllm` prompt format) come from a dataset's train split, or
 else from the first rows of the file, which then are not asked.
@@ -32,12 +35,31 @@ HUB_CONFIGS = {"openai/gsm8k": "main", "gsm8k": "main"}
 """Datasets whose config name is needed and known."""
 
 
+BUNDLED = "bundled arithmetic"
+"""What the bundled set is called wherever its numbers appear: made-up word problems in
+GSM8K's format, not GSM8K."""
+
+
 @dataclass(frozen=True)
 class Problems:
     """The problems asked and the worked examples shown before each (may be empty)."""
 
     asked: list[Problem]
     shots: list[Problem]
+    name: str = ""
+    """What they are, as every figure of theirs is labelled: "bundled arithmetic, 64
+    problems, not GSM8K", "gsm8k.jsonl, 1,319 problems" ('' where not said: `described`)."""
+
+    def described(self) -> str:
+        """Their name, or their number where they were given without one."""
+        return self.name or f"{len(self.asked):,} problems"
+
+
+def _named(source: str, asked: int, there: int) -> str:
+    """ "{source}, N problems" (of how many are there, where a `limit` kept fewer); the
+    bundled set says it is not GSM8K."""
+    size = f"{asked:,} problems" if asked == there else f"the first {asked:,} of {there:,} problems"
+    return f"{source}, {size}" + (", not GSM8K" if source == BUNDLED else "")
 
 
 def _rows(rows: Sequence[Any], where: str) -> list[Problem]:
@@ -163,6 +185,7 @@ def load(
             return _hub(dataset, dataset_config, part, where, download)
 
         asked = read(split)
+        source = f"{Path(dataset).name}/{split}.jsonl" if local else f"{dataset} {split} split"
         examples = read("train")[:shots] if shots else []
         if len(examples) < shots:
             raise ConfigError(
@@ -173,6 +196,7 @@ def load(
             every = _parquet(path)
         else:
             every = load_problems(path)
+        source = BUNDLED if path is None else path.name
         if shots >= len(every):
             raise ConfigError(f"{key}.shots: {shots} examples leave none of {len(every)} to ask")
         examples, asked = every[:shots], every[shots:]
@@ -183,4 +207,5 @@ def load(
             f"{key}.limit: {limit} problems asked, and {len(asked)} are there to ask "
             "(fewer would not be the eval asked for)"
         )
-    return Problems(asked[:limit] if limit else asked, examples)
+    kept = asked[:limit] if limit else asked
+    return Problems(kept, examples, _named(source, len(kept), len(asked)))

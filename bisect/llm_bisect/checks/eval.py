@@ -106,8 +106,15 @@ class Paired(_Part):
     """Answers that did not finish where the good build did (counted wrong)."""
 
 
-class Power(_Part):
+FlipsFrom = Literal["calibration", "gains", "assumed"]
+"""Where the share of answers changing by chance came from: calibration measured it, the
+candidate's gained answers show it, or nothing measured it and 0 is assumed."""
+
+
+class Power(_Part, AddedLater):
     """How small an accuracy drop the eval could detect, by the test it decides with."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("data", "flips_from")
 
     model_config = ConfigDict(extra="forbid")
     n: int
@@ -122,6 +129,39 @@ class Power(_Part):
     """The share of answers assumed to change by chance, each way alike."""
     tolerance: float = 0.0
     """The drop the eval allows beyond chance (`tolerance`, 0 unless configured)."""
+    data: str = ""
+    """The problems the eval asked ("bundled arithmetic, 64 problems, not GSM8K"; '' in
+    results written before it was said)."""
+    flips_from: FlipsFrom | None = None
+    """Where `flips` came from (None in results written before it was said)."""
+
+    def assumption(self) -> str:
+        """The chance flips the power is computed with, and what that figure rests on."""
+        if self.flips_from == "assumed":
+            return (
+                "flips: 0 assumed: nothing measured how many answers change by chance, no "
+                "calibration and no answer gained; `llm-bisect calibrate` measures it"
+            )
+        if not self.flips:
+            said = {"calibration": ": calibration saw none change by chance"}
+            return "flips: 0" + said.get(self.flips_from or "", " assumed")
+        said = {"calibration": ", as calibration measured",
+                "gains": ", as the candidate's gained answers show"}  # fmt: skip
+        how = said.get(self.flips_from or "", "")
+        return f"flips: {self.flips:.1%} of answers change by chance{how}"
+
+    def said(self) -> str:
+        """One line: on what, the smallest drop caught and how often, by which test, on what
+        assumption (the terminal's, JUnit's)."""
+        what = f" ({self.data})" if self.data else ""
+        line = (
+            f"the eval{what} catches an accuracy drop of {self.detectable_drop:.1%} or more "
+            f"from the golden's {self.golden_accuracy:.0%} with power {self.power:g} on "
+            f"{self.n:,} answers compared ({self.test or 'one-sided'}, alpha {self.alpha:g}"
+        )
+        if self.tolerance:
+            line += f", drops up to {self.tolerance:.1%} allowed"
+        return f"{line}; {self.assumption()})"
 
 
 class Sequential(BaseModel):
@@ -136,10 +176,15 @@ class Sequential(BaseModel):
 class EvalDetails(CheckDetails, AddedLater):
     """The eval's details: figures, thresholds, every answer and the paired comparison."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("sequential", "golden_null_content", "golden_n")
+    added_later: ClassVar[tuple[str, ...]] = (
+        "sequential", "golden_null_content", "golden_n", "data",
+    )  # fmt: skip
 
     model_config = ConfigDict(extra="ignore")
     check: ClassVar[str] = "eval"
+    data: str = ""
+    """The problems asked ("bundled arithmetic, 64 problems, not GSM8K", "gsm8k.jsonl, 1,319
+    problems"; '' in results written before it was said)."""
     metrics: EvalMetrics | None = None
     golden_null_content: int | None = None
     """The golden's answers with content null or empty (None: a golden recorded before it was
@@ -187,6 +232,11 @@ def score_answers(
         cut_share=sum(cut or ()) / n if n else 0.0,
         answers=answers,
     )
+
+
+def replies_of(k: int, n: int) -> str:
+    """A count of replies as maintainers read it: "1,178 of 1,319 replies"."""
+    return f"{k:,} of {n:,} replies"
 
 
 def _unjudged(asked: Asked) -> bool:
@@ -252,6 +302,9 @@ class EvalCheck:
         gen_prefix: str = "",
     ) -> None:
         self.problems = problems.asked
+        self.data = problems.described()
+        """What the problems are, as each figure of theirs says ("bundled arithmetic, 64
+        problems, not GSM8K")."""
         self.api = api
         """How each prompt is asked: a chat message, or raw text (vLLM's GSM8K runner's)."""
         self.gen_prefix = gen_prefix
@@ -349,9 +402,16 @@ class EvalCheck:
         larger of what its gains show and what calibration saw."""
         noise = golden.calibration.eval if golden.calibration else None
         flips = max(compared.flips, noise.flips if noise else 0.0)
+        source: FlipsFrom = (
+            "gains" if compared.flips > (noise.flips if noise else 0.0)
+            else "calibration" if noise is not None
+            else "assumed"
+        )  # fmt: skip
         section = golden.checks.eval
         assert section is not None
         return Power(
+            data=self.data,
+            flips_from=source,
             n=compared.n,
             golden_accuracy=compared.golden_accuracy if compared.n else section.accuracy,
             detectable_drop=test.detectable_drop(compared.n, compared.right, flips, POWER),
@@ -450,16 +510,17 @@ class EvalCheck:
                 f"{golden_cut_share:.0%}){_ran_on(late, gold, ': {}')}"
             )
         if jump > self.null_share_jump:
+            nulls = replies_of(round(got.null_share * got.n), got.n)
+            golden_nulls = replies_of(round(gold.null_share * gold.n), gold.n)
             failed.append(
-                f"{got.null_share:.0%} of answers have null content with the answer "
-                f"in reasoning (golden {gold.null_share:.0%})"
+                f"{nulls} have null content with the answer in reasoning (golden {golden_nulls})"
             )
         if self.min_accuracy is not None and got.accuracy < self.min_accuracy:
             failed.append(
                 f"accuracy {got.accuracy:.3f} below the threshold {self.min_accuracy:.3f}"
             )
         low, high = got.wilson95
-        head = f"accuracy {got.accuracy:.0%} [{low:.0%}, {high:.0%}] on {got.n}"
+        head = f"accuracy {got.accuracy:.0%} [{low:.0%}, {high:.0%}]"
         if any(left_out):
             head += f" ({sum(left_out) / len(asked):.0%} cut by the budget, not counted)"
         example = next(
@@ -470,15 +531,17 @@ class EvalCheck:
             ),
             "",
         )
-        evidence = (
+        said = (
             f"{'; '.join(failed)} — {example}" if failed else f"{head}, golden {gold.accuracy:.0%}"
         )
+        evidence = f"{self.data}: {said}"  # what the figures are of, before them
         return CheckResult(
             name=self.name,
             passed=not failed,
             score=got.accuracy,
             evidence=evidence,
             details=EvalDetails(
+                data=self.data,
                 metrics=EvalMetrics(
                     accuracy=got.accuracy,
                     null_share=got.null_share,

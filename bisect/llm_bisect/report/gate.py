@@ -49,6 +49,23 @@ HEADLINE_OF: dict[GateReason, str] = {
 ROLE = {"candidate": "the candidate again", "golden-build": "the golden's build"}
 
 
+def power_said(doc: GateDocument) -> list[tuple[str, str]]:
+    """What the eval could see, as (name, line): its power, with the assumption behind it;
+    on allow, the smallest drop it would have caught (a smaller one passes unseen). The
+    terminal's, report.md's, report.html's and JUnit's (`name: line`)."""
+    power = doc.eval_power
+    said = [("eval power", power.said())] if power is not None else []
+    if doc.decision == "allow":
+        caught = (
+            "no eval ran, so no accuracy drop was measured"
+            if power is None
+            else f"the smallest accuracy drop it would have caught is {power.detectable_drop:.1%} "
+            f"(with power {power.power:g}); a smaller one passes unseen"
+        )
+        said.append(("allow", caught))
+    return said
+
+
 def _trials(doc: GateDocument) -> list[str]:
     """The starts after the candidate never became ready: which, why, what happened."""
     if not doc.trials:
@@ -108,6 +125,8 @@ def render_gate_markdown(doc: GateDocument) -> str:
         f"**Verdict:** {probe.verdict.value} — {esc.text(probe.reason)}",
         "",
     ]
+    said = [f"- **{name}:** {esc.text(line)}" for name, line in power_said(doc)]
+    lines += [*said, ""] if said else []
     if doc.fingerprints is not None:  # on the first screen, as the run report has them
         seen = glance(doc.fingerprints.old, doc.fingerprints.new, "golden", "candidate")
         lines += [*seen, ""] if seen else []
@@ -213,7 +232,9 @@ def render_gate_html(doc: GateDocument) -> str:
         f"<b>{esc.html_text(doc.message)}</b><br>candidate "
         f"<code>{esc.html_text(doc.candidate_ref)}</code> = <code>{doc.candidate.commit[:12]}"
         f"</code> {esc.html_text(doc.candidate.subject)}<br>"
-        f"{esc.html_text(doc.probe.reason)}</div>"
+        f"{esc.html_text(doc.probe.reason)}"
+        + "".join(f"<br>{name}: {esc.html_text(line)}" for name, line in power_said(doc))
+        + "</div>"
     )
     plots = [("logprobs", logprob_figure(doc.probe), "no logprobs check ran on the candidate")]
     return page(f"gate {doc.decision} {doc.candidate_ref}", summary, plots, table([doc.probe]))
@@ -222,6 +243,31 @@ def render_gate_html(doc: GateDocument) -> str:
 def _tasks(details: CheckDetails) -> list[TaskJudgement]:
     """The per-task judgements of an lm_eval check's details; [] for any other check."""
     return list(details.tasks) if isinstance(details, LmEvalDetails) else []
+
+
+def _eval_properties(case: ET.Element, details: EvalDetails) -> None:
+    """An eval test case's properties: what it asked, its accuracy, and its power with the
+    assumption behind it."""
+    x = esc.xml_text
+    shown: dict[str, str] = {}
+    if details.data:
+        shown["data"] = details.data
+    if details.metrics is not None:
+        shown["accuracy"] = f"{details.metrics.accuracy:.4f}"
+    power = details.power
+    if power is not None:
+        shown |= {
+            "detectable drop": f"{power.detectable_drop:.4f}",
+            "power": f"{power.power:g}",
+            "alpha": f"{power.alpha:g}",
+            "answers compared": str(power.n),
+            "flips": f"{power.flips:.4f}",
+            "flips assumption": power.assumption(),
+        }
+    if shown:
+        props = ET.SubElement(case, "properties")
+        for name, value in shown.items():
+            ET.SubElement(props, "property", name=x(name), value=x(value))
 
 
 def render_junit(doc: GateDocument) -> str:
@@ -247,11 +293,8 @@ def render_junit(doc: GateDocument) -> str:
         if not check.passed:
             failure = ET.SubElement(case, "failure", message=x(check.evidence[:500]))
             failure.text = x(check.evidence)
-        metrics = check.details.metrics if isinstance(check.details, EvalDetails) else None
-        accuracy = metrics.accuracy if metrics is not None else None
-        if accuracy is not None:
-            props = ET.SubElement(case, "properties")
-            ET.SubElement(props, "property", name="accuracy", value=f"{accuracy:.4f}")
+        if isinstance(check.details, EvalDetails):
+            _eval_properties(case, check.details)
         for judged in _tasks(check.details):  # an lm_eval check: a test case per task
             tasks += 1
             task = ET.SubElement(
@@ -278,6 +321,11 @@ def render_junit(doc: GateDocument) -> str:
         name="decision",
         time=f"{probe.timings.get('total', 0.0):.1f}",
     )
+    caught = power_said(doc)
+    if caught:  # what the eval could see, and on allow what it would have caught
+        props = ET.SubElement(case, "properties")
+        for name, line in caught:
+            ET.SubElement(props, "property", name=name, value=x(line))
     said = [probe.reason, *(f"{ROLE[t.role]}: {t.probe.reason}" for t in doc.trials)]
     if doc.decision == "block":
         told = "\n".join([*said, probe.log_tail]) if doc.trials else probe.reason

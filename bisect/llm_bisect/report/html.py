@@ -374,8 +374,10 @@ def accuracy_figure(doc: ResultDocument) -> go.Figure | None:
             annotation_text="golden",
             line_color="#555",
         )
+    data = doc.eval_power.data if doc.eval_power is not None else ""
     fig.update_layout(
-        title="Eval accuracy per probe (95% interval)",
+        title="Eval accuracy per probe (95% interval)"
+        + (f": {esc.html_text(data)}" if data else ""),
         xaxis={"categoryorder": "array", "categoryarray": order},
         yaxis_title="accuracy",
         yaxis_range=[0, 1.05],

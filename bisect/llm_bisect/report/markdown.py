@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..checks.canary import CanaryDetails
-from ..checks.eval import EvalDetails
+from ..checks.eval import EvalDetails, replies_of
 from ..checks.expect import ExpectDetails
 from ..checks.gsm8k import DETECTABLE_WARN
 from ..checks.lm_eval import LmEvalDetails
@@ -111,10 +111,6 @@ def evidence(bad: ProbeDoc, good: ProbeDoc, bad_label: str, good_label: str) -> 
     return ["## Evidence", "", *lines, *figures, *divergences(bad)] if lines else []
 
 
-def _count(k: int, n: int) -> str:
-    return f"{k:,} / {n:,}"
-
-
 def _figures(bad: ProbeDoc, good: ProbeDoc, bad_label: str, good_label: str) -> list[str]:
     """Both sides' accuracy, answers with content null (against the golden's) and NaN/Inf
     logprobs, as maintainers ask for them; only where the eval ran (its counts recorded)."""
@@ -128,10 +124,11 @@ def _figures(bad: ProbeDoc, good: ProbeDoc, bad_label: str, good_label: str) -> 
         m = ev.metrics
         low, high = m.wilson95
         said = f"accuracy {m.accuracy:.1%} [{low:.1%}, {high:.1%}]"
+        said += f" on {esc.text(ev.data)}" if ev.data else ""
         if m.n is not None and m.null_content is not None:
-            said += f"; {_count(m.null_content, m.n)} answers with content null"
+            said += f"; {replies_of(m.null_content, m.n)} with content null"
             if ev.golden_null_content is not None and ev.golden_n is not None:
-                said += f"; golden {_count(ev.golden_null_content, ev.golden_n)}"
+                said += f"; golden {replies_of(ev.golden_null_content, ev.golden_n)}"
         rows.append(f"- **{label}** `{p.commit[:12]}`: {said}")
     for label, p in ((bad_label, bad), (good_label, good)):
         lp = _logprobs_of(p)
@@ -392,13 +389,12 @@ def power_lines(power: Power | None) -> list[str]:
         return []
     drop, n = power.detectable_drop, power.n
     how = f"{power.test or 'one-sided'}, alpha {power.alpha}, power {power.power}"
-    if power.flips:
-        how += f", with {power.flips:.1%} of answers changing by chance"
     if power.tolerance:
         how += f", drops up to {power.tolerance:.1%} allowed"
+    on = f" ({esc.text(power.data)})" if power.data else ""
     line = (
-        f"The eval's {n} problems detect an accuracy drop of {drop:.1%} or more from the "
-        f"golden's {power.golden_accuracy:.0%} ({how})."
+        f"The eval{on} detects, on its {n:,} answers compared, an accuracy drop of {drop:.1%} "
+        f"or more from the golden's {power.golden_accuracy:.0%} ({how}; {power.assumption()})."
     )
     if drop > DETECTABLE_WARN:
         line = (

@@ -118,7 +118,7 @@ def keep(
             raw = registry.raw_manifest(source, tag)
             if raw is None:
                 continue  # dropped between the list and now
-            seen[tag], digests[tag] = _entry(registry, source, tag, raw), raw.digest
+            seen[tag], digests[tag] = image_entry(registry, source, tag, raw), raw.digest
         except RegistryError as exc:
             done.failed.append(f"{tag}: {exc}")
             continue
@@ -152,8 +152,9 @@ def keep(
     return done
 
 
-def _entry(registry: RegistryClient, source: ImageRef, tag: str, raw: RawManifest) -> Entry:
-    """The ledger entry of a tag: its digest, platforms and the commit its image names."""
+def image_entry(registry: RegistryClient, source: ImageRef, tag: str, raw: RawManifest) -> Entry:
+    """The ledger entry of a tag: its digest, platforms and the commit its image names (also
+    what a day names where the registry has a tag of it: services/setup.py)."""
     image = raw
     platforms: list[str] = []
     if raw.is_index:

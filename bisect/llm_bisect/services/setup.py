@@ -56,16 +56,21 @@ from ..kinds import (
 )
 from ..launchers import Launcher, Server
 from ..launchers.cached import CachedLauncher
+from ..ledger import holds_day, load as ledger_load
 from ..model import Candidate, Verdict
 from ..outdir import hold
 from ..posterior import Known
 from ..probe import Facts, Progress, served_facts, startup_facts
 from ..redact import Scrub, url_credentials
+from ..registry import RegistryClient, RegistryError, parse_image_ref, valid_tag
 from ..report.documents import Context
 from ..report.links import web_url
 from ..search import Mode, Plan, build_plan
 from ..secretnames import served_api_key
-from ..sources.git import GitSource, NoRepository
+from ..sources.git import GitSource, NoRepository, nightly_day
+from ..sources.images import WHERE
+from ..templates import fill
+from .keep import image_entry
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,9 @@ class Setup:
     """Per slot, the GPUs its server alone uses (launchers/devices.py); None: as configured."""
     now: Callable[[], float] = time.time
     """The wall clock (seconds since the epoch), for the times documents record."""
+    days: dict[tuple[bool, str], Candidate] = field(default_factory=dict)
+    """Each day named as a ref (and whether as a later end) → the nightly it resolved to
+    (said once; shared by copies)."""
     engine_cache: enginecache.EngineCache | None = None
     """Where the servers keep the engine's compile caches (`probe.engine_cache`); None: off."""
 
@@ -201,15 +209,109 @@ class Setup:
         return True
 
     def resolve(self, ref: str, key: str) -> Candidate:
-        """A git ref, or (docker launcher) an image reference whose metadata names a commit."""
+        """A git ref, a day (YYYY-MM-DD: its nightly, `nightly`), or (docker launcher) an
+        image reference whose metadata names a commit."""
         try:
-            return self.source.resolve(ref, key)
+            return self.source.resolve(ref, key)  # a ref or tag of that name wins
         except ConfigError:
+            day = nightly_day(ref)
+            if day is not None:
+                return self.nightly(ref, day, key)
             resolve_end = LAUNCHERS[self.config.server.launcher].resolve_end
             if resolve_end is None:
                 raise
         plain = partial(self.launcher, cached=False)  # resolve_end reads its kind's launcher
         return resolve_end(self.config.server, EndContext(plain, self.source), ref, key)
+
+    def nightly(self, ref: str, day: str, key: str) -> Candidate:
+        """The nightly of `day`, said in one line (once a run): the nightly `keep`'s ledger
+        (`server.ledger`) holds of that day, else the last commit of that day (UTC) on the
+        bad end's first-parent history."""
+        memo = (key == "candidates.later", ref)  # a later end is on another branch
+        if memo in self.days:
+            return self.days[memo]
+        found = (
+            self._registry_nightly(day, key)
+            or self._ledger_nightly(day, key)
+            or self._branch_nightly(ref, day, key)
+        )
+        picked, how = found
+        self.report(f"{key} {ref}: {picked.short} {how}")
+        self.days[memo] = picked
+        return picked
+
+    def _registry_nightly(self, day: str, key: str) -> tuple[Candidate, str] | None:
+        """Where the Docker launcher's image template names its registry (`host/repo:...`),
+        the image of a tag holding the day there (the plainest where several do), run as
+        that end. A registry that cannot be read is said, and the next way is tried."""
+        server = self.config.server
+        template = getattr(server, "image", None)
+        if server.launcher != "docker" or not isinstance(template, str) or "/" not in template:
+            return None
+        try:
+            repo = parse_image_ref(fill(template, {"commit": "0" * 40, "short": "0" * 12}))
+        except (ValueError, ConfigError):
+            return None
+        if template.split("/", 1)[0] not in (repo.registry, "docker.io"):
+            return None  # no registry named: Docker Hub's by default, whose nightlies have none
+        name = f"{repo.registry}/{repo.repository}"
+        auth = getattr(server, "registry", None)
+        client = RegistryClient(
+            username=getattr(auth, "username", None),
+            password=getattr(auth, "password", None),
+            logins=self.logins,
+        )
+        try:
+            tags = sorted((t for t in client.tags(repo) if holds_day(t, day) and valid_tag(t)),
+                          key=lambda t: (len(t), t))  # fmt: skip
+            raw = client.raw_manifest(repo, tags[0]) if tags else None
+            entry = image_entry(client, repo, tags[0], raw) if raw is not None else None
+        except RegistryError as exc:
+            self.report(f"{key} {day}: the tags of {name} could not be read ({exc})")
+            return None
+        finally:
+            client.close()
+        if entry is None:
+            return None
+        image = f"{name}:{tags[0]}"
+        if entry.commit is None:
+            raise ConfigError(f"{key}: {day}'s image {image} names no commit (looked at {WHERE})")
+        picked = replace(self.source.resolve(entry.commit, key), artifact=image)
+        return picked, f"(the image {image}, {entry.digest})"
+
+    def _ledger_nightly(self, day: str, key: str) -> tuple[Candidate, str] | None:
+        where = getattr(self.config.server, "ledger", None)
+        if not where:
+            return None
+        path = self.base_dir / Path(where).expanduser()
+        found = ledger_load(path, key="server.ledger").nightly(day)
+        if found is None:
+            return None
+        tag, entry = found
+        assert entry.commit is not None
+        seen = f"first seen {entry.first_seen[:10]}" if entry.first_seen else "of that day"
+        return self.source.resolve(entry.commit, key), f"(the nightly {tag}, {seen}: {path})"
+
+    def _branch_nightly(self, ref: str, day: str, key: str) -> tuple[Candidate, str]:
+        """The last commit of `day` on the bad end's first-parent history; on HEAD's where
+        the bad end is this day, or for `candidates.later` (newer than the bad end: a later
+        nightly of the clone's branch, not of the bad end's)."""
+        bad = self.config.candidates.bad
+        own = bad == ref or key == "candidates.later"
+        tip, on = ("HEAD", "HEAD") if own else (self.resolve(bad, "candidates.bad").commit, bad)
+        found = self.source.last_of_day(day, tip)
+        if found is None:
+            raise ConfigError(
+                f"{key}: no such ref {ref!r}, and {on}'s history holds no commit by the end of "
+                "that day (UTC)"
+            )
+        picked, committed = found
+        when = (
+            f"of {day}"
+            if committed == day
+            else f"by the end of {day} (of {committed}: none that day)"
+        )
+        return picked, f"(the last commit {when} (UTC) on {on}'s first-parent history)"
 
 
 def setup(
@@ -462,8 +564,9 @@ def with_ends(config: Config, good: str | None, bad: str | None) -> Config:
 def plan_of(s: Setup, good: str | None, bad: str | None, find_fix: bool) -> tuple[Config, Plan]:
     config = with_ends(s.config, good, bad)
     mode = Mode.FIX if find_fix else Mode.REGRESSION
+    ends = replace(s, config=config)  # a day's nightly is on --bad's history
     plan = build_plan(
-        s.source, config.candidates.good, config.candidates.bad, mode, resolve=s.resolve
+        s.source, config.candidates.good, config.candidates.bad, mode, resolve=ends.resolve
     )
     if s.builder is not None:  # route facts for the whole range, read as routes are asked for
         s.builder.survey(plan.candidates)

@@ -14,6 +14,7 @@ import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import IO
 
@@ -149,6 +150,22 @@ class GitSource:
             raise ConfigError(f"{key}: no such ref {ref!r}") from exc
         return self._log("-1", sha)[0]
 
+    def last_of_day(self, day: str, tip: str) -> tuple[Candidate, str] | None:
+        """The last commit committed by the end of `day` (YYYY-MM-DD, UTC) on `tip`'s
+        first-parent history (a nightly is the branch as it was that night), with the UTC day
+        it was committed (an earlier one where that day has none); None: none is that old."""
+        try:
+            out: str = self._repo.git.log(
+                "-1", "--first-parent", f"--until={day} 23:59:59 +0000", "--format=%H %ct", tip
+            )
+        except git.GitCommandError as exc:
+            raise ConfigError(f"candidates.repo: git log of {tip!r} failed") from exc
+        if not out.strip():
+            return None
+        sha, when = out.split()
+        committed = datetime.fromtimestamp(int(when), timezone.utc).date().isoformat()
+        return self._log("-1", sha)[0], committed
+
     def is_ancestor(self, older: str, newer: str) -> bool:
         try:
             self._repo.git.merge_base("--is-ancestor", older, newer)
@@ -272,6 +289,17 @@ class NoRepository(GitSource):
 
 
 _SHA = re.compile(r"[0-9a-f]{40}")
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def nightly_day(ref: str) -> str | None:
+    """`ref` as a day (YYYY-MM-DD, a real date: its nightly stands for it), else None."""
+    if not _DAY.fullmatch(ref):
+        return None
+    try:
+        return date.fromisoformat(ref).isoformat()
+    except ValueError:
+        return None
 
 
 KIND = SOURCES.register(
