@@ -215,13 +215,13 @@ def searched(world: World, search: str, k: int) -> Run:
         rounds += 1
         taken: set[int] = set()
         raw = {c.commit: len(seen.get(c.commit, ())) for c in step}
-        for c in sorted(step, key=lambda c: not raw[c.commit]):  # runner: re-probes first
-            i = int(c.commit, 16)
+        for probed in sorted(step, key=lambda c: not raw[c.commit]):  # re-probes first
+            i = int(probed.commit, 16)
             slot = pick_slot(k, taken, set(slots.get(i, ())))  # the runner's placement
             taken.add(slot)
-            seen.setdefault(c.commit, []).append(liar.verdict(i, slot))
+            seen.setdefault(probed.commit, []).append(liar.verdict(i, slot))
             if placed:
-                where.setdefault(c.commit, []).append(Start(slot, float(liar.clock)))
+                where.setdefault(probed.commit, []).append(Start(slot, float(liar.clock)))
             slots.setdefault(i, []).append(slot)
             probes += 1
             starts[i] = starts.get(i, 0) + 1
