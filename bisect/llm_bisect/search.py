@@ -441,11 +441,10 @@ def posterior_batch(
         weighed = [(i, kind, v, s) for (i, kind, v), s in zip(trials, _pad(trial_starts, trials),
                                                               strict=True)]  # fmt: skip
         again = fragile(n, observed, new, policy, top, weighed, old_end_known, known)
-        if again and spent < policy.budget(n, belief.rates):
+        if again:
             wanted = [i for i in again if i in pool and i not in running][:k]
-            if wanted or running:
+            if spent < policy.budget(n, belief.rates) and (wanted or running):
                 return wanted
-        elif again:
             return _posterior_outcome(
                 n, history, tested, belief, decision, mode, policy, spent, fragile=True
             )

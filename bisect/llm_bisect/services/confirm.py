@@ -25,7 +25,7 @@ import json
 import subprocess
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from ..errors import ConfigError
 from ..journal import Journal, begin_side, look_digest, look_name, side_probes
 from ..model import Candidate, ProbeOutcome, Verdict
 from ..posterior import MAX_LOOKS, Policy, Trial as Weighed
-from ..probe import ProbeContext, probe
+from ..probe import Cancel, ProbeContext, probe
 from ..redact import Scrub
 from ..report.documents import (
     Confirmation,
@@ -120,6 +120,7 @@ def confirm(
     look: int = 0,
     slots: Sequence[int] = (0,),
     now: Callable[[], float] = time.time,
+    probe_new: bool = True,
 ) -> Confirmation | None:
     """The `confirmation` of result.json for a run that found its culprit; None otherwise.
     `look`: which of the run's confirmations (0: the first; later ones run their trials on
@@ -129,7 +130,9 @@ def confirm(
     `slots`: where the trials may run, best first (trial_slots: never where the verdicts
     they check ran, where there is another). With two or more, the revert and the pick run
     at once, each on a slot of its own: one bad GPU or one burst of starts cannot give
-    both. With one, the pick follows the revert, and only where the revert tested good."""
+    both. With one, the pick follows the revert, and only where the revert tested good.
+    `probe_new`: False for a look whose trials were weighed already (a resume, another
+    `parallel`): only what its journal holds, no new start (its evidence stays as weighed)."""
     if result.status is not Status.FOUND or result.culprit is None:
         return None
     if result.mode is not Mode.REGRESSION:
@@ -165,14 +168,11 @@ def confirm(
     with Journal(path, scrub) as journal:
         begin_side(journal, "confirm", digest, VERSION)
 
-        def run_one(kind: str, candidate: Candidate, slot: int) -> ProbeOutcome:
-            found = done.get(candidate.commit)
-            if found is not None:
-                return found
+        def run_one(kind: str, candidate: Candidate, slot: int, cancel: Cancel) -> ProbeOutcome:
             note(f"confirm: probing {WHAT[kind]} ({candidate.commit[:12]}) on slot {slot}")
             began = now()
             where = out_dir / look_name(look) / kind
-            outcome = probe(candidate, where, ctx, slot=slot)
+            outcome = probe(candidate, where, ctx, cancel, slot=slot)
             return replace(outcome, slot=slot, began=began)
 
         def record(kind: str, onto: str, candidate: Candidate, outcome: ProbeOutcome) -> None:
@@ -182,24 +182,37 @@ def confirm(
                 done[candidate.commit] = outcome
             trials[kind] = _trial(kind, onto, candidate.commit, outcome)
 
-        if at_once and len(wanted) > 1:
-            with ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="trial") as pool:
-                futures = [pool.submit(run_one, kind, c, slots[j % len(slots)])
-                           for j, (kind, _, c) in enumerate(wanted)]  # fmt: skip
-                outcomes = [f.result() for f in futures]
-            for (kind, onto, candidate), outcome in zip(wanted, outcomes, strict=True):
-                record(kind, onto, candidate, outcome)
+        for kind, onto, candidate in wanted:  # journalled already: taken as they were
+            if candidate.commit in done:
+                record(kind, onto, candidate, done[candidate.commit])
+        fresh = [w for w in wanted if w[2].commit not in done] if probe_new else []
+        if at_once and len(fresh) > 1:
+            # at once, each on a slot of its own; each journalled as it ends, and on Ctrl-C
+            # or an error both are stopped at once (their servers with them)
+            cancels = [Cancel() for _ in fresh]
+            with ThreadPoolExecutor(max_workers=len(fresh), thread_name_prefix="trial") as pool:
+                futures = {pool.submit(run_one, kind, c, slots[j % len(slots)], cancels[j]):
+                           (kind, onto, c) for j, (kind, onto, c) in enumerate(fresh)}  # fmt: skip
+                try:
+                    for future in as_completed(futures):
+                        record(*futures[future], future.result())
+                except BaseException:
+                    for cancel in cancels:
+                        cancel()
+                    raise
         else:
-            for kind, onto, candidate in wanted:
+            for kind, onto, candidate in fresh:
                 first = trials.get("revert")
-                if kind == "pick" and (first is None or first.verdict is not Verdict.GOOD):
+                if kind == "pick" and not at_once and (first is None or first.verdict
+                                                       is not Verdict.GOOD):  # fmt: skip
                     continue  # not tried (below)
-                record(kind, onto, candidate, run_one(kind, candidate, slots[0]))
+                record(kind, onto, candidate, run_one(kind, candidate, slots[0], Cancel()))
     revert_trial = trials["revert"]
-    pick_trial = trials.get("pick") or Trial("pick", good, None, None, "not tried")
-    if not at_once and revert_trial.verdict is not Verdict.GOOD:  # a pick cannot change it
-        was = "no verdict" if revert_trial.verdict is None else "bad: not confirmed"
-        pick_trial = Trial("pick", good, None, None, f"not tried: the revert was {was}")
+    pick_trial = trials.get("pick")
+    if pick_trial is None:  # a pick cannot change it, or this look was weighed without one
+        was = "no verdict" if revert_trial.verdict is None else revert_trial.verdict.value
+        why = "bad: not confirmed" if revert_trial.verdict is Verdict.BAD else was
+        pick_trial = Trial("pick", good, None, None, f"not tried: the revert was {why}")
     status, reason = judge(revert_trial, pick_trial)
     if reverted_onto(repo, bad) is None:
         note(f"confirm: {status}: {reason}")

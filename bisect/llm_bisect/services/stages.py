@@ -185,7 +185,8 @@ class Confirm:
         def look(at: int) -> Confirmation | None:
             where = _trial_slots(s.config.parallel, out_dir, done.result, policy.evidence)
             return confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub, look=at,
-                           slots=where, now=s.now)  # fmt: skip
+                           slots=where, now=s.now,
+                           probe_new=at >= len(policy.looks))  # fmt: skip
 
         while True:
             answer = done.answer
