@@ -209,7 +209,10 @@ def confirm(
                 record(kind, onto, candidate, run_one(kind, candidate, slots[0], Cancel()))
     revert_trial = trials["revert"]
     pick_trial = trials.get("pick")
-    if pick_trial is None:  # a pick cannot change it, or this look was weighed without one
+    journalled = pick_trial is not None and pick_trial.commit in done
+    if pick_trial is None or (
+        not at_once and revert_trial.verdict is not Verdict.GOOD and not journalled
+    ):  # a pick cannot change it, or this look was weighed without one
         was = "no verdict" if revert_trial.verdict is None else revert_trial.verdict.value
         why = "bad: not confirmed" if revert_trial.verdict is Verdict.BAD else was
         pick_trial = Trial("pick", good, None, None, f"not tried: the revert was {why}")
