@@ -420,17 +420,23 @@ def posterior_batch(
     if decision.probes:
         return list(decision.probes)
     top = decision.answer
+
+    def first(need: Sequence[int], why: str) -> list[int] | Outcome:
+        """`need` probed (up to k, besides those running) before `top` is an answer; once the
+        budget is spent or none of them can run, an ambiguous answer that says `why`."""
+        wanted = [i for i in need if i in pool and i not in running][:k]
+        if spent < policy.budget(n, belief.rates) and (wanted or running):
+            return wanted
+        return _posterior_outcome(
+            n, history, tested, belief, decision, mode, policy, spent, why=why
+        )
+
     if known and top is not None and 0 < top < n:
         # the culprit and its parent are probed here: known verdicts narrow, never answer
         unprobed = [i for i in (top, top - 1) if not tested.get(i)]
-        if unprobed and spent < policy.budget(n, belief.rates):
-            wanted = [i for i in unprobed if i in pool and i not in running][:k]
-            if wanted or running:
-                return wanted
-        elif unprobed:
-            return _posterior_outcome(
-                n, history, tested, belief, decision, mode, policy, spent, unprobed=True
-            )
+        if unprobed:
+            return first(unprobed, "before {likeliest} and its parent were probed here: it "
+                         "rests on verdicts known from elsewhere")  # fmt: skip
     if starts is not None and top is not None and not decision.provisional and 0 < top < n:
         observed = [
             (i, v, s)
@@ -442,12 +448,8 @@ def posterior_batch(
                                                               strict=True)]  # fmt: skip
         again = fragile(n, observed, new, policy, top, weighed, old_end_known, known)
         if again:
-            wanted = [i for i in again if i in pool and i not in running][:k]
-            if spent < policy.budget(n, belief.rates) and (wanted or running):
-                return wanted
-            return _posterior_outcome(
-                n, history, tested, belief, decision, mode, policy, spent, fragile=True
-            )
+            return first(again, "while the verdicts that name {likeliest} could all come from "
+                         "one burst of starts or one slot: probe it again elsewhere")  # fmt: skip
     if decision.answer is None and not decision.group and not decision.exhausted:
         return []
     settle: tuple[int, ...] = ()
@@ -474,12 +476,12 @@ def _posterior_outcome(
     policy: Policy,
     spent: int,
     settle: tuple[int, ...] = (),
-    fragile: bool = False,
-    unprobed: bool = False,
+    why: str = "",
 ) -> Outcome:
-    """The posterior's answer as the search's Outcome, with how sure it is. `fragile`: the
-    budget is spent while one burst of starts or one slot could have given the answer;
-    `unprobed`: while the answer's culprit or parent has only verdicts known from elsewhere."""
+    """The posterior's answer as the search's Outcome, with how sure it is. `why`: the
+    answer is held back (the budget spent, or nothing left that could be probed) before
+    its evidence stands on its own: said after "the probe budget ... is spent " with
+    `{likeliest}` for the most likely culprit (posterior_batch's `first`)."""
     new = mode.new_state
     top = decision.answer if decision.answer is not None else belief.top()
     against = disagreeing(tested, top, new)
@@ -505,20 +507,12 @@ def _posterior_outcome(
             Status.NO_REGRESSION, None, (), f"{_end_name(mode, True)} tests "
             f"{mode.old_state.value}: no change in this range ({said})", belief=sure(held)
         )  # fmt: skip
-    if decision.answer is not None and fragile:
+    if decision.answer is not None and why:
+        likeliest = f"the most likely first {new.value} ({said})"
         return Outcome(
             Status.AMBIGUOUS, None, (top - 1, top),
             f"the probe budget ({policy.budget(n, belief.rates)}, search.max_probes) is spent "
-            "while the "
-            f"verdicts that name the most likely first {new.value} ({said}) could all come "
-            f"from one burst of starts or one slot: probe it again elsewhere", belief=sure(held)
-        )  # fmt: skip
-    if decision.answer is not None and unprobed:
-        return Outcome(
-            Status.AMBIGUOUS, None, (top - 1, top),
-            f"the probe budget ({policy.budget(n, belief.rates)}, search.max_probes) is spent "
-            f"before the most likely first {new.value} ({said}) and its parent were probed "
-            "here: it rests on verdicts known from elsewhere", belief=sure(held)
+            + why.format(likeliest=likeliest), belief=sure(held)
         )  # fmt: skip
     if decision.answer is not None and decision.provisional:
         return Outcome(
