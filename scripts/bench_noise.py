@@ -46,10 +46,11 @@ import os
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -69,6 +70,16 @@ try:  # the shipped placement of a confirmation's trials (services/confirm.py)
 except ImportError:  # older code: every trial on slot 0, one after the other
     Start = None  # type: ignore[assignment,misc]
     trial_slots = None  # type: ignore[assignment]
+try:  # the Confirm stage's loop and its looks, as shipped (services/confirm.py)
+    from llm_bisect.services.confirm import (
+        Trial as ConfirmTrial,
+        confirmation,
+        looked,
+        placed,
+        trials_at_once,
+    )
+except ImportError:  # older code: _old_looks
+    looked = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -183,86 +194,133 @@ def searched(world: World, search: str, k: int) -> Run:
     seen: dict[str, list[Verdict]] = {}
     where: dict[str, list[object]] = {}  # commit -> the Start of each of its probes
     slots: dict[int, list[int]] = {}  # candidate -> the slot of each of its probes
-    probes = rounds = trials = 0
+    order: list[tuple[int, int]] = []  # (candidate, slot) of every probe, oldest first
+    count = {"probes": 0, "rounds": 0, "trials": 0}
     starts: dict[int, int] = {}
-    placed = Start is not None and not policy.exact
-    while True:
-        step = plan_batch(plan, seen, k, reprobe=True, policy=policy,
-                          **({"starts": where} if placed else {}))  # type: ignore[arg-type]  # fmt: skip
-        if isinstance(step, Answer):
-            if policy.exact or step.status.value != "found" or step.culprit is None:
-                break
-            _, go_on = next_look(policy.looks, step.culprit.commit)  # as the tool does
-            if not go_on:
-                break
-            c = int(step.culprit.commit, 16)
-            looked = [getattr(t, "slot", None) for t in policy.evidence
-                      if t.commit == step.culprit.commit]  # fmt: skip
-            busy = [*slots.get(c - 1, ()), *slots.get(c, ()), *(x for x in looked if x is not None)]
-            ok, said, took = _confirm(world, c, liar, k, busy)
-            trials, rounds = trials + len(said), rounds + took
-            evidence = tuple(
-                Trial(step.culprit.commit, kind, v, *((slot, t) if placed else ()))
-                for kind, v, slot, t in said
-            )
-            policy = replace(
-                policy,
-                evidence=(*policy.evidence, *evidence),
-                looks=(*policy.looks, (step.culprit.commit, ok)),
-                confirming=len(policy.looks) + 1 < MAX_LOOKS,  # services/confirm.py weigh
-            )
-            continue
-        rounds += 1
-        taken: set[int] = set()
-        raw = {c.commit: len(seen.get(c.commit, ())) for c in step}
-        for probed in sorted(step, key=lambda c: not raw[c.commit]):  # re-probes first
-            i = int(probed.commit, 16)
-            slot = pick_slot(k, taken, set(slots.get(i, ())))  # the runner's placement
-            taken.add(slot)
-            seen.setdefault(probed.commit, []).append(liar.verdict(i, slot))
-            if placed:
-                where.setdefault(probed.commit, []).append(Start(slot, float(liar.clock)))
-            slots.setdefault(i, []).append(slot)
-            probes += 1
-            starts[i] = starts.get(i, 0) + 1
-        if probes > 10 * world.n:
-            raise SystemExit(f"stalled on {world}")
-    culprit = None if step.culprit is None else int(step.culprit.commit, 16)
+    placed_ = Start is not None and not policy.exact
+
+    def search_on(policy: Policy) -> Answer:
+        """The runner's rounds (plan_batch, re-probes placed first, pick_slot) to an answer."""
+        while True:
+            step = plan_batch(plan, seen, k, reprobe=True, policy=policy,
+                              **({"starts": where} if placed_ else {}))  # type: ignore[arg-type]  # fmt: skip
+            if isinstance(step, Answer):
+                return step
+            count["rounds"] += 1
+            taken: set[int] = set()
+            raw = {c.commit: len(seen.get(c.commit, ())) for c in step}
+            for probed in sorted(step, key=lambda c: not raw[c.commit]):  # re-probes first
+                i = int(probed.commit, 16)
+                slot = pick_slot(k, taken, set(slots.get(i, ())))  # the runner's placement
+                taken.add(slot)
+                seen.setdefault(probed.commit, []).append(liar.verdict(i, slot))
+                if placed_:
+                    where.setdefault(probed.commit, []).append(Start(slot, float(liar.clock)))
+                slots.setdefault(i, []).append(slot)
+                order.append((i, slot))
+                count["probes"] += 1
+                starts[i] = starts.get(i, 0) + 1
+            if count["probes"] > 10 * world.n:
+                raise SystemExit(f"stalled on {world}")
+
+    step = search_on(policy)
     status = step.status.value
-    if status == "found" and step.culprit is not None and not policy.exact:
-        at, _ = next_look(policy.looks, step.culprit.commit)
-        if at is not None and not policy.looks[at][1]:
-            status = "ambiguous"  # services/confirm.py unconfirmed: never found unconfirmed
+    if not policy.exact and looked is not None:
+        step, found, policy = looked(step, policy, lambda a: a, _look(world, liar, k, order, count),
+                                     search_on, lambda _: None)  # fmt: skip
+        status = step.status.value
+        if found is not None and found.status == "not-confirmed":
+            status = "ambiguous"  # confirm.unconfirmed: never found unconfirmed
+    elif not policy.exact:  # older code: its confirmation loop as it shipped then
+        step, status = _old_looks(world, liar, k, policy, step, search_on, slots, count)
+    culprit = None if step.culprit is None else int(step.culprit.commit, 16)
     ends = [starts[i] for i in (0, world.n) if i in starts]
     right = culprit == world.culprit and status == "found"
-    return Run(status, right, probes + trials, rounds, len(ends), sum(ends) - len(ends), trials)
+    trials = count["trials"]
+    return Run(status, right, count["probes"] + trials, count["rounds"], len(ends),
+               sum(ends) - len(ends), trials)  # fmt: skip
 
 
-def _confirm(
-    world: World, culprit: int, liar: Liar, k: int, busy: Sequence[int]
-) -> tuple[bool, list[tuple[str, Verdict, int, float]], int]:
-    """The culprit's revert (the bad end without it: good only if it is the culprit) and its
-    pick (the good end with it: bad only if it is the culprit), placed as the shipped
-    confirmation places them (confirm.trial_slots: away from the slots of the verdicts they
-    check; both at once where there are two slots, else the pick only after a good revert).
-    (borne out, [(kind, verdict, slot, when)], rounds taken)."""
-    right = culprit == world.culprit
-    where = trial_slots(k, list(busy)) if trial_slots is not None else (0,)
-    at_once = len(where) > 1
+def _look(
+    world: World, liar: Liar, k: int, order: Sequence[tuple[int, int]], count: dict[str, int]
+) -> Callable[[Answer, Policy, int], Any]:
+    """The Confirm stage's `look` on the simulated history: the shipped placement
+    (confirm.placed), the shipped order of the trials (confirm.trials_at_once: at once on two
+    slots, else the pick after a good revert) and the shipped judgement (confirm.confirmation).
+    A revert of the culprit is truly good only if it is the culprit, its pick truly bad only
+    then. A look weighed already (`at` before the last) is given back as it was."""
+    said: dict[int, Any] = {}
 
-    def said(kind: str, truly_bad: bool, slot: int) -> tuple[str, Verdict, int, float]:
-        v = liar.start(None, truly_bad, slot)
-        return kind, v, slot, float(liar.clock)
+    def look(answer: Answer, policy: Policy, at: int) -> Any:
+        if at in said:
+            return said[at]
+        assert answer.culprit is not None
+        culprit = answer.culprit.commit
+        c = int(culprit, 16)
+        right = c == world.culprit
+        where = placed(k, [s for i, s in order if i in (c - 1, c)], policy.evidence, culprit)
+        at_once = trials_at_once(where)
 
-    revert = said("revert", not right, where[0])
-    if at_once:
-        pick = said("pick", right, where[1])
-        ok = revert[1] is Verdict.GOOD and pick[1] is Verdict.BAD
-        return ok, [revert, pick], 1
-    if revert[1] is not Verdict.GOOD:
-        return False, [revert], 1
-    pick = said("pick", right, where[0])
-    return pick[1] is Verdict.BAD, [revert, pick], 2
+        def trial(kind: str, truly_bad: bool, slot: int) -> Any:
+            v = liar.start(None, truly_bad, slot)
+            count["trials"] += 1
+            return ConfirmTrial(kind, "end", f"{kind}-{c}", v, "", slot=slot,
+                                began=float(liar.clock))  # fmt: skip
+
+        before = count["rounds"]
+        revert = trial("revert", not right, where[0])
+        pick = None
+        if at_once or revert.verdict is Verdict.GOOD:
+            pick = trial("pick", right, where[1] if at_once else where[0])
+        count["rounds"] = before + (1 if at_once or pick is None else 2)
+        said[at] = confirmation(revert, pick, "end", at_once)
+        return said[at]
+
+    return look
+
+
+def _old_looks(
+    world: World,
+    liar: Liar,
+    k: int,
+    policy: Policy,
+    step: Answer,
+    search_on: Callable[[Policy], Answer],
+    slots: dict[int, list[int]],
+    count: dict[str, int],
+) -> tuple[Answer, str]:
+    """Code from before the Confirm stage's loop was shared (LLM_BISECT_SRC): that loop as it
+    shipped then, every trial on slot 0 where it had no trial_slots."""
+    while step.status.value == "found" and step.culprit is not None:
+        _, go_on = next_look(policy.looks, step.culprit.commit)
+        if not go_on:
+            break
+        c = int(step.culprit.commit, 16)
+        right = c == world.culprit
+        looked_ = [getattr(t, "slot", None) for t in policy.evidence
+                   if t.commit == step.culprit.commit]  # fmt: skip
+        busy = [*slots.get(c - 1, ()), *slots.get(c, ()), *(x for x in looked_ if x is not None)]
+        where = trial_slots(k, list(busy)) if trial_slots is not None else (0,)
+        said = [("revert", liar.start(None, not right, where[0]), where[0], float(liar.clock))]
+        if len(where) > 1 or said[0][1] is Verdict.GOOD:
+            at = where[1] if len(where) > 1 else where[0]
+            said.append(("pick", liar.start(None, right, at), at, float(liar.clock)))
+        ok = said[0][1] is Verdict.GOOD and len(said) > 1 and said[1][1] is Verdict.BAD
+        count["trials"] += len(said)
+        count["rounds"] += 1 if len(where) > 1 or len(said) == 1 else 2
+        placed_ = Start is not None
+        evidence = tuple(Trial(step.culprit.commit, kind, v, *((slot, t) if placed_ else ()))
+                         for kind, v, slot, t in said)  # fmt: skip
+        policy = replace(policy, evidence=(*policy.evidence, *evidence),
+                         looks=(*policy.looks, (step.culprit.commit, ok)),
+                         confirming=len(policy.looks) + 1 < MAX_LOOKS)  # fmt: skip
+        step = search_on(policy)
+    status = step.status.value
+    if status == "found" and step.culprit is not None:
+        last, _ = next_look(policy.looks, step.culprit.commit)
+        if last is not None and not policy.looks[last][1]:
+            status = "ambiguous"
+    return step, status
 
 
 def _plain(world: World, liar: Liar) -> Run:

@@ -28,12 +28,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import ConfigError
 from ..journal import Journal, begin_side, look_digest, look_name, side_probes
 from ..model import Candidate, ProbeOutcome, Verdict
-from ..posterior import MAX_LOOKS, Policy, Trial as Weighed
+from ..posterior import MAX_LOOKS, Policy, Trial as Weighed, next_look
 from ..probe import Cancel, ProbeContext, probe
 from ..redact import Scrub
 from ..report.documents import (
@@ -50,6 +50,7 @@ from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto, tr
 STORED = "confirmation.json"
 WHAT = {"revert": "the bad end with it reverted", "pick": "the good end with it picked"}
 VERSION = 1
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ def confirm(
     digest = look_digest(culprit, good, bad)
     path = out_dir / f"{look_name(look)}.jsonl"
     done = side_probes(path, digest)  # another culprit's confirmation is dropped
-    at_once = len(slots) > 1
+    at_once = trials_at_once(slots)
     trials: dict[str, Trial] = {}
     wanted: list[tuple[str, str, Candidate]] = []  # (kind, onto, the commit made)
     for kind, onto in (("revert", bad), ("pick", good)):
@@ -207,25 +208,44 @@ def confirm(
                                                        is not Verdict.GOOD):  # fmt: skip
                     continue  # not tried (below)
                 record(kind, onto, candidate, run_one(kind, candidate, slots[0], Cancel()))
-    revert_trial = trials["revert"]
     pick_trial = trials.get("pick")
     journalled = pick_trial is not None and pick_trial.commit in done
-    if pick_trial is None or (
-        not at_once and revert_trial.verdict is not Verdict.GOOD and not journalled
-    ):  # a pick cannot change it, or this look was weighed without one
+    judged = confirmation(trials["revert"], pick_trial, good, at_once or journalled, scrub)
+    if reverted_onto(repo, bad) is None:
+        note(f"confirm: {judged.status}: {judged.reason}")
+    else:  # a line with the culprits before it reverted: its revert alone is not said to fix
+        note(f"confirm: with the culprits before it reverted too: {judged.status}: "
+             f"{judged.reason}")  # fmt: skip
+    keep(out_dir, result, judged, scrub)
+    return judged
+
+
+def confirmation(
+    revert_trial: Trial,
+    pick_trial: Trial | None,
+    good: str,
+    tried: bool,
+    scrub: Scrub | None = None,
+) -> Confirmation:
+    """A look's Confirmation from its trials (judge). `tried`: the pick was run whatever the
+    revert said (at once beside it, or journalled already); else a pick after a revert that was
+    not good is `not tried`, as is a pick that could not be made. Pure."""
+    if pick_trial is None or (not tried and revert_trial.verdict is not Verdict.GOOD):
+        # a pick cannot change it, or this look was weighed without one
         was = "no verdict" if revert_trial.verdict is None else revert_trial.verdict.value
         why = "bad: not confirmed" if revert_trial.verdict is Verdict.BAD else was
         pick_trial = Trial("pick", good, None, None, f"not tried: the revert was {why}")
     status, reason = judge(revert_trial, pick_trial)
-    if reverted_onto(repo, bad) is None:
-        note(f"confirm: {status}: {reason}")
-    else:  # a line with the culprits before it reverted: its revert alone is not said to fix
-        note(f"confirm: with the culprits before it reverted too: {status}: {reason}")
     said = {"status": status, "reason": reason,
             "probes": [t.to_json() for t in (revert_trial, pick_trial)]}  # fmt: skip
-    judged = Confirmation.model_validate(scrub.doc(said))
-    keep(out_dir, result, judged, scrub)
-    return judged
+    return Confirmation.model_validate(scrub.doc(said) if scrub is not None else said)
+
+
+def trials_at_once(slots: Sequence[int]) -> bool:
+    """Whether a look's revert and pick run at once, each on a slot of its own (two slots or
+    more: one bad GPU or one burst of starts cannot give both); else the pick follows the
+    revert, and only where the revert tested good."""
+    return len(slots) > 1
 
 
 def _trial(kind: str, onto: str, commit: str, outcome: ProbeOutcome) -> Trial:
@@ -248,6 +268,16 @@ def trial_slots(k: int, busy: Sequence[int | None]) -> tuple[int, ...]:
     """
     recent = {slot: at for at, slot in enumerate(busy) if slot is not None}
     return tuple(sorted(range(max(1, k)), key=lambda s: (s in recent, recent.get(s, -1), s)))
+
+
+def placed(
+    k: int, checked: Sequence[int | None], earlier: Sequence[Weighed], culprit: str
+) -> tuple[int, ...]:
+    """Where a look's trials run (trial_slots): away from the slots whose verdicts named the
+    culprit (`checked`: the slots of its probes and its parent's, oldest first) and from those
+    of its earlier looks' trials (a burst there would lie to every look). Pure."""
+    looked = [t.slot for t in earlier if t.commit == culprit]
+    return trial_slots(k, [*checked, *looked])
 
 
 def keep(out_dir: Path, result: ResultDocument, found: Confirmation, scrub: Scrub) -> None:
@@ -433,6 +463,49 @@ def as_a_whole(answer: Answer, result: ResultDocument) -> tuple[Answer, ResultDo
             f"together: {together.reason}"  # fmt: skip
     update = {"status": status, "message": message}
     return replace(answer, status=status, message=message), result.model_copy(update=update)
+
+
+def looked(
+    done: T,
+    policy: Policy,
+    answer_of: Callable[[T], Answer],
+    look: Callable[[T, Policy, int], Confirmation | None],
+    search: Callable[[Policy], T] | None,
+    note: Callable[[str], None],
+) -> tuple[T, Confirmation | None, Policy]:
+    """The Confirm stage's looks at the run's culprit, until one stands: `look(done, policy,
+    at)` runs confirmation number `at` (new starts where `at` is past the looks weighed);
+    under the posterior search its trials are evidence like any probe: weighed, and
+    `search(policy)` goes on where the posterior then points (where the search stopped for
+    them, they carry its culprit to the confidence); a culprit it names after a look that
+    was not borne out gets a look on new starts (posterior.next_look: at most five looks a
+    run, three a culprit). `search` None, or verdicts taken as facts: one look. Returns the
+    run as it ends, its last look (None: no culprit, or none looked at) and the policy the
+    search ended with. The runner's search and the benches (scripts/bench_noise.py) both go
+    through here."""
+    while True:
+        answer = answer_of(done)
+        culprit = answer.culprit.commit if answer.culprit is not None else None
+        if answer.status is not Status.FOUND or culprit is None:
+            return done, None, policy  # no culprit: no confirmation of one
+        if policy.exact or search is None:  # verdicts are facts: one look, as today
+            return done, look(done, policy, 0), policy
+        at, go_on = next_look(policy.looks, culprit)
+        found = None if at is None else look(done, policy, at)
+        if found is None or not go_on:
+            return done, found, policy
+        if found.status == "cannot-confirm":  # no trial can run: none to weigh
+            if policy.confirming:  # it stopped for them: it goes on to the confidence
+                policy = replace(policy, confirming=False)
+                done = search(policy)
+                now = answer_of(done).culprit
+                found = found if now is not None and now.commit == culprit else None
+            return done, found, policy
+        bore_out = found.status == "confirmed"
+        weighed = weigh(policy, found, culprit, confirmed=bore_out)
+        if not bore_out:
+            note(f"confirm: not confirmed; {weighing(weighed, policy)}")
+        done, policy = search(weighed), weighed
 
 
 def weighed_trials(found: Confirmation, culprit: str) -> tuple[Weighed, ...]:

@@ -28,7 +28,7 @@ from ..journal import FILENAME, Journal, begin_side, read_journal, side_probes
 from ..launchers import Launcher
 from ..model import Candidate, Regress, Verdict
 from ..pins import commit_bumps
-from ..posterior import Policy, Trial as Weighed, next_look
+from ..posterior import Policy, Trial as Weighed
 from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..redact import redact
 from ..report.documents import (
@@ -52,12 +52,12 @@ from .confirm import (
     continue_after,
     goes_on,
     keep,
+    looked,
+    placed,
     second_look,
     trial_slots,
     unconfirmed,
-    weigh,
     weighed_trials,
-    weighing,
     with_confirmation,
 )
 from .later import probe_later, with_later
@@ -180,42 +180,14 @@ class Confirm:
             return done
         ctx = run.probe_context()
         policy = _journalled(out_dir, s.config.search_policy(run.plan.mode is Mode.FIX))
-        found: Confirmation | None = None
 
-        def look(at: int) -> Confirmation | None:
-            where = _trial_slots(s.config.parallel, out_dir, done.result, policy.evidence)
-            return confirm(s.source.path, out_dir, done.result, ctx, note, s.scrub, look=at,
+        def look(now: RunResult, weighed: Policy, at: int) -> Confirmation | None:
+            where = _trial_slots(s.config.parallel, out_dir, now.result, weighed.evidence)
+            return confirm(s.source.path, out_dir, now.result, ctx, note, s.scrub, look=at,
                            slots=where, now=s.now,
-                           probe_new=at >= len(policy.looks))  # fmt: skip
+                           probe_new=at >= len(weighed.looks))  # fmt: skip
 
-        while True:
-            answer = done.answer
-            culprit = answer.culprit.commit if answer.culprit is not None else None
-            if answer.status is not Status.FOUND or culprit is None:
-                found = None  # no culprit: no confirmation of one (as `report DIR` reads it)
-                break
-            if policy.exact or run.search is None:  # verdicts are facts: one look, as today
-                found = look(0)
-                break
-            at, go_on = next_look(policy.looks, culprit)
-            found = None if at is None else look(at)
-            if found is None or not go_on:
-                break
-            if found.status == "cannot-confirm":  # no trial can run: none to weigh
-                if policy.confirming:  # it stopped for them: it goes on to the confidence
-                    policy = replace(policy, confirming=False)
-                    done = run.search(policy)
-                    now = done.answer.culprit
-                    found = found if now is not None and now.commit == culprit else None
-                break
-            # the trials are evidence like any probe: weighed, the search goes on where the
-            # posterior now points (where the search stopped for them, they carry the
-            # culprit to the confidence); a later look runs on new starts
-            bore_out = found.status == "confirmed"
-            weighed = weigh(policy, found, culprit, confirmed=bore_out)
-            if not bore_out:
-                note(f"confirm: not confirmed; {weighing(weighed, policy)}")
-            done, policy = run.search(weighed), weighed
+        done, found, policy = looked(done, policy, _answer_of, look, run.search, note)
         evidence = done.result.search.evidence if done.result.search else []
         if found is not None and found.status == "confirmed" and len(policy.looks) > 1:
             own = len(weighed_trials(found, "")) if policy.looks[-1][1] else 0
@@ -236,6 +208,10 @@ class Confirm:
         return RunResult(answer, result, done.out_dir)  # as the run ended it
 
 
+def _answer_of(done: RunResult) -> Answer:
+    return done.answer
+
+
 def _trial_slots(
     k: int, out_dir: Path, result: ResultDocument, earlier: Sequence[Weighed]
 ) -> tuple[int, ...]:
@@ -245,9 +221,8 @@ def _trial_slots(
     pair = set(culprit_pair(result) or ())
     state = read_journal(out_dir / FILENAME).state
     probes = state.probes if state is not None else ()
-    culprit = result.culprit.commit if result.culprit is not None else None
-    looked = [t.slot for t in earlier if t.commit == culprit]
-    return trial_slots(k, [*(p.slot for p in probes if p.commit in pair), *looked])
+    culprit = result.culprit.commit if result.culprit is not None else ""
+    return placed(k, [p.slot for p in probes if p.commit in pair], earlier, culprit)
 
 
 def _journalled(out_dir: Path, policy: Policy) -> Policy:
