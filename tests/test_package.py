@@ -96,7 +96,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "runner, probe, journal, reports",
         ("runner", "probe", "journal", "report.*", "places", "terminal"),
     ),
-    ("services", ("services", "services.*", "demo", "app", "starter")),
+    ("services", ("services", "services.*", "demo", "starter")),
     ("cli", ("cli",)),
 ]
 """From the ground up (docs/architecture.md): a module may import its own layer's and
