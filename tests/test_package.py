@@ -68,7 +68,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "checks.dataset",
             "sources",
             "sources.picks",
-            "sources.images",
             "launchers",
             "launchers.devices",
             "launchers.spread",
