@@ -44,9 +44,9 @@ from typing import Any
 import yaml
 from typer.testing import CliRunner
 
-from llm_bisect import app
 from llm_bisect.builds.cache import disk_bytes
 from llm_bisect.cli import cli
+from llm_bisect.services.setup import Setup, setup
 
 BED = Path(__file__).resolve().parent.parent / "tests" / "vllm"
 
@@ -110,7 +110,7 @@ def serve_index(root: Path, commits: list[str], wheel: Path) -> tuple[str, Threa
     return f"http://127.0.0.1:{server.server_address[1]}", server
 
 
-def build_once(s: app.Setup, ref: str) -> dict[str, Any]:
+def build_once(s: Setup, ref: str) -> dict[str, Any]:
     assert s.builder is not None
     candidate = s.resolve(ref, "ref")
     t0 = time.monotonic()
@@ -177,7 +177,7 @@ def main() -> None:
     print(result.output.rstrip())
 
     print("\n## seconds and disk per build")
-    s = app.setup(config, dict(os.environ))
+    s = setup(config, dict(os.environ))
     rows = [("wheel, cold (uv cache empty)", shas["base"])]
     rows += [("overlay", shas[k]) for k in ("doc", "config")]
     for label, ref in rows:
@@ -197,7 +197,7 @@ def main() -> None:
         "build": {**data["build"], "strategies": data["build"]["strategies"][2:]},
     }
     (work / "command.yaml").write_text(yaml.safe_dump(command_only))
-    s2 = app.setup(work / "command.yaml", dict(os.environ))
+    s2 = setup(work / "command.yaml", dict(os.environ))
     f = build_once(s2, shas["csrc-alone"])
     print(f"{'command (python -m venv)':34} {f['wall']:6.1f}s  {f['disk'] / 1e6:7.1f} MB own disk")
     f = build_once(s, shas["doc"])
@@ -270,7 +270,7 @@ def bench_docker(work: Path, repo: Path, shas: dict[str, str], package: Path, in
         },
     }  # fmt: skip
     (work / "docker.yaml").write_text(yaml.safe_dump(data))
-    s = app.setup(work / "docker.yaml", dict(os.environ))
+    s = setup(work / "docker.yaml", dict(os.environ))
     made = []
     with s.launcher("bench") as launcher:
         assert isinstance(launcher, DockerLauncher)

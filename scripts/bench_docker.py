@@ -32,12 +32,12 @@ from typing import Any
 
 import yaml
 
-from llm_bisect import app
 from llm_bisect.config import config_digest
 from llm_bisect.demo import build_history
 from llm_bisect.journal import read_events
 from llm_bisect.launchers.docker import DockerLauncher
 from llm_bisect.runner import run
+from llm_bisect.services.setup import plan_of, setup
 from llm_bisect.sim.docker import SimRegistry, engine_client, sim_server
 
 
@@ -69,8 +69,8 @@ def one_run(
             }
         )
     )
-    s = app.setup(config, {})
-    _, plan = app.plan_of(s, None, None, False)
+    s = setup(config, {})
+    _, plan = plan_of(s, None, None, False)
     out = work / f"out-{prefetch}"
     with s.launcher(uuid.uuid4().hex[:12]) as launcher:
         assert isinstance(launcher, DockerLauncher)

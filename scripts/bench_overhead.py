@@ -23,9 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from llm_bisect import app
 from llm_bisect.demo import build_history, write_config
 from llm_bisect.journal import read_events
+from llm_bisect.services.bisection import run_bisect
+from llm_bisect.services.setup import setup
 
 
 def one_run(work: Path, commits: int) -> list[dict[str, float]]:
@@ -35,7 +36,7 @@ def one_run(work: Path, commits: int) -> list[dict[str, float]]:
     text = config.read_text().replace("nightly-2026-08-09", f"HEAD~{commits}")
     config.write_text(text.replace("v0.27.0", "HEAD"))
     out = work / "out"
-    app.run_bisect(app.setup(config, {"PATH": "/usr/bin:/bin"}), out)
+    run_bisect(setup(config, {"PATH": "/usr/bin:/bin"}), out)
     events = read_events(out / "journal.jsonl")
     rows: list[dict[str, float]] = []
     start: float | None = None

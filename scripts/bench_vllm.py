@@ -30,9 +30,11 @@ from typing import Any
 
 import yaml
 
-from llm_bisect import app
 from llm_bisect.checks import canary, expect, logprobs
 from llm_bisect.checks.eval import EvalCheck
+from llm_bisect.services.bisection import check_one
+from llm_bisect.services.golden import record_golden
+from llm_bisect.services.setup import serving, setup
 from llm_bisect.terminal import TerminalProgress
 
 BED = Path(__file__).resolve().parent.parent / "tests" / "vllm"
@@ -104,14 +106,14 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="llm-bisect-bench-vllm-"))
     work.mkdir(parents=True, exist_ok=True)
     config, shas = make_bed(args.vllm_python, work)
-    s = app.setup(config, dict(os.environ))
+    s = setup(config, dict(os.environ))
     golden_file = work / "golden.json"
     t0 = time.monotonic()
-    golden = app.record_golden(s, shas["base"], golden_file, work / "golden-probe")
+    golden = record_golden(s, shas["base"], golden_file, work / "golden-probe")
     print(f"golden of base: {time.monotonic() - t0:.0f}s (server start included)")
 
     print("\n## Check-suite wall time on one server (base)")
-    with app.serving(s, s.resolve(shas["base"], "base"), work / "timing", "timing") as api:
+    with serving(s, s.resolve(shas["base"], "base"), work / "timing", "timing") as api:
         for label, at_once in (("one prompt at a time", 1), ("prompts at once", 16)):
             set_parallel(s.checks, at_once)
             suite(api, s.checks, golden)  # warm
@@ -124,7 +126,7 @@ def main() -> None:
     for build in BENIGN:
         for start in range(args.starts):
             candidate = s.resolve(shas[build], build)
-            with app.serving(s, candidate, work / f"fa-{build}-{start}", f"fa-{start}") as api:
+            with serving(s, candidate, work / f"fa-{build}-{start}", f"fa-{start}") as api:
                 for _ in range(args.runs):
                     rows = suite(api, s.checks, golden)
                     total += 1
@@ -138,8 +140,8 @@ def main() -> None:
     print("| build | " + " | ".join(c.name for c in s.checks) + " | verdict |")
     print("|---|" + "---|" * (len(s.checks) + 1))
     for build in BUGS:
-        s = app.setup(config, dict(os.environ))
-        _, outcome = app.check_one(
+        s = setup(config, dict(os.environ))
+        _, outcome = check_one(
             s, shas[build], work / f"det-{build}", TerminalProgress(), golden_file
         )
         cells = " | ".join("FAIL" if not c.passed else "pass" for c in outcome.checks)

@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 
 from helpers import History
-from llm_bisect import app
 from llm_bisect.checks.budget import Budget, ask
 from llm_bisect.client import ChatReply
 from llm_bisect.errors import RequestRejected
 from llm_bisect.model import Verdict
 from llm_bisect.probe import SilentProgress
+from llm_bisect.services.bisection import check_one
+from llm_bisect.services.golden import record_golden
+from llm_bisect.services.setup import setup
 
 PROSE = (
     "The tide comes in over the flat sand while gulls turn above the harbour and a small "
@@ -90,11 +92,11 @@ def test_a_build_that_never_finishes_is_bad_under_every_check(
     config = h.config(checks=checks)
     golden = tmp_path / "golden.json"
     env = dict(os.environ)  # PYTHONPATH: the simulator of this source tree
-    app.record_golden(app.setup(config, env), h.shas[0], golden, tmp_path / "g")
+    record_golden(setup(config, env), h.shas[0], golden, tmp_path / "g")
     said = {}
     for name, sha in (("good", h.shas[0]), ("bad", h.shas[1])):
-        _, said[name] = app.check_one(
-            app.setup(config, env), sha, tmp_path / name, SilentProgress(), golden
+        _, said[name] = check_one(
+            setup(config, env), sha, tmp_path / name, SilentProgress(), golden
         )
     assert said["good"].verdict is Verdict.GOOD, said["good"].reason
     bad = said["bad"]

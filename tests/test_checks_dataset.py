@@ -15,7 +15,6 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import History, cli_bounded
-from llm_bisect import app
 from llm_bisect.checks.dataset import load
 from llm_bisect.checks.gsm8k import (
     MAX_EVAL_BYTES,
@@ -25,6 +24,9 @@ from llm_bisect.checks.gsm8k import (
     vllm_prompt,
 )
 from llm_bisect.cli import cli
+from llm_bisect.services.bisection import check_one
+from llm_bisect.services.golden import record_golden
+from llm_bisect.services.setup import setup
 from llm_bisect.terminal import TerminalProgress
 
 ROWS = [
@@ -81,14 +83,14 @@ def test_an_eval_in_vllm_format_records_and_judges(tmp_path: Path, history: Any)
     config = h.config(
         checks=[{"type": "eval", "path": "gsm8k.parquet", "format": "vllm", "shots": 5}]
     )
-    s = app.setup(config, {})
-    golden = app.record_golden(s, h.shas[0], tmp_path / "golden.json", tmp_path / "g")
+    s = setup(config, {})
+    golden = record_golden(s, h.shas[0], tmp_path / "golden.json", tmp_path / "g")
     assert golden.checks.eval is not None and golden.checks.eval.n == 35
     assert 0.8 < golden.checks.eval.accuracy < 1
     verdicts = {}
     for i, name in enumerate(("good", "numerics")):
-        s = app.setup(config, {})
-        _, outcome = app.check_one(
+        s = setup(config, {})
+        _, outcome = check_one(
             s, h.shas[i], tmp_path / name, TerminalProgress(), tmp_path / "golden.json"
         )
         verdicts[name] = outcome.verdict.value

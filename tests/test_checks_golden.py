@@ -11,10 +11,12 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import History, cli_bounded, live_processes
-from llm_bisect import app
 from llm_bisect.checks.golden import load, schema
 from llm_bisect.cli import cli
 from llm_bisect.errors import ConfigError
+from llm_bisect.services.bisection import check_one
+from llm_bisect.services.golden import record_golden
+from llm_bisect.services.setup import setup
 from llm_bisect.terminal import TerminalProgress
 
 FAULTS = [
@@ -96,14 +98,14 @@ def test_calibrate_records_the_golden_and_the_noise_floor(tmp_path: Path, histor
 def test_detection_table_on_the_simulator(tmp_path: Path, history: Any) -> None:
     h = faulty_history(history)
     env = dict(os.environ)  # PYTHONPATH: the simulator of this source tree
-    s = app.setup(h.config(), env)
+    s = setup(h.config(), env)
     golden = tmp_path / "golden.json"
-    app.record_golden(s, h.shas[0], golden, tmp_path / "g")
+    record_golden(s, h.shas[0], golden, tmp_path / "g")
     table = {}
     for i, fault in enumerate(FAULTS):
-        s = app.setup(h.config(), env)
+        s = setup(h.config(), env)
         out = tmp_path / fault  # every check runs: the table is what each one catches
-        _, outcome = app.check_one(s, h.shas[i], out, TerminalProgress(), golden, whole=True)
+        _, outcome = check_one(s, h.shas[i], out, TerminalProgress(), golden, whole=True)
         table[fault] = {c.name for c in outcome.checks if not c.passed}
         assert table[fault] == CAUGHT[fault], (fault, outcome.reason)
         assert (outcome.verdict.value == "good") == (not CAUGHT[fault])

@@ -14,11 +14,13 @@ from typing import Any
 from typer.testing import CliRunner
 
 from helpers import History
-from llm_bisect import app
 from llm_bisect.checks.canary import CanaryDetails
 from llm_bisect.checks.eval import EvalDetails
 from llm_bisect.cli import cli
 from llm_bisect.config import CHAT_PROMPTS
+from llm_bisect.services.bisection import check_one
+from llm_bisect.services.golden import record_golden
+from llm_bisect.services.setup import setup
 from llm_bisect.terminal import TerminalProgress
 
 UNCLOSED = CHAT_PROMPTS[1]
@@ -42,9 +44,9 @@ def test_a_thinking_model_gets_budgets_that_fit_and_its_faults_are_found(
 ) -> None:
     h = thinking_history(history)
     config = h.config(checks=[{"type": t} for t in ("canary", "expect", "logprobs", "eval")])
-    s = app.setup(config, {})
+    s = setup(config, {})
     golden_file = tmp_path / "golden.json"
-    golden = app.record_golden(s, h.shas[0], golden_file, tmp_path / "g")
+    golden = record_golden(s, h.shas[0], golden_file, tmp_path / "g")
     canary = golden.checks.canary
     assert canary is not None
     budgets = {c.prompt: (c.max_tokens, c.finish_reason) for c in canary.cases}
@@ -57,8 +59,8 @@ def test_a_thinking_model_gets_budgets_that_fit_and_its_faults_are_found(
     assert json.loads(golden_file.read_text())["checks"]["canary"]["cases"][0]["max_tokens"] == 1024
 
     for i, fault in enumerate(FAULTS):
-        s = app.setup(config, {})
-        _, outcome = app.check_one(
+        s = setup(config, {})
+        _, outcome = check_one(
             s, h.shas[i], tmp_path / fault, TerminalProgress(), golden_file, whole=True
         )  # every check: this table is about what each catches
         failed = {c.name for c in outcome.checks if not c.passed}
@@ -112,7 +114,7 @@ def test_enable_thinking_false_reaches_the_server(tmp_path: Path, history: Any) 
     h = thinking_history(history, ["none"] * 2)
     off = {"chat_template_kwargs": {"enable_thinking": False}}
     checks = [{"type": "canary", **off}, {"type": "expect", **off}]
-    s = app.setup(h.config(checks=checks), {})
-    golden = app.record_golden(s, h.shas[0], tmp_path / "golden.json", tmp_path / "g")
+    s = setup(h.config(checks=checks), {})
+    golden = record_golden(s, h.shas[0], tmp_path / "golden.json", tmp_path / "g")
     assert golden.checks.canary is not None
     assert all(c.max_tokens == 256 and c.reasoning is None for c in golden.checks.canary.cases)

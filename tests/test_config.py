@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import cli_bounded, live_processes, write_config
-from llm_bisect.app import with_engine_cache
 from llm_bisect.checks.canary import CanaryConfig
 from llm_bisect.checks.eval import EvalConfig
 from llm_bisect.checks.expect import ExpectConfig
@@ -30,7 +29,7 @@ from llm_bisect.config import (
     setting_digests,
 )
 from llm_bisect.errors import ConfigError
-from llm_bisect.services.setup import cache_mounted, fast_section
+from llm_bisect.services.setup import cache_mounted, fast_section, with_engine_cache
 
 
 def base() -> dict[str, Any]:
@@ -492,6 +491,24 @@ def test_the_search_weighs_verdicts_and_never_makes_a_journal_another_config_s()
     same = parse_config({**base(), "search": {"symptom": "same"}})
     assert same.search.symptom == "same" and parse_config(base()).search.symptom == "any"
     assert config_digest(same) == config_digest(parse_config(base()))
+
+
+def test_search_batch_quantiles_warns_once_on_stderr_and_is_still_read(history: Any) -> None:
+    """A deprecated option: `candidates` says so in one line on stderr, and goes on with it."""
+    h = history({}, n=4)
+    old = h.config(search={"flake": "auto", "batch": "quantiles"})
+    said = CliRunner().invoke(cli, ["candidates", str(old)])
+    warning = "llm-bisect: warning: search.batch: quantiles is deprecated (still read)"
+    assert said.exit_code == 0, said.output
+    assert [line for line in said.stderr.splitlines() if "deprecated" in line] == [
+        f"{warning}; leave it out for joint"
+    ]
+    assert warning not in said.stdout
+    assert parse_config({**base(), "search": {"batch": "quantiles"}}).search.policy.batch == (
+        "quantiles"
+    )
+    quiet = CliRunner().invoke(cli, ["candidates", str(h.config(search={"flake": "auto"}))])
+    assert quiet.exit_code == 0 and "deprecated" not in quiet.output, quiet.output
 
 
 def _bomb(levels: int = 9) -> str:

@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from llm_bisect.app import with_localization
 from llm_bisect.checks.canary import CanaryDetails
 from llm_bisect.checks.eval import EvalDetails
 from llm_bisect.checks.expect import ExpectDetails
@@ -23,6 +22,7 @@ from llm_bisect.report.gate import render_gate_markdown
 from llm_bisect.report.markdown import render_markdown
 from llm_bisect.runner import result_of
 from llm_bisect.search import Answer
+from llm_bisect.services.localization import with_localization
 
 OLD = Path(__file__).parent / "corpus" / "documents-v2"
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from llm_bisect.app import slot_devices_of
 from llm_bisect.config import parse_config
 from llm_bisect.errors import ConfigError
 from llm_bisect.launchers.devices import slot_devices
+from llm_bisect.services.setup import slot_devices_of
 
 EIGHT = [str(i) for i in range(8)]
 

@@ -27,7 +27,7 @@ import yaml
 from typer.testing import CliRunner
 
 from helpers import History, probe_order, shell_words, wait_until, write_config
-from llm_bisect import app, lease
+from llm_bisect import lease
 from llm_bisect.builds import Builder, ImageStrategy
 from llm_bisect.builds.cache import BuildCache
 from llm_bisect.cli import cli
@@ -49,6 +49,7 @@ from llm_bisect.launchers.docker_engine import (
 from llm_bisect.launchers.spread import Spread
 from llm_bisect.model import Candidate
 from llm_bisect.registry import RegistryClient, parse_image_ref
+from llm_bisect.services.setup import setup
 from llm_bisect.sim.docker import (
     PYTHON,
     SimRegistry,
@@ -632,7 +633,7 @@ def test_docker_login_opens_a_private_registry_and_is_a_secret(
         assert code == 0, output
         assert "MISSING" not in output and "unknown" not in output, output
         assert "3 candidates, 3 with an artifact" in output
-        assert "s3cret-pass-77" in app.setup(config, os.environ).scrub.secrets
+        assert "s3cret-pass-77" in setup(config, os.environ).scrub.secrets
 
 
 def test_registry_images_are_checked_pulled_by_digest_and_prefetched(

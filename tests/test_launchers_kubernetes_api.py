@@ -17,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from helpers import History, wait_until, write_config
 from hostilekube import HostileApi
 from llm_bisect.cli import cli as cli_app
 from llm_bisect.sim.docker import SRC
+from localregistry import serving
 
 DIGEST = "sha256:" + "ab" * 32
 SLACK_S = 30.0
@@ -190,3 +192,36 @@ def test_an_exec_never_answered_leaves_the_fingerprint_without_packages_not_a_ha
 def _listening(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_images_as_ends_resolve_to_their_commits_from_the_registry(
+    api: HostileApi, history: Any
+) -> None:
+    """An end given as an image is read from its registry, never pulled here (the cluster
+    pulls): its commit from a label or a version, and one line where the image names none or
+    is not there, in the words the Docker launcher uses (both resolve through one function)."""
+    h: History = history({}, n=3)
+    with serving(h.root / "registry") as registry:
+        sim = f"{registry.host}/sim"
+        registry.image("sim", {}, labels={"ai.vllm.build.commit": h.shas[0]}, tag="nightly")
+        registry.image("sim", {}, env={"VLLM_VERSION": f"0.27.0+g{h.shas[-1][:9]}"}, tag="v1")
+        registry.image("sim", {}, tag="mystery")
+
+        def candidates(good: str, bad: str) -> tuple[int, str]:
+            data = yaml.safe_load(config(h, api).read_text())
+            data["candidates"].update(good=good, bad=bad)
+            data["server"]["image"] = sim + ":nightly-{commit}"
+            code, output, _ = cli(
+                "candidates", str(write_config(h.root / "ends.yaml", data)), timeout=60
+            )
+            one_line_error(output)
+            return code, output
+
+        code, output = candidates(f"{sim}:nightly", f"{sim}:v1")
+        assert code == 0, output
+        said = {line.split(":")[0]: line.split()[1] for line in output.splitlines()[1:3]}
+        assert said == {"good": h.shas[0], "bad": h.shas[-1]}, output
+        code, output = candidates(f"{sim}:nightly", f"{sim}:mystery")
+        assert code == 2 and f"candidates.bad: image '{sim}:mystery' names no commit" in output
+        code, output = candidates(f"{sim}:nightly", f"{sim}:absent")
+        assert code == 2 and f"candidates.bad: no such ref or image '{sim}:absent'" in output

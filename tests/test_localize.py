@@ -13,11 +13,11 @@ import yaml
 from typer.testing import CliRunner
 
 from helpers import History, live_processes
-from llm_bisect.app import WORKER_DIR, localize_instrument
 from llm_bisect.cli import cli
 from llm_bisect.launchers import INSTRUMENT_DIR
 from llm_bisect.launchers.docker import instrument_spec
 from llm_bisect.localize import compare_rank, events_of, localize, relative_difference
+from llm_bisect.services.localization import WORKER_DIR, localize_instrument
 from llm_bisect.sim import model
 
 

@@ -68,7 +68,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "checks.dataset",
             "sources",
             "sources.picks",
-            "sources.images",
             "launchers",
             "launchers.devices",
             "launchers.spread",
@@ -96,7 +95,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "runner, probe, journal, reports",
         ("runner", "probe", "journal", "report.*", "places", "terminal"),
     ),
-    ("services", ("services", "services.*", "demo", "app", "starter")),
+    ("services", ("services", "services.*", "demo", "starter")),
     ("cli", ("cli",)),
 ]
 """From the ground up (docs/architecture.md): a module may import its own layer's and

@@ -8,6 +8,8 @@ Each launcher leaves the raw outputs in the probe's folder:
     collect_env.rc    its exit code, `timeout`, or `off: <why>`
     gpus.csv          `nvidia-smi --query-gpu=QUERY --format=csv,noheader` (absent: none)
 
+The process launcher runs them beside its server (`LocalCollect`), Slurm's node script
+(`node_lines`), Docker and Kubernetes in the running container or pod (`collect_in`).
 `collected` reads them back into the fingerprint's `collect_env` facts; `parse` is pure.
 A failed or missing collect_env is recorded as `error`, never fails the probe.
 """
@@ -21,7 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,11 @@ from pathlib import Path
 from . import guard  # ends collect_env with the harness, even on SIGKILL
 from .clock import SYSTEM, Clock
 from .environment import QUERY, SMI_TIMEOUT_S, parse_gpus
+from .errors import LaunchError
 from .files import head_text
+from .model import Candidate
+from .redact import redact
+from .templates import fill
 
 OUTPUT = "collect_env.txt"
 CODE = "collect_env.rc"
@@ -245,6 +251,39 @@ def node_lines(run: str | None, into: Path) -> list[str]:
         "# what this node and build are (nvidia-smi, vLLM's collect_env), beside the server",
         f"( set +e; {gpus}; {code} ) </dev/null &",
     ]
+
+
+Exec = Callable[[Sequence[str], float], tuple[int | None, bytes]]
+"""Runs argv where a server runs (its container, its pod) for at most that many seconds:
+its exit code (None: it timed out) and output; a LaunchError where it cannot."""
+
+
+def collect_in(
+    run: Exec,
+    into: Path,
+    configured: Sequence[str] | None,
+    candidate: Candidate,
+    secrets: Sequence[str],
+) -> None:
+    """collect_env and nvidia-smi where `run` runs them (the running container or pod: its
+    GPUs, its environment), their outputs into `into`, secrets masked; never raises."""
+    if configured == []:
+        (into / CODE).write_text("off: server.collect_env is empty\n")
+        return
+    c = candidate
+    values = {"commit": c.commit, "short": c.short, "python": "python3", "build": ""}
+    argv = [fill(a, values) for a in argv_for(configured, "python3")]
+    try:
+        code, out = run(argv, TIMEOUT_S)
+    except LaunchError as exc:
+        (into / CODE).write_text(f"off: {exc}\n")
+        return
+    (into / OUTPUT).write_text(redact(out.decode("utf-8", "replace"), secrets))
+    (into / CODE).write_text("timeout\n" if code is None else f"{code}\n")
+    with suppress(LaunchError):
+        code, out = run(SMI_ARGV, SMI_TIMEOUT_S)
+        if code == 0:
+            (into / GPUS).write_bytes(out)
 
 
 class LocalCollect:

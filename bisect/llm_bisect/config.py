@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import date, datetime
 from pathlib import Path
@@ -495,7 +496,7 @@ class SearchConfig(_Strict):
 
     batch: Literal["joint", "quantiles"] = "joint"
     """With `parallel` slots: the batch that tells most together, or the posterior's
-    quantiles (cheaper to choose)."""
+    quantiles (cheaper to choose). `quantiles` is deprecated (deprecations): still read."""
     culprits: int = Field(default=3, ge=1, le=16)
     """How many culprits a run names (several regressions in the range): where the first
     culprit's revert leaves the bad end bad (on verdicts the search believes), the commits
@@ -805,17 +806,31 @@ def parse_config(data: Any) -> Config:
 
 
 def load_config(
-    path: Path, server: Mapping[str, Any] | None = None, candidates: bool = True
+    path: Path,
+    server: Mapping[str, Any] | None = None,
+    candidates: bool = True,
+    warn: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> Config:
     """Read and validate a YAML config file; `server`: a `server:` section to use instead
     of the file's (the `configs` command's GOOD and BAD setups); not `candidates`: a file
-    without `candidates:` is read as one with no repository and no ends (NO_CANDIDATES)."""
+    without `candidates:` is read as one with no repository and no ends (NO_CANDIDATES).
+    `warn` is given a line for each deprecated option the file sets (deprecations)."""
     data = read_yaml(path, "config")
     if server is not None and isinstance(data, dict):
         data = {**data, "server": dict(server)}
     if not candidates and isinstance(data, dict) and "candidates" not in data:
         data = {**data, "candidates": dict(NO_CANDIDATES)}
-    return parse_config(data)
+    config = parse_config(data)
+    for line in deprecations(config):
+        warn(f"llm-bisect: warning: {line}")
+    return config
+
+
+def deprecations(config: Config) -> list[str]:
+    """A line for each deprecated option a config sets (each still read). Pure."""
+    if config.search.batch == "quantiles":
+        return ["search.batch: quantiles is deprecated (still read); leave it out for joint"]
+    return []
 
 
 NO_CANDIDATES: Mapping[str, str] = {"repo": "", "good": "", "bad": ""}

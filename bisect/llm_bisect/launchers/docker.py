@@ -58,13 +58,11 @@ from ..config import (
     expand_value,
     fill,
 )
-from ..environment import SMI_TIMEOUT_S
 from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
 from ..fingerprint import package_probe_source
 from ..kinds import (
     LAUNCHERS,
     DeviceContext,
-    EndContext,
     LauncherContext,
     LauncherKind,
     Leftovers,
@@ -73,9 +71,10 @@ from ..kinds import (
 )
 from ..ledger import load as ledger_load
 from ..model import Candidate
-from ..redact import Masker, redact
+from ..redact import Masker
 from ..registry import RegistryClient, parse_image_ref
 from ..report import escape as esc
+from ..sources.images import resolve_image_end
 from . import INSTRUMENT_DIR, Artifact, Instrument, Launcher
 from .common import (
     LoggedServer,
@@ -398,7 +397,13 @@ class DockerServer(LoggedServer):
         if self.container is not None:
             facts["packages"] = self._packages()
             facts.update(self._weights())
-            self._collect()
+            collectenv.collect_in(
+                self._exec,
+                self.log_path.parent,
+                self.launcher.cfg.collect_env,
+                self.candidate,
+                self.secrets,
+            )
         if self.command:
             facts["command"] = self.command
         if self.devices is not None:
@@ -438,30 +443,14 @@ class DockerServer(LoggedServer):
                 return weights_facts(last_json(out))
         return {}
 
-    def _collect(self) -> None:
-        """collect_env and nvidia-smi inside the running container (its GPUs, its
-        environment), their outputs into the probe folder, secrets masked; never raises."""
+    def _exec(self, argv: Sequence[str], timeout: float) -> tuple[int | None, bytes]:
+        """argv in the running container, for at most `timeout` seconds (collectenv.Exec)."""
         assert self.container is not None
-        into = self.log_path.parent
-        configured = self.launcher.cfg.collect_env
-        if configured == []:
-            (into / collectenv.CODE).write_text("off: server.collect_env is empty\n")
-            return
-        c = self.candidate
-        values = {"commit": c.commit, "short": c.short, "python": "python3", "build": ""}
-        argv = [fill(a, values) for a in collectenv.argv_for(configured, "python3")]
         try:
-            code, out = self.container.exec_run([*BOUNDED, *argv])
+            code, out = self.container.exec_run([*_bounded(timeout), *argv])
         except docker.errors.DockerException as exc:
-            (into / collectenv.CODE).write_text(f"off: docker exec: {docker_message(exc)}\n")
-            return
-        text = out.decode("utf-8", "replace") if isinstance(out, bytes) else ""
-        (into / collectenv.OUTPUT).write_text(redact(text, self.secrets))
-        (into / collectenv.CODE).write_text("timeout\n" if code == 124 else f"{code}\n")
-        with suppress(docker.errors.DockerException):
-            code, out = self.container.exec_run([*_bounded(SMI_TIMEOUT_S), *collectenv.SMI_ARGV])
-            if code == 0 and isinstance(out, bytes):
-                (into / collectenv.GPUS).write_bytes(out)
+            raise LaunchError(f"docker exec: {docker_message(exc)}") from None
+        return None if code == 124 else code, out if isinstance(out, bytes) else b""
 
 
 def _bounded(seconds: float) -> tuple[str, ...]:
@@ -471,7 +460,6 @@ def _bounded(seconds: float) -> tuple[str, ...]:
     return ("sh", "-c", run, "sh")
 
 
-BOUNDED = _bounded(collectenv.TIMEOUT_S)
 PORT_MOVES = 3
 """How many times a container whose host port was taken starts again on another one."""
 _PORT_IN_USE = ("port is already allocated", "address already in use")
@@ -986,42 +974,6 @@ def _devices(cfg: DockerServerConfig, ctx: DeviceContext) -> list[tuple[str, ...
         )
     pool = list(cfg.gpus) if isinstance(cfg.gpus, list) else None
     return slot_devices(k, cfg.slot_gpus, pool, hosts=hosts, where="server.gpus")
-
-
-def resolve_image_end(cfg: DockerServerConfig, ctx: EndContext, ref: str, key: str) -> Candidate:
-    """The candidate an image names: its commit from labels, env, tag or version."""
-    from ..sources.git import NoRepository
-    from ..sources.images import WHERE, commit_of_image, env_map
-    from .spread import Spread
-
-    with ctx.launcher("resolve") as made:
-        launcher = made.launchers[0] if isinstance(made, Spread) else made
-        assert isinstance(launcher, DockerLauncher)
-        kept = launcher.kept_ref(ref)  # the ledger's copy: the tag may be gone upstream
-        try:
-            labels, env = launcher.image_metadata(kept or ref)
-        except LaunchError as exc:
-            raise ConfigError(f"{key}: no such ref {ref!r}, and no image found: {exc}") from None
-    if labels is None:
-        raise ConfigError(f"{key}: no such ref or image {ref!r}")
-    try:
-        tag = parse_image_ref(ref).tag
-    except ValueError:
-        tag = None
-    found = commit_of_image(tag, labels, env_map(env))
-    if found is None:
-        raise ConfigError(f"{key}: image {ref!r} names no commit (looked at {WHERE})")
-    commit, where = found
-    try:
-        candidate = ctx.source.resolve(commit, key)
-    except ConfigError:
-        if isinstance(ctx.source, NoRepository):  # a short id names a commit in a clone only
-            raise ConfigError(f"{key}: image {ref!r} names commit {commit} ({where}), not a "
-                              f"full id, and {ctx.source.why}") from None  # fmt: skip
-        raise ConfigError(
-            f"{key}: image {ref!r} is commit {commit} ({where}), not in candidates.repo"
-        ) from None
-    return replace(candidate, artifact=kept or ref)
 
 
 def reap_node(environ: Mapping[str, str]) -> Leftovers | None:

@@ -41,7 +41,7 @@ import types
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -69,12 +69,10 @@ from ..config import (
     fill,
     secret_names,
 )
-from ..environment import SMI_TIMEOUT_S
 from ..errors import ConfigError, LaunchError, ServerExited, Unplaced
 from ..fingerprint import package_probe_source
 from ..kinds import (
     LAUNCHERS,
-    EndContext,
     LauncherContext,
     LauncherKind,
     Preflight,
@@ -82,8 +80,9 @@ from ..kinds import (
 )
 from ..logs import tail
 from ..model import Candidate
-from ..redact import Masker, redact, url_logins
+from ..redact import Masker, url_logins
 from ..registry import ImageRef, RegistryClient, RegistryError, parse_image_ref
+from ..sources.images import env_map, resolve_image_end
 from ..templates import template_fields
 from . import INSTRUMENT_DIR, Artifact, Instrument
 from .common import (
@@ -2079,7 +2078,9 @@ class KubernetesServer(LoggedServer):
         if self.name_of_pod():
             packages = self._packages()
             loaded = self._weights(spec)
-            self._collect()
+            collectenv.collect_in(
+                self._exec, self.probe_dir, self.cfg.collect_env, self.candidate, self.secrets
+            )
         return {
             **({"packages": packages} if packages else {}),
             **loaded,
@@ -2153,30 +2154,6 @@ class KubernetesServer(LoggedServer):
                 return weights_facts(last_json(out))
         return {}
 
-    def _collect(self) -> None:
-        """collect_env and nvidia-smi in the running pod (its GPUs, its environment),
-        their outputs into the probe folder, secrets masked; never raises."""
-        into = self.probe_dir
-        configured = self.cfg.collect_env
-        if configured == []:
-            (into / collectenv.CODE).write_text("off: server.collect_env is empty\n")
-            return
-        c = self.candidate
-        values = {"commit": c.commit, "short": c.short, "python": "python3", "build": ""}
-        argv = [fill(a, values) for a in collectenv.argv_for(configured, "python3")]
-        try:
-            code, out = self._exec(argv, collectenv.TIMEOUT_S)
-        except LaunchError as exc:
-            (into / collectenv.CODE).write_text(f"off: {exc}\n")
-            return
-        text = out.decode("utf-8", "replace")
-        (into / collectenv.OUTPUT).write_text(redact(text, self.secrets))
-        (into / collectenv.CODE).write_text("timeout\n" if code is None else f"{code}\n")
-        with suppress(LaunchError):
-            code, out = self._exec(collectenv.SMI_ARGV, SMI_TIMEOUT_S)
-            if code == 0:
-                (into / collectenv.GPUS).write_bytes(out)
-
 
 # ---- the launcher --------------------------------------------------------------------------
 
@@ -2231,16 +2208,35 @@ class KubernetesLauncher:
         manifest = self.registry.manifest(ref)
         return self.registry.image_config(ref, manifest) if manifest else None
 
+    def kept_ref(self, ref: str) -> str | None:
+        """None: a cluster pulls an image as it is named (no ledger here)."""
+        return None
+
+    def image_metadata(self, ref: str) -> tuple[dict[str, str] | None, list[str]]:
+        """(labels, env) of an image, read from its registry (the cluster pulls, this host
+        need not); (None, []) where there is no such image; LaunchError where the registry
+        cannot say."""
+        try:
+            parsed = parse_image_ref(ref)
+        except ValueError:
+            return None, []
+        try:
+            blob = self.image_config(parsed)
+        except RegistryError as exc:
+            raise LaunchError(str(exc)) from None
+        if blob is None:
+            return None, []
+        config = blob.get("config") or {}
+        return dict(config.get("Labels") or {}), list(config.get("Env") or [])
+
     def image_pythonpath(self, candidate: Candidate) -> str:
         """The image's own PYTHONPATH (its config's Env); "" where it has none or it cannot
         be read."""
-        from ..sources.images import env_map
-
         try:
-            blob = self.image_config(parse_image_ref(self.template_ref(candidate)))
-        except (ValueError, RegistryError):
+            _, env = self.image_metadata(self.template_ref(candidate))
+        except LaunchError:
             return ""
-        return env_map(((blob or {}).get("config") or {}).get("Env")).get("PYTHONPATH", "")
+        return env_map(env).get("PYTHONPATH", "")
 
     def artifact(self, candidate: Candidate) -> Artifact:
         """Whether the registry has the candidate's image (the cluster pulls it; nothing is
@@ -2420,39 +2416,6 @@ def caveats(cfg: KubernetesServerConfig) -> list[str]:
     if cfg.secret_env and not cfg.secret_env_read:
         return [UNMASKED.format(names=", ".join(sorted(cfg.secret_env)))]
     return []
-
-
-def resolve_image_end(
-    cfg: KubernetesServerConfig, ctx: EndContext, ref: str, key: str
-) -> Candidate:
-    """The candidate an image end names (labels, env, tag or version), read from its
-    registry: the cluster pulls, this host need not."""
-    from ..sources.images import WHERE, commit_of_image, env_map
-
-    try:
-        parsed = parse_image_ref(ref)
-    except ValueError:
-        raise ConfigError(f"{key}: no such ref or image {ref!r}") from None
-    with ctx.launcher("resolve") as made:
-        assert isinstance(made, KubernetesLauncher)
-        try:
-            blob = made.image_config(parsed)
-        except RegistryError as exc:
-            raise ConfigError(f"{key}: no such ref {ref!r}, and no image found: {exc}") from None
-    if blob is None:
-        raise ConfigError(f"{key}: no such ref or image {ref!r}")
-    config = blob.get("config") or {}
-    found = commit_of_image(parsed.tag, config.get("Labels") or {}, env_map(config.get("Env")))
-    if found is None:
-        raise ConfigError(f"{key}: image {ref!r} names no commit (looked at {WHERE})")
-    commit, where = found
-    try:
-        candidate = ctx.source.resolve(commit, key)
-    except ConfigError:
-        raise ConfigError(
-            f"{key}: image {ref!r} is commit {commit} ({where}), not in candidates.repo"
-        ) from None
-    return replace(candidate, artifact=ref)
 
 
 def _validate(cfg: KubernetesServerConfig, config: Any) -> None:

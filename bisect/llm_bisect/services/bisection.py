@@ -18,12 +18,10 @@ from ..report.documents import ResultDocument
 from ..runner import RunResult, run, write_probe
 from ..search import Status
 from ..symptom import Symptom
-from .confirm import CONTINUED, second_look as _second_look, unconfirmed as unconfirmed
+from .confirm import CONTINUED
 from .later import next_steps, resolve_later
 from .setup import Setup, fast_setup, golden_file_of, known_of, plan_of, run_context, run_id_of
 from .stages import STAGES, StageRun, before_confirm, fast_shown, with_launcher
-
-__all__ = ["FAST_DIR", "_second_look", "check_one", "run_bisect", "unconfirmed"]
 
 FAST_DIR = "fast"
 

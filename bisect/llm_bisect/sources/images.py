@@ -1,9 +1,28 @@
-"""Which commit an image was built from, read from its metadata. Pure."""
+"""Which commit an image names: read from its labels, env, tag or version (`commit_of_image`,
+pure), and an end of the range given as an image resolved to that commit's candidate
+(`resolve_image_end`, the image read by the launcher that runs images, without running it).
+
+The other image modules, one job each: registry.py talks to a registry (references,
+manifests, configs, tags, blobs); launchers/docker_images.py finds, pulls and prefetches
+images on one Docker engine; launchers/docker_engine.py is that engine's client;
+builds/images.py derives an image from a build.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from ..errors import ConfigError, LaunchError
+from ..launchers.spread import Spread
+from ..model import Candidate
+from ..registry import parse_image_ref
+from .git import NoRepository
+
+if TYPE_CHECKING:
+    from ..kinds import EndContext
 
 COMMIT_LABELS = ("ai.vllm.build.commit", "org.opencontainers.image.revision", "vllm.commit")
 COMMIT_ENV = ("VLLM_BUILD_COMMIT", "VLLM_COMMIT", "GIT_COMMIT")
@@ -49,3 +68,48 @@ def commit_of_image(
             if m:
                 return m.group(1), f"version {source[key]}"
     return None
+
+
+@runtime_checkable
+class ImageReader(Protocol):
+    """A launcher that reads an image without running it (docker, kubernetes)."""
+
+    def kept_ref(self, ref: str) -> str | None:
+        """The kept copy of the image (a ledger's mirror, by digest), else None."""
+
+    def image_metadata(self, ref: str) -> tuple[dict[str, str] | None, list[str]]:
+        """(labels, env) of the image; (None, []) where there is no such image;
+        LaunchError where it cannot tell."""
+
+
+def resolve_image_end(cfg: object, ctx: EndContext, ref: str, key: str) -> Candidate:
+    """The candidate an image end names (`key`: candidates.good, ...): its commit from
+    labels, env, tag or version (WHERE), its artifact the image (or its kept copy)."""
+    with ctx.launcher("resolve") as made:
+        reader = made.launchers[0] if isinstance(made, Spread) else made
+        assert isinstance(reader, ImageReader)
+        kept = reader.kept_ref(ref)  # the ledger's copy: the tag may be gone upstream
+        try:
+            labels, env = reader.image_metadata(kept or ref)
+        except LaunchError as exc:
+            raise ConfigError(f"{key}: no such ref {ref!r}, and no image found: {exc}") from None
+    if labels is None:
+        raise ConfigError(f"{key}: no such ref or image {ref!r}")
+    try:
+        tag = parse_image_ref(ref).tag
+    except ValueError:
+        tag = None
+    found = commit_of_image(tag, labels, env_map(env))
+    if found is None:
+        raise ConfigError(f"{key}: image {ref!r} names no commit (looked at {WHERE})")
+    commit, where = found
+    try:
+        candidate = ctx.source.resolve(commit, key)
+    except ConfigError:
+        if isinstance(ctx.source, NoRepository):  # a short id names a commit in a clone only
+            raise ConfigError(f"{key}: image {ref!r} names commit {commit} ({where}), not a "
+                              f"full id, and {ctx.source.why}") from None  # fmt: skip
+        raise ConfigError(
+            f"{key}: image {ref!r} is commit {commit} ({where}), not in candidates.repo"
+        ) from None
+    return replace(candidate, artifact=kept or ref)
