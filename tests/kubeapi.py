@@ -24,12 +24,13 @@ propagationPolicy orphans its pods (batch/v1's default), which keep running; For
 deletes the pods first; a ConfigMap whose ownerReferences name a deleted Job or
 LeaderWorkerSet goes with it (the garbage collector) unless orphaned. A "kubelet" thread
 per pod schedules it on the one node (its labels, its name and GPU count against the pod's
-nodeSelector, required node affinity and GPUs: Unschedulable when they do not fit), pulls its image through the Docker engine (ErrImagePull, then ImagePullBackOff),
-resolves `secretKeyRef`s from the stand-in's Secrets, runs the container (hostPath volumes
-as binds, the /dev/shm memory emptyDir as the container's shm, a configMap volume as its
-keys' files bound read-only; a missing ConfigMap keeps the pod ContainerCreating), a
-memory limit, and reports Running with the container's IP on Docker's bridge as the pod
-IP, then Succeeded/Failed with the exit code (OOMKilled where the engine says so).
+nodeSelector, required node affinity and GPUs: Unschedulable when they do not fit), pulls
+its image through the Docker engine (ErrImagePull, then ImagePullBackOff), resolves
+`secretKeyRef`s from the stand-in's Secrets, runs the container (hostPath volumes as binds,
+the /dev/shm memory emptyDir as the container's shm, a configMap volume as its keys' files
+bound read-only; a missing ConfigMap keeps the pod ContainerCreating), a memory limit, and
+reports Running with the container's IP on Docker's bridge as the pod IP, then
+Succeeded/Failed with the exit code (OOMKilled where the engine says so).
 `faults` answers the next matching requests with an HTTP error.
 
 Several nodes: an Indexed Job makes one pod per index (hostname JOB-I, the index as a

@@ -121,7 +121,7 @@ def sbatch_recorder(bin_dir: Path, into: Path) -> str:
     bin_dir.mkdir()
     shim = bin_dir / "sbatch"
     shim.write_text(
-        '#!/bin/sh\nfor script; do :; done\n'
+        "#!/bin/sh\nfor script; do :; done\n"
         f'{{ echo "sbatch $*"; cat "$script"; echo "#--end"; }} >> "{into}"\n'
         f'exec "{real}" "$@"\n'
     )

@@ -57,12 +57,11 @@ def test_a_bad_node_is_named_whatever_slots_its_jobs_ran_in() -> None:
     ]  # fmt: skip
     [doubt] = doubted(probes)
     assert doubt.line == (
-        "node gpu-17, GPUs 0–3, disagreed with the other nodes on 3 of 4 candidates: "
-        "a bad node?"
+        "node gpu-17, GPUs 0-3, disagreed with the other nodes on 3 of 4 candidates: a bad node?"
     )
     by_slot = [probe(p.commit, p.verdict, p.slot, node="") for p in probes]
     assert doubted(by_slot) == []  # what grouping by slot alone saw
-    one_node = [probe(A, good, 0, node="n"), probe(B, bad, 1, node="n"), probe(B, good, 3, node="n")]
+    one_node = [probe(A, good, 0, node="n"), probe(B, bad, 1, node="n"), probe(B, good, 3, "", "n")]
     assert one_place(one_node)  # four slots, one node, its GPUs not said: one place
 
 
@@ -79,5 +78,5 @@ def test_a_doubted_start_is_named_with_where_it_ran() -> None:
     probes = [probe(A, Verdict.GOOD, 0), probe(B, Verdict.BAD, 1, "2"), probe(B, Verdict.GOOD, 0)]
     assert started_where(probes, B, Verdict.BAD) == "probe 2 on slot 1, node gpu-17, GPUs 2"
     wide = [probe(B, Verdict.BAD, 0, "4,5,6,7", "gpu-3")]
-    assert started_where(wide, B, Verdict.BAD) == "probe 1 on slot 0, node gpu-3, GPUs 4–7"
+    assert started_where(wide, B, Verdict.BAD) == "probe 1 on slot 0, node gpu-3, GPUs 4-7"
     assert started_where(probes, C, Verdict.BAD) == ""

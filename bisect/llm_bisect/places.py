@@ -66,18 +66,18 @@ class Place:
 
     @property
     def name(self) -> str:
-        """`node gpu-17, GPUs 0–3`, `node gpu-17`, `slot 0`."""
+        """`node gpu-17, GPUs 0-3`, `node gpu-17`, `slot 0`."""
         if not self.node:
             return f"slot {self.slot}"
         return f"node {self.node}" + (f", GPUs {gpu_list(self.gpus)}" if self.gpus else "")
 
 
 def gpu_list(gpus: Sequence[str]) -> str:
-    """GPU indices as a person reads them: `0–3`, `0,2`, `4–7`; other names as they are."""
+    """GPU indices as a person reads them: `0-3`, `0,2`, `4-7`; other names as they are."""
     if len(gpus) > 2 and all(g.isdigit() for g in gpus):
         numbers = [int(g) for g in gpus]
         if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
-            return f"{numbers[0]}–{numbers[-1]}"
+            return f"{numbers[0]}-{numbers[-1]}"
     return ",".join(gpus)
 
 

@@ -23,9 +23,9 @@ PREEMPTED, TIMEOUT, BOOT_FAIL), is never a verdict: it is resubmitted on another
 than the verdict it checks (a re-probe, a confirmation trial, the Evidence stage's probe:
 launchers.Avoids) is submitted with `--exclude` of that verdict's nodes; where no other
 node can take it (sbatch: "Requested node configuration is not available", or pending past
-`pending_timeout`), it runs on them again, a later start, and says so. A job whose owner (the harness
-that submitted it, named in the job's comment) died is cancelled by the next llm-bisect
-command on the same node, whatever its run (`reap`).
+`pending_timeout`), it runs on them again, a later start, and says so. A job whose owner
+(the harness that submitted it, named in the job's comment) died is cancelled by the next
+llm-bisect command on the same node, whatever its run (`reap`).
 """
 
 from __future__ import annotations
