@@ -397,10 +397,13 @@ def test_builds_compared_show_each_sides_backends_and_ranks_that_disagree() -> N
         outcome(0, Verdict.GOOD),
         outcome(4, Verdict.BAD),
         dataclasses.replace(outcome(2, Verdict.GOOD), fingerprint={"kernels": good}),
-        dataclasses.replace(outcome(3, Verdict.BAD), fingerprint={"kernels": bad}),
-    ]
+        dataclasses.replace(outcome(3, Verdict.BAD), fingerprint={
+            "kernels": bad, "slurm": {"job": "7", "avoid": ["gpu-17"], "avoided": False}}),
+    ]  # fmt: skip
     md = render_markdown(build_result(plan, answer, probes))
     assert "| **⚠ kernels.moe_backend** | VLLM_CUTLASS | MARLIN |" in md, md
+    # the nodes a re-probe kept off are where it ran, not what the build is
+    assert "`slurm.avoid" not in md.split("Changed besides the build's identity")[1], md
     assert "| kernels.moe_quant | NvFp4 | NvFp4 |" in md, md
     assert "Changed besides the build's identity: `kernels.attention_backend`, " in md
     assert (
