@@ -23,13 +23,14 @@ pod template's labels `job-name` and `controller-uid`); a Job deleted without a
 propagationPolicy orphans its pods (batch/v1's default), which keep running; Foreground
 deletes the pods first; a ConfigMap whose ownerReferences name a deleted Job or
 LeaderWorkerSet goes with it (the garbage collector) unless orphaned. A "kubelet" thread
-per pod schedules it on the one node (its labels and GPU count: Unschedulable when they do
-not fit), pulls its image through the Docker engine (ErrImagePull, then ImagePullBackOff),
-resolves `secretKeyRef`s from the stand-in's Secrets, runs the container (hostPath volumes
-as binds, the /dev/shm memory emptyDir as the container's shm, a configMap volume as its
-keys' files bound read-only; a missing ConfigMap keeps the pod ContainerCreating), a
-memory limit, and reports Running with the container's IP on Docker's bridge as the pod
-IP, then Succeeded/Failed with the exit code (OOMKilled where the engine says so).
+per pod schedules it on the one node (its labels, its name and GPU count against the pod's
+nodeSelector, required node affinity and GPUs: Unschedulable when they do not fit), pulls
+its image through the Docker engine (ErrImagePull, then ImagePullBackOff), resolves
+`secretKeyRef`s from the stand-in's Secrets, runs the container (hostPath volumes as binds,
+the /dev/shm memory emptyDir as the container's shm, a configMap volume as its keys' files
+bound read-only; a missing ConfigMap keeps the pod ContainerCreating), a memory limit, and
+reports Running with the container's IP on Docker's bridge as the pod IP, then
+Succeeded/Failed with the exit code (OOMKilled where the engine says so).
 `faults` answers the next matching requests with an HTTP error.
 
 Several nodes: an Indexed Job makes one pod per index (hostname JOB-I, the index as a
@@ -52,7 +53,7 @@ watches end too (as an API server restart ends them: the client resumes from its
 resourceVersion, which is gone).
 
 Not modelled (docs/kubernetes.md lists it for admins): watches of other kinds, the
-scheduler beyond one node's labels and GPU count, taints, Pod Security, RBAC, TTL
+scheduler beyond one node's labels, name and GPU count, taints, Pod Security, RBAC, TTL
 cleanup, activeDeadlineSeconds, PVCs beyond a named Docker volume.
 """
 
@@ -681,7 +682,7 @@ class StandIn:
 
     def _fits(self, spec: Mapping[str, Any]) -> str | None:
         wanted = spec.get("nodeSelector") or {}
-        if any(self.node_labels.get(k) != v for k, v in wanted.items()):
+        if any(self.node_labels.get(k) != v for k, v in wanted.items()) or not self._affine(spec):
             return "0/1 nodes are available: 1 node(s) didn't match Pod's node affinity/selector."
         used = 0
         with self.lock:
@@ -695,6 +696,29 @@ class StandIn:
         if _gpus(spec) > self.gpus - used:
             return "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
         return None
+
+    def _affine(self, spec: Mapping[str, Any]) -> bool:
+        """Whether the node fits the pod's required node affinity: one of its terms (ORed)
+        whose every expression (on the node's labels) and field (metadata.name) holds."""
+        node = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+        required = node.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        terms = required.get("nodeSelectorTerms") or []
+        have = {"labels": self.node_labels, "fields": {"metadata.name": self.node}}
+
+        def holds(rule: Mapping[str, Any], on: Mapping[str, str]) -> bool:
+            key, op, values = rule["key"], rule["operator"], rule.get("values") or []
+            return {
+                "In": on.get(key) in values,
+                "NotIn": on.get(key) not in values,
+                "Exists": key in on,
+                "DoesNotExist": key not in on,
+            }.get(op, True)
+
+        return not terms or any(
+            all(holds(r, have["labels"]) for r in t.get("matchExpressions") or [])
+            and all(holds(r, have["fields"]) for r in t.get("matchFields") or [])
+            for t in terms
+        )
 
     def _waiting(self, key: tuple[str, str], reason: str, message: str = "") -> None:
         state: dict[str, Any] = {"waiting": {"reason": reason}}

@@ -43,10 +43,13 @@ from llm_bisect.launchers.kubernetes import (
     OWNER_ANNOTATION,
     RUN_LABEL,
     Api,
+    KubernetesLauncher,
     KubernetesServerConfig,
+    away_from,
     config_map_manifest,
     group_manifests,
     job_manifest,
+    only_avoided,
     pod_trouble,
     shipped_files,
 )
@@ -395,6 +398,36 @@ def test_pod_trouble_tells_the_cluster_from_the_server() -> None:
 # ---- probes through the official client, against the stand-in API server --------------------
 
 
+def test_a_probe_kept_off_nodes_carries_a_node_anti_affinity_in_each_term() -> None:
+    """A re-probe, a confirmation trial or the Evidence stage's probe runs off the nodes of
+    the verdict it checks: a required node affinity on the node's name (what a pod's
+    spec.nodeName holds), in every term of the config's own (terms are ORed)."""
+    cfg = k8s_config()
+    arch = cfg.affinity
+    off = {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-17", "gpu-3", "gpu-4"]}
+    kept = cfg.model_copy(update={"affinity": away_from(arch, ["gpu-17", "gpu-3,gpu-4"])})
+    job = manifest(kept)
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    pod = job["spec"]["template"]["spec"]
+    [term] = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert term["matchFields"] == [off]
+    assert term["matchExpressions"] == [
+        {"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}
+    ]
+    assert cfg.affinity == arch and "matchFields" not in json.dumps(cfg.affinity)  # untouched
+    alone = away_from(None, ["gpu-17"])["nodeAffinity"]
+    assert alone["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchFields": [{**off, "values": ["gpu-17"]}]}
+    ]
+    # where no node fits the affinity (a one-node cluster), it runs on the same node again
+    every = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."
+    assert only_avoided(f"Unschedulable: {every} preemption: 0/3 nodes are available")
+    busy = "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 "
+    assert not only_avoided(f"Unschedulable: {busy}Insufficient nvidia.com/gpu.")
+
+
 @pytest.fixture
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRegistry]:
     """A real registry (distribution 2.8) on loopback: the kubelet pulls from it by digest."""
@@ -737,6 +770,47 @@ def test_a_pod_the_scheduler_never_places_is_skip_after_pending_timeout(
     code, output = check(config, h.shas[1], tmp_path / "c")
     assert code == 125, output
     assert "pod pending for 2s (Unschedulable" in output and said in output
+    assert wait_until(lambda: nothing_left(standin))
+
+
+@pytest.mark.docker
+def test_a_pod_kept_off_the_only_node_runs_there_again_and_says_so(
+    standin: StandIn, registry: LocalRegistry, history: Any, tmp_path: Path
+) -> None:
+    """A probe that must run elsewhere than the verdict it checks keeps off that verdict's
+    node (its pod's node anti-affinity); on a one-node cluster no node fits, so it runs on
+    the same node again, a later start: no hang (`pending_timeout` is an hour), no error,
+    said."""
+    h: History = history({}, n=1)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo)
+    kubeconfig = standin.kubeconfig(tmp_path / "kubeconfig")
+    server = sim_k8s_server(f"{registry.host}/{repo}:{{commit}}", kubeconfig,
+                            pending_timeout=3600)  # fmt: skip
+    cfg = KubernetesServerConfig.model_validate(server)
+    notes: list[str] = []
+    launcher = KubernetesLauncher(cfg, env=cfg.env, secret_names=[], run_id=uuid.uuid4().hex[:12],
+                                  report=notes.append)  # fmt: skip
+    one = candidate(h.shas[1])
+    launcher.avoid(one, [standin.node])
+    with launcher.launch(one, tmp_path / "probe") as running:
+        running.wait_ready()
+        facts = running.fingerprint()
+    with standin.lock:
+        made = [pod for _, event, pod in standin.pod_events if event == "ADDED"]
+    required = made[0]["spec"]["affinity"]["nodeAffinity"]
+    assert required["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": [standin.node]}]}
+    ]
+    assert "affinity" not in made[-1]["spec"] and len(made) == 2  # then made again, as it was
+    assert facts["node"] == standin.node
+    assert facts["kubernetes"]["avoid"] == [standin.node] and not facts["kubernetes"]["avoided"]
+    [said] = [n for n in notes if "no node but" in n]
+    assert said == (
+        f"{one.short}: no node but {standin.node} takes its pod (Unschedulable: 0/1 nodes are "
+        "available: 1 node(s) didn't match Pod's node affinity/selector.): on the same node "
+        "again, a later start, not elsewhere"
+    )
     assert wait_until(lambda: nothing_left(standin))
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -109,6 +111,74 @@ def test_two_slots_are_two_jobs_at_once_in_fewer_rounds(cluster: None, tmp_path:
     assert f"sim: serving {h.shas[16][:12]}" in log.read_text()  # the job's output, read back
     assert our_jobs() == []
     assert live_processes(str(h.repo)) == []
+
+
+def sbatch_recorder(bin_dir: Path, into: Path) -> str:
+    """A PATH (first: `bin_dir`) whose sbatch appends each script it is given to `into`,
+    then runs the cluster's own (a record at the process edge: every job still real)."""
+    real = shutil.which("sbatch")
+    assert real is not None
+    bin_dir.mkdir()
+    shim = bin_dir / "sbatch"
+    shim.write_text(
+        "#!/bin/sh\nfor script; do :; done\n"
+        f'{{ echo "sbatch $*"; cat "$script"; echo "#--end"; }} >> "{into}"\n'
+        f'exec "{real}" "$@"\n'
+    )
+    shim.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+
+
+def test_a_re_probe_and_the_trials_keep_off_the_nodes_of_the_verdicts_they_check(
+    cluster: None, tmp_path: Path
+) -> None:
+    """On Slurm a slot is no place (slot k's jobs land on any node): the re-probe of a
+    verdict that disagreed and the confirmation's trials are submitted with `--exclude` of
+    the nodes of the verdicts they check. On this one-node cluster sbatch refuses them (no
+    other node), so each runs on the same node again, a later start, said: no hang, no
+    error, the answer found. The third start lies (the simulator's `--lie-at`)."""
+    h = History(tmp_path, {9: "degenerate-reasoning"}, 12)
+    launches, submitted = tmp_path / "launches", tmp_path / "submitted"
+    path = sbatch_recorder(tmp_path / "bin", submitted)
+    config = h.config(
+        server={
+            "launcher": "slurm",
+            "command": [*sim_command(h.repo), "--launch-log", str(launches), "--lie-at", "3"],
+            "ready_timeout": 120,
+            "env": {"PYTHONPATH": os.pathsep.join(sys.path)},
+        },
+        search={"flake": "auto"},
+        localize=False,
+    )
+    out = tmp_path / "out"
+    code, output = invoke("run", str(config), "--out", str(out), env={"PATH": path})
+    assert code == 0, output
+    result = json.loads((out / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[9], output
+    [node] = {p["fingerprint"]["node"] for p in result["probes"]}  # the one node
+    scripts = submitted.read_text().split("#--end\n")[:-1]
+
+    def folder(script: str) -> str:
+        found = re.search(r"--output=(\S+)/server\.log", script)
+        assert found is not None, script
+        return str(Path(found.group(1)).relative_to(out))
+
+    # a re-probe (probes/<short>-2), a trial (confirm*/), the Evidence stage's (evidence/)
+    elsewhere = re.compile(r"^(probes/[0-9a-f]{12}-\d+|confirm[-a-z0-9]*/\w+|evidence/\w+)$")
+    folders = list(dict.fromkeys(folder(s) for s in scripts))
+    checking = [f for f in folders if elsewhere.match(f)]
+    assert {f"probes/{c[:12]}-2" for c in result["search"]["again"]} <= set(checking)
+    assert any(f.startswith("confirm") for f in checking), folders
+    for where in folders:
+        submits = [s for s in scripts if folder(s) == where]
+        if where in checking:  # kept off the node, refused (the one node), then on it again
+            assert f"#SBATCH --exclude={node}\n" in submits[0], submits[0]
+            assert "--exclude" not in submits[1], submits[1]
+        else:
+            assert all("--exclude" not in s for s in submits), where
+    said = f"no node but {node} takes its job (sbatch: Requested node configuration is not "
+    assert output.count(said) == len(checking), output
+    assert our_jobs() == []
 
 
 def test_sigkill_then_resume_leaves_no_job(cluster: None, tmp_path: Path) -> None:

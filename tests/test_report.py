@@ -397,10 +397,13 @@ def test_builds_compared_show_each_sides_backends_and_ranks_that_disagree() -> N
         outcome(0, Verdict.GOOD),
         outcome(4, Verdict.BAD),
         dataclasses.replace(outcome(2, Verdict.GOOD), fingerprint={"kernels": good}),
-        dataclasses.replace(outcome(3, Verdict.BAD), fingerprint={"kernels": bad}),
-    ]
+        dataclasses.replace(outcome(3, Verdict.BAD), fingerprint={
+            "kernels": bad, "slurm": {"job": "7", "avoid": ["gpu-17"], "avoided": False}}),
+    ]  # fmt: skip
     md = render_markdown(build_result(plan, answer, probes))
     assert "| **⚠ kernels.moe_backend** | VLLM_CUTLASS | MARLIN |" in md, md
+    # the nodes a re-probe kept off are where it ran, not what the build is
+    assert "`slurm.avoid" not in md.split("Changed besides the build's identity")[1], md
     assert "| kernels.moe_quant | NvFp4 | NvFp4 |" in md, md
     assert "Changed besides the build's identity: `kernels.attention_backend`, " in md
     assert (
@@ -716,16 +719,18 @@ def test_the_first_40_lines_hold_the_maintainers_items_in_their_order(
     in their order: the answer and how sure it is with the lies assumed; both ends' images
     (no registry digest here); the dependency versions that changed (only FlashInfer: the
     others left out, and vLLM's own version is no dependency); the backends, the change
-    marked; the culprit's first token-id divergence; each check's number; a doubted slot."""
+    marked; the culprit's first token-id divergence; each check's number; a doubted node."""
     h, out, _ = bumped_run
     data = json.loads((out / "result.json").read_text())
     culprit = h.shas[5][:12]
-    # three slots, the second reading bad where the others read good: a doubted slot
+    # three nodes, the second reading bad where the others read good: a doubted node
     extra = []
     good = {p["commit"]: p for p in data["probes"] if p["verdict"] == "good"}
     assert len(good) >= 2, data["probes"]
     for probe in list(good.values())[:2]:
-        extra += [{**probe, "slot": 1, "verdict": "bad"}, {**probe, "slot": 2}]
+        on = [{**probe["fingerprint"], "node": node} for node in ("gpu-2", "gpu-3")]
+        extra += [{**probe, "slot": 1, "verdict": "bad", "fingerprint": on[0]},
+                  {**probe, "slot": 2, "fingerprint": on[1]}]  # fmt: skip
     data["probes"] += extra
     nightly = f"vllm/vllm-openai@sha256:{'ef' * 32}"  # the good end ran from an image
     for probe in data["probes"]:
@@ -751,8 +756,7 @@ def test_the_first_40_lines_hold_the_maintainers_items_in_their_order(
         "  - `canary` **FAIL**: 3 of 3 prompts failed (0 of 3 prompts failed)",
         "  - `logprobs` **FAIL**: 4 of 4 prompts not close to the golden (0 of 4",
         "  - `eval` **FAIL**: accuracy 0.0% on 64 (accuracy ",
-        "- ⚠ slot 1 (",
-        "disagreed with the other slots on 2 of 2 candidates",
+        "- ⚠ node gpu-2, disagreed with the other nodes on 2 of 2 candidates: a bad node?",
     ]
     _in_order(top, marks)
     assert "**Status:**" in md.split(marks[-1])[1]  # the details below, as before
@@ -768,7 +772,7 @@ def test_the_first_40_lines_hold_the_maintainers_items_in_their_order(
         'data-fact="backends">backends (last good → first bad): '
         "<b>⚠ attention</b> <code>FLASH_ATTN</code> → <code>FLASHINFER</code>",
         'data-fact="divergence">first token divergence', 'data-fact="checks">',
-        'data-fact="check"><code>canary</code> <b>FAIL</b>', 'data-fact="doubted">⚠ slot 1',
+        'data-fact="check"><code>canary</code> <b>FAIL</b>', 'data-fact="doubted">⚠ node gpu-2',
     ])  # fmt: skip
     assert "<img" not in head
 

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from helpers import History, live_processes, probe_order, wait_until
+from llm_bisect.fingerprint import Fingerprint
 from llm_bisect.journal import Journal, read_events
 from llm_bisect.model import ProbeOutcome, Verdict
-from llm_bisect.runner import pick_slot
+from llm_bisect.runner import avoided, pick_slot
 from test_cli import held_history, invoke, launched
 
 
@@ -322,6 +323,19 @@ def test_a_probe_starts_on_a_free_slot_that_has_not_probed_its_candidate() -> No
     assert pick_slot(3, {1}, {0}) == 2
     assert pick_slot(2, {1}, {0}) == 0  # the other is busy: the same slot, a new server
     assert pick_slot(4, set(), set()) == 0
+
+
+def test_a_re_probe_keeps_off_the_nodes_its_candidate_ran_on() -> None:
+    """Where the cluster picks the node (Slurm, Kubernetes) a slot is no place: a re-probe
+    keeps off the nodes of its candidate's earlier probes, as their fingerprints name them."""
+    a, b = "a" * 40, "b" * 40
+
+    def on(commit: str, node: str) -> ProbeOutcome:
+        return ProbeOutcome(commit, Verdict.BAD, fingerprint=Fingerprint(node=node))
+
+    probes = [on(a, "gpu-17"), on(b, "gpu-18"), on(a, "gpu[01-02]"), on(a, "gpu-17"), on(a, "")]
+    assert avoided(probes, a) == ("gpu-17", "gpu[01-02]")
+    assert avoided(probes, "c" * 40) == ()
 
 
 def test_a_re_probe_goes_to_a_slot_that_has_not_probed_its_candidate(tmp_path: Path) -> None:

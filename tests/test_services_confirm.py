@@ -520,5 +520,6 @@ def test_a_gpu_that_lies_on_every_start_never_confirms_a_wrong_culprit(tmp_path:
     lied = [p for p in doc["probes"] if p["slot"] == 1]
     shared = {p["commit"] for p in lied} & {p["commit"] for p in doc["probes"] if p["slot"] != 1}
     if len(shared) >= 2:  # GPU 1 and another probed the same candidates: it is named
-        assert "slot 1 (node" in report and "GPUs 1) disagreed with the other slots" in report
-        assert "warning: slot 1 (node" in output  # and the terminal says so
+        named_as = f"node {lied[0]['fingerprint']['node']}, GPUs 1, disagreed"  # the place
+        assert f"{named_as} with the other GPUs on " in report and "a bad GPU?" in report
+        assert f"warning: {named_as}" in output  # and the terminal says so

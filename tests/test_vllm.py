@@ -470,12 +470,16 @@ def test_a_start_that_lies_once_is_outvoted_and_named_on_real_vllm(
     assert [d["commit"] for d in disagreed] == [shas["eos-doc"]], disagreed
     first = (out / "report.md").read_text().splitlines()[0]
     assert "verdict" in first and "disagreed" in first and "posterior" in first, first
-    # the doubted start is named with where it ran: its slot and node (slot evidence)
+    # the doubted start is named with where it ran: its probe, slot and node, the node as its
+    # fingerprint recorded it (this host: the process launcher's place)
     line = f"- disagreed: `{shas['eos-doc'][:12]}`"
     [doubted] = [s for s in (out / "report.md").read_text().splitlines() if s.startswith(line)]
-    assert "the doubted start: probe" in doubted, doubted
-    assert f"on slot 0, node {socket.gethostname()}" in doubted, doubted
-    assert "every probe ran on one slot" in (out / "report.md").read_text()
+    number, lied = next((n, p) for n, p in enumerate(result["probes"], 1)
+                        if p["commit"] == shas["eos-doc"])  # fmt: skip
+    node = lied["fingerprint"]["node"]
+    assert node == socket.gethostname(), lied["fingerprint"]
+    assert f"the doubted start: probe {number} on slot 0, node {node}" in doubted, doubted
+    assert "every probe ran in one place" in (out / "report.md").read_text()
 
 
 def test_localize_names_the_one_mlp_that_reads_the_wrong_channels(bed: dict[str, Any]) -> None:

@@ -1,15 +1,19 @@
-"""Slot evidence: which slot (its node, its GPUs) gave each verdict, and a slot whose
-verdicts stand apart from the others' on the same candidates. Pure: probes in, lines out.
+"""Place evidence: where each verdict ran (its node and GPUs, as the probe's fingerprint
+says; its slot where it does not), and a place whose verdicts stand apart from the others'
+on the same candidates. Pure: probes in, lines out.
 
 Lies on a cluster are not independent: a bad GPU, NVLink or driver lies on every start it
 serves, and a node in a bad state lies for several starts in a row. The search takes that
 into account (posterior.fragile: no answer stands on one slot's or one burst's verdicts
-alone); this module says it to a person.
+alone; a re-probe, a confirmation trial and the Evidence stage's probe run elsewhere:
+runner.pick_slot, confirm.trial_slots, `--exclude` on Slurm, node anti-affinity on
+Kubernetes); this module says it to a person. On Slurm and Kubernetes a slot is no place
+(slot k's jobs land on other nodes): the node is.
 
-    slot 0  c7 bad   c9 bad   c4 bad          ← reads bad where slots 1 and 2 read good
-    slot 1  c7 good           c4 good
-    slot 2           c9 good
-                     ⇒ slot 0 disagreed with the other slots on 3 of 3 candidates
+    node gpu-17  c7 bad   c9 bad   c4 bad     ← reads bad where the other nodes read good
+    node gpu-18  c7 good           c4 good
+    node gpu-19           c9 good
+                 ⇒ node gpu-17 disagreed with the other nodes on 3 of 3 candidates
 """
 
 from __future__ import annotations
@@ -39,66 +43,109 @@ ASSUMED_LINE = (
 """The same in one line (report.md's first screen)."""
 
 ONE_PLACE = (
-    "every probe ran on one slot: lies that cluster by slot (a bad GPU) cannot be told apart "
-    "from the builds' own behaviour here; run with `parallel` > 1 (or another node) to learn it"
+    "every probe ran in one place (one node and its GPUs, or one slot): lies that cluster by "
+    "place (a bad GPU or node) cannot be told apart from the builds' own behaviour here, and "
+    "a check meant for another place ran there again, on a later start; run with `parallel` "
+    "> 1 (or on more nodes) to learn it"
 )
+"""Said where one place served every verdict (report.md's Confidence)."""
+
+
+@dataclass(frozen=True, order=True)
+class Place:
+    """Where a verdict ran, as a person finds it again: the node and its GPUs, as the probe's
+    fingerprint says (a process's host, the Docker engine's, the Slurm job's or the Kubernetes
+    pod's node: slot k's jobs land on other nodes there), else its slot."""
+
+    node: str = ""
+    """The node ("" where the fingerprint does not say)."""
+    gpus: tuple[str, ...] = ()
+    """Its GPUs (the slot's devices; () where not known: the node as a whole)."""
+    slot: int | None = None
+    """The slot, only where the node is not known."""
+
+    @property
+    def name(self) -> str:
+        """`node gpu-17, GPUs 0-3`, `node gpu-17`, `slot 0`."""
+        if not self.node:
+            return f"slot {self.slot}"
+        return f"node {self.node}" + (f", GPUs {gpu_list(self.gpus)}" if self.gpus else "")
+
+
+def gpu_list(gpus: Sequence[str]) -> str:
+    """GPU indices as a person reads them: `0-3`, `0,2`, `4-7`; other names as they are."""
+    if len(gpus) > 2 and all(g.isdigit() for g in gpus):
+        numbers = [int(g) for g in gpus]
+        if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
+            return f"{numbers[0]}-{numbers[-1]}"
+    return ",".join(gpus)
+
+
+def place_of(probe: ProbeDoc) -> Place:
+    """The place of one probe (Place). Pure."""
+    facts = probe.fingerprint
+    if facts.node:
+        return Place(facts.node, tuple(facts.devices))
+    return Place(slot=probe.slot)
 
 
 @dataclass(frozen=True)
 class Doubt:
-    """A slot whose verdicts disagree with the other slots' on the candidates both probed."""
+    """A place whose verdicts disagree with the other places' on the candidates both probed."""
 
-    slot: int
-    where: str
-    """Its node and GPUs as its probes' fingerprints say ("" where unknown)."""
+    place: Place
     disagreed: int
-    """Candidates on which its verdicts went against the other slots'."""
+    """Candidates on which its verdicts went against the other places'."""
     shared: int
-    """Candidates it probed that another slot probed too."""
+    """Candidates it probed that another place probed too."""
+    kind: str = "slot"
+    """What the places are: `node` (several nodes), `GPU` (one node's GPU sets), `slot`."""
 
     @property
     def line(self) -> str:
-        at = f" ({self.where})" if self.where else ""
+        others = {"node": "nodes", "GPU": "GPUs", "slot": "slots"}[self.kind]
+        guess = {"node": "node", "GPU": "GPU", "slot": "node or GPU"}[self.kind]
+        name = self.place.name
         return (
-            f"slot {self.slot}{at} disagreed with the other slots on {self.disagreed} of "
-            f"{self.shared} candidates: a bad node or GPU?"
+            f"{name}{',' if self.place.node else ''} disagreed with the other {others} on "
+            f"{self.disagreed} of {self.shared} candidates: a bad {guess}?"
         )
-
-
-def _where(probes: Sequence[ProbeDoc]) -> str:
-    nodes = sorted({p.fingerprint.node for p in probes if p.fingerprint.node})
-    gpus = sorted({",".join(p.fingerprint.devices) for p in probes if p.fingerprint.devices})
-    said = []
-    if nodes:
-        said.append(f"node {', '.join(nodes)}")
-    if gpus:
-        said.append(f"GPUs {'; '.join(gpus)}")
-    return ", ".join(said)
 
 
 def tested(probes: Sequence[ProbeDoc]) -> list[ProbeDoc]:
     """The probes that gave a verdict (good or bad) and say where they ran."""
-    return [p for p in probes if p.slot is not None and p.verdict in (Verdict.GOOD, Verdict.BAD)]
+    return [
+        p
+        for p in probes
+        if (p.slot is not None or p.fingerprint.node) and p.verdict in (Verdict.GOOD, Verdict.BAD)
+    ]
 
 
 def one_place(probes: Sequence[ProbeDoc]) -> bool:
-    """Whether every tested probe ran on one slot (place lies cannot be learnt then)."""
-    return len({p.slot for p in tested(probes)}) <= 1
+    """Whether every tested probe ran in one place (place lies cannot be learnt then)."""
+    return len({place_of(p) for p in tested(probes)}) <= 1
+
+
+def _kind(places: Sequence[Place]) -> str:
+    if any(not p.node for p in places):
+        return "slot"
+    return "GPU" if len({p.node for p in places}) == 1 else "node"
 
 
 def doubted(probes: Sequence[ProbeDoc]) -> list[Doubt]:
-    """Each slot that disagreed with the other slots on at least two candidates and on more
-    than half of those they both probed, most disagreeing first."""
-    mine = tested(probes)
-    by_slot: dict[int, list[ProbeDoc]] = {}
-    for p in mine:
-        assert p.slot is not None
-        by_slot.setdefault(p.slot, []).append(p)
+    """Each place (node and GPUs, else slot: Place) that disagreed with the other places on
+    at least two candidates and on more than half of those they both probed, most
+    disagreeing first."""
+    mine = [(place_of(p), p) for p in tested(probes)]
+    by_place: dict[Place, list[ProbeDoc]] = {}
+    for place, p in mine:
+        by_place.setdefault(place, []).append(p)
+    kind = _kind(list(by_place))
     found: list[Doubt] = []
-    for slot, own in by_slot.items():
+    for place, own in by_place.items():
         shared = disagreed = 0
         for commit in dict.fromkeys(p.commit for p in own):
-            theirs = [p.verdict for p in mine if p.commit == commit and p.slot != slot]
+            theirs = [p.verdict for at, p in mine if p.commit == commit and at != place]
             if not theirs:
                 continue
             shared += 1
@@ -107,8 +154,14 @@ def doubted(probes: Sequence[ProbeDoc]) -> list[Doubt]:
             if theirs.count(others) * 2 > len(theirs) and all(v is not others for v in said):
                 disagreed += 1
         if disagreed >= 2 and disagreed * 2 > shared:
-            found.append(Doubt(slot, _where(own), disagreed, shared))
-    return sorted(found, key=lambda d: (-d.disagreed, d.slot))
+            found.append(Doubt(place, disagreed, shared, kind))
+    return sorted(found, key=lambda d: (-d.disagreed, d.place.node, d.place.gpus,
+                                        d.place.slot or 0))  # fmt: skip
+
+
+def _where(probe: ProbeDoc) -> str:
+    place = place_of(probe)
+    return place.name if place.node else ""
 
 
 def started_where(probes: Sequence[ProbeDoc], commit: str, verdict: Verdict) -> str:
@@ -121,6 +174,6 @@ def started_where(probes: Sequence[ProbeDoc], commit: str, verdict: Verdict) -> 
         at = [f"probe {number}"]
         if p.slot is not None:
             at.append(f"on slot {p.slot}")
-        where = _where([p])
+        where = _where(p)
         said.append(" ".join(at) + (f", {where}" if where else ""))
     return "; ".join(said)

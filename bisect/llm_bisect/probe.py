@@ -34,7 +34,7 @@ from .errors import (
 from .files import head_text
 from .fingerprint import Fingerprint, ImageFacts, ServedFacts, parse_startup_log
 from .kinds import cost_of
-from .launchers import Launcher, Server
+from .launchers import Avoids, Launcher, Server
 from .model import (
     Candidate,
     Cap,
@@ -173,8 +173,12 @@ def probe(
     ctx: ProbeContext,
     cancel: Cancel | None = None,
     slot: int = 0,
+    avoid: Sequence[str] = (),
 ) -> ProbeOutcome:
     """Launch one candidate, check it, and say good, bad, skip or unsure (under `regress`).
+    `slot`: where it runs (0 .. parallel-1); `avoid`: the nodes it must not run on where the
+    launcher's cluster picks the node (launchers.Avoids: Slurm, Kubernetes), as the
+    fingerprints of the verdicts it checks name them.
 
     `timings` holds seconds since the probe began: `artifact` (checked),
     `launch` (image pulled, server started), `ready`, then `checks` (their
@@ -196,6 +200,8 @@ def probe(
         found.reason = CANCELLED
     else:
         ctx.progress.phase(candidate, "starting", 0.0)
+        if avoid and isinstance(ctx.launcher, Avoids):
+            ctx.launcher.avoid(candidate, avoid)
         try:
             with ctx.launcher.launch(candidate, probe_dir, slot=slot) as server:
                 if cancel is not None:

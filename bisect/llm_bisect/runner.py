@@ -10,7 +10,9 @@ repeating one; probes in flight when it died run again. A probe whose answer is 
 needed (the range moved past it) is cancelled: its server stops and it is not a verdict.
 With `reprobe` (`probe.repeats: auto`) a candidate whose verdict contradicts a neighbour's
 is probed again (search.settle), into probes/<short>-2, on a free slot that has not probed
-it where there is one (pick_slot): a restart elsewhere is an independent observation.
+it where there is one (pick_slot), and, where the cluster picks the node (Slurm,
+Kubernetes: launchers.Avoids), on none of the nodes its earlier probes ran on (`avoided`):
+a restart elsewhere is an independent observation.
 The journal keeps each probe as it tested; the search reads them as `search.symptom`
 counts them (symptom.count), derived again at every step.
 """
@@ -320,6 +322,13 @@ def _weighed(policy: Policy) -> str:
     return f"flake {rate}, confidence {policy.confidence:g}"
 
 
+def avoided(probes: Sequence[ProbeOutcome], commit: str) -> tuple[str, ...]:
+    """The nodes a re-probe of `commit` keeps off where the cluster picks the node: those its
+    earlier probes ran on, as their fingerprints say (launchers.Avoids). Pure."""
+    return tuple(dict.fromkeys(p.fingerprint.node for p in probes
+                               if p.commit == commit and p.fingerprint.node))  # fmt: skip
+
+
 def pick_slot(k: int, taken: set[int], tried: set[int]) -> int:
     """The slot a probe starts on: the lowest free one that has not probed its candidate yet
     (a restart elsewhere is the independent observation a re-probe is for: another GPU,
@@ -485,7 +494,8 @@ class _Slots:
             # its verdict ends the search either way: its suite is the answer's evidence,
             # run whole now rather than by another start after the search (stages.Evidence)
             ctx = replace(ctx, full=ctx.full | {candidate.commit})
-        future = pool.submit(probe, candidate, probe_dir, ctx, flight.cancel, slot)
+        avoid = avoided(self.probes, candidate.commit) if before else ()
+        future = pool.submit(probe, candidate, probe_dir, ctx, flight.cancel, slot, avoid)
         self.running[future] = flight
 
     def _settles(self, candidate: Candidate, seen: Seen) -> bool:

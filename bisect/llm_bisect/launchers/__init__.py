@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,4 +130,18 @@ class StartsCold(Protocol):
     def start_cold(self, candidate: Candidate) -> None:
         """Its next server of `candidate` starts on an empty cache folder of its own: a
         re-probe's verdict owes nothing to what an earlier start compiled."""
+        ...
+
+
+@runtime_checkable
+class Avoids(Protocol):
+    """A launcher whose cluster picks the node (Slurm, Kubernetes): there a slot is no place
+    (slot k's jobs land on any node), so a probe that must run elsewhere than the verdict it
+    checks names the nodes to keep off (a re-probe, a confirmation trial, the Evidence
+    stage's probe; places.py)."""
+
+    def avoid(self, candidate: Candidate, nodes: Sequence[str]) -> None:
+        """Its next server of `candidate` runs on none of `nodes` (as the probes' fingerprints
+        name them) where the cluster has another node for it; where it has none (a one-node
+        cluster), on the same node again, a later start, and said so."""
         ...

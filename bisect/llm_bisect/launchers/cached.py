@@ -22,7 +22,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from types import TracebackType
@@ -30,7 +30,7 @@ from typing import Any
 
 from ..enginecache import CACHES, NODE, Census, EngineCache, folder
 from ..model import Candidate
-from . import Artifact, Instrument, Launcher, Server
+from . import Artifact, Avoids, Instrument, Launcher, Server
 
 
 def census(where: Path, since: float) -> Census | None:
@@ -148,6 +148,10 @@ class CachedLauncher:
     def start_cold(self, candidate: Candidate) -> None:
         with self._lock:
             self._cold.add(candidate.commit)
+
+    def avoid(self, candidate: Candidate, nodes: Sequence[str]) -> None:
+        if isinstance(self.inner, Avoids):  # a cluster's: the slots are places elsewhere
+            self.inner.avoid(candidate, nodes)
 
     def artifact(self, candidate: Candidate) -> Artifact:
         return self.inner.artifact(candidate)

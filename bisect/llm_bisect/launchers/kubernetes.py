@@ -22,7 +22,11 @@ only where the user lets the launcher read them (`secret_env_read`).
 
 What a cluster does wrong is never a verdict: a pod Unschedulable past `pending_timeout`,
 an image that cannot be pulled (ErrImagePull, ImagePullBackOff), a pod evicted or on a
-lost node is Unplaced (skip); a container that ends before ready (an OOMKill included) is
+lost node is Unplaced (skip). A probe that must run elsewhere than the verdict it checks (a
+re-probe, a confirmation trial, the Evidence stage's probe: launchers.Avoids) keeps off that
+verdict's nodes by a required node affinity (`away_from`); where the scheduler says no other
+node fits (or it stays pending past `pending_timeout`), it runs on them again, a later start,
+and says so. A container that ends before ready (an OOMKill included) is
 ServerExited (skip, as every launcher's). The server is reached through the API's
 port-forward (`reach: port-forward`, from a laptop too: `Forwarder`), or at its pod's IP
 (`reach: pod-ip`: from inside the cluster)."""
@@ -611,6 +615,36 @@ def pod_spec(
     if cfg.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in cfg.image_pull_secrets]
     return pod
+
+
+def away_from(affinity: Mapping[str, Any] | None, nodes: Sequence[str]) -> dict[str, Any]:
+    """A pod `affinity` (the config's, or none) that keeps the pod off `nodes` (as pods'
+    spec.nodeName name them; an entry may list several, comma-separated): a required node
+    affinity on the node's name (`matchFields` metadata.name NotIn), in each of its node
+    selector terms (they are ORed: each must keep off them). Pure."""
+    names = list(dict.fromkeys(n for entry in nodes for n in entry.split(",") if n))
+    made: dict[str, Any] = json.loads(json.dumps(dict(affinity or {})))
+    node = made.setdefault("nodeAffinity", {})
+    required = node.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    terms = required.get("nodeSelectorTerms") or [{}]
+    off = {"key": "metadata.name", "operator": "NotIn", "values": names}
+    required["nodeSelectorTerms"] = [
+        {**t, "matchFields": [*(t.get("matchFields") or []), off]} for t in terms
+    ]
+    return made
+
+
+NO_OTHER_NODE = re.compile(
+    r"0/(\d+) nodes are available: (\d+) node\(s\) didn't match Pod's node affinity"
+)
+"""The scheduler's word where no node's name or labels fit the pod's node affinity."""
+
+
+def only_avoided(reason: str) -> bool:
+    """Whether a pending pod's reason says no node fits its node affinity (every node is
+    kept off, or does not match the config's own selector). Pure."""
+    found = NO_OTHER_NODE.search(reason)
+    return found is not None and found.group(1) == found.group(2)
 
 
 def job_manifest(
@@ -1756,12 +1790,18 @@ class KubernetesServer(LoggedServer):
         candidate: Candidate,
         probe_dir: Path,
         instrument: Instrument | None,
+        avoid: Sequence[str] = (),
     ) -> None:
         self.launcher = launcher
         self.cfg = launcher.cfg
         self.candidate = candidate
         self.probe_dir = probe_dir
         self.instrument = instrument
+        self.avoid = list(dict.fromkeys(avoid))
+        """The nodes its pods keep off (`away_from`: launchers.Avoids); [] once none other
+        took them."""
+        self.asked = list(self.avoid)
+        """The nodes it was asked to keep off."""
         self.log_path = probe_dir / "server.log"
         self.secrets = launcher.secrets
         self.name = job_name(candidate, uuid.uuid4().hex[:6])
@@ -1805,11 +1845,14 @@ class KubernetesServer(LoggedServer):
                 before = launcher.image_pythonpath(self.candidate)
                 if before:
                     common["env"] = {**launcher.env, "PYTHONPATH": before}
+            cfg = self.cfg
+            if self.avoid:
+                cfg = cfg.model_copy(update={"affinity": away_from(cfg.affinity, self.avoid)})
             if self.cfg.nodes > 1:
                 self.group = "leaderworkerset" if launcher.api.has_lws() else "indexed-job"
-                manifests = group_manifests(self.cfg, self.group, **common)
+                manifests = group_manifests(cfg, self.group, **common)
             else:
-                manifests = [job_manifest(self.cfg, **common)]
+                manifests = [job_manifest(cfg, **common)]
             self.job = self.name
             for m in manifests:
                 self._write(m)
@@ -1923,6 +1966,10 @@ class KubernetesServer(LoggedServer):
                 if kind == "no-image":
                     raise Unplaced(f"no artifact: {reason}", "")
                 pending = pending or f"{which}{reason}"
+            if self.avoid and only_avoided(pending):
+                self._same_node(pending)
+                created = clock()
+                continue
             running = [
                 p
                 for p in pods
@@ -1941,6 +1988,10 @@ class KubernetesServer(LoggedServer):
                 self._start_log()
                 return
             if waited > self.cfg.pending_timeout:
+                if self.avoid:  # only the nodes it keeps off would take it
+                    self._same_node(f"pending for {self.cfg.pending_timeout:g}s")
+                    created = clock()
+                    continue
                 if pending:
                     raise Unplaced(
                         f"kubernetes: pod pending for {self.cfg.pending_timeout:g}s ({pending})",
@@ -1954,6 +2005,20 @@ class KubernetesServer(LoggedServer):
                     "",
                 )
             self._wait(self.cfg.pending_timeout - waited + 0.05)
+
+    def _same_node(self, why: str) -> None:
+        """No node but those it keeps off takes its pods: made again without the affinity,
+        to run there again, a later start (never a hang, never an error), said."""
+        self.launcher.report(
+            f"{self.candidate.short}: no node but {', '.join(self.avoid)} takes its pod ({why}): "
+            "on the same node again, a later start, not elsewhere"
+        )
+        self.stop()
+        self.avoid = []
+        self.name = job_name(self.candidate, uuid.uuid4().hex[:6])
+        self.pod, self.pods, self.files, self._seen = {}, [], [], 0
+        self._closing = threading.Event()
+        self.__enter__()
 
     def wait_ready(self) -> None:
         self._placed()
@@ -2094,6 +2159,7 @@ class KubernetesServer(LoggedServer):
                 "job": self.name,
                 "pod": self.name_of_pod(),
                 "image_id": image_id,
+                **({"avoid": self.asked, "avoided": bool(self.avoid)} if self.asked else {}),
                 **(
                     {
                         "kind": self.group,
@@ -2113,8 +2179,14 @@ class KubernetesServer(LoggedServer):
                     *(a for f in self.files for a in ("-f", str(self.probe_dir / f))),
                 ]
             ),
-            **placement_facts(str(spec.get("nodeName") or ""), self.launcher.env),
+            **placement_facts(self._nodes(), self.launcher.env),
         }
+
+    def _nodes(self) -> str:
+        """Where its pods ran (their spec.nodeName), the head's first: the fingerprint's
+        `node`, a place (places.py) and what a probe elsewhere keeps off (`away_from`)."""
+        names = [str((p.get("spec") or {}).get("nodeName") or "") for p in self.pods or [self.pod]]
+        return ",".join(dict.fromkeys(n for n in names if n))
 
     def _exec(self, argv: Sequence[str], timeout: float) -> tuple[int | None, bytes]:
         """api.exec, its websocket's handshake and reads bounded too (server.api.timeout)."""
@@ -2188,6 +2260,8 @@ class KubernetesLauncher:
         self.registry = registry or RegistryClient(logins=logins)
         self._digests: dict[str, str] = {}
         self._secrets_read = not cfg.secret_env_read
+        self._avoid: dict[str, tuple[str, ...]] = {}
+        self._lock = threading.Lock()
 
     def template_ref(self, candidate: Candidate) -> str:
         return candidate.artifact or fill(
@@ -2270,7 +2344,13 @@ class KubernetesLauncher:
         if not self._secrets_read:  # its log masks what the server echoes of them
             self.secrets += secret_env_values(self.api, self.cfg)
             self._secrets_read = True
-        return KubernetesServer(self, candidate, probe_dir, instrument)
+        with self._lock:
+            avoid = self._avoid.pop(candidate.commit, ())
+        return KubernetesServer(self, candidate, probe_dir, instrument, avoid)
+
+    def avoid(self, candidate: Candidate, nodes: Sequence[str]) -> None:
+        with self._lock:
+            self._avoid[candidate.commit] = tuple(nodes)
 
     def prefetch(self, candidates: list[Candidate]) -> None:
         """The cluster's kubelets pull; nothing is made ahead here."""

@@ -19,9 +19,13 @@ folder, and the node answers `weights.json` there.
 
 A job that never runs (PENDING past `pending_timeout`), or that the cluster ends (NODE_FAIL,
 PREEMPTED, TIMEOUT, BOOT_FAIL), is never a verdict: it is resubmitted on another node
-(`--exclude`) up to `retries` times, then the probe is skip. A job whose owner (the harness
-that submitted it, named in the job's comment) died is cancelled by the next llm-bisect
-command on the same node, whatever its run (`reap`).
+(`--exclude`) up to `retries` times, then the probe is skip. A probe that must run elsewhere
+than the verdict it checks (a re-probe, a confirmation trial, the Evidence stage's probe:
+launchers.Avoids) is submitted with `--exclude` of that verdict's nodes; where no other
+node can take it (sbatch: "Requested node configuration is not available", or pending past
+`pending_timeout`), it runs on them again, a later start, and says so. A job whose owner
+(the harness that submitted it, named in the job's comment) died is cancelled by the next
+llm-bisect command on the same node, whatever its run (`reap`).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import shlex
 import shutil
 import string
 import subprocess
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
@@ -401,11 +406,16 @@ class SlurmServer(LoggedServer):
         env: Mapping[str, str],
         values: Mapping[str, str],
         instrument: Instrument | None,
+        avoid: Sequence[str] = (),
     ) -> None:
         self.launcher = launcher
         self.cfg = launcher.cfg
         self.candidate = candidate
         self.probe_dir = probe_dir
+        self.avoid = list(dict.fromkeys(avoid))
+        """The nodes it keeps off (`--exclude`: launchers.Avoids); [] once none other took it."""
+        self.asked = list(self.avoid)
+        """The nodes it was asked to keep off."""
         self.log_path = probe_dir / "server.log"
         self.env = dict(env)
         self.values = dict(values)
@@ -467,13 +477,21 @@ class SlurmServer(LoggedServer):
                 comment=f"llm-bisect run={self.launcher.run_id} owner={self.launcher.owner}",
                 cwd=self.launcher.cwd.resolve(),
                 values=self.values,
-                exclude=self.excluded,
+                exclude=[*self.avoid, *(n for n in self.excluded if n not in self.avoid)],
                 masked=[n for n in self.launcher.secret_names if n in self.env],
                 mounts=[here, *(self.instrument.paths if self.instrument is not None else ())],
             )
         )
+        try:
+            job = self.launcher.slurm.submit(script, self.env)
+        except LaunchError as exc:
+            if not self.avoid or NO_OTHER_NODE not in str(exc):
+                raise
+            self._same_node(f"sbatch: {NO_OTHER_NODE}")
+            self._submit()
+            return
         self.tries += 1
-        self.job = self.launcher.slurm.submit(script, self.env)
+        self.job = job
         self.base_url = ""
         self.launcher.note(f"{self.candidate.short}: slurm job {self.job} submitted")
 
@@ -490,6 +508,11 @@ class SlurmServer(LoggedServer):
                     job = launcher.slurm.settled(self.job, job, clock, launcher.sleep)
                 if job.state == "PENDING" and clock() - submitted > self.cfg.pending_timeout:
                     self.stop()
+                    if self.avoid:  # only the nodes it keeps off would take it
+                        self._same_node(f"pending for {self.cfg.pending_timeout:g}s")
+                        self._submit()
+                        submitted, started = clock(), None
+                        continue
                     raise Unplaced(
                         f"slurm job pending for {self.cfg.pending_timeout:g}s ({job.reason})",
                         "",
@@ -529,8 +552,10 @@ class SlurmServer(LoggedServer):
                                 "nodes": job.nodes,
                                 "tries": self.tries,
                                 "queued_s": round(started - submitted, 2),
+                                **({"avoid": self.asked, "avoided": bool(self.avoid)}
+                                   if self.asked else {}),
                             }
-                        }
+                        }  # fmt: skip
                     try:
                         ready_once(http_for(http, self.base_url))
                         self.facts["slurm"]["start_s"] = round(clock() - started, 2)
@@ -543,6 +568,15 @@ class SlurmServer(LoggedServer):
                                 self.log_tail(),
                             ) from None
                 launcher.sleep(POLL_S)
+
+    def _same_node(self, why: str) -> None:
+        """No node but those it keeps off takes its job: it runs there again, a later start
+        (never a hang, never an error), said."""
+        self.launcher.note(
+            f"{self.candidate.short}: no node but {', '.join(self.avoid)} takes its job ({why}): "
+            "on the same node again, a later start, not elsewhere"
+        )
+        self.avoid = []
 
     def check_alive(self, wait: float = 0.0) -> None:
         if self.job is None:
@@ -678,6 +712,12 @@ class SlurmLauncher(Prefetching):
         self.cwd = cwd
         self.slurm = Slurm(self.env)
         self.build_facts: dict[str, dict[str, Any]] = {}
+        self._avoid: dict[str, tuple[str, ...]] = {}
+        self._lock = threading.Lock()
+
+    def avoid(self, candidate: Candidate, nodes: Sequence[str]) -> None:
+        with self._lock:
+            self._avoid[candidate.commit] = tuple(nodes)
 
     def artifact(self, candidate: Candidate) -> Artifact:
         return command_artifact(self.builder, candidate, f"slurm: {' '.join(self.cfg.command)}")
@@ -693,8 +733,10 @@ class SlurmLauncher(Prefetching):
         ready = prepare(self.builder, candidate, probe_dir, self.env, instrument)
         values = {"commit": candidate.commit, "short": candidate.short, "port": str(port)}
         self.build_facts[candidate.commit] = ready.facts
+        with self._lock:
+            avoid = self._avoid.pop(candidate.commit, ())
         server = SlurmServer(
-            self, candidate, probe_dir, ready.env, values | ready.values, instrument
+            self, candidate, probe_dir, ready.env, values | ready.values, instrument, avoid
         )
         server.held = ready.build
         return server
@@ -729,6 +771,9 @@ def reap_queue(slurm: Slurm, run_id: str = "") -> list[str]:
         )
     return lines
 
+
+NO_OTHER_NODE = "Requested node configuration is not available"
+"""What sbatch says where `--exclude` leaves no node that can take the job."""
 
 SLURM_PLACEHOLDERS = (PROCESS_PLACEHOLDERS - {"gpus"}) | {"head", "node_rank", "nnodes"}
 """On a Slurm probe's nodes: the head node's host name, this node's rank, the node count."""

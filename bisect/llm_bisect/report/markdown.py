@@ -251,10 +251,12 @@ _IDENTITY = (
     "image.id", "image.digest", "image.ref", "server.", "kernels.engine_version", "collect_env.vllm"
 )  # fmt: skip
 _HOW_MADE = (
-    "build.seconds", "build.cached", "slurm.job", "slurm.queued_s", "slurm.start_s", "slurm.tries"
+    "build.seconds", "build.cached", "slurm.job", "slurm.queued_s", "slurm.start_s", "slurm.tries",
+    "slurm.avoid", "slurm.avoided", "kubernetes.avoid", "kubernetes.avoided",
 )  # fmt: skip
 """How long a build took, whether it was found made, a Slurm job's id and waits: they differ
-between any two probes."""
+between any two probes; the nodes a probe kept off (a re-probe's, a trial's): where, not
+what."""
 _WHOLE = ("image.id", "image.digest", "image.ref", "build.sha256", "build.base_id", "build.image")
 """Values shown whole, never cut: a digest cut short cannot be pulled."""
 

@@ -122,6 +122,7 @@ def confirm(
     slots: Sequence[int] = (0,),
     now: Callable[[], float] = time.time,
     probe_new: bool = True,
+    avoid: Sequence[str] = (),
 ) -> Confirmation | None:
     """The `confirmation` of result.json for a run that found its culprit; None otherwise.
     `look`: which of the run's confirmations (0: the first; later ones run their trials on
@@ -132,6 +133,8 @@ def confirm(
     they check ran, where there is another). With two or more, the revert and the pick run
     at once, each on a slot of its own: one bad GPU or one burst of starts cannot give
     both. With one, the pick follows the revert, and only where the revert tested good.
+    `avoid`: the nodes the verdicts they check ran on, which the trials keep off where the
+    cluster picks the node (Slurm `--exclude`, Kubernetes anti-affinity: launchers.Avoids).
     `probe_new`: False for a look whose trials were weighed already (a resume, another
     `parallel`): only what its journal holds, no new start (its evidence stays as weighed)."""
     if result.status is not Status.FOUND or result.culprit is None:
@@ -173,7 +176,7 @@ def confirm(
             note(f"confirm: probing {WHAT[kind]} ({candidate.commit[:12]}) on slot {slot}")
             began = now()
             where = out_dir / look_name(look) / kind
-            outcome = probe(candidate, where, ctx, cancel, slot=slot)
+            outcome = probe(candidate, where, ctx, cancel, slot=slot, avoid=avoid)
             return replace(outcome, slot=slot, began=began)
 
         def record(kind: str, onto: str, candidate: Candidate, outcome: ProbeOutcome) -> None:

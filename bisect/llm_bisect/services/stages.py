@@ -43,7 +43,7 @@ from ..report.documents import (
     Together,
 )
 from ..report.result import probe_doc
-from ..runner import RunResult, write_atomic, write_outputs
+from ..runner import RunResult, avoided, write_atomic, write_outputs
 from ..search import Answer, Mode, Plan, Status
 from ..sources.releases import reach
 from .confirm import (
@@ -184,8 +184,8 @@ class Confirm:
         def look(now: RunResult, weighed: Policy, at: int) -> Confirmation | None:
             where = _trial_slots(s.config.parallel, out_dir, now.result, weighed.evidence)
             return confirm(s.source.path, out_dir, now.result, ctx, note, s.scrub, look=at,
-                           slots=where, now=s.now,
-                           probe_new=at >= len(weighed.looks))  # fmt: skip
+                           slots=where, now=s.now, probe_new=at >= len(weighed.looks),
+                           avoid=_checked_nodes(out_dir, now.result))  # fmt: skip
 
         done, found, policy = looked(done, policy, _answer_of, look, run.search, note)
         evidence = done.result.search.evidence if done.result.search else []
@@ -225,6 +225,16 @@ def _trial_slots(
     return placed(k, [p.slot for p in probes if p.commit in pair], earlier, culprit)
 
 
+def _checked_nodes(out_dir: Path, result: ResultDocument) -> tuple[str, ...]:
+    """The nodes the verdicts a confirmation checks ran on (the culprit's probes and its
+    parent's, the search's journal says, as their fingerprints name them): its trials keep
+    off them where the cluster picks the node (launchers.Avoids)."""
+    pair = culprit_pair(result) or ()
+    state = read_journal(out_dir / FILENAME).state
+    probes = state.probes if state is not None else ()
+    return tuple(node for commit in pair for node in avoided(probes, commit))
+
+
 def _journalled(out_dir: Path, policy: Policy) -> Policy:
     """The policy the run's search went by, as its journal holds it (with confirmations
     weighed, `calibrate`'s restarts); `policy` where there is no journal."""
@@ -238,7 +248,9 @@ class Evidence:
     probed again in full, into DIR/evidence/<short>; journalled in DIR/evidence.jsonl (a
     resume does not repeat it), kept in DIR/evidence.json. A probe of it that ran every check
     already is used as it is: a good one always did, and so did the search's last probe,
-    whose verdict ended the search either way (runner: `settles`). Rarely more than one."""
+    whose verdict ended the search either way (runner: `settles`). Rarely more than one.
+    It runs elsewhere than the probe it completes: another slot (confirm.trial_slots), and,
+    where the cluster picks the node, off that probe's node (launchers.Avoids)."""
 
     name = "evidence"
     probes = True
@@ -265,9 +277,10 @@ class Evidence:
                 candidate = known.get(commit) or run.s.source.resolve(commit, "evidence")
                 ran = result.probe_of(commit)
                 slot = trial_slots(run.s.config.parallel, [ran.slot if ran else None])[0]
+                node = ran.fingerprint.node if ran else ""  # off it, where a cluster picks
                 run.note(f"evidence: probing {candidate.short} again with every check")
                 where = done.out_dir / "evidence" / candidate.short
-                outcome = probe(candidate, where, ctx, slot=slot)
+                outcome = probe(candidate, where, ctx, slot=slot, avoid=(node,) if node else ())
                 journal.append("probe", outcome=outcome.to_json())
                 found[commit] = outcome
         subjects = {p.commit: p.subject for p in result.probes}
