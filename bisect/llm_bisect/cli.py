@@ -783,6 +783,11 @@ def candidates_cmd(
         argv = getattr(server, field)
         words = printable(shlex.join(shown(a) for a in argv))
         term.out(f"server: {words} (ready within {server.ready_timeout:g}s)")
+        worker, nodes = LAUNCHERS[server.launcher].shown_worker, getattr(server, "nodes", 1)
+        if worker is not None and nodes > 1:  # the other nodes' line, {head} the head's address
+            others = printable(shlex.join(shown(a) for a in getattr(server, worker) or argv))
+            which = "the other node" if nodes == 2 else f"the other {nodes - 1} nodes"
+            term.out(f"worker: {others} ({which} of each probe)")
         missing = 0
         with s.launcher("candidates") as launcher:
             for i, c in enumerate(plan.candidates):

@@ -858,5 +858,6 @@ KIND = LAUNCHERS.register(
         reap=reap_node,
         cache_place="node",
         cache_mount=_cache_mount,
+        shown_worker="worker_command",
     )
 )
