@@ -437,7 +437,8 @@ def publish(
         )
         labels = {"ai.vllm.build.commit": sha, "test-nonce": nonce}  # an image of its own:
         settings = json.loads(shown.stdout)
-        registry.image(repo, settings, labels=labels, tag=tag.format(sha=sha), env=env)  # pulled anew
+        tagged = tag.format(sha=sha)
+        registry.image(repo, settings, labels=labels, tag=tagged, env=env)  # pulled anew
 
 
 def sim_k8s_server(image: str, kubeconfig: Path, **over: Any) -> dict[str, Any]:

@@ -249,7 +249,7 @@ def test_what_init_leaves_to_the_user_is_named_by_the_first_command_until_filled
         code, _, err = llm_bisect("init", *args, "-o", name, "--", "vllm", "serve", "M",
                                   cwd=tmp_path, env=env)  # fmt: skip
         assert code == 0 and "fill in each `<edit: ...>`" in err, err
-        code, out, err = llm_bisect("candidates", name, cwd=tmp_path, env=env)
+        code, _, err = llm_bisect("candidates", name, cwd=tmp_path, env=env)
         assert code == 2 and said in err and err.count("\n") == 1, err
         assert "Traceback" not in err
     text = (tmp_path / "c1.yaml").read_text()
@@ -273,6 +273,6 @@ def test_init_refuses_a_launcher_that_cannot_run_what_it_was_given(tmp_path: Pat
          "with --launcher kubernetes"),
     ]  # fmt: skip
     for args, said in cases:
-        code, out, err = llm_bisect("init", *args, *serve, cwd=tmp_path, env=env)
+        code, _, err = llm_bisect("init", *args, *serve, cwd=tmp_path, env=env)
         assert code == 2 and said in err and err.count("\n") == 1, (args, err)
         assert not (tmp_path / "llm-bisect.yaml").exists(), args
