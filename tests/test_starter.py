@@ -194,6 +194,7 @@ def test_init_for_kubernetes_writes_a_two_node_dp_ep_probe_as_a_leaderworkerset(
     GPUs per pod, the head serving and the worker headless from rank 4; HF_TOKEN from a
     Secret, never in the file (issue 49 item 6)."""
     from kubeapi import lws_schema
+    from llm_bisect.launchers.kubernetes import KubernetesServerConfig
     from test_launchers_kubernetes import group
 
     env = cli_on_path(tmp_path / "bin")
@@ -214,7 +215,8 @@ def test_init_for_kubernetes_writes_a_two_node_dp_ep_probe_as_a_leaderworkerset(
     assert (dumped["nodes"], dumped["gpus"], dumped["entrypoint"]) == (2, 4, ["vllm", "serve"])
     assert dumped["secret_env"] == {"HF_TOKEN": {"secret": "hf-token", "key": "value"}}
     assert dumped["env"] == {"NCCL_MNNVL_ENABLE": "1"}
-    (lws,) = group(server, "leaderworkerset")  # type: ignore[arg-type]
+    assert isinstance(server, KubernetesServerConfig)
+    (lws,) = group(server, "leaderworkerset")
     jsonschema.validate(lws, lws_schema())
     template = lws["spec"]["leaderWorkerTemplate"]
     assert template["size"] == 2
