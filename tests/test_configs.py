@@ -384,8 +384,14 @@ def test_the_glm_configs_show_the_flag_path_beside_the_commit_path(
                        bad_args=bad_arg.split(), repo=repo)  # fmt: skip
     marlin, cutlass = ("--moe-backend", "marlin"), ("--moe-backend", "cutlass")
     assert cs.differences == [Difference("flag", "--moe-backend", marlin, cutlass)]
-    bad = _trial_setup(cs.good, cs.bad, cs.key, cs.differences, frozenset({0})).config.server
-    for key in (head, worker):
-        argv = getattr(bad, key)
-        assert argv[argv.index("--moe-backend") + 1] == "cutlass", (key, argv)
-        assert argv.count("--moe-backend") == 1
+
+    def on_every_node(server: Any) -> None:
+        for key in (head, worker):
+            argv = getattr(server, key)
+            assert argv[argv.index("--moe-backend") + 1] == "cutlass", (key, argv)
+            assert argv.count("--moe-backend") == 1
+
+    on_every_node(cs.bad.config.server)  # BAD as given, then BAD's trial as configs starts it
+    on_every_node(
+        _trial_setup(cs.good, cs.bad, cs.key, cs.differences, frozenset({0})).config.server
+    )
