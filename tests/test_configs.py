@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -344,3 +345,53 @@ def test_the_keep_workflow_runs_as_written_and_commits_its_ledger(
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert json.loads(shown)["entries"][f"nightly-{sha}"]["digest"] == index
+
+
+@pytest.mark.parametrize("launcher", ["slurm", "kubernetes"])
+def test_the_glm_configs_show_the_flag_path_beside_the_commit_path(
+    launcher: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GLM case was settled by one flag: each GLM config prints the `configs` line of
+    its companion (the same setup with `--moe-backend marlin` on every node: GOOD), and
+    that line's BAD puts cutlass in its place on the head and on the other node alike
+    (issue 49 item 6)."""
+    from llm_bisect.delta import Difference
+    from llm_bisect.services.configs import _trial_setup, configs_setup
+
+    monkeypatch.setenv("HF_TOKEN", "hf_glmFlagPath1")
+    monkeypatch.chdir(ROOT)
+    main = ROOT / "configs" / f"glm-5.3-mxfp4-dp8-ep8-gb200-{launcher}.yaml"
+    companion = main.with_name(f"{main.stem}-marlin.yaml")
+    lines = [line[1:].strip() for line in main.read_text().splitlines()
+             if line.startswith("#   llm-bisect configs ")]  # fmt: skip
+    assert lines and lines[0] in companion.read_text(), lines
+    words = shlex.split(lines[0])
+    assert words[:3] == ["llm-bisect", "configs", f"configs/{companion.name}"], words
+    bad_arg = words[words.index("--bad-arg") + 1]
+    assert bad_arg == "--moe-backend cutlass"
+    # the companion is the commit path's config but for GOOD's flag, on every node
+    head, worker = ("command", "worker_command") if launcher == "slurm" else ("args", "worker_args")
+    own, good = load_config(main), load_config(companion)
+    expected = own.server.model_dump()
+    for key in (head, worker):
+        argv = list(expected[key])
+        at = argv.index("--enable-expert-parallel") + 1
+        expected[key] = [*argv[:at], "--moe-backend", "marlin", *argv[at:]]
+    assert good.server.model_dump() == expected
+    assert good.model_dump(exclude={"server"}) == own.model_dump(exclude={"server"})
+    repo = History(tmp_path, {}, 1).repo  # a clone of the engine, as candidates.repo is
+    cs = configs_setup(Path(words[2]), dict(os.environ), good_file=None, bad_file=None,
+                       bad_args=bad_arg.split(), repo=repo)  # fmt: skip
+    marlin, cutlass = ("--moe-backend", "marlin"), ("--moe-backend", "cutlass")
+    assert cs.differences == [Difference("flag", "--moe-backend", marlin, cutlass)]
+
+    def on_every_node(server: Any) -> None:
+        for key in (head, worker):
+            argv = getattr(server, key)
+            assert argv[argv.index("--moe-backend") + 1] == "cutlass", (key, argv)
+            assert argv.count("--moe-backend") == 1
+
+    on_every_node(cs.bad.config.server)  # BAD as given, then BAD's trial as configs starts it
+    on_every_node(
+        _trial_setup(cs.good, cs.bad, cs.key, cs.differences, frozenset({0})).config.server
+    )

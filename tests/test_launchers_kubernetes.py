@@ -454,9 +454,10 @@ def publish(
     repo: str,
     missing: frozenset[int] = frozenset(),
     env: Mapping[str, str] | None = None,
+    tag: str = "{sha}",
 ) -> None:
     """One image per commit in the registry, its sim-engine.json from the commit (and `env`
-    in its config)."""
+    in its config), tagged `tag` (`nightly-{sha}`)."""
     nonce = uuid.uuid4().hex
     for i, sha in enumerate(h.shas):
         if i in missing:
@@ -469,7 +470,8 @@ def publish(
         )
         labels = {"ai.vllm.build.commit": sha, "test-nonce": nonce}  # an image of its own:
         settings = json.loads(shown.stdout)
-        registry.image(repo, settings, labels=labels, tag=sha, env=env)  # pulled anew
+        tagged = tag.format(sha=sha)
+        registry.image(repo, settings, labels=labels, tag=tagged, env=env)  # pulled anew
 
 
 def sim_k8s_server(image: str, kubeconfig: Path, **over: Any) -> dict[str, Any]:
@@ -1718,4 +1720,59 @@ def test_the_standin_finds_an_indexed_jobs_head_by_name_and_orphans_its_pods_as_
     for pod in pods.items:
         core.delete_namespaced_pod(pod.metadata.name, "default")
     core.delete_namespaced_service("llm-bisect-two-node-test", "default")
+    assert nothing_left(standin)
+
+
+@pytest.mark.docker
+def test_init_for_kubernetes_writes_a_config_whose_printed_commands_find_the_culprit(
+    standin: StandIn,
+    registry: LocalRegistry,
+    history: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`init --launcher kubernetes` from two nightly images, as a user runs it: its namespace,
+    pull Secret and HF_TOKEN's Secret (never in the file) reach the pods; the lines it
+    prints bisect on the stand-in. The test adds only what points at the stand-in (its
+    kubeconfig) and gives the pods this machine's Python (host paths); issue 49 item 6."""
+    h: History = history({2: "garbled-math"}, n=3)
+    repo = f"sim/k8s-{uuid.uuid4().hex[:6]}"
+    publish(registry, h, repo, tag="nightly-{sha}")
+    standin.secrets[("llm-bisect", "hf-token")] = {"value": PLANTED}
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    image = f"{registry.host}/{repo}"
+    sim = [PYTHON, "-m", "llm_bisect.sim", "--engine-file", "/engine/sim-engine.json",
+           "--commit", "{commit}", "--port", "{port}", "--host", "0.0.0.0"]  # fmt: skip
+    code, output = invoke(
+        "init", "--launcher", "kubernetes", "--namespace", "llm-bisect",
+        "--image-pull-secret", "regcred", "--good", f"{image}:nightly-{h.shas[0]}",
+        "--bad", f"{image}:nightly-{h.shas[-1]}", "--repo", str(h.repo), "--",
+        f"HF_TOKEN={PLANTED}", "PYTHONPATH=/src", *sim,
+    )  # fmt: skip
+    assert code == 0, output
+    written = work / "llm-bisect.yaml"
+    assert PLANTED not in written.read_text() + output
+    data = yaml.safe_load(written.read_text())
+    stand_in = sim_k8s_server("", standin.kubeconfig(tmp_path / "kc"))
+    for key in ("kubeconfig", "host_paths", "shm_size", "ready_timeout", "stop_timeout"):
+        data["server"][key] = stand_in[key]
+    write_config(written, {**data, "localize": False})
+    printed = [line.strip() for line in output.splitlines() if line.startswith("  llm-bisect ")]
+    assert printed == ["llm-bisect candidates llm-bisect.yaml",
+                       "llm-bisect run llm-bisect.yaml --out bisect-run"]  # fmt: skip
+    for line in printed:
+        code, output = invoke(*line.split()[1:])
+        assert code == 0, output
+    result = json.loads((work / "bisect-run" / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[2], result["status"]
+    job = json.loads(next((work / "bisect-run" / "probes").rglob("job.json")).read_text())
+    kubernetes_validate.validate(job, KUBERNETES_VERSION, strict=True)
+    assert job["metadata"]["namespace"] == "llm-bisect"
+    assert job["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert standin.started_env[0]["HF_TOKEN"] == PLANTED
+    for path in (work / "bisect-run").rglob("*"):
+        if path.is_file():
+            assert PLANTED.encode() not in path.read_bytes(), path
     assert nothing_left(standin)

@@ -609,3 +609,54 @@ def test_a_job_that_is_ending_is_said_by_why_it_ended(tmp_path: Path) -> None:
     calls.write_text("")
     far = iter([0.0, 10_000.0])
     assert slurm.settled("7", first, lambda: next(far), slept.append).state == "COMPLETING"
+
+
+def test_init_for_slurm_writes_a_config_whose_printed_commands_find_the_culprit(
+    cluster: None, tmp_path: Path
+) -> None:
+    """`init --launcher slurm` as a user runs it: the lines it prints, pasted in its folder,
+    bisect through real sbatch (the job takes the shell's environment: HF_TOKEN never in
+    the file); issue 49 item 6."""
+    from helpers import cli_on_path
+    from test_starter import llm_bisect
+
+    h = History(tmp_path, {2: "degenerate-reasoning"}, 4)
+    env = {**cli_on_path(tmp_path / "bin"), "HF_TOKEN": "hf_slurmInitToken77"}
+    work = tmp_path / "work"
+    work.mkdir()
+    code, _, err = llm_bisect(
+        "init", "--launcher", "slurm", "--good", h.shas[0], "--bad", h.shas[-1],
+        "--repo", str(h.repo), "--", "HF_TOKEN=hf_slurmInitToken77", *h.config_command(),
+        cwd=work, env=env,
+    )  # fmt: skip
+    assert code == 0, err
+    text = (work / "llm-bisect.yaml").read_text()
+    assert "hf_slurmInitToken77" not in text and "launcher: slurm" in text
+    assert "gpus_per_node:" not in text.replace("# gpus_per_node", "")  # unknown: left to fill
+    printed = [line.strip() for line in err.splitlines() if line.startswith("  llm-bisect ")]
+    for line in printed:
+        code, out, err = llm_bisect(*shell_words(line, work)[1:], cwd=work, env=env)
+        assert code == 0, out + err
+    result = json.loads((work / "bisect-run" / "result.json").read_text())
+    assert result["culprit"]["commit"] == h.shas[2], result["status"]
+    assert all("sbatch " in p["fingerprint"]["command"] for p in result["probes"])
+    assert our_jobs() == []
+
+
+def test_candidates_shows_a_two_node_probes_worker_command_too(
+    cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GLM config: the head serves, the other node runs headless from rank 4; both
+    lines are what the nodes run (issue 49 item 6)."""
+    h = History(tmp_path, {}, 1)
+    monkeypatch.setenv("HF_TOKEN", "hf_candidatesToken1")
+    config = ROOT / "configs" / "glm-5.3-mxfp4-dp8-ep8-gb200-slurm.yaml"
+    ends = ["--repo", str(h.repo), "--good", h.shas[0], "--bad", h.shas[1]]
+    code, output = invoke("candidates", str(config), *ends)
+    assert code == 0, output
+    lines = output.splitlines()
+    (head,) = [line for line in lines if line.startswith("server: vllm serve ")]
+    (worker,) = [line for line in lines if line.startswith("worker: vllm serve ")]
+    assert "--headless" not in head and "--port '{port}'" in head
+    assert worker.endswith("--headless --data-parallel-start-rank 4 (the other node of each probe)")
+    assert "--data-parallel-address '{head}'" in worker

@@ -8,6 +8,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import jsonschema
 import pytest
 import yaml
 
@@ -181,3 +182,99 @@ def test_init_keeps_a_registrys_port_in_the_image_of_each_commit(good: str, imag
     assert wheel["image"] == good  # the good end's image, as given, serves each wheel
     with pytest.raises(ConfigError, match="--bad: not an image reference"):
         render(Start(good, "Vllm/X:1", start.serve, "vllm"))
+
+
+GLM = ["RedHatAI/GLM-5.3-MXFP4", "--data-parallel-size", "8", "--enable-expert-parallel"]
+
+
+def test_init_for_kubernetes_writes_a_two_node_dp_ep_probe_as_a_leaderworkerset(
+    tmp_path: Path,
+) -> None:
+    """The GLM case (DP8+EP8, two 4-GPU nodes a probe) in one line: namespace, pull Secret,
+    GPUs per pod, the head serving and the worker headless from rank 4; HF_TOKEN from a
+    Secret, never in the file (issue 49 item 6)."""
+    from kubeapi import lws_schema
+    from llm_bisect.launchers.kubernetes import KubernetesServerConfig
+    from test_launchers_kubernetes import group
+
+    env = cli_on_path(tmp_path / "bin")
+    code, out, err = llm_bisect(
+        "init", "--launcher", "kubernetes", "--nodes", "2", "--namespace", "llm-bisect",
+        "--image-pull-secret", "regcred", "--good", "vllm/vllm-openai:v0.29.0",
+        "--bad", "vllm/vllm-openai:v0.30.0", "-o", "glm.yaml", "--",
+        f"HF_TOKEN={SECRET}", "NCCL_MNNVL_ENABLE=1", "vllm", "serve", *GLM,
+        cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert code == 0, err
+    text = (tmp_path / "glm.yaml").read_text()
+    assert SECRET not in text + out + err
+    assert "kubectl -n llm-bisect create secret generic hf-token" in err, err
+    server = parse_config(yaml.safe_load(text)).server
+    dumped = server.model_dump()
+    assert (dumped["namespace"], dumped["image_pull_secrets"]) == ("llm-bisect", ["regcred"])
+    assert (dumped["nodes"], dumped["gpus"], dumped["entrypoint"]) == (2, 4, ["vllm", "serve"])
+    assert dumped["secret_env"] == {"HF_TOKEN": {"secret": "hf-token", "key": "value"}}
+    assert dumped["env"] == {"NCCL_MNNVL_ENABLE": "1"}
+    assert isinstance(server, KubernetesServerConfig)
+    (lws,) = group(server, "leaderworkerset")
+    jsonschema.validate(lws, lws_schema())
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    leader = template["leaderTemplate"]["spec"]["containers"][0]
+    worker = template["workerTemplate"]["spec"]["containers"][0]
+    assert leader["args"][:4] == GLM and worker["args"][:4] == GLM
+    for args in (leader["args"], worker["args"]):
+        assert "--enable-expert-parallel" in args and "$(LWS_LEADER_ADDRESS)" in args
+        assert args[args.index("--data-parallel-size-local") + 1] == "4"
+    assert "--headless" in worker["args"] and "--headless" not in leader["args"]
+    assert worker["args"][worker["args"].index("--data-parallel-start-rank") + 1] == "4"
+    assert leader["args"][-4:] == ["--host", "0.0.0.0", "--port", "8000"]
+    assert leader["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    pod = template["leaderTemplate"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def test_what_init_leaves_to_the_user_is_named_by_the_first_command_until_filled(
+    tmp_path: Path,
+) -> None:
+    """No --namespace: a placeholder that `candidates` names in one line; Slurm of two
+    images: the commits they were built from (pyxis runs each commit's image)."""
+    env = cli_on_path(tmp_path / "bin")
+    cases = [
+        (["--launcher", "kubernetes", "--good", "vllm/vllm-openai:v0.29.0",
+          "--bad", "vllm/vllm-openai:v0.30.0"], "server.namespace: fill in '<edit: your "),
+        (["--launcher", "slurm", "--good", "vllm/vllm-openai:v0.29.0",
+          "--bad", "vllm/vllm-openai:v0.30.0"], "candidates.good: fill in '<edit: the commit "),
+    ]  # fmt: skip
+    for i, (args, said) in enumerate(cases):
+        name = f"c{i}.yaml"
+        code, _, err = llm_bisect("init", *args, "-o", name, "--", "vllm", "serve", "M",
+                                  cwd=tmp_path, env=env)  # fmt: skip
+        assert code == 0 and "fill in each `<edit: ...>`" in err, err
+        code, _, err = llm_bisect("candidates", name, cwd=tmp_path, env=env)
+        assert code == 2 and said in err and err.count("\n") == 1, err
+        assert "Traceback" not in err
+    text = (tmp_path / "c1.yaml").read_text()
+    server = yaml.safe_load(text)["server"]
+    assert server["container_image"] == "vllm/vllm-openai:nightly-{commit}"
+    assert server["command"][:3] == ["vllm", "serve", "M"]
+
+
+def test_init_refuses_a_launcher_that_cannot_run_what_it_was_given(tmp_path: Path) -> None:
+    env = cli_on_path(tmp_path / "bin")
+    serve = ["--", "vllm", "serve", "M", "--data-parallel-size", "8"]
+    images = ["--good", "img/x:1", "--bad", "img/x:2"]
+    cases = [
+        (["--launcher", "kubernetes", "--good", "a", "--bad", "b"], "runs images"),
+        (["--launcher", "docker", "--good", "a", "--bad", "b"], "runs images"),
+        (["--launcher", "process", *images], "commits or wheels"),
+        (["--launcher", "kube", *images], "--launcher: one of"),
+        (["--launcher", "kubernetes", "--nodes", "3", *images], "--nodes 3"),
+        (["--nodes", "2", *images], "with --launcher slurm or kubernetes"),
+        (["--launcher", "slurm", "--namespace", "ns", "--good", "a", "--bad", "b"],
+         "with --launcher kubernetes"),
+    ]  # fmt: skip
+    for args, said in cases:
+        code, _, err = llm_bisect("init", *args, *serve, cwd=tmp_path, env=env)
+        assert code == 2 and said in err and err.count("\n") == 1, (args, err)
+        assert not (tmp_path / "llm-bisect.yaml").exists(), args

@@ -783,6 +783,11 @@ def candidates_cmd(
         argv = getattr(server, field)
         words = printable(shlex.join(shown(a) for a in argv))
         term.out(f"server: {words} (ready within {server.ready_timeout:g}s)")
+        worker, nodes = LAUNCHERS[server.launcher].shown_worker, getattr(server, "nodes", 1)
+        if worker is not None and nodes > 1:  # the other nodes' line, {head} the head's address
+            others = printable(shlex.join(shown(a) for a in getattr(server, worker) or argv))
+            which = "the other node" if nodes == 2 else f"the other {nodes - 1} nodes"
+            term.out(f"worker: {others} ({which} of each probe)")
         missing = 0
         with s.launcher("candidates") as launcher:
             for i, c in enumerate(plan.candidates):
@@ -1122,6 +1127,38 @@ def init_cmd(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="The config to write (never overwritten).")
     ] = Path("llm-bisect.yaml"),
+    launcher: Annotated[
+        str | None,
+        typer.Option(
+            "--launcher",
+            help="docker, process, slurm or kubernetes (default: docker for two images, "
+            "process for commits or wheels).",
+        ),
+    ] = None,
+    nodes: Annotated[
+        int,
+        typer.Option(
+            "--nodes",
+            min=1,
+            help="Nodes a probe spans (slurm, kubernetes: 2 for "
+            "vLLM's data-parallel ranks over two nodes).",
+        ),
+    ] = 1,
+    gpus_per_node: Annotated[
+        int | None,
+        typer.Option(
+            "--gpus-per-node",
+            min=0,
+            help="GPUs of each node of a probe (default: from vLLM's parallel sizes; 0: none).",
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", help="Kubernetes: the namespace of the probes.")
+    ] = None,
+    pull_secret: Annotated[
+        str | None,
+        typer.Option("--image-pull-secret", help="Kubernetes: a private registry's pull Secret."),
+    ] = None,
 ) -> None:
     """Write a commented config from two builds and the serve command, and say what next.
 
@@ -1136,13 +1173,15 @@ def init_cmd(
 
     def body(term: Terminal) -> int:
         served = starter.parse_serve(serve or [])
-        text, what = starter.render(starter.Start(good, bad, served, repo))
-        parse_config(yaml.safe_load(text))  # what it writes validates
+        place = starter.Place(launcher, nodes, gpus_per_node, namespace, pull_secret)
+        start = starter.Start(good, bad, served, repo, place)
+        text, what = starter.render(start)
+        parse_config(starter.stand_ins(yaml.safe_load(text)))  # what it writes validates
         if output.exists():
             raise ConfigError(f"{output} exists: pick another --output (init never overwrites)")
         prepare(output.parent, "--output")
         output.write_text(text)
-        term.say(f"wrote {output} ({what}); {starter.first_steps(served.env)}; then:")
+        term.say(f"wrote {output} ({what}); {starter.first_steps(text, start)}; then:")
         for line in starter.next_commands(str(output)):
             term.say(f"  {line}")
         return 0

@@ -63,6 +63,7 @@ from .yamlfile import (
     load_yaml as load_yaml,
     not_json as not_json,
     nul_at as nul_at,
+    placeholder_at as placeholder_at,
     read_yaml as read_yaml,
 )
 
@@ -796,6 +797,9 @@ def parse_config(data: Any) -> Config:
     nul = nul_at(data)
     if nul is not None:
         raise ConfigError(f"{nul}: holds a NUL byte (no path, argument or variable can)")
+    held = placeholder_at(data)
+    if held is not None:
+        raise ConfigError(f"{held[0]}: fill in {held[1]!r} (a value `llm-bisect init` left to you)")
     server = data.get("server")
     if isinstance(server, dict) and "launcher" not in server:
         data = {**data, "server": {**server, "launcher": "process"}}

@@ -338,6 +338,9 @@ class LauncherKind:
     shown_argv: str | None = None
     """The `server:` field `candidates` prints as the server's command line; None: `command`
     where it has one, else `args`."""
+    shown_worker: str | None = None
+    """The `server:` field `candidates` prints as the command line of a multi-node probe's
+    other nodes (`worker_command`; unset: the head's); None: a probe is one node."""
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ a request body can hold (JSON), no NUL; ConfigError naming what is wrong."""
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +41,26 @@ def not_json(value: Any, where: str = "") -> str | None:
 
 def nul_at(value: Any, where: str = "") -> str | None:
     """The key of a string holding a NUL byte (no path, argument or variable can), or None."""
+    found = string_at(value, lambda s: "\0" in s, where, keys=True)
+    return None if found is None else found[0]
+
+
+PLACEHOLDER = re.compile(r"<edit: [^<>]*>")
+"""A value `llm-bisect init` writes where only the user knows it (`<edit: your namespace>`)."""
+
+
+def placeholder_at(value: Any) -> tuple[str, str] | None:
+    """(its key, the placeholder) of a value still `init`'s placeholder, or None."""
+    return string_at(value, lambda s: PLACEHOLDER.fullmatch(s) is not None)
+
+
+def string_at(
+    value: Any, test: Callable[[str], bool], where: str = "", keys: bool = False
+) -> tuple[str, str] | None:
+    """(its key, the string) of the first string the test holds for (`keys`: a key's
+    own string too), or None."""
     if isinstance(value, str):
-        return (where or "the value") if "\0" in value else None
+        return (where or "the value", value) if test(value) else None
     items = (
         value.items()
         if isinstance(value, dict)
@@ -50,9 +70,9 @@ def nul_at(value: Any, where: str = "") -> str | None:
     )
     for k, item in items:
         key = f"{where}.{k}" if where else str(k)
-        if isinstance(k, str) and "\0" in k:
-            return key
-        found = nul_at(item, key)
+        if keys and isinstance(k, str) and test(k):
+            return key, k
+        found = string_at(item, test, key, keys)
         if found is not None:
             return found
     return None

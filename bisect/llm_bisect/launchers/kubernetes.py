@@ -2524,5 +2524,6 @@ KIND = LAUNCHERS.register(
         placement=frozenset({"secret_env_read"}),  # what is masked, never what is answered
         cache_place="configured",  # a pod's node has no folder of this machine's home
         cache_mount=_cache_mount,
+        shown_worker="worker_args",
     )
 )

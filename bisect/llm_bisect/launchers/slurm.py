@@ -903,5 +903,6 @@ KIND = LAUNCHERS.register(
         reap=reap_node,
         cache_place="node",
         cache_mount=_cache_mount,
+        shown_worker="worker_command",
     )
 )

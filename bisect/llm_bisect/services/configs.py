@@ -62,6 +62,7 @@ from ..delta import (
     Outcome,
     apply,
     differences,
+    flag_groups,
     lie_rate,
     next_trial,
 )
@@ -201,13 +202,24 @@ def _compare(good: Setup, bad: Setup) -> tuple[str, list[Difference]]:
     g = good.config.server.model_dump()
     b = bad.config.server.model_dump()
     key = _argv_key(g)
-    for name in sorted({*g, *b} - {key, "env"}):
+    worker = f"worker_{key}"  # a multi-node probe's other nodes: the head's differences
+    for name in sorted({*g, *b} - {key, worker, "env"}):
         if g.get(name) != b.get(name):
             raise ConfigError(
                 f"--bad-server: server.{name} differs from GOOD's: only the flags "
                 f"(server.{key}) and server.env may differ"
             )
-    return key, differences(g[key] or [], b[key] or [], g["env"], b["env"])
+    found = differences(g[key] or [], b[key] or [], g["env"], b["env"])
+    every = frozenset(range(len(found)))
+    if (g.get(worker) is None) != (b.get(worker) is None) or (
+        g.get(worker) is not None
+        and flag_groups(b[worker]) != flag_groups(apply(g[worker], {}, found, every)[0])
+    ):
+        raise ConfigError(
+            f"--bad-server: server.{worker} differs from GOOD's other than by the flags "
+            f"server.{key} differs by (every node runs the setup the head runs)"
+        )
+    return key, found
 
 
 def _digest(build: str, diffs: list[Difference], config: str) -> str:
@@ -217,8 +229,16 @@ def _digest(build: str, diffs: list[Difference], config: str) -> str:
     return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
 
 
-def _trial_setup(s: Setup, bad: Setup, key: str, argv: list[str], env: dict[str, str]) -> Setup:
-    server = s.config.server.model_copy(update={key: argv, "env": env})
+def _trial_setup(
+    s: Setup, bad: Setup, key: str, diffs: Sequence[Difference], subset: frozenset[int]
+) -> Setup:
+    """GOOD with the differences in `subset` made as BAD has them, on every node."""
+    given = s.config.server.model_dump()
+    argv, env = apply(given[key] or [], given["env"], diffs, subset)
+    update: dict[str, Any] = {key: argv, "env": env}
+    if given.get(f"worker_{key}") is not None:  # a multi-node probe's other nodes
+        update[f"worker_{key}"] = apply(given[f"worker_{key}"], {}, diffs, subset)[0]
+    server = s.config.server.model_copy(update=update)
     names = sorted({*s.secret_names, *bad.secret_names, *secret_names(env)})
     return replace(
         s,
@@ -324,9 +344,20 @@ def inline_bad(
 ) -> dict[str, Any]:
     """BAD as GOOD's server with `words` (`--moe-backend cutlass`, `--enforce-eager`) and
     `env` put in: a flag GOOD sets takes BAD's value, another is added; each value is
-    literal (a brace is written twice in a command: `{port}` is a placeholder)."""
+    literal (a brace is written twice in a command: `{port}` is a placeholder). A
+    multi-node probe's other nodes (`worker_command`, `worker_args`) get them too: every
+    rank runs BAD's setup."""
     key = "command" if good.get("command") else "args"
-    argv = [str(w) for w in good.get(key) or []]
+    bad = {**good, key: _put(good.get(key) or [], words)}
+    if good.get(f"worker_{key}"):
+        bad[f"worker_{key}"] = _put(good[f"worker_{key}"], words)
+    merged = {**dict(good.get("env") or {}), **{k: literal(v) for k, v in env.items()}}
+    return {**bad, "env": merged}
+
+
+def _put(given: Sequence[Any], words: Sequence[str]) -> list[str]:
+    """An argument list with `words`' flags put in (see inline_bad)."""
+    argv = [str(w) for w in given]
     i = 0
     while i < len(words):
         flag = words[i]
@@ -346,8 +377,7 @@ def inline_bad(
         while "=" not in argv[at] and end < len(argv) and not argv[end].startswith("-"):
             end += 1  # GOOD's own values of the flag, which BAD's replace
         argv[at:end] = [literal(flag), *values]
-    merged = {**dict(good.get("env") or {}), **{k: literal(v) for k, v in env.items()}}
-    return {**good, key: argv, "env": merged}
+    return argv
 
 
 def configs_setup(
@@ -417,8 +447,6 @@ def run_configs(
                                         cs.scrub)  # fmt: skip
     candidate = cs.build[1] if cs.build and cs.build[0] == build else s.resolve(build, "--build")
     digest = _digest(candidate.commit, diffs, config_digest(s.config))
-    good_argv = list(s.config.server.model_dump()[key] or [])
-    good_env = dict(s.config.server.env)
     trials: list[Trial] = []
     outcomes: list[ProbeOutcome] = []  # each trial's probe, in order
     flake, confidence = _flake(s), s.config.search.confidence
@@ -454,8 +482,7 @@ def run_configs(
             trials, step = _decide(trials, len(diffs), flake, confidence)
             while isinstance(step, Need):
                 subset = tuple(sorted(step.subset))
-                argv, env = apply(good_argv, good_env, diffs, step.subset)
-                trial = _trial_setup(s, bad, key, argv, env)
+                trial = _trial_setup(s, bad, key, diffs, step.subset)
                 shown = ", ".join(_shown(diffs[i], names).label for i in subset) or "none (GOOD)"
                 again = sum(1 for t in trials if t.subset == subset)
                 shown += f" (again: its trial {again + 1})" if again else ""
@@ -500,8 +527,7 @@ def run_configs(
         for note in result.notes:
             progress.note(note)
         if isinstance(step, Minimal) and s.config.localize.enabled:
-            argv, env = apply(good_argv, good_env, diffs, frozenset(step.subset))
-            smallest = _trial_setup(s, bad, key, argv, env)
+            smallest = _trial_setup(s, bad, key, diffs, frozenset(step.subset))
             try:
                 located = localize_builds(s, candidate, candidate, out_dir, note=progress.note,
                                           bad_setup=smallest)  # fmt: skip
