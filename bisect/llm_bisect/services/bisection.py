@@ -10,11 +10,12 @@ from pathlib import Path
 
 from ..checks.golden import GoldenStore, load as golden_load
 from ..config import config_digest, server_environment, setting_digests
+from ..cost import of_config
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..posterior import Policy
 from ..probe import ProbeContext, Progress, probe
-from ..report.documents import ResultDocument
+from ..report.documents import Expected, ResultDocument
 from ..runner import RunResult, run, write_probe
 from ..search import Status
 from ..symptom import Symptom
@@ -110,6 +111,8 @@ def _bisect(
     judged_by = (named or out_dir / "golden.json").absolute()
     note = progress.note if progress is not None else (lambda _: None)
     known = known_of(s, plan, note)
+    cost = of_config(config, len(plan.sequence) - 1, find_fix)
+    expected = Expected(starts=round(cost.starts, 1), worst=cost.worst, nodes=cost.nodes)
 
     def bisect(line_good: str, line_bad: str, culprits: int) -> ResultDocument:
         """Several culprits: what remains, on the reverted line, into DIR/continued, naming
@@ -149,13 +152,18 @@ def _bisect(
                     regress=Regress(config.regress),
                     coarse=config.candidates.coarse,
                     context=run_context(s, config).model_copy(
-                        update={"golden": str(judged_by), "out": str(out_dir.absolute())}
+                        update={
+                            "golden": str(judged_by),
+                            "out": str(out_dir.absolute()),
+                            "expected": expected,
+                        }
                     ),
                     given=given,
                     parallel=config.parallel,
                     early_stop=config.probe.early_stop,
                     first=first,
                     symptom=Symptom(config.search.symptom),
+                    priced=s.builder is not None,
                 )
                 for stage in before_confirm():
                     done = stage.apply(stage_run, done)
