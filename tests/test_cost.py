@@ -19,7 +19,9 @@ from helpers import History, probe_order
 from llm_bisect.cli import artifacts_said, cli
 from llm_bisect.cost import _one, estimate, positions, search_cost
 from llm_bisect.launchers import Artifact, price
-from llm_bisect.posterior import EXACT, Policy
+from llm_bisect.model import Candidate, Verdict
+from llm_bisect.posterior import EXACT, Policy, cheapest
+from llm_bisect.search import Mode, Plan, plan_batch
 
 BENCH = Path(__file__).resolve().parent.parent / "scripts" / "bench_noise.py"
 
@@ -129,3 +131,36 @@ def test_run_progress_and_report_give_the_figure_candidates_gave(
     assert made <= expected["worst"] and "1 later" in line and "2 confirmation" in line, line
     assert f"expected about {expected['starts']:.0f}, at most {expected['worst']}" in line
     assert "node-hours (1 node a start" in line
+
+
+# Cost-aware choice: of candidates that tell nearly as much, the cheapest artifact first.
+
+
+def _plan(n: int) -> tuple[Plan, tuple[Candidate, ...]]:
+    seq = tuple(Candidate(f"{i:040x}") for i in range(n))
+    return Plan(Mode.REGRESSION, seq), seq
+
+
+def test_of_candidates_that_tell_nearly_as_much_the_cheapest_is_probed() -> None:
+    plan, seq = _plan(17)
+    seen = {seq[0].commit: [Verdict.GOOD], seq[16].commit: [Verdict.BAD]}
+    assert plan_batch(plan, seen, 1) == [seq[8]]  # the midpoint, as ever
+    # the midpoint a build from source, 7 a download, 6 an image on the node: 6 still tells
+    # 0.95 of a bit (6 of 16 one side), so it goes
+    costs = {c.commit: 2.0 for c in seq} | {seq[7].commit: 1.0, seq[6].commit: 0.0}
+    assert plan_batch(plan, seen, 1, costs=costs) == [seq[6]]
+    # 3 is on the node too, but tells too little (0.7 of a bit): the midpoint's build goes
+    far = {c.commit: 2.0 for c in seq} | {seq[3].commit: 0.0}
+    assert plan_batch(plan, seen, 1, costs=far) == [seq[8]]
+    # the posterior search weighs it the same way
+    auto = replace(Policy(), confirming=True)
+    assert plan_batch(plan, seen, 1, policy=auto) == [seq[8]]
+    assert plan_batch(plan, seen, 1, policy=auto, costs=costs) == [seq[6]]
+    assert plan_batch(plan, seen, 1, policy=auto, costs=far) == [seq[8]]
+
+
+def test_cheapest_keeps_the_gains_within_ten_percent_of_the_best() -> None:
+    scored = [(1.0, 8), (0.95, 6), (0.85, 4)]
+    assert cheapest(scored, None) == [(1.0, 8)]
+    assert cheapest(scored, {8: 2, 6: 1, 4: 0}) == [(0.95, 6)]
+    assert cheapest(scored, {8: 0, 6: 0}) == [(1.0, 8), (0.95, 6)]  # then the better gain
