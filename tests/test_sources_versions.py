@@ -113,7 +113,7 @@ def test_what_deps_downloads_is_said_from_the_index_sizes_before_it_starts() -> 
     assert said == (
         "deps: downloads from https://pypi.org/simple one file of simdep for each release it "
         "probes, at most 2 (452 MB in all: simdep-1.0-py3-none-any.whl, "
-        "simdep-1.1-py3-none-any.whl), and what each needs besides"
+        "simdep-1.1-py3-none-any.whl), installed alone (--no-deps)"
     )
     assert "at least 452 MB (the index lists 2 of their sizes)" in downloads_said(
         "simdep", [one, two, three], tags, "x"

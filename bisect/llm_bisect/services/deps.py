@@ -261,7 +261,7 @@ def downloads_said(
     shown = ", ".join(name for name, _ in files[:3]) + (", ..." if len(files) > 3 else "")
     return (
         f"deps: downloads from {index} one file of {package} for each release it probes, "
-        f"at most {len(files)} ({size}: {shown}), and what each needs besides"
+        f"at most {len(files)} ({size}: {shown}), installed alone (--no-deps)"
     )
 
 
