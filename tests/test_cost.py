@@ -164,3 +164,31 @@ def test_cheapest_keeps_the_gains_within_ten_percent_of_the_best() -> None:
     assert cheapest(scored, None) == [(1.0, 8)]
     assert cheapest(scored, {8: 2, 6: 1, 4: 0}) == [(0.95, 6)]
     assert cheapest(scored, {8: 0, 6: 0}) == [(1.0, 8), (0.95, 6)]  # then the better gain
+
+
+def test_the_progress_denominator_is_the_figure_until_the_run_passes_it() -> None:
+    """`[i/~N]` starts at the expected starts and holds while the search's own (pessimistic)
+    count of what is left would raise it; it grows once the starts made and the stages
+    after the search pass the figure."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from llm_bisect.model import ProbeOutcome
+    from llm_bisect.terminal import Terminal, TerminalProgress
+
+    plan, seq = _plan(13)
+    cost = estimate(12, EXACT, later=1)  # the search, then its 2 trials and 4 more starts
+    err = StringIO()
+    progress = TerminalProgress(Terminal(err=err), console=Console(file=StringIO()))
+    progress.estimate = lambda _: cost
+    progress.planned(plan, 0)
+    figure = round(cost.starts)
+    assert f"expected: about {figure} server starts" in err.getvalue()
+    after = figure - round(cost.search)
+    for i, c in enumerate(seq[: figure - after + 2]):
+        progress.phase(c, "starting", 0.0)
+        progress.finished(c, ProbeOutcome(c.commit, Verdict.GOOD, "", (), {"total": 1.0}))
+        progress.narrowed(12 - i, 8)  # a count of what is left that would raise N at once
+        assert progress.total == max(figure, i + 1 + after), i
+    assert f"[1/~{figure}]" in err.getvalue() and f"[2/~{figure}]" in err.getvalue()

@@ -23,7 +23,6 @@ import typer.core
 from . import __version__, plugins
 from .checks.golden import load as golden_load, schema as golden_schema, warnings as golden_warnings
 from .config import Config, shown
-from .cost import of_config
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
 from .kinds import LAUNCHERS
@@ -37,7 +36,7 @@ from .report.gate import power_said
 from .report.markdown import banner, duration
 from .runner import RunResult, result_of, write_outputs
 from .search import Answer, Mode, Plan, Status
-from .services.bisection import check_one, run_bisect
+from .services.bisection import check_one, of_config, run_bisect
 from .services.configs import configs_setup, run_configs
 from .services.deps import run_deps
 from .services.gate import GATE_FILE, run_gate

@@ -1,6 +1,6 @@
 """What a run will cost before it starts: server starts and, given a start's minutes and the
 server's nodes, time and node-hours. The one figure `candidates`, `run`'s progress (`[i/~N]`)
-and the report give.
+and the report give (services/bisection.of_config: a config's).
 
 Pure: the search's own planner is run against verdicts that never lie, for culprits spread
 evenly over the range, as `scripts/bench_noise.py` runs it at lie rate 0 (the ends, re-probes
@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from .config import Config
 from .model import Candidate, Verdict
 from .posterior import Policy, Start, Trial, next_look
 from .search import Answer, Mode, Plan, plan_batch
@@ -149,8 +148,6 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
     """(probes, rounds, trials) of one search over n + 1 commits whose first bad is `culprit`,
     every verdict true: as bench_noise.searched runs it at lie 0 (placed as the runner places,
     a confirmation's trials weighed where the posterior search stops for them)."""
-    from .runner import pick_slot  # the runner's placement of a probe
-
     plan = Plan(Mode.REGRESSION, tuple(Candidate(f"{i:040x}") for i in range(n + 1)))
     seen: dict[str, list[Verdict]] = {}
     where: dict[str, list[Start]] = {}
@@ -180,7 +177,9 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
         taken: set[int] = set()
         for c in sorted(step, key=lambda c: not seen.get(c.commit)):  # re-probes first
             tried = {s.slot for s in where.get(c.commit, ()) if s.slot is not None}
-            slot = pick_slot(slots, taken, tried)
+            # as runner.pick_slot: the lowest free slot that has not probed it, else the lowest
+            free = [i for i in range(slots) if i not in taken]
+            slot = min((i for i in free if i not in tried), default=free[0])
             taken.add(slot)
             clock += 1
             bad = int(c.commit, 16) >= culprit
@@ -248,19 +247,3 @@ def estimate(
         s.probes, s.rounds, trials, 1 if decisive else 0, 2 if localize else 0, max(1, slots),
         later, worst, worst_rounds, further, max(1, nodes),
     )  # fmt: skip
-
-
-def of_config(config: Config, n: int, find_fix: bool = False) -> Cost:
-    """The cost of a run of `config` over n candidates after the old end: what `candidates`,
-    `run`'s progress and the report say."""
-    return estimate(
-        n,
-        config.search_policy(find_fix),
-        slots=config.parallel,
-        confirm=bool(config.confirm),
-        localize=config.localize.enabled,
-        decisive=config.probe.early_stop,
-        later=0 if find_fix else len(config.candidates.later),
-        culprits=1 if find_fix else config.culprits,
-        nodes=getattr(config.server, "nodes", 1),
-    )

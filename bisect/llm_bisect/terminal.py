@@ -164,9 +164,10 @@ class TerminalProgress:
         with self._lock:
             self.left, self.probes_left = left, probes_left
             self.total = self.step - len(self.flights) + probes_left
-            if self.cost is not None:  # and the stages after the search; never below the figure
+            if self.cost is not None:  # the figure, until the starts so far and the stages
+                # after the search pass it (the search's own count of what is left is a bound)
                 after = round(self.cost.starts - self.cost.search)
-                self.total = max(round(self.cost.starts), self.total + after)
+                self.total = max(round(self.cost.starts), self.step + after)
 
     def eta(self) -> float | None:
         """Seconds until the answer at the mean probe time so far, `slots` at a time; None

@@ -9,8 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..checks.golden import GoldenStore, load as golden_load
-from ..config import config_digest, server_environment, setting_digests
-from ..cost import of_config
+from ..config import Config, config_digest, server_environment, setting_digests
+from ..cost import Cost, estimate
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..posterior import Policy
@@ -181,6 +181,22 @@ def _bisect(
         for line in next_steps(done.result):
             note(line)
         return done
+
+
+def of_config(config: Config, n: int, find_fix: bool = False) -> Cost:
+    """What a run of `config` over n candidates after the old end will cost (cost.py): the
+    one figure `candidates`, `run`'s progress and the report give."""
+    return estimate(
+        n,
+        config.search_policy(find_fix),
+        slots=config.parallel,
+        confirm=bool(config.confirm),
+        localize=config.localize.enabled,
+        decisive=config.probe.early_stop,
+        later=0 if find_fix else len(config.candidates.later),
+        culprits=1 if find_fix else config.culprits,
+        nodes=getattr(config.server, "nodes", 1),
+    )
 
 
 def calibrated(policy: Policy, golden: GoldenStore | None) -> Policy:
