@@ -84,6 +84,8 @@ def test_an_artifacts_price_orders_the_node_a_download_and_a_build() -> None:
     assert price(Artifact("img", True, local=True, ready=True)) == 0  # in the engine
     assert price(Artifact("c", True, local=True, route="overlay: x", ready=True)) == 0  # cached
     assert price(Artifact("img", True, size=10, ready=True)) == 1  # a pull
+    assert price(Artifact("img", True, size=10, route="image: x", ready=True)) == 1
+    assert price(Artifact("d", True, route="overlay: x", ready=True)) == 0  # cached, no image yet
     assert price(Artifact("c", True, local=True, route="wheel: x", ready=True)) == 1
     assert price(Artifact("c", True, local=True, route="overlay: x")) == 2  # from source
 

@@ -44,7 +44,10 @@ def price(art: Artifact) -> int:
         return 2
     if art.route.startswith("wheel:") or art.available is None:
         return 1
-    return 0 if art.local or art.route else 1
+    if art.local:
+        return 0
+    # ready, not on the node: a build in the cache (not yet an image), else an image to pull
+    return 0 if art.route and not art.route.startswith("image:") else 1
 
 
 INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
