@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from .model import Candidate, Verdict
 from .posterior import Policy, Start, Trial, next_look
 from .search import Answer, Mode, Plan, plan_batch
 
-SAMPLES = 24
-"""Culprit positions averaged over: the middle of SAMPLES equal strata of 1..n-1 (every
-position where there are no more)."""
+EVERY = 64
+"""Ranges of up to this many culprit positions are averaged over every one."""
+SAMPLES = 40
+"""Culprit positions averaged over in a longer range: the middle of SAMPLES equal strata of
+1..n-1."""
 
 
 @dataclass(frozen=True)
@@ -160,13 +163,23 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
             _, go_on = next_look(policy.looks, step.culprit.commit)
             if not go_on:
                 return probes, rounds, trials
-            right = int(step.culprit.commit, 16) == culprit
+            at = int(step.culprit.commit, 16)
+            right = at == culprit
+            # placed as services/confirm.trial_slots: away from the slots of the verdicts they
+            # check (the culprit's and its parent's, its trials before), the latest last
+            busy = [x.slot for i in (at - 1, at) for x in where.get(f"{i:040x}", ())]
+            busy += [t.slot for t in policy.evidence if t.commit == step.culprit.commit]
+            recent = {slot: j for j, slot in enumerate(busy) if slot is not None}
+            places = sorted(range(slots), key=lambda x: (x in recent, recent.get(x, -1), x))
             said: list[Trial] = []
             held = (Verdict.GOOD, Verdict.BAD) if right else (Verdict.BAD, Verdict.GOOD)
             for kind, v in zip(("revert", "pick"), held, strict=True):
                 clock += 1  # the revert: good only if it is the culprit; the pick: bad only then
-                said.append(Trial(step.culprit.commit, kind, v, len(said) % slots, clock))
-            trials, rounds = trials + 2, rounds + (1 if slots > 1 else 2)
+                said.append(Trial(step.culprit.commit, kind, v, places[len(said) % slots], clock))
+                if slots == 1 and v is not Verdict.GOOD:
+                    break  # one slot: the pick only after a good revert
+            trials += len(said)
+            rounds += 1 if slots > 1 else len(said)
             policy = replace(
                 policy,
                 evidence=(*policy.evidence, *said),
@@ -189,12 +202,15 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
 
 
 def positions(n: int) -> list[int]:
-    """The culprits a search over n + 1 commits is averaged over: the middle of each of
-    SAMPLES equal strata of 1..n-1, where bench_noise draws them (n itself where n is 1)."""
-    return sorted({min(max(1, n - 1), 1 + int((j + 0.5) * (n - 1) / SAMPLES))
-                   for j in range(SAMPLES)})  # fmt: skip
+    """The culprits a search over n + 1 commits is averaged over: every one of 1..n-1, where
+    bench_noise draws them (n itself where n is 1), or in a range of more than EVERY the
+    middle of each of SAMPLES equal strata."""
+    if n - 1 <= EVERY:
+        return list(range(1, n)) or [1]
+    return sorted({1 + int((j + 0.5) * (n - 1) / SAMPLES) for j in range(SAMPLES)})
 
 
+@lru_cache(maxsize=8)  # a run asks twice: for its progress and its report
 def searched(n: int, policy: Policy, slots: int) -> Searched:
     """The search over n + 1 commits (ends included) when every verdict is true, over culprits
     spread evenly in 1..n."""
