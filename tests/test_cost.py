@@ -133,6 +133,8 @@ def test_run_progress_and_report_give_the_figure_candidates_gave(
     assert made <= expected["worst"] and "1 later" in line and "2 confirmation" in line, line
     assert f"expected about {expected['starts']:.0f}, at most {expected['worst']}" in line
     assert "node-hours (1 node a start" in line
+    page = (out / "report.html").read_text()  # its top says the same
+    assert f"cost: {made} server starts" in page and f"at most {expected['worst']}" in page
 
 
 # Cost-aware choice: of candidates that tell nearly as much, the cheapest artifact first.
