@@ -89,6 +89,9 @@ def test_candidates_shows_each_commits_route_before_anything_runs(
     assert "[overlay: 0 Python files over" in rows[shas["doc"][:12]]
     assert "[overlay: 1 Python files over" in rows[shas["fault"][:12]]
     assert "[command: " in rows[shas["kernel"][:12]]
+    # the builds from source it will make are listed (nothing is cached yet)
+    builds = next(line for line in output.splitlines() if line.startswith("builds: "))
+    assert shas["kernel"][:12] in builds and shas["fault"][:12] in builds, builds
     code, output = invoke("candidates", str(config(toy, tmp_path, command=False)))
     assert code == 0, output
     kernel = next(line for line in output.splitlines() if shas["kernel"][:12] in line)

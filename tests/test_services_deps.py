@@ -85,6 +85,10 @@ def test_the_first_bad_release_is_named_and_one_that_will_not_install_is_skip(
         result = CliRunner().invoke(cli, argv)
         assert result.exit_code == 0, result.output
         assert "first bad version: SimDep 1.1.post1" in result.output
+        # what it downloads, said before the first probe (a PEP 503 page lists no sizes)
+        said = result.output.index(f"deps: downloads from {url}/simple one file of SimDep")
+        assert said < result.output.index("[1/"), result.output
+        assert "sizes not listed by the index" in result.output[said:].splitlines()[0]
         doc = json.loads((out / "result.json").read_text())
         assert doc["first_bad_version"] == "1.1.post1"
         assert doc["culprit"]["subject"] == "simdep 1.1.post1"

@@ -23,6 +23,7 @@ from llm_bisect.sources.picks import STAMP
 from llm_bisect.sources.versions import (
     Release,
     between,
+    download,
     index_releases,
     installable,
     parse_index,
@@ -90,6 +91,33 @@ def test_a_json_page_reads_the_same() -> None:
     assert [str(r) for r in between(releases, "0.6.16", "0.6.17.dev0")] == [
         "0.6.16.post1", "0.6.16.post3", "0.6.17.dev0",
     ]  # fmt: skip
+
+
+def test_what_deps_downloads_is_said_from_the_index_sizes_before_it_starts() -> None:
+    """PEP 700 sizes: the file an install takes of each release, and their sum, said first
+    (`deps` never asks: CI has no terminal)."""
+    from llm_bisect.services.deps import downloads_said
+
+    doc = {"files": [
+        {"filename": "simdep-1.0.tar.gz", "size": 1_000},
+        {"filename": "simdep-1.0-cp311-cp311-win_amd64.whl", "size": 5_000_000},
+        {"filename": "simdep-1.0-py3-none-any.whl", "size": 200_000_000},
+        {"filename": "simdep-1.1-py3-none-any.whl", "size": 252_000_000},
+        {"filename": "simdep-1.2-py3-none-any.whl"},
+    ]}  # fmt: skip
+    one, two, three = parse_index(json.dumps(doc).encode(), "simdep")
+    tags = frozenset({"py3-none-any"})
+    assert download(one, tags) == ("simdep-1.0-py3-none-any.whl", 200_000_000)
+    assert download(one, frozenset({"cp312-cp312-linux"})) == ("simdep-1.0.tar.gz", 1_000)
+    said = downloads_said("simdep", [one, two], tags, "https://pypi.org/simple")
+    assert said == (
+        "deps: downloads from https://pypi.org/simple one file of simdep for each release it "
+        "probes, at most 2 (452 MB in all: simdep-1.0-py3-none-any.whl, "
+        "simdep-1.1-py3-none-any.whl), installed alone (--no-deps)"
+    )
+    assert "at least 452 MB (the index lists 2 of their sizes)" in downloads_said(
+        "simdep", [one, two, three], tags, "x"
+    )
 
 
 @pytest.mark.parametrize(

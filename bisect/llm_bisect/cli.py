@@ -26,7 +26,7 @@ from .config import Config, shown
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
 from .kinds import LAUNCHERS
-from .launchers import Artifact
+from .launchers import Artifact, price
 from .model import Candidate, Verdict
 from .outdir import claim, hold, prepare
 from .places import doubted
@@ -35,8 +35,8 @@ from .report.documents import ResultDocument, schemas
 from .report.gate import power_said
 from .report.markdown import banner, duration
 from .runner import RunResult, result_of, write_outputs
-from .search import Answer, Plan, Status
-from .services.bisection import check_one, run_bisect
+from .search import Answer, Mode, Plan, Status
+from .services.bisection import check_one, of_config, run_bisect
 from .services.configs import configs_setup, run_configs
 from .services.deps import run_deps
 from .services.gate import GATE_FILE, run_gate
@@ -256,6 +256,21 @@ def _plan_json(plan: Plan, rows: list[tuple[Candidate, Artifact]]) -> dict[str, 
     }
 
 
+def artifacts_said(arts: list[Artifact], what: str) -> str:
+    """`candidates`' count: those whose artifact is there; one it could not tell of (a
+    cluster or registry out of reach: `unknown`) is not counted as there, and is said."""
+    present = sum(1 for art in arts if art.available is True)
+    unknown = sum(1 for art in arts if art.available is None)
+    said = f"{len(arts)} candidates, {present} with {what}"
+    return said + (f", {unknown} unknown (could not tell)" if unknown else "")
+
+
+def _builds(art: Artifact) -> bool:
+    """Whether a candidate's artifact is a build of llm-bisect's own (not an image, a
+    published wheel or a cached build)."""
+    return price(art) == 2
+
+
 def _artifact_cell(art: Artifact) -> str:
     if art.available is None:
         return "unknown "
@@ -307,6 +322,9 @@ def run_cmd(
         claim(out, "run")
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo)
+        progress.estimate = lambda plan: of_config(
+            s.config, len(plan.sequence) - 1, plan.mode is Mode.FIX
+        )
         done = run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
         for doubt in doubted(done.result.probes):  # a bad GPU or node: said where it is seen
             term.say(f"warning: {doubt.line}")
@@ -741,18 +759,12 @@ def candidates_cmd(
 
     Example: llm-bisect candidates kimi.yaml --start-minutes 25
     """
-    from .cost import estimate
     from .pins import range_bumps
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
         _, plan = plan_of(s, good, bad, find_fix)
-        cfg = s.config
-        cost = estimate(
-            len(plan.sequence) - 1, cfg.search_policy(find_fix), slots=cfg.parallel,
-            confirm=bool(cfg.confirm), localize=cfg.localize.enabled,
-            decisive=cfg.probe.early_stop,
-        )  # fmt: skip
+        cost = of_config(s.config, len(plan.sequence) - 1, find_fix)
         bumped = range_bumps(s.source.path, [c.commit for c in plan.candidates])
         if as_json:
             with s.launcher("candidates") as launcher:
@@ -760,15 +772,8 @@ def candidates_cmd(
             doc = _plan_json(plan, rows)
             for row in doc["candidates"]:
                 row["bumps"] = [b.label for b in bumped.get(row["commit"], [])]
-            doc["expected"] = {
-                "starts": round(cost.starts, 1),
-                "search_probes": round(cost.search, 1),
-                "search_rounds": round(cost.rounds, 1),
-                "confirm": cost.confirm,
-                "decisive": cost.decisive,
-                "localize": cost.localize,
-                "hours": None if start_minutes is None else round(cost.hours(start_minutes), 2),
-            }
+            doc["expected"] = cost.to_json(start_minutes)
+            doc["builds"] = [c.commit for c, art in rows if _builds(art)]
             term.out(json.dumps(doc, indent=2))
             return 0
         term.out(f"mode: {plan.mode.value}")
@@ -788,11 +793,11 @@ def candidates_cmd(
             others = printable(shlex.join(shown(a) for a in getattr(server, worker) or argv))
             which = "the other node" if nodes == 2 else f"the other {nodes - 1} nodes"
             term.out(f"worker: {others} ({which} of each probe)")
-        missing = 0
+        arts: list[tuple[Candidate, Artifact]] = []
         with s.launcher("candidates") as launcher:
             for i, c in enumerate(plan.candidates):
                 art = launcher.artifact(c)
-                missing += art.available is False
+                arts.append((c, art))
                 route = f"  [{printable(art.route)}]" if art.route else ""
                 if c.commit in bumped:
                     labels = ", ".join(b.label for b in bumped[c.commit])
@@ -801,13 +806,15 @@ def candidates_cmd(
                     f"{i:4d}  {c.short}  {c.date[:10]}  {_artifact_cell(art)}  "
                     f"{printable(c.subject)}{route}"
                 )
-        n, most = len(plan.candidates), plan.max_probes()
         what = "a build route" if s.builder is not None else "an artifact"
-        policy = cfg.search.policy
-        if not policy.exact:  # verdicts weighed: re-probes for confidence, up to the budget
-            most = policy.budget(len(plan.sequence))
-        term.out(f"{n} candidates, {n - missing} with {what}; at most {most} probes if none skip")
+        term.out(artifacts_said([art for _, art in arts], what))
         term.out(cost.line(start_minutes))
+        builds = [c for c, art in arts if _builds(art)]
+        if builds:
+            term.out(
+                f"builds: {len(builds)} to make from source, where the search reaches them: "
+                + printable(", ".join(c.short for c in builds))
+            )
         if bumped:
             term.out(
                 f"{len(bumped)} candidate(s) bump a dependency pin (marked): where one is the "

@@ -1,21 +1,51 @@
-"""What a run will cost before it starts: server starts and, given a start's minutes, time.
+"""What a run will cost before it starts: server starts and, given a start's minutes and the
+server's nodes, time and node-hours. The one figure `candidates`, `run`'s progress (`[i/~N]`)
+and the report give (services/bisection.of_config: a config's).
 
 Pure: the search's own planner is run against verdicts that never lie, for culprits spread
-evenly over the range, so the figure is the search's (the ends, re-probes that `auto`
-makes for confidence) and not a formula; confirmation and localisation add theirs.
+evenly over the range, as `scripts/bench_noise.py` runs it at lie rate 0 (the ends, re-probes
+the slot rule asks for, the confirmation's revert and pick weighed where the search stops
+for them), so the figure is the search's and not a formula. Then what follows the search:
+
+    search (+ its trials) ─► decisive ─► localize ─► later builds      expected: one culprit
+                         └► each further culprit: the range after it searched again, with
+                            its own trials                            (search.culprits: worst)
+
+Expected: the mean over culprit positions with one culprit. Worst: the most over those
+positions, every stage, and `search.culprits` culprits, still if no verdict lies (a lie costs
+re-probes up to the search's budget, `search.max_probes`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from .model import Candidate, Verdict
-from .posterior import Policy
+from .posterior import Policy, Start, Trial, next_look
 from .search import Answer, Mode, Plan, plan_batch
 
-SAMPLES = 7
-"""Culprit positions averaged over (evenly spread; the ends' neighbours included)."""
+EVERY = 64
+"""Ranges of up to this many culprit positions are averaged over every one."""
+SAMPLES = 40
+"""Culprit positions averaged over in a longer range: the middle of SAMPLES equal strata of
+1..n-1."""
+
+
+@dataclass(frozen=True)
+class Searched:
+    """A search over one range when no verdict lies, over culprits spread evenly."""
+
+    probes: float
+    """Mean probes of the search, the two ends included (its trials apart)."""
+    rounds: float
+    """Mean rounds (one probe per slot per round; a confirmation's trials take theirs)."""
+    trials: float
+    """Mean confirmation trials the search weighed (the posterior search stops for them)."""
+    most: int
+    """The most starts (probes and trials) at any position sampled."""
+    most_rounds: int
 
 
 @dataclass(frozen=True)
@@ -26,8 +56,8 @@ class Cost:
     """Probes of the search, the two ends included (mean over culprit positions)."""
     rounds: float
     """Rounds of the search with the run's slots (one probe per slot per round)."""
-    confirm: int
-    """The revert and pick trials (fewer where a run probe already holds that tree)."""
+    confirm: float
+    """The revert and pick trials (weighed by the posterior search, run after the exact one)."""
     decisive: int
     """The first bad again with every check, where its probe stopped early
     (`probe.early_stop`): the report's evidence. At most one: a good probe runs every check,
@@ -35,58 +65,172 @@ class Cost:
     localize: int
     """The last good and first bad builds again, with the worker extension (vLLM)."""
     slots: int
+    later: int = 0
+    """`candidates.later` builds, each probed once the culprit is found."""
+    worst: int = 0
+    """The most starts: the worst culprit position, every stage and every further culprit."""
+    worst_rounds: int = 0
+    further: int = 0
+    """Further culprits the run may look for (`search.culprits` - 1)."""
+    nodes: int = 1
+    """Nodes one server takes (a two-node probe: 2)."""
 
     @property
     def starts(self) -> float:
-        return self.search + self.confirm + self.decisive + self.localize
+        return self.search + self.confirm + self.stages
+
+    @property
+    def stages(self) -> int:
+        """Starts after the search and its confirmation: evidence, localisation, later."""
+        return self.decisive + self.localize + self.later
 
     def hours(self, minutes: float) -> float:
-        stages = self.confirm + self.decisive + self.localize
-        return (self.rounds + math.ceil(stages / self.slots)) * minutes / 60
+        """Wall-clock hours expected, `slots` starts at a time."""
+        return (self.rounds + math.ceil(self.stages / self.slots)) * minutes / 60
+
+    def node_hours(self, minutes: float, starts: float | None = None) -> float:
+        """Starts times the server's nodes times the start time (`starts`: the expected figure)."""
+        return (self.starts if starts is None else starts) * self.nodes * minutes / 60
 
     def line(self, minutes: float | None) -> str:
+        """The figure in one line: expected and worst-case starts, and with a start's minutes
+        the time and node-hours."""
         parts = [f"{self.search:.0f} search probes, the ends included"]
         if self.confirm:
-            parts.append(f"up to {self.confirm} confirmation")
+            parts.append(f"{self.confirm:.0f} confirmation")
         if self.decisive:
             parts.append(f"up to {self.decisive} with every check for the evidence")
         if self.localize:
             parts.append(f"{self.localize} localisation")
+        if self.later:
+            parts.append(f"{self.later} later build(s)")
         said = f"expected: about {self.starts:.0f} server starts ({'; '.join(parts)})"
-        said += " if no verdict lies"
+        said += f", at most {self.worst}"
+        if self.further:
+            said += f" with {self.further} further culprit(s)"
+        said += ", if no verdict lies"
         if self.slots > 1:
-            said += f", in about {self.rounds:.0f} search rounds of {self.slots} slots"
+            said += f"; about {self.rounds:.0f} search rounds of {self.slots} slots"
         if minutes is not None:
-            said += f"; about {_time(self.hours(minutes))} at {minutes:g} min a start"
+            said += f"; at {minutes:g} min a start: {self.time_said(minutes)}"
         return said
+
+    def time_said(self, minutes: float) -> str:
+        """Time and node-hours at `minutes` a start, expected and at most."""
+        nodes = f"{self.nodes} nodes a start" if self.nodes > 1 else "1 node a start"
+        return (
+            f"about {_time(self.hours(minutes))}, {self.node_hours(minutes):.1f} node-hours "
+            f"({nodes}), at most {self.node_hours(minutes, self.worst):.1f} node-hours"
+        )
+
+    def to_json(self, minutes: float | None) -> dict[str, object]:
+        return {
+            "starts": round(self.starts, 1),
+            "worst": self.worst,
+            "search_probes": round(self.search, 1),
+            "search_rounds": round(self.rounds, 1),
+            "confirm": round(self.confirm, 1),
+            "decisive": self.decisive,
+            "localize": self.localize,
+            "later": self.later,
+            "further_culprits": self.further,
+            "nodes": self.nodes,
+            "hours": None if minutes is None else round(self.hours(minutes), 2),
+            "node_hours": None if minutes is None else round(self.node_hours(minutes), 2),
+            "worst_node_hours": (
+                None if minutes is None else round(self.node_hours(minutes, self.worst), 2)
+            ),
+        }
 
 
 def _time(hours: float) -> str:
     return f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.1f} h"
 
 
-def search_cost(n: int, policy: Policy, slots: int) -> tuple[float, float]:
-    """Mean probes and rounds of a search over n + 1 commits (ends included) when every
-    verdict is true, over culprits spread evenly in 1..n."""
+def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, int]:
+    """(probes, rounds, trials) of one search over n + 1 commits whose first bad is `culprit`,
+    every verdict true: as bench_noise.searched runs it at lie 0 (placed as the runner places,
+    a confirmation's trials weighed where the posterior search stops for them)."""
+    plan = Plan(Mode.REGRESSION, tuple(Candidate(f"{i:040x}") for i in range(n + 1)))
+    seen: dict[str, list[Verdict]] = {}
+    where: dict[str, list[Start]] = {}
+    probes = rounds = trials = clock = 0
+    while True:
+        step = plan_batch(plan, seen, slots, reprobe=True, policy=policy, starts=where)
+        if isinstance(step, Answer):
+            if policy.exact or step.culprit is None:
+                return probes, rounds, trials
+            _, go_on = next_look(policy.looks, step.culprit.commit)
+            if not go_on:
+                return probes, rounds, trials
+            at = int(step.culprit.commit, 16)
+            right = at == culprit
+            # placed as services/confirm.trial_slots: away from the slots of the verdicts they
+            # check (the culprit's and its parent's, its trials before), the latest last
+            busy = [x.slot for i in (at - 1, at) for x in where.get(f"{i:040x}", ())]
+            busy += [t.slot for t in policy.evidence if t.commit == step.culprit.commit]
+            recent = {slot: j for j, slot in enumerate(busy) if slot is not None}
+            places = sorted(range(slots), key=lambda x: (x in recent, recent.get(x, -1), x))
+            said: list[Trial] = []
+            held = (Verdict.GOOD, Verdict.BAD) if right else (Verdict.BAD, Verdict.GOOD)
+            for kind, v in zip(("revert", "pick"), held, strict=True):
+                clock += 1  # the revert: good only if it is the culprit; the pick: bad only then
+                said.append(Trial(step.culprit.commit, kind, v, places[len(said) % slots], clock))
+                if slots == 1 and v is not Verdict.GOOD:
+                    break  # one slot: the pick only after a good revert
+            trials += len(said)
+            rounds += 1 if slots > 1 else len(said)
+            policy = replace(
+                policy,
+                evidence=(*policy.evidence, *said),
+                looks=(*policy.looks, (step.culprit.commit, right)),
+            )
+            continue
+        rounds += 1
+        taken: set[int] = set()
+        for c in sorted(step, key=lambda c: not seen.get(c.commit)):  # re-probes first
+            tried = {s.slot for s in where.get(c.commit, ()) if s.slot is not None}
+            # as runner.pick_slot: the lowest free slot that has not probed it, else the lowest
+            free = [i for i in range(slots) if i not in taken]
+            slot = min((i for i in free if i not in tried), default=free[0])
+            taken.add(slot)
+            clock += 1
+            bad = int(c.commit, 16) >= culprit
+            seen.setdefault(c.commit, []).append(Verdict.BAD if bad else Verdict.GOOD)
+            where.setdefault(c.commit, []).append(Start(slot, float(clock)))
+            probes += 1
+
+
+def positions(n: int) -> list[int]:
+    """The culprits a search over n + 1 commits is averaged over: every one of 1..n-1, where
+    bench_noise draws them (n itself where n is 1), or in a range of more than EVERY the
+    middle of each of SAMPLES equal strata."""
+    if n - 1 <= EVERY:
+        return list(range(1, n)) or [1]
+    return sorted({1 + int((j + 0.5) * (n - 1) / SAMPLES) for j in range(SAMPLES)})
+
+
+@lru_cache(maxsize=8)  # a run asks twice: for its progress and its report
+def searched(n: int, policy: Policy, slots: int) -> Searched:
+    """The search over n + 1 commits (ends included) when every verdict is true, over culprits
+    spread evenly in 1..n."""
     if n < 1:
-        return 0.0, 0.0
-    seq = tuple(Candidate(f"{i:040x}") for i in range(n + 1))
-    plan = Plan(Mode.REGRESSION, seq)
-    culprits = sorted(
-        {max(1, min(n, round(1 + j * (n - 1) / (SAMPLES - 1)))) for j in range(SAMPLES)}
+        return Searched(0.0, 0.0, 0.0, 0, 0)
+    runs = [_one(n, c, policy, max(1, slots)) for c in positions(n)]
+    m = len(runs)
+    return Searched(
+        sum(p for p, _, _ in runs) / m,
+        sum(r for _, r, _ in runs) / m,
+        sum(t for _, _, t in runs) / m,
+        max(p + t for p, _, t in runs),
+        max(r for _, r, _ in runs),
     )
-    probes = rounds = 0
-    for culprit in culprits:
-        seen: dict[str, list[Verdict]] = {}
-        while not isinstance(
-            step := plan_batch(plan, seen, slots, reprobe=True, policy=policy), Answer
-        ):
-            rounds += 1
-            for c in step:
-                bad = int(c.commit, 16) >= culprit
-                seen.setdefault(c.commit, []).append(Verdict.BAD if bad else Verdict.GOOD)
-                probes += 1
-    return probes / len(culprits), rounds / len(culprits)
+
+
+def search_cost(n: int, policy: Policy, slots: int) -> tuple[float, float]:
+    """Mean starts (probes and trials) and rounds of a search over n + 1 commits."""
+    s = searched(n, policy, slots)
+    return s.probes + s.trials, s.rounds
 
 
 def estimate(
@@ -97,8 +241,25 @@ def estimate(
     confirm: bool = True,
     localize: bool = True,
     decisive: bool = True,
+    later: int = 0,
+    culprits: int = 1,
+    nodes: int = 1,
 ) -> Cost:
-    """The cost of a run over n candidates after the good end."""
-    search, rounds = search_cost(n, policy, slots)
-    return Cost(search, rounds, 2 if confirm else 0, 1 if decisive else 0,
-                2 if localize else 0, slots)  # fmt: skip
+    """The cost of a run over n candidates after the good end: `later` builds probed after
+    the culprit, up to `culprits` culprits (each further one searches the range after the
+    last again, with its own confirmation), `nodes` nodes a server."""
+    s = searched(n, policy, slots)
+    # a search that does not stop for the trials (exact; --find-fix) has them after it
+    after = 2 if confirm and not policy.confirming else 0
+    trials = s.trials + after if confirm else 0.0
+    stages = (1 if decisive else 0) + (2 if localize else 0) + later
+    further = max(0, culprits - 1) if confirm else 0
+    worst = s.most + after + stages
+    worst_rounds = s.most_rounds + math.ceil((after + stages) / max(1, slots))
+    # each further culprit: the range after the last searched again, no longer than this one
+    worst += further * (s.most + after)
+    worst_rounds += further * (s.most_rounds + math.ceil(after / max(1, slots)))
+    return Cost(
+        s.probes, s.rounds, trials, 1 if decisive else 0, 2 if localize else 0, max(1, slots),
+        later, worst, worst_rounds, further, max(1, nodes),
+    )  # fmt: skip

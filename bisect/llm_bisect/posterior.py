@@ -659,6 +659,25 @@ def groups(n: int, pool: frozenset[int]) -> list[tuple[int, int]]:
     return runs
 
 
+NEARLY = 0.9
+"""Candidates that tell at least this share of the best one's information tell nearly as
+much: among them the cheapest artifact goes first (cheapest)."""
+
+
+def cheapest(
+    scored: Sequence[tuple[float, int]], costs: Mapping[int, float] | None
+) -> list[tuple[float, int]]:
+    """Of (gain, candidate) pairs, those that tell nearly as much as the best (NEARLY) and
+    cost least to make runnable (`costs`: an image on the node 0, a download 1, a build from
+    source 2; a candidate not named costs 0); without costs, those of the best gain. Pure."""
+    best = max(g for g, _ in scored)
+    if not costs:
+        return [(g, i) for g, i in scored if g >= best - 1e-12]
+    near = [(g, i) for g, i in scored if g >= NEARLY * best - 1e-12]
+    least = min(costs.get(i, 0) for _, i in near)
+    return [(g, i) for g, i in near if costs.get(i, 0) == least]
+
+
 def decide(
     belief: Belief,
     policy: Policy,
@@ -669,10 +688,12 @@ def decide(
     running: frozenset[int] = frozenset(),
     prefer: frozenset[int] = frozenset(),
     closed: frozenset[int] = frozenset(),
+    costs: Mapping[int, float] | None = None,
 ) -> Decision:
     """The answer if one hypothesis (or a group no probe can split) holds the confidence, or
     the budget is spent; else up to k candidates of `pool` to probe besides those `running`,
-    those that tell most about the culprit (a candidate may be probed again). `closed`: the
+    those that tell most about the culprit (a candidate may be probed again), the cheapest of
+    those that tell nearly as much where `costs` are given (cheapest). `closed`: the
     candidates the search does not stop at for a confirmation (`Policy.confirming`: looked
     at already, next_look)."""
     top = belief.top()
@@ -707,7 +728,7 @@ def decide(
         base = [*running, *picks]
         scored = [(_batch_gain(belief, [*base, i], rates, new), i) for i in options]
         best = max(g for g, _ in scored)
-        near = [(g, i) for g, i in scored if g >= best - 1e-12]
+        near = cheapest(scored, costs)
         ready = [(g, i) for g, i in scored if i in prefer and g >= 0.5 * best]
         choice = ready or near
         picks.append(min(choice, key=lambda gi: (-gi[0], abs(belief.cdf(gi[1]) - 0.5), gi[1]))[1])

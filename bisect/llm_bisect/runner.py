@@ -33,7 +33,7 @@ from .config import differing
 from .errors import BrokenGoodEnd, JournalError
 from .files import write_atomic as write_atomic  # services write through it
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
-from .launchers import Launcher, Server, StartsCold
+from .launchers import Launcher, Server, StartsCold, price
 from .model import Candidate, ProbeOutcome, Regress, Verdict
 from .posterior import EXACT, Policy, Start
 from .probe import CANCELLED, Cancel, ProbeContext, Progress, SilentProgress, probe
@@ -169,6 +169,7 @@ def run(
     early_stop: bool = False,
     first: frozenset[str] = frozenset(),
     symptom: Symptom = Symptom.ANY,
+    priced: bool = False,
 ) -> RunResult:
     """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
     journal when there is one.
@@ -187,6 +188,8 @@ def run(
     `coarse`: candidates whose artifact is ready (an image, a published wheel, a
     cached build) are probed first, then the rest within the range left. `first`: commits
     probed first in their place, instead (a fast setup's answer, probed in the full one).
+    `priced`: of candidates that tell nearly as much, the one whose artifact costs least
+    (launchers.price: on the node, a download, a build) is probed (search.plan_batch).
 
     `context` (documents.Context: the refs as given, the config, the node) goes into the
     journal's first event and the report. `given`: verdicts the run starts with instead of
@@ -260,14 +263,14 @@ def run(
         progress.planned(plan, len(state.probes))
         for line in launcher.reap():  # what killed llm-bisect processes left
             progress.note(line)
+        arts = {c.commit: launcher.artifact(c) for c in plan.candidates} if coarse or priced else {}
         prefer = first or (
-            frozenset(c.commit for c in plan.candidates if launcher.artifact(c).ready)
-            if coarse
-            else frozenset()
+            frozenset(c for c, art in arts.items() if art.ready) if coarse else frozenset()
         )
+        costs = {c: float(price(art)) for c, art in arts.items()} if priced else None
         slots = _Slots(
             plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock, policy,
-            symptom, reference,
+            symptom, reference, costs,
         )  # fmt: skip
         step = slots.run()
         done = clock.time()
@@ -380,6 +383,7 @@ class _Slots:
         policy: Policy = EXACT,
         symptom: Symptom = Symptom.ANY,
         reference: _Reference | None = None,
+        costs: Mapping[str, float] | None = None,
     ) -> None:
         self.plan, self.out_dir, self.journal, self.ctx = plan, out_dir, journal, ctx
         self.clock, self.policy = clock, policy
@@ -396,6 +400,8 @@ class _Slots:
         """Which bad probes count as bad (`search.symptom`)."""
         self.reference = reference or _Reference()
         """What the search counts so far, for the probes' suites (`decisive`)."""
+        self.costs = costs
+        """What making each candidate runnable costs (launchers.price), where priced."""
 
     def run(self) -> Answer:
         with ThreadPoolExecutor(max_workers=self.k, thread_name_prefix="probe") as pool:
@@ -427,7 +433,7 @@ class _Slots:
             free = self.k - len(self.running)
             step = plan_batch(
                 self.plan, seen, free, self.prefer, waiting, reprobe=reprobe, policy=policy,
-                starts=starts,
+                starts=starts, costs=self.costs,
             )  # fmt: skip
             if isinstance(step, Answer) and not self.running:
                 return step

@@ -274,9 +274,11 @@ def next_batch(
     prefer: frozenset[int] = frozenset(),
     running: frozenset[int] = frozenset(),
     again: frozenset[int] = frozenset(),
+    costs: Mapping[int, float] | None = None,
 ) -> list[int] | Outcome:
     """Up to `k` indices to probe now besides those `running`, or the Outcome when the search
-    is over (running probes then are no longer needed).
+    is over (running probes then are no longer needed). `costs`: of the points that tell
+    nearly as much as a split point, the cheapest to make runnable (cheaper).
 
     Indices to probe `again` come first, then unverified ends. The free slots are shared
     among the gaps that the running probes leave in the open interval, each slot to the gap
@@ -316,8 +318,30 @@ def next_batch(
             target = a + (b - a) * j / (count + 1)
             left = [i for i in pool if i not in taken]
             ready = [i for i in left if i in prefer] or left
-            taken.add(min(ready, key=lambda i: (abs(i - target), i)))
+            taken.add(cheaper(ready, target, (b - a) / (count + 1), costs))
     return picks + sorted(taken)
+
+
+SWAY = 2 * (0.5 - 0.316)
+"""How far from a split point, as a share of its part, a point still tells nearly as much
+(posterior.NEARLY): a point at 31.6 % of a range tells 0.9 of the bit its midpoint tells."""
+
+
+def cheaper(
+    left: Sequence[int], target: float, part: float, costs: Mapping[int, float] | None
+) -> int:
+    """The point of `left` to probe for the split point `target` of a part `part` wide: the
+    nearest; with `costs`, the cheapest of those that tell nearly as much (within SWAY of
+    the part), the nearest of those. Pure.
+
+    >>> cheaper([3, 4, 5, 6], 5, 4.0, {3: 0, 4: 1, 5: 2, 6: 2})
+    4
+    """
+    near = min(left, key=lambda i: (abs(i - target), i))
+    if not costs:
+        return near
+    close = [i for i in left if abs(i - target) <= SWAY * part] or [near]
+    return min(close, key=lambda i: (costs.get(i, 0), abs(i - target), i))
 
 
 def obsolete(
@@ -370,10 +394,12 @@ def posterior_batch(
     starts: Mapping[int, Sequence[Start]] | None = None,
     trial_starts: Sequence[Start] = (),
     known: Sequence[tuple[int, Verdict, float]] = (),
+    costs: Mapping[int, float] | None = None,
 ) -> list[int] | Outcome:
     """Up to `k` indices to probe now besides those `running`, or the Outcome, when verdicts
     may lie (posterior.py): every probe of each index counts, a candidate may be probed
     again, and the answer is the hypothesis whose posterior reaches `policy.confidence`.
+    `costs`: the cheapest of those that tell nearly as much (posterior.cheapest).
 
     The ends go first (each is the evidence of its side); an end that cannot be tested ends
     the search as today. A candidate no probe could test leaves the pool; hypotheses only
@@ -410,13 +436,14 @@ def posterior_batch(
         # one round saved on k slots; where it tests good they told nothing
         told = believe(n, {**tested, n - 1: [new]}, new, policy, old_end_known=old_end_known,
                        trials=trials, known=known)  # fmt: skip
-        beside = decide(told, policy, new, pool - {n - 1}, 0, k - 1, running, prefer, closed)
+        beside = decide(told, policy, new, pool - {n - 1}, 0, k - 1, running, prefer, closed,
+                        costs)  # fmt: skip
         return [n - 1, *beside.probes]
     belief = believe(
         n, tested, new, policy, old_end_known=old_end_known, trials=trials, known=known
     )
     spent = sum(len(seen) for seen in history.values())
-    decision = decide(belief, policy, new, pool, spent, k, running, prefer, closed)
+    decision = decide(belief, policy, new, pool, spent, k, running, prefer, closed, costs)
     if decision.probes:
         return list(decision.probes)
     top = decision.answer
@@ -932,9 +959,12 @@ def plan_batch(
     reprobe: bool = False,
     policy: Policy = EXACT,
     starts: Mapping[str, Sequence[Start]] | None = None,
+    costs: Mapping[str, float] | None = None,
 ) -> list[Candidate] | Answer:
     """Up to `k` candidates to probe now besides those `running` (next_batch, or
-    posterior_batch when verdicts may lie), or the Answer.
+    posterior_batch when verdicts may lie), or the Answer. `costs`: what making each
+    candidate runnable costs (launchers.price): of those that tell nearly as much, the
+    cheapest goes first.
 
     The good end goes alone, first: the golden is recorded from it; so do the anchor and the
     merge base of a range whose ends are on two branches. An empty list: wait (never while
@@ -962,6 +992,7 @@ def plan_batch(
             starts=None if starts is None else _by_index(plan, starts),
             trial_starts=[t.start for t in policy.evidence if t.commit in _positions(plan)],
             known=_known(plan, policy),
+            costs=_priced(plan, costs),
         )
         if isinstance(found, Outcome):
             return _answer(plan, found, view)
@@ -974,10 +1005,18 @@ def plan_batch(
         _indices(plan, prefer),
         _indices(plan, running),
         view.again,
+        _priced(plan, costs),
     )
     if isinstance(batch, Outcome):
         return _answer(plan, batch, view)
     return [seq[i] for i in batch]
+
+
+def _priced(plan: Plan, costs: Mapping[str, float] | None) -> dict[int, float] | None:
+    """`costs` by index of the plan's sequence."""
+    if not costs:
+        return None
+    return {i: costs[c.commit] for i, c in enumerate(plan.sequence) if c.commit in costs}
 
 
 def no_longer_needed(

@@ -16,6 +16,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
+from .cost import Cost
 from .model import Candidate, ProbeOutcome, Verdict
 from .probe import CANCELLED
 from .redact import Scrub
@@ -128,6 +129,11 @@ class TerminalProgress:
         self.durations: list[float] = []
         self.slots = 1
         self.flights: dict[str, _Line] = {}
+        self.estimate: Callable[[Plan], Cost] | None = None
+        """The run's cost (cost.of_config), given: N in `[i/~N]` is its expected starts, as
+        `candidates` says, and grows only where the search needs more than that."""
+        self.cost: Cost | None = None
+        """The first plan's cost (a search again, a further culprit's: the same run)."""
         self._lock = threading.RLock()
         self.term.closers.append(self.close)
 
@@ -136,18 +142,32 @@ class TerminalProgress:
         self.term.say(f"    {text}")
 
     def planned(self, plan: Plan, finished: int) -> None:
-        self.step = finished
-        self.total = plan.max_probes()
         resumed = f", {finished} finished probe(s) resumed from the journal" if finished else ""
-        self.term.say(
-            f"{len(plan.candidates)} candidates, at most ~{self.total} probes "
-            f"({plan.mode.value}){resumed}"
-        )
+        if self.estimate is None:
+            self.step = finished
+            self.total = plan.max_probes()
+            self.term.say(
+                f"{len(plan.candidates)} candidates, at most ~{self.total} probes "
+                f"({plan.mode.value}){resumed}"
+            )
+            return
+        said = f"{len(plan.candidates)} candidates ({plan.mode.value}){resumed}"
+        if self.cost is None:  # the run's first search: its figure holds for the whole run
+            self.cost = self.estimate(plan)
+            self.step = finished
+            said += f"; {self.cost.line(None)}"
+        self.step = max(self.step, finished)
+        self.total = max(self.total, round(self.cost.starts))
+        self.term.say(said)
 
     def narrowed(self, left: int, probes_left: int) -> None:
         with self._lock:
             self.left, self.probes_left = left, probes_left
             self.total = self.step - len(self.flights) + probes_left
+            if self.cost is not None:  # the figure, until the starts so far and the stages
+                # after the search pass it (the search's own count of what is left is a bound)
+                after = round(self.cost.starts - self.cost.search)
+                self.total = max(round(self.cost.starts), self.step + after)
 
     def eta(self) -> float | None:
         """Seconds until the answer at the mean probe time so far, `slots` at a time; None

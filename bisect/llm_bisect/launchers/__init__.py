@@ -35,6 +35,21 @@ class Artifact:
     (`candidates.coarse` probes these first)."""
 
 
+def price(art: Artifact) -> int:
+    """What making a candidate runnable costs, in steps the search breaks near-ties by
+    (search.plan_batch `costs`): 0 on this node already (an image in the engine, a command,
+    a cached build), 1 to download (an image from a registry, a published wheel, or not
+    known), 2 to build from source."""
+    if art.route and not art.ready:
+        return 2
+    if art.route.startswith("wheel:") or art.available is None:
+        return 1
+    if art.local:
+        return 0
+    # ready, not on the node: a build in the cache (not yet an image), else an image to pull
+    return 0 if art.route and not art.route.startswith("image:") else 1
+
+
 INSTRUMENT_DIR = "/opt/llm-bisect/instrument"
 """Where a container or pod finds an instrument's folders (folder i at INSTRUMENT_DIR/i)."""
 

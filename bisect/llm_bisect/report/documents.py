@@ -180,10 +180,22 @@ class Sides(_Doc):
     differences: list[str]
 
 
+class Expected(_Doc):
+    """What the run was expected to cost before it started (cost.py): the figure `candidates`
+    and the progress line gave."""
+
+    starts: float
+    """Server starts expected (the search, its confirmation, the stages after it)."""
+    worst: int
+    """The most, if no verdict lies (every stage, every further culprit)."""
+    nodes: int = 1
+    """Nodes one server takes."""
+
+
 class Context(_Doc, AddedLater):
     """How the run was asked for and where it ran: what a bug report needs besides results."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("out", "config_text", "caveats")
+    added_later: ClassVar[tuple[str, ...]] = ("out", "config_text", "caveats", "expected")
 
     good_ref: str = ""
     """candidates.good as the user gave it (a tag, a branch, an image)."""
@@ -206,6 +218,8 @@ class Context(_Doc, AddedLater):
     caveats: list[str] = Field(default_factory=list)
     """What the setup cannot promise, a sentence each (the launcher's: echoes of secrets it
     never reads go unmasked): report.md's caveats."""
+    expected: Expected | None = None
+    """What the run was expected to cost (None: not recorded, an older run)."""
 
 
 class ConfirmProbe(_Doc):

@@ -36,6 +36,7 @@ from .markdown import (
     answer_facts,
     bad_probe,
     cell_text,
+    cost_said,
     duration,
     lies_fact,
     logprob_drop,
@@ -418,6 +419,8 @@ def _summary(doc: ResultDocument) -> str:
             else ""
         )
     )
+    if said := cost_said(doc):
+        rows.append(esc.html_text(said))
     rows.append(html_fact(lies_fact(doc)))
     items: list[tuple[Fact, list[Fact]]] = []
     for fact in screen(doc):  # an item under the line before (depth 1) nests in it

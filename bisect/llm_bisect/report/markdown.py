@@ -1577,12 +1577,55 @@ def first_screen(doc: ResultDocument) -> list[str]:
         between + (f" · {shown}" if shown else ""),
         f"> {len(ran)} probes over {doc.candidates} candidates · {duration(wall)} "
         f"({duration(spent)} in probes) · mode `{doc.mode.value}` · `regress: {doc.regress.value}`",
+        *([f"> {esc.text(said)}"] if (said := cost_said(doc)) else []),
         f"> {md_fact(lies_fact(doc))}",
         "",
     ]
     facts = screen(doc)
     lines += [f"{'  ' * f.depth}- {md_fact(f)}" for f in facts]
     return [*lines, ""] if facts else lines
+
+
+def starts_made(doc: ResultDocument) -> dict[str, int]:
+    """The server starts a run made, by what they were for: the search's probes, the
+    confirmation's trials (a tree the run probed already is no start), the evidence's probes
+    with every check, the later builds and the localisation's two."""
+    found = doc.confirmation
+    made = {
+        "search": sum(1 for p in doc.probes if not p.given),
+        "confirmation": sum(
+            1 for p in (found.probes if found else []) if p.reused is None and p.verdict
+        ),
+        "evidence": len(doc.decisive),
+        "later": len(doc.later),
+        "localisation": 2 if doc.localization is not None else 0,
+    }
+    return {k: v for k, v in made.items() if v}
+
+
+def cost_said(doc: ResultDocument) -> str:
+    """What the run cost against what it was expected to (cost.py, as `candidates` and the
+    progress line said): starts, and node-hours at this run's own mean start time; "" where
+    the expected figure was not recorded."""
+    expected = doc.context.expected
+    if expected is None:
+        return ""
+    made = starts_made(doc)
+    total = sum(made.values())
+    parts = ", ".join(f"{v} {k}" for k, v in made.items())
+    said = (
+        f"cost: {total} server starts ({parts}); expected about {expected.starts:.0f}, at most "
+        f"{expected.worst} if no verdict lies"
+    )
+    timed = [p.timings["total"] for p in doc.probes if not p.given and "total" in p.timings]
+    if timed:
+        mean = sum(timed) / len(timed)
+        nodes = f"{expected.nodes} nodes a start" if expected.nodes > 1 else "1 node a start"
+        said += (
+            f" · {total * expected.nodes * mean / 3600:.2f} node-hours ({nodes}, "
+            f"{duration(mean)} a start on this run's probes)"
+        )
+    return said
 
 
 def _changed_fact(doc: ResultDocument) -> Fact | None:

@@ -9,12 +9,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..checks.golden import GoldenStore, load as golden_load
-from ..config import config_digest, server_environment, setting_digests
+from ..config import Config, config_digest, server_environment, setting_digests
+from ..cost import Cost, estimate
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..posterior import Policy
 from ..probe import ProbeContext, Progress, probe
-from ..report.documents import ResultDocument
+from ..report.documents import Expected, ResultDocument
 from ..runner import RunResult, run, write_probe
 from ..search import Status
 from ..symptom import Symptom
@@ -108,6 +109,8 @@ def _bisect(
     judged_by = (named or out_dir / "golden.json").absolute()
     note = progress.note if progress is not None else (lambda _: None)
     known = known_of(s, plan, note)
+    cost = of_config(config, len(plan.sequence) - 1, find_fix)
+    expected = Expected(starts=round(cost.starts, 1), worst=cost.worst, nodes=cost.nodes)
 
     def bisect(line_good: str, line_bad: str, culprits: int) -> ResultDocument:
         """Several culprits: what remains, on the reverted line, into DIR/continued, naming
@@ -147,13 +150,18 @@ def _bisect(
                     regress=Regress(config.regress),
                     coarse=config.candidates.coarse,
                     context=run_context(s, config).model_copy(
-                        update={"golden": str(judged_by), "out": str(out_dir.absolute())}
+                        update={
+                            "golden": str(judged_by),
+                            "out": str(out_dir.absolute()),
+                            "expected": expected,
+                        }
                     ),
                     given=given,
                     parallel=config.parallel,
                     early_stop=config.probe.early_stop,
                     first=first,
                     symptom=Symptom(config.search.symptom),
+                    priced=s.builder is not None,
                 )
                 for stage in before_confirm():
                     done = stage.apply(stage_run, done)
@@ -171,6 +179,22 @@ def _bisect(
         for line in next_steps(done.result):
             note(line)
         return done
+
+
+def of_config(config: Config, n: int, find_fix: bool = False) -> Cost:
+    """What a run of `config` over n candidates after the old end will cost (cost.py): the
+    one figure `candidates`, `run`'s progress and the report give."""
+    return estimate(
+        n,
+        config.search_policy(find_fix),
+        slots=config.parallel,
+        confirm=bool(config.confirm),
+        localize=config.localize.enabled,
+        decisive=config.probe.early_stop,
+        later=0 if find_fix else len(config.candidates.later),
+        culprits=1 if find_fix else config.culprits,
+        nodes=getattr(config.server, "nodes", 1),
+    )
 
 
 def calibrated(policy: Policy, golden: GoldenStore | None) -> Policy:

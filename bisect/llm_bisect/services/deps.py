@@ -57,6 +57,7 @@ from ..sources.versions import (
     Release,
     Sifted,
     between,
+    download,
     index_releases,
     installable,
     sift,
@@ -198,6 +199,7 @@ def run_deps(
             f"deps: {len(kept)} release(s) of {package} after {good} up to {bad}, over "
             f"{engine_commit.short}"
         )
+        progress.note(downloads_said(package, [*before, *kept], supported, public_url(url)))
         strategy = DependencyStrategy(
             package=package, engine=lambda: engine, uv=find_uv(), index=index,
             version_of=lambda c: version_at(repo, c.commit),
@@ -240,6 +242,31 @@ def run_deps(
         done, first_bad, [str(r) for r in kept],
         {why: [str(r) for r in gone] for why, gone in chosen.left_out.items()},
     )  # fmt: skip
+
+
+def downloads_said(
+    package: str, releases: Sequence[Release], supported: frozenset[str] | None, index: str
+) -> str:
+    """What the run downloads from the index, said before it starts (it never asks: CI has
+    no terminal): a file of the package for each release it probes, at most all of them,
+    and their size where the index lists it. Pure."""
+    files = [download(r, supported) for r in releases]
+    known = [size for _, size in files if size is not None]
+    if len(known) == len(files):
+        size = f"{_bytes(sum(known))} in all"
+    elif known:
+        size = f"at least {_bytes(sum(known))} (the index lists {len(known)} of their sizes)"
+    else:
+        size = "sizes not listed by the index"
+    shown = ", ".join(name for name, _ in files[:3]) + (", ..." if len(files) > 3 else "")
+    return (
+        f"deps: downloads from {index} one file of {package} for each release it probes, "
+        f"at most {len(files)} ({size}: {shown}), installed alone (--no-deps)"
+    )
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB" if n >= 1e6 else f"{n} bytes"
 
 
 AS_SERVED = "as served"

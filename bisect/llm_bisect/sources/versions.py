@@ -58,6 +58,8 @@ class Release:
     """Every file of it is yanked (still installable by an exact pin)."""
     files: tuple[str, ...] = ()
     """The file names the index lists for it (wheels, sdists)."""
+    sizes: tuple[int | None, ...] = ()
+    """Each file's size in bytes, where the index lists it (PEP 700 JSON), else None."""
 
     def __str__(self) -> str:
         return str(self.version)
@@ -78,11 +80,17 @@ def _version_of(filename: str, project: str) -> Version | None:
 def parse_index(body: bytes, project: str) -> list[Release]:
     """The releases a project page lists (PEP 691 JSON or PEP 503 HTML), oldest first."""
     files: list[tuple[str, bool]]
+    sized: dict[str, int] = {}
     text = body.decode("utf-8", "replace")
     if text.lstrip().startswith("{"):
         try:
             doc = json.loads(text)
             files = [(f["filename"], bool(f.get("yanked"))) for f in doc.get("files", [])]
+            sized = {
+                f["filename"]: f["size"]
+                for f in doc.get("files", [])
+                if type(f.get("size")) is int  # PEP 700; a bool is no size
+            }
         except RecursionError:
             raise ConfigError(f"{project}: the index's JSON page is nested too deep") from None
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -101,7 +109,28 @@ def parse_index(body: bytes, project: str) -> list[Release]:
         if version is not None:
             yanked[version] = yanked.get(version, True) and is_yanked
             names.setdefault(version, []).append(filename)
-    return [Release(v, yanked[v], tuple(names[v])) for v in sorted(yanked)]
+    return [
+        Release(v, yanked[v], tuple(names[v]), tuple(sized.get(f) for f in names[v]))
+        for v in sorted(yanked)
+    ]
+
+
+def download(release: Release, supported: frozenset[str] | None) -> tuple[str, int | None]:
+    """The file an install of the release downloads (a wheel the interpreter with these
+    wheel tags takes, else an sdist, else its first) and its size where the index lists it.
+    Pure."""
+    sizes = release.sizes or (None,) * len(release.files)
+    found = list(zip(release.files, sizes, strict=True))
+    for name, size in found:
+        if name.endswith(".whl"):
+            try:
+                _, _, _, tags = parse_wheel_filename(name)
+            except InvalidWheelFilename:
+                continue
+            if supported is None or any(str(t) in supported for t in tags):
+                return name, size
+    sdists = [(n, z) for n, z in found if not n.endswith(".whl")]
+    return (sdists or found or [(str(release), None)])[0]
 
 
 def installable(release: Release, supported: frozenset[str] | None) -> bool:
