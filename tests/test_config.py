@@ -405,6 +405,7 @@ def test_the_config_schema_is_published_and_explains_every_key() -> None:
 
 def test_fast_flags_go_after_every_command_of_the_server_and_its_variables_over_its_own() -> None:
     slurm = {
+        "launcher": "slurm",  # its argument lists (LauncherKind.argv) get the flags
         "command": ["vllm", "serve", "m", "--max-model-len", "8192"],
         "worker_command": ["vllm", "serve", "m", "--headless"],
         "env": {"A": "1", "B": "2"},
@@ -414,7 +415,9 @@ def test_fast_flags_go_after_every_command_of_the_server_and_its_variables_over_
     assert made["worker_command"] == [*slurm["worker_command"], "--enforce-eager",
                                       "--max-model-len", "2048"]  # fmt: skip
     assert made["env"] == {"A": "1", "B": "3"} and slurm["env"] == {"A": "1", "B": "2"}
-    image = fast_section({"image": "vllm/vllm-openai:{commit}"}, ["--enforce-eager"], {})
+    image = fast_section(
+        {"launcher": "docker", "image": "vllm/vllm-openai:{commit}"}, ["--enforce-eager"], {}
+    )
     assert image["args"] == ["--enforce-eager"] and "command" not in image
 
 

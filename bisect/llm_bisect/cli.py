@@ -777,11 +777,8 @@ def candidates_cmd(
         if plan.anchor is not None:
             term.out(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
         server = s.config.server
-        field = LAUNCHERS[server.launcher].shown_argv
-        if field is None:
-            field = "command" if "command" in type(server).model_fields else "args"
-        argv = getattr(server, field)
-        words = printable(shlex.join(shown(a) for a in argv))
+        argv = LAUNCHERS[server.launcher].shown(server)
+        words = server.launcher if argv is None else printable(shlex.join(shown(a) for a in argv))
         term.out(f"server: {words} (ready within {server.ready_timeout:g}s)")
         missing = 0
         with s.launcher("candidates") as launcher:

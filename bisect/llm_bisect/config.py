@@ -833,38 +833,16 @@ def load_server(path: Path, key: str) -> dict[str, Any]:
     return dict(data["server"])
 
 
-GOLDEN_NEUTRAL = frozenset(
-    {
-        "max_abs_delta",
-        "teacher_mean_abs_delta",
-        "topk_max_abs_delta",
-        "tolerance",
-        "null_share_jump",
-        "concurrency",
-        "download",
-        "num_concurrent",
-        "python",
-        "thresholds",
-        "timeout",
-        "source",
-        "min_accuracy",
-    }
-)
-"""Check settings that judge against a golden, or say how fast or from where, without
-shaping what it records: changing them keeps the golden."""
-SERVER_SHAPE = frozenset(
-    {"command", "worker_command", "image", "args", "entrypoint", "container_image", "env"}
-)
-"""What a server runs and with what environment; not where, how long or how it is reached."""
-SERVER_ARGV = ("command", "args", "worker_command", "entrypoint")
-"""The built-in launchers' argument lists (a launcher adds its own: LauncherKind.argv)."""
+SERVER_SHAPE = frozenset({"env"})
+"""What shapes every server's answers, whatever its launcher (ServerBase's own): its
+environment. A launcher adds what it runs (LauncherKind.shape: a command, an image)."""
 
 
 def server_argv(server: ServerBase | Mapping[str, Any]) -> tuple[str, ...]:
-    """The `server:` fields that are argument lists, for this server's launcher."""
+    """The `server:` fields that are argument lists, for this server's launcher
+    (LauncherKind.argv)."""
     tag = server.get("launcher", "process") if isinstance(server, Mapping) else server.launcher
-    extra = LAUNCHERS[tag].argv if isinstance(tag, str) and tag in LAUNCHERS else ()
-    return (*SERVER_ARGV, *extra)
+    return LAUNCHERS[tag].argv if isinstance(tag, str) and tag in LAUNCHERS else ()
 
 
 def _digest(data: Any) -> str:
@@ -875,7 +853,7 @@ def check_digest(check: CheckConfig) -> str:
     """A digest of the settings that shape a check's golden section (prompts, cases, budgets,
     request fields, the eval's source and format); thresholds are left out."""
     neutral = CHECKS[check.type].neutral if check.type in CHECKS else frozenset()
-    data = check.model_dump(mode="json", exclude_defaults=True, exclude={*GOLDEN_NEUTRAL, *neutral})
+    data = check.model_dump(mode="json", exclude_defaults=True, exclude=set(neutral))
     return _digest({**data, "type": check.type})
 
 

@@ -448,4 +448,11 @@ def from_config(cfg: VllmEvalConfig, ctx: CheckContext) -> NoReturn:
     raise ConfigError(f"{ctx.key}: a 'vllm-eval' entry is read before checks are made")
 
 
-KIND = CHECKS.register(CheckKind("vllm-eval", VllmEvalConfig, make=from_config))
+KIND = CHECKS.register(
+    CheckKind(
+        "vllm-eval",
+        VllmEvalConfig,
+        make=from_config,
+        neutral=frozenset({"num_concurrent", "python"}),
+    )
+)

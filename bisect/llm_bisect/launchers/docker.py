@@ -1050,5 +1050,8 @@ KIND = LAUNCHERS.register(
         resolve_end=resolve_image_end,
         reap=reap_node,
         placement=frozenset({"docker_hosts", "pull", "stop_timeout", "prefetch", "port"}),
+        shape=frozenset({"image", "args", "entrypoint"}),
+        argv=("args", "entrypoint"),
+        flags=("args",),
     )
 )

@@ -2481,5 +2481,8 @@ KIND = LAUNCHERS.register(
         placement=frozenset({"secret_env_read"}),  # what is masked, never what is answered
         cache_place="configured",  # a pod's node has no folder of this machine's home
         cache_mount=_cache_mount,
+        shape=frozenset({"image", "args", "entrypoint"}),
+        argv=("args", "entrypoint"),
+        flags=("args",),
     )
 )

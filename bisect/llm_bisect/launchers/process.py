@@ -448,5 +448,7 @@ KIND = LAUNCHERS.register(
         devices=_devices,
         expand_paths=expand_cwd,
         inherits=True,
+        shape=frozenset({"command"}),
+        argv=("command",),
     )
 )

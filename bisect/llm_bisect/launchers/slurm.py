@@ -858,5 +858,7 @@ KIND = LAUNCHERS.register(
         reap=reap_node,
         cache_place="node",
         cache_mount=_cache_mount,
+        shape=frozenset({"command", "worker_command", "container_image"}),
+        argv=("command", "worker_command"),
     )
 )

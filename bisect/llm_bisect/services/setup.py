@@ -418,11 +418,6 @@ def setup(
     )
 
 
-FAST_ARGV = ("command", "worker_command", "args")
-"""The server fields `probe.fast.args` are added to, where the launcher's server has them
-(and its own argument lists: LauncherKind.argv)."""
-
-
 def fast_section(
     server: Mapping[str, Any], args: list[str], env: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -430,7 +425,7 @@ def fast_section(
     variables over its own. Pure."""
     section = dict(server)
     tag = section.get("launcher", "process")
-    keys = (*FAST_ARGV, *(LAUNCHERS[tag].argv if isinstance(tag, str) and tag in LAUNCHERS else ()))
+    keys = LAUNCHERS[tag].fast_argv() if isinstance(tag, str) and tag in LAUNCHERS else ()
     for key in keys:
         argv = section.get(key)
         if isinstance(argv, list):
