@@ -18,12 +18,10 @@ from llm_bisect.checks.expect import ExpectConfig
 from llm_bisect.checks.logprobs import LogprobsConfig
 from llm_bisect.cli import cli
 from llm_bisect.config import (
-    MAX_CONFIG_BYTES,
     SearchConfig,
     check_digest,
     config_digest,
     differing,
-    expand_env,
     parse_config,
     server_digest,
     server_environment,
@@ -31,6 +29,8 @@ from llm_bisect.config import (
 )
 from llm_bisect.errors import ConfigError
 from llm_bisect.services.setup import cache_mounted, fast_section
+from llm_bisect.templates import expand_env
+from llm_bisect.yamlfile import MAX_CONFIG_BYTES
 
 
 def base() -> dict[str, Any]:

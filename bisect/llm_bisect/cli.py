@@ -22,7 +22,7 @@ import typer.core
 
 from . import __version__, plugins
 from .checks.golden import load as golden_load, schema as golden_schema, warnings as golden_warnings
-from .config import Config, shown
+from .config import Config
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
 from .kinds import LAUNCHERS
@@ -46,6 +46,7 @@ from .services.localization import LOCALIZATION, localize_refs
 from .services.reap import reap_servers
 from .services.setup import Setup, golden_file_of, plan_of, setup
 from .services.stages import restore
+from .templates import shown
 from .terminal import (
     Terminal,
     TerminalProgress,

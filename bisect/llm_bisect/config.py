@@ -30,47 +30,12 @@ from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged, on_chan
 from .posterior import EXACT, KNOWN_RATE, Policy
 from .redact import MASK, Scrub, redact, url_credentials
 from .report.escape import safe_url
+from .secretnames import _SECRET_NAME, argv_secrets, secret_names
+from .templates import _ENV_REF, ENV_REF, expand_value, template_fields
+from .yamlfile import not_json, nul_at, read_yaml
 
-# The parts config.py was (templates, secret names, YAML files): re-exported, so that
-# `from .config import fill` keeps working.
-from .secretnames import (
-    _SECRET_NAME as _SECRET_NAME,
-    CALLER_SECRET_MIN as CALLER_SECRET_MIN,
-    argv_secret_names as argv_secret_names,
-    argv_secrets as argv_secrets,
-    caller_secret_names as caller_secret_names,
-    secret_flag as secret_flag,
-    secret_flag_values as secret_flag_values,
-    secret_names as secret_names,
-)
-from .templates import (
-    _ENV_REF as _ENV_REF,
-    ENV_REF as ENV_REF,
-    expand_env as expand_env,
-    expand_template as expand_template,
-    expand_value as expand_value,
-    fill as fill,
-    filled_literal as filled_literal,
-    literal as literal,
-    shown as shown,
-    template_fields as template_fields,
-)
-from .yamlfile import (
-    MAX_CONFIG_BYTES as MAX_CONFIG_BYTES,
-    MAX_YAML_NODES as MAX_YAML_NODES,
-    expanded_size as expanded_size,
-    load_yaml as load_yaml,
-    not_json as not_json,
-    nul_at as nul_at,
-    read_yaml as read_yaml,
-)
-
-PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build", "gpus"})
 COLLECT_PLACEHOLDERS = frozenset({"commit", "short", "python", "build"})
-BUILD_PLACEHOLDERS = frozenset({"python", "build"})
-"""Placeholders a build fills (the build's interpreter and folder); they need `build:`."""
-IMAGE_PLACEHOLDERS = frozenset({"commit", "short"})
-DOCKER_ARG_PLACEHOLDERS = frozenset({"commit", "short", "port", "image"})
+"""What `server.collect_env` may name, whatever the launcher."""
 
 
 class _Strict(BaseModel):
@@ -554,76 +519,6 @@ def _default_checks() -> list[CheckBase]:
     """The checks a config without `checks:` runs: every kind registered as a default."""
     made = [k.config.model_validate({"type": k.tag}) for k in CHECKS.kinds() if k.default]
     return cast(list[CheckBase], made)
-
-
-COMPILED = (
-    "CMakeLists.txt",
-    "setup.py",
-    "pyproject.toml",
-    "cmake/*",
-    "csrc/*",
-    "rust/*",
-    "requirements/*",
-    "*.cu",
-    "*.cuh",
-    "*.cpp",
-    "*.cc",
-    "*.c",
-    "*.h",
-    "*.hpp",
-    "*.cmake",
-    "!tests/*",
-    "!docs/*",
-    "!examples/*",
-    "!benchmarks/*",
-    "!requirements/test/*",
-    "!requirements/dev.txt",
-    "!requirements/lint.txt",
-    "!requirements/docs.*",
-)
-"""Paths whose change needs a compiled build (a glob over the whole path; `!` leaves out;
-the last match decides): the root's build files, csrc/, cmake/, the Rust frontend, the
-requirements, C/C++/CUDA sources anywhere but in tests, docs, examples and benchmarks."""
-_OTHER_DEVICES = ("rocm", "xpu", "tpu")
-NOT_BUILT_BY: dict[str, tuple[str, ...]] = {
-    "any": (),
-    "cuda": (
-        "!csrc/cpu/*",
-        "!csrc/rocm/*",
-        "!cmake/cpu_extension.cmake",
-        "!requirements/cpu*",
-        "!requirements/build/cpu.txt",
-        *(f"!requirements/{d}*" for d in _OTHER_DEVICES),
-        *(f"!requirements/build/{d}.txt" for d in _OTHER_DEVICES),
-    ),
-    "rocm": (
-        "!csrc/cpu/*",
-        "!cmake/cpu_extension.cmake",
-        "!requirements/cpu*",
-        "!requirements/build/cpu.txt",
-        "!requirements/cuda.txt",
-        "!requirements/build/cuda.txt",
-        "!requirements/xpu*",
-        "!requirements/tpu*",
-    ),
-    "cpu": (
-        "!*.cu",
-        "!*.cuh",
-        "!csrc/rocm/*",
-        "!requirements/cuda.txt",
-        "!requirements/build/cuda.txt",
-        *(f"!requirements/{d}*" for d in _OTHER_DEVICES),
-        *(f"!requirements/build/{d}.txt" for d in _OTHER_DEVICES),
-    ),
-}
-"""What a build for each target does not compile: a CUDA build is not changed by
-csrc/cpu/, a CPU build not by *.cu."""
-Target = Literal["any", "cuda", "rocm", "cpu"]
-
-
-def compiled_patterns(target: str) -> list[str]:
-    """The compiled-sources rule of a target (`any`: everything any target builds)."""
-    return [*COMPILED, *NOT_BUILT_BY[target]]
 
 
 class StrategyBase(_Strict):

@@ -20,10 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from .config import argv_secrets, literal, secret_names
 from .errors import ConfigError
 from .redact import url_logins
 from .registry import parse_image_ref
+from .secretnames import argv_secrets, secret_names
+from .templates import literal
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 _WHEEL_COMMIT = re.compile(r"\+(?:[a-z0-9]+\.)*g([0-9a-f]{7,40})(?:[.-]|$)")

@@ -42,10 +42,12 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 import yaml
 from pydantic import ConfigDict, Field, ValidationError
 
-from ..config import CheckBase, expanded_size, literal
+from ..config import CheckBase
 from ..errors import ConfigError
 from ..files import read_capped
 from ..kinds import CHECKS, CheckContext, CheckKind
+from ..templates import literal
+from ..yamlfile import expanded_size
 from .dataset import load as load_problems
 from .eval import EvalConfig
 

@@ -47,17 +47,7 @@ from ..builds import Builder, ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..builds.prefetch import Prefetcher
 from ..clock import SYSTEM
-from ..config import (
-    DOCKER_ARG_PLACEHOLDERS,
-    IMAGE_PLACEHOLDERS,
-    ServerBase,
-    SlotGpus,
-    Strict,
-    argv_secrets,
-    check_placeholders,
-    expand_value,
-    fill,
-)
+from ..config import ServerBase, SlotGpus, Strict, check_placeholders
 from ..environment import SMI_TIMEOUT_S
 from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
 from ..fingerprint import package_probe_source
@@ -76,6 +66,8 @@ from ..model import Candidate
 from ..redact import Masker, redact
 from ..registry import RegistryClient, parse_image_ref
 from ..report import escape as esc
+from ..secretnames import argv_secrets
+from ..templates import IMAGE_PLACEHOLDERS, expand_value, fill
 from . import INSTRUMENT_DIR, Artifact, Instrument, Launcher
 from .common import (
     LoggedServer,
@@ -849,6 +841,10 @@ class RegistryConfig(Strict):
     """The registry login; `${VAR}` takes VAR from the caller."""
     password: str | None = None
     """`${VAR}` takes VAR from the caller; never written out."""
+
+
+DOCKER_ARG_PLACEHOLDERS = IMAGE_PLACEHOLDERS | {"port", "image"}
+"""What `server.args` may name."""
 
 
 class DockerServerConfig(ServerBase, SlotGpus):

@@ -31,16 +31,7 @@ from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..clock import SYSTEM
 from ..collectenv import LocalCollect
-from ..config import (
-    BUILD_PLACEHOLDERS,
-    PROCESS_PLACEHOLDERS,
-    CommandServerBase,
-    argv_secrets,
-    check_placeholders,
-    expand_value,
-    fill,
-    template_fields,
-)
+from ..config import CommandServerBase, check_placeholders
 from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
 from ..kinds import (
     LAUNCHERS,
@@ -52,6 +43,8 @@ from ..kinds import (
 )
 from ..model import Candidate
 from ..report import escape as esc
+from ..secretnames import argv_secrets
+from ..templates import expand_value, fill, template_fields
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
 from .common import (
@@ -351,6 +344,12 @@ class ProcessLauncher(Prefetching):
                 k: v for k, v in env.items() if k in self.config_env or self.base_env.get(k) != v
             },
         )
+
+
+PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build", "gpus"})
+"""What `server.command` may name (a Slurm head's too, but `{gpus}`)."""
+BUILD_PLACEHOLDERS = frozenset({"python", "build"})
+"""Placeholders a build fills (the build's interpreter and folder); they need `build:`."""
 
 
 class ProcessServerConfig(CommandServerBase):

@@ -41,17 +41,7 @@ from typing import Any
 
 from ..checks.golden import Golden
 from ..checks.logprobs import LogprobsDetails
-from ..config import (
-    argv_secrets,
-    caller_secret_names,
-    config_digest,
-    expand_env,
-    literal,
-    load_server,
-    read_yaml,
-    secret_flag,
-    secret_names,
-)
+from ..config import config_digest, load_server
 from ..delta import (
     DeltaStep,
     Difference,
@@ -79,6 +69,9 @@ from ..report.documents import Build, Context, ProbeDoc, Sides
 from ..report.html import logprob_figure, page, table
 from ..report.result import probe_doc
 from ..runner import write_atomic
+from ..secretnames import argv_secrets, caller_secret_names, secret_flag, secret_names
+from ..templates import expand_env, literal
+from ..yamlfile import read_yaml
 from .localization import localize_builds, write_localization
 from .setup import Setup, run_id_of, setup
 

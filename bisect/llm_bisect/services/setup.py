@@ -26,16 +26,10 @@ from ..client import OpenAIClient
 from ..config import (
     NO_CANDIDATES,
     Config,
-    argv_secret_names,
-    caller_secret_names,
     check_digest,
-    expand_env,
     expand_paths,
-    expand_value,
     load_config,
     read_known_verdicts,
-    read_yaml,
-    secret_names,
     server_argv,
     server_digest,
     shared_config,
@@ -66,10 +60,11 @@ from ..registry import RegistryClient, RegistryError, parse_image_ref, valid_tag
 from ..report.documents import Context
 from ..report.links import web_url
 from ..search import Mode, Plan, build_plan
-from ..secretnames import served_api_key
+from ..secretnames import argv_secret_names, caller_secret_names, secret_names, served_api_key
 from ..sources.git import GitSource, NoRepository, nightly_day
 from ..sources.images import WHERE
-from ..templates import fill
+from ..templates import expand_env, expand_value, fill
+from ..yamlfile import read_yaml
 from .keep import image_entry
 
 
