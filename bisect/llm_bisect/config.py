@@ -25,11 +25,11 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .escape import safe_url
 from .fingerprint import BATCH_INVARIANT_VAR
-from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged, on_change
+from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged
 from .posterior import EXACT, KNOWN_RATE, Policy
 from .redact import MASK, Scrub, redact, url_credentials
-from .report.escape import safe_url
 from .secretnames import _SECRET_NAME, argv_secrets, secret_names
 from .templates import _ENV_REF, ENV_REF, expand_value, template_fields
 from .yamlfile import not_json, nul_at, read_yaml
@@ -908,10 +908,8 @@ def differing(before: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
     return sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
 
 
-def _rebuild() -> None:
-    """A kind registered or left: the unions of the models holding kinds follow."""
+def rebuild() -> None:
+    """A kind registered or left: the unions of the models holding kinds follow (plugins.load
+    makes this a listener of the registries: importing this module adds none)."""
     BuildConfig.model_rebuild(force=True)
     Config.model_rebuild(force=True)
-
-
-on_change(_rebuild)

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .checks import Check
     from .launchers import Launcher
     from .model import Candidate
-    from .sources.git import GitSource
+    from .sources import Repository
 
 BUILTIN = (
     "llm_bisect.sources.git",
@@ -54,7 +54,7 @@ BUILTIN = (
     "llm_bisect.launchers.docker",
     "llm_bisect.launchers.slurm",
     "llm_bisect.launchers.kubernetes",
-    "llm_bisect.builds",
+    "llm_bisect.builds.image",
     "llm_bisect.builds.wheel",
     "llm_bisect.builds.overlay",
     "llm_bisect.builds.command",
@@ -317,7 +317,7 @@ class EndContext:
 
     launcher: Callable[[str], AbstractContextManager[Launcher]]
     """This config's launcher, by run id, closed on the way out."""
-    source: GitSource
+    source: Repository
 
 
 def _no_devices(cfg: Any, ctx: DeviceContext) -> list[tuple[str, ...] | None]:
@@ -427,7 +427,7 @@ class BuildContext:
     key: str
     """`build.strategies.<i>`, for messages."""
     index: int
-    source: GitSource
+    source: Repository
     base_dir: Path
     environ: Mapping[str, str]
     """The caller's environment and server.env, expanded."""
@@ -532,7 +532,7 @@ class SourceKind:
 
     tag: str
     config: type[BaseModel]
-    make: Callable[[Any, SourceContext], GitSource]
+    make: Callable[[Any, SourceContext], Repository]
 
 
 SOURCES: Registry[SourceKind] = Registry("source", "source", keyed=False)

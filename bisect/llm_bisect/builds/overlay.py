@@ -52,7 +52,7 @@ from ..config import StrategyBase
 from ..errors import ConfigError, LaunchError
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..model import Candidate
-from ..sources.git import ABSENT, Change, Step
+from ..sources import ABSENT, Change, Step
 from . import Build, ImageTarget, base_image_fits
 
 NEAREST_LIMIT = 1000
@@ -800,7 +800,7 @@ def from_config(
 
 def _validate(cfg: OverlayStrategyConfig, rules: StrategyRules) -> None:
     if cfg.base != "nearest":
-        base_image_fits(cfg.type, cfg.image, rules)
+        base_image_fits(cfg.type, cfg.image, rules.key, rules.images)
         return
     kinds_before = {s.type for s in rules.before} - {"overlay"}
     fixed = any(isinstance(s, OverlayStrategyConfig) and s.base is None for s in rules.before)

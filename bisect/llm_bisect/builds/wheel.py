@@ -464,7 +464,7 @@ def from_config(
 
 
 def _validate(cfg: WheelStrategyConfig, rules: StrategyRules) -> None:
-    base_image_fits(cfg.type, cfg.image, rules)
+    base_image_fits(cfg.type, cfg.image, rules.key, rules.images)
 
 
 def _secrets(cfg: WheelStrategyConfig, environ: Mapping[str, str], i: int) -> list[str]:

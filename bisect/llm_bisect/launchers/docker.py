@@ -42,7 +42,7 @@ from docker.models.containers import Container
 from docker.models.images import Image
 from pydantic import Field, field_validator
 
-from .. import collectenv, weights
+from .. import collectenv, escape as esc, weights
 from ..builds import Builder, ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..builds.prefetch import Prefetcher
@@ -65,7 +65,6 @@ from ..ledger import load as ledger_load
 from ..model import Candidate
 from ..redact import Masker, redact
 from ..registry import RegistryClient, parse_image_ref
-from ..report import escape as esc
 from ..secretnames import argv_secrets
 from ..templates import IMAGE_PLACEHOLDERS, expand_value, fill
 from . import INSTRUMENT_DIR, Artifact, Instrument, Launcher

@@ -26,7 +26,7 @@ from typing import IO, Any, Literal
 
 from pydantic import field_validator
 
-from .. import collectenv, guard, weights
+from .. import collectenv, escape as esc, guard, weights
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..clock import SYSTEM
@@ -42,7 +42,6 @@ from ..kinds import (
     PreflightContext,
 )
 from ..model import Candidate
-from ..report import escape as esc
 from ..secretnames import argv_secrets
 from ..templates import expand_value, fill, template_fields
 from . import Artifact, Instrument

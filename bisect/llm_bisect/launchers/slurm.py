@@ -41,7 +41,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field, field_validator
 
-from .. import collectenv, enginecache, weights
+from .. import collectenv, enginecache, escape as esc, weights
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..clock import SYSTEM
@@ -57,7 +57,6 @@ from ..kinds import (
 )
 from ..model import Candidate
 from ..redact import redact
-from ..report import escape as esc
 from ..retry import NotYetReady
 from ..secretnames import argv_secrets
 from ..templates import IMAGE_PLACEHOLDERS, fill

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import escape as esc
 from ..checks.golden import Golden
 from ..checks.logprobs import LogprobsDetails
 from ..config import config_digest, load_server
@@ -64,7 +65,7 @@ from ..model import Candidate, ProbeOutcome, Regress, Verdict
 from ..outdir import hold
 from ..probe import ProbeContext, Progress, probe
 from ..redact import Scrub
-from ..report import escape as esc, markdown as md
+from ..report import markdown as md
 from ..report.documents import Build, Context, ProbeDoc, Sides
 from ..report.html import logprob_figure, page, table
 from ..report.result import probe_doc

@@ -61,7 +61,8 @@ from ..report.documents import Context
 from ..report.links import web_url
 from ..search import Mode, Plan, build_plan
 from ..secretnames import argv_secret_names, caller_secret_names, secret_names, served_api_key
-from ..sources.git import GitSource, NoRepository, nightly_day
+from ..sources import Repository
+from ..sources.git import NoRepository, nightly_day
 from ..sources.images import WHERE
 from ..templates import expand_env, expand_value, fill
 from ..yamlfile import read_yaml
@@ -74,7 +75,7 @@ class Setup:
 
     config: Config
     base_dir: Path
-    source: GitSource
+    source: Repository
     checks: list[Check]
     env: dict[str, str]
     """The config's server.env, expanded."""
@@ -514,7 +515,7 @@ def slot_devices_of(
 def _builder(
     config: Config,
     base_dir: Path,
-    source: GitSource,
+    source: Repository,
     environ: Mapping[str, str],
     secret_names: list[str],
     resolve: Callable[[str, str], str],
