@@ -11,6 +11,7 @@ from .metrics import degeneration, measure
 
 __all__ = ["WORSE_COMPRESSION", "judge_reply"]
 
+
 class Answer(Protocol):
     """What a reply is judged against: the good build's answer to the same prompt
     (golden.Answer, which imports this module)."""

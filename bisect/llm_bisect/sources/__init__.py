@@ -35,7 +35,6 @@ class Step:
     changes: tuple[Change, ...]
 
 
-
 class Source(Protocol):
     """Resolves refs and lists the candidates between two commits."""
 
