@@ -14,7 +14,10 @@ A built-in kind's module is also named in BUILTIN (its place there is its place 
 schema and in "known: ..."); a kind from another package names its module in an entry
 point of the `llm_bisect.kinds` group (plugins.py). A kind declares on its registration the
 facts other modules ask of it (LauncherKind.placement, shape, argv, cache_mount, reap;
-CheckKind.cost, neutral): adding one is its module and one line.
+CheckKind.cost, neutral), and nowhere else: adding one is its module and one line. Required
+facts are required arguments (a launcher's argv and shape), and the facts naming fields are
+checked when it registers (Registry.register), so a plugin lacking one fails at load, in one
+line naming the fact; optional ones have safe defaults (docs/plugins.md).
 config.py builds its discriminated unions and its "known" lists from these registries
 (`Tagged`), and the services look a kind up by the tag the config carries:
 
@@ -24,8 +27,8 @@ An unknown tag is UnknownKind, never a default. Importing a kind's module regist
 and nothing else: the built-in kinds (BUILTIN) and those of installed packages (entry
 points) are loaded once, explicitly, by plugins.load(), which the CLI, services.setup and
 `schema` call first (as pytest loads its default plugins, then the installed ones). This
-module has no side effect and imports only errors.py of the package: every kind module may
-import it.
+module has no side effect and imports only errors.py of the package at run time (the seams
+it names, type-only, import neither it nor config): every kind module may import it.
 """
 
 from __future__ import annotations

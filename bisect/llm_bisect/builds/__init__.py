@@ -11,12 +11,15 @@
 
 Strategies: wheel.py (uv, a per-commit index), overlay.py (the commit's files over a
 precompiled install: fixed, or the nearest ancestor's build by an earlier strategy),
-command.py (yours); cache.py keeps what they made,
+command.py (yours), image.py (the launcher's image template: its kind; its strategy,
+ImageStrategy, is here); cache.py keeps what they made,
 prefetch.py makes the next ones in the background; images.py turns a wheel or
 overlay build into an image derived from a base image (Docker launcher). A strategy says whether it
 applies without building anything (`applies`), what makes its build (`identity`: the
 cache key), then makes the build (`make`).
 A build that fails, however it fails, is a LaunchError: the probe is `skip`, never bad.
+This package registers no kind and imports neither kinds nor config: it is the seam
+kinds.py names (Builder, Strategy, ImageTarget).
 """
 
 from __future__ import annotations
