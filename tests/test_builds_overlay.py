@@ -21,9 +21,8 @@ import pytest
 from typer.testing import CliRunner
 
 from helpers import write_config
-from llm_bisect.builds.overlay import compiled_changes
+from llm_bisect.builds.overlay import compiled_changes, compiled_patterns
 from llm_bisect.cli import cli
-from llm_bisect.config import compiled_patterns
 from toybuild import SERVE, commit, git, install, serve_index, wheel_pages
 
 SETTINGS = (

@@ -41,9 +41,10 @@ from llm_bisect.checks.stats import PairedTest
 from llm_bisect.checks.vllm_eval import expand
 from llm_bisect.cli import cli
 from llm_bisect.client import OpenAIClient
-from llm_bisect.config import fill, parse_config
+from llm_bisect.config import parse_config
 from llm_bisect.errors import ConfigError, HarnessError
 from llm_bisect.sim.server import Engine, serve
+from llm_bisect.templates import fill
 
 DATA = Path(__file__).parent / "data"
 TASKS = DATA / "lm_eval"

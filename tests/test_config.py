@@ -17,12 +17,10 @@ from llm_bisect.checks.expect import ExpectConfig
 from llm_bisect.checks.logprobs import LogprobsConfig
 from llm_bisect.cli import cli
 from llm_bisect.config import (
-    MAX_CONFIG_BYTES,
     SearchConfig,
     check_digest,
     config_digest,
     differing,
-    expand_env,
     parse_config,
     server_digest,
     server_environment,
@@ -30,6 +28,8 @@ from llm_bisect.config import (
 )
 from llm_bisect.errors import ConfigError
 from llm_bisect.services.setup import cache_mounted, fast_section, with_engine_cache
+from llm_bisect.templates import expand_env
+from llm_bisect.yamlfile import MAX_CONFIG_BYTES
 
 
 def base() -> dict[str, Any]:
@@ -404,6 +404,7 @@ def test_the_config_schema_is_published_and_explains_every_key() -> None:
 
 def test_fast_flags_go_after_every_command_of_the_server_and_its_variables_over_its_own() -> None:
     slurm = {
+        "launcher": "slurm",  # its argument lists (LauncherKind.argv) get the flags
         "command": ["vllm", "serve", "m", "--max-model-len", "8192"],
         "worker_command": ["vllm", "serve", "m", "--headless"],
         "env": {"A": "1", "B": "2"},
@@ -413,7 +414,9 @@ def test_fast_flags_go_after_every_command_of_the_server_and_its_variables_over_
     assert made["worker_command"] == [*slurm["worker_command"], "--enforce-eager",
                                       "--max-model-len", "2048"]  # fmt: skip
     assert made["env"] == {"A": "1", "B": "3"} and slurm["env"] == {"A": "1", "B": "2"}
-    image = fast_section({"image": "vllm/vllm-openai:{commit}"}, ["--enforce-eager"], {})
+    image = fast_section(
+        {"launcher": "docker", "image": "vllm/vllm-openai:{commit}"}, ["--enforce-eager"], {}
+    )
     assert image["args"] == ["--enforce-eager"] and "command" not in image
 
 

@@ -133,7 +133,9 @@ class ToyLauncher:
         return None
 
 
-TOY_LAUNCHER = LauncherKind("toy", ToyServerConfig, make=ToyLauncher)
+TOY_LAUNCHER = LauncherKind(
+    "toy", ToyServerConfig, make=ToyLauncher, shape=frozenset({"repo"}), argv=()
+)
 
 
 # ---- a toy check: one sum, answered with a number ------------------------------------------
@@ -210,6 +212,40 @@ def test_a_toy_launcher_and_check_registered_from_the_tests_bisect_to_the_culpri
     assert checks == {"toy"}
 
 
+def test_candidates_lists_the_range_of_a_launcher_with_no_argument_list(
+    tmp_path: Path, toys: None
+) -> None:
+    """A launcher that declares no argv (`argv=()`) has no command line to show: `candidates`
+    names the launcher instead (it crashed: `'ToyServerConfig' object has no attribute
+    'args'`)."""
+    history = History(tmp_path, {5: "garbled-math"}, n=8)
+    config = write_config(tmp_path / "toy.yaml", toy_config(history))
+    result = CliRunner().invoke(cli, ["candidates", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "server: toy (ready within 600s)" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_kind_lacking_a_fact_is_refused_when_it_registers() -> None:
+    """Required facts are arguments (a launcher's argv and shape); the facts that name fields
+    must name its model's: a typo fails now, in one line naming the fact."""
+    with pytest.raises(TypeError, match="required keyword-only arguments: 'shape' and 'argv'"):
+        LauncherKind("bare", ToyServerConfig, make=ToyLauncher)  # type: ignore[call-arg]
+    wrong = LauncherKind("toy", ToyServerConfig, make=ToyLauncher, shape=frozenset(), argv=("cmd",))
+    with pytest.raises(
+        ValueError,
+        match=r"^launcher 'toy': argv names 'cmd', which is no field of ToyServerConfig$",
+    ):
+        LAUNCHERS.register(wrong)
+    untagged = LauncherKind("toy2", ToyServerConfig, make=ToyLauncher, shape=frozenset(), argv=())
+    with pytest.raises(ValueError, match=r"needs the field `launcher: Literal\['toy2'\]`$"):
+        LAUNCHERS.register(untagged)
+    costly = CheckKind("toy", ToyCheckConfig, make=ToyCheck, neutral=frozenset({"patience"}))
+    with pytest.raises(ValueError, match="neutral names 'patience'"):
+        CHECKS.register(costly)
+    assert "toy" not in LAUNCHERS and "toy2" not in LAUNCHERS and "toy" not in CHECKS
+
+
 def test_a_registered_kind_is_in_the_config_its_errors_and_its_schema(toys: None) -> None:
     base = {"candidates": {"repo": ".", "good": "a", "bad": "b"}}
     cfg = parse_config(
@@ -246,7 +282,9 @@ def test_a_kind_that_left_is_unknown_again(toys: None) -> None:
 
 def test_a_tag_is_registered_once() -> None:
     with pytest.raises(ValueError, match="launcher 'docker' is registered already"):
-        LAUNCHERS.register(LauncherKind("docker", ToyServerConfig, make=ToyLauncher))
+        LAUNCHERS.register(
+            LauncherKind("docker", ToyServerConfig, make=ToyLauncher, shape=frozenset(), argv=())
+        )
 
 
 # ---- a kind declares its facts: nothing else is edited -------------------------------------

@@ -41,13 +41,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "weights",
             "outdir",
             "report",
-            "report.escape",
+            "escape",
             "data",
             "data.*",
         ),
     ),
     (
-        "values: the pure core and the seams' Protocols",
+        "values: the pure core and the seams (the Protocols and values the kinds name)",
         (
             "model",
             "fingerprint",
@@ -69,6 +69,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "sources",
             "sources.picks",
             "launchers",
+            "builds",
+            "builds.cache",
             "launchers.devices",
             "launchers.spread",
         ),
@@ -78,7 +80,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "the kinds' modules and the adapters they use",
         (
             "launchers.*",
-            "builds",
             "builds.*",
             "checks.*",
             "sources.*",
@@ -126,16 +127,18 @@ def layer_of(module: str) -> int:
     return best[1]
 
 
-def imports(known: dict[str, tuple[Path, bool]]) -> dict[str, set[str]]:
+def imports(known: dict[str, tuple[Path, bool]], typing: bool = False) -> dict[str, set[str]]:
     """module → the package's modules it imports, at module level or in a function;
-    imports under `if TYPE_CHECKING:` aside (they never run)."""
+    imports under `if TYPE_CHECKING:` aside (they never run), unless `typing`."""
     graph: dict[str, set[str]] = {}
     for module, (path, package) in known.items():
         tree = ast.parse(path.read_text())
         typing_only = {
             id(n)
             for block in ast.walk(tree)
-            if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+            if not typing
+            and isinstance(block, ast.If)
+            and "TYPE_CHECKING" in ast.unparse(block.test)
             for n in ast.walk(block)
         }
         here = module.split(".") if package else module.split(".")[:-1]
@@ -197,13 +200,18 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_import_graph_has_no_circle_and_nothing_points_up() -> None:
+    """No circle, type-only imports counted (a seam the kinds name sits below them); no
+    import that runs points up a layer."""
     known = modules()
     graph = imports(known)
     # a package imports its own modules (`from .cache import ...`), which import it back
     # only as their parent: those arrows are not circles
     for module in graph:
         graph[module] = {t for t in graph[module] if not module.startswith(t + ".")}
-    assert cycles(graph) == []
+    typed = imports(known, typing=True)
+    for module in typed:
+        typed[module] = {t for t in typed[module] if not module.startswith(t + ".")}
+    assert cycles(typed) == []
     upward = [
         f"{m} ({LAYERS[layer_of(m)][0]}) -> {t} ({LAYERS[layer_of(t)][0]})"
         for m, targets in sorted(graph.items())
@@ -223,6 +231,8 @@ def test_the_graph_sees_a_function_level_import_and_a_circle(tmp_path: Path) -> 
     known = {"llm_bisect.a": (tmp_path / "a.py", False), "llm_bisect.b": (tmp_path / "b.py", False)}
     graph = imports(known)
     assert graph == {"llm_bisect.a": {"llm_bisect.b"}, "llm_bisect.b": set()}
+    typed = imports(known, typing=True)  # counted for circles: a and b are one
+    assert cycles(typed) == [["llm_bisect.a", "llm_bisect.b"]]
     assert cycles({**graph, "llm_bisect.b": {"llm_bisect.a"}}) == [["llm_bisect.a", "llm_bisect.b"]]
     assert (
         layer_of("llm_bisect.cli") > layer_of("llm_bisect.plugins") > layer_of("llm_bisect.kinds")
@@ -306,3 +316,53 @@ def test_the_pure_core_loads_no_io_library(module: str) -> None:
         check=True,
     )
     assert done.stdout.strip() == "[]"
+
+
+SIDE_EFFECTS = textwrap.dedent(
+    """
+    import importlib, json, sys
+    from llm_bisect import kinds
+    importlib.import_module(sys.argv[1])
+    print(json.dumps({"kinds": {r.seam: r.tags() for r in kinds.registries() if r.tags()},
+                      "listeners": len(kinds._listeners)}))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("module", "registered"),
+    [
+        ("llm_bisect.config", {}),
+        ("llm_bisect.builds", {}),
+        ("llm_bisect.builds.image", {"build type": ["image"]}),
+        ("llm_bisect.launchers.docker", {"launcher": ["docker"]}),
+    ],
+)
+def test_importing_a_module_registers_at_most_its_own_kind(
+    module: str, registered: dict[str, list[str]]
+) -> None:
+    """Importing a kind's module registers that kind only (the `image` strategy is its own
+    module's, not docker's); importing config adds no listener (plugins.load does)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SIDE_EFFECTS, module],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    assert json.loads(done.stdout) == {"kinds": registered, "listeners": 0}
+
+
+def test_plugins_load_makes_the_config_follow_the_registries() -> None:
+    code = (
+        "from llm_bisect import config, kinds, plugins; plugins.load(); plugins.load(); "
+        "print(kinds._listeners == [config.rebuild])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    assert done.stdout.strip() == "True"

@@ -15,8 +15,9 @@ from hypothesis import given, strategies as st
 
 from helpers import History, cli_bounded, github_render
 from llm_bisect import guard
-from llm_bisect.config import argv_secret_names, shared_config
+from llm_bisect.config import shared_config
 from llm_bisect.redact import Masker, Scrub, public_url, redact, url_credentials
+from llm_bisect.secretnames import argv_secret_names
 
 SECRETS = st.lists(st.text("ab1:", min_size=1, max_size=6), max_size=3)
 TEXT = st.text("ab1:x\n", max_size=80)

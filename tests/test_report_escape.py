@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from helpers import HOSTILE_LINE, github_render, shell_words
-from llm_bisect.report import escape as esc
+from llm_bisect import escape as esc
 
 PIECES = [
     "```", "~~~", "`", "``", "</details>", "<details>", "<img src=x onerror=alert(1)>", "<!--",

@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from helpers import History, cli_on_path
-from llm_bisect.config import expand_env, parse_config, shown
+from llm_bisect.config import parse_config
 from llm_bisect.errors import ConfigError
 from llm_bisect.starter import Start, parse_serve, render
+from llm_bisect.templates import expand_env, shown
 
 SECRET = "hf_planted_4c0ffee"
 

@@ -22,7 +22,7 @@ import typer.core
 
 from . import __version__, plugins
 from .checks.golden import load as golden_load, schema as golden_schema, warnings as golden_warnings
-from .config import Config, shown
+from .config import Config
 from .errors import ConfigError, JournalError, LlmBisectError
 from .journal import FILENAME, read_journal
 from .kinds import LAUNCHERS
@@ -46,6 +46,7 @@ from .services.localization import LOCALIZATION, localize_refs
 from .services.reap import reap_servers
 from .services.setup import Setup, golden_file_of, plan_of, setup
 from .services.stages import restore
+from .templates import shown
 from .terminal import (
     Terminal,
     TerminalProgress,
@@ -782,15 +783,13 @@ def candidates_cmd(
         if plan.anchor is not None:
             term.out(f"merge base: {plan.sequence[0].commit} (verified after the old end)")
         server = s.config.server
-        field = LAUNCHERS[server.launcher].shown_argv
-        if field is None:
-            field = "command" if "command" in type(server).model_fields else "args"
-        argv = getattr(server, field)
-        words = printable(shlex.join(shown(a) for a in argv))
+        argv = LAUNCHERS[server.launcher].shown(server)
+        words = server.launcher if argv is None else printable(shlex.join(shown(a) for a in argv))
         term.out(f"server: {words} (ready within {server.ready_timeout:g}s)")
         worker, nodes = LAUNCHERS[server.launcher].shown_worker, getattr(server, "nodes", 1)
         if worker is not None and nodes > 1:  # the other nodes' line, {head} the head's address
-            others = printable(shlex.join(shown(a) for a in getattr(server, worker) or argv))
+            other = getattr(server, worker) or argv or []
+            others = printable(shlex.join(shown(a) for a in other))
             which = "the other node" if nodes == 2 else f"the other {nodes - 1} nodes"
             term.out(f"worker: {others} ({which} of each probe)")
         arts: list[tuple[Candidate, Artifact]] = []

@@ -26,53 +26,17 @@ from pydantic import (
 )
 
 from .errors import ConfigError
+from .escape import safe_url
 from .fingerprint import BATCH_INVARIANT_VAR
-from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged, on_change
+from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged
 from .posterior import EXACT, KNOWN_RATE, Policy
 from .redact import MASK, Scrub, redact, url_credentials
-from .report.escape import safe_url
+from .secretnames import _SECRET_NAME, argv_secrets, secret_names
+from .templates import _ENV_REF, ENV_REF, expand_value, template_fields
+from .yamlfile import not_json, nul_at, placeholder_at, read_yaml
 
-# The parts config.py was (templates, secret names, YAML files): re-exported, so that
-# `from .config import fill` keeps working.
-from .secretnames import (
-    _SECRET_NAME as _SECRET_NAME,
-    CALLER_SECRET_MIN as CALLER_SECRET_MIN,
-    argv_secret_names as argv_secret_names,
-    argv_secrets as argv_secrets,
-    caller_secret_names as caller_secret_names,
-    secret_flag as secret_flag,
-    secret_flag_values as secret_flag_values,
-    secret_names as secret_names,
-)
-from .templates import (
-    _ENV_REF as _ENV_REF,
-    ENV_REF as ENV_REF,
-    expand_env as expand_env,
-    expand_template as expand_template,
-    expand_value as expand_value,
-    fill as fill,
-    filled_literal as filled_literal,
-    literal as literal,
-    shown as shown,
-    template_fields as template_fields,
-)
-from .yamlfile import (
-    MAX_CONFIG_BYTES as MAX_CONFIG_BYTES,
-    MAX_YAML_NODES as MAX_YAML_NODES,
-    expanded_size as expanded_size,
-    load_yaml as load_yaml,
-    not_json as not_json,
-    nul_at as nul_at,
-    placeholder_at as placeholder_at,
-    read_yaml as read_yaml,
-)
-
-PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build", "gpus"})
 COLLECT_PLACEHOLDERS = frozenset({"commit", "short", "python", "build"})
-BUILD_PLACEHOLDERS = frozenset({"python", "build"})
-"""Placeholders a build fills (the build's interpreter and folder); they need `build:`."""
-IMAGE_PLACEHOLDERS = frozenset({"commit", "short"})
-DOCKER_ARG_PLACEHOLDERS = frozenset({"commit", "short", "port", "image"})
+"""What `server.collect_env` may name, whatever the launcher."""
 
 
 class _Strict(BaseModel):
@@ -558,76 +522,6 @@ def _default_checks() -> list[CheckBase]:
     return cast(list[CheckBase], made)
 
 
-COMPILED = (
-    "CMakeLists.txt",
-    "setup.py",
-    "pyproject.toml",
-    "cmake/*",
-    "csrc/*",
-    "rust/*",
-    "requirements/*",
-    "*.cu",
-    "*.cuh",
-    "*.cpp",
-    "*.cc",
-    "*.c",
-    "*.h",
-    "*.hpp",
-    "*.cmake",
-    "!tests/*",
-    "!docs/*",
-    "!examples/*",
-    "!benchmarks/*",
-    "!requirements/test/*",
-    "!requirements/dev.txt",
-    "!requirements/lint.txt",
-    "!requirements/docs.*",
-)
-"""Paths whose change needs a compiled build (a glob over the whole path; `!` leaves out;
-the last match decides): the root's build files, csrc/, cmake/, the Rust frontend, the
-requirements, C/C++/CUDA sources anywhere but in tests, docs, examples and benchmarks."""
-_OTHER_DEVICES = ("rocm", "xpu", "tpu")
-NOT_BUILT_BY: dict[str, tuple[str, ...]] = {
-    "any": (),
-    "cuda": (
-        "!csrc/cpu/*",
-        "!csrc/rocm/*",
-        "!cmake/cpu_extension.cmake",
-        "!requirements/cpu*",
-        "!requirements/build/cpu.txt",
-        *(f"!requirements/{d}*" for d in _OTHER_DEVICES),
-        *(f"!requirements/build/{d}.txt" for d in _OTHER_DEVICES),
-    ),
-    "rocm": (
-        "!csrc/cpu/*",
-        "!cmake/cpu_extension.cmake",
-        "!requirements/cpu*",
-        "!requirements/build/cpu.txt",
-        "!requirements/cuda.txt",
-        "!requirements/build/cuda.txt",
-        "!requirements/xpu*",
-        "!requirements/tpu*",
-    ),
-    "cpu": (
-        "!*.cu",
-        "!*.cuh",
-        "!csrc/rocm/*",
-        "!requirements/cuda.txt",
-        "!requirements/build/cuda.txt",
-        *(f"!requirements/{d}*" for d in _OTHER_DEVICES),
-        *(f"!requirements/build/{d}.txt" for d in _OTHER_DEVICES),
-    ),
-}
-"""What a build for each target does not compile: a CUDA build is not changed by
-csrc/cpu/, a CPU build not by *.cu."""
-Target = Literal["any", "cuda", "rocm", "cpu"]
-
-
-def compiled_patterns(target: str) -> list[str]:
-    """The compiled-sources rule of a target (`any`: everything any target builds)."""
-    return [*COMPILED, *NOT_BUILT_BY[target]]
-
-
 class StrategyBase(_Strict):
     """What every build strategy's config is: its model (builds/*.py) has `type: Literal[tag]`."""
 
@@ -852,38 +746,16 @@ def load_server(path: Path, key: str) -> dict[str, Any]:
     return dict(data["server"])
 
 
-GOLDEN_NEUTRAL = frozenset(
-    {
-        "max_abs_delta",
-        "teacher_mean_abs_delta",
-        "topk_max_abs_delta",
-        "tolerance",
-        "null_share_jump",
-        "concurrency",
-        "download",
-        "num_concurrent",
-        "python",
-        "thresholds",
-        "timeout",
-        "source",
-        "min_accuracy",
-    }
-)
-"""Check settings that judge against a golden, or say how fast or from where, without
-shaping what it records: changing them keeps the golden."""
-SERVER_SHAPE = frozenset(
-    {"command", "worker_command", "image", "args", "entrypoint", "container_image", "env"}
-)
-"""What a server runs and with what environment; not where, how long or how it is reached."""
-SERVER_ARGV = ("command", "args", "worker_command", "entrypoint")
-"""The built-in launchers' argument lists (a launcher adds its own: LauncherKind.argv)."""
+SERVER_SHAPE = frozenset({"env"})
+"""What shapes every server's answers, whatever its launcher (ServerBase's own): its
+environment. A launcher adds what it runs (LauncherKind.shape: a command, an image)."""
 
 
 def server_argv(server: ServerBase | Mapping[str, Any]) -> tuple[str, ...]:
-    """The `server:` fields that are argument lists, for this server's launcher."""
+    """The `server:` fields that are argument lists, for this server's launcher
+    (LauncherKind.argv)."""
     tag = server.get("launcher", "process") if isinstance(server, Mapping) else server.launcher
-    extra = LAUNCHERS[tag].argv if isinstance(tag, str) and tag in LAUNCHERS else ()
-    return (*SERVER_ARGV, *extra)
+    return LAUNCHERS[tag].argv if isinstance(tag, str) and tag in LAUNCHERS else ()
 
 
 def _digest(data: Any) -> str:
@@ -894,7 +766,7 @@ def check_digest(check: CheckConfig) -> str:
     """A digest of the settings that shape a check's golden section (prompts, cases, budgets,
     request fields, the eval's source and format); thresholds are left out."""
     neutral = CHECKS[check.type].neutral if check.type in CHECKS else frozenset()
-    data = check.model_dump(mode="json", exclude_defaults=True, exclude={*GOLDEN_NEUTRAL, *neutral})
+    data = check.model_dump(mode="json", exclude_defaults=True, exclude=set(neutral))
     return _digest({**data, "type": check.type})
 
 
@@ -1054,10 +926,8 @@ def differing(before: Mapping[str, str], now: Mapping[str, str]) -> list[str]:
     return sorted(k for k in {*before, *now} if before.get(k) != now.get(k))
 
 
-def _rebuild() -> None:
-    """A kind registered or left: the unions of the models holding kinds follow."""
+def rebuild() -> None:
+    """A kind registered or left: the unions of the models holding kinds follow (plugins.load
+    makes this a listener of the registries: importing this module adds none)."""
     BuildConfig.model_rebuild(force=True)
     Config.model_rebuild(force=True)
-
-
-on_change(_rebuild)

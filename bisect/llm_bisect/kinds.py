@@ -14,7 +14,10 @@ A built-in kind's module is also named in BUILTIN (its place there is its place 
 schema and in "known: ..."); a kind from another package names its module in an entry
 point of the `llm_bisect.kinds` group (plugins.py). A kind declares on its registration the
 facts other modules ask of it (LauncherKind.placement, shape, argv, cache_mount, reap;
-CheckKind.cost, neutral): adding one is its module and one line.
+CheckKind.cost, neutral), and nowhere else: adding one is its module and one line. Required
+facts are required arguments (a launcher's argv and shape), and the facts naming fields are
+checked when it registers (Registry.register), so a plugin lacking one fails at load, in one
+line naming the fact; optional ones have safe defaults (docs/plugins.md).
 config.py builds its discriminated unions and its "known" lists from these registries
 (`Tagged`), and the services look a kind up by the tag the config carries:
 
@@ -24,8 +27,8 @@ An unknown tag is UnknownKind, never a default. Importing a kind's module regist
 and nothing else: the built-in kinds (BUILTIN) and those of installed packages (entry
 points) are loaded once, explicitly, by plugins.load(), which the CLI, services.setup and
 `schema` call first (as pytest loads its default plugins, then the installed ones). This
-module has no side effect and imports only errors.py of the package: every kind module may
-import it.
+module has no side effect and imports only errors.py of the package at run time (the seams
+it names, type-only, import neither it nor config): every kind module may import it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, get_args
 
 from pydantic import BaseModel, GetCoreSchemaHandler
 from pydantic_core import CoreSchema, core_schema
@@ -46,7 +49,7 @@ if TYPE_CHECKING:
     from .checks import Check
     from .launchers import Launcher
     from .model import Candidate
-    from .sources.git import GitSource
+    from .sources import Repository
 
 BUILTIN = (
     "llm_bisect.sources.git",
@@ -54,7 +57,7 @@ BUILTIN = (
     "llm_bisect.launchers.docker",
     "llm_bisect.launchers.slurm",
     "llm_bisect.launchers.kubernetes",
-    "llm_bisect.builds",
+    "llm_bisect.builds.image",
     "llm_bisect.builds.wheel",
     "llm_bisect.builds.overlay",
     "llm_bisect.builds.command",
@@ -67,6 +70,10 @@ BUILTIN = (
 )
 """The modules whose import registers the built-in kinds, in the order the config schema
 lists them (plugins.load imports them)."""
+
+
+FIELD_FACTS = ("shape", "argv", "flags", "shown_argv", "placement", "neutral")
+"""A kind's facts that name fields of its config model: checked when it registers."""
 
 
 class HasTag(Protocol):
@@ -85,22 +92,55 @@ K = TypeVar("K", bound=HasTag)
 class Registry(Generic[K]):
     """The kinds of one seam, keyed by tag, in registration order."""
 
-    def __init__(self, seam: str, key: str) -> None:
+    def __init__(self, seam: str, key: str, keyed: bool = True) -> None:
         self.seam = seam
         """What the kinds are, for messages: `launcher`, `build type`, `check type`."""
         self.key = key
         """The config field holding the tag: `launcher` or `type`."""
+        self.keyed = keyed
+        """Its kinds' config models carry `key: Literal[tag]` (a union's discriminator)."""
         self._kinds: dict[str, K] = {}
         _REGISTRIES.append(self)
 
     def register(self, kind: K) -> K:
-        """Add a kind; the config models then accept its tag. A tag is registered once."""
+        """Add a kind; the config models then accept its tag. A tag is registered once, and
+        its facts are checked now (ValueError, one line naming the fact), never later in a
+        command."""
         if kind.tag in self._kinds:
             raise ValueError(f"{self.seam} {kind.tag!r} is registered already")
+        self._declared(kind)
         self._kinds[kind.tag] = kind
         self._in_builtin_order()
         _changed()
         return kind
+
+    def _declared(self, kind: K) -> None:
+        """The facts a kind must declare make sense: a tag, a config model that carries it
+        (`launcher: Literal["mine"]`), and field names (FIELD_FACTS) its model has."""
+        name = f"{self.seam} {kind.tag!r}"
+        if not isinstance(kind.tag, str) or not kind.tag:
+            raise ValueError(f"{self.seam} {kind.tag!r}: the tag must be a non-empty string")
+        if not (isinstance(kind.config, type) and issubclass(kind.config, BaseModel)):
+            raise ValueError(f"{name}: config must be a pydantic model, not {kind.config!r}")
+        fields = kind.config.model_fields
+        if self.keyed and get_args(getattr(fields.get(self.key), "annotation", None)) != (
+            kind.tag,
+        ):
+            raise ValueError(
+                f"{name}: config {kind.config.__name__} needs the field "
+                f"`{self.key}: Literal[{kind.tag!r}]`"
+            )
+        if not callable(getattr(kind, "make", None)):
+            raise ValueError(f"{name}: make must be callable (config, context) -> the object")
+        for fact in FIELD_FACTS:
+            value = getattr(kind, fact, None)
+            named = [value] if isinstance(value, str) else list(value or ())
+            unknown = [n for n in named if n not in fields]
+            if unknown:
+                raise ValueError(
+                    f"{name}: {fact} names {unknown[0]!r}, which is no field of "
+                    f"{kind.config.__name__}"
+                )
 
     def _in_builtin_order(self) -> None:
         """Built-in kinds in BUILTIN's order (imports may run in another), then the rest."""
@@ -280,7 +320,7 @@ class EndContext:
 
     launcher: Callable[[str], AbstractContextManager[Launcher]]
     """This config's launcher, by run id, closed on the way out."""
-    source: GitSource
+    source: Repository
 
 
 def _no_devices(cfg: Any, ctx: DeviceContext) -> list[tuple[str, ...] | None]:
@@ -314,13 +354,17 @@ class LauncherKind:
     inherits: bool = False
     """Its server inherits the caller's environment: the engine's variables in it
     (config.ENGINE_VARIABLE) count in the digest as server.env does."""
-    shape: frozenset[str] = frozenset()
-    """Its `server:` fields that shape what the server answers beyond config.SERVER_SHAPE
-    (the golden's identity: a golden recorded with another value is refused)."""
-    argv: tuple[str, ...] = ()
-    """Its `server:` argument lists beyond config.SERVER_ARGV (command, args, worker_command,
-    entrypoint): flags named like secrets in them are masked, and `probe.fast.args` go after
-    them."""
+    shape: frozenset[str] = field(kw_only=True)
+    """Required: its `server:` fields that shape what the server answers (a command, an
+    image), beyond server.env (config.SERVER_SHAPE): the golden's identity, so a golden
+    recorded with another value is refused."""
+    argv: tuple[str, ...] = field(kw_only=True)
+    """Required: its `server:` fields that are argument lists (`command`, an image's `args`),
+    () for none: flags named like secrets in them are masked, and the key `--api-key` names
+    is sent with every request."""
+    flags: tuple[str, ...] | None = None
+    """The argument lists that end in the server's own flags: `probe.fast.args` go after
+    them; None: every list of `argv`."""
     cache_mount: Callable[[Any, Path], Any] | None = None
     """Its `server:` config with the engine cache's folder (absolute) mounted where its server
     runs; None: a launcher that runs images gets it in `volumes` where it has them, another
@@ -336,11 +380,20 @@ class LauncherKind:
     """`reap` without a config: this node's servers of killed runs removed (the caller's
     environment in); None where it finds nowhere to look (no engine, no queue)."""
     shown_argv: str | None = None
-    """The `server:` field `candidates` prints as the server's command line; None: `command`
-    where it has one, else `args`."""
+    """The `server:` field `candidates` prints as the server's command line; None: the first
+    of `argv` (none where `argv` is empty)."""
     shown_worker: str | None = None
     """The `server:` field `candidates` prints as the command line of a multi-node probe's
     other nodes (`worker_command`; unset: the head's); None: a probe is one node."""
+
+    def shown(self, server: Any) -> list[str] | None:
+        """The server's command line as `candidates` prints it (shown_argv); None: none."""
+        name = self.shown_argv if self.shown_argv is not None else next(iter(self.argv), None)
+        return None if name is None else list(getattr(server, name) or [])
+
+    def fast_argv(self) -> tuple[str, ...]:
+        """The argument lists `probe.fast.args` go after (`flags`, else `argv`)."""
+        return self.argv if self.flags is None else self.flags
 
 
 @dataclass(frozen=True)
@@ -380,7 +433,7 @@ class BuildContext:
     key: str
     """`build.strategies.<i>`, for messages."""
     index: int
-    source: GitSource
+    source: Repository
     base_dir: Path
     environ: Mapping[str, str]
     """The caller's environment and server.env, expanded."""
@@ -439,8 +492,8 @@ class CheckKind:
     """Where it runs in a probe's suite, cheapest first (`probe.early_stop` stops at the first
     failure): canary 0, expect 1, logprobs 2, eval 3; None: at least an eval's."""
     neutral: frozenset[str] = frozenset()
-    """Its settings that judge against a golden without shaping what it records (thresholds,
-    concurrency), beyond config.GOLDEN_NEUTRAL: changing them keeps the golden."""
+    """Its settings that judge against a golden, or say how fast or from where, without
+    shaping what it records (thresholds, concurrency): changing them keeps the golden."""
     shows: frozenset[str] = frozenset()
     """What the reports draw from its results' details: `divergences` (per-prompt cases with
     the first divergent token and per-position |Δlogprob|), `accuracy` (metrics.accuracy and
@@ -485,9 +538,9 @@ class SourceKind:
 
     tag: str
     config: type[BaseModel]
-    make: Callable[[Any, SourceContext], GitSource]
+    make: Callable[[Any, SourceContext], Repository]
 
 
-SOURCES: Registry[SourceKind] = Registry("source", "source")
+SOURCES: Registry[SourceKind] = Registry("source", "source", keyed=False)
 GIT = "git"
 """The source every config has until `candidates:` names another."""

@@ -30,10 +30,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
-from .config import argv_secrets, literal, secret_names
 from .errors import ConfigError
 from .redact import url_logins
 from .registry import parse_image_ref
+from .secretnames import argv_secrets, secret_names
+from .templates import literal
 from .yamlfile import PLACEHOLDER
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"

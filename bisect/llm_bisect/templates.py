@@ -15,6 +15,10 @@ ENV_REF = _ENV_REF
 """`${VAR}` in a config value."""
 
 
+IMAGE_PLACEHOLDERS = frozenset({"commit", "short"})
+"""What an image reference or a wheel index may name: the commit, whole or short."""
+
+
 def template_fields(template: str, key: str) -> list[str]:
     """The placeholder names in a `{...}` template; `{{` and `}}` are literal braces. A
     placeholder is a bare name: `{port:d}` or `{commit!r}` would fail only when filled."""

@@ -1,4 +1,4 @@
-"""A build backend (PEP 517) of the standard library alone: a wheel of toykinds.py and
+"""A build backend (PEP 517) of the standard library alone: a wheel of toykinds.py, toyproc.py and
 pyproject.toml's entry points, so that the package installs with no network."""
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def build_wheel(
     )
     files = {
         "toykinds.py": (HERE / "toykinds.py").read_bytes(),
+        "toyproc.py": (HERE / "toyproc.py").read_bytes(),
         f"{info}/METADATA": (
             f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {version}\n"
         ).encode(),

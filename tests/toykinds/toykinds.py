@@ -132,5 +132,7 @@ class ToySum:
         return None
 
 
-LAUNCHER = LAUNCHERS.register(LauncherKind("toyserve", ToyServeConfig, make=ToyServeLauncher))
+LAUNCHER = LAUNCHERS.register(
+    LauncherKind("toyserve", ToyServeConfig, make=ToyServeLauncher, shape=frozenset(), argv=())
+)
 CHECK = CHECKS.register(CheckKind("toysum", ToySumConfig, make=lambda cfg, ctx: ToySum(cfg)))

@@ -11,12 +11,15 @@
 
 Strategies: wheel.py (uv, a per-commit index), overlay.py (the commit's files over a
 precompiled install: fixed, or the nearest ancestor's build by an earlier strategy),
-command.py (yours); cache.py keeps what they made,
+command.py (yours), image.py (the launcher's image template: its kind; its strategy,
+ImageStrategy, is here); cache.py keeps what they made,
 prefetch.py makes the next ones in the background; images.py turns a wheel or
 overlay build into an image derived from a base image (Docker launcher). A strategy says whether it
 applies without building anything (`applies`), what makes its build (`identity`: the
 cache key), then makes the build (`make`).
 A build that fails, however it fails, is a LaunchError: the probe is `skip`, never bad.
+This package registers no kind and imports neither kinds nor config: it is the seam
+kinds.py names (Builder, Strategy, ImageTarget).
 """
 
 from __future__ import annotations
@@ -27,13 +30,9 @@ import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from pydantic import ConfigDict
-
-from ..config import StrategyBase
 from ..errors import ConfigError, LaunchError
-from ..kinds import STRATEGIES, StrategyKind, StrategyRules
 from ..logs import tail
 from ..model import Candidate
 from .cache import BuildCache, as_json
@@ -395,40 +394,13 @@ class Earlier:
         return [s.name for s in self.builder.strategies[: self.index]]
 
 
-# ---- the `type: image` strategy kind ---------------------------------------------------------
-
-
-class ImageStrategyConfig(StrategyBase):
-    """Today's behaviour: the launcher's image template (Docker launcher only)."""
-
-    model_config = ConfigDict(**StrategyBase.model_config, title="ImageStrategy")  # as before
-
-    type: Literal["image"]
-    """`image`: the launcher's image template names the commit's image."""
-
-
-def needs_images(cfg: StrategyBase, rules: StrategyRules) -> None:
-    """An image build fits only a launcher that runs images."""
-    if not rules.images:
-        raise ValueError(f"{rules.key}: image builds need launcher: docker")
-
-
-def base_image_fits(cfg_type: str, image: str | None, rules: StrategyRules) -> None:
-    """A build applied to a base: an image (`image:`) exactly where the launcher runs images."""
-    if rules.images and image is None:
+def base_image_fits(cfg_type: str, image: str | None, key: str, images: bool) -> None:
+    """A build applied to a base: an image (`image:`) exactly where the launcher runs images
+    (`images`); ValueError naming `key` (`build.strategies.<i>`)."""
+    if images and image is None:
         raise ValueError(
-            f"{rules.key}: with launcher: docker a {cfg_type} build needs image: "
+            f"{key}: with launcher: docker a {cfg_type} build needs image: "
             "(the base image it is applied to)"
         )
-    if image is not None and not rules.images:
-        raise ValueError(f"{rules.key}: image: is for launcher: docker")
-
-
-IMAGE_KIND = STRATEGIES.register(
-    StrategyKind(
-        "image",
-        ImageStrategyConfig,
-        make=lambda cfg, ctx: (ImageStrategy(), None),
-        validate=needs_images,
-    )
-)
+    if image is not None and not images:
+        raise ValueError(f"{key}: image: is for launcher: docker")

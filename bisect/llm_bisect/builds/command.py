@@ -19,11 +19,13 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, field_validator
 
-from ..config import StrategyBase, argv_secrets, check_placeholders, fill
+from ..config import StrategyBase, check_placeholders
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..logs import run_logged
 from ..model import Candidate
 from ..redact import redact
+from ..secretnames import argv_secrets
+from ..templates import fill
 from . import Build, ImageTarget
 
 

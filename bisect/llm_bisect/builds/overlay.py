@@ -48,11 +48,11 @@ from typing import Any, Literal, Protocol
 
 from pydantic import ConfigDict, model_validator
 
-from ..config import StrategyBase, Target, compiled_patterns
+from ..config import StrategyBase
 from ..errors import ConfigError, LaunchError
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..model import Candidate
-from ..sources.git import ABSENT, Change, Step
+from ..sources import ABSENT, Change, Step
 from . import Build, ImageTarget, base_image_fits
 
 NEAREST_LIMIT = 1000
@@ -60,6 +60,76 @@ NEAREST_LIMIT = 1000
 LINK = "120000"
 EXECUTABLE = "100755"
 SUBMODULE = "160000"
+
+
+COMPILED = (
+    "CMakeLists.txt",
+    "setup.py",
+    "pyproject.toml",
+    "cmake/*",
+    "csrc/*",
+    "rust/*",
+    "requirements/*",
+    "*.cu",
+    "*.cuh",
+    "*.cpp",
+    "*.cc",
+    "*.c",
+    "*.h",
+    "*.hpp",
+    "*.cmake",
+    "!tests/*",
+    "!docs/*",
+    "!examples/*",
+    "!benchmarks/*",
+    "!requirements/test/*",
+    "!requirements/dev.txt",
+    "!requirements/lint.txt",
+    "!requirements/docs.*",
+)
+"""Paths whose change needs a compiled build (a glob over the whole path; `!` leaves out;
+the last match decides): the root's build files, csrc/, cmake/, the Rust frontend, the
+requirements, C/C++/CUDA sources anywhere but in tests, docs, examples and benchmarks."""
+_OTHER_DEVICES = ("rocm", "xpu", "tpu")
+NOT_BUILT_BY: dict[str, tuple[str, ...]] = {
+    "any": (),
+    "cuda": (
+        "!csrc/cpu/*",
+        "!csrc/rocm/*",
+        "!cmake/cpu_extension.cmake",
+        "!requirements/cpu*",
+        "!requirements/build/cpu.txt",
+        *(f"!requirements/{d}*" for d in _OTHER_DEVICES),
+        *(f"!requirements/build/{d}.txt" for d in _OTHER_DEVICES),
+    ),
+    "rocm": (
+        "!csrc/cpu/*",
+        "!cmake/cpu_extension.cmake",
+        "!requirements/cpu*",
+        "!requirements/build/cpu.txt",
+        "!requirements/cuda.txt",
+        "!requirements/build/cuda.txt",
+        "!requirements/xpu*",
+        "!requirements/tpu*",
+    ),
+    "cpu": (
+        "!*.cu",
+        "!*.cuh",
+        "!csrc/rocm/*",
+        "!requirements/cuda.txt",
+        "!requirements/build/cuda.txt",
+        *(f"!requirements/{d}*" for d in _OTHER_DEVICES),
+        *(f"!requirements/build/{d}.txt" for d in _OTHER_DEVICES),
+    ),
+}
+"""What a build for each target does not compile: a CUDA build is not changed by
+csrc/cpu/, a CPU build not by *.cu."""
+Target = Literal["any", "cuda", "rocm", "cpu"]
+
+
+def compiled_patterns(target: str) -> list[str]:
+    """The compiled-sources rule of a target (`any`: everything any target builds)."""
+    return [*COMPILED, *NOT_BUILT_BY[target]]
 
 
 class History(Protocol):
@@ -730,7 +800,7 @@ def from_config(
 
 def _validate(cfg: OverlayStrategyConfig, rules: StrategyRules) -> None:
     if cfg.base != "nearest":
-        base_image_fits(cfg.type, cfg.image, rules)
+        base_image_fits(cfg.type, cfg.image, rules.key, rules.images)
         return
     kinds_before = {s.type for s in rules.before} - {"overlay"}
     fixed = any(isinstance(s, OverlayStrategyConfig) and s.base is None for s in rules.before)

@@ -51,20 +51,14 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from pydantic import ConfigDict, field_validator
 
 from ..client import within
-from ..config import (
-    ENV_REF,
-    IMAGE_PLACEHOLDERS,
-    StrategyBase,
-    check_placeholders,
-    expand_template,
-    fill,
-)
+from ..config import StrategyBase, check_placeholders
 from ..errors import ConfigError, LaunchError
 from ..index_page import links
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..logs import run_logged
 from ..model import Candidate
 from ..redact import public_url, url_credentials
+from ..templates import ENV_REF, IMAGE_PLACEHOLDERS, expand_template, fill
 from . import Build, ImageTarget, base_image_fits
 
 INDEX_TIMEOUT_S = 30.0
@@ -470,7 +464,7 @@ def from_config(
 
 
 def _validate(cfg: WheelStrategyConfig, rules: StrategyRules) -> None:
-    base_image_fits(cfg.type, cfg.image, rules)
+    base_image_fits(cfg.type, cfg.image, rules.key, rules.images)
 
 
 def _secrets(cfg: WheelStrategyConfig, environ: Mapping[str, str], i: int) -> list[str]:

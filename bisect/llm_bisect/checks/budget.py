@@ -22,14 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import RequestRejected
 from .metrics import degeneration
 
 if TYPE_CHECKING:
     from ..client import ChatReply
-    from ..config import Asks
     from . import ChatEndpoint
 
 DEFAULT_CAP = 16384
@@ -102,6 +101,18 @@ def _no_longer(before: ChatReply, after: ChatReply) -> bool:
     if before.completion_tokens is None or after.completion_tokens is None:
         return False
     return after.cut and after.completion_tokens <= before.completion_tokens
+
+
+class Asks(Protocol):
+    """How a check's requests are shaped (config.Asks, which every built-in check's model is)."""
+
+    @property
+    def max_tokens(self) -> int: ...
+
+    @property
+    def max_tokens_cap(self) -> int: ...
+
+    def extra(self) -> dict[str, Any]: ...
 
 
 def budget_of(cfg: Asks) -> Budget:

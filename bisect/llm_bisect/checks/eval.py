@@ -675,5 +675,8 @@ KIND = CHECKS.register(
         make=from_config,
         default=True,
         shows=frozenset({"accuracy"}),
+        neutral=frozenset(
+            {"concurrency", "download", "min_accuracy", "null_share_jump", "tolerance"}
+        ),
     )
 )

@@ -624,4 +624,13 @@ def from_config(cfg: LmEvalConfig, ctx: CheckContext) -> LmEvalCheck:
     return build(cfg, ctx.base_dir, ctx.key)
 
 
-KIND = CHECKS.register(CheckKind("lm_eval", LmEvalConfig, make=from_config))
+KIND = CHECKS.register(
+    CheckKind(
+        "lm_eval",
+        LmEvalConfig,
+        make=from_config,
+        neutral=frozenset(
+            {"num_concurrent", "python", "source", "thresholds", "timeout", "tolerance"}
+        ),
+    )
+)

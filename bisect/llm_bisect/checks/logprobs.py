@@ -446,5 +446,6 @@ KIND = CHECKS.register(
         make=from_config,
         default=True,
         shows=frozenset({"divergences"}),
+        neutral=frozenset({"max_abs_delta", "teacher_mean_abs_delta", "topk_max_abs_delta"}),
     )
 )

@@ -4,15 +4,27 @@ without one by the absolute rules (golden.broken judges the good end itself so).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .budget import unfinished
 from .metrics import degeneration, measure
 
-if TYPE_CHECKING:
-    from .golden import Answer
-
 __all__ = ["WORSE_COMPRESSION", "judge_reply"]
+
+
+class Answer(Protocol):
+    """What a reply is judged against: the good build's answer to the same prompt
+    (golden.Answer, which imports this module)."""
+
+    @property
+    def content(self) -> str | None: ...
+
+    @property
+    def reasoning(self) -> str | None: ...
+
+    @property
+    def finished_in(self) -> int | None: ...
+
 
 WORSE_COMPRESSION = 0.5
 """Where the good build's text was degenerate too, the candidate's counts only when its

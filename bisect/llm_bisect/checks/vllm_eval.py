@@ -42,10 +42,12 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 import yaml
 from pydantic import ConfigDict, Field, ValidationError
 
-from ..config import CheckBase, expanded_size, literal
+from ..config import CheckBase
 from ..errors import ConfigError
 from ..files import read_capped
 from ..kinds import CHECKS, CheckContext, CheckKind
+from ..templates import literal
+from ..yamlfile import expanded_size
 from .dataset import load as load_problems
 from .eval import EvalConfig
 
@@ -448,4 +450,11 @@ def from_config(cfg: VllmEvalConfig, ctx: CheckContext) -> NoReturn:
     raise ConfigError(f"{ctx.key}: a 'vllm-eval' entry is read before checks are made")
 
 
-KIND = CHECKS.register(CheckKind("vllm-eval", VllmEvalConfig, make=from_config))
+KIND = CHECKS.register(
+    CheckKind(
+        "vllm-eval",
+        VllmEvalConfig,
+        make=from_config,
+        neutral=frozenset({"num_concurrent", "python"}),
+    )
+)

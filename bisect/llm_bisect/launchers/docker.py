@@ -42,22 +42,12 @@ from docker.models.containers import Container
 from docker.models.images import Image
 from pydantic import Field, field_validator
 
-from .. import collectenv, weights
+from .. import collectenv, escape as esc, weights
 from ..builds import Builder, ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..builds.prefetch import Prefetcher
 from ..clock import SYSTEM
-from ..config import (
-    DOCKER_ARG_PLACEHOLDERS,
-    IMAGE_PLACEHOLDERS,
-    ServerBase,
-    SlotGpus,
-    Strict,
-    argv_secrets,
-    check_placeholders,
-    expand_value,
-    fill,
-)
+from ..config import ServerBase, SlotGpus, Strict, check_placeholders
 from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
 from ..fingerprint import package_probe_source
 from ..kinds import (
@@ -73,8 +63,9 @@ from ..ledger import load as ledger_load
 from ..model import Candidate
 from ..redact import Masker
 from ..registry import RegistryClient, parse_image_ref
-from ..report import escape as esc
+from ..secretnames import argv_secrets
 from ..sources.images import resolve_image_end
+from ..templates import IMAGE_PLACEHOLDERS, expand_value, fill
 from . import INSTRUMENT_DIR, Artifact, Instrument, Launcher
 from .common import (
     LoggedServer,
@@ -839,6 +830,10 @@ class RegistryConfig(Strict):
     """`${VAR}` takes VAR from the caller; never written out."""
 
 
+DOCKER_ARG_PLACEHOLDERS = IMAGE_PLACEHOLDERS | {"port", "image"}
+"""What `server.args` may name."""
+
+
 class DockerServerConfig(ServerBase, SlotGpus):
     """One container image per candidate, through the Docker engine."""
 
@@ -1002,5 +997,8 @@ KIND = LAUNCHERS.register(
         resolve_end=resolve_image_end,
         reap=reap_node,
         placement=frozenset({"docker_hosts", "pull", "stop_timeout", "prefetch", "port"}),
+        shape=frozenset({"image", "args", "entrypoint"}),
+        argv=("args", "entrypoint"),
+        flags=("args",),
     )
 )

@@ -62,17 +62,7 @@ from tenacity.stop import stop_base
 
 from .. import collectenv, weights
 from ..clock import SYSTEM
-from ..config import (
-    DOCKER_ARG_PLACEHOLDERS,
-    IMAGE_PLACEHOLDERS,
-    ServerBase,
-    Strict,
-    argv_secret_names,
-    argv_secrets,
-    check_placeholders,
-    fill,
-    secret_names,
-)
+from ..config import ServerBase, Strict, check_placeholders
 from ..errors import ConfigError, LaunchError, ServerExited, Unplaced
 from ..fingerprint import package_probe_source
 from ..kinds import (
@@ -86,8 +76,9 @@ from ..logs import tail
 from ..model import Candidate
 from ..redact import Masker, url_logins
 from ..registry import ImageRef, RegistryClient, RegistryError, parse_image_ref
+from ..secretnames import argv_secret_names, argv_secrets, secret_names
 from ..sources.images import env_map, resolve_image_end
-from ..templates import template_fields
+from ..templates import IMAGE_PLACEHOLDERS, fill, template_fields
 from . import INSTRUMENT_DIR, Artifact, Instrument
 from .common import (
     LoggedServer,
@@ -144,6 +135,8 @@ CONFIG_MAP_MAX = 1_000_000
 HEAD_ENV = "LLM_BISECT_HEAD"
 """The variable that holds the head pod's DNS name in an Indexed Job's pods."""
 NODE_PLACEHOLDERS = frozenset({"head", "node_rank", "nnodes"})
+ARG_PLACEHOLDERS = IMAGE_PLACEHOLDERS | {"port", "image"}
+"""What `server.args` may name on every pod (a multi-node pod adds NODE_PLACEHOLDERS)."""
 """On a multi-node probe's pods: the head's address, this pod's rank, the node count."""
 RUNTIME: dict[str, dict[str, str]] = {
     "indexed-job": {"head": f"$({HEAD_ENV})", "node_rank": "$(JOB_COMPLETION_INDEX)"},
@@ -325,7 +318,7 @@ class KubernetesServerConfig(ServerBase):
     @classmethod
     def _args_placeholders(cls, args: list[str] | None) -> list[str] | None:
         if args is not None:
-            check_placeholders(args, "server.args", DOCKER_ARG_PLACEHOLDERS | NODE_PLACEHOLDERS)
+            check_placeholders(args, "server.args", ARG_PLACEHOLDERS | NODE_PLACEHOLDERS)
         return args
 
     @model_validator(mode="after")
@@ -2525,5 +2518,8 @@ KIND = LAUNCHERS.register(
         cache_place="configured",  # a pod's node has no folder of this machine's home
         cache_mount=_cache_mount,
         shown_worker="worker_args",
+        shape=frozenset({"image", "args", "entrypoint"}),
+        argv=("args", "entrypoint"),
+        flags=("args",),
     )
 )

@@ -26,21 +26,12 @@ from typing import IO, Any, Literal
 
 from pydantic import field_validator
 
-from .. import collectenv, guard, weights
+from .. import collectenv, escape as esc, guard, weights
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..clock import SYSTEM
 from ..collectenv import LocalCollect
-from ..config import (
-    BUILD_PLACEHOLDERS,
-    PROCESS_PLACEHOLDERS,
-    CommandServerBase,
-    argv_secrets,
-    check_placeholders,
-    expand_value,
-    fill,
-    template_fields,
-)
+from ..config import CommandServerBase, check_placeholders
 from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
 from ..kinds import (
     LAUNCHERS,
@@ -51,7 +42,8 @@ from ..kinds import (
     PreflightContext,
 )
 from ..model import Candidate
-from ..report import escape as esc
+from ..secretnames import argv_secrets
+from ..templates import expand_value, fill, template_fields
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
 from .common import (
@@ -353,6 +345,12 @@ class ProcessLauncher(Prefetching):
         )
 
 
+PROCESS_PLACEHOLDERS = frozenset({"commit", "short", "port", "python", "build", "gpus"})
+"""What `server.command` may name (a Slurm head's too, but `{gpus}`)."""
+BUILD_PLACEHOLDERS = frozenset({"python", "build"})
+"""Placeholders a build fills (the build's interpreter and folder); they need `build:`."""
+
+
 class ProcessServerConfig(CommandServerBase):
     """A local command per candidate."""
 
@@ -448,5 +446,7 @@ KIND = LAUNCHERS.register(
         devices=_devices,
         expand_paths=expand_cwd,
         inherits=True,
+        shape=frozenset({"command"}),
+        argv=("command",),
     )
 )

@@ -46,18 +46,11 @@ from typing import Any, Literal
 import httpx
 from pydantic import Field, field_validator
 
-from .. import collectenv, enginecache, weights
+from .. import collectenv, enginecache, escape as esc, weights
 from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..clock import SYSTEM
-from ..config import (
-    IMAGE_PLACEHOLDERS,
-    PROCESS_PLACEHOLDERS,
-    CommandServerBase,
-    argv_secrets,
-    check_placeholders,
-    fill,
-)
+from ..config import CommandServerBase, check_placeholders
 from ..errors import ConfigError, LaunchError, NotReady, ServerExited, Unplaced
 from ..kinds import (
     LAUNCHERS,
@@ -69,8 +62,9 @@ from ..kinds import (
 )
 from ..model import Candidate
 from ..redact import redact
-from ..report import escape as esc
 from ..retry import NotYetReady
+from ..secretnames import argv_secrets
+from ..templates import IMAGE_PLACEHOLDERS, fill
 from . import Artifact, Instrument
 from .commands import Prefetching, command_artifact, prepare
 from .common import (
@@ -84,7 +78,7 @@ from .common import (
     reapable,
     weights_facts,
 )
-from .process import check_cwd, cwd_of, expand_cwd, needs_build
+from .process import PROCESS_PLACEHOLDERS, check_cwd, cwd_of, expand_cwd, needs_build
 
 RUNTIME = {"head": "LLM_BISECT_HEAD", "node_rank": "SLURM_NODEID", "nnodes": "SLURM_NNODES"}
 """Placeholders known only on the nodes, and the variable each becomes there."""
@@ -904,5 +898,7 @@ KIND = LAUNCHERS.register(
         cache_place="node",
         cache_mount=_cache_mount,
         shown_worker="worker_command",
+        shape=frozenset({"command", "worker_command", "container_image"}),
+        argv=("command", "worker_command"),
     )
 )

@@ -6,12 +6,13 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from pathlib import PurePath
 
+from .. import escape as esc
 from ..checks.eval import EvalDetails
 from ..checks.lm_eval import LmEvalDetails, TaskJudgement
+from ..escape import cell
 from ..model import CheckDetails, Verdict
-from . import escape as esc, portable
+from . import portable
 from .documents import Decision, GateDocument, GateReason
-from .escape import cell
 from .html import logprob_figure, page, table
 from .links import commit_url
 from .markdown import (

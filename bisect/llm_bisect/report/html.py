@@ -23,12 +23,12 @@ from collections.abc import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from .. import escape as esc
 from ..checks.eval import EvalDetails
 from ..checks.logprobs import LogprobsDetails, Token, TokensPart
 from ..kinds import showing
 from ..model import Verdict
 from ..startup import PHASE_LABELS
-from . import escape as esc
 from .documents import ProbeDoc, ResultDocument
 from .markdown import (
     Fact,

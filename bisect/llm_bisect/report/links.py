@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from .escape import safe_url
+from ..escape import safe_url
 
 _SCP = re.compile(r"^(?:[\w.-]+@)?(?P<host>[\w.-]+):(?P<path>[^/].*)$")
 _URL = re.compile(r"^(?:https?|ssh|git)://(?:[^@/]+@)?(?P<host>[\w.-]+)(?::\d+)?/(?P<path>.+)$")

@@ -17,19 +17,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from .. import escape as esc
 from ..checks.canary import CanaryDetails
 from ..checks.eval import EvalDetails, replies_of
 from ..checks.expect import ExpectDetails
 from ..checks.gsm8k import DETECTABLE_WARN
 from ..checks.lm_eval import LmEvalDetails
 from ..checks.logprobs import Chosen, LogprobsDetails, TokensPart
+from ..escape import cell
 from ..fingerprint import NOT_COMPARED, Fingerprint, WeightsFacts
 from ..kinds import showing
 from ..localize import LocalizationDoc
 from ..places import ASSUMED, ASSUMED_LINE, ONE_PLACE, doubted, one_place, started_where
 from ..search import Mode, Status
 from ..startup import PHASE_LABELS
-from . import escape as esc, portable
+from . import portable
 from .documents import (
     Build,
     CandidateDoc,
@@ -44,7 +46,6 @@ from .documents import (
     Retest,
     Sides,
 )
-from .escape import cell
 from .links import commit_url, compare_url, pr_number, pr_url
 
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..checks.canary import CanaryCase, CanaryDetails
+from ..escape import safe_url
 from ..fingerprint import Fingerprint
 from ..model import GREEDY
 from ..secretnames import API_KEY_ENV, flag_value
 from .documents import Context, ProbeDoc
-from .escape import safe_url
 
 CONFIG = "config.yaml"
 """The config's name in the issue: saved from report.md's folded block."""

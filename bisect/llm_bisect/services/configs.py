@@ -39,19 +39,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from .. import escape as esc
 from ..checks.golden import Golden
 from ..checks.logprobs import LogprobsDetails
-from ..config import (
-    argv_secrets,
-    caller_secret_names,
-    config_digest,
-    expand_env,
-    literal,
-    load_server,
-    read_yaml,
-    secret_flag,
-    secret_names,
-)
+from ..config import config_digest, load_server
 from ..delta import (
     DeltaStep,
     Difference,
@@ -75,11 +66,14 @@ from ..model import Candidate, ProbeOutcome, Regress, Verdict
 from ..outdir import hold
 from ..probe import ProbeContext, Progress, probe
 from ..redact import Scrub
-from ..report import escape as esc, markdown as md
+from ..report import markdown as md
 from ..report.documents import Build, Context, ProbeDoc, Sides
 from ..report.html import logprob_figure, page, table
 from ..report.result import probe_doc
 from ..runner import write_atomic
+from ..secretnames import argv_secrets, caller_secret_names, secret_flag, secret_names
+from ..templates import expand_env, literal
+from ..yamlfile import read_yaml
 from .localization import localize_builds, write_localization
 from .setup import Setup, run_id_of, setup
 

@@ -24,12 +24,12 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..escape import shell
 from ..journal import Journal, begin_side, side_probes
 from ..model import Candidate, Verdict
 from ..probe import ProbeContext, probe
 from ..redact import Scrub
 from ..report.documents import LaterDoc, ResultDocument
-from ..report.escape import shell
 from ..report.markdown import fix_command, later_said, run_again
 from ..runner import write_atomic
 from ..search import Mode, Status

@@ -26,16 +26,10 @@ from ..client import OpenAIClient
 from ..config import (
     NO_CANDIDATES,
     Config,
-    argv_secret_names,
-    caller_secret_names,
     check_digest,
-    expand_env,
     expand_paths,
-    expand_value,
     load_config,
     read_known_verdicts,
-    read_yaml,
-    secret_names,
     server_argv,
     server_digest,
     shared_config,
@@ -66,10 +60,12 @@ from ..registry import RegistryClient, RegistryError, parse_image_ref, valid_tag
 from ..report.documents import Context
 from ..report.links import web_url
 from ..search import Mode, Plan, build_plan
-from ..secretnames import served_api_key
-from ..sources.git import GitSource, NoRepository, nightly_day
+from ..secretnames import argv_secret_names, caller_secret_names, secret_names, served_api_key
+from ..sources import Repository
+from ..sources.git import NoRepository, nightly_day
 from ..sources.images import WHERE
-from ..templates import fill
+from ..templates import expand_env, expand_value, fill
+from ..yamlfile import read_yaml
 from .keep import image_entry
 
 
@@ -79,7 +75,7 @@ class Setup:
 
     config: Config
     base_dir: Path
-    source: GitSource
+    source: Repository
     checks: list[Check]
     env: dict[str, str]
     """The config's server.env, expanded."""
@@ -418,11 +414,6 @@ def setup(
     )
 
 
-FAST_ARGV = ("command", "worker_command", "args")
-"""The server fields `probe.fast.args` are added to, where the launcher's server has them
-(and its own argument lists: LauncherKind.argv)."""
-
-
 def fast_section(
     server: Mapping[str, Any], args: list[str], env: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -430,7 +421,7 @@ def fast_section(
     variables over its own. Pure."""
     section = dict(server)
     tag = section.get("launcher", "process")
-    keys = (*FAST_ARGV, *(LAUNCHERS[tag].argv if isinstance(tag, str) and tag in LAUNCHERS else ()))
+    keys = LAUNCHERS[tag].fast_argv() if isinstance(tag, str) and tag in LAUNCHERS else ()
     for key in keys:
         argv = section.get(key)
         if isinstance(argv, list):
@@ -524,7 +515,7 @@ def slot_devices_of(
 def _builder(
     config: Config,
     base_dir: Path,
-    source: GitSource,
+    source: Repository,
     environ: Mapping[str, str],
     secret_names: list[str],
     resolve: Callable[[str, str], str],

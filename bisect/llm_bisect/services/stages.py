@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..checks.golden import GoldenStore
-from ..config import FastConfig, argv_secrets, secret_names
+from ..config import FastConfig
 from ..journal import FILENAME, Journal, begin_side, read_journal, side_probes
 from ..launchers import Launcher
 from ..model import Candidate, Regress, Verdict
@@ -45,6 +45,7 @@ from ..report.documents import (
 from ..report.result import probe_doc
 from ..runner import RunResult, avoided, write_atomic, write_outputs
 from ..search import Answer, Mode, Plan, Status
+from ..secretnames import argv_secrets, secret_names
 from ..sources.releases import reach
 from .confirm import (
     as_a_whole,

@@ -13,7 +13,6 @@ import re
 import subprocess
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import IO
@@ -24,31 +23,9 @@ from ..config import CandidatesConfig
 from ..errors import ConfigError
 from ..kinds import GIT, SOURCES, SourceKind
 from ..model import Candidate
+from . import Change, Step
 
-ABSENT = "000000 " + "0" * 40
-"""A path's entry where it does not exist: `<mode> <blob>` of nothing."""
 _RAW = ("--raw", "--no-renames", "--no-abbrev", "-z", "--diff-merges=first-parent", "--root")
-
-
-@dataclass(frozen=True)
-class Change:
-    """One path that differs between an older and a newer commit."""
-
-    path: str
-    old: str
-    """`<mode> <blob>` in the older commit; ABSENT where it was not there."""
-    new: str
-    """`<mode> <blob>` in the newer commit; ABSENT where it is gone."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """A commit and what it changed against its first parent."""
-
-    commit: str
-    parent: str | None
-    """Its first parent; None for a root commit."""
-    changes: tuple[Change, ...]
 
 
 def _tokens(stream: IO[bytes]) -> Iterator[str]:
