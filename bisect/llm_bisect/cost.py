@@ -167,7 +167,8 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
             right = at == culprit
             # placed as services/confirm.trial_slots: away from the slots of the verdicts they
             # check (the culprit's and its parent's, its trials before), the latest last
-            busy = [x.slot for i in (at - 1, at) for x in where.get(f"{i:040x}", ())]
+            checked = [x for i in (at - 1, at) for x in where.get(f"{i:040x}", ())]
+            busy = [x.slot for x in sorted(checked, key=lambda x: x.began or 0.0)]  # as journalled
             busy += [t.slot for t in policy.evidence if t.commit == step.culprit.commit]
             recent = {slot: j for j, slot in enumerate(busy) if slot is not None}
             places = sorted(range(slots), key=lambda x: (x in recent, recent.get(x, -1), x))

@@ -19,7 +19,6 @@ from ..errors import ConfigError, LaunchError
 from ..launchers.spread import Spread
 from ..model import Candidate
 from ..registry import parse_image_ref
-from .git import NoRepository
 
 if TYPE_CHECKING:
     from ..kinds import EndContext
@@ -106,6 +105,8 @@ def resolve_image_end(cfg: object, ctx: EndContext, ref: str, key: str) -> Candi
     try:
         candidate = ctx.source.resolve(commit, key)
     except ConfigError:
+        from .git import NoRepository  # here: importing sources.git registers the git kind
+
         if isinstance(ctx.source, NoRepository):  # a short id names a commit in a clone only
             raise ConfigError(f"{key}: image {ref!r} names commit {commit} ({where}), not a "
                               f"full id, and {ctx.source.why}") from None  # fmt: skip
