@@ -323,9 +323,7 @@ def run_cmd(
         claim(out, "run")
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo)
-        progress.estimate = lambda plan: of_config(
-            s.config, len(plan.sequence) - 1, plan.mode is Mode.FIX
-        )
+        _estimated(progress, s)
         done = run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
         for doubt in doubted(done.result.probes):  # a bad GPU or node: said where it is seen
             term.say(f"warning: {doubt.line}")
@@ -336,6 +334,14 @@ def run_cmd(
 
 
 @cli.command("check", cls=_GitBisectCommand)
+def _estimated(progress: TerminalProgress, s: Setup) -> None:
+    """N in the progress line's `[i/~N]` is the run's expected starts, as `candidates` and the
+    report give them (services/bisection.of_config)."""
+    progress.estimate = lambda plan: of_config(
+        s.config, len(plan.sequence) - 1, plan.mode is Mode.FIX
+    )
+
+
 def check_cmd(
     config: ConfigArg,
     candidate: Annotated[str, typer.Option("--candidate", help="The ref to probe.")],
@@ -1234,6 +1240,7 @@ def demo_cmd(
         kept: list[str] = []
         try:
             s = _setup(term, config, progress)
+            _estimated(progress, s)
             done = run_bisect(s, out_dir, progress=progress)
             kept = demo.images_of(images, done.answer.range)
         finally:
