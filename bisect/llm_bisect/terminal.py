@@ -135,10 +135,12 @@ class TerminalProgress:
         """A line from a launcher (pull progress) or the journal."""
         self.term.say(f"    {text}")
 
-    def planned(self, plan: Plan, finished: int) -> None:
+    def planned(self, plan: Plan, finished: int, from_journal: int = 0) -> None:
         self.step = finished
         self.total = plan.max_probes()
-        resumed = f", {finished} finished probe(s) resumed from the journal" if finished else ""
+        resumed = (
+            f", {from_journal} finished probe(s) resumed from the journal" if from_journal else ""
+        )
         self.term.say(
             f"{len(plan.candidates)} candidates, at most ~{self.total} probes "
             f"({plan.mode.value}){resumed}"
