@@ -90,9 +90,9 @@ def _bisect(
     quick: ResultDocument | None = None,
     where: bool = True,
 ) -> RunResult:
-    """One bisection in one setup, then the post-run stages (services/stages.py); `first`:
-    commits probed first where they lie in the range left; `quick`: the fast setup's result
-    (`probe.fast`)."""
+    """One bisection in one setup: its search (stages.Search), then the post-run stages in
+    one loop (stages.apply); `first`: commits probed first where they lie in the range
+    left; `quick`: the fast setup's result (`probe.fast`)."""
     config, plan = plan_of(s, good, bad, find_fix)
     later = resolve_later(
         config.candidates.later,
