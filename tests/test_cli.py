@@ -548,6 +548,7 @@ def test_sigkill_mid_probe_resumes_without_repeating_and_leaves_no_server(tmp_pa
     hold.unlink()
     code, output = invoke("run", str(config), "--out", str(out))
     assert code == 0, output
+    assert "3 finished probe(s) resumed from the journal" in output, output
     assert result_of(out)["culprit"]["commit"] == h.shas[17]
     counts = Counter(launched(launches))
     for commit in finished:

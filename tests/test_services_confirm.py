@@ -256,6 +256,8 @@ def test_a_culprit_a_lie_made_is_not_confirmed_and_the_search_probes_on_to_the_r
     assert doc["status"] == "found" and doc["culprit"]["commit"] == h.shas[17]
     assert doc["confirmation"]["status"] == "confirmed"
     assert "are weighed as evidence" in result.output
+    # the search went on twice after looks, in this process: nothing of it was resumed
+    assert "resumed from the journal" not in result.output, result.output
     assert doc["search"]["confidence"] == 0.99
     # every look's trials are weighed: 16's revert stays bad on a new start too (17, after
     # it, is in the bad end: the trial is right), so the search probes on to 17, whose
@@ -275,6 +277,9 @@ def test_a_culprit_a_lie_made_is_not_confirmed_and_the_search_probes_on_to_the_r
     again = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
     assert again.exit_code == 0, again.output
     assert launches.read_text().split() == starts
+    resumed = f"{len(doc['probes'])} finished probe(s) resumed from the journal"
+    assert again.output.count("resumed from the journal") == 1, again.output
+    assert resumed in again.output, again.output
     for rewritten in (again, CliRunner().invoke(cli, ["report", str(out)])):
         assert rewritten.exit_code == 0, rewritten.output
         later = json.loads((out / "result.json").read_text())

@@ -61,7 +61,9 @@ class Progress(Protocol):
 
     def note(self, text: str) -> None: ...
 
-    def planned(self, plan: Plan, finished: int) -> None: ...
+    def planned(self, plan: Plan, finished: int, from_journal: int = 0) -> None:
+        """The search's plan, `finished` probes done already, `from_journal` of them resumed
+        (read from a journal an earlier process wrote)."""
 
     def narrowed(self, left: int, probes_left: int) -> None:
         """Candidates that could still be the culprit, and probes still needed at most."""
@@ -77,7 +79,7 @@ class SilentProgress:
     def note(self, text: str) -> None:
         pass
 
-    def planned(self, plan: Plan, finished: int) -> None:
+    def planned(self, plan: Plan, finished: int, from_journal: int = 0) -> None:
         pass
 
     def narrowed(self, left: int, probes_left: int) -> None:

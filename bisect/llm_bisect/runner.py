@@ -170,9 +170,11 @@ def run(
     first: frozenset[str] = frozenset(),
     symptom: Symptom = Symptom.ANY,
     priced: bool = False,
+    again: bool = False,
 ) -> RunResult:
     """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
-    journal when there is one.
+    journal when there is one. `again`: the search goes on in the process that ran it (a
+    confirmation's trials weighed): the journal's probes are its own, none resumed.
 
     `repeats`: runs of the check suite on each server; `reprobe`: a verdict that contradicts
     a neighbour's is probed again (a new server) before it is used (`probe.repeats: auto`).
@@ -210,6 +212,7 @@ def run(
     ctx = replace(ctx, early_stop=early_stop, full=ends, decisive=decisive)
     with Journal(out_dir / FILENAME, scrub) as journal:
         state = journal.reading.state
+        resumed = 0 if state is None or again else len(state.probes)  # before this process
         if journal.reading.dropped:
             progress.note(f"journal: cut off its {journal.reading.dropped}")
         if state is not None and (state.digest != digest or _commits(state.plan) != _commits(plan)):
@@ -260,7 +263,7 @@ def run(
                 f"search.symptom: {symptom.value} from here on (every verdict counted again "
                 "from the probes' records)"
             )
-        progress.planned(plan, len(state.probes))
+        progress.planned(plan, len(state.probes), resumed)
         for line in launcher.reap():  # what killed llm-bisect processes left
             progress.note(line)
         arts = {c.commit: launcher.artifact(c) for c in plan.candidates} if coarse or priced else {}

@@ -141,8 +141,10 @@ class TerminalProgress:
         """A line from a launcher (pull progress) or the journal."""
         self.term.say(f"    {text}")
 
-    def planned(self, plan: Plan, finished: int) -> None:
-        resumed = f", {finished} finished probe(s) resumed from the journal" if finished else ""
+    def planned(self, plan: Plan, finished: int, from_journal: int = 0) -> None:
+        resumed = (
+            f", {from_journal} finished probe(s) resumed from the journal" if from_journal else ""
+        )
         if self.estimate is None:
             self.step = finished
             self.total = plan.max_probes()
@@ -151,14 +153,13 @@ class TerminalProgress:
                 f"({plan.mode.value}){resumed}"
             )
             return
-        said = f"{len(plan.candidates)} candidates ({plan.mode.value}){resumed}"
         if self.cost is None:  # the run's first search: its figure holds for the whole run
             self.cost = self.estimate(plan)
             self.step = finished
-            said += f"; {self.cost.line(None)}"
-        self.step = max(self.step, finished)
+            self.term.say(f"{len(plan.candidates)} candidates ({plan.mode.value}){resumed}; "
+                          f"{self.cost.line(None)}")  # fmt: skip
+        self.step = max(self.step, finished)  # the search again (confirm): said once a run
         self.total = max(self.total, round(self.cost.starts))
-        self.term.say(said)
 
     def narrowed(self, left: int, probes_left: int) -> None:
         with self._lock:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,13 +17,11 @@ from ..outdir import hold
 from ..posterior import Policy
 from ..probe import ProbeContext, Progress, probe
 from ..report.documents import Expected, ResultDocument
-from ..runner import RunResult, run, write_probe
+from ..runner import RunResult, write_probe
 from ..search import Status
-from ..symptom import Symptom
-from .confirm import CONTINUED
 from .later import next_steps, resolve_later
 from .setup import Setup, fast_setup, golden_file_of, known_of, plan_of, run_context, run_id_of
-from .stages import STAGES, StageRun, before_confirm, fast_shown, with_launcher
+from .stages import Search, StageRun, apply, fast_shown
 
 FAST_DIR = "fast"
 
@@ -92,9 +91,9 @@ def _bisect(
     quick: ResultDocument | None = None,
     where: bool = True,
 ) -> RunResult:
-    """One bisection in one setup, then the post-run stages (services/stages.py); `first`:
-    commits probed first where they lie in the range left; `quick`: the fast setup's result
-    (`probe.fast`)."""
+    """One bisection in one setup: its search (stages.Search), then the post-run stages in
+    one loop (stages.apply); `first`: commits probed first where they lie in the range
+    left; `quick`: the fast setup's result (`probe.fast`)."""
     config, plan = plan_of(s, good, bad, find_fix)
     later = resolve_later(
         config.candidates.later,
@@ -111,71 +110,21 @@ def _bisect(
     known = known_of(s, plan, note)
     cost = of_config(config, len(plan.sequence) - 1, find_fix)
     expected = Expected(starts=round(cost.starts, 1), worst=cost.worst, nodes=cost.nodes)
-
-    def bisect(line_good: str, line_bad: str, culprits: int) -> ResultDocument:
-        """Several culprits: what remains, on the reverted line, into DIR/continued, naming
-        at most `culprits` (it goes on itself where that is more than one)."""
-        # the outer run's later refs; its known verdicts are of other trees than this line's
-        only = s.config.candidates.model_copy(update={"later": [], "known_verdicts": None})
-        named = s.config.search.model_copy(update={"culprits": culprits})
-        # its good end is the culprit reverted, not the config golden's: its own golden
-        inner = s.config.model_copy(update={"confirm": True, "candidates": only, "golden": None,
-                                            "search": named})  # fmt: skip
-        done = run_bisect(replace(s, config=inner), out_dir / CONTINUED, good=line_good,
-                          bad=line_bad, progress=progress)  # fmt: skip
-        return done.result
-
-    with hold(out_dir):
+    with hold(out_dir), ExitStack() as held:
         # DIR's own golden: the journal's config digest (checks and server too) guards it
         golden = golden or s.golden_store(out_dir / "golden.json", plan.good.commit, compare=False)
-        stage_run = StageRun(s, out_dir, plan, note, golden, progress, quick=quick, later=later,
-                             bisect=bisect, where=where)  # fmt: skip
-        with s.launcher(run_id_of(out_dir, digest)) as launcher:
-
-            def search(policy: Policy) -> RunResult:
-                done = run(
-                    plan,
-                    digest=digest,
-                    settings=setting_digests(config, environment),
-                    out_dir=out_dir,
-                    launcher=launcher,
-                    checks=s.checks,
-                    client=s.client,
-                    repeats=config.probe.runs,
-                    reprobe=config.probe.reprobe,
-                    policy=policy,
-                    progress=progress,
-                    golden=golden,
-                    scrub=s.scrub,
-                    regress=Regress(config.regress),
-                    coarse=config.candidates.coarse,
-                    context=run_context(s, config).model_copy(
-                        update={
-                            "golden": str(judged_by),
-                            "out": str(out_dir.absolute()),
-                            "expected": expected,
-                        }
-                    ),
-                    given=given,
-                    parallel=config.parallel,
-                    early_stop=config.probe.early_stop,
-                    first=first,
-                    symptom=Symptom(config.search.symptom),
-                    priced=s.builder is not None,
-                )
-                for stage in before_confirm():
-                    done = stage.apply(stage_run, done)
-                return done
-
-            stage_run.launcher, stage_run.search = launcher, search
-            policy = calibrated(config.search_policy(find_fix), golden)
-            done = search(replace(policy, known=known) if known else policy)
-            held = with_launcher()
-            for stage in held[len(before_confirm()) :]:
-                done = stage.apply(stage_run, done)
-        stage_run.launcher = None
-        for stage in STAGES[len(held) :]:
-            done = stage.apply(stage_run, done)
+        launcher = held.enter_context(s.launcher(run_id_of(out_dir, digest)))
+        context = run_context(s, config).model_copy(
+            update={"golden": str(judged_by), "out": str(out_dir.absolute()), "expected": expected}
+        )
+        search = Search(s, config, plan, out_dir, launcher, golden, digest,
+                        setting_digests(config, environment), context, progress, given=given,
+                        first=first, priced=s.builder is not None)  # fmt: skip
+        stage_run = StageRun(s, out_dir, plan, note, golden, search, progress, launcher,
+                             quick=quick, later=later, bisect=run_bisect, where=where)  # fmt: skip
+        policy = calibrated(config.search_policy(find_fix), golden)
+        done = search.run(replace(policy, known=known) if known else policy)
+        done = apply(stage_run, done, held)  # the launcher given back when no stage needs it
         for line in next_steps(done.result):
             note(line)
         return done

@@ -1,32 +1,38 @@
 """The post-run stages: what a bisection does once its search has an answer, in one list.
 
     search ─► fast ─► confirm ─► evidence ─► later ─► localize ─► bumps ─► reach ─► continue
-              │        │ (not confirmed: the search again, the stages before it again)
-              ▼        ▼
+      ▲         ▲       │ a look weighed: the search on,                               │
+      └─────────┴───────┘ then fast again                       run_bisect into DIR/continued
+    ╰───────── the run's launcher held ──────────╯ (given back: no stage left probes with it)
     each stage's part of DIR: fast.json, confirmation.json, evidence.json, later.json,
     localization.json, bumps.json, reach.json, continued.json
 
 Each stage is a small object: `apply` runs it after the search (it may probe; it saves what
 it found in its part of DIR and writes result.json again), `restore` reads that part back
-into a result without starting anything (`report DIR`). `run` (services/bisection.py) loops
-`apply`; `report DIR` loops `restore`: both go through the same list, so a stage added here
-is in both, and `report DIR` rewrites the result.json the run wrote.
+into a result without starting anything (`report DIR`). `apply` (services/bisection.py
+calls it) loops the stages' `apply`, `restore` (`report DIR`) their `restore`: both go
+through the same list, so a stage added here is in both, and `report DIR` rewrites the
+result.json the run wrote. A stage declares what it needs: `probes`, the run's launcher
+(held while a stage left needs it); `each_search`, to follow every search (`Search`, run
+again by `confirm`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from ..checks.golden import GoldenStore
-from ..config import FastConfig
+from ..config import Config, FastConfig
 from ..journal import FILENAME, Journal, begin_side, read_journal, side_probes
 from ..launchers import Launcher
-from ..model import Candidate, Regress, Verdict
+from ..model import Candidate, ProbeOutcome, Regress, Verdict
 from ..pins import commit_bumps
 from ..posterior import Policy, Trial as Weighed
 from ..probe import ProbeContext, Progress, SilentProgress, probe
@@ -34,6 +40,7 @@ from ..redact import redact
 from ..report.documents import (
     BumpDoc,
     Confirmation,
+    Context,
     CulpritDoc,
     FastDoc,
     PickDoc,
@@ -43,11 +50,13 @@ from ..report.documents import (
     Together,
 )
 from ..report.result import probe_doc
-from ..runner import RunResult, avoided, write_atomic, write_outputs
+from ..runner import RunResult, avoided, run as run_search, write_atomic, write_outputs
 from ..search import Answer, Mode, Plan, Status
 from ..secretnames import argv_secrets, secret_names
 from ..sources.releases import reach
+from ..symptom import Symptom
 from .confirm import (
+    CONTINUED,
     as_a_whole,
     confirm,
     continue_after,
@@ -69,6 +78,57 @@ EVIDENCE_JOURNAL = "evidence.jsonl"
 
 
 @dataclass
+class Search:
+    """The run's search (runner.run) with all it runs with but the policy: run by the run,
+    then again by `confirm` under a policy with a look's trials weighed. Only its first run
+    reads the journal as this process found it: the probes read then are resumed, those of
+    a search run again are this process's own."""
+
+    s: Setup
+    config: Config
+    """The run's config (its ends as given)."""
+    plan: Plan
+    out_dir: Path
+    launcher: Launcher
+    golden: GoldenStore
+    digest: str
+    settings: Mapping[str, str]
+    context: Context
+    progress: Progress | None = None
+    given: Sequence[tuple[ProbeOutcome, str]] = ()
+    first: frozenset[str] = frozenset()
+    priced: bool = False
+    """Candidates' artifacts priced for the search's cost-aware choice (the config builds)."""
+    runs: int = 0
+    """How many times it ran in this process."""
+
+    def run(self, policy: Policy) -> RunResult:
+        c = self.config
+        done = run_search(
+            self.plan, digest=self.digest, settings=self.settings, out_dir=self.out_dir,
+            launcher=self.launcher, checks=self.s.checks, client=self.s.client,
+            repeats=c.probe.runs, reprobe=c.probe.reprobe, policy=policy,
+            progress=self.progress, golden=self.golden, scrub=self.s.scrub,
+            regress=Regress(c.regress), coarse=c.candidates.coarse, context=self.context,
+            given=self.given, parallel=c.parallel, early_stop=c.probe.early_stop,
+            first=self.first, symptom=Symptom(c.search.symptom), again=self.runs > 0,
+            priced=self.priced,
+        )  # fmt: skip
+        self.runs += 1
+        return done
+
+
+class Bisect(Protocol):
+    """A bisection into a DIR of its own (services/bisection.run_bisect), passed in: several
+    culprits go on with one after a culprit (`Continue`)."""
+
+    def __call__(
+        self, s: Setup, out_dir: Path, *, good: str | None = None, bad: str | None = None,
+        progress: Progress | None = None,
+    ) -> RunResult: ...  # fmt: skip
+
+
+@dataclass
 class StageRun:
     """What the stages of one run share."""
 
@@ -77,20 +137,28 @@ class StageRun:
     plan: Plan
     note: Callable[[str], None]
     golden: GoldenStore
+    search: Search
     progress: Progress | None = None
     launcher: Launcher | None = None
-    """The run's launcher, while the stages that probe with it run (None after)."""
-    search: Callable[[Policy], RunResult] | None = None
-    """The search again under another policy, the stages before `confirm` applied again."""
+    """The run's launcher, while a stage left probes with it (None after)."""
     quick: ResultDocument | None = None
     """The fast setup's result (`probe.fast`), else None."""
     later: Sequence[tuple[str, Candidate]] = ()
     """`candidates.later`, resolved, oldest first."""
-    bisect: Callable[[str, str, int], ResultDocument] | None = None
-    """Another bisection into DIR/continued between two commits, naming at most so many
-    culprits (`search.culprits`, `confirm: continue`)."""
+    bisect: Bisect | None = None
+    """What several culprits go on with after a culprit (`search.culprits`, `confirm:
+    continue`): run_bisect; None: they do not."""
     where: bool = True
     """Say which releases hold the culprit (`reach`); not for `deps` (made-up commits)."""
+
+    def search_on(self, policy: Policy) -> RunResult:
+        """The search again under `policy` (a look's trials weighed), and the stages that
+        follow every search (`each_search`: fast) applied to its answer again."""
+        done = self.search.run(policy)
+        for stage in STAGES:
+            if stage.each_search:
+                done = stage.apply(self, done)
+        return done
 
     def probe_context(self) -> ProbeContext:
         assert self.launcher is not None
@@ -105,7 +173,10 @@ class Stage(Protocol):
 
     name: str
     probes: bool
-    """Whether `apply` probes with the run's launcher (it then runs while that is open)."""
+    """Whether `apply` probes with the run's launcher (it is held while a stage left does)."""
+    each_search: bool
+    """Whether it follows every search, those `confirm` runs again included (it reads the
+    search's answer alone; only a stage before `confirm`)."""
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
         """The run's answer and result with this stage done (probing what it needs)."""
@@ -147,6 +218,7 @@ class Fast:
 
     name = "fast"
     probes = False
+    each_search = True
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
         if run.quick is None:
@@ -174,6 +246,7 @@ class Confirm:
 
     name = "confirm"
     probes = True
+    each_search = False
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
         s, out_dir, note = run.s, done.out_dir, run.note
@@ -188,7 +261,7 @@ class Confirm:
                            slots=where, now=s.now, probe_new=at >= len(weighed.looks),
                            avoid=_checked_nodes(out_dir, now.result))  # fmt: skip
 
-        done, found, policy = looked(done, policy, _answer_of, look, run.search, note)
+        done, found, policy = looked(done, policy, _answer_of, look, run.search_on, note)
         evidence = done.result.search.evidence if done.result.search else []
         if found is not None and found.status == "confirmed" and len(policy.looks) > 1:
             own = len(weighed_trials(found, "")) if policy.looks[-1][1] else 0
@@ -255,6 +328,7 @@ class Evidence:
 
     name = "evidence"
     probes = True
+    each_search = False
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
         result = done.result
@@ -307,6 +381,7 @@ class Later:
 
     name = "later"
     probes = True
+    each_search = False
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
         if not run.later:
@@ -327,6 +402,7 @@ class Localize:
 
     name = "localize"
     probes = False  # it starts servers of its own, with the worker extension
+    each_search = False
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
         plan = run.plan
@@ -346,6 +422,7 @@ class Bumps:
 
     name = "bumps"
     probes = False
+    each_search = False
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
         result = done.result
@@ -392,6 +469,7 @@ class Reach:
 
     name = "reach"
     probes = False
+    each_search = False
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
         result = done.result
@@ -437,6 +515,7 @@ class Continue:
 
     name = "continued"
     probes = False  # the bisection it starts holds a launcher of its own
+    each_search = False
 
     def apply(self, run: StageRun, done: RunResult) -> RunResult:
         culprits = run.s.config.culprits
@@ -444,8 +523,9 @@ class Continue:
         if culprits < 2 or run.bisect is None or not goes_on(done.result, asked):
             return done
         sequence = [c.commit for c in run.plan.sequence]
-        went_on = continue_after(run.s.source.path, done.result, sequence, run.bisect,
-                                 run.note, culprits)  # fmt: skip
+        went_on = continue_after(run.s.source.path, done.result, sequence,
+                                 partial(self.after, run, run.bisect), run.note,
+                                 culprits)  # fmt: skip
         run.note(f"confirm: {went_on['message']}")
         save(done.out_dir, self.name, done.result, went_on, run)
         answer, result = _went_on(done, went_on)
@@ -455,6 +535,20 @@ class Continue:
                      f"{result.together.reason}")  # fmt: skip
         written = write_outputs(done.out_dir, result, run.s.scrub)
         return RunResult(answer, written, done.out_dir)
+
+    @staticmethod
+    def after(run: StageRun, bisect: Bisect, good: str, bad: str, culprits: int) -> ResultDocument:
+        """What remains, on the reverted line from `good` to `bad`, bisected into
+        DIR/continued, naming at most `culprits` (it goes on itself where that is more)."""
+        c = run.s.config
+        # the outer run's later refs; its known verdicts are of other trees than this line's
+        only = c.candidates.model_copy(update={"later": [], "known_verdicts": None})
+        named = c.search.model_copy(update={"culprits": culprits})
+        # its good end is the culprit reverted, not the config golden's: its own golden
+        inner = c.model_copy(update={"confirm": True, "candidates": only, "golden": None,
+                                     "search": named})  # fmt: skip
+        return bisect(replace(run.s, config=inner), run.out_dir / CONTINUED, good=good, bad=bad,
+                      progress=run.progress).result  # fmt: skip
 
     def restore(self, done: RunResult) -> RunResult:
         part = stored(done.out_dir, self.name, done.result)
@@ -485,19 +579,21 @@ def replace_result(done: RunResult, result: ResultDocument) -> RunResult:
 STAGES: tuple[Stage, ...] = (
     Fast(), Confirm(), Evidence(), Later(), Localize(), Bumps(), Reach(), Continue(),
 )  # fmt: skip
-"""In the order a run applies them; the stages before `confirm` are applied again after each
-search (a culprit not confirmed searches on)."""
+"""In the order a run applies them (`apply`) and `report DIR` restores them (`restore`)."""
 
 
-def before_confirm(stages: Sequence[Stage] = STAGES) -> tuple[Stage, ...]:
-    names = [s.name for s in stages]
-    return tuple(stages[: names.index("confirm")])
-
-
-def with_launcher(stages: Sequence[Stage] = STAGES) -> tuple[Stage, ...]:
-    """The stages up to the last that probes with the run's launcher (run while it is open)."""
-    last = max((i for i, s in enumerate(stages) if s.probes), default=-1)
-    return tuple(stages[: last + 1])
+def apply(
+    run: StageRun, done: RunResult, launcher: ExitStack, stages: Sequence[Stage] = STAGES
+) -> RunResult:
+    """The run's answer and result with every stage applied, in order; `launcher` holds the
+    run's launcher, given back as soon as no stage left probes with it (before localisation
+    and the bisection after a culprit, which start servers of their own)."""
+    for i, stage in enumerate(stages):
+        if not any(left.probes for left in stages[i:]):
+            launcher.close()
+            run.launcher = None
+        done = stage.apply(run, done)
+    return done
 
 
 def restore(done: RunResult, stages: Sequence[Stage] = STAGES) -> RunResult:
