@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from . import collectenv
+from . import collectenv, loads
 from .checks import Check, StopsEarly, cheapest_first
 from .checks.golden import Golden, GoldenStore
 from .client import OpenAIClient
@@ -185,6 +185,10 @@ def probe(
     timings: dict[str, float] = {}
     found = _Found()
     collectenv.clear(probe_dir)
+    # the probe that records the golden: its server reports the files it runs (loads.py)
+    hook = ctx.golden is not None and ctx.golden.records(candidate.commit)
+    if hook:
+        loads.clear(probe_dir)
     artifact = ctx.launcher.artifact(candidate)
     timings["artifact"] = clock() - t0
     if artifact.digest:
@@ -197,7 +201,8 @@ def probe(
     else:
         ctx.progress.phase(candidate, "starting", 0.0)
         try:
-            with ctx.launcher.launch(candidate, probe_dir, slot=slot) as server:
+            extra = {"instrument": loads.instrument(probe_dir)} if hook else {}
+            with ctx.launcher.launch(candidate, probe_dir, slot=slot, **extra) as server:
                 if cancel is not None:
                     cancel.attach(server)
                 timings["launch"] = clock() - t0
@@ -228,7 +233,7 @@ def probe(
     if "launch" in timings and "ready" in timings:
         started = startup_phases(probe_dir, timings["launch"], timings["ready"])
     if ctx.golden is not None:
-        ctx.golden.keep(candidate.commit, fingerprint)
+        ctx.golden.keep(candidate.commit, fingerprint, loads.read(probe_dir) if hook else None)
     return ProbeOutcome(
         candidate.commit,
         found.verdict,

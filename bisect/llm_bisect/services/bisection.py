@@ -20,6 +20,7 @@ from ..search import Status
 from ..symptom import Symptom
 from .confirm import CONTINUED, second_look as _second_look, unconfirmed as unconfirmed
 from .later import next_steps, resolve_later
+from .priors import priors_of
 from .setup import Setup, fast_setup, golden_file_of, known_of, plan_of, run_context, run_id_of
 from .stages import STAGES, StageRun, before_confirm, fast_shown, with_launcher
 
@@ -156,6 +157,7 @@ def _bisect(
                     early_stop=config.probe.early_stop,
                     first=first,
                     symptom=Symptom(config.search.symptom),
+                    priors=priors_of(s.source, plan.sequence[1:]) if config.search.priors else None,
                 )
                 for stage in before_confirm():
                     done = stage.apply(stage_run, done)

@@ -1,0 +1,53 @@
+"""The edge of the priors (priors.py): each candidate's touched paths and which of them exist
+at the record's commit, read from the clone; the weighing itself is pure."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+
+from ..checks.golden import Loads
+from ..model import Candidate
+from ..priors import Weight, weights
+from ..sources.git import GitSource, NoRepository
+
+
+def touched(source: GitSource, commits: Sequence[str]) -> dict[str, list[str]]:
+    """The paths each commit changes against its first parent (one `git log`)."""
+    return {s.commit: [c.path for c in s.changes] for s in source.steps(commits)}
+
+
+def present(source: GitSource, commit: str, paths: Sequence[str]) -> set[str]:
+    """Which of `paths` the tree of `commit` holds (one `git ls-tree`)."""
+    if not paths:
+        return set()
+    done = subprocess.run(
+        ["git", "-C", str(source.path), "ls-tree", "-r", "-z", "--name-only", commit, "--",
+         *paths],
+        capture_output=True,
+    )  # fmt: skip
+    if done.returncode != 0:
+        return set()  # the record's commit not in this clone: every path "absent", full
+    return {p.decode("utf-8", "surrogateescape") for p in done.stdout.split(b"\0") if p}
+
+
+def weigh_candidates(
+    source: GitSource, candidates: Sequence[Candidate], record: Loads
+) -> dict[str, Weight]:
+    """Each candidate's prior Weight by the golden's record of its server's loads."""
+    if isinstance(source, NoRepository):
+        return {}
+    paths = touched(source, [c.commit for c in candidates])
+    wanted = sorted({p for ps in paths.values() for p in ps})
+    return weights(paths, record.files, present(source, record.commit, wanted))
+
+
+def priors_of(
+    source: GitSource, candidates: Sequence[Candidate]
+) -> Callable[[Loads], Mapping[str, float]]:
+    """runner.Priors for these candidates (the search's sequence after the old end)."""
+
+    def weigh(record: Loads) -> dict[str, float]:
+        return {c: w.weight for c, w in weigh_candidates(source, candidates, record).items()}
+
+    return weigh
