@@ -228,3 +228,29 @@ def test_sim_kimi_shape_same_culprit_fewer_starts_with_priors(tmp_path: Path, cu
     report = (tmp_path / "priors" / "report.md").read_text()
     assert "- prior (`search.priors`): 9 of 12 candidates weighed low" in report
     assert "prior" not in json.loads((tmp_path / "flat" / "result.json").read_text())["search"]
+
+
+def test_candidates_shows_each_weight_and_why(tmp_path: Path) -> None:
+    """`candidates` with a golden that holds its server's loads: each candidate's weight and
+    why, and how many weigh low; without one, that the run records it."""
+    shas = kimi_shape(tmp_path, 7)
+    engine = tmp_path / "engine"
+    golden = {"commit": shas[0], "files": LOADED}
+    (tmp_path / "golden.json").write_text(json.dumps({"version": 2, "commit": shas[0],
+                                                      "checks": {}, "loads": golden}))  # fmt: skip
+    data: dict[str, Any] = {
+        "candidates": {"repo": str(engine), "good": shas[0], "bad": shas[-1]},
+        "server": {"command": sim_command(engine)},
+        "checks": [{"type": "expect"}],
+    }
+    bare = write_config(tmp_path / "bare.yaml", data)
+    named = write_config(tmp_path / "named.yaml", {**data, "golden": "golden.json"})
+    out = CliRunner().invoke(cli, ["candidates", str(named)]).output
+    assert (f"  [prior 0.2, low: touches only vllm/model_executor/models/glm5.py, never loaded]"
+            in out), out  # fmt: skip
+    assert "  [prior 1, full: touches vllm/attention/backends/cpu.py, loaded]" in out
+    assert "priors: 9 of 12 candidates weighed low" in out
+    listed = json.loads(CliRunner().invoke(cli, ["candidates", str(named), "--json"]).output)
+    weights = [row.get("prior", {}).get("weight") for row in listed["candidates"]]
+    assert weights.count(LOW) == 9 and weights.count(1.0) == 3
+    assert "priors: none yet" in CliRunner().invoke(cli, ["candidates", str(bare)]).output

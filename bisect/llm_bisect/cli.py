@@ -743,6 +743,7 @@ def candidates_cmd(
     """
     from .cost import estimate
     from .pins import range_bumps
+    from .services.priors import planned
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
@@ -754,12 +755,17 @@ def candidates_cmd(
             decisive=cfg.probe.early_stop,
         )  # fmt: skip
         bumped = range_bumps(s.source.path, [c.commit for c in plan.candidates])
+        on = cfg.search.priors and not cfg.search.policy.exact
+        prior, prior_line = planned(s.source, s.golden_path(), plan.sequence[1:], on)
         if as_json:
             with s.launcher("candidates") as launcher:
                 rows = [(c, launcher.artifact(c)) for c in plan.candidates]
             doc = _plan_json(plan, rows)
             for row in doc["candidates"]:
                 row["bumps"] = [b.label for b in bumped.get(row["commit"], [])]
+                if row["commit"] in prior:
+                    row["prior"] = {"weight": prior[row["commit"]].weight,
+                                    "why": prior[row["commit"]].why}  # fmt: skip
             doc["expected"] = {
                 "starts": round(cost.starts, 1),
                 "search_probes": round(cost.search, 1),
@@ -792,6 +798,10 @@ def candidates_cmd(
                 if c.commit in bumped:
                     labels = ", ".join(b.label for b in bumped[c.commit])
                     route += f"  [bumps {printable(labels)}]"
+                if c.commit in prior:
+                    route += (
+                        f"  [prior {prior[c.commit].weight:g}, {printable(prior[c.commit].why)}]"
+                    )
                 term.out(
                     f"{i:4d}  {c.short}  {c.date[:10]}  {_artifact_cell(art)}  "
                     f"{printable(c.subject)}{route}"
@@ -803,6 +813,7 @@ def candidates_cmd(
             most = policy.budget(len(plan.sequence))
         term.out(f"{n} candidates, {n - missing} with {what}; at most {most} probes if none skip")
         term.out(cost.line(start_minutes))
+        term.out(prior_line)
         if bumped:
             term.out(
                 f"{len(bumped)} candidate(s) bump a dependency pin (marked): where one is the "

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
+from pathlib import Path
 
-from ..checks.golden import Loads
+from ..checks.golden import Loads, load
+from ..errors import ConfigError
 from ..model import Candidate
 from ..priors import Weight, weights
 from ..sources.git import GitSource, NoRepository
@@ -51,3 +54,27 @@ def priors_of(
         return {c: w.weight for c, w in weigh_candidates(source, candidates, record).items()}
 
     return weigh
+
+
+def planned(
+    source: GitSource, golden: Path | None, candidates: Sequence[Candidate], on: bool
+) -> tuple[dict[str, Weight], str]:
+    """`candidates`: each candidate's prior Weight from the golden the config names (where it
+    holds its server's loads), and a line saying where they come from or why there are none."""
+    if not on:
+        return {}, "priors: off (search.priors: false, or search.flake: 0)"
+    record = None
+    if golden is not None and golden.is_file():
+        with suppress(ConfigError):
+            record = load(golden).loads
+    if record is None:
+        return {}, (
+            "priors: none yet: the run records which engine files the good end's server "
+            "executes with the golden, and weighs the candidates by it from then on"
+        )
+    found = weigh_candidates(source, candidates, record)
+    low = sum(1 for w in found.values() if w.low)
+    return found, (
+        f"priors: {low} of {len(candidates)} candidates weighed low, by the files the server "
+        f"executed at {record.commit[:12]} (golden: {golden})"
+    )
