@@ -16,11 +16,15 @@ from typer.testing import CliRunner
 
 from helpers import sim_command, write_config
 from llm_bisect import loads
+from llm_bisect.checks.golden import Loads
 from llm_bisect.cli import cli
 from llm_bisect.model import Candidate
 from llm_bisect.posterior import Policy
 from llm_bisect.priors import LOW, share, weigh
 from llm_bisect.search import Answer, Mode, Plan, plan_batch
+from llm_bisect.services.priors import weigh_candidates
+from llm_bisect.sources.git import GitSource
+from priors_replay import replay, replay_plan
 
 LOADED = [
     "vllm/__init__.py",
@@ -246,7 +250,7 @@ def test_candidates_shows_each_weight_and_why(tmp_path: Path) -> None:
     bare = write_config(tmp_path / "bare.yaml", data)
     named = write_config(tmp_path / "named.yaml", {**data, "golden": "golden.json"})
     out = CliRunner().invoke(cli, ["candidates", str(named)]).output
-    assert (f"  [prior 0.2, low: touches only vllm/model_executor/models/glm5.py, never loaded]"
+    assert ("  [prior 0.2, low: touches only vllm/model_executor/models/glm5.py, never loaded]"
             in out), out  # fmt: skip
     assert "  [prior 1, full: touches vllm/attention/backends/cpu.py, loaded]" in out
     assert "priors: 9 of 12 candidates weighed low" in out
@@ -254,3 +258,24 @@ def test_candidates_shows_each_weight_and_why(tmp_path: Path) -> None:
     weights = [row.get("prior", {}).get("weight") for row in listed["candidates"]]
     assert weights.count(LOW) == 9 and weights.count(1.0) == 3
     assert "priors: none yet" in CliRunner().invoke(cli, ["candidates", str(bare)]).output
+
+
+def test_replayed_kimi_range_needs_fewer_starts_with_the_prior(tmp_path: Path) -> None:
+    """The Kimi range's commits weighed by the record (git only, no server), its verdicts
+    replayed through the pure search: fewer starts with the prior, the same culprit, the
+    culprit at each of the three positions."""
+    shas = kimi_shape(tmp_path, 3)
+    source = GitSource(tmp_path / "engine")
+    result = {"good": shas[0], "bad": shas[-1], "merge_base": None}
+    plan = replay_plan(source, result)
+    record = Loads(commit=shas[0], files=LOADED)
+    prior = weigh_candidates(source, plan.sequence[1:], record)
+    assert sorted(i for i, c in enumerate(plan.sequence) if i and prior[c.commit].low) == [
+        i for i in range(1, 13) if i not in FULL
+    ]
+    weighed = Policy(prior=tuple((c, w.weight) for c, w in prior.items() if w.low))
+    for culprit in FULL:
+        with_prior = replay(plan, shas[culprit], weighed)
+        without = replay(plan, shas[culprit], Policy())
+        assert with_prior[1] == without[1] == shas[culprit]
+        assert with_prior[0] < without[0], (culprit, with_prior, without)

@@ -884,6 +884,9 @@ def fragile(
         # the side the group leaves thinnest: c - 1 with the fewest good verdicts outside it,
         # or c with the fewest bad ones (a trial counts for c)
         inside = {c if kinds[at] is not None else items[at][0] for at in group if decisive[at]}
+        # c - 1 with no verdict outside the group is the thinnest side, probed or not: under a
+        # prior that weighs c above it, c's trials can name c before c - 1 was ever probed
+        inside.add(c - 1)
         left = {i: sum(1 for at, (j, v, _) in enumerate(items) if at not in group
                        and (j if kinds[at] is None else c) == i and kinds[at] is None
                        and (v is new) == (i == c)) for i in inside}  # fmt: skip
