@@ -890,6 +890,7 @@ def fragile(
         left = {i: sum(1 for at, (j, v, _) in enumerate(items) if at not in group
                        and (j if kinds[at] is None else c) == i and kinds[at] is None
                        and (v is new) == (i == c)) for i in inside}  # fmt: skip
-        thin = min(inside, key=lambda i: (left[i], -i))
+        probed = {j for j, _, _ in items}
+        thin = min(inside, key=lambda i: (left[i], i in probed, -i))
         leaned[thin] = leaned.get(thin, 0) + 1
     return tuple(sorted(leaned, key=lambda i: (-leaned[i], -i)))
