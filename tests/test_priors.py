@@ -35,19 +35,20 @@ LOADED = [
     "vllm/attention/backends/cpu.py",
 ]
 TREE = [*LOADED, "vllm/model_executor/models/glm5.py", "vllm/attention/backends/rocm.py"]
+ROOTS = ["vllm", "docs", "tests", "csrc", "README.md"]
 
 
 def test_weigh_low_only_where_every_touched_file_is_never_loaded_docs_or_tests() -> None:
     """Another model's file, another platform's backend, docs and tests weigh low, and say
     which file; a loaded file, compiled code, a pin, a file absent at the record's commit or
     one the record cannot judge weigh full. Never zero."""
-    glm = weigh(["vllm/model_executor/models/glm5.py"], LOADED, TREE)
+    glm = weigh(["vllm/model_executor/models/glm5.py"], LOADED, TREE, ROOTS)
     assert glm.weight == LOW > 0
     assert glm.why == "low: touches only vllm/model_executor/models/glm5.py, never loaded"
     both = weigh(["vllm/attention/backends/rocm.py", "docs/rocm.md", "tests/test_rocm.py"],
-                 LOADED, TREE)  # fmt: skip
+                 LOADED, TREE, ROOTS)  # fmt: skip
     assert both.weight == LOW and "never loaded (and docs and tests)" in both.why
-    assert weigh(["docs/a.md", "README.md"], LOADED, TREE).why == "low: touches only docs"
+    assert weigh(["docs/a.md", "README.md"], LOADED, TREE, ROOTS).why == "low: touches only docs"
     cases = {
         ("vllm/model_executor/models/glm5.py", "vllm/model_executor/models/llama.py"): "loaded",
         ("vllm/model_executor/models/__init__.py",): "loaded",
@@ -62,16 +63,18 @@ def test_weigh_low_only_where_every_touched_file_is_never_loaded_docs_or_tests()
         ("benchmarks/run.py",): "not judged by the record",
     }
     for touched, kind in cases.items():
-        found = weigh(list(touched), LOADED, [*TREE, "docs/a.md"])
+        found = weigh(list(touched), LOADED, [*TREE, "docs/a.md"], ROOTS)
         assert found.weight == 1.0 and found.why.endswith(kind), (touched, found)
     # a package file loaded as a package (its __init__) or as a module: one module
-    assert (
-        weigh(["vllm/model_executor/models.py"], LOADED, ["vllm/model_executor/models.py"]).weight
-        == 1.0
-    )
+    only = ["vllm/model_executor/models.py"]
+    assert weigh(only, LOADED, only, ROOTS).weight == 1.0
     # no record, or a commit that touches nothing: nothing to judge
-    assert weigh(["vllm/model_executor/models/glm5.py"], [], TREE).weight == 1.0
-    assert weigh([], LOADED, TREE).weight == 1.0
+    assert weigh(["vllm/model_executor/models/glm5.py"], [], TREE, ROOTS).weight == 1.0
+    # a record of another code base (the simulator's own modules): it judges nothing here,
+    # not even a docs-only commit
+    sim = ["llm_bisect/sim/server.py", "yaml/__init__.py"]
+    assert weigh(["notes/001.md"], sim, ["notes/001.md"], ["notes", "sim-engine.json"]).weight == 1
+    assert weigh([], LOADED, TREE, ROOTS).weight == 1.0
 
 
 def test_share_is_the_prior_mass_on_a_commit_against_uniform() -> None:

@@ -92,16 +92,28 @@ FULL_ORDER = (
 )
 
 
+def engine(loaded_files: Collection[str], roots: Collection[str]) -> frozenset[str]:
+    """The packages of the repository the server loaded files of: the top-level folders
+    (`roots`, at the record's commit) that are a loaded file's first component. Empty: the
+    record is of another code base (the simulator's own modules), and judges nothing."""
+    tops = frozenset(f.split("/", 1)[0] for f in loaded_files if "/" in f)
+    return tops & frozenset(roots)
+
+
 def weigh(
-    touched: Sequence[str], loaded_files: Collection[str], present: Collection[str]
+    touched: Sequence[str],
+    loaded_files: Collection[str],
+    present: Collection[str],
+    roots: Collection[str],
 ) -> Weight:
     """The prior weight of a commit touching `touched` (repository paths), given the files the
-    good end's server loaded (`loaded_files`, repository-relative) and which of `touched`
-    exist at the commit the record was taken at (`present`)."""
-    if not touched or not loaded_files:
+    good end's server loaded (`loaded_files`, repository-relative), which of `touched` exist
+    at the commit the record was taken at (`present`) and that commit's top-level entries
+    (`roots`)."""
+    packages = engine(loaded_files, roots)
+    if not touched or not packages:
         return FULL_UNJUDGED
     loaded = frozenset(module_of(f) for f in loaded_files if f.endswith(".py"))
-    packages = frozenset(f.split("/", 1)[0] for f in loaded_files if "/" in f)
     there = frozenset(present)
     kinds = {p: _kind(p, loaded, packages, p in there) for p in touched}
     for kind in FULL_ORDER:
@@ -124,9 +136,10 @@ def weights(
     touched: Mapping[str, Sequence[str]],
     loaded_files: Collection[str],
     present: Collection[str],
+    roots: Collection[str],
 ) -> dict[str, Weight]:
     """Each commit's Weight (`touched`: commit -> its paths)."""
-    return {c: weigh(paths, loaded_files, present) for c, paths in touched.items()}
+    return {c: weigh(paths, loaded_files, present, roots) for c, paths in touched.items()}
 
 
 def share(prior: Mapping[str, float], sequence: Sequence[str], commit: str) -> tuple[float, float]:

@@ -20,13 +20,14 @@ def touched(source: GitSource, commits: Sequence[str]) -> dict[str, list[str]]:
     return {s.commit: [c.path for c in s.changes] for s in source.steps(commits)}
 
 
-def present(source: GitSource, commit: str, paths: Sequence[str]) -> set[str]:
-    """Which of `paths` the tree of `commit` holds (one `git ls-tree`)."""
-    if not paths:
+def present(source: GitSource, commit: str, paths: Sequence[str], deep: bool = True) -> set[str]:
+    """Which of `paths` the tree of `commit` holds (one `git ls-tree`); not `deep`, no paths:
+    its top-level entries."""
+    if deep and not paths:
         return set()
     done = subprocess.run(
-        ["git", "-C", str(source.path), "ls-tree", "-r", "-z", "--name-only", commit, "--",
-         *paths],
+        ["git", "-C", str(source.path), "ls-tree", *(["-r"] if deep else []), "-z",
+         "--name-only", commit, "--", *paths],
         capture_output=True,
     )  # fmt: skip
     if done.returncode != 0:
@@ -42,7 +43,8 @@ def weigh_candidates(
         return {}
     paths = touched(source, [c.commit for c in candidates])
     wanted = sorted({p for ps in paths.values() for p in ps})
-    return weights(paths, record.files, present(source, record.commit, wanted))
+    roots = present(source, record.commit, [], deep=False)
+    return weights(paths, record.files, present(source, record.commit, wanted), roots)
 
 
 def priors_of(
