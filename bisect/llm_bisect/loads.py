@@ -8,7 +8,7 @@ checks (the golden keeps it: priors.py weighs candidates by it).
 
 The hook's variable is set by the harness, never by the config: it stays out of the
 server's digest and changes no output. A launcher whose server cannot write the probe's
-folder (a container, a pod) records nothing, and the golden then holds no record.
+folder (a container, a pod: `reaches`) gets no hook, and the golden then holds no record.
 """
 
 from __future__ import annotations
@@ -28,6 +28,15 @@ FOLDER = "loads"
 """The probe's folder the hook writes to."""
 MOST_FILES = 100_000
 """The most files read back (a hostile or runaway server cannot fill the golden)."""
+
+
+def reaches(launcher: object) -> bool:
+    """Whether a launcher's servers write the probe's folder at its own path (the process
+    and Slurm launchers say so: `writes_probe_folder`), through the launchers that wrap one
+    (`inner`: the engine cache's): a container's or a pod's cannot, and gets no hook."""
+    while not hasattr(launcher, "writes_probe_folder") and hasattr(launcher, "inner"):
+        launcher = launcher.inner
+    return bool(getattr(launcher, "writes_probe_folder", False))
 
 
 def instrument(probe_dir: Path) -> Instrument:

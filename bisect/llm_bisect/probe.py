@@ -186,7 +186,11 @@ def probe(
     found = _Found()
     collectenv.clear(probe_dir)
     # the probe that records the golden: its server reports the files it runs (loads.py)
-    hook = ctx.golden is not None and ctx.golden.records(candidate.commit)
+    hook = (
+        ctx.golden is not None
+        and ctx.golden.records(candidate.commit)
+        and loads.reaches(ctx.launcher)
+    )
     if hook:
         loads.clear(probe_dir)
     artifact = ctx.launcher.artifact(candidate)
