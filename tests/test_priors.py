@@ -226,7 +226,6 @@ def test_sim_kimi_shape_same_culprit_fewer_starts_with_priors(tmp_path: Path, cu
     weighed, with_priors = _run(tmp_path, shas, "priors", True)
     flat, without = _run(tmp_path, shas, "flat", False)
     assert weighed["culprit"]["commit"] == flat["culprit"]["commit"] == shas[culprit]
-    print("STARTS", culprit, with_priors, without)
     assert with_priors < without, (with_priors, without)
     golden = json.loads((tmp_path / "priors" / "golden.json").read_text())
     assert golden["loads"]["commit"] == shas[0]
@@ -235,6 +234,13 @@ def test_sim_kimi_shape_same_culprit_fewer_starts_with_priors(tmp_path: Path, cu
     report = (tmp_path / "priors" / "report.md").read_text()
     assert "- prior (`search.priors`): 9 of 12 candidates weighed low" in report
     assert "prior" not in json.loads((tmp_path / "flat" / "result.json").read_text())["search"]
+    assert weighed["search"]["prior"]["low"] == {shas[i]: LOW for i in range(1, 13)
+                                                 if i not in FULL}  # fmt: skip
+    # `report DIR` weighs as the run did: the prior is in the journal
+    (tmp_path / "priors" / "result.json").unlink()
+    assert CliRunner().invoke(cli, ["report", str(tmp_path / "priors")]).exit_code == 0
+    again = json.loads((tmp_path / "priors" / "result.json").read_text())
+    assert again["search"] == weighed["search"]
 
 
 def test_candidates_shows_each_weight_and_why(tmp_path: Path) -> None:
