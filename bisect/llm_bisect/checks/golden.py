@@ -235,8 +235,10 @@ class Loads(_Doc):
     (`vllm/model_executor/models/llama.py`), sorted; the standard library's left out."""
 
 
-class Golden(_Doc):
+class Golden(_Doc, AddedLater):
     """golden.json."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("loads",)
 
     version: Literal[2]
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
