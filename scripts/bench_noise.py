@@ -33,8 +33,13 @@ starts too. `beyond the ends` leaves out each end's first start (for every searc
 cost of the search itself, `plain`'s own count. `ends again`: the mean starts
 of an end beyond its first (an end whose verdict is doubted; `plain` never doubts one).
 
+  prior    `auto` weighed by a prior (`search.priors`, `--priors`): 75 % of the candidates
+           weighed low (priors.LOW), the culprit among the others on 80 % of the histories
+           (right), among the low ones on the rest (wrong); with `--priors` each search's
+           row is split into those two
+
 Usage: python scripts/bench_noise.py [--histories 2000] [--seed 20261204] [--lies 0,0.05,...]
-  [--searches today,plain,auto,known] [--slots 1,4] [--jobs 2]
+  [--searches today,plain,auto,known,prior] [--slots 1,4] [--jobs 2] [--priors]
 About 20 minutes on 2 cores at 2,000 histories per row.
 """
 
@@ -181,6 +186,28 @@ class Run:
     """Confirmation trials started (in `probes`)."""
 
 
+PRIOR_RIGHT = 0.8
+"""`--priors`: the share of histories whose prior is right (the culprit among the candidates
+weighed full); in the others it is wrong (the culprit among those weighed low)."""
+PRIOR_LOW = 0.75
+"""`--priors`: the share of candidates weighed low (the Kimi case: 9 of 12)."""
+
+
+def prior_of(world: World) -> tuple[bool, tuple[tuple[str, float], ...]]:
+    """A history's prior (`--priors`): whether it is right, and the candidates it weighs low
+    (priors.LOW), by commit: a random PRIOR_LOW of candidates 1..n, the culprit left out of
+    them where the prior is right, put among them where it is wrong."""
+    from llm_bisect.priors import LOW
+
+    rng = random.Random(world.seed * 31 + 7)
+    right = rng.random() < PRIOR_RIGHT
+    others = [i for i in range(1, world.n + 1) if i != world.culprit]
+    low = set(rng.sample(others, round(PRIOR_LOW * world.n) - (0 if right else 1)))
+    if not right:
+        low.add(world.culprit)
+    return right, tuple((f"{i:040x}", LOW) for i in sorted(low))
+
+
 def searched(world: World, search: str, k: int) -> Run:
     rng = random.Random(world.seed)
     liar = Liar(world, k, rng)
@@ -189,6 +216,8 @@ def searched(world: World, search: str, k: int) -> Run:
     seq = tuple(Candidate(f"{i:040x}") for i in range(world.n + 1))
     plan = Plan(Mode.REGRESSION, seq)
     policy = {"today": Policy(flake=0.0), "known": Policy(flake=world.rate())}.get(search, Policy())
+    if search == "prior":  # `auto` weighed by the history's prior (`--priors`)
+        policy = replace(policy, prior=prior_of(world)[1])
     if not policy.exact:
         policy = replace(policy, confirming=True)  # Config.search_policy: confirm is on
     seen: dict[str, list[Verdict]] = {}
@@ -405,6 +434,12 @@ def main() -> None:
     parser.add_argument("--searches", default="today,plain,auto")
     parser.add_argument("--slots", default="1,4")
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--priors",
+        action="store_true",
+        help="auto with and without a prior (search.priors) on the same histories: right on "
+        f"{PRIOR_RIGHT:.0%} of them, wrong (the culprit weighed low) on the rest; a row each",
+    )
     args = parser.parse_args()
     lies: list[float | str] = [_lie(x) for x in args.lies.split(",")]
     print(f"{args.histories} histories per row, seed {args.seed}, n in [10, 500]")
@@ -423,7 +458,14 @@ def main() -> None:
                         continue  # `node`: one bad slot of several
                     jobs = [(w, search, k) for w in worlds(args.histories, args.seed, lie)]
                     runs = list(pool.map(_one, jobs, chunksize=16))
-                    print(row(search, lie, k, runs), flush=True)
+                    if not args.priors:
+                        print(row(search, lie, k, runs), flush=True)
+                        continue
+                    rights = [prior_of(w)[0] for w, _, _ in jobs]
+                    for label, want in (("prior right", True), ("prior wrong", False)):
+                        mine = [r for r, ok in zip(runs, rights, strict=True) if ok is want]
+                        if mine:  # (a few histories may hold none of one kind)
+                            print(row(f"{search}, {label}", lie, k, mine), flush=True)
     print()
     print(f"{time.monotonic() - began:.0f} s")
 

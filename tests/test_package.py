@@ -52,6 +52,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "model",
             "fingerprint",
             "posterior",
+            "priors",
+            "loads",
             "search",
             "symptom",
             "cost",

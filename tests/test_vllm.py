@@ -40,7 +40,12 @@ from typer.testing import CliRunner
 
 from helpers import github_render, live_processes, printed_commands, shell_words, wait_until
 from llm_bisect.builds.overlay import installed_package
+from llm_bisect.checks.golden import Loads
 from llm_bisect.cli import cli
+from llm_bisect.posterior import Policy
+from llm_bisect.services.priors import weigh_candidates
+from llm_bisect.sources.git import GitSource
+from priors_replay import replay, replay_plan
 
 sys.path.insert(0, str(Path(__file__).parent / "vllm"))
 from bed import WheelHost, config as bed_config
@@ -208,6 +213,14 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     assert len(case["teacher"]) == len(case["token_ids"]), "prompt_logprobs scored the golden"
     sea = next(c for c in golden["checks"]["canary"]["cases"] if c["prompt"] == UNCLOSED)
     assert sea["content"] is None and sea["reasoning"]
+    # the good end's server (API server and engine core) reported the files it executed:
+    # the tiny Llama's model file, not another model's (search.priors)
+    loads = golden["loads"]
+    assert loads["commit"] == shas["doc2"], loads
+    assert "vllm/model_executor/models/llama.py" in loads["files"], loads["files"][:50]
+    assert "vllm/model_executor/models/deepseek_v2.py" not in loads["files"]
+    weighed, flat = replayed(bed["repo"], result, loads)
+    print(f"\npriors: {weighed} starts with the prior, {flat} without (replayed)")
     report = (out / "report.md").read_text()
     assert "content is null" in report
     # the default report's evidence is the culprit's own, every check: its logprob diff
@@ -284,6 +297,24 @@ def test_bisect_finds_the_planted_bug_in_real_vllm_code(
     # divergence" in tests/test_localize.py, the worker extension on real vLLM below
     assert result["localization"] is None and not (out / "localize").exists()
     print(f"\nrun: {len(result['probes'])} probes in {release['seconds']:.0f}s")
+
+
+def replayed(repo: Path, result: dict[str, Any], record: dict[str, Any]) -> tuple[int, int]:
+    """The release range's commits weighed by the golden's record, and the run's verdicts
+    replayed through the pure search with that prior and without: the starts each needs."""
+    source = GitSource(repo)
+    plan = replay_plan(source, result)
+    prior = weigh_candidates(source, plan.sequence[1:], Loads.model_validate(record))
+    for c in plan.sequence[1:]:
+        print(f"  {c.short} {prior[c.commit].why}")
+    culprit = result["culprit"]["commit"]
+    weighed = Policy(prior=tuple((c, w.weight) for c, w in prior.items() if w.low))
+    (with_prior, named), (without, plain) = (
+        replay(plan, culprit, weighed),
+        replay(plan, culprit, Policy()),
+    )
+    assert named == plain == culprit
+    return with_prior, without
 
 
 def said(checks: list[dict[str, Any]]) -> dict[str, str]:

@@ -767,18 +767,24 @@ def candidates_cmd(
     Example: llm-bisect candidates kimi.yaml --start-minutes 25
     """
     from .pins import range_bumps
+    from .services.priors import planned
 
     def body(term: Terminal) -> int:
         s = _setup(term, config, repo=repo)
         _, plan = plan_of(s, good, bad, find_fix)
         cost = of_config(s.config, len(plan.sequence) - 1, find_fix)
         bumped = range_bumps(s.source.path, [c.commit for c in plan.candidates])
+        on = s.config.search.priors and not s.config.search.policy.exact
+        prior, prior_line = planned(s.source, s.golden_path(), plan.sequence[1:], on)
         if as_json:
             with s.launcher("candidates") as launcher:
                 rows = [(c, launcher.artifact(c)) for c in plan.candidates]
             doc = _plan_json(plan, rows)
             for row in doc["candidates"]:
                 row["bumps"] = [b.label for b in bumped.get(row["commit"], [])]
+                if row["commit"] in prior:
+                    row["prior"] = {"weight": prior[row["commit"]].weight,
+                                    "why": prior[row["commit"]].why}  # fmt: skip
             doc["expected"] = cost.to_json(start_minutes)
             doc["builds"] = [c.commit for c, art in rows if _builds(art)]
             term.out(json.dumps(doc, indent=2))
@@ -807,6 +813,10 @@ def candidates_cmd(
                 if c.commit in bumped:
                     labels = ", ".join(b.label for b in bumped[c.commit])
                     route += f"  [bumps {printable(labels)}]"
+                if c.commit in prior:
+                    route += (
+                        f"  [prior {prior[c.commit].weight:g}, {printable(prior[c.commit].why)}]"
+                    )
                 term.out(
                     f"{i:4d}  {c.short}  {c.date[:10]}  {_artifact_cell(art)}  "
                     f"{printable(c.subject)}{route}"
@@ -820,6 +830,7 @@ def candidates_cmd(
                 f"builds: {len(builds)} to make from source, where the search reaches them: "
                 + printable(", ".join(c.short for c in builds))
             )
+        term.out(prior_line)
         if bumped:
             term.out(
                 f"{len(bumped)} candidate(s) bump a dependency pin (marked): where one is the "

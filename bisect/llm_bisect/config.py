@@ -475,6 +475,13 @@ class SearchConfig(_Strict):
     says so, and keeps its failures). A suite then stops early only at a failed check the bad
     end failed."""
 
+    priors: bool = True
+    """Weigh each candidate before any probe by the files it touches against those the good
+    end's server executed (recorded with the golden): one that touches only files the model
+    never loads (another model's, another platform's backend), docs or tests starts at a low
+    weight, never zero (priors.py). The posterior search only (not `flake: 0`); `false`: every
+    candidate alike."""
+
     @property
     def policy(self) -> Policy:
         """The search's Policy (posterior.EXACT for `flake: 0`)."""

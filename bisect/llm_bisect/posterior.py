@@ -217,6 +217,9 @@ class Policy:
     known: tuple[Known, ...] = ()
     """Verdicts known from elsewhere (`candidates.known_verdicts`), weighed at their own
     rates before the first start; the culprit and its parent are still probed here."""
+    prior: tuple[tuple[str, float], ...] = ()
+    """Prior weights of candidates by commit (`search.priors`: from the files each touches
+    against those the good end's server loaded, priors.py); a commit not named weighs 1."""
 
     @property
     def exact(self) -> bool:
@@ -262,6 +265,8 @@ class Policy:
             data["confirming"] = True
         if self.known:
             data["known"] = [k.to_json() for k in self.known]
+        if self.prior:
+            data["prior"] = dict(self.prior)
         return data
 
     @classmethod
@@ -299,7 +304,18 @@ class Policy:
             _calibrated(data.get("calibrated", [0, 0])),
             confirming,
             tuple(Known.from_json(k) for k in known),
+            _prior(data.get("prior", {})),
         )
+
+
+def _prior(data: object) -> tuple[tuple[str, float], ...]:
+    """Policy.prior as to_json wrote it; ValueError for anything else."""
+    if not isinstance(data, Mapping) or not all(
+        isinstance(c, str) and isinstance(w, int | float) and not isinstance(w, bool) and w > 0
+        for c, w in data.items()
+    ):
+        raise ValueError(f"prior {data!r} is not commits with positive weights")
+    return tuple((str(c), float(w)) for c, w in data.items())
 
 
 def _calibrated(data: object) -> tuple[int, int]:
@@ -845,12 +861,13 @@ def fragile(
     trials: Sequence[tuple[int, str, Verdict, Start]] = (),
     old_end_known: bool = False,
     known: Sequence[tuple[int, Verdict, float]] = (),
+    weights: Sequence[float] | None = None,
 ) -> tuple[int, ...]:
     """The candidates to probe again before culprit c is an answer: those (c - 1, c) whose
     verdicts one burst of starts or one slot could have given (`_groups`: without that group's
     verdicts and trials, c holds less than ROBUST); empty where none could. The one most
     groups lean on first. `known`: verdicts known from elsewhere, weighed with what every group
-    leaves (they ran on no slot here). Pure.
+    leaves (they ran on no slot here); `weights`: the candidates' prior weights. Pure.
 
         slot 0:  ... c-1 good │ c bad  revert good  pick bad │ c bad (again)
                               └──── one burst (BURST) ────┘
@@ -877,8 +894,8 @@ def fragile(
             else:
                 weighed.append((i, kind, v))
         try:
-            belief = believe(n, seen, new, policy, old_end_known=old_end_known, trials=weighed,
-                             known=known)  # fmt: skip
+            belief = believe(n, seen, new, policy, weights, old_end_known=old_end_known,
+                             trials=weighed, known=known)  # fmt: skip
         except ValueError:  # nothing left explains the rest: the group was needed
             held = 0.0
         else:
@@ -888,9 +905,13 @@ def fragile(
         # the side the group leaves thinnest: c - 1 with the fewest good verdicts outside it,
         # or c with the fewest bad ones (a trial counts for c)
         inside = {c if kinds[at] is not None else items[at][0] for at in group if decisive[at]}
+        # c - 1 with no verdict outside the group is the thinnest side, probed or not: under a
+        # prior that weighs c above it, c's trials can name c before c - 1 was ever probed
+        inside.add(c - 1)
         left = {i: sum(1 for at, (j, v, _) in enumerate(items) if at not in group
                        and (j if kinds[at] is None else c) == i and kinds[at] is None
                        and (v is new) == (i == c)) for i in inside}  # fmt: skip
-        thin = min(inside, key=lambda i: (left[i], -i))
+        probed = {j for j, _, _ in items}
+        thin = min(inside, key=lambda i: (left[i], i in probed, -i))
         leaned[thin] = leaned.get(thin, 0) + 1
     return tuple(sorted(leaned, key=lambda i: (-leaned[i], -i)))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from . import collectenv
+from . import collectenv, loads
 from .checks import Check, StopsEarly, cheapest_first
 from .checks.golden import Golden, GoldenStore
 from .client import OpenAIClient
@@ -191,6 +191,14 @@ def probe(
     timings: dict[str, float] = {}
     found = _Found()
     collectenv.clear(probe_dir)
+    # the probe that records the golden: its server reports the files it runs (loads.py)
+    hook = (
+        ctx.golden is not None
+        and ctx.golden.records(candidate.commit)
+        and loads.reaches(ctx.launcher)
+    )
+    if hook:
+        loads.clear(probe_dir)
     artifact = ctx.launcher.artifact(candidate)
     timings["artifact"] = clock() - t0
     if artifact.digest:
@@ -205,7 +213,8 @@ def probe(
         if avoid and isinstance(ctx.launcher, Avoids):
             ctx.launcher.avoid(candidate, avoid)
         try:
-            with ctx.launcher.launch(candidate, probe_dir, slot=slot) as server:
+            extra = {"instrument": loads.instrument(probe_dir)} if hook else {}
+            with ctx.launcher.launch(candidate, probe_dir, slot=slot, **extra) as server:
                 if cancel is not None:
                     cancel.attach(server)
                 timings["launch"] = clock() - t0
@@ -236,7 +245,7 @@ def probe(
     if "launch" in timings and "ready" in timings:
         started = startup_phases(probe_dir, timings["launch"], timings["ready"])
     if ctx.golden is not None:
-        ctx.golden.keep(candidate.commit, fingerprint)
+        ctx.golden.keep(candidate.commit, fingerprint, loads.read(probe_dir) if hook else None)
     return ProbeOutcome(
         candidate.commit,
         found.verdict,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .checks import Check
-from .checks.golden import GoldenStore, unjudged, warnings as golden_warnings
+from .checks.golden import GoldenStore, Loads, unjudged, warnings as golden_warnings
 from .client import OpenAIClient
 from .clock import SYSTEM, Clock
 from .config import differing
@@ -171,6 +171,7 @@ def run(
     symptom: Symptom = Symptom.ANY,
     priced: bool = False,
     again: bool = False,
+    priors: Priors | None = None,
 ) -> RunResult:
     """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
     journal when there is one. `again`: the search goes on in the process that ran it (a
@@ -193,7 +194,11 @@ def run(
     `priced`: of candidates that tell nearly as much, the one whose artifact costs least
     (launchers.price: on the node, a download, a build) is probed (search.plan_batch).
 
-    `context` (documents.Context: the refs as given, the config, the node) goes into the
+    `priors` (`search.priors`): the candidates' prior weights from the files the good end's
+    server loaded (the golden's `loads`), weighed from the moment the golden holds them (it is
+    recorded by the good end's probe, which goes first); journalled with the policy.
+
+        `context` (documents.Context: the refs as given, the config, the node) goes into the
     journal's first event and the report. `given`: verdicts the run starts with instead of
     probing (outcome, where it came from), e.g. the gate's two ends; journalled once.
 
@@ -206,6 +211,8 @@ def run(
     ctx = ProbeContext(
         launcher, checks, client, progress, repeats, golden, regress, clock.monotonic
     )
+    if priors is not None and not policy.exact:
+        policy = with_prior(policy, priors, golden)
     ends = frozenset({plan.good.commit, plan.bad.commit})  # their suites always run whole
     reference = _Reference()
     decisive = reference.decisive if symptom is Symptom.SAME else None
@@ -275,7 +282,9 @@ def run(
             plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock, policy,
             symptom, reference, costs,
         )  # fmt: skip
+        slots.priors = None if policy.exact else priors
         step = slots.run()
+        policy = slots.policy
         done = clock.time()
         journal.append("done", status=step.status.value, time=done)
     said = golden_warnings(golden.data) if golden.data else []
@@ -317,7 +326,22 @@ def _weighed_from(journalled: Policy, policy: Policy) -> Policy | None:
 
 def _settings(policy: Policy) -> Policy:
     """What a person set of a policy (flake, confidence, budget, batch)."""
-    return replace(policy, evidence=(), looks=(), confirming=False, known=())
+    return replace(policy, evidence=(), looks=(), confirming=False, known=(), prior=())
+
+
+Priors = Callable[[Loads], Mapping[str, float]]
+"""The candidates' prior weights (by commit; those not named weigh 1) from a golden's record
+of the files its server loaded (services/priors.py)."""
+
+
+def with_prior(policy: Policy, priors: Priors, golden: GoldenStore) -> Policy:
+    """The policy with the candidates' prior weights, where the golden holds its server's
+    loads and the policy has none yet."""
+    record = golden.data.loads if golden.data is not None else None
+    if policy.prior or record is None:
+        return policy
+    weighed = tuple(sorted((c, w) for c, w in priors(record).items() if w != 1.0))
+    return replace(policy, prior=weighed) if weighed else policy
 
 
 def _weighed(policy: Policy) -> str:
@@ -405,6 +429,8 @@ class _Slots:
         """What the search counts so far, for the probes' suites (`decisive`)."""
         self.costs = costs
         """What making each candidate runnable costs (launchers.price), where priced."""
+        self.priors: Priors | None = None
+        """The candidates' prior weights from the golden's record (`search.priors`)."""
 
     def run(self) -> Answer:
         with ThreadPoolExecutor(max_workers=self.k, thread_name_prefix="probe") as pool:
@@ -416,8 +442,9 @@ class _Slots:
                 raise
 
     def _loop(self, pool: ThreadPoolExecutor) -> Answer:
-        reprobe, policy = self.reprobe, self.policy
+        reprobe = self.reprobe
         while True:
+            policy = self._weighed()
             counted = count(self.plan, self.probes, self.symptom)
             self.reference.counted = counted
             seen = history(counted.used, policy)
@@ -461,6 +488,23 @@ class _Slots:
             done, _ = wait(self.running, return_when=FIRST_COMPLETED)
             for future in done:
                 self._finish(future)
+
+    def _weighed(self) -> Policy:
+        """The policy, with the candidates' priors once the golden holds its server's loads
+        (recorded by the good end's probe): journalled and said once."""
+        if self.priors is None or self.ctx.golden is None:
+            return self.policy
+        weighed = with_prior(self.policy, self.priors, self.ctx.golden)
+        if weighed != self.policy:
+            self.policy = weighed
+            self.journal.append("search", search=weighed.to_json(), time=self.clock.time())
+            low = len(weighed.prior)
+            self.ctx.progress.note(
+                f"search.priors: {low} of {len(self.plan.sequence) - 1} candidates weighed low "
+                "from here on (they touch only files the good end's server never loaded, docs "
+                "or tests)"
+            )
+        return self.policy
 
     def _start(
         self,

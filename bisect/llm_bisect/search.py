@@ -395,6 +395,7 @@ def posterior_batch(
     trial_starts: Sequence[Start] = (),
     known: Sequence[tuple[int, Verdict, float]] = (),
     costs: Mapping[int, float] | None = None,
+    weights: Sequence[float] | None = None,
 ) -> list[int] | Outcome:
     """Up to `k` indices to probe now besides those `running`, or the Outcome, when verdicts
     may lie (posterior.py): every probe of each index counts, a candidate may be probed
@@ -411,7 +412,8 @@ def posterior_batch(
     of starts or one slot could have given it (posterior.fragile); until then its verdicts
     are probed again. `known`: verdicts known from elsewhere (index, verdict, lie rate), weighed
     from the first start (posterior.believe); an answer never rests on them alone: where its
-    culprit or its parent has no verdict from this run, they are probed first. An empty list:
+    culprit or its parent has no verdict from this run, they are probed first. `weights`: the
+    prior weights of candidates 1..n-1 (posterior.believe; `search.priors`). An empty list:
     wait for a running probe.
     """
     if n < 2:
@@ -434,13 +436,13 @@ def posterior_batch(
             return waiting[:k]
         # the bad end beside the probes that tell most were it bad (as the user says it is):
         # one round saved on k slots; where it tests good they told nothing
-        told = believe(n, {**tested, n - 1: [new]}, new, policy, old_end_known=old_end_known,
-                       trials=trials, known=known)  # fmt: skip
+        told = believe(n, {**tested, n - 1: [new]}, new, policy, weights,
+                       old_end_known=old_end_known, trials=trials, known=known)  # fmt: skip
         beside = decide(told, policy, new, pool - {n - 1}, 0, k - 1, running, prefer, closed,
                         costs)  # fmt: skip
         return [n - 1, *beside.probes]
     belief = believe(
-        n, tested, new, policy, old_end_known=old_end_known, trials=trials, known=known
+        n, tested, new, policy, weights, old_end_known=old_end_known, trials=trials, known=known
     )
     spent = sum(len(seen) for seen in history.values())
     decision = decide(belief, policy, new, pool, spent, k, running, prefer, closed, costs)
@@ -473,7 +475,7 @@ def posterior_batch(
         ]
         weighed = [(i, kind, v, s) for (i, kind, v), s in zip(trials, _pad(trial_starts, trials),
                                                               strict=True)]  # fmt: skip
-        again = fragile(n, observed, new, policy, top, weighed, old_end_known, known)
+        again = fragile(n, observed, new, policy, top, weighed, old_end_known, known, weights)
         if again:
             return first(again, "while the verdicts that name {likeliest} could all come from "
                          "one burst of starts or one slot: probe it again elsewhere")  # fmt: skip
@@ -617,8 +619,8 @@ def left_of(
     if not policy.exact:
         mine = {index[c]: [v for v in seen if not _untestable(v)]
                 for c, seen in history.items() if c in index}  # fmt: skip
-        belief = believe(n, mine, plan.mode.new_state, policy, trials=_trials(plan, policy),
-                         known=_known(plan, policy))  # fmt: skip
+        belief = believe(n, mine, plan.mode.new_state, policy, prior_weights(plan, policy),
+                         trials=_trials(plan, policy), known=_known(plan, policy))  # fmt: skip
         size = len(belief.credible(policy.confidence))
         return size, (math.ceil(math.log2(size)) if size > 1 else 0) + 1
     settled = settle({index[c]: v for c, v in history.items() if c in index}, plan.mode, reprobe)
@@ -913,6 +915,15 @@ def _known(plan: Plan, policy: Policy) -> list[tuple[int, Verdict, float]]:
     return [(index[k.commit], k.verdict, k.rate) for k in policy.known if k.commit in index]
 
 
+def prior_weights(plan: Plan, policy: Policy) -> list[float] | None:
+    """The prior weight of each candidate after the old end (`Policy.prior`, by commit; 1 where
+    not named), or None (uniform) where the policy names none."""
+    if not policy.prior:
+        return None
+    given = dict(policy.prior)
+    return [given.get(c.commit, 1.0) for c in plan.sequence[1:]]
+
+
 def _closed(plan: Plan, policy: Policy) -> frozenset[int]:
     """The candidates the search does not stop at for a confirmation: each looked at whose
     next look would not be weighed (posterior.next_look)."""
@@ -993,6 +1004,7 @@ def plan_batch(
             trial_starts=[t.start for t in policy.evidence if t.commit in _positions(plan)],
             known=_known(plan, policy),
             costs=_priced(plan, costs),
+            weights=prior_weights(plan, policy),
         )
         if isinstance(found, Outcome):
             return _answer(plan, found, view)

@@ -223,8 +223,22 @@ class Identity(_Doc):
     """The repository's web address, when known; the golden's commit is in candidates.repo."""
 
 
-class Golden(_Doc):
+class Loads(_Doc):
+    """Which files the good end's server executed (loads.py: the path hook in every Python
+    process of the server), read after its checks: what a candidate's prior is weighed by
+    (priors.py, `search.priors`)."""
+
+    commit: str = Field(pattern=r"^[0-9a-f]{40}$")
+    """The commit the record was taken at (the good end)."""
+    files: list[str]
+    """Each module file imported, relative to its top-level package's folder
+    (`vllm/model_executor/models/llama.py`), sorted; the standard library's left out."""
+
+
+class Golden(_Doc, AddedLater):
     """golden.json."""
+
+    added_later: ClassVar[tuple[str, ...]] = ("loads",)
 
     version: Literal[2]
     commit: str = Field(pattern=r"^[0-9a-f]{40}$")
@@ -237,6 +251,9 @@ class Golden(_Doc):
     """The good build's fingerprint (image, versions, packages, kernels, the server command)
     as the probe that recorded the golden found it: a gate compares the candidate's build
     with it. Empty in a golden recorded before llm-bisect kept it."""
+    loads: Loads | None = None
+    """The files the good end's server executed; None where the launcher's server could not
+    report them (a container, a pod) or the golden is older than the record."""
 
     def section(self, name: str) -> BaseModel | None:
         found: BaseModel | None = getattr(self.checks, name, None)
@@ -562,11 +579,21 @@ class GoldenStore:
             return None
         return unjudged(self.path, self.record_on, wanted, probes, regress)
 
-    def keep(self, commit: str, fingerprint: Fingerprint) -> None:
+    def keep(
+        self, commit: str, fingerprint: Fingerprint, loads: Sequence[str] | None = None
+    ) -> None:
         """Stamp a golden this store recorded with the fingerprint of the build it came from,
-        once that build's probe ended (its startup log names the kernels only then)."""
+        once that build's probe ended (its startup log names the kernels only then), and the
+        files its server executed (`loads`, where the hook reported any)."""
         if self.recorded and self.data is not None and self.data.commit == commit:
-            self.update(self.data.model_copy(update={"fingerprint": fingerprint}))
+            update: dict[str, Any] = {"fingerprint": fingerprint}
+            if loads is not None:
+                update["loads"] = Loads(commit=commit, files=list(loads))
+            self.update(self.data.model_copy(update=update))
+
+    def records(self, commit: str) -> bool:
+        """Whether the probe of `commit` records this golden (its server reports its loads)."""
+        return self.data is None and self.record_on == commit
 
     def update(self, golden: Golden) -> None:
         """Replace the golden (calibration added) and write it."""

@@ -254,6 +254,9 @@ class ProcessServer(LoggedServer):
 class ProcessLauncher(Prefetching):
     """Starts `command` (an argv template) for each candidate, never through a shell."""
 
+    writes_probe_folder = True
+    """Its servers can write the probe's folder at its path (loads.py: the path hook)."""
+
     def __init__(
         self,
         command: list[str],

@@ -677,6 +677,9 @@ def http_for(http: httpx.Client, base_url: str) -> httpx.Client:
 class SlurmLauncher(Prefetching):
     """Submits one batch job per candidate (see the module docstring)."""
 
+    writes_probe_folder = True
+    """Its servers can write the probe's folder at its path (loads.py: the path hook)."""
+
     def __init__(
         self,
         cfg: SlurmServerConfig,

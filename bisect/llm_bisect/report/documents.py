@@ -395,6 +395,20 @@ class KnownDoc(_Doc):
     """The lie rate it was weighed at."""
 
 
+class PriorDoc(_Doc):
+    """The candidates' prior weights (`search.priors`): from the files each touches against
+    those the good end's server executed (the golden's `loads`)."""
+
+    low: dict[str, float]
+    """The commits weighed below 1, and their weights; every other candidate weighs 1."""
+    candidates: int
+    """The candidates after the old end (those the prior weighs)."""
+    culprit: float | None = None
+    """The prior mass the weights put on the culprit; None without one."""
+    uniform: float | None = None
+    """The prior mass a uniform prior puts on it."""
+
+
 class LookDoc(_Doc):
     """One confirmation of the posterior search (services/stages.py Confirm), in order."""
 
@@ -408,7 +422,7 @@ class SearchDoc(_Doc, AddedLater):
     """The posterior search (`search.flake` other than 0): how verdicts were weighed, and
     how sure the answer is."""
 
-    added_later: ClassVar[tuple[str, ...]] = ("evidence", "looks", "known")
+    added_later: ClassVar[tuple[str, ...]] = ("evidence", "looks", "known", "prior")
 
     flake: float | Literal["auto"]
     """The lie rate the search assumed; `auto`: learnt from the run's verdicts."""
@@ -442,6 +456,8 @@ class SearchDoc(_Doc, AddedLater):
     known: list[KnownDoc] = Field(default_factory=list)
     """Verdicts not run here (`candidates.known_verdicts`): weighed at their own lie rates
     from the first start; the culprit and its parent were probed here all the same."""
+    prior: PriorDoc | None = None
+    """The candidates' prior weights (`search.priors`); None where every one weighed alike."""
 
 
 class LeftOut(_Doc):

@@ -41,6 +41,7 @@ from .documents import (
     DepsDoc,
     LaterDoc,
     Power,
+    PriorDoc,
     ProbeDoc,
     ResultDocument,
     Retest,
@@ -577,6 +578,8 @@ def _confidence(doc: ResultDocument) -> list[str]:
             f"{esc.text(known.source, 200)} (weighed at a lie rate of {known.rate:g}; "
             "`candidates.known_verdicts`)"
         )
+    if found.prior is not None:
+        lines.append(prior_line(found.prior))
     for n, look in enumerate(found.looks, 1):
         outcome = "bore it out" if look.confirmed else "did not bear it out"
         lines.append(
@@ -596,6 +599,22 @@ def _confidence(doc: ResultDocument) -> list[str]:
             + ".",
         ]
     return [*lines, ""]
+
+
+def prior_line(prior: PriorDoc) -> str:
+    """How much the prior moved the search: the weights, and what they put on the culprit."""
+    low = len(prior.low)
+    weight = f" ({min(prior.low.values()):g})" if prior.low else ""
+    line = (
+        f"- prior (`search.priors`): {low} of {prior.candidates} candidates weighed low{weight}, "
+        "touching only files the good end's server never loaded, docs or tests"
+    )
+    if prior.culprit is not None and prior.uniform is not None:
+        line += (
+            f"; it put {prior.culprit:.0%} of the prior on the culprit (uniform: "
+            f"{prior.uniform:.0%})"
+        )
+    return line
 
 
 def _fast(doc: ResultDocument) -> list[str]:

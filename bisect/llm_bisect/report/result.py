@@ -10,6 +10,7 @@ from ..fingerprint import differences
 from ..journal import Span
 from ..model import Candidate, CheckResult, ProbeOutcome, Regress, Threshold, Verdict
 from ..posterior import EXACT, Policy
+from ..priors import share
 from ..search import Answer, Mode, Plan, Status, bounds, settle
 from ..symptom import Counted, Symptom, count
 from .documents import (
@@ -20,6 +21,7 @@ from .documents import (
     Disagreed,
     KnownDoc,
     LookDoc,
+    PriorDoc,
     ProbeDoc,
     Rates,
     ResultDocument,
@@ -129,7 +131,7 @@ def build_result(
         reversals=[Reversal(new=new, old=old) for new, old in answer.reversals],
         retests=retests(probes),
         notes=[*answer.notes, *other_symptoms(plan, raw, frozenset(counted.other))],
-        search=search_doc(answer, probes, policy),
+        search=search_doc(answer, probes, policy, plan),
         symptom=symptom_doc(counted) if symptom is Symptom.SAME else None,
     )
 
@@ -170,8 +172,11 @@ def other_symptoms(
     ]
 
 
-def search_doc(answer: Answer, probes: Sequence[ProbeOutcome], policy: Policy) -> SearchDoc | None:
-    """How the posterior search weighed verdicts and how sure its answer is (None: flake 0)."""
+def search_doc(
+    answer: Answer, probes: Sequence[ProbeOutcome], policy: Policy, plan: Plan | None = None
+) -> SearchDoc | None:
+    """How the posterior search weighed verdicts and how sure its answer is (None: flake 0);
+    `plan`: its candidates, for what the prior put on the culprit."""
     sure = answer.sure
     if sure is None or policy.exact:
         return None
@@ -195,6 +200,22 @@ def search_doc(answer: Answer, probes: Sequence[ProbeOutcome], policy: Policy) -
         evidence=[TrialDoc.model_validate(t.to_json()) for t in policy.evidence],
         looks=[LookDoc(commit=c, confirmed=ok) for c, ok in policy.looks],
         known=[KnownDoc.model_validate(k.to_json()) for k in policy.known],
+        prior=prior_doc(policy, plan, answer.culprit) if plan is not None else None,
+    )
+
+
+def prior_doc(policy: Policy, plan: Plan, culprit: Candidate | None) -> PriorDoc | None:
+    """The prior's weights and the mass it put on the culprit against a uniform prior."""
+    if not policy.prior:
+        return None
+    weights = dict(policy.prior)
+    sequence = [c.commit for c in plan.sequence]
+    mass, uniform = share(weights, sequence, culprit.commit) if culprit else (None, None)
+    return PriorDoc(
+        low=weights,
+        candidates=len(sequence) - 1,
+        culprit=None if mass is None else round(mass, 6),
+        uniform=None if uniform is None else round(uniform, 6),
     )
 
 

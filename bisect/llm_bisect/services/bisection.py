@@ -20,6 +20,7 @@ from ..report.documents import Expected, ResultDocument
 from ..runner import RunResult, write_probe
 from ..search import Status
 from .later import next_steps, resolve_later
+from .priors import priors_of
 from .setup import Setup, fast_setup, golden_file_of, known_of, plan_of, run_context, run_id_of
 from .stages import Search, StageRun, apply, fast_shown
 
@@ -119,7 +120,9 @@ def _bisect(
         )
         search = Search(s, config, plan, out_dir, launcher, golden, digest,
                         setting_digests(config, environment), context, progress, given=given,
-                        first=first, priced=s.builder is not None)  # fmt: skip
+                        first=first, priced=s.builder is not None,
+                        priors=priors_of(s.source, plan.sequence[1:]) if config.search.priors
+                        else None)  # fmt: skip
         stage_run = StageRun(s, out_dir, plan, note, golden, search, progress, launcher,
                              quick=quick, later=later, bisect=run_bisect, where=where)  # fmt: skip
         policy = calibrated(config.search_policy(find_fix), golden)

@@ -50,7 +50,7 @@ from ..report.documents import (
     Together,
 )
 from ..report.result import probe_doc
-from ..runner import RunResult, avoided, run as run_search, write_atomic, write_outputs
+from ..runner import Priors, RunResult, avoided, run as run_search, write_atomic, write_outputs
 from ..search import Answer, Mode, Plan, Status
 from ..secretnames import argv_secrets, secret_names
 from ..sources.releases import reach
@@ -99,6 +99,8 @@ class Search:
     first: frozenset[str] = frozenset()
     priced: bool = False
     """Candidates' artifacts priced for the search's cost-aware choice (the config builds)."""
+    priors: Priors | None = None
+    """What each candidate touches, for its prior weight (`search.priors`; None: off)."""
     runs: int = 0
     """How many times it ran in this process."""
 
@@ -112,7 +114,7 @@ class Search:
             regress=Regress(c.regress), coarse=c.candidates.coarse, context=self.context,
             given=self.given, parallel=c.parallel, early_stop=c.probe.early_stop,
             first=self.first, symptom=Symptom(c.search.symptom), again=self.runs > 0,
-            priced=self.priced,
+            priced=self.priced, priors=self.priors,
         )  # fmt: skip
         self.runs += 1
         return done

@@ -41,6 +41,10 @@ did: a list of `{"flags": {"--moe-backend": "cutlass"}, "env": {"VLLM_USE_DEEP_G
 space; "" for a bare switch) and variables all match the server's own decides the fault.
 The server takes any other `--flag [value]` as vLLM would, for these rules to read.
 
+A commit's `loads` lists the engine files its server reports as executed
+(`vllm/model_executor/models/llama.py`): written through the path hook's channel (loads.py)
+where the harness set it, as a real server's imports are (the golden's record, priors.py).
+
 A commit's `snapshot` (40 hex) is the revision of the model's files it loads: at start,
 given `--model ORG/NAME`, it writes the hub cache (`--download-dir`, else HF_HUB_CACHE, ...)
 as huggingface_hub's snapshot_download does where the hub's ref moved: `snapshots/<hex>/`
@@ -71,7 +75,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from .. import weights
+from .. import loads, weights
 from ..delta import flag_groups, last_copy
 from ..errors import ConfigError
 from . import model
@@ -649,6 +653,7 @@ def main(argv: list[str]) -> int:
             fault = "crash-on-start"
     if settings.get("snapshot"):
         _download(rest, str(settings["snapshot"]), os.environ)
+    loads.write(str(f) for f in settings.get("loads", []))  # as vLLM's imports, through the hook
     print(f"sim: serving {args.commit[:12]} (fault: {fault}) on port {args.port}", flush=True)
     print(f"sim: started at {started:.6f}", flush=True)
     if args.worker_extension_cls:  # as vLLM logs them
