@@ -93,6 +93,8 @@ class World:
     culprit: int
     lie: float | str
     seed: int
+    low: tuple[int, ...] | None = None
+    """The candidates a prior weighs low (`--kimi`); None: drawn (prior_of)."""
 
     def liar(self) -> int:
         """The candidate that always lies (`sticky`): next to the culprit."""
@@ -199,6 +201,8 @@ def prior_of(world: World) -> tuple[bool, tuple[tuple[str, float], ...]]:
     them where the prior is right, put among them where it is wrong."""
     from llm_bisect.priors import LOW
 
+    if world.low is not None:
+        return world.culprit not in world.low, tuple((f"{i:040x}", LOW) for i in world.low)
     rng = random.Random(world.seed * 31 + 7)
     right = rng.random() < PRIOR_RIGHT
     others = [i for i in range(1, world.n + 1) if i != world.culprit]
@@ -373,7 +377,19 @@ def _plain(world: World, liar: Liar) -> Run:
     return Run(status, found == world.culprit, probes + 2, probes + 2)
 
 
-def worlds(count: int, seed: int, lie: float | str) -> list[World]:
+KIMI_N = 13
+"""`--kimi`: the Kimi report's range, 12 release-branch commits between the good nightly and
+the bad release (index 13, the bad end, a candidate too)."""
+KIMI_FULL = (3, 7, 11)
+"""`--kimi`: the 3 commits that are not model-specific (weighed full); the other 9 touch only
+other models' files (weighed low), and the culprit is each of the 3 in turn."""
+
+
+def worlds(count: int, seed: int, lie: float | str, kimi: bool = False) -> list[World]:
+    if kimi:
+        low = tuple(i for i in range(1, KIMI_N) if i not in KIMI_FULL)
+        return [World(KIMI_N, KIMI_FULL[h % 3], lie, seed * 100_003 + h, low)
+                for h in range(count)]  # fmt: skip
     rng = random.Random(seed)
     found = []
     for h in range(count):
@@ -440,6 +456,13 @@ def main() -> None:
         help="auto with and without a prior (search.priors) on the same histories: right on "
         f"{PRIOR_RIGHT:.0%} of them, wrong (the culprit weighed low) on the rest; a row each",
     )
+    parser.add_argument(
+        "--kimi",
+        action="store_true",
+        help=f"the Kimi shape instead of random histories: {KIMI_N - 1} commits, the culprit one "
+        f"of the {len(KIMI_FULL)} not model-specific, the other "
+        f"{KIMI_N - 1 - len(KIMI_FULL)} weighed low (`prior`)",
+    )
     args = parser.parse_args()
     lies: list[float | str] = [_lie(x) for x in args.lies.split(",")]
     print(f"{args.histories} histories per row, seed {args.seed}, n in [10, 500]")
@@ -456,7 +479,9 @@ def main() -> None:
                 for k in [int(x) for x in args.slots.split(",")]:
                     if (search == "plain" and k > 1) or (lie == "node" and k == 1):
                         continue  # `node`: one bad slot of several
-                    jobs = [(w, search, k) for w in worlds(args.histories, args.seed, lie)]
+                    jobs = [
+                        (w, search, k) for w in worlds(args.histories, args.seed, lie, args.kimi)
+                    ]
                     runs = list(pool.map(_one, jobs, chunksize=16))
                     if not args.priors:
                         print(row(search, lie, k, runs), flush=True)
