@@ -10,7 +10,8 @@ histories:
   today    the deterministic bisection (`search.flake: 0`, `probe.repeats: auto`: a
            reversal is probed again)
   plain    a plain probabilistic bisection: the rate known, the ends known, the posterior
-           median probed, stop at posterior 0.99 (Horstein; it checks the harness)
+           median probed (k slots: its k+1-quantiles each round), stop at posterior 0.99
+           (Horstein; it checks the harness, and it is the peer of issue 47's rounds)
   auto     the posterior search as shipped (`search.flake: auto`: the rate unknown to it),
            with its confirmation as shipped (`confirm: true`): the search stops where the
            culprit's revert and pick, if they agree, carry it to 0.99; the trials are weighed
@@ -216,7 +217,7 @@ def searched(world: World, search: str, k: int) -> Run:
     rng = random.Random(world.seed)
     liar = Liar(world, k, rng)
     if search == "plain":
-        return _plain(world, liar)
+        return _plain(world, liar, k)
     seq = tuple(Candidate(f"{i:040x}") for i in range(world.n + 1))
     plan = Plan(Mode.REGRESSION, seq)
     policy = {"today": Policy(flake=0.0), "known": Policy(flake=world.rate())}.get(search, Policy())
@@ -244,7 +245,7 @@ def searched(world: World, search: str, k: int) -> Run:
             raw = {c.commit: len(seen.get(c.commit, ())) for c in step}
             for probed in sorted(step, key=lambda c: not raw[c.commit]):  # re-probes first
                 i = int(probed.commit, 16)
-                slot = pick_slot(k, taken, set(slots.get(i, ())))  # the runner's placement
+                slot = pick_slot(k, taken, slots.get(i, []))  # the runner's placement
                 taken.add(slot)
                 seen.setdefault(probed.commit, []).append(liar.verdict(i, slot))
                 if placed_:
@@ -356,25 +357,40 @@ def _old_looks(
     return step, status
 
 
-def _plain(world: World, liar: Liar) -> Run:
-    """Horstein's bisection: the rate known, the ends known (not probed), the posterior
-    over candidates 1..n-1 uniform at first, the posterior median probed, stop at 0.99.
-    Charged the two starts of the ends the real tool makes (it uses neither verdict)."""
+def _plain(world: World, liar: Liar, k: int = 1) -> Run:
+    """Horstein's bisection given k slots: the rate known, the ends known (not probed), the
+    posterior over candidates 1..n-1 uniform at first; each round probes the posterior's
+    k+1-quantiles at once (k = 1: the median), one slot each; stop at 0.99. Charged the
+    starts of the ends the real tool makes (it uses neither verdict) as the real tool makes
+    them: the good end alone in a round of its own (the golden is recorded from it), the bad
+    end then on one of the k slots beside the first round's probes (k = 1: a round of its
+    own)."""
     n = world.n + 1
     rate = world.rate()
     post = np.full(n - 1, 1.0 / (n - 1))  # post[j]: candidate j + 1 is the first bad
-    probes = 0
+    probes = rounds = 0
+    if k > 1:  # the good end on slot 0 (its verdict unused; k = 1 as the bench always did)
+        liar.start(0, False, 0)
     while post.max() < 0.99 and probes < 200:
         cdf = np.cumsum(post)  # cdf[j]: P(c <= j + 1), the chance candidate j + 1 is bad
-        i = int(np.argmin(np.abs(cdf[:-1] - 0.5))) + 1  # the median (never the last: known)
-        says_bad = liar.verdict(i) is Verdict.BAD
-        truly_bad = np.arange(1, n) <= i  # c <= i: candidate i is bad
-        post = post * np.where(truly_bad == says_bad, 1 - rate, rate)
-        post /= post.sum()
-        probes += 1
+        width = k - 1 if rounds == 0 and k > 1 else k  # the bad end takes a slot
+        picks: list[int] = []
+        for m in range(1, width + 1):  # the quantiles (never the last: known bad)
+            i = int(np.argmin(np.abs(cdf[:-1] - m / (width + 1)))) + 1
+            if i not in picks:
+                picks.append(i)
+        if rounds == 0 and k > 1:
+            liar.start(world.n, True, k - 1)
+        for slot, i in enumerate(picks):
+            says_bad = liar.verdict(i, slot) is Verdict.BAD
+            truly_bad = np.arange(1, n) <= i  # c <= i: candidate i is bad
+            post = post * np.where(truly_bad == says_bad, 1 - rate, rate)
+            post /= post.sum()
+        probes += len(picks)
+        rounds += 1
     found = int(post.argmax()) + 1
     status = "found" if post.max() >= 0.99 else "ambiguous"
-    return Run(status, found == world.culprit, probes + 2, probes + 2)
+    return Run(status, found == world.culprit, probes + 2, rounds + (2 if k == 1 else 1))
 
 
 KIMI_N = 13
@@ -477,7 +493,7 @@ def main() -> None:
         for lie in lies:
             for search in args.searches.split(","):
                 for k in [int(x) for x in args.slots.split(",")]:
-                    if (search == "plain" and k > 1) or (lie == "node" and k == 1):
+                    if lie == "node" and k == 1:
                         continue  # `node`: one bad slot of several
                     jobs = [
                         (w, search, k) for w in worlds(args.histories, args.seed, lie, args.kimi)

@@ -672,3 +672,33 @@ def test_known_verdicts_go_into_the_journal_s_policy_and_back() -> None:
                   {"commit": "a" * 40, "verdict": "bad", "source": "x", "rate": 0.5}):  # fmt: skip
         with pytest.raises(ValueError):
             Policy.from_json({**data, "known": [wrong]})
+
+
+def test_two_slots_probe_about_the_thirds_not_the_median_and_a_quartile() -> None:
+    # greedy alone takes the median, then the best beside it (a quartile: 1.5 bits a round);
+    # two probes tell most at about the thirds (log2 3 = 1.58 bits): a round in seven
+    belief = believe(61, {0: [Verdict.GOOD], 60: [Verdict.BAD]}, Verdict.BAD, AUTO)
+    found = decide(belief, AUTO, Verdict.BAD, frozenset(range(61)), 2, k=2)
+    low, high = sorted(belief.cdf(i) for i in found.probes)
+    assert abs(low - 1 / 3) < 0.06 and abs(high - 2 / 3) < 0.06, found.probes
+
+
+def test_two_slots_take_the_parent_s_re_probe_beside_the_last_probe() -> None:
+    # two slots, no lie: 47 good and 49 bad leave 48 or 49. 48 alone tells which; the other
+    # slot re-probes 47 on the slot 47 did not run on (the answer needs the parent's good
+    # verdict on both slots, posterior.fragile), not 49 again: the confirmation then names
+    # 48 without a round of re-probes after it (7 rounds, as the bench drives it, not 8)
+    seq = tuple(Candidate(f"{i:040x}") for i in range(115))
+    plan = Plan(Mode.REGRESSION, seq)
+    rounds = [(0,), (114, 57), (38, 20), (45, 51), (47, 49)]
+    verdicts: dict[str, list[Verdict]] = {}
+    starts: dict[str, list[Start]] = {}
+    clock = 0.0
+    for batch in rounds:
+        for slot, i in enumerate(batch):
+            clock += 1
+            verdicts.setdefault(seq[i].commit, []).append(Verdict.BAD if i >= 48 else Verdict.GOOD)
+            starts.setdefault(seq[i].commit, []).append(Start(slot, clock))
+    policy = Policy(confirming=True)
+    step = plan_batch(plan, verdicts, 2, policy=policy, starts=starts)
+    assert isinstance(step, list) and sorted(int(c.commit, 16) for c in step) == [47, 48]

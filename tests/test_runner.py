@@ -325,6 +325,16 @@ def test_a_probe_starts_on_a_free_slot_that_has_not_probed_its_candidate() -> No
     assert pick_slot(4, set(), set()) == 0
 
 
+def test_re_probes_take_the_slots_their_candidate_ran_on_in_turn() -> None:
+    # every slot has probed it: the one that probed it least recently, not always the lowest
+    # (two slots under lies: a verdict the answer needs from slot 1 never came, and the probe
+    # budget ran out re-probing on slot 0)
+    assert pick_slot(2, set(), [1, 0]) == 1
+    assert pick_slot(2, set(), [0, 1, 0]) == 1
+    assert pick_slot(3, set(), [2, 0, 1]) == 2
+    assert pick_slot(3, {2}, [2, 0, 1]) == 0
+
+
 def test_a_re_probe_keeps_off_the_nodes_its_candidate_ran_on() -> None:
     """Where the cluster picks the node (Slurm, Kubernetes) a slot is no place: a re-probe
     keeps off the nodes of its candidate's earlier probes, as their fingerprints name them."""

@@ -748,7 +748,70 @@ def decide(
         ready = [(g, i) for g, i in scored if i in prefer and g >= 0.5 * best]
         choice = ready or near
         picks.append(min(choice, key=lambda gi: (-gi[0], abs(belief.cdf(gi[1]) - 0.5), gi[1]))[1])
+    if len(picks) > 1:
+        picks = _refined(belief, picks, _options(belief, free, k), running, prefer, rates, new)
     return Decision(probes=tuple(picks))
+
+
+def _refined(
+    belief: Belief,
+    picks: Sequence[int],
+    options: Sequence[int],
+    running: frozenset[int],
+    prefer: frozenset[int],
+    rates: Rates,
+    new: Verdict,
+) -> list[int]:
+    """The greedy batch (`decide`: the best probe, then the best beside it, ...) moved one
+    probe at a time while that tells more together (_batch_gain): greedy takes the median
+    first, and k probes tell most at about the k+1-quantiles (two slots, no lie: 1.5 bits for
+    the median and a quartile, log2 3 = 1.58 for the thirds; a round in 7 of the search's).
+    A preferred probe (a ready artifact) is only moved to another preferred one."""
+    picks = list(picks)
+    best = _batch_gain(belief, [*running, *picks], rates, new)
+    for _ in range(4 * len(picks)):
+        moved = False
+        for at, was in enumerate(picks):
+            rest = [*running, *picks[:at], *picks[at + 1 :]]
+            for i in options:
+                if i in picks or (was in prefer and i not in prefer):
+                    continue
+                got = _batch_gain(belief, [*rest, i], rates, new)
+                if got > best + 1e-9:
+                    best, picks[at], was, moved = got, i, i, True
+        if not moved:
+            break
+    return picks
+
+
+SPARE = 0.2
+"""The most a probe of a batch may tell beside the others (bits) for `spare` to trade it for
+a re-probe the answer will need (posterior.fragile)."""
+SPARE_TOP = 0.4
+"""The least posterior of the likeliest culprit at which `spare` looks for a re-probe it will
+need (below it, a culprit's verdicts are not yet worth checking)."""
+
+
+def spare(
+    belief: Belief,
+    picks: Sequence[int],
+    running: frozenset[int],
+    new: Verdict,
+) -> int | None:
+    """The probe of a batch of several that tells least beside the others, where it tells
+    less than SPARE bits: its slot is better spent on a re-probe that the answer will need
+    before it stands (posterior.fragile; search.posterior_batch), which would otherwise take a
+    round of its own after the confirmation. None: each tells enough. Pure."""
+    if not 2 <= len(picks) + len(running) <= JOINT_MOST or belief.of(belief.top()) < SPARE_TOP:
+        return None  # more slots: the quantiles, each tells enough; no likely culprit yet
+    rates = belief.rates
+    whole = _batch_gain(belief, [*running, *picks], rates, new)
+    told = [
+        (whole - _batch_gain(belief, [*running, *(q for q in picks if q != p)], rates, new), p)
+        for p in picks
+    ]
+    least, p = min(told)
+    return p if least < SPARE else None
 
 
 def confirmed(belief: Belief, c: int, new: Verdict = Verdict.BAD) -> float:

@@ -359,12 +359,16 @@ def avoided(probes: Sequence[ProbeOutcome], commit: str) -> tuple[str, ...]:
                                if p.commit == commit and p.fingerprint.node))  # fmt: skip
 
 
-def pick_slot(k: int, taken: set[int], tried: set[int]) -> int:
+def pick_slot(k: int, taken: set[int], tried: Sequence[int] | set[int]) -> int:
     """The slot a probe starts on: the lowest free one that has not probed its candidate yet
     (a restart elsewhere is the independent observation a re-probe is for: another GPU,
-    host or node, where a slot is one), else the lowest free one. Pure."""
+    host or node, where a slot is one), else the free one that probed it least recently
+    (`tried`: the slots of its probes, oldest first): re-probes take the slots in turn, since
+    the answer may need a verdict of it from each (posterior.fragile; on one slot always, two
+    slots under lies left 15 % of runs without an answer). Pure."""
     free = [i for i in range(k) if i not in taken]
-    return min((i for i in free if i not in tried), default=free[0])
+    last = {slot: at for at, slot in enumerate(tried)}
+    return min(free, key=lambda i: (i in last, last.get(i, -1), i))
 
 
 class _Reference:
@@ -517,11 +521,11 @@ class _Slots:
         has one, and its own folder); `seen`: the verdicts the search counts now (a re-probe
         of one that contradicts, search.contradicted, starts on an empty engine cache)."""
         taken = {f.slot for f in self.running.values()}
-        tried = {
+        tried = [
             span.slot
             for done, span in zip(self.probes, self.spans, strict=False)
             if done.commit == candidate.commit and span.slot is not None
-        }
+        ]
         slot = pick_slot(self.k, taken, tried)
         began, round_ = self.clock.time(), self.depth + 1
         self.journal.append(

@@ -63,6 +63,7 @@ from .posterior import (
     disagreeing,
     fragile,
     next_look,
+    spare,
 )
 from .sources import Source
 
@@ -447,7 +448,10 @@ def posterior_batch(
     spent = sum(len(seen) for seen in history.values())
     decision = decide(belief, policy, new, pool, spent, k, running, prefer, closed, costs)
     if decision.probes:
-        return list(decision.probes)
+        if starts is None or len(decision.probes) < 2:
+            return list(decision.probes)
+        return _steadied(n, history, starts, trials, trial_starts, known, belief, decision,
+                         pool, running, mode, policy, old_end_known, weights)  # fmt: skip
     top = decision.answer
 
     def first(need: Sequence[int], why: str) -> list[int] | Outcome:
@@ -467,14 +471,7 @@ def posterior_batch(
             return first(unprobed, "before {likeliest} and its parent were probed here: it "
                          "rests on verdicts known from elsewhere")  # fmt: skip
     if starts is not None and top is not None and not decision.provisional and 0 < top < n:
-        observed = [
-            (i, v, s)
-            for i, seen in history.items()
-            for v, s in zip(seen, starts.get(i, ()), strict=False)
-            if not _untestable(v)
-        ]
-        weighed = [(i, kind, v, s) for (i, kind, v), s in zip(trials, _pad(trial_starts, trials),
-                                                              strict=True)]  # fmt: skip
+        observed, weighed = _placed(history, starts, trials, trial_starts)
         again = fragile(n, observed, new, policy, top, weighed, old_end_known, known, weights)
         if again:
             return first(again, "while the verdicts that name {likeliest} could all come from "
@@ -488,6 +485,59 @@ def posterior_batch(
             belief, more, new, pool, spent, 1, frozenset(), prefer
         ).probes  # as `report` says it
     return _posterior_outcome(n, history, tested, belief, decision, mode, policy, spent, settle)
+
+
+def _placed(
+    history: Mapping[int, Sequence[Verdict]],
+    starts: Mapping[int, Sequence[Start]],
+    trials: Sequence[tuple[int, str, Verdict]],
+    trial_starts: Sequence[Start],
+) -> tuple[list[tuple[int, Verdict, Start]], list[tuple[int, str, Verdict, Start]]]:
+    """Each verdict and each trial with where and when it ran (posterior.fragile's input)."""
+    observed = [
+        (i, v, s)
+        for i, seen in history.items()
+        for v, s in zip(seen, starts.get(i, ()), strict=False)
+        if not _untestable(v)
+    ]
+    weighed = [(i, kind, v, s) for (i, kind, v), s in zip(trials, _pad(trial_starts, trials),
+                                                          strict=True)]  # fmt: skip
+    return observed, weighed
+
+
+def _steadied(
+    n: int,
+    history: Mapping[int, Sequence[Verdict]],
+    starts: Mapping[int, Sequence[Start]],
+    trials: Sequence[tuple[int, str, Verdict]],
+    trial_starts: Sequence[Start],
+    known: Sequence[tuple[int, Verdict, float]],
+    belief: Belief,
+    decision: Decision,
+    pool: frozenset[int],
+    running: frozenset[int],
+    mode: Mode,
+    policy: Policy,
+    old_end_known: bool,
+    weights: Sequence[float] | None = None,
+) -> list[int]:
+    """A batch of several probes with the one that tells least beside the others (posterior.
+    spare) traded for the re-probe the likeliest culprit's answer will need on another slot
+    (posterior.fragile): taken in this round, on a slot that would tell little, rather than in
+    a round of its own after the confirmation (two slots, no lie: the parent's good verdict
+    and the culprit's bad one on one slot each, so no one slot names it alone)."""
+    picks = list(decision.probes)
+    new = mode.new_state
+    traded = spare(belief, picks, running, new)
+    top = belief.top()
+    if traded is None or not 0 < top < n:
+        return picks
+    observed, weighed = _placed(history, starts, trials, trial_starts)
+    again = fragile(n, observed, new, policy, top, weighed, old_end_known, known, weights)
+    wanted = [i for i in again if i in pool and i not in running and i not in picks]
+    if wanted:
+        picks[picks.index(traded)] = wanted[0]
+    return picks
 
 
 def _pad(starts: Sequence[Start], items: Sequence[object]) -> list[Start]:
