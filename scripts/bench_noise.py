@@ -67,12 +67,15 @@ sys.path.insert(
 
 from llm_bisect.model import Candidate, Verdict
 from llm_bisect.posterior import MAX_LOOKS, Policy, Trial, next_look
-from llm_bisect.runner import pick_slot
 from llm_bisect.search import Answer, Mode, Plan, plan_batch
 
-try:  # the shipped placement of a confirmation's trials (services/confirm.py)
+try:  # the shipped placement of probes and a confirmation's trials (search.py)
+    from llm_bisect.search import pick_slot
+except ImportError:  # older code: the runner's
+    from llm_bisect.runner import pick_slot  # type: ignore[attr-defined]
+try:
     from llm_bisect.posterior import Start
-    from llm_bisect.services.confirm import trial_slots
+    from llm_bisect.search import trial_slots
 except ImportError:  # older code: every trial on slot 0, one after the other
     Start = None  # type: ignore[assignment,misc]
     trial_slots = None  # type: ignore[assignment]

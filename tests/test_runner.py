@@ -17,7 +17,8 @@ from helpers import History, live_processes, probe_order, wait_until
 from llm_bisect.fingerprint import Fingerprint
 from llm_bisect.journal import Journal, read_events
 from llm_bisect.model import ProbeOutcome, Verdict
-from llm_bisect.runner import avoided, pick_slot
+from llm_bisect.runner import avoided
+from llm_bisect.search import pick_slot
 from test_cli import held_history, invoke, launched
 
 

@@ -24,7 +24,7 @@ from functools import lru_cache
 
 from .model import Candidate, Verdict
 from .posterior import Policy, Start, Trial, next_look
-from .search import Answer, Mode, Plan, plan_batch
+from .search import Answer, Mode, Plan, pick_slot, plan_batch, trial_slots
 
 EVERY = 64
 """Ranges of up to this many culprit positions are averaged over every one."""
@@ -165,13 +165,12 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
                 return probes, rounds, trials
             at = int(step.culprit.commit, 16)
             right = at == culprit
-            # placed as services/confirm.trial_slots: away from the slots of the verdicts they
-            # check (the culprit's and its parent's, its trials before), the latest last
+            # placed as services/confirm places them: away from the slots of the verdicts they
+            # check (the culprit's and its parent's, as journalled, its trials before)
             checked = [x for i in (at - 1, at) for x in where.get(f"{i:040x}", ())]
-            busy = [x.slot for x in sorted(checked, key=lambda x: x.began or 0.0)]  # as journalled
+            busy = [x.slot for x in sorted(checked, key=lambda x: x.began or 0.0)]
             busy += [t.slot for t in policy.evidence if t.commit == step.culprit.commit]
-            recent = {slot: j for j, slot in enumerate(busy) if slot is not None}
-            places = sorted(range(slots), key=lambda x: (x in recent, recent.get(x, -1), x))
+            places = trial_slots(slots, busy)
             said: list[Trial] = []
             held = (Verdict.GOOD, Verdict.BAD) if right else (Verdict.BAD, Verdict.GOOD)
             for kind, v in zip(("revert", "pick"), held, strict=True):
@@ -190,10 +189,8 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
         rounds += 1
         taken: set[int] = set()
         for c in sorted(step, key=lambda c: not seen.get(c.commit)):  # re-probes first
-            tried = {s.slot for s in where.get(c.commit, ()) if s.slot is not None}
-            # as runner.pick_slot: the lowest free slot that has not probed it, else the lowest
-            free = [i for i in range(slots) if i not in taken]
-            slot = min((i for i in free if i not in tried), default=free[0])
+            tried = [s.slot for s in where.get(c.commit, ()) if s.slot is not None]
+            slot = pick_slot(slots, taken, tried)  # the runner's placement
             taken.add(slot)
             clock += 1
             bad = int(c.commit, 16) >= culprit

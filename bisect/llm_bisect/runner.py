@@ -51,6 +51,7 @@ from .search import (
     left_of,
     lookahead,
     no_longer_needed,
+    pick_slot,
     plan_batch,
     plan_step,
     settles,
@@ -357,18 +358,6 @@ def avoided(probes: Sequence[ProbeOutcome], commit: str) -> tuple[str, ...]:
     earlier probes ran on, as their fingerprints say (launchers.Avoids). Pure."""
     return tuple(dict.fromkeys(p.fingerprint.node for p in probes
                                if p.commit == commit and p.fingerprint.node))  # fmt: skip
-
-
-def pick_slot(k: int, taken: set[int], tried: Sequence[int] | set[int]) -> int:
-    """The slot a probe starts on: the lowest free one that has not probed its candidate yet
-    (a restart elsewhere is the independent observation a re-probe is for: another GPU,
-    host or node, where a slot is one), else the free one that probed it least recently
-    (`tried`: the slots of its probes, oldest first): re-probes take the slots in turn, since
-    the answer may need a verdict of it from each (posterior.fragile; on one slot always, two
-    slots under lies left 15 % of runs without an answer). Pure."""
-    free = [i for i in range(k) if i not in taken]
-    last = {slot: at for at, slot in enumerate(tried)}
-    return min(free, key=lambda i: (i in last, last.get(i, -1), i))
 
 
 class _Reference:

@@ -44,7 +44,7 @@ from ..report.documents import (
     TrialDoc,
 )
 from ..runner import write_atomic
-from ..search import Answer, Mode, Status
+from ..search import Answer, Mode, Status, trial_slots
 from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto, tree_of
 
 STORED = "confirmation.json"
@@ -257,20 +257,6 @@ def _trial(kind: str, onto: str, commit: str, outcome: ProbeOutcome) -> Trial:
         return Trial(kind, onto, commit, outcome.verdict, outcome.reason, slot=slot, began=began)
     why = f"{WHAT[kind]} could not be tested ({outcome.verdict.value}): {outcome.reason}"
     return Trial(kind, onto, commit, None, why, slot=slot, began=began)
-
-
-def trial_slots(k: int, busy: Sequence[int | None]) -> tuple[int, ...]:
-    """The slots a confirmation's trials run on, best first: every slot of k, those where the
-    verdicts they check ran (`busy`: the slots of the culprit's and its parent's probes, most
-    recent last) after the others, the most recent of them last. Pure.
-
-    >>> trial_slots(4, [0, 0])
-    (1, 2, 3, 0)
-    >>> trial_slots(1, [0])
-    (0,)
-    """
-    recent = {slot: at for at, slot in enumerate(busy) if slot is not None}
-    return tuple(sorted(range(max(1, k)), key=lambda s: (s in recent, recent.get(s, -1), s)))
 
 
 def placed(

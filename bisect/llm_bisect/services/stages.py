@@ -51,7 +51,7 @@ from ..report.documents import (
 )
 from ..report.result import probe_doc
 from ..runner import Priors, RunResult, avoided, run as run_search, write_atomic, write_outputs
-from ..search import Answer, Mode, Plan, Status
+from ..search import Answer, Mode, Plan, Status, trial_slots
 from ..secretnames import argv_secrets, secret_names
 from ..sources.releases import reach
 from ..symptom import Symptom
@@ -65,7 +65,6 @@ from .confirm import (
     looked,
     placed,
     second_look,
-    trial_slots,
     unconfirmed,
     weighed_trials,
     with_confirmation,
