@@ -333,7 +333,6 @@ def run_cmd(
     raise typer.Exit(guarded(body))
 
 
-@cli.command("check", cls=_GitBisectCommand)
 def _estimated(progress: TerminalProgress, s: Setup) -> None:
     """N in the progress line's `[i/~N]` is the run's expected starts, as `candidates` and the
     report give them (services/bisection.of_config)."""
@@ -342,6 +341,7 @@ def _estimated(progress: TerminalProgress, s: Setup) -> None:
     )
 
 
+@cli.command("check", cls=_GitBisectCommand)
 def check_cmd(
     config: ConfigArg,
     candidate: Annotated[str, typer.Option("--candidate", help="The ref to probe.")],
