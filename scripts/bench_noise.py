@@ -75,7 +75,11 @@ except ImportError:  # older code: the runner's
     from llm_bisect.runner import pick_slot  # type: ignore[attr-defined]
 try:
     from llm_bisect.posterior import Start
-    from llm_bisect.search import trial_slots
+
+    try:
+        from llm_bisect.search import trial_slots
+    except ImportError:  # older code: the Confirm stage's
+        from llm_bisect.services.confirm import trial_slots  # type: ignore[attr-defined]
 except ImportError:  # older code: every trial on slot 0, one after the other
     Start = None  # type: ignore[assignment,misc]
     trial_slots = None  # type: ignore[assignment]
