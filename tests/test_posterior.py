@@ -3,6 +3,7 @@ probe sequences under `search.flake: 0`, and seeded worlds whose verdicts lie.""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import random
@@ -177,23 +178,17 @@ def test_groups_are_what_only_untestable_candidates_separate() -> None:
     assert groups(6, frozenset({0, 1, 4, 5})) == [(0, 0), (1, 1), (2, 4), (5, 5), (6, 6)]
 
 
-def replay(case: dict[str, Any], policy: Policy) -> tuple[list[list[int]], Answer]:
-    n, culprit, mode = case["n"], case["culprit"], Mode(case["mode"])
-    skips, flaky = set(case["skips"]), set(case["flaky"])
-    seq = tuple(Candidate(f"{i:040x}") for i in range(n))
-    plan = Plan(mode, seq)
-    seen: dict[str, list[Verdict]] = {}
-    rounds: list[list[int]] = []
-    while True:
-        batch = plan_batch(plan, seen, case["k"], reprobe=case["reprobe"], policy=policy)
-        if isinstance(batch, Answer):
-            return rounds, batch
-        rounds.append([int(c.commit, 16) for c in batch])
-        for i in rounds[-1]:
-            v = Verdict.SKIP if i in skips else mode.new_state if i >= culprit else mode.old_state
-            if i in flaky and len(seen.get(seq[i].commit, [])) % 2 == 0 and v is not Verdict.SKIP:
-                v = mode.old_state if v is mode.new_state else mode.new_state
-            seen.setdefault(seq[i].commit, []).append(v)
+def _replays() -> Any:
+    """scripts/bench_exact_as_posterior.py, whose `replay` runs a recorded world (one copy)."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "bench_exact_as_posterior.py"
+    spec = importlib.util.spec_from_file_location("bench_exact_as_posterior", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+replay = _replays().replay
 
 
 def test_flake_0_is_today_s_search_probe_for_probe() -> None:
