@@ -441,6 +441,16 @@ class StandIn:
         self.pods[(ns, name)] = pod
         return name
 
+    def _oom_event(self, container: str) -> bool:
+        """Whether the engine reported an `oom` event for the container, up to now: as the
+        kubelet reads the cgroup's oom_kill count. The engine sets State.OOMKilled from that
+        event asynchronously, so a container inspected as it exits may not show it yet; the
+        event itself (sent before `die`) is there once the container has exited."""
+        until = int(time.time()) + 1
+        events = self.client.events(since=0, until=until, decode=True,
+                                    filters={"container": container, "event": "oom"})  # fmt: skip
+        return any(True for _ in events)
+
     def _set_status(self, key: tuple[str, str], **status: Any) -> dict[str, Any] | None:
         with self.lock:
             pod = self.pods.get(key)
@@ -842,9 +852,8 @@ class StandIn:
             run.reload()
             state = run.attrs["State"]
             code = int(state.get("ExitCode", 0))
-            reason = (
-                "OOMKilled" if state.get("OOMKilled") else ("Completed" if code == 0 else "Error")
-            )
+            killed = bool(state.get("OOMKilled")) or (code == 137 and self._oom_event(run.id))
+            reason = "OOMKilled" if killed else ("Completed" if code == 0 else "Error")
             if spec.get("restartPolicy") == "Always":  # a StatefulSet's pod (LWS): restarted,
                 ended = {"exitCode": code, "reason": reason, "finishedAt": now()}  # backing off
                 self._set_status(
