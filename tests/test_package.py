@@ -304,20 +304,25 @@ def test_every_module_imports_first() -> None:
     assert len(names) >= 100
 
 
+def in_a_fresh_python(*args: str) -> str:
+    """What `python -c ARGS` prints with only this checkout's bisect/ on the path."""
+    done = subprocess.run(
+        [sys.executable, "-c", *args],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    return done.stdout
+
+
 @pytest.mark.parametrize("module", ["llm_bisect.search", "llm_bisect.report.documents"])
 def test_the_pure_core_loads_no_io_library(module: str) -> None:
     code = (
         f"import sys, {module}; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'httpx', 'docker', 'git'}))"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        check=True,
-    )
-    assert done.stdout.strip() == "[]"
+    assert in_a_fresh_python(code).strip() == "[]"
 
 
 SIDE_EFFECTS = textwrap.dedent(
@@ -345,14 +350,10 @@ def test_importing_a_module_registers_at_most_its_own_kind(
 ) -> None:
     """Importing a kind's module registers that kind only (the `image` strategy is its own
     module's, not docker's); importing config adds no listener (plugins.load does)."""
-    done = subprocess.run(
-        [sys.executable, "-c", SIDE_EFFECTS, module],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        check=True,
-    )
-    assert json.loads(done.stdout) == {"kinds": registered, "listeners": 0}
+    assert json.loads(in_a_fresh_python(SIDE_EFFECTS, module)) == {
+        "kinds": registered,
+        "listeners": 0,
+    }
 
 
 def test_plugins_load_makes_the_config_follow_the_registries() -> None:
@@ -360,11 +361,4 @@ def test_plugins_load_makes_the_config_follow_the_registries() -> None:
         "from llm_bisect import config, kinds, plugins; plugins.load(); plugins.load(); "
         "print(kinds._listeners == [config.rebuild])"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        check=True,
-    )
-    assert done.stdout.strip() == "True"
+    assert in_a_fresh_python(code).strip() == "True"
