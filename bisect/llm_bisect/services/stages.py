@@ -257,10 +257,11 @@ class Confirm:
         policy = _journalled(out_dir, s.config.search_policy(run.plan.mode is Mode.FIX))
 
         def look(now: RunResult, weighed: Policy, at: int) -> Confirmation | None:
-            where = _trial_slots(s.config.parallel, out_dir, now.result, weighed.evidence)
+            checked = _checked(out_dir, now.result)
+            where = _trial_slots(s.config.parallel, checked, now.result, weighed.evidence)
             return confirm(s.source.path, out_dir, now.result, ctx, note, s.scrub, look=at,
                            slots=where, now=s.now, probe_new=at >= len(weighed.looks),
-                           avoid=_checked_nodes(out_dir, now.result))  # fmt: skip
+                           avoid=_checked_nodes(checked, now.result))  # fmt: skip
 
         done, found, policy = looked(done, policy, _answer_of, look, run.search_on, note)
         evidence = done.result.search.evidence if done.result.search else []
@@ -287,27 +288,30 @@ def _answer_of(done: RunResult) -> Answer:
     return done.answer
 
 
-def _trial_slots(
-    k: int, out_dir: Path, result: ResultDocument, earlier: Sequence[Weighed]
-) -> tuple[int, ...]:
-    """Where a confirmation's trials run (confirm.trial_slots): away from the slots whose
-    verdicts named the culprit (its probes and its parent's, the search's journal says) and
-    from those of its earlier looks' trials (a burst there would lie to every look)."""
+def _checked(out_dir: Path, result: ResultDocument) -> list[ProbeOutcome]:
+    """The probes whose verdicts a confirmation checks: the culprit's and its parent's, as
+    the search's journal holds them, oldest first (read once a look)."""
     pair = set(culprit_pair(result) or ())
     state = read_journal(out_dir / FILENAME).state
-    probes = state.probes if state is not None else ()
+    return [p for p in state.probes if p.commit in pair] if state is not None else []
+
+
+def _trial_slots(
+    k: int, checked: Sequence[ProbeOutcome], result: ResultDocument, earlier: Sequence[Weighed]
+) -> tuple[int, ...]:
+    """Where a confirmation's trials run (confirm.trial_slots): away from the slots whose
+    verdicts named the culprit (`checked`) and from those of its earlier looks' trials (a
+    burst there would lie to every look)."""
     culprit = result.culprit.commit if result.culprit is not None else ""
-    return placed(k, [p.slot for p in probes if p.commit in pair], earlier, culprit)
+    return placed(k, [p.slot for p in checked], earlier, culprit)
 
 
-def _checked_nodes(out_dir: Path, result: ResultDocument) -> tuple[str, ...]:
-    """The nodes the verdicts a confirmation checks ran on (the culprit's probes and its
-    parent's, the search's journal says, as their fingerprints name them): its trials keep
-    off them where the cluster picks the node (launchers.Avoids)."""
+def _checked_nodes(checked: Sequence[ProbeOutcome], result: ResultDocument) -> tuple[str, ...]:
+    """The nodes the verdicts a confirmation checks ran on (the parent's, then the
+    culprit's), as their fingerprints name them: its trials keep off them where the cluster
+    picks the node (launchers.Avoids)."""
     pair = culprit_pair(result) or ()
-    state = read_journal(out_dir / FILENAME).state
-    probes = state.probes if state is not None else ()
-    return tuple(node for commit in pair for node in avoided(probes, commit))
+    return tuple(node for commit in pair for node in avoided(checked, commit))
 
 
 def _journalled(out_dir: Path, policy: Policy) -> Policy:
