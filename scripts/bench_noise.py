@@ -477,7 +477,8 @@ def main() -> None:
         "--priors",
         action="store_true",
         help="auto with and without a prior (search.priors) on the same histories: right on "
-        f"{PRIOR_RIGHT:.0%} of them, wrong (the culprit weighed low) on the rest; a row each",
+        f"{PRIOR_RIGHT * 100:.0f}%% of them, wrong (the culprit weighed low) on the rest; "
+        "a row each",
     )
     parser.add_argument(
         "--kimi",

@@ -362,3 +362,32 @@ def test_plugins_load_makes_the_config_follow_the_registries() -> None:
         "print(kinds._listeners == [config.rebuild])"
     )
     assert in_a_fresh_python(code).strip() == "True"
+
+
+HELP = textwrap.dedent(
+    """
+    import contextlib, io, runpy, sys
+    failed = []
+    for path in sys.argv[1:]:
+        sys.argv, out = [path, "--help"], io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                runpy.run_path(path, run_name="__main__")
+        except SystemExit as done:
+            if done.code in (0, None) and "usage:" in out.getvalue():
+                continue
+        except Exception as error:
+            out.write(repr(error))
+        failed.append(f"{path}: {out.getvalue()[-300:]}")
+    print("\\n".join(failed))
+    """
+)
+
+
+def test_every_script_with_options_prints_its_help() -> None:
+    """`python scripts/X.py --help` prints usage and exits 0, as a user's first try does (the
+    noise bench's once raised a TypeError: a `%` in its help text)."""
+    scripts = ROOT.parent / "scripts"
+    paths = sorted(str(p) for p in scripts.glob("*.py") if "argparse" in p.read_text())
+    assert len(paths) >= 15, paths
+    assert in_a_fresh_python(HELP, *paths).strip() == ""
