@@ -41,10 +41,10 @@ OUTPUT = "collect_env.txt"
 CODE = "collect_env.rc"
 GPUS = "gpus.csv"
 TIMEOUT_S = 300
+"""The most seconds collect_env may take (it runs `pip list`, `nvidia-smi topo`, ...)."""
 MAX_OUTPUT_BYTES = 4 * 2**20
 """The most of collect_env's output kept (its own is some 10 KB; a chatty one once wrote
 50 MB): the rest is dropped, said in the file."""
-"""The most seconds collect_env may take (it runs `pip list`, `nvidia-smi topo`, ...)."""
 SMI_ARGV = ("nvidia-smi", f"--query-gpu={QUERY}", "--format=csv,noheader")
 READ_BYTES = 2 * 2**20
 
