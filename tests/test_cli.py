@@ -604,6 +604,9 @@ def test_the_demo_finds_its_planted_culprit_without_docker_and_leaves_no_folder_
     assert done.returncode == 0, done.stderr
     assert "found:" in done.stdout and "Bump FlashInfer" in done.stdout
     assert f"report: {out / 'report.md'}" in done.stdout, done.stdout
+    # the confirmation's judgement is said once, though the search went on beside its look
+    said = done.stdout + done.stderr
+    assert said.count("confirm: confirmed:") == 1, said
     md = (out / "report.md").read_text()  # the culprit switches the attention backend
     assert "| **⚠ kernels.attention_backend** | FLASH_ATTN | FLASHINFER |" in md, md
     assert "| kernels.moe_backend | TRITON | TRITON |" in md, md

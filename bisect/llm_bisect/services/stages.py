@@ -255,11 +255,19 @@ class Confirm:
             return done
         ctx = run.probe_context()
         policy = _journalled(out_dir, s.config.search_policy(run.plan.mode is Mode.FIX))
+        said: set[str] = set()
+
+        def once(line: str) -> None:
+            """A look judged again after the search went on (its trials from its journal)
+            says its judgement once a run, not once a judging."""
+            if line not in said:
+                said.add(line)
+                note(line)
 
         def look(now: RunResult, weighed: Policy, at: int) -> Confirmation | None:
             checked = _checked(out_dir, now.result)
             where = _trial_slots(s.config.parallel, checked, now.result, weighed.evidence)
-            return confirm(s.source.path, out_dir, now.result, ctx, note, s.scrub, look=at,
+            return confirm(s.source.path, out_dir, now.result, ctx, once, s.scrub, look=at,
                            slots=where, now=s.now, probe_new=at >= len(weighed.looks),
                            avoid=_checked_nodes(checked, now.result))  # fmt: skip
 
