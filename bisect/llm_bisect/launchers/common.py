@@ -41,7 +41,7 @@ def placement_facts(node: str, env: Mapping[str, str]) -> dict[str, Any]:
     return facts
 
 
-def weights_facts(found: object) -> dict[str, Any]:
+def weights_facts(found: object) -> dict[str, dict[str, str]]:
     """The fingerprint's `weights` from what weights.resolve said where the server ran (a
     mapping of text, as it printed it); nothing where it named no model. Pure."""
     if not isinstance(found, Mapping) or not found.get("model"):
