@@ -10,20 +10,17 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from .fingerprint import Fingerprint
+from .yamlfile import Json
 
 if TYPE_CHECKING:
     from .startup import Startup
 
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-
-Json: TypeAlias = "str | int | float | bool | list[Json] | dict[str, Json] | None"
-"""A JSON value as json.loads gives it: a document whose shape is the user's (a context,
-a fingerprint's free facts), read by checking each value it uses."""
 
 
 class CandidateDoc(TypedDict, total=False):

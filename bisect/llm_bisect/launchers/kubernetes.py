@@ -64,7 +64,7 @@ from .. import collectenv, weights
 from ..clock import SYSTEM
 from ..config import ServerBase, Strict, check_placeholders
 from ..errors import ConfigError, LaunchError, ServerExited, Unplaced
-from ..fingerprint import package_probe_source
+from ..fingerprint import Facts, package_probe_source
 from ..kinds import (
     LAUNCHERS,
     LauncherContext,
@@ -2167,7 +2167,7 @@ class KubernetesServer(LoggedServer):
         self._join_log()
         self._close_log()
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> Facts:
         """The image (by digest, and the imageID the kubelet resolved), the node, the Job; the
         package versions and the weights' revision inside the pod."""
         status = self.pod.get("status") or {}
@@ -2176,7 +2176,7 @@ class KubernetesServer(LoggedServer):
             (str(c.get("imageID") or "") for c in status.get("containerStatuses") or []), ""
         )
         packages: dict[str, str] = {}
-        loaded: dict[str, dict[str, str]] = {}
+        loaded: Facts = {}
         if self.name_of_pod():
             packages = self._packages()
             loaded = self._weights(spec)
@@ -2246,7 +2246,7 @@ class KubernetesServer(LoggedServer):
                         return {str(k): str(v) for k, v in found.items()}
         return {}
 
-    def _weights(self, spec: PodSpec) -> dict[str, dict[str, str]]:
+    def _weights(self, spec: PodSpec) -> Facts:
         """The weights the pod's command line names, resolved inside it (its hub cache, its
         environment); nothing where it cannot tell."""
         container: Container = next(iter(spec.get("containers") or []), Container())
