@@ -646,7 +646,7 @@ class OverlayStrategy:
                 f"{len(written)} to write, {len(removed)} to remove\n"
             )
             return {**base, "written": len(written), "removed": len(removed),
-                    "removed_paths": [*removed]}  # fmt: skip
+                    "removed_paths": removed}  # fmt: skip
         base_build = self.earlier.build(facts.base) if self.earlier and self._nearest() else None
         try:  # the base's build is held while its files are linked into this one
             package_dir = self._base_package(facts, base_build)

@@ -75,7 +75,7 @@ from ..kinds import (
 from ..logs import tail
 from ..model import Candidate
 from ..redact import Masker, url_logins
-from ..registry import ImageRef, RegistryClient, RegistryError, parse_image_ref
+from ..registry import ImageConfig, ImageRef, RegistryClient, RegistryError, parse_image_ref
 from ..secretnames import argv_secret_names, argv_secrets, secret_names
 from ..sources.images import env_map, resolve_image_end
 from ..templates import IMAGE_PLACEHOLDERS, fill, template_fields
@@ -2313,7 +2313,7 @@ class KubernetesLauncher:
             return ref
         return parse_image_ref(ref).pinned(digest)
 
-    def image_config(self, ref: ImageRef) -> dict[str, Any] | None:
+    def image_config(self, ref: ImageRef) -> ImageConfig | None:
         """The image's config blob (labels, env), read from its registry; None where the
         registry has no such image. A RegistryError where it cannot say."""
         manifest = self.registry.manifest(ref)
