@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -391,3 +392,53 @@ def test_every_script_with_options_prints_its_help() -> None:
     paths = sorted(str(p) for p in scripts.glob("*.py") if "argparse" in p.read_text())
     assert len(paths) >= 15, paths
     assert in_a_fresh_python(HELP, *paths).strip() == ""
+
+
+UNTYPED = re.compile(r"dict\[str, (Any|object)\]")
+"""A document of no declared shape (issue 50's grep)."""
+UNTYPED_ALIAS = re.compile(
+    r"^\s*(?:type\s+)?(\w+)\s*(?::\s*TypeAlias\s*)?=\s*"
+    r"[\"']?dict\[str, (?:Any|object)\][\"']?\s*(?:#.*)?$"
+)
+"""A name given to one (`Doc = dict[str, Any]`, `Doc: TypeAlias = ...`, `type Doc = ...`)."""
+UNTYPED_MAX = 60
+"""At most this many lines say dict[str, Any] or dict[str, object], or use an alias of them:
+the rest are typed shapes (TypedDicts, dataclasses, `Json`)."""
+
+
+def untyped_lines(folder: Path) -> list[str]:
+    """Every line under `folder` that names an untyped document, or an alias of one."""
+    lines = [
+        (path, line)
+        for path in sorted(folder.rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+    ]
+    aliases = {m.group(1) for _, line in lines if (m := UNTYPED_ALIAS.match(line))}
+    used = re.compile(r"\b(?:" + "|".join(sorted(aliases)) + r")\b") if aliases else None
+    return [
+        f"{path.relative_to(folder)}: {line.strip()}"
+        for path, line in lines
+        if UNTYPED.search(line) or (used is not None and used.search(line))
+    ]
+
+
+def test_untyped_documents_are_few() -> None:
+    found = untyped_lines(PACKAGE)
+    assert len(found) <= UNTYPED_MAX, "\n".join(found)
+
+
+def test_an_alias_of_an_untyped_document_counts_with_its_uses(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(
+        "from typing import Any, TypeAlias\n"
+        "Doc: TypeAlias = dict[str, Any]\n"
+        "def f(d: Doc) -> Doc:\n"
+        "    return d\n"
+        "def g(d: dict[str, object]) -> None: ...\n"
+        "def h(d: dict[str, int]) -> None: ...\n"
+    )
+    assert [line.split(": ", 1)[1] for line in untyped_lines(tmp_path)] == [
+        "Doc: TypeAlias = dict[str, Any]",
+        "def f(d: Doc) -> Doc:",
+        "def g(d: dict[str, object]) -> None: ...",
+    ]

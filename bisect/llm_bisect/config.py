@@ -33,7 +33,7 @@ from .posterior import EXACT, KNOWN_RATE, Policy
 from .redact import MASK, Scrub, redact, url_credentials
 from .secretnames import _SECRET_NAME, argv_secrets, secret_names
 from .templates import _ENV_REF, ENV_REF, expand_value, template_fields
-from .yamlfile import not_json, nul_at, placeholder_at, read_yaml
+from .yamlfile import Json, not_json, nul_at, placeholder_at, read_yaml
 
 COLLECT_PLACEHOLDERS = frozenset({"commit", "short", "python", "build"})
 """What `server.collect_env` may name, whatever the launcher."""
@@ -294,7 +294,7 @@ class Asks(CheckBase):
             )
         return self
 
-    def extra(self) -> dict[str, Any]:
+    def extra(self) -> dict[str, Json]:
         """The fields every request of this check carries beside the prompt."""
         fields = dict(self.extra_body)
         if self.chat_template_kwargs is not None:
@@ -742,7 +742,7 @@ NO_CANDIDATES: Mapping[str, str] = {"repo": "", "good": "", "bad": ""}
 """`candidates:` of a config that has none (`configs` at one build needs no range)."""
 
 
-def load_server(path: Path, key: str) -> dict[str, Any]:
+def load_server(path: Path, key: str) -> dict[str, Json]:
     """The `server:` section of a YAML file (GOOD.yaml, BAD.yaml of `configs`)."""
     data = read_yaml(path, key)
     if not isinstance(data, dict) or not isinstance(data.get("server"), dict):
@@ -868,7 +868,7 @@ def server_environment(
 
 def verdict_settings(
     config: Config, environment: Mapping[str, str | None] | None = None
-) -> dict[str, Any]:
+) -> dict[str, Json]:
     """Every setting that can change a verdict, by dotted key (`server.env.MODE`,
     `server.command`, `checks.0.prompts`). Left out: what comes after the search (localize,
     confirm, candidates.later), how verdicts are weighed (search: the journal keeps the
@@ -894,7 +894,7 @@ def verdict_settings(
         data["server"]["registry"].pop("password", None)
         data["server"]["registry"].pop("username", None)
     env = data["server"].pop("env", {})
-    flat: dict[str, Any] = {}
+    flat: dict[str, Json] = {}
     _flatten(data, "", flat)
     if environment is None:
         flat["server.env"] = sorted(env)
@@ -904,7 +904,7 @@ def verdict_settings(
     return flat
 
 
-def _flatten(data: Any, key: str, into: dict[str, Any]) -> None:
+def _flatten(data: Json, key: str, into: dict[str, Json]) -> None:
     if isinstance(data, dict):  # a section left empty (probe: {} once its costs are out)
         for k, v in data.items():
             _flatten(v, f"{key}.{k}" if key else str(k), into)

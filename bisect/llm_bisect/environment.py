@@ -9,9 +9,9 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
-from typing import Any
 
 from . import __version__
+from .yamlfile import Json
 
 QUERY = "index,name,driver_version,memory.total,pci.bus_id"
 SMI_TIMEOUT_S = 20.0
@@ -60,9 +60,9 @@ def gpu_ids(
 def node_environment(
     which: Callable[[str], str | None] = shutil.which,
     run: Callable[[list[str]], str | None] = _run,
-) -> dict[str, Any]:
+) -> dict[str, Json]:
     """What the report says of this node. Never raises: a fact that cannot be had is said so."""
-    found: dict[str, Any] = {
+    found: dict[str, Json] = {
         "os": platform.platform(),
         "python": platform.python_version(),
         "llm_bisect": __version__,

@@ -33,14 +33,68 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import Field
 
 from .sparse import Sparse
+from .yamlfile import Json
 
 BATCH_INVARIANT_VAR = "VLLM_BATCH_INVARIANT"
 """vLLM's switch for its batch-invariant kernels (vllm/envs.py; `probe.batch_invariant`)."""
+
+
+class ImageDoc(TypedDict, total=False):
+    """ImageFacts as a launcher says them."""
+
+    ref: str
+    digest: str
+    id: str | None
+    labels: dict[str, str]
+
+
+class KubernetesFacts(TypedDict, total=False):
+    """Where a Kubernetes probe ran (launchers/kubernetes.py)."""
+
+    namespace: str
+    job: str
+    pod: str
+    image_id: str
+    avoid: list[str]
+    avoided: bool
+    kind: str
+    pods: list[str]
+    nodes: list[str]
+
+
+class SlurmFacts(TypedDict, total=False):
+    """Where a Slurm probe ran (launchers/slurm.py)."""
+
+    job: str | None
+    nodes: str
+    tries: int
+    queued_s: float
+    avoid: list[str]
+    avoided: bool
+    start_s: float
+
+
+class Facts(TypedDict, total=False):
+    """What a built-in launcher's `fingerprint()` says of a build, before Fingerprint reads
+    it: Fingerprint's keys, and the launcher's own (`kubernetes`, `slurm`), as JSON."""
+
+    image: ImageDoc
+    build: dict[str, Json]
+    """The build's facts (its strategy's: route, cached, base ...)."""
+    packages: dict[str, str]
+    weights: dict[str, str]
+    command: str
+    devices: list[str]
+    node: str
+    batch_invariant: bool
+    engine_cache: dict[str, Json]
+    kubernetes: KubernetesFacts
+    slurm: SlurmFacts
 
 
 class ImageFacts(Sparse):

@@ -34,25 +34,102 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO, TypedDict, cast
 
 from .errors import JournalError
-from .model import Candidate, ProbeOutcome, Regress, Verdict
+from .model import Candidate, CandidateDoc, OutcomeDoc, ProbeOutcome, Regress, Verdict
 from .posterior import EXACT, Policy, Trial
 from .redact import Scrub
 from .search import Mode, Plan
 from .symptom import Symptom
+from .yamlfile import Json
 
 FILENAME = "journal.jsonl"
 VERSION = 1
 
 
-def plan_json(plan: Plan) -> dict[str, Any]:
+class PlanDoc(TypedDict):
+    """A search's plan as the `run` event holds it (`plan_json`)."""
+
+    mode: str
+    anchor: CandidateDoc | None
+    sequence: list[CandidateDoc]
+
+
+class RunEvent(TypedDict, total=False):
+    """The head: what the run (or a side journal: `kind`) answers, and how it weighs."""
+
+    event: Literal["run"]
+    version: int
+    digest: str
+    kind: str
+    """A side journal's (`configs`, `revert` ...); a run's journal has none."""
+    plan: PlanDoc
+    settings: dict[str, str]
+    good: str
+    bad: str
+    regress: str
+    reprobe: bool
+    search: dict[str, Json]
+    symptom: str
+    context: dict[str, Json]
+    build: CandidateDoc
+    differences: list[Json]
+    time: float
+
+
+class ProbeStartEvent(TypedDict, total=False):
+    """A probe began (`probe-start`) or was stopped (`probe-cancel`)."""
+
+    event: Literal["probe-start", "probe-cancel"]
+    commit: str
+    slot: int
+    round: int
+    time: float
+
+
+class ProbeEvent(TypedDict, total=False):
+    """A probe finished (a side journal's: of its `kind`, its `subset`)."""
+
+    event: Literal["probe"]
+    outcome: OutcomeDoc
+    given: str
+    kind: str
+    subset: list[int]
+    slot: int
+    round: int
+    began: float
+    time: float
+
+
+class SearchEvent(TypedDict, total=False):
+    event: Literal["search"]
+    search: dict[str, Json]
+    time: float
+
+
+class SymptomEvent(TypedDict, total=False):
+    event: Literal["symptom"]
+    symptom: str
+    time: float
+
+
+class DoneEvent(TypedDict, total=False):
+    event: Literal["done"]
+    status: str
+    time: float
+
+
+Event = RunEvent | ProbeStartEvent | ProbeEvent | SearchEvent | SymptomEvent | DoneEvent
+"""One line of a journal, checked (`_event`): its `event` says which."""
+
+
+def plan_json(plan: Plan) -> PlanDoc:
     return {
         "mode": plan.mode.value,
         "anchor": plan.anchor.to_json() if plan.anchor else None,
@@ -60,7 +137,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     }
 
 
-def plan_from_json(data: dict[str, Any]) -> Plan:
+def plan_from_json(data: PlanDoc) -> Plan:
     anchor = data.get("anchor")
     return Plan(
         Mode(data["mode"]),
@@ -69,7 +146,7 @@ def plan_from_json(data: dict[str, Any]) -> Plan:
     )
 
 
-def _run(e: dict[str, Any]) -> None:
+def _run(e: Mapping[str, Any]) -> None:
     if e.get("version") != VERSION:
         raise ValueError(f"version {e.get('version')!r}, this llm-bisect writes {VERSION}")
     if not isinstance(e["digest"], str):
@@ -84,28 +161,29 @@ def _run(e: dict[str, Any]) -> None:
         _symptom(e)
 
 
-def _search(e: dict[str, Any]) -> None:
+def _search(e: Mapping[str, Any]) -> None:
     Policy.from_json(e["search"])
 
 
-def _symptom(e: dict[str, Any]) -> None:
+def _symptom(e: Mapping[str, Any]) -> None:
     Symptom(e["symptom"])
 
 
-def _probe(e: dict[str, Any]) -> None:
+def _probe(e: Mapping[str, Any]) -> None:
     Candidate(ProbeOutcome.from_json(e["outcome"]).commit)  # validates the commit
 
 
-def _probe_start(e: dict[str, Any]) -> None:
+def _probe_start(e: Mapping[str, Any]) -> None:
     Candidate(e["commit"])  # validates the commit
 
 
-def _done(e: dict[str, Any]) -> None:
+def _done(e: Mapping[str, Any]) -> None:
     if not isinstance(e["status"], str):
         raise ValueError("status is not a string")
 
 
-_EVENTS: dict[str, Callable[[dict[str, Any]], None]] = {
+_EVENTS: dict[str, Callable[[Mapping[str, Any]], None]] = {
+    # each checks a line's JSON as read (before it is known to be an Event)
     "run": _run,
     "probe-start": _probe_start,
     "probe": _probe,
@@ -116,7 +194,7 @@ _EVENTS: dict[str, Callable[[dict[str, Any]], None]] = {
 }
 
 
-def _event(line: bytes) -> dict[str, Any]:
+def _event(line: bytes) -> Event:
     """One line as an event; ValueError saying what is wrong with it."""
     try:
         event = json.loads(line.decode("utf-8"))
@@ -130,7 +208,7 @@ def _event(line: bytes) -> dict[str, Any]:
         raise ValueError(
             f"malformed {event['event']!r} event ({type(exc).__name__}: {exc})"
         ) from exc
-    return event
+    return cast(Event, event)
 
 
 @dataclass(frozen=True)
@@ -156,7 +234,7 @@ class JournalState:
     probes: tuple[ProbeOutcome, ...]
     regress: Regress = Regress.SEMANTIC
     """What counted as a regression (journals older than `regress` hold none: semantic)."""
-    context: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Json] = field(default_factory=dict)
     """How the run was asked for, for the report: the refs as given, the config, the
     repository's web address, the node (older journals hold none)."""
     started: float | None = None
@@ -185,7 +263,7 @@ class JournalState:
 class Reading:
     """A journal as read back."""
 
-    events: list[dict[str, Any]]
+    events: list[Event]
     """Every whole, well-formed event, in order."""
     state: JournalState | None
     """The run they record; None for an empty (or absent) journal."""
@@ -205,7 +283,7 @@ def read_journal(path: Path) -> Reading:
         return Reading([], None, 0, None)
     except OSError as exc:
         raise JournalError(f"{path}: cannot read journal ({exc.strerror})") from exc
-    events: list[dict[str, Any]] = []
+    events: list[Event] = []
     numbers: list[int] = []
     sound, dropped, offset = 0, None, 0
     lines = data.split(b"\n")
@@ -234,23 +312,30 @@ def read_journal(path: Path) -> Reading:
     return Reading(events, _state(events), sound, dropped, tuple(numbers))
 
 
-def _when(event: dict[str, Any], key: str = "time") -> float | None:
+def _when(event: Event, key: str = "time") -> float | None:
     """An event's wall-clock time (or another of its times); None when it has none."""
     t = event.get(key)
     return float(t) if isinstance(t, int | float) and not isinstance(t, bool) else None
 
 
-def _int(event: dict[str, Any], key: str) -> int | None:
+def _int(event: Event, key: str) -> int | None:
     value = event.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _state(events: list[dict[str, Any]]) -> JournalState | None:
+def _head(events: list[Event]) -> RunEvent:
+    """The first event, a `run` (read_journal's rule)."""
+    head = events[0]
+    assert head["event"] == "run"
+    return head
+
+
+def _state(events: list[Event]) -> JournalState | None:
     if not events:
         return None
-    head = events[0]
+    head = _head(events)
     spans: list[Span] = []
-    began: dict[str, dict[str, Any]] = {}
+    began: dict[str, ProbeStartEvent] = {}
     rounds = 0
     for e in events:
         if e["event"] == "probe-start":
@@ -300,7 +385,7 @@ def _settings(value: Any) -> dict[str, str]:
     return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
+def read_events(path: Path) -> list[Event]:
     """Every sound event of a journal; a torn or damaged last line is left out."""
     return read_journal(path).events
 
@@ -352,13 +437,13 @@ def _look_trials(folder: Path, look: int, culprit: str, ends: tuple[str, str]) -
     return [last[kind] for kind in ("revert", "pick") if kind in last]
 
 
-def evidence_checked(path: Path, events: list[dict[str, Any]], numbers: list[int]) -> None:
+def evidence_checked(path: Path, events: list[Event], numbers: list[int]) -> None:
     """Check each policy's evidence in a run's journal against the confirmations it names
     (the module docstring); JournalError naming the line that says otherwise. Side journals
     (their head has a `kind`) weigh nothing."""
     if not events or "kind" in events[0]:
         return
-    plan = plan_from_json(events[0]["plan"])
+    plan = plan_from_json(_head(events)["plan"])
     ends = (plan.good.commit, plan.bad.commit)
     for number, event in zip(numbers, events, strict=True):
         if event["event"] in ("run", "search") and "search" in event:
@@ -451,5 +536,5 @@ def begin_side(journal: Journal, kind: str, digest: str, version: int) -> None:
     """A side journal's first event, once: what it answers (`digest`), as `read_journal`
     reads any journal's head."""
     if not journal.reading.events:
-        plan: dict[str, Any] = {"mode": "regression", "anchor": None, "sequence": []}
+        plan: PlanDoc = {"mode": "regression", "anchor": None, "sequence": []}
         journal.append("run", version=version, digest=digest, kind=kind, plan=plan)

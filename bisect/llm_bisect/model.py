@@ -10,16 +10,54 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from .fingerprint import Fingerprint
+from .yamlfile import Json
 
 if TYPE_CHECKING:
     from .startup import Startup
 
 _SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+
+
+class CandidateDoc(TypedDict, total=False):
+    """A Candidate as JSON (`Candidate.to_json`): a journal's plan, result.json's."""
+
+    commit: str
+    subject: str
+    author: str
+    date: str
+    artifact: str
+
+
+class CheckDoc(TypedDict, total=False):
+    """A CheckResult as JSON (`CheckResult.to_json`)."""
+
+    name: str
+    passed: bool
+    score: float
+    evidence: str
+    details: dict[str, Json]
+
+
+class OutcomeDoc(TypedDict, total=False):
+    """A ProbeOutcome as JSON (`ProbeOutcome.to_json`): a journal's `probe` event's outcome."""
+
+    commit: str
+    verdict: str
+    reason: str
+    checks: list[CheckDoc]
+    timings: dict[str, float]
+    log_tail: str
+    fingerprint: dict[str, Json]
+    startup: dict[str, Json]
+    not_run: list[str]
+    failed_at: str
+    leaning: str
+
 
 SEED = 1234
 """The sampling seed sent with every generating request (chat and completions, the
@@ -94,8 +132,8 @@ class Candidate:
         """The 12-hex form, for display and folder names only."""
         return self.commit[:12]
 
-    def to_json(self) -> dict[str, str]:
-        data = {
+    def to_json(self) -> CandidateDoc:
+        data: CandidateDoc = {
             "commit": self.commit,
             "subject": self.subject,
             "author": self.author,
@@ -106,7 +144,7 @@ class Candidate:
         return data
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Candidate:
+    def from_json(cls, data: Mapping[str, object]) -> Candidate:
         return cls(
             commit=str(data["commit"]),
             subject=str(data.get("subject", "")),
@@ -188,7 +226,7 @@ class CheckResult:
         if not isinstance(self.details, CheckDetails):  # a check's facts as a plain mapping
             object.__setattr__(self, "details", details_of(self.name, self.details))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> CheckDoc:
         return {
             "name": self.name,
             "passed": self.passed,
@@ -198,7 +236,7 @@ class CheckResult:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> CheckResult:
+    def from_json(cls, data: CheckDoc) -> CheckResult:
         return cls(
             name=str(data["name"]),
             passed=bool(data["passed"]),
@@ -246,8 +284,8 @@ class ProbeOutcome:
         if not isinstance(self.fingerprint, Fingerprint):  # the facts as a plain mapping
             object.__setattr__(self, "fingerprint", Fingerprint.model_validate(self.fingerprint))
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def to_json(self) -> OutcomeDoc:
+        data: OutcomeDoc = {
             "commit": self.commit,
             "verdict": self.verdict.value,
             "reason": self.reason,
@@ -272,7 +310,7 @@ class ProbeOutcome:
         return self.failed_at is Stage.READY
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ProbeOutcome:
+    def from_json(cls, data: OutcomeDoc) -> ProbeOutcome:
         return cls(
             commit=str(data["commit"]),
             verdict=Verdict(data["verdict"]),

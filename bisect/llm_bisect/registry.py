@@ -28,7 +28,7 @@ import typing
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 from urllib.parse import quote, urljoin, urlsplit
 
 import httpcore
@@ -248,6 +248,39 @@ class Manifest:
     """Compressed bytes of config and layers: what a pull downloads at most."""
     config_digest: str
     repository: str
+
+
+class Descriptor(TypedDict, total=False):
+    """An OCI descriptor: a manifest of an index, a config or a layer of a manifest."""
+
+    mediaType: str
+    digest: str
+    size: int
+    platform: dict[str, str]
+    annotations: dict[str, str]
+
+
+class OciManifest(TypedDict, total=False):
+    """An image manifest (config, layers) or an index (manifests), as the registry stores it."""
+
+    schemaVersion: int
+    mediaType: str
+    config: Descriptor
+    layers: list[Descriptor]
+    manifests: list[Descriptor]
+
+
+class ContainerConfig(TypedDict, total=False):
+    Labels: dict[str, str] | None
+    Env: list[str] | None
+
+
+class ImageConfig(TypedDict, total=False):
+    """An image's config blob: what the launchers read of it (labels, env)."""
+
+    config: ContainerConfig
+    architecture: str
+    os: str
 
 
 def _json(r: httpx.Response, registry: str) -> dict[str, Any]:
@@ -485,7 +518,7 @@ class RegistryClient:
         size = int(config.get("size", 0)) + sum(int(layer.get("size", 0)) for layer in layers)
         return Manifest(digest, size, str(config.get("digest", "")), ref.repository)
 
-    def image_config(self, ref: ImageRef, manifest: Manifest) -> dict[str, Any]:
+    def image_config(self, ref: ImageRef, manifest: Manifest) -> ImageConfig:
         """The image's config blob (labels, env) without pulling the image."""
         digest = manifest.config_digest
         try:
@@ -497,7 +530,7 @@ class RegistryClient:
         got = _hash(r.content, digest.split(":")[0])
         if got != digest:
             raise RegistryError(f"{ref.registry}: config blob {digest} came back as {got}")
-        return _json(r, ref.registry)
+        return cast(ImageConfig, _json(r, ref.registry))
 
     # -- what `keep` reads and writes: tags, manifests as bytes, blobs ----------------------
 
@@ -678,19 +711,19 @@ class RawManifest:
     body: bytes
 
     @property
-    def document(self) -> dict[str, Any]:
+    def document(self) -> OciManifest:
         value = json.loads(self.body)
-        return value if isinstance(value, dict) else {}
+        return cast(OciManifest, value) if isinstance(value, dict) else {}
 
     @property
     def is_index(self) -> bool:
         return self.media_type in _INDEX_TYPES or "manifests" in self.document
 
-    def children(self) -> list[dict[str, Any]]:
+    def children(self) -> list[Descriptor]:
         """An index's manifests (every platform, attestations too), as descriptors."""
         return [m for m in self.document.get("manifests") or [] if isinstance(m, dict)]
 
-    def blobs(self) -> list[dict[str, Any]]:
+    def blobs(self) -> list[Descriptor]:
         """An image manifest's config and layers, as descriptors."""
         doc = self.document
         found = [doc["config"]] if isinstance(doc.get("config"), dict) else []

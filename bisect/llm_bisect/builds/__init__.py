@@ -35,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 from ..errors import ConfigError, LaunchError
 from ..logs import tail
 from ..model import Candidate
+from ..yamlfile import Json
 from .cache import BuildCache, as_json
 
 
@@ -130,7 +131,7 @@ class Strategy(Protocol):
         only where the identity is the same."""
         ...
 
-    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Json]:
         """Build into `out` (a fresh folder); its facts. LaunchError when the build fails."""
         ...
 
@@ -193,7 +194,7 @@ class ImageStrategy:
             return False, f"could not tell whether it exists: {detail}"
         return found, detail
 
-    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Json]:
         raise LaunchError("image: pulled by the Docker launcher, not built")
 
     def load(self, candidate: Candidate, folder: Path, facts: Mapping[str, Any]) -> Build:
@@ -300,7 +301,7 @@ class Builder:
             raise LaunchError(f"{route.strategy}: the base {base.short} has no artifact any more")
         return base, index
 
-    def key(self, candidate: Candidate, route: Route) -> tuple[str, dict[str, Any]]:
+    def key(self, candidate: Candidate, route: Route) -> tuple[str, dict[str, Json]]:
         """The cache key of the candidate's build by the route's strategy, and its identity
         (a `nearest` overlay's base is part of it: another base is another build)."""
         strategy = self.strategies[route.index]
@@ -358,7 +359,7 @@ class Builder:
         return replace(build, facts=facts, lease=held)
 
 
-def _made(strategy: Strategy, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+def _made(strategy: Strategy, candidate: Candidate, out: Path, log: Path) -> dict[str, Json]:
     """What the strategy made; any failure (a file system's, a repository's) is the build's:
     a LaunchError with its reason, so the probe is skip and a resumed run says it again."""
     try:

@@ -40,6 +40,7 @@ from typing import IO, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..clock import SYSTEM, Clock
+from ..yamlfile import Json
 
 MARK = "BUILD.json"
 MAX_MARK_BYTES = 1 << 20
@@ -60,9 +61,9 @@ class Record(BaseModel):
     """The strategy's facts, with `seconds` and `disk_bytes`."""
 
 
-def as_json(value: Mapping[str, Any]) -> dict[str, Any]:
+def as_json(value: Mapping[str, Any]) -> dict[str, Json]:
     """`value` as BUILD.json holds it (tuples become lists, keys sorted)."""
-    loaded: dict[str, Any] = json.loads(json.dumps(value, sort_keys=True))
+    loaded: dict[str, Json] = json.loads(json.dumps(value, sort_keys=True))
     return loaded
 
 
@@ -169,7 +170,7 @@ class BuildCache:
 
     def get(
         self, key: str, identity: Mapping[str, Any] | None = None
-    ) -> tuple[Path, dict[str, Any]] | None:
+    ) -> tuple[Path, dict[str, Json]] | None:
         """A finished build's folder and facts, marked as just used; None when there is
         none. Not leased: see `lease`."""
         record = self.record(key, identity)
@@ -241,14 +242,14 @@ class BuildCache:
     @contextmanager
     def making(
         self, key: str, identity: Mapping[str, Any] | None = None
-    ) -> Iterator[tuple[Path, dict[str, Any]]]:
+    ) -> Iterator[tuple[Path, dict[str, Json]]]:
         """The key's folder, emptied, and a facts dict to fill; the build is finished when
         the block succeeds. One maker of a key at a time (its lock)."""
         self.root.mkdir(parents=True, exist_ok=True)
         with self._lock(key) as lock:
             self._flock(lock, fcntl.LOCK_EX, key)
             folder = self._fresh(key)
-            facts: dict[str, Any] = {}
+            facts: dict[str, Json] = {}
             t0 = self.clock.monotonic()
             try:
                 yield folder, facts
@@ -314,7 +315,7 @@ class BuildCache:
         return folder
 
     def _finish(
-        self, key: str, identity: Mapping[str, Any], facts: dict[str, Any], t0: float
+        self, key: str, identity: Mapping[str, Any], facts: dict[str, Json], t0: float
     ) -> None:
         folder = self.path(key)
         facts["seconds"] = round(self.clock.monotonic() - t0, 3)

@@ -26,6 +26,7 @@ from ..model import Candidate
 from ..redact import redact
 from ..secretnames import argv_secrets
 from ..templates import fill
+from ..yamlfile import Json
 from . import Build, ImageTarget
 
 
@@ -56,17 +57,17 @@ class CommandStrategy:
     def applies(self, candidate: Candidate) -> tuple[bool, str]:
         return True, redact(" ".join(self.run), self.secrets)
 
-    def identity(self, candidate: Candidate) -> dict[str, Any]:
+    def identity(self, candidate: Candidate) -> dict[str, Json]:
         """What makes its build (written in BUILD.json): a secret of the command line by its
         hash only, so another key is another build and no key is on disk."""
-        run = [redact(a, self.secrets) for a in self.run]
-        found = {"run": run, "cwd": str(self.cwd), "machine": platform.machine()}
+        run: list[Json] = [redact(a, self.secrets) for a in self.run]
+        found: dict[str, Json] = {"run": run, "cwd": str(self.cwd), "machine": platform.machine()}
         if self.secrets:
             joined = "\0".join(sorted(self.secrets)).encode()
             found["secrets"] = hashlib.sha256(joined).hexdigest()[:16]
         return found
 
-    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Json]:
         values = {"commit": candidate.commit, "short": candidate.short, "out": str(out)}
         argv = [fill(a, values) for a in self.run]
         run_logged(

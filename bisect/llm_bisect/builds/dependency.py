@@ -29,6 +29,7 @@ from ..errors import LaunchError
 from ..logs import run_logged
 from ..model import Candidate
 from ..redact import public_url
+from ..yamlfile import Json
 from . import Build
 
 INSTALL_TIMEOUT_S = 1800.0
@@ -76,7 +77,7 @@ class DependencyStrategy:
             "engine": {"route": engine.route, "folder": str(engine.folder)},
         }
 
-    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Json]:
         version = self.version_of(candidate)
         if version is None:
             raise LaunchError(f"{candidate.short} names no version of {self.package}")

@@ -35,6 +35,7 @@ from docker.models.images import Image
 from ..errors import LaunchError
 from ..logs import tail
 from ..model import Candidate
+from ..yamlfile import Json
 from . import Build, ImageTarget
 
 REPOSITORY = "llm-bisect-build"
@@ -52,7 +53,7 @@ STAGE = "/llm-bisect-stage"
 SCRIPT = Path(__file__).parent.parent / "data" / "stage" / "inimage.py"
 
 
-def recorded(facts: Mapping[str, Any]) -> dict[str, Any]:
+def recorded(facts: Mapping[str, Any]) -> dict[str, Json]:
     """The build facts a derived image's label and result.json keep (not the removed
     paths the stage needed, nor whether the stage came from the cache)."""
     return {k: v for k, v in facts.items() if k not in ("removed_paths", "cached")}
@@ -65,7 +66,7 @@ def derived_ref(candidate: Candidate, route: str) -> str:
 def stage_tar(build: Build, package: str, into: IO[bytes]) -> None:
     """The stage a container of the base image receives: manifest and files, written to
     `into` (a file: a wheel is hundreds of MB, never held in memory)."""
-    manifest: dict[str, Any] = {"kind": build.route, "package": package}
+    manifest: dict[str, Json] = {"kind": build.route, "package": package}
     with tarfile.open(fileobj=into, mode="w") as tar:
         if build.route == "overlay":
             manifest["removed"] = list(build.facts.get("removed_paths", []))
@@ -73,10 +74,8 @@ def stage_tar(build: Build, package: str, into: IO[bytes]) -> None:
             if files.is_dir():
                 tar.add(files, arcname=STAGE.lstrip("/") + "/files")
         else:
-            manifest["wheel"] = str(build.facts["wheel"])
-            tar.add(
-                build.folder / manifest["wheel"], arcname=f"{STAGE.lstrip('/')}/{manifest['wheel']}"
-            )
+            wheel = manifest["wheel"] = str(build.facts["wheel"])
+            tar.add(build.folder / wheel, arcname=f"{STAGE.lstrip('/')}/{wheel}")
         data = json.dumps(manifest).encode()
         info = tarfile.TarInfo(f"{STAGE.lstrip('/')}/manifest.json")
         info.size = len(data)
@@ -86,7 +85,7 @@ def stage_tar(build: Build, package: str, into: IO[bytes]) -> None:
 
 def derived_config(
     base: Mapping[str, Any], labels: Mapping[str, str], python: str
-) -> dict[str, Any]:
+) -> dict[str, Json]:
     """The derived image's config: the base image's, with our labels. Pure.
 
     A base with neither entrypoint nor command gets `CMD [python]`: the engine would

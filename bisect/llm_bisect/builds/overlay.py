@@ -53,6 +53,7 @@ from ..errors import ConfigError, LaunchError
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..model import Candidate
 from ..sources import ABSENT, Change, Step
+from ..yamlfile import Json
 from . import Build, ImageTarget, base_image_fits
 
 NEAREST_LIMIT = 1000
@@ -577,7 +578,7 @@ class OverlayStrategy:
         facts = self.routes.facts(candidate.commit)
         return facts.base if isinstance(facts, Facts) and not facts.compiled else None
 
-    def identity(self, candidate: Candidate) -> dict[str, Any]:
+    def identity(self, candidate: Candidate) -> dict[str, Json]:
         """What makes its build besides the commit (a cache key, once keys carry one): the
         base commit (a `nearest` one per candidate), the install, the package, the machine."""
         facts = self.routes.facts(candidate.commit)
@@ -628,7 +629,7 @@ class OverlayStrategy:
                 )
         return {blob: data for blob, data in found.items() if data is not None}
 
-    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Json]:
         facts, changes = self._changes(candidate)
         contents = self._contents(candidate, changes)
         removed = [c.path for c in changes if c.new == ABSENT]

@@ -59,6 +59,7 @@ from ..logs import run_logged
 from ..model import Candidate
 from ..redact import public_url, url_credentials
 from ..templates import ENV_REF, IMAGE_PLACEHOLDERS, expand_template, fill
+from ..yamlfile import Json
 from . import Build, ImageTarget, base_image_fits
 
 INDEX_TIMEOUT_S = 30.0
@@ -211,11 +212,11 @@ class WheelStrategy:
             self._target = node_target() if self.download_only else interpreter_target(self.python)
         return self._target
 
-    def identity(self, candidate: Candidate) -> dict[str, Any]:
+    def identity(self, candidate: Candidate) -> dict[str, Json]:
         """The index, the package, the target's tags; for a venv also its interpreter, the
         base venv and uv's version."""
         target = self.target()
-        found = {
+        found: dict[str, Json] = {
             "index": public_url(self.index),
             "package": self.package,
             "download_only": self.download_only,
@@ -323,7 +324,7 @@ class WheelStrategy:
             redact=[*self.secret_names, *masked],
         )
 
-    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Any]:
+    def make(self, candidate: Candidate, out: Path, log: Path) -> dict[str, Json]:
         url, why = self._wheel(candidate)
         if url is None:
             raise LaunchError(f"wheel: {why}")
@@ -347,7 +348,7 @@ class WheelStrategy:
         digest = urlsplit(url).fragment.removeprefix("sha256=") if "sha256=" in url else ""
         return {"wheel": name, "sha256": digest, "index": public_url(self._index(candidate))}
 
-    def _download(self, candidate: Candidate, url: str, out: Path, log: Path) -> dict[str, Any]:
+    def _download(self, candidate: Candidate, url: str, out: Path, log: Path) -> dict[str, Json]:
         """The wheel file into `out`, its sha256 checked against the index's."""
         name = urlsplit(url).path.rsplit("/", 1)[-1]
         want = urlsplit(url).fragment.removeprefix("sha256=") if "sha256=" in url else ""

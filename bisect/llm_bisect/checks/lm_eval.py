@@ -39,6 +39,7 @@ from ..files import read_capped
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..logs import run_logged
 from ..model import CheckDetails, CheckResult
+from ..yamlfile import Json
 from .golden import LmEvalSection, SampleRun
 from .stats import ALPHA, POWER, TEST, PairedTest, Pairs, p_value, pairs
 
@@ -352,7 +353,7 @@ def read_samples(
 
     A task group's subtasks each have their own file and are judged each. Output that is
     not what lm-eval writes (a version this does not read) is a HarnessError naming it."""
-    results: dict[str, Any] = {}
+    results: dict[str, Json] = {}
     for found in sorted(out.rglob("results_*.json")):
         doc = _json(found.read_text(encoding="utf-8", errors="replace"), f"'{found.name}'")
         got = doc.get("results", {}) if isinstance(doc, dict) else None

@@ -47,7 +47,7 @@ from ..errors import ConfigError
 from ..files import read_capped
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..templates import literal
-from ..yamlfile import expanded_size
+from ..yamlfile import Json, expanded_size
 from .dataset import load as load_problems
 from .eval import EvalConfig
 
@@ -106,7 +106,7 @@ class Read:
     """What a vLLM eval file asks for."""
 
     kind: Literal["gsm8k", "lm-eval-harness", "gpt_oss"]
-    check: dict[str, Any]
+    check: dict[str, Json]
     """The check config it becomes (an `eval` or `lm_eval` entry), before validation."""
     server_args: list[str] = field(default_factory=list)
     ready_timeout: float | None = None
@@ -114,7 +114,7 @@ class Read:
     """The server's environment the file sets (gsm8k files: `env`)."""
 
 
-def _get(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def _get(data: dict[str, Json], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in data:
         raise ConfigError(f"{where}: required key '{key}' is missing")
     value = data[key]
@@ -134,7 +134,7 @@ def _flag(value: Any, key: str, where: str) -> bool:
     raise ConfigError(f"{where}: '{key}' must be true or false, got {value!r}")
 
 
-def _opt(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+def _opt(data: dict[str, Json], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     return _get(data, key, kind, where) if data.get(key) is not None else None
 
 
@@ -143,7 +143,7 @@ MAX_WAIT_S = 7 * 86400.0
 
 
 def _number(
-    data: dict[str, Any],
+    data: dict[str, Json],
     key: str,
     where: str,
     *,
@@ -165,7 +165,7 @@ def _number(
     return number
 
 
-def _arg(text: str) -> Any:
+def _arg(text: str) -> Json:
     """One value of lm-eval's `k=v,k=v` strings, typed as lm_eval.utils.handle_arg_string
     types it: true/false, an integer, a float, else the text."""
     if text.lower() in ("true", "false"):
@@ -178,7 +178,7 @@ def _arg(text: str) -> Any:
     return text
 
 
-def _gen_kwargs(value: dict[str, Any] | str, where: str) -> dict[str, Any]:
+def _gen_kwargs(value: dict[str, Json] | str, where: str) -> dict[str, Json]:
     """`gen_kwargs` as a mapping, or as lm-eval's command line writes it
     (`temperature=0,top_p=1,until=<|END|>`: lm_eval.utils.simple_parse_args_string)."""
     if isinstance(value, dict):
@@ -230,7 +230,7 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
         threshold = _number(data, "accuracy_threshold", here)
         tolerance = _number(data, "tolerance", here, default=GSM8K_TOLERANCE)
         _get(data, "model_name", str, here)
-        check: dict[str, Any] = {
+        check: dict[str, Json] = {
             "type": "eval",
             "format": "vllm",
             "dataset": cfg.data or GSM8K_DATASET,
@@ -263,19 +263,20 @@ def read(path: Path, where: str, cfg: VllmEvalConfig) -> Read:
         # .buildkite/lm-eval-harness/test_lm_eval_correctness.py:
         # rtol = eval_config.get("rtol", DEFAULT_RTOL); min_acceptable = value * (1 - rtol)
         rtol = _number(data, "rtol", here, default=LM_EVAL_RTOL)
-        floors: dict[str, dict[str, float]] = {}
+        floors: dict[str, Json] = {}
         for i, task in enumerate(tasks):
             at = f"{here} tasks.{i}"
             if not isinstance(task, dict):
                 raise ConfigError(f"{at}: a task is a mapping with name and metrics")
             name = _get(task, "name", str, at)
             metrics = _get(task, "metrics", list, at)
-            floors[name] = {}
+            floor: dict[str, Json] = {}
+            floors[name] = floor
             for j, metric in enumerate(metrics):
                 if not isinstance(metric, dict):
                     raise ConfigError(f"{at}.metrics.{j}: a metric is a mapping with name, value")
                 value = _number(metric, "value", f"{at}.metrics.{j}", low=-1e9, high=1e9)
-                floors[name][_get(metric, "name", str, f"{at}.metrics.{j}")] = value * (1 - rtol)
+                floor[_get(metric, "name", str, f"{at}.metrics.{j}")] = value * (1 - rtol)
         check = {
             "type": "lm_eval",
             "tasks": list(floors),
@@ -420,7 +421,7 @@ def expand(
         if names.count(name) > 1:
             raise ConfigError(f"checks: {names.count(name)} '{name}' checks (files included); one")
     server = config.server
-    update: dict[str, Any] = {}
+    update: dict[str, Json] = {}
     if args:
         key = "command" if "command" in type(server).model_fields else "args"  # images: args
         update[key] = [*getattr(server, key), *args]

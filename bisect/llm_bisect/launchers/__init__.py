@@ -92,8 +92,9 @@ class Server(Protocol):
         """The last lines of the server's output, secrets removed."""
         ...
 
-    def fingerprint(self) -> dict[str, Any]:
-        """What the launcher knows of the build (image digest, labels, packages)."""
+    def fingerprint(self) -> Mapping[str, Any]:
+        """What the launcher knows of the build (image digest, labels, packages): the keys
+        of fingerprint.Fingerprint (a built-in's: fingerprint.Facts)."""
         ...
 
     def stop(self) -> None:

@@ -22,7 +22,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from pathlib import Path
 from types import TracebackType
@@ -30,6 +30,7 @@ from typing import Any
 
 from ..enginecache import CACHES, NODE, Census, EngineCache, folder
 from ..model import Candidate
+from ..yamlfile import Json
 from . import Artifact, Avoids, Instrument, Launcher, Server
 
 
@@ -107,7 +108,7 @@ class CachedServer:
     def stop(self) -> None:
         self.inner.stop()
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> Mapping[str, Any]:
         facts = dict(self.inner.fingerprint())
         ran_on = str(facts.get("node", ""))
         node, place = self.node, self.cache.place
@@ -119,7 +120,7 @@ class CachedServer:
         else:
             visible = False  # a pod's node
         where = folder(self.cache.root, node, self.slot, self.fresh)
-        said: dict[str, Any] = {"folder": str(where)}
+        said: dict[str, Json] = {"folder": str(where)}
         if self.fresh:
             said["fresh"] = True
         counted = census(where, self.began) if visible else None

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ..builds import Build, Builder
 from ..builds.prefetch import BuildPrefetcher
+from ..fingerprint import Facts
 from ..model import Candidate
 from . import Artifact, Instrument
 
@@ -59,7 +59,7 @@ class Prepared:
     values: dict[str, str]
     """Placeholders the build fills: `{python}`, `{build}`."""
     env: dict[str, str]
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: Facts = field(default_factory=Facts)
     """`build`: what result.json records of the build."""
     build: Build | None = None
     """The build, leased: the server releases it when it stops (never evicted under it)."""
@@ -76,7 +76,8 @@ def prepare(
     keeps the build's log either way), then the environment: the build's, its PYTHONPATH
     before the caller's, the instrument's folders first of all."""
     values: dict[str, str] = {}
-    out, facts = dict(env), {}
+    out = dict(env)
+    facts: Facts = {}
     build: Build | None = None
     if builder is not None:
         try:

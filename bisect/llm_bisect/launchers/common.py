@@ -17,31 +17,31 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 import httpx
 
 from .. import lease
 from ..client import ModelList, parse_reply
 from ..errors import EndpointError, LaunchError, NotReady, ServerExited
-from ..fingerprint import BATCH_INVARIANT_VAR
+from ..fingerprint import BATCH_INVARIANT_VAR, Facts
 from ..logs import tail
 from ..retry import NotYetReady, readiness
 
 
-def placement_facts(node: str, env: Mapping[str, str]) -> dict[str, Any]:
+def placement_facts(node: str, env: Mapping[str, str]) -> Facts:
     """A server's fingerprint facts of where and how it ran, the same for every launcher:
     `node` (the host), and `batch_invariant` where its environment asks vLLM for
     batch-invariant kernels (VLLM_BATCH_INVARIANT a number other than 0, as vllm/envs.py
     reads it). Pure."""
-    facts: dict[str, Any] = {"node": node} if node else {}
+    facts: Facts = {"node": node} if node else {}
     value = env.get(BATCH_INVARIANT_VAR, "").strip()
     if value.lstrip("+-").isdigit() and int(value) != 0:
         facts["batch_invariant"] = True
     return facts
 
 
-def weights_facts(found: object) -> dict[str, Any]:
+def weights_facts(found: object) -> Facts:
     """The fingerprint's `weights` from what weights.resolve said where the server ran (a
     mapping of text, as it printed it); nothing where it named no model. Pure."""
     if not isinstance(found, Mapping) or not found.get("model"):

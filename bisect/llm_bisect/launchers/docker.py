@@ -33,7 +33,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from dataclasses import replace
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, TypedDict
 
 import docker
 import docker.errors
@@ -49,7 +49,7 @@ from ..builds.prefetch import Prefetcher
 from ..clock import SYSTEM
 from ..config import ServerBase, SlotGpus, Strict, check_placeholders
 from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
-from ..fingerprint import package_probe_source
+from ..fingerprint import Facts, package_probe_source
 from ..kinds import (
     LAUNCHERS,
     DeviceContext,
@@ -66,6 +66,7 @@ from ..registry import RegistryClient, parse_image_ref
 from ..secretnames import argv_secrets
 from ..sources.images import resolve_image_end
 from ..templates import IMAGE_PLACEHOLDERS, expand_value, fill
+from ..yamlfile import Json
 from . import INSTRUMENT_DIR, Artifact, Instrument, Launcher
 from .common import (
     LoggedServer,
@@ -122,6 +123,27 @@ def volume_binds(volumes: Sequence[str], base_dir: Path) -> list[str]:
     return binds
 
 
+class ContainerSpec(TypedDict, total=False):
+    """The keyword arguments of docker-py's `containers.create` a probe passes."""
+
+    image: str
+    command: list[str]
+    environment: dict[str, str]
+    labels: dict[str, str]
+    name: str
+    detach: bool
+    device_requests: list[docker.types.DeviceRequest]
+    volumes: list[str]
+    ulimits: list[docker.types.Ulimit]
+    init: bool
+    network_mode: str
+    ports: dict[str, tuple[str, int]]
+    entrypoint: list[str]
+    user: str
+    ipc_mode: str
+    shm_size: str
+
+
 def container_spec(
     cfg: DockerServerConfig,
     *,
@@ -136,7 +158,7 @@ def container_spec(
     owner: str = "",
     bind: str = "127.0.0.1",
     devices: Sequence[str] | None = None,
-) -> dict[str, Any]:
+) -> ContainerSpec:
     """The keyword arguments of `containers.create` for one probe. Pure.
 
     `image` is what runs (an image id pins it); `ref` is the reference `{image}` names;
@@ -149,7 +171,7 @@ def container_spec(
         "port": str(port),
         "image": ref or image,
     }
-    spec: dict[str, Any] = {
+    spec: ContainerSpec = {
         "image": image,
         "command": [fill(a, values) for a in cfg.args],
         "environment": dict(env),
@@ -167,14 +189,14 @@ def container_spec(
         if cfg.network_mode:
             spec["network_mode"] = cfg.network_mode
         spec["ports"] = {f"{port}/tcp": (bind, host_port)}
-    for key, value in (
-        ("entrypoint", cfg.entrypoint),
-        ("user", cfg.user),
-        ("ipc_mode", cfg.ipc),
-        ("shm_size", cfg.shm_size),
-    ):
-        if value is not None:
-            spec[key] = value
+    if cfg.entrypoint is not None:
+        spec["entrypoint"] = cfg.entrypoint
+    if cfg.user is not None:
+        spec["user"] = cfg.user
+    if cfg.ipc is not None:
+        spec["ipc_mode"] = cfg.ipc
+    if cfg.shm_size is not None:
+        spec["shm_size"] = cfg.shm_size
     return spec
 
 
@@ -238,7 +260,7 @@ class DockerServer(LoggedServer):
         )
         self.base_url = f"http://{self.launcher.engine.address}:{host_port}"
 
-    def spec(self, image: Image) -> dict[str, Any]:
+    def spec(self, image: Image) -> ContainerSpec:
         """The `containers.create` arguments of this server (its slot's port and devices)."""
         return container_spec(
             self.launcher.cfg,
@@ -369,10 +391,10 @@ class DockerServer(LoggedServer):
         if who is not None:
             raise PortTaken(f"port {self.host_port} is served by {who}, not this container")
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> Facts:
         """Image digest and labels, and the package versions and the weights' revision inside
         the running container."""
-        facts: dict[str, Any] = {}
+        facts: Facts = {}
         if self.image is not None:
             attrs = self.image.attrs
             digests = attrs.get("RepoDigests") or []
@@ -414,7 +436,7 @@ class DockerServer(LoggedServer):
                     return found
         return {}
 
-    def _weights(self) -> dict[str, Any]:
+    def _weights(self) -> Facts:
         """The weights the container's command line names, resolved inside it (its hub
         cache, its environment); nothing where it cannot tell."""
         assert self.container is not None
@@ -456,7 +478,7 @@ PORT_MOVES = 3
 _PORT_IN_USE = ("port is already allocated", "address already in use")
 
 
-def run_line(spec: Mapping[str, Any], ref: str, secret: Collection[str]) -> str:
+def run_line(spec: ContainerSpec, ref: str, secret: Collection[str]) -> str:
     """The `docker run` a person types to start what a container spec starts. Pure.
 
     Environment variables with their values (`-e NAME=value`), but a `secret`'s by name only
@@ -470,9 +492,13 @@ def run_line(spec: Mapping[str, Any], ref: str, secret: Collection[str]) -> str:
         count = req.get("Count")
         gpus = f'"device={",".join(ids)}"' if ids else ("all" if count == -1 else str(count))
         args += ["--gpus", gpus]
-    for flag, key in (("--ipc", "ipc_mode"), ("--shm-size", "shm_size"), ("--user", "user")):
-        if spec.get(key) is not None:
-            args += [flag, str(spec[key])]
+    for flag, value in (
+        ("--ipc", spec.get("ipc_mode")),
+        ("--shm-size", spec.get("shm_size")),
+        ("--user", spec.get("user")),
+    ):
+        if value is not None:
+            args += [flag, str(value)]
     if spec.get("network_mode"):
         args += ["--network", str(spec["network_mode"])]
     for inside, (host_ip, host_port) in (spec.get("ports") or {}).items():
@@ -492,7 +518,7 @@ def run_line(spec: Mapping[str, Any], ref: str, secret: Collection[str]) -> str:
     return esc.shell([*args, ref, *(entrypoint or [])[1:], *spec.get("command", [])])
 
 
-def instrument_spec(spec: dict[str, Any], instrument: Instrument, image: Image | None) -> None:
+def instrument_spec(spec: ContainerSpec, instrument: Instrument, image: Image | None) -> None:
     """A container spec with the instrument's arguments, environment and Python paths (each
     folder bind-mounted read-only, first on PYTHONPATH before the image's own)."""
     spec["command"] = [*spec["command"], *instrument.args]
@@ -575,7 +601,7 @@ class DockerLauncher:
             labels={RUN_LABEL: run_id, OWNER_LABEL: self.owner},
             cache=str(builder.cache.root) if builder is not None else "",
         )
-        self.build_facts: dict[str, dict[str, Any]] = {}
+        self.build_facts: dict[str, dict[str, Json]] = {}
         """Commit → what result.json records of its derived image's build."""
         self._routes: dict[str, Route] = {}
         self.prefetcher = Prefetcher(self._fetch_ahead)
@@ -793,7 +819,7 @@ CLOSE_WAIT_S = 30.0
 """Seconds close() waits for a prefetch in flight before removing what it prefetched."""
 
 
-def _json_object(text: str) -> dict[str, Any]:
+def _json_object(text: str) -> dict[str, Json]:
     """A label's JSON object; {} when it holds something else."""
     try:
         value = json.loads(text)

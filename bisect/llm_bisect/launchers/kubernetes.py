@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeAlias, TypedDict, TypeVar, cast
 
 from pydantic import Field, field_validator, model_validator
 from tenacity import (
@@ -64,7 +64,7 @@ from .. import collectenv, weights
 from ..clock import SYSTEM
 from ..config import ServerBase, Strict, check_placeholders
 from ..errors import ConfigError, LaunchError, ServerExited, Unplaced
-from ..fingerprint import package_probe_source
+from ..fingerprint import Facts, package_probe_source
 from ..kinds import (
     LAUNCHERS,
     LauncherContext,
@@ -75,7 +75,7 @@ from ..kinds import (
 from ..logs import tail
 from ..model import Candidate
 from ..redact import Masker, url_logins
-from ..registry import ImageRef, RegistryClient, RegistryError, parse_image_ref
+from ..registry import ImageConfig, ImageRef, RegistryClient, RegistryError, parse_image_ref
 from ..secretnames import argv_secret_names, argv_secrets, secret_names
 from ..sources.images import env_map, resolve_image_end
 from ..templates import IMAGE_PLACEHOLDERS, fill, template_fields
@@ -89,6 +89,27 @@ from .common import (
     reapable,
     wait_ready,
     weights_facts,
+)
+from .kubernetes_objects import (
+    Affinity,
+    Container,
+    EnvVar,
+    KeyToPath,
+    LeaderWorkerTemplate,
+    Manifest,
+    NodeSelectorRequirement,
+    ObjectList,
+    ObjectMeta,
+    OwnerReference,
+    Pod,
+    PodList,
+    PodSpec,
+    PodStatus,
+    PodTemplate,
+    Resources,
+    Toleration,
+    Volume,
+    VolumeMount,
 )
 
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -158,6 +179,7 @@ ENV_NAME = re.compile(r"[-._a-zA-Z][-._a-zA-Z0-9]*")
 QUANTITY = re.compile(r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[mkMGTPE]|[eE][-+]?[0-9]+)?")
 """A resource quantity (`512Gi`, `1.5`, `100m`, `1e9`), not negative: the API's grammar."""
 T = TypeVar("T")
+E = TypeVar("E", bound=Mapping[str, object])
 Group = Literal["job", "indexed-job", "leaderworkerset"]
 """What one probe is on the cluster: a Job (one node), an Indexed Job with a headless
 Service, or a LeaderWorkerSet (several nodes)."""
@@ -366,7 +388,7 @@ class KubernetesServerConfig(ServerBase):
 
     @field_validator("env", "secret_env")
     @classmethod
-    def _env_names(cls, env: dict[str, Any]) -> dict[str, Any]:
+    def _env_names(cls, env: E) -> E:
         for name in env:
             if not ENV_NAME.fullmatch(name):
                 raise ValueError(
@@ -406,6 +428,20 @@ class KubernetesServerConfig(ServerBase):
 # ---- the manifest (pure) -------------------------------------------------------------------
 
 
+class ManifestArgs(TypedDict):
+    """What `job_manifest` and `group_manifests` take of a probe (beside the config)."""
+
+    name: str
+    image: str
+    ref: str
+    candidate: Candidate
+    env: Mapping[str, str]
+    run_id: str
+    owner: str
+    instrument: Instrument | None
+    shipped: Sequence[Shipped]
+
+
 def job_name(candidate: Candidate, token: str) -> str:
     """`llm-bisect-<short>-<token>`: a DNS-1123 label (63 characters at most). Pure."""
     return f"llm-bisect-{candidate.short}-{token}"[:63].lower()
@@ -417,7 +453,7 @@ def _labels(run_id: str, candidate: Candidate) -> dict[str, str]:
 
 def _metadata(
     cfg: KubernetesServerConfig, name: str, labels: Mapping[str, str], owner: str
-) -> dict[str, Any]:
+) -> ObjectMeta:
     return {
         "name": name,
         "namespace": cfg.namespace,
@@ -473,8 +509,8 @@ def config_map_manifest(
     run_id: str,
     owner: str,
     shipped: Sequence[Shipped],
-    owned_by: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+    owned_by: OwnerReference | None = None,
+) -> Manifest:
     """The probe's ConfigMap of its instrument's files (immutable; text as `data`, other
     bytes as `binaryData`), named as its Job; `owned_by` (the Job's or LeaderWorkerSet's
     apiVersion, kind, name, uid): the cluster's garbage collector deletes it with them (a
@@ -487,7 +523,7 @@ def config_map_manifest(
             data[f.key] = f.data.decode("utf-8")
         except UnicodeDecodeError:
             binary[f.key] = base64.b64encode(f.data).decode("ascii")
-    made: dict[str, Any] = {
+    made: Manifest = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _metadata(cfg, name, _labels(run_id, candidate), owner),
@@ -495,7 +531,7 @@ def config_map_manifest(
         "data": data,
     }
     if owned_by is not None:
-        made["metadata"]["ownerReferences"] = [dict(owned_by)]
+        made["metadata"]["ownerReferences"] = [owned_by.copy()]
     if binary:
         made["binaryData"] = binary
     return made
@@ -509,10 +545,10 @@ def pod_spec(
     instrument: Instrument | None,
     args: Sequence[str] | None = None,
     command: Sequence[str] | None = None,
-    extra_env: Sequence[Mapping[str, Any]] = (),
+    extra_env: Sequence[EnvVar] = (),
     config_map: str = "",
     shipped: Sequence[Shipped] = (),
-) -> dict[str, Any]:
+) -> PodSpec:
     """The pod of a probe (one node's): its server container, volumes, placement. `args`
     and `command` as the kubelet takes them (filled); default: none, the image's. The
     instrument's folders from the ConfigMap `config_map` (its `shipped` files), first on
@@ -522,16 +558,14 @@ def pod_spec(
     if folders:
         placed = [f"{INSTRUMENT_DIR}/{i}" for i in folders]
         merged["PYTHONPATH"] = ":".join([*placed, merged.get("PYTHONPATH", "")]).rstrip(":")
-    variables: list[dict[str, Any]] = [
-        {"name": k, "value": literal(v)} for k, v in sorted(merged.items())
-    ]
-    variables += [dict(v) for v in extra_env]
+    variables: list[EnvVar] = [{"name": k, "value": literal(v)} for k, v in sorted(merged.items())]
+    variables += [v.copy() for v in extra_env]
     variables += [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": r.secret, "key": r.key}}}
         for k, r in sorted(cfg.secret_env.items())
     ]
-    volumes: list[dict[str, Any]] = []
-    mounts: list[dict[str, Any]] = []
+    volumes: list[Volume] = []
+    mounts: list[VolumeMount] = []
     if cfg.shm_size is not None:
         volumes.append(
             {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": cfg.shm_size}}
@@ -539,15 +573,15 @@ def pod_spec(
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     if cfg.model_cache is not None:
         cache = cfg.model_cache
-        source: dict[str, Any] = (
-            {"persistentVolumeClaim": {"claimName": cache.pvc}}
-            if cache.pvc is not None
-            else {"hostPath": {"path": cache.host_path, "type": "DirectoryOrCreate"}}
-        )
-        volumes.append({"name": "model-cache", **source})
+        volume: Volume = {"name": "model-cache"}
+        if cache.pvc is not None:
+            volume["persistentVolumeClaim"] = {"claimName": cache.pvc}
+        else:
+            volume["hostPath"] = {"path": str(cache.host_path), "type": "DirectoryOrCreate"}
+        volumes.append(volume)
         mounts.append({"name": "model-cache", "mountPath": cache.mount})
     for i in folders:
-        items = [{"key": f.key, "path": f.path} for f in shipped if f.folder == i]
+        items: list[KeyToPath] = [{"key": f.key, "path": f.path} for f in shipped if f.folder == i]
         volumes.append(
             {"name": f"instrument-{i}", "configMap": {"name": config_map, "items": items}}
         )
@@ -557,11 +591,11 @@ def pod_spec(
     for i, spec in enumerate(cfg.host_paths):
         host, inside, *mode = spec.split(":")
         volumes.append({"name": f"host-{i}", "hostPath": {"path": host, "type": "Directory"}})
-        mount: dict[str, Any] = {"name": f"host-{i}", "mountPath": inside}
+        mount: VolumeMount = {"name": f"host-{i}", "mountPath": inside}
         if mode == ["ro"]:
             mount["readOnly"] = True
         mounts.append(mount)
-    container: dict[str, Any] = {
+    container: Container = {
         "name": CONTAINER,
         "image": image,
         "args": list(args or []),
@@ -578,14 +612,14 @@ def pod_spec(
     if cfg.memory is not None:
         limits["memory"] = cfg.memory
     limits.update(cfg.extra_resources)
-    resources: dict[str, Any] = {}
+    resources: Resources = {}
     if limits:
         resources["limits"] = limits
     if cfg.resource_claims:
         resources["claims"] = [{"name": c.name} for c in cfg.resource_claims]
     if resources:
         container["resources"] = resources
-    pod: dict[str, Any] = {
+    pod: PodSpec = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": cfg.stop_timeout,
         "enableServiceLinks": False,
@@ -602,25 +636,25 @@ def pod_spec(
     if cfg.node_selector:
         pod["nodeSelector"] = dict(cfg.node_selector)
     if cfg.affinity is not None:
-        pod["affinity"] = cfg.affinity
+        pod["affinity"] = cast(Affinity, cfg.affinity)  # as the config wrote it
     if cfg.tolerations:
-        pod["tolerations"] = list(cfg.tolerations)
+        pod["tolerations"] = cast(list[Toleration], list(cfg.tolerations))  # as written
     if cfg.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": n} for n in cfg.image_pull_secrets]
     return pod
 
 
-def away_from(affinity: Mapping[str, Any] | None, nodes: Sequence[str]) -> dict[str, Any]:
+def away_from(affinity: Mapping[str, Any] | None, nodes: Sequence[str]) -> Affinity:
     """A pod `affinity` (the config's, or none) that keeps the pod off `nodes` (as pods'
     spec.nodeName name them; an entry may list several, comma-separated): a required node
     affinity on the node's name (`matchFields` metadata.name NotIn), in each of its node
     selector terms (they are ORed: each must keep off them). Pure."""
     names = list(dict.fromkeys(n for entry in nodes for n in entry.split(",") if n))
-    made: dict[str, Any] = json.loads(json.dumps(dict(affinity or {})))
+    made: Affinity = json.loads(json.dumps(dict(affinity or {})))
     node = made.setdefault("nodeAffinity", {})
     required = node.setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
     terms = required.get("nodeSelectorTerms") or [{}]
-    off = {"key": "metadata.name", "operator": "NotIn", "values": names}
+    off: NodeSelectorRequirement = {"key": "metadata.name", "operator": "NotIn", "values": names}
     required["nodeSelectorTerms"] = [
         {**t, "matchFields": [*(t.get("matchFields") or []), off]} for t in terms
     ]
@@ -652,7 +686,7 @@ def job_manifest(
     owner: str,
     instrument: Instrument | None = None,
     shipped: Sequence[Shipped] = (),
-) -> dict[str, Any]:
+) -> Manifest:
     """The batch/v1 Job of one probe on one node (its instrument's `shipped` files from the
     ConfigMap of its name). Pure.
 
@@ -728,7 +762,7 @@ def group_manifests(
     owner: str,
     instrument: Instrument | None = None,
     shipped: Sequence[Shipped] = (),
-) -> list[dict[str, Any]]:
+) -> list[Manifest]:
     """The objects of one multi-node probe, in the order they are created: a headless
     Service and an Indexed Job (`group: indexed-job`), or a LeaderWorkerSet. Pure.
 
@@ -752,8 +786,8 @@ def group_manifests(
     entrypoint = [literal(e) for e in cfg.entrypoint]
     meta = _metadata(cfg, name, labels, owner)
     if group == "leaderworkerset":
-        templates = {}
-        for key, words in (("leaderTemplate", head), ("workerTemplate", worker)):
+        templates: list[PodTemplate] = []
+        for words in (head, worker):
             pod = pod_spec(
                 cfg,
                 image=image,
@@ -765,7 +799,13 @@ def group_manifests(
             )
             pod["containers"][0]["args"] = words
             del pod["restartPolicy"]  # a StatefulSet's pods: Always (a restart is seen)
-            templates[key] = {"metadata": {"labels": labels}, "spec": pod}
+            templates.append({"metadata": {"labels": labels}, "spec": pod})
+        leader_worker: LeaderWorkerTemplate = {
+            "size": cfg.nodes,
+            "restartPolicy": "None",
+            "leaderTemplate": templates[0],
+            "workerTemplate": templates[1],
+        }
         return [
             {
                 "apiVersion": f"{LWS_GROUP}/{LWS_VERSION}",
@@ -774,11 +814,7 @@ def group_manifests(
                 "spec": {
                     "replicas": 1,
                     "startupPolicy": "LeaderCreated",
-                    "leaderWorkerTemplate": {
-                        "size": cfg.nodes,
-                        "restartPolicy": "None",
-                        **templates,
-                    },
+                    "leaderWorkerTemplate": leader_worker,
                 },
             }
         ]
@@ -794,7 +830,7 @@ def group_manifests(
         shipped=shipped,
     )
     pod["subdomain"] = name
-    service = {
+    service: Manifest = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": meta,
@@ -805,7 +841,7 @@ def group_manifests(
             "ports": [{"name": "http", "port": cfg.port, "targetPort": cfg.port}],
         },
     }
-    job = {
+    job: Manifest = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": meta,
@@ -822,7 +858,7 @@ def group_manifests(
     return [service, job]
 
 
-def pod_trouble(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+def pod_trouble(pod: Pod) -> tuple[str, str] | None:
     """Why a pod will not run the server, from its status: ("unplaced" | "exited" |
     "pulling", reason) or None while it may still come up. Pure."""
     status = pod.get("status") or {}
@@ -853,7 +889,7 @@ def pod_trouble(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _terminated(status: Mapping[str, Any]) -> bool:
+def _terminated(status: PodStatus) -> bool:
     return any(
         (c.get("state") or {}).get("terminated") for c in status.get("containerStatuses") or []
     )
@@ -979,9 +1015,12 @@ def read_answer(
     return body
 
 
-OBJECT_SHAPE: dict[str, Any] = {"metadata": {"labels": {}, "annotations": {}}}
+Shape: TypeAlias = "dict[str, Shape] | list[Shape]"
+"""What `shaped` checks: a dict, an object's keys' shapes; a one-item list, a list's."""
+
+OBJECT_SHAPE: dict[str, Shape] = {"metadata": {"labels": {}, "annotations": {}}}
 """What the launcher reads of any object the API lists: objects where the API has them."""
-POD_SHAPE: dict[str, Any] = {
+POD_SHAPE: Shape = {
     **OBJECT_SHAPE,
     "spec": {"containers": [{}]},
     "status": {
@@ -995,7 +1034,7 @@ POD_SHAPE: dict[str, Any] = {
 objects where the API has them."""
 
 
-def shaped(value: Any, shape: Any, what: str, where: str = "") -> None:
+def shaped(value: Any, shape: Shape, what: str, where: str = "") -> None:
     """A LaunchError where `value` is not of `shape` (a dict: an object whose keys named there
     are, when present and not null, of their shape; a one-item list: a list of that item's
     shape). Pure."""
@@ -1015,9 +1054,10 @@ def shaped(value: Any, shape: Any, what: str, where: str = "") -> None:
             shaped(item, shape[0], what, f"{where}[{i}]")
 
 
-def decoded(data: bytes | bytearray, what: str, items: Any = None) -> dict[str, Any]:
+def decoded(data: bytes | bytearray, what: str, items: Shape | None = None) -> Any:
     """An API answer's JSON object; with `items` (a shape), its `items` a list of them. A
-    LaunchError for anything else (HTML from a proxy, a list, objects that are not). Pure."""
+    LaunchError for anything else (HTML from a proxy, a list, objects that are not). Pure.
+    The caller names what it is (a Manifest, an ObjectList, a PodList ...)."""
     try:
         found = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -1026,7 +1066,7 @@ def decoded(data: bytes | bytearray, what: str, items: Any = None) -> dict[str, 
             f"kubernetes: {what}: the answer is not JSON ({exc}; it starts {start!r})"
         ) from None
     shaped(found, {"metadata": {}, **({"items": [items]} if items is not None else {})}, what)
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 def answer_lines(
@@ -1052,7 +1092,7 @@ def answer_lines(
             )
 
 
-def watch_event(line: bytes, what: str) -> tuple[str, dict[str, Any]]:
+def watch_event(line: bytes, what: str) -> tuple[str, Pod]:
     """A watch line's (type, object) (an ERROR's code raised as the client's ApiException, as
     its own watch does); a LaunchError for a line that is no event. Pure."""
     from kubernetes.client.exceptions import ApiException
@@ -1071,7 +1111,7 @@ def watch_event(line: bytes, what: str) -> tuple[str, dict[str, Any]]:
         )
     shaped(found, POD_SHAPE, what, "object")
     assert isinstance(found, dict)
-    return kind, found
+    return kind, cast(Pod, found)
 
 
 ERROR_BODY_MAX = 65536
@@ -1199,12 +1239,13 @@ class Api:
             raise LaunchError(f"kubernetes: {what}: {type(exc).__name__}: {exc}") from None
 
     def _json(
-        self, what: str, fn: Callable[[tuple[float, float]], Any], items: Any = None
-    ) -> dict[str, Any]:
-        """fn's answer as a JSON object (with `items`: a list of objects of that shape)."""
+        self, what: str, fn: Callable[[tuple[float, float]], Any], items: Shape | None = None
+    ) -> Any:
+        """fn's answer as a JSON object (with `items`: a list of objects of that shape); the
+        caller names what it is."""
         return decoded(self._call(what, fn), what, items)
 
-    def create_job(self, manifest: Mapping[str, Any]) -> None:
+    def create_job(self, manifest: Manifest) -> None:
         """Create the Job; a 409 means a retried create had landed: the Job is ours."""
         from kubernetes import client
 
@@ -1218,9 +1259,9 @@ class Api:
             absent=frozenset({409}),
         )
 
-    def listed_pods(self, selector: str) -> tuple[list[dict[str, Any]], str]:
+    def listed_pods(self, selector: str) -> tuple[list[Pod], str]:
         """The pods the selector picks and the list's resourceVersion (a watch starts there)."""
-        found = self._json(
+        found: PodList = self._json(
             f"list pods {selector}",
             lambda t: self.core.list_namespaced_pod(
                 self.namespace, label_selector=selector, _preload_content=False, _request_timeout=t
@@ -1230,7 +1271,9 @@ class Api:
         version = str((found.get("metadata") or {}).get("resourceVersion") or "")
         return list(found.get("items") or []), version
 
-    def watch_pods(self, selector: str, version: str, stop: threading.Event) -> Iterator[Any]:
+    def watch_pods(
+        self, selector: str, version: str, stop: threading.Event
+    ) -> Iterator[tuple[str, Pod]]:
         """(event type, pod) as the API reports them after `version`, until `stop` is set
         (each request open WATCH_S, resumed from the last event); the client's ApiException
         as it comes (410 where `version` is too old, compacted; an ERROR event's code) and its
@@ -1282,8 +1325,8 @@ class Api:
             with suppress(Exception):
                 response.shutdown()
 
-    def jobs(self, selector: str) -> list[dict[str, Any]]:
-        found = self._json(
+    def jobs(self, selector: str) -> list[Manifest]:
+        found: ObjectList = self._json(
             f"list jobs {selector}",
             lambda t: self.batch.list_namespaced_job(
                 self.namespace, label_selector=selector, _preload_content=False, _request_timeout=t
@@ -1328,7 +1371,7 @@ class Api:
             )
         return self._lws
 
-    def _create_core(self, manifest: Mapping[str, Any]) -> None:
+    def _create_core(self, manifest: Manifest) -> None:
         """Create a Service or ConfigMap; a 409 means a retried create had landed."""
         from kubernetes import client
 
@@ -1341,10 +1384,10 @@ class Api:
             absent=frozenset({409}),
         )
 
-    def listed(self, kind: str, selector: str) -> list[dict[str, Any]]:
+    def listed(self, kind: str, selector: str) -> list[Manifest]:
         """The Services or ConfigMaps the selector picks."""
         found = getattr(self.core, f"list_namespaced_{CORE_KINDS[kind]}")
-        made = self._json(
+        made: ObjectList = self._json(
             f"list {kind.lower()}s {selector}",
             lambda t: found(
                 self.namespace, label_selector=selector, _preload_content=False, _request_timeout=t
@@ -1362,7 +1405,7 @@ class Api:
         )
         return done is not None
 
-    def create_lws(self, manifest: Mapping[str, Any]) -> None:
+    def create_lws(self, manifest: Manifest) -> None:
         self._call(
             f"create leaderworkerset {manifest['metadata']['name']}",
             lambda t: self.custom.create_namespaced_custom_object(
@@ -1377,11 +1420,11 @@ class Api:
             absent=frozenset({409}),
         )
 
-    def lws(self, selector: str) -> list[dict[str, Any]]:
+    def lws(self, selector: str) -> list[Manifest]:
         """The LeaderWorkerSets the selector picks (none where LWS is not installed)."""
         if not self.has_lws():
             return []
-        found = self._json(
+        found: ObjectList = self._json(
             f"list leaderworkersets {selector}",
             lambda t: self.custom.list_namespaced_custom_object(
                 LWS_GROUP,
@@ -1414,7 +1457,7 @@ class Api:
         )
         return done is not None
 
-    def read(self, kind: str, name: str) -> dict[str, Any] | None:
+    def read(self, kind: str, name: str) -> Manifest | None:
         """The Job or LeaderWorkerSet as the API has it; None once it is gone (a foreground
         delete ends with it, after its pods)."""
 
@@ -1437,7 +1480,7 @@ class Api:
         found = self.read(kind, name) or {}
         return str((found.get("metadata") or {}).get("uid") or "")
 
-    def create(self, manifest: Mapping[str, Any]) -> None:
+    def create(self, manifest: Manifest) -> None:
         """Create a Job, Service, ConfigMap or LeaderWorkerSet."""
         if manifest["kind"] in CORE_KINDS:
             self._create_core(manifest)
@@ -1590,7 +1633,7 @@ class PodWatch:
         self.stop = threading.Event()
         self.polling = False
         """The API refused the watch (401/403): the pods are listed every POLL_S."""
-        self._pods: dict[str, dict[str, Any]] = {}
+        self._pods: dict[str, Pod] = {}
         self._gone: set[str] = set()
         self._seen = 0
         self._error: Unplaced | None = None
@@ -1677,7 +1720,7 @@ class PodWatch:
             self._error = exc
             self.changed.notify_all()
 
-    def pods(self) -> tuple[list[dict[str, Any]], int]:
+    def pods(self) -> tuple[list[Pod], int]:
         """The pods now, and a token for `wait`: the changes seen so far."""
         with self.changed:
             if self._error is not None:
@@ -1802,9 +1845,9 @@ class KubernetesServer(LoggedServer):
         self.group: Group = "job"
         self.made: list[tuple[str, str]] = []
         """(kind, name) of what was created, in order: deleted in reverse."""
-        self.pod: dict[str, Any] = {}
+        self.pod: Pod = {}
         """The head's pod (the only one on one node)."""
-        self.pods: list[dict[str, Any]] = []
+        self.pods: list[Pod] = []
         self.files: list[str] = []
         """The manifests written into the probe folder (`kubectl create -f` them)."""
         self.base_url = ""
@@ -1819,7 +1862,7 @@ class KubernetesServer(LoggedServer):
         launcher = self.launcher
         ref = launcher.template_ref(self.candidate)
         image = launcher.pinned(self.candidate)
-        common: dict[str, Any] = {
+        common: ManifestArgs = {
             "name": self.name,
             "image": image,
             "ref": ref,
@@ -1828,6 +1871,7 @@ class KubernetesServer(LoggedServer):
             "run_id": launcher.run_id,
             "owner": launcher.owner,
             "instrument": self.instrument,
+            "shipped": (),
         }
         self.probe_dir.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
@@ -1881,7 +1925,7 @@ class KubernetesServer(LoggedServer):
         )
         return self
 
-    def _write(self, manifest: Mapping[str, Any]) -> None:
+    def _write(self, manifest: Manifest) -> None:
         """Into the probe folder, as `kubectl create -f` takes it."""
         file = {"LeaderWorkerSet": "lws.json", "ConfigMap": "configmap.json"}.get(
             manifest["kind"], f"{str(manifest['kind']).lower()}.json"
@@ -1894,7 +1938,7 @@ class KubernetesServer(LoggedServer):
             return f"{LWS_NAME_LABEL}={self.name}"
         return f"job-name={self.name}"
 
-    def _rank(self, pod: Mapping[str, Any]) -> int:
+    def _rank(self, pod: Pod) -> int:
         labels = (pod.get("metadata") or {}).get("labels") or {}
         key = LWS_INDEX_LABEL if self.group == "leaderworkerset" else INDEX_LABEL
         try:
@@ -1902,7 +1946,7 @@ class KubernetesServer(LoggedServer):
         except ValueError:
             return 0
 
-    def _current_pods(self) -> list[dict[str, Any]]:
+    def _current_pods(self) -> list[Pod]:
         """The probe's pods, the head's first (as the watch has them)."""
         watching = self._watch  # stop() may clear it from another thread (a Cancel)
         if watching is None:
@@ -1916,15 +1960,15 @@ class KubernetesServer(LoggedServer):
         if watching is not None:
             watching.wait(self._seen, seconds)
 
-    def _current_pod(self) -> dict[str, Any] | None:
+    def _current_pod(self) -> Pod | None:
         pods = self._current_pods()
         return pods[0] if pods and self._rank(pods[0]) == 0 else None
 
     @staticmethod
-    def _pod_name(pod: Mapping[str, Any]) -> str:
+    def _pod_name(pod: Pod) -> str:
         return str((pod.get("metadata") or {}).get("name", ""))
 
-    def _which(self, pod: Mapping[str, Any]) -> str:
+    def _which(self, pod: Pod) -> str:
         """How a reason names the pod: nothing for the head, `worker pod NAME: ` else."""
         return "" if self._rank(pod) == 0 else f"worker pod {self._pod_name(pod)}: "
 
@@ -2059,11 +2103,11 @@ class KubernetesServer(LoggedServer):
             with suppress(OSError):
                 log.close()
 
-    def _tail_of(self, pod: Mapping[str, Any]) -> str:
+    def _tail_of(self, pod: Pod) -> str:
         """The end of an ended pod's log (its follower joined; a worker's: its file)."""
         name, rank = self._pod_name(pod), self._rank(pod)
         if rank == 0:
-            self.pod = dict(pod)
+            self.pod = pod.copy()
             self._start_log()
             if self._log_thread is not None:
                 self._log_thread.join(timeout=10)
@@ -2123,7 +2167,7 @@ class KubernetesServer(LoggedServer):
         self._join_log()
         self._close_log()
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> Facts:
         """The image (by digest, and the imageID the kubelet resolved), the node, the Job; the
         package versions and the weights' revision inside the pod."""
         status = self.pod.get("status") or {}
@@ -2132,7 +2176,7 @@ class KubernetesServer(LoggedServer):
             (str(c.get("imageID") or "") for c in status.get("containerStatuses") or []), ""
         )
         packages: dict[str, str] = {}
-        loaded: dict[str, Any] = {}
+        loaded: Facts = {}
         if self.name_of_pod():
             packages = self._packages()
             loaded = self._weights(spec)
@@ -2202,10 +2246,10 @@ class KubernetesServer(LoggedServer):
                         return {str(k): str(v) for k, v in found.items()}
         return {}
 
-    def _weights(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+    def _weights(self, spec: PodSpec) -> Facts:
         """The weights the pod's command line names, resolved inside it (its hub cache, its
         environment); nothing where it cannot tell."""
-        container: Mapping[str, Any] = next(iter(spec.get("containers") or []), {})
+        container: Container = next(iter(spec.get("containers") or []), Container())
         argv = weights.image_argv(container.get("command"), container.get("args") or [])
         wanted = weights.asked(argv)
         if not wanted.get("model"):
@@ -2269,7 +2313,7 @@ class KubernetesLauncher:
             return ref
         return parse_image_ref(ref).pinned(digest)
 
-    def image_config(self, ref: ImageRef) -> dict[str, Any] | None:
+    def image_config(self, ref: ImageRef) -> ImageConfig | None:
         """The image's config blob (labels, env), read from its registry; None where the
         registry has no such image. A RegistryError where it cannot say."""
         manifest = self.registry.manifest(ref)

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, cast
 
 from pydantic import field_validator
 
@@ -33,6 +33,7 @@ from ..clock import SYSTEM
 from ..collectenv import LocalCollect
 from ..config import CommandServerBase, check_placeholders
 from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
+from ..fingerprint import Facts
 from ..kinds import (
     LAUNCHERS,
     DeviceContext,
@@ -84,7 +85,7 @@ class ProcessServer(LoggedServer):
         collect: LocalCollect | None = None,
         shown_env: Mapping[str, str] | None = None,
     ) -> None:
-        self.facts = dict(facts or {})
+        self.facts = cast(Facts, dict(facts or {}))  # the build's (commands.Prepared's)
         self.collect = collect
         """collect_env beside the server, in its environment (finished before it stops)."""
         self.shown_env = dict(shown_env or {})
@@ -234,7 +235,7 @@ class ProcessServer(LoggedServer):
             self._log.flush()
         self._spawn()
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> Facts:
         """The build's facts and `command`, the server's command line with the environment
         llm-bisect gave it (a secret by name only), and the weights it loaded (resolved here,
         in its environment); collect_env has finished (its facts are read from the probe

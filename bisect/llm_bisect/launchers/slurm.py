@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import httpx
 from pydantic import Field, field_validator
@@ -52,6 +52,7 @@ from ..builds.prefetch import BuildPrefetcher
 from ..clock import SYSTEM
 from ..config import CommandServerBase, check_placeholders
 from ..errors import ConfigError, LaunchError, NotReady, ServerExited, Unplaced
+from ..fingerprint import Facts
 from ..kinds import (
     LAUNCHERS,
     LauncherContext,
@@ -421,7 +422,7 @@ class SlurmServer(LoggedServer):
         self.job: str | None = None
         self.excluded: list[str] = []
         self.tries = 0
-        self.facts: dict[str, Any] = {}
+        self.facts: Facts = {}
         self.reproduce = ""
         nodes = {k: "{" + k + "}" for k in RUNTIME}
         self.wanted = weights.asked([fill(a, {**nodes, **values}) for a in self.cfg.command])
@@ -619,7 +620,7 @@ class SlurmServer(LoggedServer):
                 if clean != text:
                     path.write_text(clean)
 
-    def fingerprint(self) -> dict[str, Any]:
+    def fingerprint(self) -> Facts:
         """What the build is; collect_env on the node has finished (or its time is up):
         its facts are read from the probe folder, where the node wrote them."""
         self._wait_collect()
@@ -634,7 +635,7 @@ class SlurmServer(LoggedServer):
             **placement_facts(nodes, self.env),
         }
 
-    def _weights(self) -> dict[str, Any]:
+    def _weights(self) -> Facts:
         """The weights the head node says its server loaded: asked for now (the server is
         ready), awaited while the job lives, at most the resolver's own time limit."""
         if not self.wanted.get("model") or self.job is None:
@@ -708,7 +709,7 @@ class SlurmLauncher(Prefetching):
         self.owner = owner_label()
         self.cwd = cwd
         self.slurm = Slurm(self.env)
-        self.build_facts: dict[str, dict[str, Any]] = {}
+        self.build_facts: dict[str, Facts] = {}
         self._avoid: dict[str, tuple[str, ...]] = {}
         self._lock = threading.Lock()
 

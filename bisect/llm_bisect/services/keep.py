@@ -34,6 +34,7 @@ from ..registry import (
     DIGEST,
     MAX_PAGES,
     TAG,
+    Descriptor,
     ImageRef,
     Manifest,
     RawManifest,
@@ -194,7 +195,7 @@ def image_entry(registry: RegistryClient, source: ImageRef, tag: str, raw: RawMa
     )
 
 
-def _digest(descriptor: dict[str, object], raw: RawManifest) -> str:
+def _digest(descriptor: Descriptor, raw: RawManifest) -> str:
     """The digest a descriptor of `raw` names (never a tag: that would be another image)."""
     digest = descriptor.get("digest")
     if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
@@ -202,7 +203,7 @@ def _digest(descriptor: dict[str, object], raw: RawManifest) -> str:
     return digest
 
 
-def _platform(descriptor: dict[str, object]) -> str:
+def _platform(descriptor: Descriptor) -> str:
     p = descriptor.get("platform")
     if not isinstance(p, dict):
         return "unknown/unknown"

@@ -13,9 +13,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 from .server import engine_settings
+from .shapes import EngineSettings
 
 DEFAULTS = {
     "torch": "2.13.0+cu130",
@@ -78,7 +78,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--engine-file", type=Path, help="read them from this file instead")
     parser.add_argument("--commit", required=True)
     args = parser.parse_args(argv)
-    settings: dict[str, Any] = {}
+    settings: EngineSettings = {}
     if args.engine_file is not None:
         settings = json.loads(args.engine_file.read_text())
     elif args.repo is not None:

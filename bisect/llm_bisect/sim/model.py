@@ -31,9 +31,9 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
 
 from ..checks.gsm8k import load_problems
+from .shapes import WorkerEvent, WorkerResult, WorkerRow
 
 EOS_ID = 1
 _WORD = re.compile(r"\s*\S+")
@@ -351,7 +351,7 @@ def _values(module: str, tid: int, position: int, width: int) -> list[float]:
     return [((seed >> (i % 48)) % 1000) / 500.0 - 1.0 + i * 1e-3 for i in range(width)]
 
 
-def module_events(token_ids: list[int], fault: str, sample: int = 8) -> list[dict[str, Any]]:
+def module_events(token_ids: list[int], fault: str, sample: int = 8) -> list[WorkerEvent]:
     """What the worker extension records for one forward over `token_ids`: every tensor
     each module is called with or returns, summarised per token position, in execution
     order. A model-side fault changes the output of the module it enters and everything
@@ -362,9 +362,9 @@ def module_events(token_ids: list[int], fault: str, sample: int = 8) -> list[dic
         (i for i, (m, kind, _) in enumerate(order) if m == enters and kind == "output"),
         len(order),
     )
-    events: list[dict[str, Any]] = []
+    events: list[WorkerEvent] = []
     for index, (name, kind, arg) in enumerate(order):
-        rows = []
+        rows: list[WorkerRow] = []
         for position, tid in enumerate(token_ids):
             values = _values(f"{name}.{kind}{arg}", tid, position, sample)
             if index >= changed_from:
@@ -386,7 +386,7 @@ def module_events(token_ids: list[int], fault: str, sample: int = 8) -> list[dic
     return events
 
 
-def worker_result(token_ids: list[int], fault: str, sample: int = 8) -> dict[str, Any]:
+def worker_result(token_ids: list[int], fault: str, sample: int = 8) -> WorkerResult:
     """What `llm_bisect_collect` returns for one simulated worker (rank 0)."""
     return {
         "rank": 0,

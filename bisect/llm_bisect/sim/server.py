@@ -73,12 +73,22 @@ import time
 from collections.abc import Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from .. import loads, weights
 from ..delta import flag_groups, last_copy
 from ..errors import ConfigError
 from . import model
+from .shapes import (
+    ChatMessage,
+    Choice,
+    EngineSettings,
+    Hostile,
+    Reply,
+    Request,
+    RpcReply,
+    WorkerResult,
+)
 
 FAULTS = (
     "none",
@@ -129,7 +139,7 @@ class Engine:
         commit: str,
         fault: str,
         reasoning_field: str,
-        hostile: dict[str, Any] | None = None,
+        hostile: Hostile | None = None,
         *,
         thinking: int = 0,
         unclosed: tuple[str, ...] = (),
@@ -153,8 +163,8 @@ class Engine:
         """The key every /v1 request must carry (`--api-key`, VLLM_API_KEY), as vLLM's."""
         """Started as vLLM with `--worker-extension-cls` and VLLM_SERVER_DEV_MODE=1: it
         answers /collective_rpc as llm-bisect's worker extension does."""
-        self._armed: dict[str, Any] | None = None
-        self._recorded: dict[str, Any] | None = None
+        self._armed: dict[str, int] | None = None
+        self._recorded: WorkerResult | None = None
         self.request_log: Path | None = None
         """Where each POST is written as it comes (`--request-log`): a JSON line with its path,
         its body and the POSTs in flight then, itself included."""
@@ -175,7 +185,9 @@ class Engine:
             with self._lock:
                 self.in_flight -= 1
 
-    def _envelope(self, kind: str, body: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
+    def _envelope(
+        self, kind: Literal["chat.completion", "text_completion"], body: Request, choice: Choice
+    ) -> Reply:
         return {
             "id": f"{kind}-{self.commit[:8]}",
             "object": kind,
@@ -185,8 +197,8 @@ class Engine:
             "choices": [choice],
         }
 
-    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        messages = body.get("messages") or [{}]
+    def chat(self, body: Request) -> Reply:
+        messages = body.get("messages") or [ChatMessage()]
         prompt = str(messages[-1].get("content", ""))
         max_tokens = int(body.get("max_tokens") or 256)
         with self._lock:
@@ -221,13 +233,13 @@ class Engine:
             content += "x" * int(self.hostile["pad"])
         if content is not None and self.hostile.get("echo_env"):
             content += "".join(f" {n}={os.environ.get(n, '')}" for n in self.hostile["echo_env"])
-        message: dict[str, Any] = {
+        message: dict[str, str | None] = {
             "role": "assistant",
             "content": content,
             # a thinking model with thinking switched off says nothing in reasoning
             self.reasoning_field: gen.reasoning if thinks or not self.thinking else None,
         }
-        choice: dict[str, Any] = {
+        choice: Choice = {
             "index": 0,
             "message": message,
             "finish_reason": gen.finish_reason,
@@ -261,14 +273,14 @@ class Engine:
             reply["prompt_token_ids"] = prompt_ids
         return reply
 
-    def detokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+    def detokenize(self, body: Request) -> dict[str, str]:
         ids = body.get("tokens")
         if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
             raise ValueError("tokens: a list of token ids")
         with self._lock:
             return {"prompt": "".join(self.vocab.get(t, "") for t in ids)}
 
-    def tokenize(self, body: dict[str, Any]) -> dict[str, Any]:
+    def tokenize(self, body: Request) -> dict[str, int | list[int]]:
         text = str(body.get("prompt", ""))
         if isinstance(body.get("messages"), list):  # vLLM's TokenizeChatRequest
             text = "".join(
@@ -282,7 +294,7 @@ class Engine:
             self.vocab.update(zip(ids, toks, strict=True))
         return {"count": len(ids), "tokens": ids}
 
-    def rpc(self, body: dict[str, Any]) -> dict[str, Any]:
+    def rpc(self, body: Request) -> RpcReply:
         """The worker extension's methods, for one simulated worker (rank 0)."""
         method = body.get("method")
         with self._lock:
@@ -295,7 +307,7 @@ class Engine:
                 return {"results": [recorded or {"rank": 0, "events": []}]}
         raise ValueError(f"no method {method!r} on the workers")
 
-    def text_completion(self, body: dict[str, Any]) -> dict[str, Any]:
+    def text_completion(self, body: Request) -> Reply:
         """A raw text prompt completed (no chat template): the build's answer as one text,
         cut at the first of the request's `stop` strings (not included, as vLLM does)."""
         prompt = str(body.get("prompt"))
@@ -307,13 +319,13 @@ class Engine:
         if stops:
             text = text[: min(text.index(s) for s in stops)]
             finish = "stop"
-        choice = {"index": 0, "text": text, "finish_reason": finish or gen.finish_reason}
+        choice: Choice = {"index": 0, "text": text, "finish_reason": finish or gen.finish_reason}
         reply = self._envelope("text_completion", body, choice)
         reply["usage"] = {"prompt_tokens": len(model.tokens(prompt)),
                           "completion_tokens": len(model.tokens(text))}  # fmt: skip
         return reply
 
-    def completion(self, body: dict[str, Any]) -> dict[str, Any]:
+    def completion(self, body: Request) -> Reply:
         """Teacher forcing: a prompt of token ids scored with `prompt_logprobs`; a text prompt
         completed (`text_completion`)."""
         prompt = body.get("prompt")
@@ -325,7 +337,7 @@ class Engine:
             if self._armed is not None:
                 sample = int(self._armed.get("sample", 8))
                 self._recorded = model.worker_result(prompt, self.fault, min(sample, 16))
-        choice: dict[str, Any] = {"index": 0, "text": "", "finish_reason": "length"}
+        choice: Choice = {"index": 0, "text": "", "finish_reason": "length"}
         wanted = int(body.get("max_tokens") or 1)
         if body.get("return_token_ids"):  # a greedy continuation: the same on every build
             seed = sum(prompt) % 997
@@ -354,7 +366,7 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
                 f"sim: {self.command} {self.path} {args[1] if len(args) > 1 else ''}\n"
             )
 
-        def _send(self, status: int, body: dict[str, Any] | str) -> None:
+        def _send(self, status: int, body: Mapping[str, object] | str) -> None:
             data = (body if isinstance(body, str) else json.dumps(body)).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -455,7 +467,7 @@ def _handler(engine: Engine) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def startup_log(commit: str, settings: dict[str, Any]) -> list[str]:
+def startup_log(commit: str, settings: EngineSettings) -> list[str]:
     """Kernel-selection lines as vLLM prints them today (main 2026-08: vllm/v1/engine/core.py,
     platforms/cuda.py, fused_moe/oracle/nvfp4.py, kernels/linear), so fingerprints have
     something to read; a commit's settings switch a backend as a real change would."""
@@ -506,7 +518,7 @@ def serve(engine: Engine, port: int, host: str = "127.0.0.1") -> ThreadingHTTPSe
     return server
 
 
-def engine_settings(repo: Path, commit: str) -> dict[str, Any]:
+def engine_settings(repo: Path, commit: str) -> EngineSettings:
     """The sim-engine.json of a commit; {} when the commit has none."""
     result = subprocess.run(
         ["git", "-C", str(repo), "show", f"{commit}:{ENGINE_FILE}"],
@@ -517,7 +529,7 @@ def engine_settings(repo: Path, commit: str) -> dict[str, Any]:
     if result.returncode != 0:
         return {}
     settings = json.loads(result.stdout or "{}")
-    return settings if isinstance(settings, dict) else {}
+    return cast(EngineSettings, settings) if isinstance(settings, dict) else {}
 
 
 def _escape(commit: str) -> None:
@@ -533,7 +545,7 @@ def _escape(commit: str) -> None:
 
 
 def _fault_when(
-    settings: dict[str, Any], flags: dict[str, tuple[str, ...]], env: Mapping[str, str]
+    settings: EngineSettings, flags: dict[str, tuple[str, ...]], env: Mapping[str, str]
 ) -> str | None:
     """The fault of the first `fault_when` rule this server's flags and environment match."""
     given = {name: " ".join(w for w in words[1:]) or words[0].partition("=")[2]
@@ -626,7 +638,7 @@ def main(argv: list[str]) -> int:
         parser.error(str(exc))
     extra = {name: last_copy(name, words) for name, words in groups.items()}  # as vLLM's
 
-    settings: dict[str, Any] = {}
+    settings: EngineSettings = {}
     if args.engine_file:
         settings = json.loads(args.engine_file.read_text())
     elif args.repo:
@@ -688,7 +700,7 @@ def main(argv: list[str]) -> int:
         if settings.get("crash_trailer"):  # one long line after the reason (progress bars)
             print("#" * int(settings["crash_trailer"]), flush=True)
         return 3
-    hostile = dict(settings.get("hostile", {}))
+    hostile = Hostile(**settings.get("hostile", {}))
     engine = Engine(
         args.commit,
         fault,
