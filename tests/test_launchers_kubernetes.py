@@ -35,7 +35,7 @@ from kubeapi import KUBERNETES_VERSION, Fault, StandIn, expand, lws_schema
 from llm_bisect.cli import cli
 from llm_bisect.config import load_config, verdict_settings
 from llm_bisect.errors import ConfigError, LaunchError
-from llm_bisect.kinds import LAUNCHERS
+from llm_bisect.kinds import LAUNCHERS, LauncherContext
 from llm_bisect.launchers import INSTRUMENT_DIR, Instrument
 from llm_bisect.launchers.kubernetes import (
     COMMIT_LABEL,
@@ -791,8 +791,8 @@ def test_a_pod_kept_off_the_only_node_runs_there_again_and_says_so(
                             pending_timeout=3600)  # fmt: skip
     cfg = KubernetesServerConfig.model_validate(server)
     notes: list[str] = []
-    launcher = KubernetesLauncher(cfg, env=cfg.env, secret_names=[], run_id=uuid.uuid4().hex[:12],
-                                  report=notes.append)  # fmt: skip
+    launcher = KubernetesLauncher(cfg, LauncherContext(tmp_path, uuid.uuid4().hex[:12], cfg.env,
+                                                       report=notes.append))  # fmt: skip
     one = candidate(h.shas[1])
     launcher.avoid(one, [standin.node])
     with launcher.launch(one, tmp_path / "probe") as running:

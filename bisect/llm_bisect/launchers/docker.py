@@ -29,7 +29,7 @@ import math
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from dataclasses import replace
 from pathlib import Path
@@ -43,10 +43,9 @@ from docker.models.images import Image
 from pydantic import Field, field_validator
 
 from .. import collectenv, escape as esc, weights
-from ..builds import Builder, ImageTarget, Route
+from ..builds import ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..builds.prefetch import Prefetcher
-from ..clock import SYSTEM
 from ..config import ServerBase, SlotGpus, Strict, check_placeholders
 from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
 from ..fingerprint import package_probe_source
@@ -523,39 +522,33 @@ class DockerLauncher:
     def __init__(
         self,
         cfg: DockerServerConfig,
+        ctx: LauncherContext,
         *,
-        env: Mapping[str, str],
-        secret_names: Sequence[str],
-        base_dir: Path,
-        run_id: str,
-        client: docker.DockerClient | None = None,
         engine: str | None = None,
+        client: docker.DockerClient | None = None,
         registry: RegistryClient | None = None,
-        builder: Builder | None = None,
-        logins: Mapping[str, tuple[str, str]] | None = None,
-        report: Callable[[str], None] = lambda _: None,
-        slot_devices: Sequence[Sequence[str] | None] = (),
         ports: PortBook | None = None,
-        clock: Callable[[], float] = SYSTEM.monotonic,
-        sleep: Callable[[float], None] = SYSTEM.sleep,
     ) -> None:
+        """`engine`: a Docker host (one of server.docker_hosts; None: the environment's),
+        or `client`, one connected already."""
         self.cfg = cfg
-        self.slot_devices = [None if d is None else tuple(d) for d in slot_devices]
+        self.slot_devices = [None if d is None else tuple(d) for d in ctx.slot_devices]
         """Per slot (0 .. parallel-1), the GPUs its container alone uses."""
         self.ports = ports or PortBook()
-        self.env = dict(env)
-        self.secret_names = list(secret_names)
-        self.secrets = [self.env[n] for n in secret_names if n in self.env]
+        self.env = dict(ctx.env)
+        self.secret_names = list(ctx.secret_names)
+        self.secrets = [self.env[n] for n in ctx.secret_names if n in self.env]
         self.secrets += argv_secrets([*cfg.args, *(cfg.entrypoint or [])])  # a URL login
         if cfg.registry.password:
             self.secrets.append(cfg.registry.password)
-        self.base_dir = base_dir
-        self.run_id = run_id
+        self.base_dir = base_dir = ctx.base_dir
+        self.run_id = run_id = ctx.run_id
         self.owner = owner_label()
         self.engine = Engine.connect(engine, client)
-        self.report = report
-        self.clock = clock
-        self.sleep = sleep
+        self.report = report = ctx.report
+        self.clock = clock = ctx.clock
+        self.sleep = ctx.sleep
+        builder, logins = ctx.builder, ctx.logins
         self.images = Images(
             self.engine,
             registry
@@ -902,22 +895,7 @@ def from_config(cfg: DockerServerConfig, ctx: LauncherContext) -> Launcher:
     try:
         hosts: list[str | None] = [*cfg.docker_hosts] or [None]
         for engine in hosts:
-            engines.append(
-                DockerLauncher(
-                    cfg,
-                    env=ctx.env,
-                    secret_names=ctx.secret_names,
-                    base_dir=ctx.base_dir,
-                    run_id=ctx.run_id,
-                    engine=engine,
-                    builder=ctx.builder,
-                    logins=ctx.logins,
-                    report=ctx.report,
-                    slot_devices=ctx.slot_devices,
-                    clock=ctx.clock,
-                    sleep=ctx.sleep,
-                )
-            )
+            engines.append(DockerLauncher(cfg, ctx, engine=engine))
     except BaseException:
         for started in engines:
             started.close()

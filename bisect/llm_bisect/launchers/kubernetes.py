@@ -2229,28 +2229,22 @@ class KubernetesLauncher:
     def __init__(
         self,
         cfg: KubernetesServerConfig,
+        ctx: LauncherContext,
         *,
-        env: Mapping[str, str],
-        secret_names: Sequence[str],
-        run_id: str,
         api: Api | None = None,
         registry: RegistryClient | None = None,
-        logins: Mapping[str, tuple[str, str]] | None = None,
-        report: Callable[[str], None] = lambda _: None,
-        clock: Callable[[], float] = SYSTEM.monotonic,
-        sleep: Callable[[float], None] = SYSTEM.sleep,
     ) -> None:
         self.cfg = cfg
-        self.env = dict(env)
-        self.secrets = [self.env[n] for n in secret_names if n in self.env]
+        self.env = dict(ctx.env)
+        self.secrets = [self.env[n] for n in ctx.secret_names if n in self.env]
         self.secrets += argv_secrets([*cfg.args, *(cfg.entrypoint or [])])
-        self.run_id = run_id
+        self.run_id = ctx.run_id
         self.owner = owner_label()
-        self.report = report
-        self.clock = clock
-        self.sleep = sleep
+        self.report = ctx.report
+        self.clock = clock = ctx.clock
+        self.sleep = sleep = ctx.sleep
         self.api = api or Api(cfg.namespace, cfg.kubeconfig, cfg.context, sleep, cfg.api, clock)
-        self.registry = registry or RegistryClient(logins=logins)
+        self.registry = registry or RegistryClient(logins=ctx.logins)
         self._digests: dict[str, str] = {}
         self._secrets_read = not cfg.secret_env_read
         self._avoid: dict[str, tuple[str, ...]] = {}
@@ -2394,16 +2388,7 @@ class KubernetesLauncher:
 
 
 def from_config(cfg: KubernetesServerConfig, ctx: LauncherContext) -> KubernetesLauncher:
-    return KubernetesLauncher(
-        cfg,
-        env=ctx.env,
-        secret_names=ctx.secret_names,
-        run_id=ctx.run_id,
-        logins=ctx.logins,
-        report=ctx.report,
-        clock=ctx.clock,
-        sleep=ctx.sleep,
-    )
+    return KubernetesLauncher(cfg, ctx)
 
 
 SECRET_ENV_HINT = "server.secret_env: {{{name}: {{secret: NAME, key: KEY}}}} (a Kubernetes Secret)"

@@ -47,9 +47,7 @@ import httpx
 from pydantic import Field, field_validator
 
 from .. import collectenv, enginecache, escape as esc, weights
-from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
-from ..clock import SYSTEM
 from ..config import CommandServerBase, check_placeholders
 from ..errors import ConfigError, LaunchError, NotReady, ServerExited, Unplaced
 from ..kinds import (
@@ -680,33 +678,20 @@ class SlurmLauncher(Prefetching):
     writes_probe_folder = True
     """Its servers can write the probe's folder at its path (loads.py: the path hook)."""
 
-    def __init__(
-        self,
-        cfg: SlurmServerConfig,
-        *,
-        env: Mapping[str, str],
-        secret_names: list[str],
-        run_id: str,
-        cwd: Path,
-        base_env: Mapping[str, str] | None = None,
-        builder: Builder | None = None,
-        report: Callable[[str], None] = lambda _: None,
-        clock: Callable[[], float] = SYSTEM.monotonic,
-        sleep: Callable[[float], None] = SYSTEM.sleep,
-    ) -> None:
+    def __init__(self, cfg: SlurmServerConfig, ctx: LauncherContext) -> None:
         self.cfg = cfg
-        self.base_env = dict(os.environ if base_env is None else base_env)
-        self.config_env = dict(env)
-        self.env = {**self.base_env, **env}
-        self.secret_names = secret_names
-        self.run_id = run_id
-        self.builder = builder
+        self.base_env = dict(ctx.environ)
+        self.config_env = dict(ctx.env)
+        self.env = {**self.base_env, **ctx.env}
+        self.secret_names = list(ctx.secret_names)
+        self.run_id = ctx.run_id
+        self.builder = builder = ctx.builder
         self.prefetcher = BuildPrefetcher(builder) if builder is not None else None
-        self.note = report
-        self.clock = clock
-        self.sleep = sleep
+        self.note = ctx.report
+        self.clock = ctx.clock
+        self.sleep = ctx.sleep
         self.owner = owner_label()
-        self.cwd = cwd
+        self.cwd = cwd_of(cfg, ctx.base_dir)
         self.slurm = Slurm(self.env)
         self.build_facts: dict[str, dict[str, Any]] = {}
         self._avoid: dict[str, tuple[str, ...]] = {}
@@ -846,18 +831,7 @@ class SlurmServerConfig(CommandServerBase):
 
 def from_config(cfg: SlurmServerConfig, ctx: LauncherContext) -> SlurmLauncher:
     """The Slurm launcher of a `server:` section."""
-    return SlurmLauncher(
-        cfg,
-        env=dict(ctx.env),
-        base_env=ctx.environ,
-        secret_names=ctx.secret_names,
-        run_id=ctx.run_id,
-        cwd=cwd_of(cfg, ctx.base_dir),
-        builder=ctx.builder,
-        report=ctx.report,
-        clock=ctx.clock,
-        sleep=ctx.sleep,
-    )
+    return SlurmLauncher(cfg, ctx)
 
 
 def _preflight(cfg: SlurmServerConfig, ctx: PreflightContext) -> Preflight:

@@ -50,7 +50,17 @@ from ..report.documents import (
     Together,
 )
 from ..report.result import probe_doc
-from ..runner import Priors, RunResult, avoided, run as run_search, write_atomic, write_outputs
+from ..runner import (
+    Priors,
+    Probing,
+    Record,
+    RunResult,
+    Searching,
+    avoided,
+    run as run_search,
+    write_atomic,
+    write_outputs,
+)
 from ..search import Answer, Mode, Plan, Status, trial_slots
 from ..secretnames import argv_secrets, secret_names
 from ..sources.releases import reach
@@ -106,14 +116,20 @@ class Search:
     def run(self, policy: Policy) -> RunResult:
         c = self.config
         done = run_search(
-            self.plan, digest=self.digest, settings=self.settings, out_dir=self.out_dir,
-            launcher=self.launcher, checks=self.s.checks, client=self.s.client,
-            repeats=c.probe.runs, reprobe=c.probe.reprobe, policy=policy,
-            progress=self.progress, golden=self.golden, scrub=self.s.scrub,
-            regress=Regress(c.regress), coarse=c.candidates.coarse, context=self.context,
-            given=self.given, parallel=c.parallel, early_stop=c.probe.early_stop,
-            first=self.first, symptom=Symptom(c.search.symptom), again=self.runs > 0,
-            priced=self.priced, priors=self.priors,
+            self.plan,
+            Record(
+                self.out_dir, self.digest, self.settings, self.context, self.given,
+                again=self.runs > 0, scrub=self.s.scrub,
+            ),
+            Probing(
+                self.launcher, self.s.checks, self.s.client, c.probe.runs, c.probe.early_stop,
+                Regress(c.regress), self.golden,
+            ),
+            Searching(
+                policy, c.probe.reprobe, Symptom(c.search.symptom), c.parallel,
+                c.candidates.coarse, self.first, self.priced, self.priors,
+            ),
+            progress=self.progress,
         )  # fmt: skip
         self.runs += 1
         return done
