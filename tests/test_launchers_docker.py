@@ -36,6 +36,7 @@ from llm_bisect.journal import read_events
 from llm_bisect.kinds import LauncherContext
 from llm_bisect.launchers.common import owner_label
 from llm_bisect.launchers.docker import (
+    Containers,
     DockerLauncher,
     DockerServerConfig,
     container_spec,
@@ -128,15 +129,17 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
     cand = Candidate("ab" * 20)
     spec = container_spec(
         cfg,
+        Containers(
+            "r1",
+            tmp_path,
+            {"A": "1", "NCCL_MNNVL_ENABLE": "1", "HF_TOKEN": "hf_dockerSecret99"},
+            owner="node-1:4242:99",
+        ),
         image="sha256:abc",
         ref="vllm/vllm-openai:nightly-" + cand.commit,
         candidate=cand,
         port=8000,
         host_port=12345,
-        env={"A": "1", "NCCL_MNNVL_ENABLE": "1", "HF_TOKEN": "hf_dockerSecret99"},
-        run_id="r1",
-        base_dir=tmp_path,
-        owner="node-1:4242:99",
     )
     assert spec["command"] == [
         "--model",
@@ -185,14 +188,11 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
     host = cfg.model_copy(update={"network_mode": "host"})
     spec = container_spec(
         host,
+        Containers("r1", tmp_path, owner="node-1:4242:99"),
         image="img",
         candidate=cand,
         port=40000,
         host_port=40000,
-        env={},
-        run_id="r1",
-        base_dir=tmp_path,
-        owner="node-1:4242:99",
     )
     assert spec["network_mode"] == "host" and "ports" not in spec
     assert "--port" in spec["command"] and "40000" in spec["command"]
@@ -214,13 +214,11 @@ def test_gpu_options_reach_the_engine(
     )
     spec = container_spec(
         cfg,
+        Containers("gpu", tmp_path),
         image=f"{repo_name}:gpu",
         candidate=Candidate("cd" * 20),
         port=8000,
         host_port=23456,
-        env={},
-        run_id="gpu",
-        base_dir=tmp_path,
     )
     container = client.containers.create(**spec)  # created, not started: no GPU on this machine
     try:

@@ -27,6 +27,7 @@ from llm_bisect.launchers import Instrument
 from llm_bisect.launchers.slurm import (
     JOB_PREFIX,
     MASK_AWK,
+    BatchJob,
     Slurm,
     SlurmLauncher,
     SlurmServerConfig,
@@ -324,11 +325,13 @@ def test_the_gb200_config_writes_two_node_job_scripts(tmp_path: Path) -> None:
     assert "--headless" not in head
     script = job_script(
         server,
-        name="llm-bisect-x",
-        log=tmp_path / "server.log",
-        node_script_path=tmp_path / "node.sh",
-        comment="llm-bisect run=r owner=o",
-        cwd=tmp_path,
+        BatchJob(
+            name="llm-bisect-x",
+            comment="llm-bisect run=r owner=o",
+            log=tmp_path / "server.log",
+            node_script_path=tmp_path / "node.sh",
+            cwd=tmp_path,
+        ),
         values=values,
     )
     assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=4" in script

@@ -32,7 +32,7 @@ from llm_bisect.posterior import (
     next_look,
 )
 from llm_bisect.report.markdown import render_markdown
-from llm_bisect.report.result import build_result
+from llm_bisect.report.result import Ran, build_result
 from llm_bisect.search import Answer, Mode, Outcome, Plan, Status, plan_batch, posterior_batch
 
 TODAY = Path(__file__).parent / "data" / "search" / "today.json"
@@ -283,7 +283,7 @@ def test_a_spent_budget_ends_ambiguous_with_the_candidates_that_would_settle_it(
     assert step.sure is not None and step.sure.posterior < 0.99 and step.sure.settle
     assert "search.max_probes" in step.message
     assert len(step.sure.credible) > 1 and seq[40].commit in step.sure.credible
-    doc = build_result(plan, step, [], policy=policy)
+    doc = build_result(plan, step, [], Ran(policy=policy))
     assert doc.search is not None and doc.search.settle == list(step.sure.settle)
     report = render_markdown(doc)
     assert "To settle it, raise `search.max_probes`" in report
@@ -634,7 +634,7 @@ def test_an_answer_s_culprit_and_parent_are_probed_here_even_where_known_verdict
     assert probed == [seq[5], seq[4]]
     assert step.status is Status.FOUND and step.culprit == seq[5]
     probes = [ProbeOutcome(c, v[0], "") for c, v in said.items()]
-    result = build_result(plan, step, probes, policy=policy)
+    result = build_result(plan, step, probes, Ran(policy=policy))
     assert result.search is not None
     assert [(k.commit, k.verdict, k.source, k.rate) for k in result.search.known] == [
         (k.commit, k.verdict.value, k.source, 0.01) for k in known

@@ -41,7 +41,7 @@ from .redact import Scrub
 from .report.documents import Context, ResultDocument
 from .report.html import render_html
 from .report.markdown import render_markdown
-from .report.result import build_result, verdicts_by_commit
+from .report.result import Ran, build_result, verdicts_by_commit
 from .search import (
     Answer,
     Plan,
@@ -115,15 +115,17 @@ def result_of(
             state.plan,
             step,
             state.probes,
-            state.regress,
-            warnings,
-            spans=state.spans,
-            context=Context.model_validate(state.context),
-            started=state.started,
-            ended=state.ended,
-            parallel=1 + max((s.slot or 0 for s in state.spans), default=0),
-            policy=state.policy,
-            symptom=state.symptom,
+            Ran(
+                state.regress,
+                warnings,
+                spans=state.spans,
+                context=Context.model_validate(state.context),
+                started=state.started,
+                ended=state.ended,
+                parallel=1 + max((s.slot or 0 for s in state.spans), default=0),
+                policy=state.policy,
+                symptom=state.symptom,
+            ),
         )
     return step, None
 
@@ -334,15 +336,17 @@ def run(
         plan,
         step,
         slots.probes,
-        regress,
-        said,
-        spans=slots.spans,
-        context=Context.model_validate(state.context),
-        started=state.started,
-        ended=done,
-        parallel=max(1, searching.parallel),
-        policy=policy,
-        symptom=symptom,
+        Ran(
+            regress,
+            said,
+            spans=slots.spans,
+            context=Context.model_validate(state.context),
+            started=state.started,
+            ended=done,
+            parallel=max(1, searching.parallel),
+            policy=policy,
+            symptom=symptom,
+        ),
     )
     written = write_outputs(out_dir, result, scrub)
     return RunResult(step, written, out_dir)

@@ -31,7 +31,7 @@ import threading
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -121,27 +121,38 @@ def volume_binds(volumes: Sequence[str], base_dir: Path) -> list[str]:
     return binds
 
 
+@dataclass(frozen=True)
+class Containers:
+    """What every container of one launcher shares: its run's id (a label), the config's
+    folder (relative volumes), server.env, the harness process (`owner_label()`, so reap()
+    can tell live runs) and the address its ports bind to."""
+
+    run_id: str
+    base_dir: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    owner: str = ""
+    bind: str = "127.0.0.1"
+
+
 def container_spec(
     cfg: DockerServerConfig,
+    shared: Containers,
     *,
     image: str,
     ref: str | None = None,
     candidate: Candidate,
     port: int,
     host_port: int,
-    env: Mapping[str, str],
-    run_id: str,
-    base_dir: Path,
-    owner: str = "",
-    bind: str = "127.0.0.1",
     devices: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of `containers.create` for one probe. Pure.
 
     `image` is what runs (an image id pins it); `ref` is the reference `{image}` names;
-    `owner` is the harness process (`owner_label()`), so reap() can tell live runs;
     `devices`: the slot's own GPUs, instead of `gpus`.
     """
+    env, run_id, base_dir, owner, bind = (
+        shared.env, shared.run_id, shared.base_dir, shared.owner, shared.bind
+    )  # fmt: skip
     values = {
         "commit": candidate.commit,
         "short": candidate.short,
@@ -239,20 +250,20 @@ class DockerServer(LoggedServer):
 
     def spec(self, image: Image) -> dict[str, Any]:
         """The `containers.create` arguments of this server (its slot's port and devices)."""
+        launcher = self.launcher
         return container_spec(
-            self.launcher.cfg,
+            launcher.cfg,
+            Containers(
+                launcher.run_id, launcher.base_dir, launcher.env, launcher.owner,
+                launcher.engine.bind,
+            ),
             image=str(image.id),
-            ref=self.launcher.image_ref(self.candidate),
+            ref=launcher.image_ref(self.candidate),
             candidate=self.candidate,
             port=self.port,
             host_port=self.host_port,
-            env=self.launcher.env,
-            run_id=self.launcher.run_id,
-            base_dir=self.launcher.base_dir,
-            owner=self.launcher.owner,
-            bind=self.launcher.engine.bind,
             devices=self.devices,
-        )
+        )  # fmt: skip
 
     def _start(self) -> None:
         """Start the container; when another process took its host port first (a lost race:

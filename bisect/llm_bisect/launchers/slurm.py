@@ -209,14 +209,22 @@ def literal_pattern(path: str) -> str:
     return path.replace("%", "%%")
 
 
+@dataclass(frozen=True)
+class BatchJob:
+    """One probe's batch job as sbatch sees it: its name and comment (what `reap` reads),
+    its log, the node script each task runs, the folder it runs in."""
+
+    name: str
+    comment: str
+    log: Path
+    node_script_path: Path
+    cwd: Path
+
+
 def job_script(
     cfg: SlurmServerConfig,
+    job: BatchJob,
     *,
-    name: str,
-    log: Path,
-    node_script_path: Path,
-    comment: str,
-    cwd: Path,
     values: Mapping[str, str],
     exclude: Sequence[str] = (),
     masked: Sequence[str] = (),
@@ -225,6 +233,9 @@ def job_script(
     """The sbatch script of one probe (`values` fill the container image); the values of
     the `masked` variables never reach the log; in a container, `mounts` (the probe folder
     with node.sh, the instrument's folders) are at the same paths as on the host. Pure."""
+    name, log, node_script_path, comment, cwd = (
+        job.name, job.log, job.node_script_path, job.comment, job.cwd
+    )  # fmt: skip
     opts = [
         f"--job-name={name}",
         f"--chdir={cwd}",
@@ -463,11 +474,13 @@ class SlurmServer(LoggedServer):
         script.write_text(
             job_script(
                 self.cfg,
-                name=f"{JOB_PREFIX}{self.candidate.short}",
-                log=self.log_path.resolve(),
-                node_script_path=node.resolve(),
-                comment=f"llm-bisect run={self.launcher.run_id} owner={self.launcher.owner}",
-                cwd=self.launcher.cwd.resolve(),
+                BatchJob(
+                    name=f"{JOB_PREFIX}{self.candidate.short}",
+                    comment=f"llm-bisect run={self.launcher.run_id} owner={self.launcher.owner}",
+                    log=self.log_path.resolve(),
+                    node_script_path=node.resolve(),
+                    cwd=self.launcher.cwd.resolve(),
+                ),
                 values=self.values,
                 exclude=[*self.avoid, *(n for n in self.excluded if n not in self.avoid)],
                 masked=[n for n in self.launcher.secret_names if n in self.env],
