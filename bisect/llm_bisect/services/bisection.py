@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..checks.golden import GoldenStore, load as golden_load
 from ..config import Config, config_digest, server_environment, setting_digests
-from ..cost import Cost, estimate
+from ..cost import Cost, PostRun, estimate
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..posterior import Policy
@@ -152,11 +152,13 @@ def of_config(config: Config, n: int, find_fix: bool = False) -> Cost:
         n,
         config.search_policy(find_fix),
         slots=config.parallel,
-        confirm=bool(config.confirm),
-        localize=config.localize.enabled,
-        decisive=config.probe.early_stop,
-        later=0 if find_fix else len(config.candidates.later),
-        culprits=1 if find_fix else config.culprits,
+        post=PostRun(
+            confirm=bool(config.confirm),
+            localize=config.localize.enabled,
+            decisive=config.probe.early_stop,
+            later=0 if find_fix else len(config.candidates.later),
+            culprits=1 if find_fix else config.culprits,
+        ),
         nodes=getattr(config.server, "nodes", 1),
     )
 

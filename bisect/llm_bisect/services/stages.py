@@ -67,6 +67,7 @@ from ..sources.releases import reach
 from ..symptom import Symptom
 from .confirm import (
     CONTINUED,
+    Look,
     as_a_whole,
     confirm,
     continue_after,
@@ -275,9 +276,8 @@ class Confirm:
         def look(now: RunResult, weighed: Policy, at: int) -> Confirmation | None:
             checked = _checked(out_dir, now.result)
             where = _trial_slots(s.config.parallel, checked, now.result, weighed.evidence)
-            return confirm(s.source.path, out_dir, now.result, ctx, note, s.scrub, look=at,
-                           slots=where, now=s.now, probe_new=at >= len(weighed.looks),
-                           avoid=_checked_nodes(checked, now.result))  # fmt: skip
+            this = Look(at, where, at >= len(weighed.looks), _checked_nodes(checked, now.result))
+            return confirm(s.source.path, out_dir, now.result, ctx, note, s.scrub, this, s.now)
 
         done, found, policy = looked(done, policy, _answer_of, look, run.search_on, note)
         evidence = done.result.search.evidence if done.result.search else []
