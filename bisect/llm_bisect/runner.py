@@ -241,13 +241,10 @@ def run(
     Without a `golden`, one is recorded from the good end into DIR/golden.json (the good
     end's probe runs alone, first). Everything written to DIR passes through `scrub`.
     """
-    out_dir, policy, symptom, regress = (
-        record.out_dir,
-        searching.policy,
-        searching.symptom,
-        probing.regress,
-    )
-    launcher, checks = probing.launcher, probing.checks
+    out_dir, launcher, checks, regress = (
+        record.out_dir, probing.launcher, probing.checks, probing.regress
+    )  # fmt: skip
+    policy, symptom = searching.policy, searching.symptom
     progress = progress or SilentProgress()
     scrub = record.scrub or Scrub()
     golden = probing.golden or GoldenStore(
