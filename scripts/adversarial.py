@@ -49,7 +49,7 @@ from llm_bisect.report.documents import Context, GateDocument, ResultDocument
 from llm_bisect.report.gate import render_gate_html, render_gate_markdown, render_junit
 from llm_bisect.report.html import render_html
 from llm_bisect.report.markdown import render_markdown
-from llm_bisect.report.result import build_result
+from llm_bisect.report.result import Ran, build_result
 from llm_bisect.search import Answer, Mode, Plan, Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
@@ -557,7 +557,7 @@ def hostile_doc(rng: random.Random) -> ResultDocument:
         "environment": {"os": _say(rng), "gpus": [{"name": _say(rng)}], "driver": _say(rng)},
     }
     typed = build_result(
-        plan, answer, probes, warnings=[_say(rng)], context=Context.model_validate(context)
+        plan, answer, probes, Ran(warnings=[_say(rng)], context=Context.model_validate(context))
     )
     result = typed.model_dump(mode="json")
     result["thresholds"] = {_say(rng): {_say(rng): {"value": 1.0, "from": _say(rng)}}}

@@ -286,7 +286,7 @@ def bench_docker(work: Path, repo: Path, shas: dict[str, str], package: Path, in
             wall = time.monotonic() - t0
             facts = launcher.build_facts[candidate.commit]
             own = int(image.attrs["Size"]) - int(base.attrs["Size"])
-            made.append(derived_ref(candidate, facts["route"]))
+            made.append(derived_ref(candidate, str(facts["route"])))
             print(f"{label:34} {wall:6.1f}s  {own / 1e6:7.1f} MB own disk  {facts['route']}")
     for ref in [*dict.fromkeys(made), base_ref]:
         client.images.remove(ref, force=True)

@@ -36,7 +36,7 @@ from llm_bisect.config import config_digest
 from llm_bisect.demo import build_history
 from llm_bisect.journal import read_events
 from llm_bisect.launchers.docker import DockerLauncher
-from llm_bisect.runner import run
+from llm_bisect.runner import Probing, Record, run
 from llm_bisect.services.setup import plan_of, setup
 from llm_bisect.sim.docker import SimRegistry, engine_client, sim_server
 
@@ -74,14 +74,7 @@ def one_run(
     out = work / f"out-{prefetch}"
     with s.launcher(uuid.uuid4().hex[:12]) as launcher:
         assert isinstance(launcher, DockerLauncher)
-        run(
-            plan,
-            digest=config_digest(s.config),
-            out_dir=out,
-            launcher=launcher,
-            checks=s.checks,
-            client=s.client,
-        )
+        run(plan, Record(out, config_digest(s.config)), Probing(launcher, s.checks, s.client))
         stats = {
             "waited": dict(launcher.stats.waited),
             "prefetched": dict(launcher.stats.prefetched),

@@ -21,6 +21,7 @@ from helpers import wait_until
 from llm_bisect.builds import Builder
 from llm_bisect.builds.cache import BuildCache
 from llm_bisect.builds.command import CommandStrategy
+from llm_bisect.kinds import LauncherContext
 from llm_bisect.launchers.process import ProcessLauncher
 from llm_bisect.sources.git import GitSource
 from test_builds import command_strategy, config, invoke, wheel_strategy
@@ -39,7 +40,7 @@ def test_a_build_a_running_probe_uses_is_never_evicted(toy: dict[str, Any], tmp_
     builder = Builder([strategy], BuildCache(tmp_path / "cache", budget_bytes=1))
     server = ["{python}", "-c", "import signal; signal.pause()", "{build}"]  # runs until stopped
     launcher = ProcessLauncher(
-        server, env={}, secret_names=[], cwd=tmp_path, ready_timeout=30, builder=builder
+        server, LauncherContext(tmp_path, "t", builder=builder), cwd=tmp_path, ready_timeout=30
     )
     source = GitSource(toy["repo"])
     one, two, three = (source.resolve(toy["shas"][k], k) for k in ("doc", "refactor", "fault"))

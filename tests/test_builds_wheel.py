@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from llm_bisect.builds.wheel import WheelStrategy, find_uv
+from llm_bisect.builds.wheel import Venv, WheelStrategy, find_uv
 from llm_bisect.model import Candidate
 from test_builds import command_strategy, config, invoke, wheel_strategy
 from toybuild import make_wheel, serve_index, wheel_content
@@ -87,7 +87,7 @@ def test_the_wheel_route_takes_the_wheel_built_for_this_node(
         made = json.loads((out / "probe.json").read_text())["fingerprint"]["build"]
         assert (made["wheel"], made["sha256"]) == native["refactor"]
         strategy = WheelStrategy(
-            index=url + "/{commit}/", package="toyengine", python=sys.executable, uv=find_uv()
+            index=url + "/{commit}/", package="toyengine", venv=Venv(sys.executable, find_uv())
         )
         ok, why = strategy.applies(Candidate(shas["fault"]))
         assert not ok and "1 toyengine wheel, none for this Python" in why, why
@@ -101,7 +101,7 @@ def test_an_index_page_past_the_cap_is_no_wheel(tmp_path: Path, declare_length: 
     page = b"<html><body>" + padding + f'<a href="/files/{name}">{name}</a>'.encode()
     with serve_index({f"/{sha}/toyengine/": page}, {}, declare_length=declare_length) as (url, _):
         strategy = WheelStrategy(
-            index=url + "/{commit}/", package="toyengine", python=sys.executable, uv=find_uv()
+            index=url + "/{commit}/", package="toyengine", venv=Venv(sys.executable, find_uv())
         )
         ok, why = strategy.applies(Candidate(sha))
     assert not ok, why

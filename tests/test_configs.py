@@ -356,7 +356,7 @@ def test_the_glm_configs_show_the_flag_path_beside_the_commit_path(
     that line's BAD puts cutlass in its place on the head and on the other node alike
     (issue 49 item 6)."""
     from llm_bisect.delta import Difference
-    from llm_bisect.services.configs import _trial_setup, configs_setup
+    from llm_bisect.services.configs import Servers, _trial_setup, configs_setup
 
     monkeypatch.setenv("HF_TOKEN", "hf_glmFlagPath1")
     monkeypatch.chdir(ROOT)
@@ -380,8 +380,8 @@ def test_the_glm_configs_show_the_flag_path_beside_the_commit_path(
     assert good.server.model_dump() == expected
     assert good.model_dump(exclude={"server"}) == own.model_dump(exclude={"server"})
     repo = History(tmp_path, {}, 1).repo  # a clone of the engine, as candidates.repo is
-    cs = configs_setup(Path(words[2]), dict(os.environ), good_file=None, bad_file=None,
-                       bad_args=bad_arg.split(), repo=repo)  # fmt: skip
+    cs = configs_setup(Path(words[2]), dict(os.environ), Servers(bad_args=bad_arg.split()),
+                       repo=repo)  # fmt: skip
     marlin, cutlass = ("--moe-backend", "marlin"), ("--moe-backend", "cutlass")
     assert cs.differences == [Difference("flag", "--moe-backend", marlin, cutlass)]
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from helpers import History, probe_order
 from llm_bisect.cli import artifacts_said, cli
-from llm_bisect.cost import _one, estimate, positions, search_cost
+from llm_bisect.cost import PostRun, _one, estimate, positions, search_cost
 from llm_bisect.launchers import Artifact, price
 from llm_bisect.model import Candidate, Verdict
 from llm_bisect.posterior import EXACT, Policy, cheapest
@@ -59,7 +59,7 @@ def test_the_expected_starts_are_the_benchs_for_the_configs_search(n: int, k: in
 def test_later_builds_further_culprits_and_nodes_are_in_the_figure() -> None:
     policy = replace(Policy(), confirming=True)
     one = estimate(12, policy)
-    more = estimate(12, policy, later=2, culprits=3, nodes=2)
+    more = estimate(12, policy, post=PostRun(later=2, culprits=3), nodes=2)
     assert more.starts == one.starts + 2  # each later build is a start
     assert more.worst >= one.worst + 2 + 2 * (one.worst - one.stages)  # two more searches
     assert more.node_hours(30) == pytest.approx(more.starts * 2 * 0.5)
@@ -182,7 +182,9 @@ def test_the_progress_denominator_is_the_figure_until_the_run_passes_it() -> Non
     from llm_bisect.terminal import Terminal, TerminalProgress
 
     plan, seq = _plan(13)
-    cost = estimate(12, EXACT, later=1)  # the search, then its 2 trials and 4 more starts
+    cost = estimate(
+        12, EXACT, post=PostRun(later=1)
+    )  # the search, then its 2 trials and 4 more starts
     err = StringIO()
     progress = TerminalProgress(Terminal(err=err), console=Console(file=StringIO()))
     progress.estimate = lambda _: cost

@@ -36,7 +36,7 @@ from llm_bisect.logs import LINE_CHARS
 from llm_bisect.model import Stage
 from llm_bisect.report.documents import GateDocument, ResultDocument
 from llm_bisect.report.gate import HEADLINE, HEADLINE_OF, render_gate_markdown, render_junit
-from llm_bisect.services.gate import run_gate
+from llm_bisect.services.gate import GateAsk, run_gate
 from llm_bisect.services.setup import setup
 from llm_bisect.terminal import TerminalProgress
 from test_cli import held_history, invoke, launched
@@ -715,7 +715,7 @@ def test_the_gate_dates_its_document_by_the_clock_it_is_given(tmp_path: Path, hi
     golden = record(h, config, tmp_path)
     ticks = iter(range(1_000, 2_000))
     s = setup(config, os.environ, now=lambda: float(next(ticks)))
-    doc = run_gate(s, h.shas[6], tmp_path / "gate", TerminalProgress(), golden_file=golden)
+    doc = run_gate(s, h.shas[6], tmp_path / "gate", TerminalProgress(), GateAsk(golden))
     assert doc.decision == "allow"
     assert doc.started_at == 1_000.0 and 1_000.0 < doc.ended_at < 2_000.0
     assert gate_of(tmp_path / "gate").started_at == 1_000.0

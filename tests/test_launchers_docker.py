@@ -33,8 +33,10 @@ from llm_bisect.builds.cache import BuildCache
 from llm_bisect.cli import cli
 from llm_bisect.errors import PortTaken
 from llm_bisect.journal import read_events
+from llm_bisect.kinds import LauncherContext
 from llm_bisect.launchers.common import owner_label
 from llm_bisect.launchers.docker import (
+    Containers,
     DockerLauncher,
     DockerServerConfig,
     container_spec,
@@ -127,15 +129,17 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
     cand = Candidate("ab" * 20)
     spec = container_spec(
         cfg,
+        Containers(
+            "r1",
+            tmp_path,
+            {"A": "1", "NCCL_MNNVL_ENABLE": "1", "HF_TOKEN": "hf_dockerSecret99"},
+            owner="node-1:4242:99",
+        ),
         image="sha256:abc",
         ref="vllm/vllm-openai:nightly-" + cand.commit,
         candidate=cand,
         port=8000,
         host_port=12345,
-        env={"A": "1", "NCCL_MNNVL_ENABLE": "1", "HF_TOKEN": "hf_dockerSecret99"},
-        run_id="r1",
-        base_dir=tmp_path,
-        owner="node-1:4242:99",
     )
     assert spec["command"] == [
         "--model",
@@ -184,14 +188,11 @@ def test_container_spec_maps_docker_run_options(tmp_path: Path) -> None:
     host = cfg.model_copy(update={"network_mode": "host"})
     spec = container_spec(
         host,
+        Containers("r1", tmp_path, owner="node-1:4242:99"),
         image="img",
         candidate=cand,
         port=40000,
         host_port=40000,
-        env={},
-        run_id="r1",
-        base_dir=tmp_path,
-        owner="node-1:4242:99",
     )
     assert spec["network_mode"] == "host" and "ports" not in spec
     assert "--port" in spec["command"] and "40000" in spec["command"]
@@ -213,13 +214,11 @@ def test_gpu_options_reach_the_engine(
     )
     spec = container_spec(
         cfg,
+        Containers("gpu", tmp_path),
         image=f"{repo_name}:gpu",
         candidate=Candidate("cd" * 20),
         port=8000,
         host_port=23456,
-        env={},
-        run_id="gpu",
-        base_dir=tmp_path,
     )
     container = client.containers.create(**spec)  # created, not started: no GPU on this machine
     try:
@@ -482,9 +481,7 @@ def test_an_init_stops_a_server_that_leaves_sigterm_to_pid_1(
             sim_server(repo_name + ":{commit}", init=init, stop_timeout=2)
         )
         run_id = f"init-{init}-{uuid.uuid4().hex[:6]}"
-        launcher = DockerLauncher(
-            cfg, env=cfg.env, secret_names=[], base_dir=h.root, run_id=run_id, client=client
-        )
+        launcher = DockerLauncher(cfg, LauncherContext(h.root, run_id, cfg.env), client=client)
         since = int(time.time()) - 1
         with launcher.launch(Candidate(h.shas[1]), h.root / run_id) as server:
             server.wait_ready()
@@ -516,9 +513,7 @@ def test_reap_spares_the_containers_of_a_live_run(
         labels={RUN_LABEL: run_id, OWNER_LABEL: f"{socket.gethostname()}:4194000:77"},
     )  # fmt: skip
     cfg = DockerServerConfig.model_validate(sim_server(repo_name + ":{commit}"))
-    launcher = DockerLauncher(
-        cfg, env={}, secret_names=[], base_dir=tmp_path, run_id=run_id, client=client
-    )
+    launcher = DockerLauncher(cfg, LauncherContext(tmp_path, run_id), client=client)
     try:
         assert len(launcher.reap()) == 1
         left = {c.id for c in containers_of(client, run_id, RUN_LABEL)}
@@ -796,9 +791,7 @@ def test_a_host_port_taken_before_the_container_starts_moves_it_to_another(
     port, and the checks reach it."""
     import_image(client, f"{repo_name}:port", {"fault": "none"})
     cfg = DockerServerConfig.model_validate(sim_server(f"{repo_name}:port"))
-    launcher = DockerLauncher(
-        cfg, env=dict(cfg.env), secret_names=[], base_dir=tmp_path, run_id="port", client=client
-    )
+    launcher = DockerLauncher(cfg, LauncherContext(tmp_path, "port", cfg.env), client=client)
     server = launcher.launch(Candidate("ef" * 20), tmp_path / "probe")
     taken = server.host_port
     with socket.socket() as other:
@@ -822,12 +815,13 @@ def test_each_slot_on_one_engine_gets_its_own_gpus(
     cfg = DockerServerConfig.model_validate(sim_server(f"{repo_name}:gpus", gpus="all"))
     launcher = DockerLauncher(
         cfg,
-        env={"VLLM_BATCH_INVARIANT": "1"},  # probe.batch_invariant
-        secret_names=[],
-        base_dir=tmp_path,
-        run_id="gpus",
+        LauncherContext(
+            tmp_path,
+            "gpus",
+            env={"VLLM_BATCH_INVARIANT": "1"},  # probe.batch_invariant
+            slot_devices=[("0", "1", "2", "3"), ("4", "5", "6", "7")],
+        ),
         client=client,
-        slot_devices=[("0", "1", "2", "3"), ("4", "5", "6", "7")],
     )
     server = launcher.launch(Candidate("cd" * 20), tmp_path / "probe", slot=1)
     assert server.image is None
@@ -859,9 +853,7 @@ def test_on_the_hosts_network_another_server_on_the_port_is_never_checked(
     server_cfg = sim_server(f"{repo_name}:hostnet", network_mode="host", ready_timeout=60)
     server_cfg["volumes"].append(f"{tmp_path}:{tmp_path}:ro")
     cfg = DockerServerConfig.model_validate(server_cfg)
-    launcher = DockerLauncher(
-        cfg, env=dict(cfg.env), secret_names=[], base_dir=tmp_path, run_id="hostnet", client=client
-    )
+    launcher = DockerLauncher(cfg, LauncherContext(tmp_path, "hostnet", cfg.env), client=client)
     server = launcher.launch(Candidate("ef" * 20), tmp_path / "probe")
     other = subprocess.Popen(
         [sys.executable, "-m", "llm_bisect.sim", "--commit", "cd" * 20, "--port", str(server.port)],
@@ -990,15 +982,7 @@ def test_each_docker_host_routes_by_its_own_engines_images(
     cfg = DockerServerConfig.model_validate(server)
     builder = Builder([ImageStrategy()], BuildCache(tmp_path / "cache", 10**9))
     engines = [
-        DockerLauncher(
-            cfg,
-            env={},
-            secret_names=[],
-            base_dir=tmp_path,
-            run_id="hosts",
-            client=engine,
-            builder=builder,
-        )
+        DockerLauncher(cfg, LauncherContext(tmp_path, "hosts", builder=builder), client=engine)
         for engine in (client, empty_engine)
     ]
     try:

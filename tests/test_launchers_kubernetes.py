@@ -35,7 +35,7 @@ from kubeapi import KUBERNETES_VERSION, Fault, StandIn, expand, lws_schema
 from llm_bisect.cli import cli
 from llm_bisect.config import load_config, verdict_settings
 from llm_bisect.errors import ConfigError, LaunchError
-from llm_bisect.kinds import LAUNCHERS
+from llm_bisect.kinds import LAUNCHERS, LauncherContext
 from llm_bisect.launchers import INSTRUMENT_DIR, Instrument
 from llm_bisect.launchers.kubernetes import (
     COMMIT_LABEL,
@@ -45,6 +45,7 @@ from llm_bisect.launchers.kubernetes import (
     Api,
     KubernetesLauncher,
     KubernetesServerConfig,
+    Workload,
     away_from,
     config_map_manifest,
     group_manifests,
@@ -55,7 +56,7 @@ from llm_bisect.launchers.kubernetes import (
 )
 from llm_bisect.model import Candidate, ProbeOutcome, Verdict
 from llm_bisect.report.markdown import render_markdown
-from llm_bisect.report.result import build_result
+from llm_bisect.report.result import Ran, build_result
 from llm_bisect.search import Answer, Mode, Plan, plan_step
 from llm_bisect.services.localization import localize_instrument
 from llm_bisect.services.setup import run_context, setup
@@ -106,13 +107,15 @@ def manifest(cfg: KubernetesServerConfig, **env: str) -> dict[str, Any]:
     digest = "sha256:" + "ab" * 32
     return job_manifest(
         cfg,
-        name=f"llm-bisect-{SHA[:12]}-a1b2c3",
-        image=f"vllm/vllm-openai@{digest}",
-        ref=f"vllm/vllm-openai:nightly-{SHA}",
-        candidate=candidate(),
-        env=env,
-        run_id="0f1e2d3c4b5a",
-        owner="gpu-node-7:4242:987654",
+        Workload(
+            name=f"llm-bisect-{SHA[:12]}-a1b2c3",
+            image=f"vllm/vllm-openai@{digest}",
+            ref=f"vllm/vllm-openai:nightly-{SHA}",
+            candidate=candidate(),
+            env=env,
+            run_id="0f1e2d3c4b5a",
+            owner="gpu-node-7:4242:987654",
+        ),
     )
 
 
@@ -353,7 +356,7 @@ def test_the_report_says_once_that_echoes_of_secret_env_values_are_not_masked(
     seen = {p.commit: [p.verdict] for p in probes}
     answer = plan_step(plan, seen)
     assert isinstance(answer, Answer)
-    md = render_markdown(build_result(plan, answer, probes, context=ctx))
+    md = render_markdown(build_result(plan, answer, probes, Ran(context=ctx)))
     caveats = md.split("## Caveats", 1)[1]
     assert caveats.count("cannot be masked") == 1 and md.count("cannot be masked") == 1
     read = KubernetesServerConfig.model_validate({**server, "secret_env_read": True})
@@ -594,13 +597,15 @@ def test_the_standin_keeps_the_apis_defaults_and_refuses_what_the_api_refuses(
     cfg = KubernetesServerConfig.model_validate(server)
     job = job_manifest(
         cfg,
-        name="llm-bisect-orphan-test",
-        image=f"{registry.host}/{repo}:{h.shas[0]}",
-        ref="",
-        candidate=candidate(h.shas[0]),
-        env=dict(cfg.env),
-        run_id="r",
-        owner="o",
+        Workload(
+            name="llm-bisect-orphan-test",
+            image=f"{registry.host}/{repo}:{h.shas[0]}",
+            ref="",
+            candidate=candidate(h.shas[0]),
+            env=dict(cfg.env),
+            run_id="r",
+            owner="o",
+        ),
     )
     wrong = json.loads(json.dumps(job))
     wrong["spec"]["template"]["spec"]["containers"][0]["gpus"] = 1
@@ -791,8 +796,8 @@ def test_a_pod_kept_off_the_only_node_runs_there_again_and_says_so(
                             pending_timeout=3600)  # fmt: skip
     cfg = KubernetesServerConfig.model_validate(server)
     notes: list[str] = []
-    launcher = KubernetesLauncher(cfg, env=cfg.env, secret_names=[], run_id=uuid.uuid4().hex[:12],
-                                  report=notes.append)  # fmt: skip
+    launcher = KubernetesLauncher(cfg, LauncherContext(tmp_path, uuid.uuid4().hex[:12], cfg.env,
+                                                       report=notes.append))  # fmt: skip
     one = candidate(h.shas[1])
     launcher.avoid(one, [standin.node])
     with launcher.launch(one, tmp_path / "probe") as running:
@@ -1337,13 +1342,15 @@ def group(cfg: KubernetesServerConfig, kind: Any) -> list[dict[str, Any]]:
     return group_manifests(
         cfg,
         kind,
-        name=f"llm-bisect-{SHA[:12]}-a1b2c3",
-        image=f"vllm/vllm-openai@{digest}",
-        ref=f"vllm/vllm-openai:nightly-{SHA}",
-        candidate=candidate(),
-        env={"NCCL_MNNVL_ENABLE": "1"},
-        run_id="0f1e2d3c4b5a",
-        owner="gpu-node-7:4242:987654",
+        Workload(
+            name=f"llm-bisect-{SHA[:12]}-a1b2c3",
+            image=f"vllm/vllm-openai@{digest}",
+            ref=f"vllm/vllm-openai:nightly-{SHA}",
+            candidate=candidate(),
+            env={"NCCL_MNNVL_ENABLE": "1"},
+            run_id="0f1e2d3c4b5a",
+            owner="gpu-node-7:4242:987654",
+        ),
     )
 
 
@@ -1362,11 +1369,11 @@ def test_a_localising_probe_on_two_nodes_mounts_the_extension_in_every_pod() -> 
     kubernetes_validate.validate(made, KUBERNETES_VERSION, strict=True)
     assert made["immutable"] and list(made["data"]) == [shipped[0].key]
     for kind in ("indexed-job", "leaderworkerset"):
-        objects = group_manifests(
-            glm_config(), kind, name="llm-bisect-x", image="vllm/vllm-openai@sha256:" + "ab" * 32,
+        objects = group_manifests(glm_config(), kind, Workload(
+            name="llm-bisect-x", image="vllm/vllm-openai@sha256:" + "ab" * 32,
             ref="vllm/vllm-openai:nightly", candidate=candidate(), env={"PYTHONPATH": "/extra"},
             run_id="r", owner="o", instrument=instrument, shipped=shipped,
-        )  # fmt: skip
+        ))  # fmt: skip
         if kind == "leaderworkerset":
             jsonschema.validate(objects[0], lws_schema())
             templates = objects[0]["spec"]["leaderWorkerTemplate"]
@@ -1696,13 +1703,15 @@ def test_the_standin_finds_an_indexed_jobs_head_by_name_and_orphans_its_pods_as_
     service, job = group_manifests(
         cfg,
         "indexed-job",
-        name="llm-bisect-two-node-test",
-        image=f"{registry.host}/{repo}:{h.shas[0]}",
-        ref="",
-        candidate=candidate(h.shas[0]),
-        env=dict(cfg.env),
-        run_id="r",
-        owner="o",
+        Workload(
+            name="llm-bisect-two-node-test",
+            image=f"{registry.host}/{repo}:{h.shas[0]}",
+            ref="",
+            candidate=candidate(h.shas[0]),
+            env=dict(cfg.env),
+            run_id="r",
+            owner="o",
+        ),
     )
     core.create_namespaced_service("default", client.V1Service.from_dict(service))
     batch.create_namespaced_job("default", client.V1Job.from_dict(job))

@@ -15,6 +15,7 @@ import pytest
 
 from helpers import cli_bounded, live_processes, wait_until
 from llm_bisect.errors import LaunchError, NotReady, ServerExited
+from llm_bisect.kinds import LauncherContext
 from llm_bisect.launchers.common import PortBook
 from llm_bisect.launchers.process import ProcessLauncher
 from llm_bisect.model import Candidate
@@ -42,8 +43,7 @@ def launcher(
     ]
     return ProcessLauncher(
         command,
-        env=env or {},
-        secret_names=list(env or {}),
+        LauncherContext(tmp_path, "t", env=env or {}, secret_names=list(env or {})),
         cwd=tmp_path,
         ready_timeout=ready_timeout,
     )
@@ -97,8 +97,9 @@ def test_ctrl_c_inside_the_probe_stops_the_server(tmp_path: Path) -> None:
 
 def test_a_missing_program_is_untestable_not_bad(tmp_path: Path) -> None:
     lau = ProcessLauncher(
-        ["/nonexistent/serve", "{port}"], env={}, secret_names=[], cwd=tmp_path, ready_timeout=60
-    )
+        ["/nonexistent/serve", "{port}"], LauncherContext(tmp_path, "t"), cwd=tmp_path,
+        ready_timeout=60,
+    )  # fmt: skip
     with (
         pytest.raises(ServerExited, match="code 127") as err,
         lau.launch(Candidate(COMMIT), tmp_path / "probe") as server,
@@ -114,8 +115,9 @@ def test_secrets_never_reach_the_log_tail(tmp_path: Path) -> None:
             "-c",
             "import os; print('token is', os.environ['HF_TOKEN']); raise SystemExit(1)",
         ],
-        env={"HF_TOKEN": "hf_supersecret123"},
-        secret_names=["HF_TOKEN"],
+        LauncherContext(
+            tmp_path, "t", env={"HF_TOKEN": "hf_supersecret123"}, secret_names=["HF_TOKEN"]
+        ),
         cwd=tmp_path,
         ready_timeout=60,
     )
@@ -188,11 +190,9 @@ def _answers(base_url: str) -> bool:
 def test_slots_get_their_own_devices_and_ports(tmp_path: Path) -> None:
     lau = ProcessLauncher(
         [sys.executable, "serve.py", "--port", "{port}", "--devices", "{gpus}"],
-        env={},
-        secret_names=[],
+        LauncherContext(tmp_path, "t", slot_devices=[("0", "1"), ("2", "3")]),
         cwd=tmp_path,
         ready_timeout=20,
-        slot_devices=[("0", "1"), ("2", "3")],
         ports=PortBook(lambda: 40123),  # the OS offers one port twice
     )
     first = lau.launch(Candidate(COMMIT), tmp_path / "a", slot=0)

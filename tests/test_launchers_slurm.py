@@ -22,10 +22,12 @@ from helpers import History, live_processes, probe_order, shell_words, sim_comma
 from llm_bisect import lease
 from llm_bisect.config import load_config
 from llm_bisect.journal import read_events
+from llm_bisect.kinds import LauncherContext
 from llm_bisect.launchers import Instrument
 from llm_bisect.launchers.slurm import (
     JOB_PREFIX,
     MASK_AWK,
+    BatchJob,
     Slurm,
     SlurmLauncher,
     SlurmServerConfig,
@@ -323,11 +325,13 @@ def test_the_gb200_config_writes_two_node_job_scripts(tmp_path: Path) -> None:
     assert "--headless" not in head
     script = job_script(
         server,
-        name="llm-bisect-x",
-        log=tmp_path / "server.log",
-        node_script_path=tmp_path / "node.sh",
-        comment="llm-bisect run=r owner=o",
-        cwd=tmp_path,
+        BatchJob(
+            name="llm-bisect-x",
+            comment="llm-bisect run=r owner=o",
+            log=tmp_path / "server.log",
+            node_script_path=tmp_path / "node.sh",
+            cwd=tmp_path,
+        ),
         values=values,
     )
     assert "#SBATCH --nodes=2" in script and "#SBATCH --gpus-per-node=4" in script
@@ -425,10 +429,10 @@ def test_the_reproduce_line_of_a_job_is_whole_and_runs_nothing(tmp_path: Path) -
     worker = ["python3", "`touch pwned-tick`", "--worker;touch pwned-semi"]
     cfg = SlurmServerConfig(launcher="slurm", command=command, worker_command=worker, nodes=2)
     env = {"NCCL_MNNVL_ENABLE": "1", "HF_TOKEN": "hf_slurmSecret1", "X": "$(touch pwned-e)"}
-    launcher = SlurmLauncher(
-        cfg, env=env, secret_names=["HF_TOKEN"], run_id="r", cwd=tmp_path,
-        base_env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
-    )  # fmt: skip
+    launcher = SlurmLauncher(cfg, LauncherContext(
+        tmp_path, "r", env=env, secret_names=["HF_TOKEN"],
+        environ={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
+    ))  # fmt: skip
     probe_dir = tmp_path / "probes $(touch pwned-dir)" / "p;touch pwned-p"
     with launcher.launch(Candidate("c" * 40), probe_dir) as server:
         line = str(server.fingerprint()["command"])
@@ -560,7 +564,7 @@ def test_pyxis_mounts_the_probe_folder_and_the_worker_extension(tmp_path: Path) 
         def run(self, argv: list[str], env: Any = None) -> str:
             return "42\n" if argv[0] == "sbatch" else "JobId=42 JobState=CANCELLED\n"
 
-    launcher = SlurmLauncher(cfg, env={}, secret_names=[], run_id="r", cwd=tmp_path)
+    launcher = SlurmLauncher(cfg, LauncherContext(tmp_path, "r"))
     launcher.slurm = Queue({})
     extension = tmp_path / "instrument"
     probe_dir = tmp_path / "probes" / ("a" * 12)

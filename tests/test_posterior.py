@@ -20,7 +20,9 @@ from llm_bisect.posterior import (
     BURST,
     END_PRIOR,
     ROBUST,
+    BatchAsk,
     Known,
+    Placed,
     Policy,
     Rates,
     Start,
@@ -32,7 +34,7 @@ from llm_bisect.posterior import (
     next_look,
 )
 from llm_bisect.report.markdown import render_markdown
-from llm_bisect.report.result import build_result
+from llm_bisect.report.result import Ran, build_result
 from llm_bisect.search import Answer, Mode, Outcome, Plan, Status, plan_batch, posterior_batch
 
 TODAY = Path(__file__).parent / "data" / "search" / "today.json"
@@ -283,7 +285,7 @@ def test_a_spent_budget_ends_ambiguous_with_the_candidates_that_would_settle_it(
     assert step.sure is not None and step.sure.posterior < 0.99 and step.sure.settle
     assert "search.max_probes" in step.message
     assert len(step.sure.credible) > 1 and seq[40].commit in step.sure.credible
-    doc = build_result(plan, step, [], policy=policy)
+    doc = build_result(plan, step, [], Ran(policy=policy))
     assert doc.search is not None and doc.search.settle == list(step.sure.settle)
     report = render_markdown(doc)
     assert "To settle it, raise `search.max_probes`" in report
@@ -327,12 +329,12 @@ def test_decide_with_k_slots_returns_distinct_candidates() -> None:
     belief = believe(100, {0: [Verdict.GOOD], 99: [Verdict.BAD]}, Verdict.BAD, AUTO)
     pool = frozenset(range(100))
     for batch in ("joint", "quantiles"):
-        found = decide(belief, Policy(batch=batch), Verdict.BAD, pool, 2, k=4)
+        found = decide(belief, Policy(batch=batch), Verdict.BAD, pool, 2, BatchAsk(4))
         assert len(set(found.probes)) == 4, batch
         assert all(10 < i < 90 for i in found.probes)
     # 16 slots (2 ** 16 joint outcomes): the quantiles, none of those running
     running = frozenset({30, 60})
-    found = decide(belief, Policy(), Verdict.BAD, pool, 2, k=16, running=running)
+    found = decide(belief, Policy(), Verdict.BAD, pool, 2, BatchAsk(16, running))
     assert len(set(found.probes)) == 16 and not set(found.probes) & running
 
 
@@ -433,10 +435,10 @@ def test_an_answer_one_burst_of_starts_gave_alone_is_probed_again() -> None:
         (C, Verdict.BAD, Start(0, 5.0)),
     ]
     trials = [(C, "revert", Verdict.GOOD, Start(0, 6.0)), (C, "pick", Verdict.BAD, Start(0, 7.0))]
-    assert fragile(10, observed, Verdict.BAD, AUTO, C, trials) == (C,)
+    assert fragile(10, Placed(observed, trials), Verdict.BAD, AUTO, C) == (C,)
     # once it is bad again on a later start, no one burst gave the answer alone
     again = [*observed, (C, Verdict.BAD, Start(0, 8.0))]
-    assert fragile(10, again, Verdict.BAD, AUTO, C, trials) == ()
+    assert fragile(10, Placed(again, trials), Verdict.BAD, AUTO, C) == ()
 
 
 def test_trials_on_other_slots_than_the_verdicts_they_check_leave_nothing_to_probe() -> None:
@@ -448,11 +450,11 @@ def test_trials_on_other_slots_than_the_verdicts_they_check_leave_nothing_to_pro
         (C, Verdict.BAD, Start(0, 5.0)),
     ]
     trials = [(C, "revert", Verdict.GOOD, Start(1, 6.0)), (C, "pick", Verdict.BAD, Start(2, 6.0))]
-    assert fragile(10, observed, Verdict.BAD, AUTO, C, trials) == ()
+    assert fragile(10, Placed(observed, trials), Verdict.BAD, AUTO, C) == ()
     # the same trials on the slot whose verdict named the culprit: slot 0 alone could have
     # given it (a bad GPU lies on every start it serves)
     same = [(C, "revert", Verdict.GOOD, Start(0, 6.0)), (C, "pick", Verdict.BAD, Start(0, 7.0))]
-    assert fragile(10, observed, Verdict.BAD, AUTO, C, same) == (C,)
+    assert fragile(10, Placed(observed, same), Verdict.BAD, AUTO, C) == (C,)
 
 
 def test_the_search_probes_the_culprit_again_where_one_burst_named_it() -> None:
@@ -545,7 +547,7 @@ def test_what_fragile_says_is_what_the_brute_force_posterior_says_without_each_g
                 if at not in group]  # fmt: skip
         if brute(n, seen, Verdict.BAD, policy, kept)[c] < ROBUST:
             expected_fragile = True
-    again = fragile(n, observed, Verdict.BAD, policy, c, trials)
+    again = fragile(n, Placed(observed, trials), Verdict.BAD, policy, c)
     assert bool(again) == expected_fragile, (observed, trials)
     assert set(again) <= {c - 1, c}
 
@@ -634,7 +636,7 @@ def test_an_answer_s_culprit_and_parent_are_probed_here_even_where_known_verdict
     assert probed == [seq[5], seq[4]]
     assert step.status is Status.FOUND and step.culprit == seq[5]
     probes = [ProbeOutcome(c, v[0], "") for c, v in said.items()]
-    result = build_result(plan, step, probes, policy=policy)
+    result = build_result(plan, step, probes, Ran(policy=policy))
     assert result.search is not None
     assert [(k.commit, k.verdict, k.source, k.rate) for k in result.search.known] == [
         (k.commit, k.verdict.value, k.source, 0.01) for k in known
@@ -673,7 +675,7 @@ def test_two_slots_probe_about_the_thirds_not_the_median_and_a_quartile() -> Non
     # greedy alone takes the median, then the best beside it (a quartile: 1.5 bits a round);
     # two probes tell most at about the thirds (log2 3 = 1.58 bits): a round in seven
     belief = believe(61, {0: [Verdict.GOOD], 60: [Verdict.BAD]}, Verdict.BAD, AUTO)
-    found = decide(belief, AUTO, Verdict.BAD, frozenset(range(61)), 2, k=2)
+    found = decide(belief, AUTO, Verdict.BAD, frozenset(range(61)), 2, BatchAsk(2))
     low, high = sorted(belief.cdf(i) for i in found.probes)
     assert abs(low - 1 / 3) < 0.06 and abs(high - 2 / 3) < 0.06, found.probes
 

@@ -296,10 +296,10 @@ def test_a_culprit_named_by_trials_before_its_parent_was_probed_sends_the_parent
     candidate probed again is 5 (the side with no verdict at all), not 6 for ever (the bench
     looped on it to the budget: no answer)."""
     from llm_bisect.model import Verdict as V
-    from llm_bisect.posterior import Start, fragile
+    from llm_bisect.posterior import Placed, Start, fragile
 
     said = [(0, V.GOOD), (12, V.BAD), (4, V.GOOD), (6, V.BAD)]
     observed = [(i, v, Start(0, float(t))) for t, (i, v) in enumerate(said)]
     trials = [(6, "revert", V.GOOD, Start(0, 4.0)), (6, "pick", V.BAD, Start(0, 5.0))]
     weights = [LOW if i == 5 else 1.0 for i in range(1, 13)]
-    assert fragile(13, observed, V.BAD, Policy(), 6, trials, weights=weights)[0] == 5
+    assert fragile(13, Placed(observed, trials), V.BAD, Policy(), 6, weights=weights)[0] == 5

@@ -41,7 +41,7 @@ from llm_bisect.report.documents import ResultDocument
 from llm_bisect.report.html import render_html
 from llm_bisect.report.links import commit_url, compare_url, pr_number, pr_url, web_url
 from llm_bisect.report.markdown import render_markdown as render_doc
-from llm_bisect.report.result import build_result
+from llm_bisect.report.result import Ran, build_result
 from llm_bisect.search import Answer, Mode, Plan, Status, plan_step
 from test_cli import invoke
 from test_collectenv import stand_in_smi
@@ -216,7 +216,7 @@ def golden_result() -> ResultDocument:
         },
     }
     return build_result(
-        plan, answer, probes, spans=spans, context=context, started=990.0, ended=2600.0
+        plan, answer, probes, Ran(spans=spans, context=context, started=990.0, ended=2600.0)
     )
 
 

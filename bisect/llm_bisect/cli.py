@@ -36,15 +36,15 @@ from .report.gate import power_said
 from .report.markdown import banner, duration
 from .runner import RunResult, result_of, write_outputs
 from .search import Answer, Mode, Plan, Status
-from .services.bisection import check_one, of_config, run_bisect
-from .services.configs import configs_setup, run_configs
-from .services.deps import run_deps
-from .services.gate import GATE_FILE, run_gate
+from .services.bisection import Terms, check_one, of_config, run_bisect
+from .services.configs import Servers, configs_setup, run_configs
+from .services.deps import Dependency, run_deps
+from .services.gate import GATE_FILE, GateAsk, run_gate
 from .services.golden import calibrate, record_golden
 from .services.keep import DEFAULT_PATTERN
 from .services.localization import LOCALIZATION, localize_refs
 from .services.reap import reap_servers
-from .services.setup import Setup, golden_file_of, plan_of, setup
+from .services.setup import Reading, Setup, golden_file_of, plan_of, setup
 from .services.stages import restore
 from .templates import shown
 from .terminal import (
@@ -194,7 +194,11 @@ def _setup(
     """The config's setup; from here on the terminal masks its secrets."""
     report = progress.note if progress else lambda line: term.say(f"    {line}")
     s = setup(
-        config, os.environ, repo=repo, report=report, eval_config=eval_config, eval_data=eval_data
+        config,
+        os.environ,
+        repo=repo,
+        report=report,
+        reading=Reading(eval_config=eval_config, eval_data=eval_data),
     )
     term.mask(s.scrub)
     return s
@@ -324,7 +328,9 @@ def run_cmd(
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo)
         _estimated(progress, s)
-        done = run_bisect(s, out, good=good, bad=bad, find_fix=find_fix, progress=progress)
+        done = run_bisect(
+            s, out, good=good, bad=bad, progress=progress, terms=Terms(find_fix=find_fix)
+        )
         for doubt in doubted(done.result.probes):  # a bad GPU or node: said where it is seen
             term.say(f"warning: {doubt.line}")
         _print_answer(term, done.answer, out, done.result)
@@ -569,19 +575,8 @@ def gate_cmd(
         if junit is not None:
             prepare(junit.parent, "--junit")
         prepare(out)
-        doc = run_gate(
-            s,
-            candidate,
-            out,
-            progress,
-            golden_file=golden,
-            record=record,
-            good=good,
-            bisect_on_block=bisect_on_block,
-            junit=junit,
-            eval_config=eval_config,
-            eval_data=eval_data,
-        )
+        asked = GateAsk(golden, record, good, bisect_on_block, junit, eval_config, eval_data)
+        doc = run_gate(s, candidate, out, progress, asked)
         if as_json:
             term.out((out / GATE_FILE).read_text().rstrip())
             return doc.exit_code
@@ -666,8 +661,8 @@ def configs_cmd(
         claim(out, "configs")
         progress = TerminalProgress(term)
         cs = configs_setup(
-            config, os.environ, good_file=good_server, bad_file=bad_server, bad_args=words,
-            bad_env=env, repo=repo, report=progress.note, build=build,
+            config, os.environ, Servers(good_server, bad_server, words, env), repo=repo,
+            report=progress.note, build=build,
         )  # fmt: skip
         term.mask(cs.scrub)
         result = run_configs(cs, out, build=build, progress=progress)
@@ -724,8 +719,8 @@ def deps_cmd(
         progress = TerminalProgress(term)
         s = _setup(term, config, progress, repo)
         found = run_deps(
-            s, out, build=build, package=package, good=good, bad=bad, index=index,
-            progress=progress, pre=pre, yanked=yanked,
+            s, out, build=build, dependency=Dependency(package, good, bad, index, pre, yanked),
+            progress=progress,
         )  # fmt: skip
         held = found.done.result.deps
         if found.first_bad_version is not None and held is not None:

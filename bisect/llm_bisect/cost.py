@@ -231,21 +231,27 @@ def search_cost(n: int, policy: Policy, slots: int) -> tuple[float, float]:
     return s.probes + s.trials, s.rounds
 
 
+@dataclass(frozen=True)
+class PostRun:
+    """What runs after the search, for its cost: the confirmation's trials, localisation's
+    two starts, the decisive checks' re-run (`probe.early_stop`), `later` builds probed
+    after the culprit, up to `culprits` culprits (each further one searches the range after
+    the last again, with its own confirmation)."""
+
+    confirm: bool = True
+    localize: bool = True
+    decisive: bool = True
+    later: int = 0
+    culprits: int = 1
+
+
 def estimate(
-    n: int,
-    policy: Policy,
-    *,
-    slots: int = 1,
-    confirm: bool = True,
-    localize: bool = True,
-    decisive: bool = True,
-    later: int = 0,
-    culprits: int = 1,
-    nodes: int = 1,
+    n: int, policy: Policy, *, slots: int = 1, post: PostRun = PostRun(), nodes: int = 1
 ) -> Cost:
-    """The cost of a run over n candidates after the good end: `later` builds probed after
-    the culprit, up to `culprits` culprits (each further one searches the range after the
-    last again, with its own confirmation), `nodes` nodes a server."""
+    """The cost of a run over n candidates after the good end, with what runs after its
+    search (`post`, PostRun), `nodes` nodes a server."""
+    confirm, localize, decisive = post.confirm, post.localize, post.decisive
+    later, culprits = post.later, post.culprits
     s = searched(n, policy, slots)
     # a search that does not stop for the trials (exact; --find-fix) has them after it
     after = 2 if confirm and not policy.confirming else 0

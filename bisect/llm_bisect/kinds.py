@@ -33,6 +33,8 @@ it names, type-only, import neither it nor config): every kind module may import
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -260,24 +262,31 @@ def _same(cfg: Any, *_: Any) -> Any:
 # ---- launchers ---------------------------------------------------------------------------
 
 
+def _quiet(_: str) -> None:
+    """A launcher's report where nobody listens."""
+
+
 @dataclass(frozen=True)
 class LauncherContext:
-    """What a launcher is made with besides its config (Setup.launcher)."""
+    """What a launcher is made with besides its config (Setup.launcher), passed whole."""
 
-    env: Mapping[str, str]
-    """The config's server.env, expanded."""
-    environ: Mapping[str, str]
-    """The caller's environment (a process server inherits it)."""
-    secret_names: list[str]
     base_dir: Path
     """The config's folder."""
     run_id: str
-    builder: Builder | None
-    logins: Mapping[str, tuple[str, str]]
-    report: Callable[[str], None]
-    slot_devices: list[tuple[str, ...] | None]
-    clock: Callable[[], float]
-    sleep: Callable[[float], None]
+    env: Mapping[str, str] = field(default_factory=dict)
+    """The config's server.env, expanded."""
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    """The caller's environment (a process server inherits it; default: this process's)."""
+    secret_names: Sequence[str] = ()
+    builder: Builder | None = None
+    logins: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    """Registry host → what `docker login` stored for it."""
+    report: Callable[[str], None] = _quiet
+    """Where a launcher says what it does (a pull, a wait)."""
+    slot_devices: Sequence[Sequence[str] | None] = ()
+    """Per slot, the GPUs its server alone uses."""
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
 
 
 @dataclass(frozen=True)

@@ -266,7 +266,8 @@ def compare_rank(
                 at_call[event.module] = len(curve)
                 curve.append(point)
         if first is None and diff > tolerance:
-            first = _diverged(rank, good, found, i, diff, tolerance, before, why, modules or {})
+            walk = _Walk(rank, good, found, modules or {})
+            first = _diverged(walk, i, diff, tolerance, before, why)
         elif first is None:
             before = max(before, diff)
     nonfinite = _nonfinite(good, bad)
@@ -278,18 +279,22 @@ def compare_rank(
     return replace(first, curve=tuple(curve), events=len(good), nonfinite=nonfinite)
 
 
+@dataclass(frozen=True)
+class _Walk:
+    """One rank's walk: the good build's events in order, the bad build's by key, each
+    module's class and caller (as the worker extension recorded them)."""
+
+    rank: int
+    good: Sequence[Event]
+    found: Mapping[tuple[str, str, str], Event]
+    modules: Mapping[str, Module]
+
+
 def _diverged(
-    rank: int,
-    good: Sequence[Event],
-    found: Mapping[tuple[str, str, str], Event],
-    i: int,
-    diff: float,
-    tolerance: float,
-    before: float,
-    why: str,
-    modules: Mapping[str, Module],
+    walk: _Walk, i: int, diff: float, tolerance: float, before: float, why: str
 ) -> RankDivergence:
     """What the first divergent event (good[i]) says: where, and in words."""
+    rank, good, found, modules = walk.rank, walk.good, walk.found, walk.modules
     event = good[i]
     call = [e for e in good if e.module == event.module]
     tensors = tuple(Tensor(e.what, difference(e, found.get(e.key))[0]) for e in call)

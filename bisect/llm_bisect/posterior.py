@@ -694,17 +694,25 @@ def cheapest(
     return [(g, i) for g, i in near if costs.get(i, 0) == least]
 
 
+@dataclass(frozen=True)
+class BatchAsk:
+    """What a batch is asked for (decide): up to `k` candidates besides those `running`,
+    those `prefer`red first among equals, the cheapest where `costs` are given."""
+
+    k: int = 1
+    running: frozenset[int] = frozenset()
+    prefer: frozenset[int] = frozenset()
+    costs: Mapping[int, float] | None = None
+
+
 def decide(
     belief: Belief,
     policy: Policy,
     new: Verdict,
     pool: frozenset[int],
     spent: int,
-    k: int = 1,
-    running: frozenset[int] = frozenset(),
-    prefer: frozenset[int] = frozenset(),
+    ask: BatchAsk = BatchAsk(),
     closed: frozenset[int] = frozenset(),
-    costs: Mapping[int, float] | None = None,
 ) -> Decision:
     """The answer if one hypothesis (or a group no probe can split) holds the confidence, or
     the budget is spent; else up to k candidates of `pool` to probe besides those `running`,
@@ -712,6 +720,7 @@ def decide(
     those that tell nearly as much where `costs` are given (cheapest). `closed`: the
     candidates the search does not stop at for a confirmation (`Policy.confirming`: looked
     at already, next_look)."""
+    k, running, prefer, costs = ask.k, ask.running, ask.prefer, ask.costs
     top = belief.top()
     if (
         belief.of(top) >= policy.confidence
@@ -915,13 +924,20 @@ def _groups(starts: Sequence[Start], decisive: Sequence[bool]) -> list[frozenset
     return list(unique)
 
 
+@dataclass(frozen=True)
+class Placed:
+    """Each verdict and each trial with where and when it ran (fragile's evidence)."""
+
+    observed: Sequence[tuple[int, Verdict, Start]]
+    trials: Sequence[tuple[int, str, Verdict, Start]] = ()
+
+
 def fragile(
     n: int,
-    observed: Sequence[tuple[int, Verdict, Start]],
+    placed: Placed,
     new: Verdict,
     policy: Policy,
     c: int,
-    trials: Sequence[tuple[int, str, Verdict, Start]] = (),
     old_end_known: bool = False,
     known: Sequence[tuple[int, Verdict, float]] = (),
     weights: Sequence[float] | None = None,
@@ -935,6 +951,7 @@ def fragile(
         slot 0:  ... c-1 good │ c bad  revert good  pick bad │ c bad (again)
                               └──── one burst (BURST) ────┘
         without the burst, c-1 good and the second c bad still name c: robust."""
+    observed, trials = placed.observed, placed.trials
     if not 0 < c < n:
         return ()
     items = [*((i, v, s) for i, v, s in observed), *((i, v, s) for i, _, v, s in trials)]

@@ -41,7 +41,7 @@ from .redact import Scrub
 from .report.documents import Context, ResultDocument
 from .report.html import render_html
 from .report.markdown import render_markdown
-from .report.result import build_result, verdicts_by_commit
+from .report.result import Ran, build_result, verdicts_by_commit
 from .search import (
     Answer,
     Plan,
@@ -115,15 +115,17 @@ def result_of(
             state.plan,
             step,
             state.probes,
-            state.regress,
-            warnings,
-            spans=state.spans,
-            context=Context.model_validate(state.context),
-            started=state.started,
-            ended=state.ended,
-            parallel=1 + max((s.slot or 0 for s in state.spans), default=0),
-            policy=state.policy,
-            symptom=state.symptom,
+            Ran(
+                state.regress,
+                warnings,
+                spans=state.spans,
+                context=Context.model_validate(state.context),
+                started=state.started,
+                ended=state.ended,
+                parallel=1 + max((s.slot or 0 for s in state.spans), default=0),
+                policy=state.policy,
+                symptom=state.symptom,
+            ),
         )
     return step, None
 
@@ -146,37 +148,70 @@ def starts_of(probes: Sequence[ProbeOutcome]) -> dict[str, list[Start]]:
     return found
 
 
+@dataclass(frozen=True)
+class Record:
+    """Where a run is recorded (DIR's journal and documents) and what it is recorded as."""
+
+    out_dir: Path
+    digest: str
+    """The config's digest: a journal of another config is not resumed."""
+    settings: Mapping[str, str] | None = None
+    """The config's settings, to name those that differ when the digest does."""
+    context: Context | None = None
+    """documents.Context: the refs as given, the config, the node."""
+    given: Sequence[tuple[ProbeOutcome, str]] = ()
+    """Verdicts the run starts with instead of probing (outcome, where it came from)."""
+    again: bool = False
+    """The search goes on in the process that ran it: the journal's probes are its own."""
+    scrub: Scrub | None = None
+    """Everything written to DIR passes through it."""
+
+
+@dataclass(frozen=True)
+class Probing:
+    """How each probe runs: its launcher, its checks and how often they run."""
+
+    launcher: Launcher
+    checks: Sequence[Check]
+    client: Callable[[Server], OpenAIClient]
+    repeats: int = 1
+    """Runs of the check suite on each server."""
+    early_stop: bool = False
+    """A probe's suite stops at its first failed check, except at the ends."""
+    regress: Regress = Regress.SEMANTIC
+    golden: GoldenStore | None = None
+    """None: one is recorded from the good end into DIR/golden.json."""
+
+
+@dataclass(frozen=True)
+class Searching:
+    """How the search weighs verdicts and picks the next probes, and how many run at once."""
+
+    policy: Policy = EXACT
+    reprobe: bool = False
+    symptom: Symptom = Symptom.ANY
+    parallel: int = 1
+    coarse: bool = False
+    first: frozenset[str] = frozenset()
+    priced: bool = False
+    priors: Priors | None = None
+
+
 def run(
     plan: Plan,
+    record: Record,
+    probing: Probing,
+    searching: Searching = Searching(),
     *,
-    digest: str,
-    settings: Mapping[str, str] | None = None,
-    out_dir: Path,
-    launcher: Launcher,
-    checks: Sequence[Check],
-    client: Callable[[Server], OpenAIClient],
-    repeats: int = 1,
-    reprobe: bool = False,
-    policy: Policy = EXACT,
     progress: Progress | None = None,
-    golden: GoldenStore | None = None,
-    scrub: Scrub | None = None,
-    regress: Regress = Regress.SEMANTIC,
-    coarse: bool = False,
     clock: Clock = SYSTEM,
-    context: Context | None = None,
-    given: Sequence[tuple[ProbeOutcome, str]] = (),
-    parallel: int = 1,
-    early_stop: bool = False,
-    first: frozenset[str] = frozenset(),
-    symptom: Symptom = Symptom.ANY,
-    priced: bool = False,
-    again: bool = False,
-    priors: Priors | None = None,
 ) -> RunResult:
     """Bisect `plan` to an answer with up to `parallel` probes in flight, resuming from DIR's
     journal when there is one. `again`: the search goes on in the process that ran it (a
     confirmation's trials weighed): the journal's probes are its own, none resumed.
+
+    `record` (Record): DIR, the config's digest and settings, and what the run starts with;
+    `probing` (Probing): how each probe runs; `searching` (Searching): the search's rules.
 
     `repeats`: runs of the check suite on each server; `reprobe`: a verdict that contradicts
     a neighbour's is probed again (a new server) before it is used (`probe.repeats: auto`).
@@ -206,25 +241,34 @@ def run(
     Without a `golden`, one is recorded from the good end into DIR/golden.json (the good
     end's probe runs alone, first). Everything written to DIR passes through `scrub`.
     """
+    out_dir, launcher, checks, regress = (
+        record.out_dir, probing.launcher, probing.checks, probing.regress
+    )  # fmt: skip
+    policy, symptom = searching.policy, searching.symptom
     progress = progress or SilentProgress()
-    scrub = scrub or Scrub()
-    golden = golden or GoldenStore(out_dir / "golden.json", checks, plan.good.commit, scrub=scrub)
-    ctx = ProbeContext(
-        launcher, checks, client, progress, repeats, golden, regress, clock.monotonic
+    scrub = record.scrub or Scrub()
+    golden = probing.golden or GoldenStore(
+        out_dir / "golden.json", checks, plan.good.commit, scrub=scrub
     )
-    if priors is not None and not policy.exact:
-        policy = with_prior(policy, priors, golden)
+    ctx = ProbeContext(
+        launcher, checks, probing.client, progress, probing.repeats, golden, regress,
+        clock.monotonic,
+    )  # fmt: skip
+    if searching.priors is not None and not policy.exact:
+        policy = with_prior(policy, searching.priors, golden)
     ends = frozenset({plan.good.commit, plan.bad.commit})  # their suites always run whole
     reference = _Reference()
     decisive = reference.decisive if symptom is Symptom.SAME else None
-    ctx = replace(ctx, early_stop=early_stop, full=ends, decisive=decisive)
+    ctx = replace(ctx, early_stop=probing.early_stop, full=ends, decisive=decisive)
     with Journal(out_dir / FILENAME, scrub) as journal:
         state = journal.reading.state
-        resumed = 0 if state is None or again else len(state.probes)  # before this process
+        resumed = 0 if state is None or record.again else len(state.probes)  # before this process
         if journal.reading.dropped:
             progress.note(f"journal: cut off its {journal.reading.dropped}")
-        if state is not None and (state.digest != digest or _commits(state.plan) != _commits(plan)):
-            changed = differing(state.settings, settings or {}) if state.settings else []
+        if state is not None and (
+            state.digest != record.digest or _commits(state.plan) != _commits(plan)
+        ):
+            changed = differing(state.settings, record.settings or {}) if state.settings else []
             what = f" ({', '.join(changed)} differ)" if changed else ""
             raise JournalError(
                 f"{out_dir}: holds a run of another config or range{what}; "
@@ -234,19 +278,19 @@ def run(
             journal.append(
                 "run",
                 version=VERSION,
-                digest=digest,
-                **({"settings": dict(settings)} if settings else {}),
+                digest=record.digest,
+                **({"settings": dict(record.settings)} if record.settings else {}),
                 plan=plan_json(plan),
                 good=plan.good.commit,
                 bad=plan.bad.commit,
                 regress=regress.value,
-                reprobe=reprobe,
+                reprobe=searching.reprobe,
                 **({} if policy.exact else {"search": policy.to_json()}),
                 **({} if symptom is Symptom.ANY else {"symptom": symptom.value}),
-                context=(context or Context()).model_dump(mode="json"),
+                context=(record.context or Context()).model_dump(mode="json"),
                 time=clock.time(),
             )
-            for outcome, source in given:
+            for outcome, source in record.given:
                 journal.append("probe", outcome=outcome.to_json(), given=source, time=clock.time())
             state = read_journal(out_dir / FILENAME).state
             assert state is not None
@@ -274,16 +318,10 @@ def run(
         progress.planned(plan, len(state.probes), resumed)
         for line in launcher.reap():  # what killed llm-bisect processes left
             progress.note(line)
-        arts = {c.commit: launcher.artifact(c) for c in plan.candidates} if coarse or priced else {}
-        prefer = first or (
-            frozenset(c for c, art in arts.items() if art.ready) if coarse else frozenset()
-        )
-        costs = {c: float(price(art)) for c, art in arts.items()} if priced else None
         slots = _Slots(
-            plan, out_dir, journal, ctx, prefer, max(1, parallel), state, reprobe, clock, policy,
-            symptom, reference, costs,
+            plan, journal, state, ctx, replace(searching, policy=policy), out_dir, clock,
+            reference,
         )  # fmt: skip
-        slots.priors = None if policy.exact else priors
         step = slots.run()
         policy = slots.policy
         done = clock.time()
@@ -295,15 +333,17 @@ def run(
         plan,
         step,
         slots.probes,
-        regress,
-        said,
-        spans=slots.spans,
-        context=Context.model_validate(state.context),
-        started=state.started,
-        ended=done,
-        parallel=max(1, parallel),
-        policy=policy,
-        symptom=symptom,
+        Ran(
+            regress,
+            said,
+            spans=slots.spans,
+            context=Context.model_validate(state.context),
+            started=state.started,
+            ended=done,
+            parallel=max(1, searching.parallel),
+            policy=policy,
+            symptom=symptom,
+        ),
     )
     written = write_outputs(out_dir, result, scrub)
     return RunResult(step, written, out_dir)
@@ -392,22 +432,29 @@ class _Slots:
     def __init__(
         self,
         plan: Plan,
-        out_dir: Path,
         journal: Journal,
-        ctx: ProbeContext,
-        prefer: frozenset[str],
-        k: int,
         state: JournalState,
-        reprobe: bool = False,
+        ctx: ProbeContext,
+        searching: Searching,
+        out_dir: Path,
         clock: Clock = SYSTEM,
-        policy: Policy = EXACT,
-        symptom: Symptom = Symptom.ANY,
         reference: _Reference | None = None,
-        costs: Mapping[str, float] | None = None,
     ) -> None:
         self.plan, self.out_dir, self.journal, self.ctx = plan, out_dir, journal, ctx
-        self.clock, self.policy = clock, policy
-        self.prefer, self.k, self.reprobe = prefer, k, reprobe
+        self.clock, self.policy = clock, searching.policy
+        self.k, self.reprobe = max(1, searching.parallel), searching.reprobe
+        arts = (
+            {c.commit: ctx.launcher.artifact(c) for c in plan.candidates}
+            if searching.coarse or searching.priced
+            else {}
+        )
+        self.prefer = searching.first or (
+            frozenset(c for c, art in arts.items() if art.ready)
+            if searching.coarse
+            else frozenset()
+        )
+        """Commits probed first in their place (`first`, else those ready where `coarse`)."""
+        costs = {c: float(price(art)) for c, art in arts.items()} if searching.priced else None
         self.probes = list(state.probes)
         self.spans = list(state.spans)
         self.depth = state.rounds
@@ -416,13 +463,13 @@ class _Slots:
         self.broken_starts = 0
         """Starts of the good end whose answers were broken (BrokenGoodEnd): one is a glitch
         and the good end starts again; a second stops the run."""
-        self.symptom = symptom
+        self.symptom = searching.symptom
         """Which bad probes count as bad (`search.symptom`)."""
         self.reference = reference or _Reference()
         """What the search counts so far, for the probes' suites (`decisive`)."""
         self.costs = costs
         """What making each candidate runnable costs (launchers.price), where priced."""
-        self.priors: Priors | None = None
+        self.priors = None if searching.policy.exact else searching.priors
         """The candidates' prior weights from the golden's record (`search.priors`)."""
 
     def run(self) -> Answer:

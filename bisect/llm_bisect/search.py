@@ -53,8 +53,10 @@ from .errors import ConfigError
 from .model import Candidate, Verdict
 from .posterior import (
     EXACT,
+    BatchAsk,
     Belief,
     Decision,
+    Placed,
     Policy,
     Rates,
     Start,
@@ -439,19 +441,24 @@ def posterior_batch(
         # one round saved on k slots; where it tests good they told nothing
         told = believe(n, {**tested, n - 1: [new]}, new, policy, weights,
                        old_end_known=old_end_known, trials=trials, known=known)  # fmt: skip
-        beside = decide(told, policy, new, pool - {n - 1}, 0, k - 1, running, prefer, closed,
-                        costs)  # fmt: skip
+        beside = decide(told, policy, new, pool - {n - 1}, 0,
+                        BatchAsk(k - 1, running, prefer, costs), closed)  # fmt: skip
         return [n - 1, *beside.probes]
     belief = believe(
         n, tested, new, policy, weights, old_end_known=old_end_known, trials=trials, known=known
     )
     spent = sum(len(seen) for seen in history.values())
-    decision = decide(belief, policy, new, pool, spent, k, running, prefer, closed, costs)
+    decision = decide(belief, policy, new, pool, spent, BatchAsk(k, running, prefer, costs), closed)
+
+    def fragile_at(top: int) -> tuple[int, ...]:
+        """What to probe again before `top` is an answer (posterior.fragile)."""
+        placed = _placed(history, starts or {}, trials, trial_starts)
+        return fragile(n, placed, new, policy, top, old_end_known, known, weights)
+
     if decision.probes:
         if starts is None or len(decision.probes) < 2:
             return list(decision.probes)
-        return _steadied(n, history, starts, trials, trial_starts, known, belief, decision,
-                         pool, running, mode, policy, old_end_known, weights)  # fmt: skip
+        return _steadied(belief, decision, pool, running, new, fragile_at)
     top = decision.answer
 
     def first(need: Sequence[int], why: str) -> list[int] | Outcome:
@@ -460,9 +467,7 @@ def posterior_batch(
         wanted = [i for i in need if i in pool and i not in running][:k]
         if spent < policy.budget(n, belief.rates) and (wanted or running):
             return wanted
-        return _posterior_outcome(
-            n, history, tested, belief, decision, mode, policy, spent, why=why
-        )
+        return _posterior_outcome(history, belief, decision, mode, policy, spent, why=why)
 
     if known and top is not None and 0 < top < n:
         # the culprit and its parent are probed here: known verdicts narrow, never answer
@@ -471,8 +476,7 @@ def posterior_batch(
             return first(unprobed, "before {likeliest} and its parent were probed here: it "
                          "rests on verdicts known from elsewhere")  # fmt: skip
     if starts is not None and top is not None and not decision.provisional and 0 < top < n:
-        observed, weighed = _placed(history, starts, trials, trial_starts)
-        again = fragile(n, observed, new, policy, top, weighed, old_end_known, known, weights)
+        again = fragile_at(top)
         if again:
             return first(again, "while the verdicts that name {likeliest} could all come from "
                          "one burst of starts or one slot: probe it again elsewhere")  # fmt: skip
@@ -482,9 +486,9 @@ def posterior_batch(
     if decision.exhausted:
         more = replace(policy, max_probes=spent + 1)
         settle = decide(
-            belief, more, new, pool, spent, 1, frozenset(), prefer
+            belief, more, new, pool, spent, BatchAsk(1, prefer=prefer)
         ).probes  # as `report` says it
-    return _posterior_outcome(n, history, tested, belief, decision, mode, policy, spent, settle)
+    return _posterior_outcome(history, belief, decision, mode, policy, spent, settle)
 
 
 def _placed(
@@ -492,7 +496,7 @@ def _placed(
     starts: Mapping[int, Sequence[Start]],
     trials: Sequence[tuple[int, str, Verdict]],
     trial_starts: Sequence[Start],
-) -> tuple[list[tuple[int, Verdict, Start]], list[tuple[int, str, Verdict, Start]]]:
+) -> Placed:
     """Each verdict and each trial with where and when it ran (posterior.fragile's input)."""
     observed = [
         (i, v, s)
@@ -502,24 +506,16 @@ def _placed(
     ]
     weighed = [(i, kind, v, s) for (i, kind, v), s in zip(trials, _pad(trial_starts, trials),
                                                           strict=True)]  # fmt: skip
-    return observed, weighed
+    return Placed(observed, weighed)
 
 
 def _steadied(
-    n: int,
-    history: Mapping[int, Sequence[Verdict]],
-    starts: Mapping[int, Sequence[Start]],
-    trials: Sequence[tuple[int, str, Verdict]],
-    trial_starts: Sequence[Start],
-    known: Sequence[tuple[int, Verdict, float]],
     belief: Belief,
     decision: Decision,
     pool: frozenset[int],
     running: frozenset[int],
-    mode: Mode,
-    policy: Policy,
-    old_end_known: bool,
-    weights: Sequence[float] | None = None,
+    new: Verdict,
+    fragile_at: Callable[[int], tuple[int, ...]],
 ) -> list[int]:
     """A batch of several probes with the one that tells least beside the others (posterior.
     spare) traded for the re-probe the likeliest culprit's answer will need on another slot
@@ -527,13 +523,11 @@ def _steadied(
     a round of its own after the confirmation (two slots, no lie: the parent's good verdict
     and the culprit's bad one on one slot each, so no one slot names it alone)."""
     picks = list(decision.probes)
-    new = mode.new_state
     traded = spare(belief, picks, running, new)
     top = belief.top()
-    if traded is None or not 0 < top < n:
+    if traded is None or not 0 < top < belief.n:
         return picks
-    observed, weighed = _placed(history, starts, trials, trial_starts)
-    again = fragile(n, observed, new, policy, top, weighed, old_end_known, known, weights)
+    again = fragile_at(top)
     wanted = [i for i in again if i in pool and i not in running and i not in picks]
     if wanted:
         picks[picks.index(traded)] = wanted[0]
@@ -546,9 +540,7 @@ def _pad(starts: Sequence[Start], items: Sequence[object]) -> list[Start]:
 
 
 def _posterior_outcome(
-    n: int,
     history: Mapping[int, Sequence[Verdict]],
-    tested: Mapping[int, Sequence[Verdict]],
     belief: Belief,
     decision: Decision,
     mode: Mode,
@@ -561,7 +553,8 @@ def _posterior_outcome(
     answer is held back (the budget spent, or nothing left that could be probed) before
     its evidence stands on its own: said after "the probe budget ... is spent " with
     `{likeliest}` for the most likely culprit (posterior_batch's `first`)."""
-    new = mode.new_state
+    n, new = belief.n, mode.new_state
+    tested = {i: [v for v in seen if not _untestable(v)] for i, seen in history.items()}
     top = decision.answer if decision.answer is not None else belief.top()
     against = disagreeing(tested, top, new)
     again = tuple(i for i, seen in sorted(history.items()) if len(seen) > 1)

@@ -173,6 +173,17 @@ def find_uv() -> str:
     return path
 
 
+@dataclass(frozen=True)
+class Venv:
+    """Where a wheel strategy installs: a fresh venv of `python` made by `uv`, over
+    `base_venv` where given, with the system's site-packages where asked."""
+
+    python: str
+    uv: str
+    base_venv: Path | None = None
+    system_site_packages: bool = False
+
+
 class WheelStrategy:
     """Install the commit's wheel into a fresh venv with uv."""
 
@@ -183,23 +194,21 @@ class WheelStrategy:
         *,
         index: str,
         package: str,
-        python: str,
-        uv: str,
-        base_venv: Path | None = None,
-        system_site_packages: bool = False,
-        download_only: bool = False,
+        venv: Venv | None,
         env: Mapping[str, str] | None = None,
         secret_names: Sequence[str] = (),
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        """`venv`: where the wheel is installed; None: it is only downloaded (for an image
+        derived from the base)."""
         self.secret_names = list(secret_names)
         self.index = index
         self.package = package
-        self.python = python
-        self.uv = uv
-        self.base_venv = base_venv
-        self.system_site_packages = system_site_packages
-        self.download_only = download_only
+        self.python = venv.python if venv is not None else ""
+        self.uv = venv.uv if venv is not None else ""
+        self.base_venv = venv.base_venv if venv is not None else None
+        self.system_site_packages = venv is not None and venv.system_site_packages
+        self.download_only = download_only = venv is None
         self.cache_name = "wheel-file" if download_only else "wheel"
         self.env = dict(env or os.environ)
         self._http = httpx.Client(timeout=INDEX_TIMEOUT_S, transport=transport)
@@ -440,9 +449,7 @@ def from_config(
         strategy = WheelStrategy(
             index=index,
             package=cfg.package,
-            python="",
-            uv="",
-            download_only=True,
+            venv=None,
             env=ctx.environ,
             secret_names=ctx.secret_names,
         )
@@ -454,10 +461,7 @@ def from_config(
     strategy = WheelStrategy(
         index=index,
         package=cfg.package,
-        python=interpreter,
-        uv=find_uv(),
-        base_venv=base,
-        system_site_packages=cfg.system_site_packages,
+        venv=Venv(interpreter, find_uv(), base, cfg.system_site_packages),
         env=ctx.environ,
         secret_names=ctx.secret_names,
     )

@@ -14,6 +14,7 @@ or with a cut share far above the golden's, the eval never passes.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import (
@@ -282,6 +283,17 @@ class _Completions:
         return self.endpoint.complete(prompt, max_tokens=max_tokens, **extra)
 
 
+@dataclass(frozen=True)
+class Bars:
+    """When an eval's answers are bad: accuracy below the golden's beyond chance (or by more
+    than a fixed `tolerance`), the share of null content up by `null_share_jump`, accuracy
+    under an absolute `min_accuracy` (a vLLM eval config's floor)."""
+
+    tolerance: float | None = None
+    null_share_jump: float = NULL_SHARE_JUMP
+    min_accuracy: float | None = None
+
+
 class EvalCheck:
     """Bad when accuracy falls below the golden's beyond chance, or null content jumps."""
 
@@ -295,9 +307,7 @@ class EvalCheck:
         prompt_format: Literal["instruct", "vllm"] = "instruct",
         concurrency: int = 8,
         budget: Budget | None = None,
-        tolerance: float | None = None,
-        null_share_jump: float = NULL_SHARE_JUMP,
-        min_accuracy: float | None = None,
+        bars: Bars = Bars(),
         api: Literal["chat-completions", "completions"] = "chat-completions",
         gen_prefix: str = "",
     ) -> None:
@@ -313,9 +323,9 @@ class EvalCheck:
         self.extract = last_integer if prompt_format == "vllm" else extract
         self.concurrency = concurrency
         self.budget = budget or Budget(256)
-        self._configured_tolerance = tolerance
-        self.null_share_jump = null_share_jump
-        self.min_accuracy = min_accuracy
+        self._configured_tolerance = bars.tolerance
+        self.null_share_jump = bars.null_share_jump
+        self.min_accuracy = bars.min_accuracy
         """An absolute floor beside the golden-relative judgement (a vLLM eval config's)."""
 
     def _via(self, endpoint: ChatEndpoint) -> ChatEndpoint:
@@ -659,9 +669,7 @@ def from_config(cfg: EvalConfig, ctx: CheckContext) -> EvalCheck:
         prompt_format=cfg.format,
         concurrency=cfg.concurrency,
         budget=budget_of(cfg),
-        tolerance=cfg.tolerance,
-        null_share_jump=cfg.null_share_jump,
-        min_accuracy=cfg.min_accuracy,
+        bars=Bars(cfg.tolerance, cfg.null_share_jump, cfg.min_accuracy),
         api=cfg.api,
         gen_prefix=cfg.gen_prefix,
     )

@@ -29,9 +29,9 @@ import math
 import shutil
 import threading
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any, Literal, TypedDict
 
@@ -43,10 +43,9 @@ from docker.models.images import Image
 from pydantic import Field, field_validator
 
 from .. import collectenv, escape as esc, weights
-from ..builds import Builder, ImageTarget, Route
+from ..builds import ImageTarget, Route
 from ..builds.images import BUILD_LABEL, ImageDeriver, derived_ref, recorded
 from ..builds.prefetch import Prefetcher
-from ..clock import SYSTEM
 from ..config import ServerBase, SlotGpus, Strict, check_placeholders
 from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
 from ..fingerprint import Facts, package_probe_source
@@ -144,27 +143,38 @@ class ContainerSpec(TypedDict, total=False):
     shm_size: str
 
 
+@dataclass(frozen=True)
+class Containers:
+    """What every container of one launcher shares: its run's id (a label), the config's
+    folder (relative volumes), server.env, the harness process (`owner_label()`, so reap()
+    can tell live runs) and the address its ports bind to."""
+
+    run_id: str
+    base_dir: Path
+    env: Mapping[str, str] = field(default_factory=dict)
+    owner: str = ""
+    bind: str = "127.0.0.1"
+
+
 def container_spec(
     cfg: DockerServerConfig,
+    shared: Containers,
     *,
     image: str,
     ref: str | None = None,
     candidate: Candidate,
     port: int,
     host_port: int,
-    env: Mapping[str, str],
-    run_id: str,
-    base_dir: Path,
-    owner: str = "",
-    bind: str = "127.0.0.1",
     devices: Sequence[str] | None = None,
 ) -> ContainerSpec:
     """The keyword arguments of `containers.create` for one probe. Pure.
 
     `image` is what runs (an image id pins it); `ref` is the reference `{image}` names;
-    `owner` is the harness process (`owner_label()`), so reap() can tell live runs;
     `devices`: the slot's own GPUs, instead of `gpus`.
     """
+    env, run_id, base_dir, owner, bind = (
+        shared.env, shared.run_id, shared.base_dir, shared.owner, shared.bind
+    )  # fmt: skip
     values = {
         "commit": candidate.commit,
         "short": candidate.short,
@@ -262,20 +272,20 @@ class DockerServer(LoggedServer):
 
     def spec(self, image: Image) -> ContainerSpec:
         """The `containers.create` arguments of this server (its slot's port and devices)."""
+        launcher = self.launcher
         return container_spec(
-            self.launcher.cfg,
+            launcher.cfg,
+            Containers(
+                launcher.run_id, launcher.base_dir, launcher.env, launcher.owner,
+                launcher.engine.bind,
+            ),
             image=str(image.id),
-            ref=self.launcher.image_ref(self.candidate),
+            ref=launcher.image_ref(self.candidate),
             candidate=self.candidate,
             port=self.port,
             host_port=self.host_port,
-            env=self.launcher.env,
-            run_id=self.launcher.run_id,
-            base_dir=self.launcher.base_dir,
-            owner=self.launcher.owner,
-            bind=self.launcher.engine.bind,
             devices=self.devices,
-        )
+        )  # fmt: skip
 
     def _start(self) -> None:
         """Start the container; when another process took its host port first (a lost race:
@@ -549,39 +559,33 @@ class DockerLauncher:
     def __init__(
         self,
         cfg: DockerServerConfig,
+        ctx: LauncherContext,
         *,
-        env: Mapping[str, str],
-        secret_names: Sequence[str],
-        base_dir: Path,
-        run_id: str,
-        client: docker.DockerClient | None = None,
         engine: str | None = None,
+        client: docker.DockerClient | None = None,
         registry: RegistryClient | None = None,
-        builder: Builder | None = None,
-        logins: Mapping[str, tuple[str, str]] | None = None,
-        report: Callable[[str], None] = lambda _: None,
-        slot_devices: Sequence[Sequence[str] | None] = (),
         ports: PortBook | None = None,
-        clock: Callable[[], float] = SYSTEM.monotonic,
-        sleep: Callable[[float], None] = SYSTEM.sleep,
     ) -> None:
+        """`engine`: a Docker host (one of server.docker_hosts; None: the environment's),
+        or `client`, one connected already."""
         self.cfg = cfg
-        self.slot_devices = [None if d is None else tuple(d) for d in slot_devices]
+        self.slot_devices = [None if d is None else tuple(d) for d in ctx.slot_devices]
         """Per slot (0 .. parallel-1), the GPUs its container alone uses."""
         self.ports = ports or PortBook()
-        self.env = dict(env)
-        self.secret_names = list(secret_names)
-        self.secrets = [self.env[n] for n in secret_names if n in self.env]
+        self.env = dict(ctx.env)
+        self.secret_names = list(ctx.secret_names)
+        self.secrets = [self.env[n] for n in ctx.secret_names if n in self.env]
         self.secrets += argv_secrets([*cfg.args, *(cfg.entrypoint or [])])  # a URL login
         if cfg.registry.password:
             self.secrets.append(cfg.registry.password)
-        self.base_dir = base_dir
-        self.run_id = run_id
+        self.base_dir = base_dir = ctx.base_dir
+        self.run_id = run_id = ctx.run_id
         self.owner = owner_label()
         self.engine = Engine.connect(engine, client)
-        self.report = report
-        self.clock = clock
-        self.sleep = sleep
+        self.report = report = ctx.report
+        self.clock = clock = ctx.clock
+        self.sleep = ctx.sleep
+        builder, logins = ctx.builder, ctx.logins
         self.images = Images(
             self.engine,
             registry
@@ -928,22 +932,7 @@ def from_config(cfg: DockerServerConfig, ctx: LauncherContext) -> Launcher:
     try:
         hosts: list[str | None] = [*cfg.docker_hosts] or [None]
         for engine in hosts:
-            engines.append(
-                DockerLauncher(
-                    cfg,
-                    env=ctx.env,
-                    secret_names=ctx.secret_names,
-                    base_dir=ctx.base_dir,
-                    run_id=ctx.run_id,
-                    engine=engine,
-                    builder=ctx.builder,
-                    logins=ctx.logins,
-                    report=ctx.report,
-                    slot_devices=ctx.slot_devices,
-                    clock=ctx.clock,
-                    sleep=ctx.sleep,
-                )
-            )
+            engines.append(DockerLauncher(cfg, ctx, engine=engine))
     except BaseException:
         for started in engines:
             started.close()

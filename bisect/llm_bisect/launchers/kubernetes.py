@@ -45,9 +45,9 @@ import types
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, TypeAlias, TypedDict, TypeVar, cast
+from typing import Any, Literal, TypeAlias, TypeVar, cast
 
 from pydantic import Field, field_validator, model_validator
 from tenacity import (
@@ -428,20 +428,6 @@ class KubernetesServerConfig(ServerBase):
 # ---- the manifest (pure) -------------------------------------------------------------------
 
 
-class ManifestArgs(TypedDict):
-    """What `job_manifest` and `group_manifests` take of a probe (beside the config)."""
-
-    name: str
-    image: str
-    ref: str
-    candidate: Candidate
-    env: Mapping[str, str]
-    run_id: str
-    owner: str
-    instrument: Instrument | None
-    shipped: Sequence[Shipped]
-
-
 def job_name(candidate: Candidate, token: str) -> str:
     """`llm-bisect-<short>-<token>`: a DNS-1123 label (63 characters at most). Pure."""
     return f"llm-bisect-{candidate.short}-{token}"[:63].lower()
@@ -537,22 +523,38 @@ def config_map_manifest(
     return made
 
 
+@dataclass(frozen=True)
+class Workload:
+    """What the objects of one probe are made of: their name (the ConfigMap's too), the image
+    the kubelet pulls (by digest) and the reference `{image}` names, the candidate, the
+    environment (no secret: the caller refused them; secrets come from `secret_env`'s
+    Secrets), the run and harness labels, and the instrument with its `shipped` files."""
+
+    name: str
+    image: str
+    ref: str
+    candidate: Candidate
+    env: Mapping[str, str]
+    run_id: str
+    owner: str
+    instrument: Instrument | None = None
+    shipped: Sequence[Shipped] = ()
+
+
 def pod_spec(
     cfg: KubernetesServerConfig,
+    work: Workload,
     *,
-    image: str,
-    env: Mapping[str, str],
-    instrument: Instrument | None,
     args: Sequence[str] | None = None,
     command: Sequence[str] | None = None,
     extra_env: Sequence[EnvVar] = (),
-    config_map: str = "",
-    shipped: Sequence[Shipped] = (),
 ) -> PodSpec:
     """The pod of a probe (one node's): its server container, volumes, placement. `args`
     and `command` as the kubelet takes them (filled); default: none, the image's. The
-    instrument's folders from the ConfigMap `config_map` (its `shipped` files), first on
-    PYTHONPATH before `env`'s (the caller puts the image's own there). Pure."""
+    instrument's folders from the ConfigMap of the workload's name (its `shipped` files),
+    first on PYTHONPATH before its `env`'s (the caller puts the image's own there). Pure."""
+    image, env, instrument = work.image, work.env, work.instrument
+    config_map, shipped = work.name, work.shipped
     merged = {**env, **(instrument.env if instrument else {})}
     folders = sorted({f.folder for f in shipped})
     if folders:
@@ -674,24 +676,17 @@ def only_avoided(reason: str) -> bool:
     return found is not None and found.group(1) == found.group(2)
 
 
-def job_manifest(
-    cfg: KubernetesServerConfig,
-    *,
-    name: str,
-    image: str,
-    ref: str,
-    candidate: Candidate,
-    env: Mapping[str, str],
-    run_id: str,
-    owner: str,
-    instrument: Instrument | None = None,
-    shipped: Sequence[Shipped] = (),
-) -> Manifest:
+def job_manifest(cfg: KubernetesServerConfig, work: Workload) -> Manifest:
     """The batch/v1 Job of one probe on one node (its instrument's `shipped` files from the
-    ConfigMap of its name). Pure.
-
-    `image` is what the kubelet pulls (by digest); `ref` is what `{image}` names; `env` holds
-    no secret (the caller refused them): secrets come from `secret_env`'s Secrets."""
+    ConfigMap of its name). Pure."""
+    name, ref, candidate, run_id, owner = (
+        work.name,
+        work.ref,
+        work.candidate,
+        work.run_id,
+        work.owner,
+    )
+    instrument = work.instrument
     values = {
         "commit": candidate.commit,
         "short": candidate.short,
@@ -702,13 +697,9 @@ def job_manifest(
     extra_args = list(instrument.args) if instrument is not None else []
     pod = pod_spec(
         cfg,
-        image=image,
-        env=env,
-        instrument=instrument,
+        work,
         args=[*(fill(literal(a), values) for a in cfg.args), *map(literal, extra_args)],
         command=[literal(e) for e in cfg.entrypoint] if cfg.entrypoint else None,
-        config_map=name,
-        shipped=shipped,
     )
     return {
         "apiVersion": "batch/v1",
@@ -749,20 +740,7 @@ def node_script(head: Sequence[str], worker: Sequence[str]) -> str:
     )
 
 
-def group_manifests(
-    cfg: KubernetesServerConfig,
-    group: Group,
-    *,
-    name: str,
-    image: str,
-    ref: str,
-    candidate: Candidate,
-    env: Mapping[str, str],
-    run_id: str,
-    owner: str,
-    instrument: Instrument | None = None,
-    shipped: Sequence[Shipped] = (),
-) -> list[Manifest]:
+def group_manifests(cfg: KubernetesServerConfig, group: Group, work: Workload) -> list[Manifest]:
     """The objects of one multi-node probe, in the order they are created: a headless
     Service and an Indexed Job (`group: indexed-job`), or a LeaderWorkerSet. Pure.
 
@@ -772,6 +750,14 @@ def group_manifests(
         LWS          NAME-0 (leader: leaderTemplate)         NAME-0-1 ... (workerTemplate)
                          {head} = $(LWS_LEADER_ADDRESS), set by LWS's controller"""
     assert cfg.entrypoint and group != "job"
+    name, ref, candidate, run_id, owner = (
+        work.name,
+        work.ref,
+        work.candidate,
+        work.run_id,
+        work.owner,
+    )
+    instrument = work.instrument
     values = {
         "commit": candidate.commit,
         "short": candidate.short,
@@ -788,15 +774,7 @@ def group_manifests(
     if group == "leaderworkerset":
         templates: list[PodTemplate] = []
         for words in (head, worker):
-            pod = pod_spec(
-                cfg,
-                image=image,
-                env=env,
-                instrument=instrument,
-                command=entrypoint,
-                config_map=name,
-                shipped=shipped,
-            )
+            pod = pod_spec(cfg, work, command=entrypoint)
             pod["containers"][0]["args"] = words
             del pod["restartPolicy"]  # a StatefulSet's pods: Always (a restart is seen)
             templates.append({"metadata": {"labels": labels}, "spec": pod})
@@ -821,13 +799,9 @@ def group_manifests(
     address = f"{name}-0.{name}.{cfg.namespace}"
     pod = pod_spec(
         cfg,
-        image=image,
-        env=env,
-        instrument=instrument,
+        work,
         command=["/bin/sh", "-c", node_script([*entrypoint, *head], [*entrypoint, *worker])],
         extra_env=[{"name": HEAD_ENV, "value": address}],
-        config_map=name,
-        shipped=shipped,
     )
     pod["subdomain"] = name
     service: Manifest = {
@@ -1862,34 +1836,27 @@ class KubernetesServer(LoggedServer):
         launcher = self.launcher
         ref = launcher.template_ref(self.candidate)
         image = launcher.pinned(self.candidate)
-        common: ManifestArgs = {
-            "name": self.name,
-            "image": image,
-            "ref": ref,
-            "candidate": self.candidate,
-            "env": launcher.env,
-            "run_id": launcher.run_id,
-            "owner": launcher.owner,
-            "instrument": self.instrument,
-            "shipped": (),
-        }
+        work = Workload(
+            self.name, image, ref, self.candidate, launcher.env, launcher.run_id, launcher.owner,
+            self.instrument,
+        )  # fmt: skip
         self.probe_dir.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
         try:
             shipped = shipped_files(self.instrument)
-            common["shipped"] = shipped
+            work = replace(work, shipped=shipped)
             if shipped and "PYTHONPATH" not in launcher.env:  # the pod's replaces the image's
                 before = launcher.image_pythonpath(self.candidate)
                 if before:
-                    common["env"] = {**launcher.env, "PYTHONPATH": before}
+                    work = replace(work, env={**launcher.env, "PYTHONPATH": before})
             cfg = self.cfg
             if self.avoid:
                 cfg = cfg.model_copy(update={"affinity": away_from(cfg.affinity, self.avoid)})
             if self.cfg.nodes > 1:
                 self.group = "leaderworkerset" if launcher.api.has_lws() else "indexed-job"
-                manifests = group_manifests(cfg, self.group, **common)
+                manifests = group_manifests(cfg, self.group, work)
             else:
-                manifests = [job_manifest(cfg, **common)]
+                manifests = [job_manifest(cfg, work)]
             self.job = self.name
             for m in manifests:
                 self._write(m)
@@ -2273,28 +2240,22 @@ class KubernetesLauncher:
     def __init__(
         self,
         cfg: KubernetesServerConfig,
+        ctx: LauncherContext,
         *,
-        env: Mapping[str, str],
-        secret_names: Sequence[str],
-        run_id: str,
         api: Api | None = None,
         registry: RegistryClient | None = None,
-        logins: Mapping[str, tuple[str, str]] | None = None,
-        report: Callable[[str], None] = lambda _: None,
-        clock: Callable[[], float] = SYSTEM.monotonic,
-        sleep: Callable[[float], None] = SYSTEM.sleep,
     ) -> None:
         self.cfg = cfg
-        self.env = dict(env)
-        self.secrets = [self.env[n] for n in secret_names if n in self.env]
+        self.env = dict(ctx.env)
+        self.secrets = [self.env[n] for n in ctx.secret_names if n in self.env]
         self.secrets += argv_secrets([*cfg.args, *(cfg.entrypoint or [])])
-        self.run_id = run_id
+        self.run_id = ctx.run_id
         self.owner = owner_label()
-        self.report = report
-        self.clock = clock
-        self.sleep = sleep
+        self.report = ctx.report
+        self.clock = clock = ctx.clock
+        self.sleep = sleep = ctx.sleep
         self.api = api or Api(cfg.namespace, cfg.kubeconfig, cfg.context, sleep, cfg.api, clock)
-        self.registry = registry or RegistryClient(logins=logins)
+        self.registry = registry or RegistryClient(logins=ctx.logins)
         self._digests: dict[str, str] = {}
         self._secrets_read = not cfg.secret_env_read
         self._avoid: dict[str, tuple[str, ...]] = {}
@@ -2438,16 +2399,7 @@ class KubernetesLauncher:
 
 
 def from_config(cfg: KubernetesServerConfig, ctx: LauncherContext) -> KubernetesLauncher:
-    return KubernetesLauncher(
-        cfg,
-        env=ctx.env,
-        secret_names=ctx.secret_names,
-        run_id=ctx.run_id,
-        logins=ctx.logins,
-        report=ctx.report,
-        clock=ctx.clock,
-        sleep=ctx.sleep,
-    )
+    return KubernetesLauncher(cfg, ctx)
 
 
 SECRET_ENV_HINT = "server.secret_env: {{{name}: {{secret: NAME, key: KEY}}}} (a Kubernetes Secret)"

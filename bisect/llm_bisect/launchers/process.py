@@ -21,13 +21,13 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, cast
 
 from pydantic import field_validator
 
 from .. import collectenv, escape as esc, guard, weights
-from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
 from ..clock import SYSTEM
 from ..collectenv import LocalCollect
@@ -64,27 +64,39 @@ PORT_MOVES = 3
 """How many times a server whose port another process took starts again on another one."""
 
 
+@dataclass(frozen=True)
+class Serving:
+    """What a process launcher's servers share: where they run, how long they get to be
+    ready, the variables masked in their logs, the clock, the ports they take."""
+
+    cwd: Path
+    ready_timeout: float
+    secret_names: list[str]
+    ports: PortBook
+    clock: Callable[[], float] = SYSTEM.monotonic
+    sleep: Callable[[float], None] = SYSTEM.sleep
+
+
 class ProcessServer(LoggedServer):
     """One server process group. Enter starts it; exit ends the whole group."""
 
     def __init__(
         self,
         argv_for: Callable[[int], list[str]],
+        serving: Serving,
         *,
         env: Mapping[str, str],
-        cwd: Path,
         log_path: Path,
-        ready_timeout: float,
-        secret_names: list[str],
-        clock: Callable[[], float],
-        sleep: Callable[[float], None],
-        port: int,
-        ports: PortBook | None = None,
         facts: Mapping[str, Any] | None = None,
         held: Held | None = None,
         collect: LocalCollect | None = None,
         shown_env: Mapping[str, str] | None = None,
     ) -> None:
+        """A server on a port taken from `serving.ports` (given back when it stops)."""
+        cwd, ready_timeout, secret_names = serving.cwd, serving.ready_timeout, serving.secret_names
+        clock, sleep = serving.clock, serving.sleep
+        ports: PortBook | None = serving.ports
+        port = serving.ports.take()
         self.facts = cast(Facts, dict(facts or {}))  # the build's (commands.Prepared's)
         self.collect = collect
         """collect_env beside the server, in its environment (finished before it stops)."""
@@ -261,35 +273,33 @@ class ProcessLauncher(Prefetching):
     def __init__(
         self,
         command: list[str],
+        ctx: LauncherContext,
         *,
-        env: Mapping[str, str],
-        secret_names: list[str],
         cwd: Path,
         ready_timeout: float,
-        base_env: Mapping[str, str] | None = None,
-        builder: Builder | None = None,
         collect_env: Sequence[str] | None = None,
-        slot_devices: Sequence[Sequence[str] | None] = (),
         ports: PortBook | None = None,
-        clock: Callable[[], float] = SYSTEM.monotonic,
-        sleep: Callable[[float], None] = SYSTEM.sleep,
     ) -> None:
-        self.slot_devices = [None if d is None else tuple(d) for d in slot_devices]
+        """`ctx.environ`: what its servers inherit, under `ctx.env`."""
+        self.slot_devices = [None if d is None else tuple(d) for d in ctx.slot_devices]
         """Per slot, the GPUs its server alone uses (CUDA_VISIBLE_DEVICES, `{gpus}`)."""
         self.ports = ports or PortBook()
-        self.builder = builder
+        self.builder = builder = ctx.builder
         self.prefetcher = BuildPrefetcher(builder) if builder is not None else None
         self.command = command
         self.collect_env = None if collect_env is None else list(collect_env)
         """server.collect_env: None runs vLLM's with the candidate's python, [] nothing."""
-        self.base_env = dict(os.environ if base_env is None else base_env)
-        self.config_env = dict(env)
-        self.env = {**self.base_env, **env}
-        self.secret_names = secret_names
+        self.base_env = dict(ctx.environ)
+        self.config_env = dict(ctx.env)
+        self.env = {**self.base_env, **ctx.env}
+        self.secret_names = list(ctx.secret_names)
         self.cwd = cwd
         self.ready_timeout = ready_timeout
-        self.clock = clock
-        self.sleep = sleep
+        self.clock = ctx.clock
+        self.sleep = ctx.sleep
+        self.serving = Serving(
+            cwd, ready_timeout, self.secret_names, self.ports, self.clock, self.sleep
+        )
 
     def artifact(self, candidate: Candidate) -> Artifact:
         return command_artifact(self.builder, candidate, " ".join(self.command))
@@ -325,16 +335,10 @@ class ProcessLauncher(Prefetching):
         collect_values = values | ready.values | {"python": python}
         return ProcessServer(
             argv_for,
+            self.serving,
             facts=facts,
             env=env,
-            cwd=self.cwd,
             log_path=probe_dir / "server.log",
-            ready_timeout=self.ready_timeout,
-            secret_names=self.secret_names,
-            clock=self.clock,
-            sleep=self.sleep,
-            port=self.ports.take(),
-            ports=self.ports,
             held=ready.build,
             collect=LocalCollect(
                 [fill(arg, collect_values) for arg in collect_argv] if collect_argv else None,
@@ -377,16 +381,10 @@ def from_config(cfg: ProcessServerConfig, ctx: LauncherContext) -> ProcessLaunch
     """The process launcher of a `server:` section."""
     return ProcessLauncher(
         cfg.command,
-        env=dict(ctx.env),
-        base_env=ctx.environ,
-        secret_names=ctx.secret_names,
+        ctx,
         cwd=cwd_of(cfg, ctx.base_dir),
         ready_timeout=cfg.ready_timeout,
-        builder=ctx.builder,
         collect_env=cfg.collect_env,
-        slot_devices=ctx.slot_devices,
-        clock=ctx.clock,
-        sleep=ctx.sleep,
     )
 
 

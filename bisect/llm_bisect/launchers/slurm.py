@@ -47,9 +47,7 @@ import httpx
 from pydantic import Field, field_validator
 
 from .. import collectenv, enginecache, escape as esc, weights
-from ..builds import Builder
 from ..builds.prefetch import BuildPrefetcher
-from ..clock import SYSTEM
 from ..config import CommandServerBase, check_placeholders
 from ..errors import ConfigError, LaunchError, NotReady, ServerExited, Unplaced
 from ..fingerprint import Facts
@@ -212,14 +210,22 @@ def literal_pattern(path: str) -> str:
     return path.replace("%", "%%")
 
 
+@dataclass(frozen=True)
+class BatchJob:
+    """One probe's batch job as sbatch sees it: its name and comment (what `reap` reads),
+    its log, the node script each task runs, the folder it runs in."""
+
+    name: str
+    comment: str
+    log: Path
+    node_script_path: Path
+    cwd: Path
+
+
 def job_script(
     cfg: SlurmServerConfig,
+    job: BatchJob,
     *,
-    name: str,
-    log: Path,
-    node_script_path: Path,
-    comment: str,
-    cwd: Path,
     values: Mapping[str, str],
     exclude: Sequence[str] = (),
     masked: Sequence[str] = (),
@@ -228,6 +234,9 @@ def job_script(
     """The sbatch script of one probe (`values` fill the container image); the values of
     the `masked` variables never reach the log; in a container, `mounts` (the probe folder
     with node.sh, the instrument's folders) are at the same paths as on the host. Pure."""
+    name, log, node_script_path, comment, cwd = (
+        job.name, job.log, job.node_script_path, job.comment, job.cwd
+    )  # fmt: skip
     opts = [
         f"--job-name={name}",
         f"--chdir={cwd}",
@@ -466,11 +475,13 @@ class SlurmServer(LoggedServer):
         script.write_text(
             job_script(
                 self.cfg,
-                name=f"{JOB_PREFIX}{self.candidate.short}",
-                log=self.log_path.resolve(),
-                node_script_path=node.resolve(),
-                comment=f"llm-bisect run={self.launcher.run_id} owner={self.launcher.owner}",
-                cwd=self.launcher.cwd.resolve(),
+                BatchJob(
+                    name=f"{JOB_PREFIX}{self.candidate.short}",
+                    comment=f"llm-bisect run={self.launcher.run_id} owner={self.launcher.owner}",
+                    log=self.log_path.resolve(),
+                    node_script_path=node.resolve(),
+                    cwd=self.launcher.cwd.resolve(),
+                ),
                 values=self.values,
                 exclude=[*self.avoid, *(n for n in self.excluded if n not in self.avoid)],
                 masked=[n for n in self.launcher.secret_names if n in self.env],
@@ -681,33 +692,20 @@ class SlurmLauncher(Prefetching):
     writes_probe_folder = True
     """Its servers can write the probe's folder at its path (loads.py: the path hook)."""
 
-    def __init__(
-        self,
-        cfg: SlurmServerConfig,
-        *,
-        env: Mapping[str, str],
-        secret_names: list[str],
-        run_id: str,
-        cwd: Path,
-        base_env: Mapping[str, str] | None = None,
-        builder: Builder | None = None,
-        report: Callable[[str], None] = lambda _: None,
-        clock: Callable[[], float] = SYSTEM.monotonic,
-        sleep: Callable[[float], None] = SYSTEM.sleep,
-    ) -> None:
+    def __init__(self, cfg: SlurmServerConfig, ctx: LauncherContext) -> None:
         self.cfg = cfg
-        self.base_env = dict(os.environ if base_env is None else base_env)
-        self.config_env = dict(env)
-        self.env = {**self.base_env, **env}
-        self.secret_names = secret_names
-        self.run_id = run_id
-        self.builder = builder
+        self.base_env = dict(ctx.environ)
+        self.config_env = dict(ctx.env)
+        self.env = {**self.base_env, **ctx.env}
+        self.secret_names = list(ctx.secret_names)
+        self.run_id = ctx.run_id
+        self.builder = builder = ctx.builder
         self.prefetcher = BuildPrefetcher(builder) if builder is not None else None
-        self.note = report
-        self.clock = clock
-        self.sleep = sleep
+        self.note = ctx.report
+        self.clock = ctx.clock
+        self.sleep = ctx.sleep
         self.owner = owner_label()
-        self.cwd = cwd
+        self.cwd = cwd_of(cfg, ctx.base_dir)
         self.slurm = Slurm(self.env)
         self.build_facts: dict[str, Facts] = {}
         self._avoid: dict[str, tuple[str, ...]] = {}
@@ -847,18 +845,7 @@ class SlurmServerConfig(CommandServerBase):
 
 def from_config(cfg: SlurmServerConfig, ctx: LauncherContext) -> SlurmLauncher:
     """The Slurm launcher of a `server:` section."""
-    return SlurmLauncher(
-        cfg,
-        env=dict(ctx.env),
-        base_env=ctx.environ,
-        secret_names=ctx.secret_names,
-        run_id=ctx.run_id,
-        cwd=cwd_of(cfg, ctx.base_dir),
-        builder=ctx.builder,
-        report=ctx.report,
-        clock=ctx.clock,
-        sleep=ctx.sleep,
-    )
+    return SlurmLauncher(cfg, ctx)
 
 
 def _preflight(cfg: SlurmServerConfig, ctx: PreflightContext) -> Preflight:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from ..checks.eval import EvalDetails, Power
 from ..checks.logprobs import LogprobsDetails
@@ -55,27 +56,37 @@ def power_of(probes: Sequence[ProbeOutcome]) -> Power | None:
     return None
 
 
+@dataclass(frozen=True)
+class Ran:
+    """How a search ran, as its result.json says: the rules it judged and counted verdicts
+    by, where its good build fails a rule itself, when each probe ran, how it was asked for."""
+
+    regress: Regress = Regress.SEMANTIC
+    warnings: Sequence[str] = ()
+    """Where the good build fails a rule itself (from its golden)."""
+    spans: Sequence[Span] = ()
+    """When each probe ran, in order."""
+    context: Context | None = None
+    """How the run was asked for (documents.Context)."""
+    started: float | None = None
+    ended: float | None = None
+    parallel: int = 1
+    policy: Policy = EXACT
+    """How the search weighed verdicts (`search:`)."""
+    symptom: Symptom = Symptom.ANY
+    """Which bad probes it counted bad (`search.symptom`)."""
+
+
 def build_result(
-    plan: Plan,
-    answer: Answer,
-    probes: Sequence[ProbeOutcome],
-    regress: Regress = Regress.SEMANTIC,
-    warnings: Sequence[str] = (),
-    *,
-    spans: Sequence[Span] = (),
-    context: Context | None = None,
-    started: float | None = None,
-    ended: float | None = None,
-    parallel: int = 1,
-    policy: Policy = EXACT,
-    symptom: Symptom = Symptom.ANY,
+    plan: Plan, answer: Answer, probes: Sequence[ProbeOutcome], ran: Ran = Ran()
 ) -> ResultDocument:
     """The result.json document (documents.ResultDocument) of a finished (or stopped)
-    search; `warnings`: where the good build fails a rule itself (from its golden); `spans`:
-    when each probe ran, in order; `context`: how the run was asked for (documents.Context);
-    `policy`: how the search weighed verdicts (`search:`); `symptom`: which bad probes it
-    counted bad (`search.symptom`): `probes` are as they tested, the document shows them as
-    counted."""
+    search, run as `ran` says (Ran): `probes` are as they tested, the document shows them
+    as counted (`ran.symptom`)."""
+    regress, warnings, spans, context = ran.regress, ran.warnings, ran.spans, ran.context
+    started, ended, parallel, policy, symptom = (
+        ran.started, ran.ended, ran.parallel, ran.policy, ran.symptom
+    )  # fmt: skip
     counted = count(plan, probes, symptom)
     raw, probes = probes, counted.shown
     by_commit: Mapping[str, Candidate] = {c.commit: c for c in plan.candidates}

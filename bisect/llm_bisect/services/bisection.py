@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..checks.golden import GoldenStore, load as golden_load
 from ..config import Config, config_digest, server_environment, setting_digests
-from ..cost import Cost, estimate
+from ..cost import Cost, PostRun, estimate
 from ..model import Candidate, ProbeOutcome, Regress
 from ..outdir import hold
 from ..posterior import Policy
@@ -27,22 +27,32 @@ from .stages import Search, StageRun, apply, fast_shown
 FAST_DIR = "fast"
 
 
+@dataclass(frozen=True)
+class Terms:
+    """What a bisection is asked besides its range: which way (`find_fix`: the first good
+    after a bad end), the golden it judges by, the verdicts it holds already, whether it
+    says which releases hold the culprit."""
+
+    find_fix: bool = False
+    golden_file: Path | None = None
+    """The golden to judge by instead of the config's."""
+    given: Sequence[tuple[ProbeOutcome, str]] = ()
+    """Verdicts held already (the gate's, whose bisection runs in the full setup only)."""
+    where: bool = True
+    """Say which releases hold the culprit (not for `deps`, whose commits are made-up
+    releases)."""
+
+
 def run_bisect(
     s: Setup,
     out_dir: Path,
     *,
     good: str | None = None,
     bad: str | None = None,
-    find_fix: bool = False,
     progress: Progress | None = None,
-    golden_file: Path | None = None,
-    given: Sequence[tuple[ProbeOutcome, str]] = (),
-    where: bool = True,
+    terms: Terms = Terms(),
 ) -> RunResult:
-    """Bisect the config's range (or --good/--bad) into `out_dir`. `where`: say which
-    releases hold the culprit (not for `deps`, whose commits are made-up releases);
-    `golden_file`: the golden to judge by instead of the config's; `given`: verdicts held
-    already (the gate's, whose bisection runs in the full setup only).
+    """Bisect the config's range (or --good/--bad) into `out_dir`, on `terms` (Terms).
 
     With `probe.fast`, the search runs first in the fast setup, into DIR/fast (its own
     journal, golden and probes); where both ends reproduce there, the full setup probes its
@@ -52,18 +62,18 @@ def run_bisect(
     With `find_fix`, a golden the config names that was recorded from another build than
     this good end (the regression's good end, as a rule) is not this run's: one is recorded
     from this good end into DIR instead, and said (fix_golden)."""
+    find_fix, golden_file = terms.find_fix, terms.golden_file
     if find_fix and golden_file is None:
         s = fix_golden(s, good, progress.note if progress is not None else (lambda _: None))
-    if s.config.probe.fast is None or given:
-        return _bisect(s, out_dir, good=good, bad=bad, find_fix=find_fix, progress=progress,
-                       golden_file=golden_file, given=given, where=where)  # fmt: skip
+    if s.config.probe.fast is None or terms.given:
+        return _bisect(s, out_dir, good=good, bad=bad, progress=progress, terms=terms)
     note = progress.note if progress is not None else (lambda _: None)
     fast_s = fast_setup(s)
     s = replace(s, scrub=s.scrub.with_secrets(fast_s.scrub.secrets))
     shown = fast_shown(s.config.probe.fast, s.secret_names)
     note(f"fast: searching in the fast setup ({shown}) into {out_dir / FAST_DIR}")
-    quick = _bisect(fast_s, out_dir / FAST_DIR, good=good, bad=bad, find_fix=find_fix,
-                    progress=progress)  # fmt: skip
+    quick = _bisect(fast_s, out_dir / FAST_DIR, good=good, bad=bad, progress=progress,
+                    terms=Terms(find_fix=find_fix))  # fmt: skip
     answer = quick.answer
     reproduced = answer.status in (Status.FOUND, Status.AMBIGUOUS)
     first = frozenset(answer.range) if reproduced else frozenset()
@@ -73,9 +83,8 @@ def run_bisect(
         note(f"fast: the fast setup does not reproduce the ends ({answer.message}): "
              "searching in the full setup")  # fmt: skip
 
-    return _bisect(s, out_dir, good=good, bad=bad, find_fix=find_fix, progress=progress,
-                   golden_file=golden_file, first=first, quick=quick.result,
-                   where=where)  # fmt: skip
+    return _bisect(s, out_dir, good=good, bad=bad, progress=progress,
+                   terms=terms, first=first, quick=quick.result)  # fmt: skip
 
 
 def _bisect(
@@ -84,17 +93,20 @@ def _bisect(
     *,
     good: str | None = None,
     bad: str | None = None,
-    find_fix: bool = False,
     progress: Progress | None = None,
-    golden_file: Path | None = None,
-    given: Sequence[tuple[ProbeOutcome, str]] = (),
+    terms: Terms = Terms(),
     first: frozenset[str] = frozenset(),
     quick: ResultDocument | None = None,
-    where: bool = True,
 ) -> RunResult:
     """One bisection in one setup: its search (stages.Search), then the post-run stages in
     one loop (stages.apply); `first`: commits probed first where they lie in the range
     left; `quick`: the fast setup's result (`probe.fast`)."""
+    find_fix, golden_file, given, where = (
+        terms.find_fix,
+        terms.golden_file,
+        terms.given,
+        terms.where,
+    )
     config, plan = plan_of(s, good, bad, find_fix)
     later = resolve_later(
         config.candidates.later,
@@ -140,11 +152,13 @@ def of_config(config: Config, n: int, find_fix: bool = False) -> Cost:
         n,
         config.search_policy(find_fix),
         slots=config.parallel,
-        confirm=bool(config.confirm),
-        localize=config.localize.enabled,
-        decisive=config.probe.early_stop,
-        later=0 if find_fix else len(config.candidates.later),
-        culprits=1 if find_fix else config.culprits,
+        post=PostRun(
+            confirm=bool(config.confirm),
+            localize=config.localize.enabled,
+            decisive=config.probe.early_stop,
+            later=0 if find_fix else len(config.candidates.later),
+            culprits=1 if find_fix else config.culprits,
+        ),
         nodes=getattr(config.server, "nodes", 1),
     )
 

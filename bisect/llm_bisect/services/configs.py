@@ -75,7 +75,7 @@ from ..secretnames import argv_secrets, caller_secret_names, secret_flag, secret
 from ..templates import expand_env, literal
 from ..yamlfile import read_yaml
 from .localization import localize_builds, write_localization
-from .setup import Setup, run_id_of, setup
+from .setup import Reading, Setup, run_id_of, setup
 
 JOURNAL = "configs.jsonl"
 VERSION = 1
@@ -374,23 +374,34 @@ def _put(given: Sequence[Any], words: Sequence[str]) -> list[str]:
     return argv
 
 
+@dataclass(frozen=True)
+class Servers:
+    """Where `configs` takes GOOD's and BAD's `server:` sections from: GOOD's is the config's
+    own unless `good_file` names one; BAD's is `bad_file`'s, or GOOD's with `bad_args` and
+    `bad_env` put in."""
+
+    good_file: Path | None = None
+    bad_file: Path | None = None
+    bad_args: Sequence[str] = ()
+    bad_env: Mapping[str, str] | None = None
+
+
 def configs_setup(
     config_path: Path,
     environ: Mapping[str, str],
+    servers: Servers,
     *,
-    good_file: Path | None,
-    bad_file: Path | None,
-    bad_args: Sequence[str] = (),
-    bad_env: Mapping[str, str] | None = None,
     repo: Path | None = None,
     report: Callable[[str], None] = lambda _: None,
     clock: Callable[[], float] = time.monotonic,
     build: str | None = None,
 ) -> ConfigsSetup:
-    """Load CONFIG with GOOD's and with BAD's server, and their differences; ConfigError
-    for setups that differ in anything but flags and variables. GOOD is the config's own
-    server unless `good_file` names one; BAD is `bad_file`'s, or GOOD's with `bad_args` and
-    `bad_env` put in; `build`, when given, is resolved here (before anything is said)."""
+    """Load CONFIG with GOOD's and with BAD's server (`servers`), and their differences;
+    ConfigError for setups that differ in anything but flags and variables; `build`, when
+    given, is resolved here (before anything is said)."""
+    good_file, bad_file, bad_args, bad_env = (
+        servers.good_file, servers.bad_file, servers.bad_args, servers.bad_env
+    )  # fmt: skip
     inline = bool(bad_args) or bool(bad_env)
     if inline == (bad_file is not None):
         raise ConfigError(
@@ -413,9 +424,9 @@ def configs_setup(
         bad_server = inline_bad(good_server, bad_args, bad_env or {})
     # a config with no `candidates:` serves: `configs` probes one build, named by --build
     s = setup(config_path, environ, repo=repo, clock=clock, report=report,
-              server_section=good_server, candidates=False)  # fmt: skip
-    bad = setup(config_path, environ, repo=repo, clock=clock, server_section=bad_server,
-                candidates=False)  # fmt: skip
+              reading=Reading(server_section=good_server, candidates=False))  # fmt: skip
+    bad = setup(config_path, environ, repo=repo, clock=clock,
+                reading=Reading(server_section=bad_server, candidates=False))  # fmt: skip
     key, diffs = _compare(s, bad)
     if not diffs:
         raise ConfigError("--bad-server: GOOD and BAD set the same flags and variables")

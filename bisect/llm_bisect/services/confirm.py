@@ -111,6 +111,16 @@ def judge(revert_trial: Trial, pick_trial: Trial) -> tuple[str, str]:
     )
 
 
+@dataclass(frozen=True)
+class Look:
+    """Which of a run's confirmations this is, and where its trials run (confirm)."""
+
+    look: int = 0
+    slots: Sequence[int] = (0,)
+    probe_new: bool = True
+    avoid: Sequence[str] = ()
+
+
 def confirm(
     repo: Path,
     out_dir: Path,
@@ -118,16 +128,14 @@ def confirm(
     ctx: ProbeContext,
     note: Callable[[str], None],
     scrub: Scrub,
-    look: int = 0,
-    slots: Sequence[int] = (0,),
+    at: Look = Look(),
     now: Callable[[], float] = time.time,
-    probe_new: bool = True,
-    avoid: Sequence[str] = (),
 ) -> Confirmation | None:
     """The `confirmation` of result.json for a run that found its culprit; None otherwise.
-    `look`: which of the run's confirmations (0: the first; later ones run their trials on
-    new starts, each journalled apart: confirm-again.jsonl, confirm-again-2.jsonl), where an
-    earlier trial may have lied (the posterior search's next look).
+    Of `at` (Look): `look`: which of the run's confirmations (0: the first; later ones run
+    their trials on new starts, each journalled apart: confirm-again.jsonl,
+    confirm-again-2.jsonl), where an earlier trial may have lied (the posterior search's next
+    look).
 
     `slots`: where the trials may run, best first (trial_slots: never where the verdicts
     they check ran, where there is another). With two or more, the revert and the pick run
@@ -137,6 +145,7 @@ def confirm(
     cluster picks the node (Slurm `--exclude`, Kubernetes anti-affinity: launchers.Avoids).
     `probe_new`: False for a look whose trials were weighed already (a resume, another
     `parallel`): only what its journal holds, no new start (its evidence stays as weighed)."""
+    look, slots, probe_new, avoid = at.look, at.slots, at.probe_new, at.avoid
     if result.status is not Status.FOUND or result.culprit is None:
         return None
     if result.mode is not Mode.REGRESSION:

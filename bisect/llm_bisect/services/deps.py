@@ -64,7 +64,7 @@ from ..sources.versions import (
     version_at,
     version_history,
 )
-from .bisection import run_bisect
+from .bisection import Terms, run_bisect
 from .setup import Setup
 
 PYPI = "https://pypi.org/simple"
@@ -129,21 +129,32 @@ def _flags(pre: bool, yanked: bool) -> str:
     return said or "neither --pre nor --yanked"
 
 
+@dataclass(frozen=True)
+class Dependency:
+    """The dependency `deps` bisects: its name as pip spells it, the versions that work and
+    that break, the index it comes from (None: $UV_DEFAULT_INDEX, $UV_INDEX_URL, else PyPI),
+    and whether pre-releases and yanked releases between them are in (versions.sift)."""
+
+    package: str
+    good: str
+    bad: str
+    index: str | None = None
+    pre: bool = False
+    yanked: bool = False
+
+
 def run_deps(
-    s: Setup,
-    out_dir: Path,
-    *,
-    build: str,
-    package: str,
-    good: str,
-    bad: str,
-    index: str | None,
-    progress: Progress,
-    pre: bool = False,
-    yanked: bool = False,
+    s: Setup, out_dir: Path, *, build: str, dependency: Dependency, progress: Progress
 ) -> DepsResult:
-    """Bisect the releases of `package` between `good` and `bad` over the engine at `build`;
-    `pre`, `yanked`: pre-releases, yanked releases in the range too (versions.sift)."""
+    """Bisect the releases of `dependency` between its good and bad versions over the engine
+    at `build`."""
+    package, good, bad, index = (
+        dependency.package,
+        dependency.good,
+        dependency.bad,
+        dependency.index,
+    )
+    pre, yanked = dependency.pre, dependency.yanked
     if s.builder is None and LAUNCHERS[s.config.server.launcher].runs_images:
         raise ConfigError(
             f"deps: server.launcher {s.config.server.launcher!r} runs images, which a release "
@@ -214,7 +225,7 @@ def run_deps(
         )
         done = run_bisect(
             versions, out_dir, good=commits[good], bad=commits[bad], progress=progress,
-            where=False,
+            terms=Terms(where=False),
         )  # fmt: skip
     finally:
         engine.release()

@@ -21,7 +21,7 @@ gate stays inconclusive as before. A start-failure block bisects under `regress:
 from __future__ import annotations
 
 import json
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..checks.golden import Golden, stale as golden_stale, warnings as golden_warnings
@@ -55,7 +55,7 @@ from ..report.gate import (
 from ..report.result import candidate_doc, outcome_of, power_of, probe_doc
 from ..runner import write_atomic, write_probe
 from ..search import Status
-from .bisection import run_bisect
+from .bisection import Terms, run_bisect
 from .golden import record_golden
 from .setup import Setup, golden_file_of, run_context, run_id_of
 
@@ -147,25 +147,32 @@ def _unfinished_gate(out_dir: Path, digest: str, candidate: str) -> GateDocument
     return None
 
 
+@dataclass(frozen=True)
+class GateAsk:
+    """What the gate is asked besides the candidate: the golden it judges by (recorded first
+    from `good` with `record`), a bisection on block, a JUnit file, the eval files it ran."""
+
+    golden_file: Path | None = None
+    record: bool = False
+    good: str | None = None
+    """The last good build, for `record` (default candidates.good)."""
+    bisect_on_block: bool = False
+    junit: Path | None = None
+    eval_config: Path | None = None
+    """The vLLM eval config the setup judges by (recorded in gate.json)."""
+    eval_data: Path | None = None
+
+
 def run_gate(
-    s: Setup,
-    candidate_ref: str,
-    out_dir: Path,
-    progress: Progress,
-    *,
-    golden_file: Path | None = None,
-    record: bool = False,
-    good: str | None = None,
-    bisect_on_block: bool = False,
-    junit: Path | None = None,
-    eval_config: Path | None = None,
-    eval_data: Path | None = None,
+    s: Setup, candidate_ref: str, out_dir: Path, progress: Progress, ask: GateAsk = GateAsk()
 ) -> GateDocument:
     """The `gate` command: one release candidate against the last good build's golden
     (recorded first with `record`), allow, block or inconclusive; on block with
     `bisect_on_block`, the bisection from the golden's build to the candidate, which starts
     with those two verdicts instead of probing them again. Writes DIR/gate.json, report.md,
-    report.html and `junit`."""
+    report.html and `junit` (each of `ask`, GateAsk)."""
+    golden_file, record, good, junit = ask.golden_file, ask.record, ask.good, ask.junit
+    bisect_on_block, eval_config, eval_data = ask.bisect_on_block, ask.eval_config, ask.eval_data
     started = s.now()
     path = golden_file_of(s, golden_file).absolute()  # its reproduce line runs anywhere
     candidate = s.resolve(candidate_ref, "--candidate")
@@ -249,8 +256,7 @@ def run_gate(
                 good=golden.commit,
                 bad=candidate_ref,
                 progress=progress,
-                golden_file=path,
-                given=given,
+                terms=Terms(golden_file=path, given=given),
             )
         except (ConfigError, JournalError) as exc:  # the decision stands; say why no bisection
             progress.note(f"gate: no bisection: {exc}")

@@ -310,6 +310,19 @@ class Setup:
         return picked, f"(the last commit {when} (UTC) on {on}'s first-parent history)"
 
 
+@dataclass(frozen=True)
+class Reading:
+    """What changes a config as `setup` reads it."""
+
+    server_section: Mapping[str, Any] | None = None
+    """A `server:` section used instead of the config's."""
+    eval_config: Path | None = None
+    """A vLLM eval config file judged as one more check (on `eval_data`)."""
+    eval_data: Path | None = None
+    candidates: bool = True
+    """False: the config may have no `candidates:` (`configs` probes one build)."""
+
+
 def setup(
     config_path: Path,
     environ: Mapping[str, str],
@@ -319,14 +332,12 @@ def setup(
     sleep: Callable[[float], None] = time.sleep,
     report: Callable[[str], None] = lambda _: None,
     now: Callable[[], float] = time.time,
-    server_section: Mapping[str, Any] | None = None,
-    eval_config: Path | None = None,
-    eval_data: Path | None = None,
-    candidates: bool = True,
+    reading: Reading = Reading(),
 ) -> Setup:
     """Load and validate a config and open its repository (`repo`, else candidates.repo);
-    nothing is started. `server_section`: a `server:` section used instead of the config's;
-    `eval_config`: a vLLM eval config file judged as one more check (on `eval_data`)."""
+    nothing is started. `reading` (Reading): what changes the config as it is read."""
+    server_section, candidates = reading.server_section, reading.candidates
+    eval_config, eval_data = reading.eval_config, reading.eval_data
     plugins.load()
     loaded = load_config(config_path, server_section, candidates)
     bare = not candidates and repo is None and loaded.candidates.repo == NO_CANDIDATES["repo"]
@@ -441,7 +452,8 @@ def fast_setup(s: Setup) -> Setup:
     data = read_yaml(Path(s.config_file), "config")
     section = fast_section(data["server"], fast.args, fast.env)
     made = setup(Path(s.config_file), s.environ, repo=Path(s.repo) if s.repo else None,
-                 clock=s.clock, sleep=s.sleep, now=s.now, server_section=section)  # fmt: skip
+                 clock=s.clock, sleep=s.sleep, now=s.now,
+                 reading=Reading(server_section=section))  # fmt: skip
     config = made.config.model_copy(
         update={
             "golden": None,

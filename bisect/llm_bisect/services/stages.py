@@ -50,13 +50,24 @@ from ..report.documents import (
     Together,
 )
 from ..report.result import probe_doc
-from ..runner import Priors, RunResult, avoided, run as run_search, write_atomic, write_outputs
+from ..runner import (
+    Priors,
+    Probing,
+    Record,
+    RunResult,
+    Searching,
+    avoided,
+    run as run_search,
+    write_atomic,
+    write_outputs,
+)
 from ..search import Answer, Mode, Plan, Status, trial_slots
 from ..secretnames import argv_secrets, secret_names
 from ..sources.releases import reach
 from ..symptom import Symptom
 from .confirm import (
     CONTINUED,
+    Look,
     as_a_whole,
     confirm,
     continue_after,
@@ -106,14 +117,20 @@ class Search:
     def run(self, policy: Policy) -> RunResult:
         c = self.config
         done = run_search(
-            self.plan, digest=self.digest, settings=self.settings, out_dir=self.out_dir,
-            launcher=self.launcher, checks=self.s.checks, client=self.s.client,
-            repeats=c.probe.runs, reprobe=c.probe.reprobe, policy=policy,
-            progress=self.progress, golden=self.golden, scrub=self.s.scrub,
-            regress=Regress(c.regress), coarse=c.candidates.coarse, context=self.context,
-            given=self.given, parallel=c.parallel, early_stop=c.probe.early_stop,
-            first=self.first, symptom=Symptom(c.search.symptom), again=self.runs > 0,
-            priced=self.priced, priors=self.priors,
+            self.plan,
+            Record(
+                self.out_dir, self.digest, self.settings, self.context, self.given,
+                again=self.runs > 0, scrub=self.s.scrub,
+            ),
+            Probing(
+                self.launcher, self.s.checks, self.s.client, c.probe.runs, c.probe.early_stop,
+                Regress(c.regress), self.golden,
+            ),
+            Searching(
+                policy, c.probe.reprobe, Symptom(c.search.symptom), c.parallel,
+                c.candidates.coarse, self.first, self.priced, self.priors,
+            ),
+            progress=self.progress,
         )  # fmt: skip
         self.runs += 1
         return done
@@ -267,9 +284,8 @@ class Confirm:
         def look(now: RunResult, weighed: Policy, at: int) -> Confirmation | None:
             checked = _checked(out_dir, now.result)
             where = _trial_slots(s.config.parallel, checked, now.result, weighed.evidence)
-            return confirm(s.source.path, out_dir, now.result, ctx, once, s.scrub, look=at,
-                           slots=where, now=s.now, probe_new=at >= len(weighed.looks),
-                           avoid=_checked_nodes(checked, now.result))  # fmt: skip
+            this = Look(at, where, at >= len(weighed.looks), _checked_nodes(checked, now.result))
+            return confirm(s.source.path, out_dir, now.result, ctx, once, s.scrub, this, s.now)
 
         done, found, policy = looked(done, policy, _answer_of, look, run.search_on, note)
         evidence = done.result.search.evidence if done.result.search else []
