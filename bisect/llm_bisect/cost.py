@@ -160,7 +160,7 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
         if isinstance(step, Answer):
             if policy.exact or step.culprit is None:
                 return probes, rounds, trials
-            _, go_on = next_look(policy.looks, step.culprit.commit)
+            _, go_on = next_look(policy.looks, step.culprit.commit, policy.evidence)
             if not go_on:
                 return probes, rounds, trials
             at = int(step.culprit.commit, 16)

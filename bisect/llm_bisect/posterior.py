@@ -63,8 +63,16 @@ RATE_GRID: tuple[tuple[float, float], ...] = (
     (0.5, 0.01),
 )
 """`flake: auto`: the lie rates a run may have and how likely each is before any verdict
-(each of false_bad and false_good alike, independently). Most runs lie rarely; the run's
-own verdicts move the weight (bench_noise.py measures the choice)."""
+(false_bad and false_good independently; false_bad only up to FALSE_BAD_MOST). Most runs lie
+rarely; the run's own verdicts move the weight (bench_noise.py measures the choice)."""
+
+FALSE_BAD_MOST = 0.18
+"""The most often a good build's start may read bad under `flake: auto`: a bad build may read
+good on up to half its starts (an intermittent regression: a race, a kernel picked by timing),
+but a good one reading bad that often is a broken check, which `calibrate` shows. The bound
+makes the two tellable apart: a range of coin-flip verdicts is a bad build reading good half
+the time, not good builds reading bad 40 % of the time (bench_noise.py, `int0.5`: 45 % of runs
+without an answer with both rates up to 0.5, 10 % so)."""
 
 CONFIRM_FLOOR = 0.5
 """`Policy.confirming`: the least posterior at which the search stops for a confirmation
@@ -234,6 +242,7 @@ class Policy:
         pairs = [
             (Rates(a, b), wa * wb * a**flagged * (1 - a) ** (starts - flagged))
             for (a, wa), (b, wb) in product(RATE_GRID, RATE_GRID)
+            if a <= FALSE_BAD_MOST
         ]
         total = sum(w for _, w in pairs)
         return tuple((r, w / total) for r, w in pairs)
@@ -345,26 +354,45 @@ def _looks(data: object) -> tuple[tuple[str, bool], ...]:
 
 
 MAX_LOOKS = 5
-"""The most confirmations of one run under the posterior search (services/stages.py)."""
+"""The most confirmations of one run under the posterior search (services/stages.py);
+LOOKS_PICKED - LOOKS_EACH more for a culprit whose picks alone failed (next_look)."""
 LOOKS_EACH = 3
 """The most confirmations of one culprit: a revert that stays bad on three starts is another
 regression after it, not three lies (bench_noise.py: at a lie rate of 0.1, two looks a
 culprit and three a run left 7.5 % of runs without an answer, three and five 3.2 %, for the
 same probes)."""
+LOOKS_PICKED = 5
+"""The most confirmations of a culprit whose every revert read good and only its picks good
+(the run's own trials point to an intermittent regression: a bad build reads good on up to
+half its starts, so a pick fails a look half the time; three such looks all fail 1 run in 8,
+five 1 in 32). A culprit that breaks only with what came before it fails them all the same."""
 
 
-def next_look(looks: Sequence[tuple[str, bool]], culprit: str) -> tuple[int | None, bool]:
+def next_look(
+    looks: Sequence[tuple[str, bool]], culprit: str, trials: Sequence[Trial] = ()
+) -> tuple[int | None, bool]:
     """Which confirmation the posterior search's culprit gets, from the looks weighed so far
     (Policy.looks), and whether its trials are weighed and the search goes on after it:
     a culprit whose last look bore it out keeps that look (weighed already); one that failed
-    LOOKS_EACH times, or a run with no look left, keeps its last look (None: it had none) and
-    ends there; else a new look, on new starts. Pure."""
+    LOOKS_EACH times (LOOKS_PICKED where `trials`, the weighed ones, show each of its reverts
+    good: only its picks failed), or a run with no look left, keeps its last look (None: it
+    had none) and ends there; else a new look, on new starts. Pure."""
     if looks and looks[-1] == (culprit, True):
         return len(looks) - 1, False
     mine = [i for i, (c, _) in enumerate(looks) if c == culprit]
-    if len(mine) >= LOOKS_EACH or len(looks) >= MAX_LOOKS:
+    extra = LOOKS_PICKED - LOOKS_EACH if _picks_failed(trials, culprit) else 0
+    if len(mine) >= LOOKS_EACH + extra or len(looks) >= MAX_LOOKS + extra:
         return (mine[-1] if mine else None), False
     return len(looks), True
+
+
+def _picks_failed(trials: Sequence[Trial], culprit: str) -> bool:
+    """Whether the culprit's weighed trials are reverts all good and picks all good (at least
+    one of each): its change explains the bad end, and only the pick read good."""
+    mine = [t for t in trials if t.commit == culprit]
+    reverts = [t.verdict for t in mine if t.kind == "revert"]
+    picks = [t.verdict for t in mine if t.kind == "pick"]
+    return bool(reverts and picks) and all(v is Verdict.GOOD for v in (*reverts, *picks))
 
 
 EXACT = Policy(flake=0.0)
@@ -372,10 +400,15 @@ EXACT = Policy(flake=0.0)
 
 def widened(rates: Rates) -> float:
     """How much a lie rate the verdicts point to widens the default budget: none up to 0.1,
-    then in step with the rate, at most 2.6 times at 0.5 (bench_noise.py: an intermittent
-    regression, `int0.5`)."""
+    then in step with the rate, at most 4.2 times at 0.5 (bench_noise.py, an intermittent
+    regression, `int0.5`: a verdict of a bad build reading good half the time tells about a
+    third of a bit; at most 2.6 times left 12 % of runs without an answer on the budget)."""
     worst = max(rates.false_bad, rates.false_good)
-    return 1.0 + 4.0 * max(0.0, min(worst, 0.5) - 0.1)
+    return 1.0 + WIDEN * max(0.0, min(worst, 0.5) - 0.1)
+
+
+WIDEN = 8.0
+"""widened's slope: the budget's growth per lie rate above 0.1."""
 
 
 def budget(n: int) -> int:

@@ -479,7 +479,7 @@ def looked(
             return done, None, policy  # no culprit: no confirmation of one
         if policy.exact or search is None:  # verdicts are facts: one look, as today
             return done, look(done, policy, 0), policy
-        at, go_on = next_look(policy.looks, culprit)
+        at, go_on = next_look(policy.looks, culprit, policy.evidence)
         found = None if at is None else look(done, policy, at)
         if found is None or not go_on:
             return done, found, policy
