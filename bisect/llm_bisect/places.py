@@ -81,6 +81,13 @@ def gpu_list(gpus: Sequence[str]) -> str:
     return ",".join(gpus)
 
 
+def place_key(node: str, devices: Sequence[str]) -> str:
+    """A probe's place as the search groups its verdicts by (posterior.Start.place): its node
+    and GPUs (`node gpu-17, GPUs 0-3`), "" where the fingerprint names no node (its slot is
+    its place then). Pure."""
+    return Place(node, tuple(devices)).name if node else ""
+
+
 def place_of(probe: ProbeDoc) -> Place:
     """The place of one probe (Place). Pure."""
     facts = probe.fingerprint

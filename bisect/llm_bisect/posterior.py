@@ -97,6 +97,8 @@ class Trial:
     """The slot its server ran on (slot evidence); None where not known (an older journal)."""
     began: float | None = None
     """When its server started (wall clock, as the run's probes); None where not known."""
+    place: str = ""
+    """Its node and GPUs as its fingerprint says (Start.place); "" where not known."""
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {
@@ -106,11 +108,13 @@ class Trial:
             data["slot"] = self.slot
         if self.began is not None:
             data["began"] = self.began
+        if self.place:
+            data["place"] = self.place
         return data
 
     @property
     def start(self) -> Start:
-        return Start(self.slot, self.began)
+        return Start(self.slot, self.began, self.place)
 
     @classmethod
     def from_json(cls, data: object) -> Trial:
@@ -122,16 +126,17 @@ class Trial:
             raise ValueError(f"trial {data!r} names no commit, or no revert or pick")
         if verdict not in (Verdict.GOOD.value, Verdict.BAD.value):
             raise ValueError(f"trial verdict {verdict!r} is not good or bad")
-        slot, began = data.get("slot"), data.get("began")
+        slot, began, place = data.get("slot"), data.get("began"), data.get("place", "")
         if slot is not None and not (isinstance(slot, int) and not isinstance(slot, bool)):
             raise ValueError(f"trial slot {slot!r} is not a slot")
         if began is not None and not (
             isinstance(began, int | float) and not isinstance(began, bool)
         ):
             raise ValueError(f"trial start {began!r} is not a time")
-        return cls(
-            commit, str(kind), Verdict(verdict), slot, None if began is None else float(began)
-        )
+        if not isinstance(place, str):
+            raise ValueError(f"trial place {place!r} is not a place")
+        when = None if began is None else float(began)
+        return cls(commit, str(kind), Verdict(verdict), slot, when, place)
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,18 @@ class Start:
     """The slot (a GPU set, a host, a node) it ran on; None: not known, a place of its own."""
     began: float | None = None
     """When it started; None: not known."""
+    place: str = ""
+    """The node and its GPUs it ran on, as the probe's fingerprint says (places.place_key);
+    "" where it does not say: its slot is its place. On Slurm and Kubernetes a slot is no
+    place (slot k's jobs land on other nodes, and two slots may land on one): the node is."""
+
+    @property
+    def where(self) -> tuple[str, object] | None:
+        """What `_groups` groups it by: its place where known, else its slot (None: neither,
+        a place of its own)."""
+        if self.place:
+            return ("place", self.place)
+        return None if self.slot is None else ("slot", self.slot)
 
 
 KNOWN_RATE = 0.1
@@ -931,12 +948,14 @@ hypothesis together without it, so that burst or slot did not make the answer al
 
 def _groups(starts: Sequence[Start], decisive: Sequence[bool]) -> list[frozenset[int]]:
     """The sets of verdicts (by position in `starts`) that may have lied together and hold a
-    decisive one: each run of BURST consecutive starts on one slot, and, where verdicts come
-    from more than one slot, each slot's whole. A verdict with no slot is a place of its own."""
-    by_slot: dict[int, list[int]] = {}
+    decisive one: each run of BURST consecutive starts in one place, and, where verdicts come
+    from more than one place, each place's whole. A place is the node and GPUs where the
+    fingerprint says (Start.place: two slots on one node are one place), else the slot; a
+    verdict with neither is a place of its own."""
+    by_slot: dict[tuple[str, object], list[int]] = {}
     for at, s in enumerate(starts):
-        if s.slot is not None:
-            by_slot.setdefault(s.slot, []).append(at)
+        if s.where is not None:
+            by_slot.setdefault(s.where, []).append(at)
     found: list[frozenset[int]] = []
     for members in by_slot.values():
         ordered = sorted(members, key=lambda m: (starts[m].began is None, starts[m].began or 0, m))
