@@ -71,6 +71,33 @@ def test_later_builds_further_culprits_and_nodes_are_in_the_figure() -> None:
     assert exact.confirm == 2 and exact.starts == exact.search + 5  # trials after the search
 
 
+def test_the_figure_says_what_lies_the_search_allows_and_what_they_may_cost() -> None:
+    # `flake: auto`: a bad build may read good on half its starts (an intermittent
+    # regression), and where its verdicts point to that the search may probe on far longer
+    auto = estimate(100, replace(Policy(), confirming=True))
+    said = auto.line(None)
+    assert "a good build reading bad on up to 18% of its starts, a bad one reading good on up " \
+        "to 50% (an intermittent regression): at most 36 search probes at a rate of 0.1, up " \
+        "to 152 where its verdicts point to the widest" in said  # fmt: skip
+    assert auto.to_json(None)["lies"] == {
+        "false_bad": 0.18, "false_good": 0.5, "search_probes_most": 36,
+        "search_probes_widest": 152, "learnt": True,
+    }  # fmt: skip
+    known = estimate(100, Policy(flake=0.05)).line(None)
+    assert known.endswith("if verdicts lie (search.flake 0.05, each way): at most 36 search probes")
+    assert "lie," not in estimate(100, EXACT).line(None)  # facts: no lie rate at all
+
+
+def test_candidates_says_the_lies_it_allows(history: Callable[..., History]) -> None:
+    h = history({9: "degenerate-reasoning"}, n=16)
+    config = h.config(confirm=False, probe={"early_stop": False}, search={"flake": "auto"})
+    result = CliRunner().invoke(cli, ["candidates", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "a bad one reading good on up to 50% (an intermittent regression)" in result.output
+    listed = CliRunner().invoke(cli, ["candidates", str(config), "--json"])
+    assert json.loads(listed.output)["expected"]["lies"]["false_good"] == 0.5
+
+
 def test_an_artifact_it_could_not_tell_of_is_not_counted_as_there() -> None:
     """A cluster or registry out of reach: `unknown` rows are said as such, never as present."""
     arts = [Artifact("a", True), Artifact("b", None, reason="refused"), Artifact("c", False)]

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .model import Candidate, Verdict
-from .posterior import Policy, Start, Trial, next_look
+from .posterior import FALSE_BAD_MOST, RATE_GRID, Policy, Rates, Start, Trial, next_look
 from .search import Answer, Mode, Plan, pick_slot, plan_batch, trial_slots
 
 EVERY = 64
@@ -74,6 +74,8 @@ class Cost:
     """Further culprits the run may look for (`search.culprits` - 1)."""
     nodes: int = 1
     """Nodes one server takes (a two-node probe: 2)."""
+    lies: Lies | None = None
+    """What the search allows of lies and what they may cost; None: verdicts are facts."""
 
     @property
     def starts(self) -> float:
@@ -113,6 +115,8 @@ class Cost:
             said += f"; about {self.rounds:.0f} search rounds of {self.slots} slots"
         if minutes is not None:
             said += f"; at {minutes:g} min a start: {self.time_said(minutes)}"
+        if self.lies is not None:
+            said += f"; {self.lies.line}"
         return said
 
     def time_said(self, minutes: float) -> str:
@@ -140,7 +144,62 @@ class Cost:
             "worst_node_hours": (
                 None if minutes is None else round(self.node_hours(minutes, self.worst), 2)
             ),
-        }
+        } | ({} if self.lies is None else {"lies": self.lies.to_json()})
+
+
+@dataclass(frozen=True)
+class Lies:
+    """The lie rates the search allows and the most search probes they may cost (its budget:
+    it ends without an answer there): at the rates most runs have, and at the widest it
+    accepts, where its own verdicts point to them (posterior.widened)."""
+
+    false_bad: float
+    """The most often a good build may read bad (`flake: auto`: posterior.FALSE_BAD_MOST)."""
+    false_good: float
+    """The most often a bad build may read good (an intermittent regression: up to half)."""
+    most: int
+    """The most search probes at a lie rate of 0.1 or less (search.max_probes where set)."""
+    widest: int
+    """The most search probes where the verdicts point to the widest rates."""
+    learnt: bool
+    """The rates are learnt from the run (`flake: auto`); else known (`flake: x`)."""
+
+    @property
+    def line(self) -> str:
+        if not self.learnt:
+            return (
+                f"if verdicts lie (search.flake {self.false_bad:g}, each way): at most "
+                f"{self.most} search probes"
+            )
+        said = (
+            f"if verdicts lie, the search learns how often: a good build reading bad on up to "
+            f"{self.false_bad:.0%} of its starts, a bad one reading good on up to "
+            f"{self.false_good:.0%} (an intermittent regression): at most {self.most} search "
+            "probes"
+        )
+        if self.widest > self.most:
+            said += f" at a rate of 0.1, up to {self.widest} where its verdicts point to the widest"
+        return said
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "false_bad": self.false_bad, "false_good": self.false_good,
+            "search_probes_most": self.most, "search_probes_widest": self.widest,
+            "learnt": self.learnt,
+        }  # fmt: skip
+
+
+def lies_of(n: int, policy: Policy) -> Lies | None:
+    """What the search over n + 1 commits allows of lies (Lies); None: verdicts are facts."""
+    if policy.exact:
+        return None
+    if policy.flake is not None:
+        rates = Rates(policy.flake, policy.flake)
+        most = policy.budget(n + 1, rates)
+        return Lies(policy.flake, policy.flake, most, most, learnt=False)
+    widest = Rates(FALSE_BAD_MOST, max(r for r, _ in RATE_GRID))
+    most = policy.budget(n + 1, Rates(0.1, 0.1))
+    return Lies(widest.false_bad, widest.false_good, most, policy.budget(n + 1, widest), True)
 
 
 def _time(hours: float) -> str:
@@ -160,7 +219,7 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
         if isinstance(step, Answer):
             if policy.exact or step.culprit is None:
                 return probes, rounds, trials
-            _, go_on = next_look(policy.looks, step.culprit.commit)
+            _, go_on = next_look(policy.looks, step.culprit.commit, policy.evidence)
             if not go_on:
                 return probes, rounds, trials
             at = int(step.culprit.commit, 16)
@@ -265,5 +324,5 @@ def estimate(
     worst_rounds += further * (s.most_rounds + math.ceil(after / max(1, slots)))
     return Cost(
         s.probes, s.rounds, trials, 1 if decisive else 0, 2 if localize else 0, max(1, slots),
-        later, worst, worst_rounds, further, max(1, nodes),
+        later, worst, worst_rounds, further, max(1, nodes), lies_of(n, policy),
     )  # fmt: skip

@@ -22,23 +22,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .model import Verdict
-from .posterior import BURST
+from .posterior import BURST, FALSE_BAD_MOST
 from .report.documents import ProbeDoc
 
 ASSUMED = (
-    "Verdicts may lie, and lies may cluster: by slot (a bad GPU or node lies on many of the "
-    f"starts it serves) and in time (up to {BURST} consecutive starts on one slot lying "
-    "together). An answer is said only where no one slot and no "
-    f"{BURST} consecutive starts on one slot could have given it alone: the confirmation's "
-    "trials run on other slots than the verdicts they check (or on later starts), and a "
+    "Verdicts may lie, and lies may cluster: by place (a bad GPU or node lies on many of the "
+    f"starts it serves; a place is the node and GPUs the fingerprint names, else the slot, so "
+    f"two slots on one node are one place) and in time (up to {BURST} consecutive starts in "
+    "one place lying together). An answer is said only where no one place and no "
+    f"{BURST} consecutive starts in one place could have given it alone: the confirmation's "
+    "trials run elsewhere than the verdicts they check (or on later starts), and a "
     "verdict that carries the answer alone is probed again elsewhere. Lies that last longer "
-    f"than {BURST} starts on every slot at once are not covered."
+    f"than {BURST} starts on every place at once are not covered. A bad build may read good "
+    "on up to half its starts (an intermittent regression: then the search needs about four "
+    "times the starts, and a culprit whose picks alone read good gets five confirmations, "
+    f"not three); a good build is assumed to read bad on at most {FALSE_BAD_MOST:.0%} of its "
+    "starts (more is a broken check: `calibrate` shows it)."
 )
 """What the search assumes about lies, in one paragraph (report.md's Confidence, docs)."""
 ASSUMED_LINE = (
-    f"verdicts may lie, clustered by slot or in up to {BURST} consecutive starts on one slot; "
-    f"no answer stands on one slot's or one such burst's verdicts alone (lies longer than {BURST} "
-    "starts on every slot at once are not covered)"
+    f"verdicts may lie, clustered by place or in up to {BURST} consecutive starts in one place; "
+    f"no answer stands on one place's or one such burst's verdicts alone (lies longer than "
+    f"{BURST} starts on every place at once are not covered); a bad build may read good on up "
+    f"to half its starts, a good one bad on up to {FALSE_BAD_MOST:.0%}"
 )
 """The same in one line (report.md's first screen)."""
 
@@ -79,6 +85,13 @@ def gpu_list(gpus: Sequence[str]) -> str:
         if numbers == list(range(numbers[0], numbers[0] + len(numbers))):
             return f"{numbers[0]}-{numbers[-1]}"
     return ",".join(gpus)
+
+
+def place_key(node: str, devices: Sequence[str]) -> str:
+    """A probe's place as the search groups its verdicts by (posterior.Start.place): its node
+    and GPUs (`node gpu-17, GPUs 0-3`), "" where the fingerprint names no node (its slot is
+    its place then). Pure."""
+    return Place(node, tuple(devices)).name if node else ""
 
 
 def place_of(probe: ProbeDoc) -> Place:

@@ -63,8 +63,16 @@ RATE_GRID: tuple[tuple[float, float], ...] = (
     (0.5, 0.01),
 )
 """`flake: auto`: the lie rates a run may have and how likely each is before any verdict
-(each of false_bad and false_good alike, independently). Most runs lie rarely; the run's
-own verdicts move the weight (bench_noise.py measures the choice)."""
+(false_bad and false_good independently; false_bad only up to FALSE_BAD_MOST). Most runs lie
+rarely; the run's own verdicts move the weight (bench_noise.py measures the choice)."""
+
+FALSE_BAD_MOST = 0.18
+"""The most often a good build's start may read bad under `flake: auto`: a bad build may read
+good on up to half its starts (an intermittent regression: a race, a kernel picked by timing),
+but a good one reading bad that often is a broken check, which `calibrate` shows. The bound
+makes the two tellable apart: a range of coin-flip verdicts is a bad build reading good half
+the time, not good builds reading bad 40 % of the time (bench_noise.py, `int0.5`: 45 % of runs
+without an answer with both rates up to 0.5, 10 % so)."""
 
 CONFIRM_FLOOR = 0.5
 """`Policy.confirming`: the least posterior at which the search stops for a confirmation
@@ -89,6 +97,8 @@ class Trial:
     """The slot its server ran on (slot evidence); None where not known (an older journal)."""
     began: float | None = None
     """When its server started (wall clock, as the run's probes); None where not known."""
+    place: str = ""
+    """Its node and GPUs as its fingerprint says (Start.place); "" where not known."""
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {
@@ -98,11 +108,13 @@ class Trial:
             data["slot"] = self.slot
         if self.began is not None:
             data["began"] = self.began
+        if self.place:
+            data["place"] = self.place
         return data
 
     @property
     def start(self) -> Start:
-        return Start(self.slot, self.began)
+        return Start(self.slot, self.began, self.place)
 
     @classmethod
     def from_json(cls, data: object) -> Trial:
@@ -114,16 +126,17 @@ class Trial:
             raise ValueError(f"trial {data!r} names no commit, or no revert or pick")
         if verdict not in (Verdict.GOOD.value, Verdict.BAD.value):
             raise ValueError(f"trial verdict {verdict!r} is not good or bad")
-        slot, began = data.get("slot"), data.get("began")
+        slot, began, place = data.get("slot"), data.get("began"), data.get("place", "")
         if slot is not None and not (isinstance(slot, int) and not isinstance(slot, bool)):
             raise ValueError(f"trial slot {slot!r} is not a slot")
         if began is not None and not (
             isinstance(began, int | float) and not isinstance(began, bool)
         ):
             raise ValueError(f"trial start {began!r} is not a time")
-        return cls(
-            commit, str(kind), Verdict(verdict), slot, None if began is None else float(began)
-        )
+        if not isinstance(place, str):
+            raise ValueError(f"trial place {place!r} is not a place")
+        when = None if began is None else float(began)
+        return cls(commit, str(kind), Verdict(verdict), slot, when, place)
 
 
 @dataclass(frozen=True)
@@ -136,6 +149,18 @@ class Start:
     """The slot (a GPU set, a host, a node) it ran on; None: not known, a place of its own."""
     began: float | None = None
     """When it started; None: not known."""
+    place: str = ""
+    """The node and its GPUs it ran on, as the probe's fingerprint says (places.place_key);
+    "" where it does not say: its slot is its place. On Slurm and Kubernetes a slot is no
+    place (slot k's jobs land on other nodes, and two slots may land on one): the node is."""
+
+    @property
+    def where(self) -> tuple[str, object] | None:
+        """What `_groups` groups it by: its place where known, else its slot (None: neither,
+        a place of its own)."""
+        if self.place:
+            return ("place", self.place)
+        return None if self.slot is None else ("slot", self.slot)
 
 
 KNOWN_RATE = 0.1
@@ -234,6 +259,7 @@ class Policy:
         pairs = [
             (Rates(a, b), wa * wb * a**flagged * (1 - a) ** (starts - flagged))
             for (a, wa), (b, wb) in product(RATE_GRID, RATE_GRID)
+            if a <= FALSE_BAD_MOST
         ]
         total = sum(w for _, w in pairs)
         return tuple((r, w / total) for r, w in pairs)
@@ -345,26 +371,45 @@ def _looks(data: object) -> tuple[tuple[str, bool], ...]:
 
 
 MAX_LOOKS = 5
-"""The most confirmations of one run under the posterior search (services/stages.py)."""
+"""The most confirmations of one run under the posterior search (services/stages.py);
+LOOKS_PICKED - LOOKS_EACH more for a culprit whose picks alone failed (next_look)."""
 LOOKS_EACH = 3
 """The most confirmations of one culprit: a revert that stays bad on three starts is another
 regression after it, not three lies (bench_noise.py: at a lie rate of 0.1, two looks a
 culprit and three a run left 7.5 % of runs without an answer, three and five 3.2 %, for the
 same probes)."""
+LOOKS_PICKED = 5
+"""The most confirmations of a culprit whose every revert read good and only its picks good
+(the run's own trials point to an intermittent regression: a bad build reads good on up to
+half its starts, so a pick fails a look half the time; three such looks all fail 1 run in 8,
+five 1 in 32). A culprit that breaks only with what came before it fails them all the same."""
 
 
-def next_look(looks: Sequence[tuple[str, bool]], culprit: str) -> tuple[int | None, bool]:
+def next_look(
+    looks: Sequence[tuple[str, bool]], culprit: str, trials: Sequence[Trial] = ()
+) -> tuple[int | None, bool]:
     """Which confirmation the posterior search's culprit gets, from the looks weighed so far
     (Policy.looks), and whether its trials are weighed and the search goes on after it:
     a culprit whose last look bore it out keeps that look (weighed already); one that failed
-    LOOKS_EACH times, or a run with no look left, keeps its last look (None: it had none) and
-    ends there; else a new look, on new starts. Pure."""
+    LOOKS_EACH times (LOOKS_PICKED where `trials`, the weighed ones, show each of its reverts
+    good: only its picks failed), or a run with no look left, keeps its last look (None: it
+    had none) and ends there; else a new look, on new starts. Pure."""
     if looks and looks[-1] == (culprit, True):
         return len(looks) - 1, False
     mine = [i for i, (c, _) in enumerate(looks) if c == culprit]
-    if len(mine) >= LOOKS_EACH or len(looks) >= MAX_LOOKS:
+    extra = LOOKS_PICKED - LOOKS_EACH if _picks_failed(trials, culprit) else 0
+    if len(mine) >= LOOKS_EACH + extra or len(looks) >= MAX_LOOKS + extra:
         return (mine[-1] if mine else None), False
     return len(looks), True
+
+
+def _picks_failed(trials: Sequence[Trial], culprit: str) -> bool:
+    """Whether the culprit's weighed trials are reverts all good and picks all good (at least
+    one of each): its change explains the bad end, and only the pick read good."""
+    mine = [t for t in trials if t.commit == culprit]
+    reverts = [t.verdict for t in mine if t.kind == "revert"]
+    picks = [t.verdict for t in mine if t.kind == "pick"]
+    return bool(reverts and picks) and all(v is Verdict.GOOD for v in (*reverts, *picks))
 
 
 EXACT = Policy(flake=0.0)
@@ -372,10 +417,15 @@ EXACT = Policy(flake=0.0)
 
 def widened(rates: Rates) -> float:
     """How much a lie rate the verdicts point to widens the default budget: none up to 0.1,
-    then in step with the rate, at most 2.6 times at 0.5 (bench_noise.py: an intermittent
-    regression, `int0.5`)."""
+    then in step with the rate, at most 4.2 times at 0.5 (bench_noise.py, an intermittent
+    regression, `int0.5`: a verdict of a bad build reading good half the time tells about a
+    third of a bit; at most 2.6 times left 12 % of runs without an answer on the budget)."""
     worst = max(rates.false_bad, rates.false_good)
-    return 1.0 + 4.0 * max(0.0, min(worst, 0.5) - 0.1)
+    return 1.0 + WIDEN * max(0.0, min(worst, 0.5) - 0.1)
+
+
+WIDEN = 8.0
+"""widened's slope: the budget's growth per lie rate above 0.1."""
 
 
 def budget(n: int) -> int:
@@ -907,12 +957,14 @@ hypothesis together without it, so that burst or slot did not make the answer al
 
 def _groups(starts: Sequence[Start], decisive: Sequence[bool]) -> list[frozenset[int]]:
     """The sets of verdicts (by position in `starts`) that may have lied together and hold a
-    decisive one: each run of BURST consecutive starts on one slot, and, where verdicts come
-    from more than one slot, each slot's whole. A verdict with no slot is a place of its own."""
-    by_slot: dict[int, list[int]] = {}
+    decisive one: each run of BURST consecutive starts in one place, and, where verdicts come
+    from more than one place, each place's whole. A place is the node and GPUs where the
+    fingerprint says (Start.place: two slots on one node are one place), else the slot; a
+    verdict with neither is a place of its own."""
+    by_slot: dict[tuple[str, object], list[int]] = {}
     for at, s in enumerate(starts):
-        if s.slot is not None:
-            by_slot.setdefault(s.slot, []).append(at)
+        if s.where is not None:
+            by_slot.setdefault(s.where, []).append(at)
     found: list[frozenset[int]] = []
     for members in by_slot.values():
         ordered = sorted(members, key=lambda m: (starts[m].began is None, starts[m].began or 0, m))

@@ -35,6 +35,7 @@ from .files import write_atomic as write_atomic  # services write through it
 from .journal import FILENAME, VERSION, Journal, JournalState, Span, plan_json, read_journal
 from .launchers import Launcher, Server, StartsCold, price
 from .model import Candidate, ProbeOutcome, Regress, Verdict
+from .places import place_key
 from .posterior import EXACT, Policy, Start
 from .probe import CANCELLED, Cancel, ProbeContext, Progress, SilentProgress, probe
 from .redact import Scrub
@@ -144,7 +145,8 @@ def starts_of(probes: Sequence[ProbeOutcome]) -> dict[str, list[Start]]:
     """Commit → where and when each of its probes ran, in order (aligned with `history`)."""
     found: dict[str, list[Start]] = {}
     for p in probes:
-        found.setdefault(p.commit, []).append(Start(p.slot, p.began))
+        place = place_key(p.fingerprint.node, p.fingerprint.devices)
+        found.setdefault(p.commit, []).append(Start(p.slot, p.began, place))
     return found
 
 

@@ -971,7 +971,9 @@ def _closed(plan: Plan, policy: Policy) -> frozenset[int]:
     """The candidates the search does not stop at for a confirmation: each looked at whose
     next look would not be weighed (posterior.next_look)."""
     looked = {c for c, _ in policy.looks}
-    return _indices(plan, frozenset(c for c in looked if not next_look(policy.looks, c)[1]))
+    return _indices(
+        plan, frozenset(c for c in looked if not next_look(policy.looks, c, policy.evidence)[1])
+    )
 
 
 def plan_step(

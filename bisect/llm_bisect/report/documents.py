@@ -238,6 +238,9 @@ class ConfirmProbe(_Doc):
     another); None where no probe ran or an older run did not say."""
     began: float | None = None
     """When its probe started (wall clock)."""
+    place: str | None = None
+    """The node and GPUs its server ran on, as its fingerprint says (`node gpu-17, GPUs
+    0-3`); None where it does not say, or no probe ran."""
 
 
 class Confirmation(_Doc):

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 from ..errors import ConfigError
 from ..journal import Journal, begin_side, look_digest, look_name, side_probes
 from ..model import Candidate, ProbeOutcome, Verdict
+from ..places import place_key
 from ..posterior import MAX_LOOKS, Policy, Trial as Weighed, next_look
 from ..probe import Cancel, ProbeContext, probe
 from ..redact import Scrub
@@ -67,6 +68,8 @@ class Trial:
     """The slot its server ran on (slot evidence); None where no probe ran."""
     began: float | None = None
     """When its probe started (wall clock)."""
+    place: str = ""
+    """The node and GPUs it ran on, as its fingerprint says (places.place_key)."""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -81,6 +84,8 @@ class Trial:
             data["slot"] = self.slot
         if self.began is not None:
             data["began"] = self.began
+        if self.place:
+            data["place"] = self.place
         return data
 
 
@@ -262,10 +267,12 @@ def trials_at_once(slots: Sequence[int]) -> bool:
 
 def _trial(kind: str, onto: str, commit: str, outcome: ProbeOutcome) -> Trial:
     slot, began = outcome.slot, outcome.began
+    place = place_key(outcome.fingerprint.node, outcome.fingerprint.devices)
     if outcome.verdict in (Verdict.GOOD, Verdict.BAD):
-        return Trial(kind, onto, commit, outcome.verdict, outcome.reason, slot=slot, began=began)
+        return Trial(kind, onto, commit, outcome.verdict, outcome.reason, slot=slot, began=began,
+                     place=place)  # fmt: skip
     why = f"{WHAT[kind]} could not be tested ({outcome.verdict.value}): {outcome.reason}"
-    return Trial(kind, onto, commit, None, why, slot=slot, began=began)
+    return Trial(kind, onto, commit, None, why, slot=slot, began=began, place=place)
 
 
 def placed(
@@ -488,7 +495,7 @@ def looked(
             return done, None, policy  # no culprit: no confirmation of one
         if policy.exact or search is None:  # verdicts are facts: one look, as today
             return done, look(done, policy, 0), policy
-        at, go_on = next_look(policy.looks, culprit)
+        at, go_on = next_look(policy.looks, culprit, policy.evidence)
         found = None if at is None else look(done, policy, at)
         if found is None or not go_on:
             return done, found, policy
@@ -510,7 +517,7 @@ def weighed_trials(found: Confirmation, culprit: str) -> tuple[Weighed, ...]:
     """A confirmation's trials that count as evidence: each that ran a probe of its own (a
     reused tree's verdict is one of the run's probes already)."""
     return tuple(
-        Weighed(culprit, t.kind, Verdict(t.verdict), t.slot, t.began)
+        Weighed(culprit, t.kind, Verdict(t.verdict), t.slot, t.began, t.place or "")
         for t in found.probes
         if t.verdict is not None and t.reused is None
     )
