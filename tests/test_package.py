@@ -38,6 +38,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "templates",
             "secretnames",
             "yamlfile",
+            "jsonvalue",
             "environment",
             "weights",
             "outdir",

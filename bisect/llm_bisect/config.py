@@ -28,12 +28,13 @@ from pydantic import (
 from .errors import ConfigError
 from .escape import safe_url
 from .fingerprint import BATCH_INVARIANT_VAR
+from .jsonvalue import Json
 from .kinds import CHECKS, LAUNCHERS, STRATEGIES, StrategyRules, Tagged
 from .posterior import EXACT, KNOWN_RATE, Policy
 from .redact import MASK, Scrub, redact, url_credentials
 from .secretnames import _SECRET_NAME, argv_secrets, secret_names
 from .templates import _ENV_REF, ENV_REF, expand_value, template_fields
-from .yamlfile import Json, not_json, nul_at, placeholder_at, read_yaml
+from .yamlfile import not_json, nul_at, placeholder_at, read_yaml
 
 COLLECT_PLACEHOLDERS = frozenset({"commit", "short", "python", "build"})
 """What `server.collect_env` may name, whatever the launcher."""

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Callable
 
 from . import __version__
-from .yamlfile import Json
+from .jsonvalue import Json
 
 QUERY = "index,name,driver_version,memory.total,pci.bus_id"
 SMI_TIMEOUT_S = 20.0

@@ -37,8 +37,8 @@ from typing import Any, TypedDict
 
 from pydantic import Field
 
+from .jsonvalue import Json
 from .sparse import Sparse
-from .yamlfile import Json
 
 BATCH_INVARIANT_VAR = "VLLM_BATCH_INVARIANT"
 """vLLM's switch for its batch-invariant kernels (vllm/envs.py; `probe.batch_invariant`)."""

@@ -42,12 +42,12 @@ from pathlib import Path
 from typing import Any, Literal, TextIO, TypedDict, cast
 
 from .errors import JournalError
+from .jsonvalue import Json
 from .model import Candidate, CandidateDoc, OutcomeDoc, ProbeOutcome, Regress, Verdict
 from .posterior import EXACT, Policy, Trial
 from .redact import Scrub
 from .search import Mode, Plan
 from .symptom import Symptom
-from .yamlfile import Json
 
 FILENAME = "journal.jsonl"
 VERSION = 1

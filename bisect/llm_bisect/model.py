@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypedDict
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from .fingerprint import Fingerprint
-from .yamlfile import Json
+from .jsonvalue import Json
 
 if TYPE_CHECKING:
     from .startup import Startup

@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import Any
 
 import yaml
 
 from .errors import ConfigError
 from .files import read_capped
-
-Json: TypeAlias = "str | int | float | bool | Sequence[Json] | Mapping[str, Json] | None"
-"""A JSON value as json.loads gives it: a document whose shape is the user's (a context,
-a config's extra_body, a fingerprint's free facts), read by checking each value it uses."""
 
 
 def not_json(value: Any, where: str = "") -> str | None:

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigError, LaunchError
+from ..jsonvalue import Json
 from ..logs import tail
 from ..model import Candidate
-from ..yamlfile import Json
 from .cache import BuildCache, as_json
 
 

@@ -40,7 +40,7 @@ from typing import IO, Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..clock import SYSTEM, Clock
-from ..yamlfile import Json
+from ..jsonvalue import Json
 
 MARK = "BUILD.json"
 MAX_MARK_BYTES = 1 << 20

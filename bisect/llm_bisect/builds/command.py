@@ -20,13 +20,13 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, field_validator
 
 from ..config import StrategyBase, check_placeholders
+from ..jsonvalue import Json
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..logs import run_logged
 from ..model import Candidate
 from ..redact import redact
 from ..secretnames import argv_secrets
 from ..templates import fill
-from ..yamlfile import Json
 from . import Build, ImageTarget
 
 

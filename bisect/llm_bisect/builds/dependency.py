@@ -26,10 +26,10 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from ..errors import LaunchError
+from ..jsonvalue import Json
 from ..logs import run_logged
 from ..model import Candidate
 from ..redact import public_url
-from ..yamlfile import Json
 from . import Build
 
 INSTALL_TIMEOUT_S = 1800.0

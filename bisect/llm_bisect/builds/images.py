@@ -33,9 +33,9 @@ import requests
 from docker.models.images import Image
 
 from ..errors import LaunchError
+from ..jsonvalue import Json
 from ..logs import tail
 from ..model import Candidate
-from ..yamlfile import Json
 from . import Build, ImageTarget
 
 REPOSITORY = "llm-bisect-build"

@@ -50,10 +50,10 @@ from pydantic import ConfigDict, model_validator
 
 from ..config import StrategyBase
 from ..errors import ConfigError, LaunchError
+from ..jsonvalue import Json
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..model import Candidate
 from ..sources import ABSENT, Change, Step
-from ..yamlfile import Json
 from . import Build, ImageTarget, base_image_fits
 
 NEAREST_LIMIT = 1000

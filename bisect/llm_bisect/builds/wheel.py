@@ -54,12 +54,12 @@ from ..client import within
 from ..config import StrategyBase, check_placeholders
 from ..errors import ConfigError, LaunchError
 from ..index_page import links
+from ..jsonvalue import Json
 from ..kinds import STRATEGIES, BuildContext, StrategyKind, StrategyRules
 from ..logs import run_logged
 from ..model import Candidate
 from ..redact import public_url, url_credentials
 from ..templates import ENV_REF, IMAGE_PLACEHOLDERS, expand_template, fill
-from ..yamlfile import Json
 from . import Build, ImageTarget, base_image_fits
 
 INDEX_TIMEOUT_S = 30.0

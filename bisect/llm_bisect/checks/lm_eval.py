@@ -36,10 +36,10 @@ from ..clock import SYSTEM
 from ..config import CheckBase
 from ..errors import ConfigError, EndpointError, HarnessError, LaunchError
 from ..files import read_capped
+from ..jsonvalue import Json
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..logs import run_logged
 from ..model import CheckDetails, CheckResult
-from ..yamlfile import Json
 from .golden import LmEvalSection, SampleRun
 from .stats import ALPHA, POWER, TEST, PairedTest, Pairs, p_value, pairs
 

@@ -45,9 +45,10 @@ from pydantic import ConfigDict, Field, ValidationError
 from ..config import CheckBase
 from ..errors import ConfigError
 from ..files import read_capped
+from ..jsonvalue import Json
 from ..kinds import CHECKS, CheckContext, CheckKind
 from ..templates import literal
-from ..yamlfile import Json, expanded_size
+from ..yamlfile import expanded_size
 from .dataset import load as load_problems
 from .eval import EvalConfig
 

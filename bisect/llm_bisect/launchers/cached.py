@@ -29,8 +29,8 @@ from types import TracebackType
 from typing import Any
 
 from ..enginecache import CACHES, NODE, Census, EngineCache, folder
+from ..jsonvalue import Json
 from ..model import Candidate
-from ..yamlfile import Json
 from . import Artifact, Avoids, Instrument, Launcher, Server
 
 

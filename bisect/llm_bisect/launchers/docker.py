@@ -49,6 +49,7 @@ from ..builds.prefetch import Prefetcher
 from ..config import ServerBase, SlotGpus, Strict, check_placeholders
 from ..errors import ConfigError, LaunchError, PortTaken, ServerExited
 from ..fingerprint import Facts, package_probe_source
+from ..jsonvalue import Json
 from ..kinds import (
     LAUNCHERS,
     DeviceContext,
@@ -65,7 +66,6 @@ from ..registry import RegistryClient, parse_image_ref
 from ..secretnames import argv_secrets
 from ..sources.images import resolve_image_end
 from ..templates import IMAGE_PLACEHOLDERS, expand_value, fill
-from ..yamlfile import Json
 from . import INSTRUMENT_DIR, Artifact, Instrument, Launcher
 from .common import (
     LoggedServer,
