@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from typing import TypedDict
 
 from .model import Candidate, Verdict
 from .posterior import FALSE_BAD_MOST, RATE_GRID, Policy, Rates, Start, Trial, next_look
@@ -147,6 +148,16 @@ class Cost:
         } | ({} if self.lies is None else {"lies": self.lies.to_json()})
 
 
+class LiesDoc(TypedDict):
+    """`expected.lies` in result.json and `candidates --json`."""
+
+    false_bad: float
+    false_good: float
+    search_probes_most: int
+    search_probes_widest: int
+    learnt: bool
+
+
 @dataclass(frozen=True)
 class Lies:
     """The lie rates the search allows and the most search probes they may cost (its budget:
@@ -181,7 +192,7 @@ class Lies:
             said += f" at a rate of 0.1, up to {self.widest} where its verdicts point to the widest"
         return said
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> LiesDoc:
         return {
             "false_bad": self.false_bad, "false_good": self.false_good,
             "search_probes_most": self.most, "search_probes_widest": self.widest,
