@@ -468,7 +468,7 @@ def _contradiction(folder: Path, policy: Policy, ends: tuple[str, str]) -> str |
             return f"evidence leaves out {_said(source.trial)} ({source.where})"
         if source is None:
             return f"evidence names {_said(trial)}, but no confirmation it weighs holds it"
-        if source.trial != trial:
+        if source.trial != replace(trial, place=""):  # the place: the outcome's fingerprint
             return f"evidence names {_said(trial)}, but {source.where} holds {_said(source.trial)}"
     return None
 

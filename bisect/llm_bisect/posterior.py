@@ -126,7 +126,7 @@ class Trial:
             raise ValueError(f"trial {data!r} names no commit, or no revert or pick")
         if verdict not in (Verdict.GOOD.value, Verdict.BAD.value):
             raise ValueError(f"trial verdict {verdict!r} is not good or bad")
-        slot, began, place = data.get("slot"), data.get("began"), data.get("place", "")
+        slot, began, place = data.get("slot"), data.get("began"), data.get("place") or ""
         if slot is not None and not (isinstance(slot, int) and not isinstance(slot, bool)):
             raise ValueError(f"trial slot {slot!r} is not a slot")
         if began is not None and not (

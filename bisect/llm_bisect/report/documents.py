@@ -384,6 +384,8 @@ class TrialDoc(_Doc):
     """The slot its server ran on; None where an older run did not say."""
     began: float | None = None
     """When its probe started (wall clock)."""
+    place: str | None = None
+    """The node and GPUs its server ran on, as its fingerprint says; None where not said."""
 
 
 class KnownDoc(_Doc):
