@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from ..checks.gsm8k import load_problems
-
 EOS_ID = 1
 _WORD = re.compile(r"\s*\S+")
 
@@ -134,6 +132,10 @@ def alternative_text(tid: int) -> str:
 
 @cache
 def _gsm8k() -> dict[str, str]:
+    # imported here: the checks package imports model.py (pydantic), which a server's start
+    # need not pay for (a simulated server starts at every probe)
+    from ..checks.gsm8k import load_problems
+
     return {p.question: p.answer for p in load_problems()}
 
 
