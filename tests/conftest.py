@@ -24,7 +24,10 @@ from toybuild import index, toy  # noqa: F401  (fixtures of the build tests)
 # Every process a test starts (the simulator, the CLI) runs this checkout's code, not an
 # installed llm-bisect's (pytest's `pythonpath` reaches this process only).
 _SOURCE = str(Path(__file__).resolve().parents[1] / "bisect")
-os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE, *filter(None, [os.environ.get("PYTHONPATH")])])
+# Once: an xdist worker inherits the controller's, which this already set (a second copy
+# made the server's environment, and so a run's config digest, differ from a printed command's).
+_PATHS = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _SOURCE]
+os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE, *_PATHS])
 
 # The kinds load once, explicitly, as the CLI and services.setup load them (plugins.load);
 # tests that read a config in this process need them too.
