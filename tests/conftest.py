@@ -7,6 +7,7 @@ import shutil
 import signal
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,10 @@ from toybuild import index, toy  # noqa: F401  (fixtures of the build tests)
 # Every process a test starts (the simulator, the CLI) runs this checkout's code, not an
 # installed llm-bisect's (pytest's `pythonpath` reaches this process only).
 _SOURCE = str(Path(__file__).resolve().parents[1] / "bisect")
-os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE, *filter(None, [os.environ.get("PYTHONPATH")])])
+# Once: an xdist worker inherits the controller's, which this already set (a second copy
+# made the server's environment, and so a run's config digest, differ from a printed command's).
+_PATHS = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _SOURCE]
+os.environ["PYTHONPATH"] = os.pathsep.join([_SOURCE, *_PATHS])
 
 # The kinds load once, explicitly, as the CLI and services.setup load them (plugins.load);
 # tests that read a config in this process need them too.
@@ -96,6 +100,79 @@ def registries(
         upstream = stack.enter_context(serving(root / "upstream"))
         mirror = stack.enter_context(serving(root / "mirror"))
         yield upstream, mirror
+
+
+SHARED_MARKERS = frozenset({"docker", "slurm", "vllm"})
+"""Tests of a daemon there is one of on the machine: the Docker engine, the Slurm cluster."""
+
+SHARED_FIXTURES = frozenset({"client", "registries"})
+"""The Docker engine; the session's registries, which the engine pulls from and pushes to."""
+
+SHARED_MODULES = frozenset(
+    {"test_launchers_kubernetes", "test_launchers_slurm", "test_report_html"}
+)
+"""Modules whose tests reach a shared daemon or scan global state, marked or not: the
+Kubernetes stand-in runs containers and lists every image; Slurm's queue; Chromium."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the split over xdist workers reads of a test."""
+
+    nodeid: str
+    module: str
+    """The file's name without .py."""
+    markers: frozenset[str]
+    fixtures: frozenset[str]
+    module_fixture: bool
+    """Whether it uses a fixture made once a module (a run, a venv, a toy index)."""
+
+    @property
+    def shares_a_daemon(self) -> bool:
+        """Whether it uses a daemon or state that other tests see."""
+        return bool(
+            self.markers & SHARED_MARKERS
+            or self.fixtures & SHARED_FIXTURES
+            or self.module in SHARED_MODULES
+        )
+
+
+def shape_of(item: pytest.Item) -> Shape:
+    info = getattr(item, "_fixtureinfo", None)
+    chains = info.name2fixturedefs.values() if info is not None else ()
+    return Shape(
+        item.nodeid,
+        item.path.stem,
+        frozenset(mark.name for mark in item.iter_markers()),
+        frozenset(getattr(item, "fixturenames", ())),
+        any(chain and chain[-1].scope in ("module", "package", "class") for chain in chains),
+    )
+
+
+def xdist_groups(tests: list[Shape]) -> dict[str, str]:
+    """The xdist group of each test that has one, by node id, under `--dist loadgroup`
+    (scripts/test: `-n 2`): a group's tests run on one worker, one after another, the
+    others spread over the workers. The tests that reach a daemon are one group; a module's
+    fixture is made once, in its module's group, or in the daemons' where the module
+    reaches one."""
+    daemons = {test.module for test in tests if test.shares_a_daemon}
+    groups: dict[str, str] = {}
+    for test in tests:
+        if test.shares_a_daemon:
+            groups[test.nodeid] = "daemons"
+        elif test.module_fixture:
+            groups[test.nodeid] = "daemons" if test.module in daemons else test.module
+    return groups
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which adds the group to each node id
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    groups = xdist_groups([shape_of(item) for item in items])
+    for item in items:
+        if item.nodeid in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
 
 
 VLLM_STARTS: dict[str, int] = {}

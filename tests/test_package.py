@@ -318,6 +318,16 @@ def in_a_fresh_python(*args: str) -> str:
     return done.stdout
 
 
+def test_the_simulated_server_starts_without_pydantic() -> None:
+    """It starts at every probe of every simulated run (the demo, most tests): pydantic and
+    the config's models were 0.2 s of CPU at each start, half of it."""
+    code = (
+        "import sys, llm_bisect.sim.server; "
+        "print(sorted({'pydantic', 'llm_bisect.model', 'llm_bisect.launchers'} & set(sys.modules)))"
+    )
+    assert in_a_fresh_python(code).strip() == "[]"
+
+
 @pytest.mark.parametrize("module", ["llm_bisect.search", "llm_bisect.report.documents"])
 def test_the_pure_core_loads_no_io_library(module: str) -> None:
     code = (

@@ -17,8 +17,10 @@ import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .launchers import Instrument
+if TYPE_CHECKING:  # imported where used: the simulated server writes its record through
+    from .launchers import Instrument  # this module, and starts without pydantic (model.py)
 
 VAR = "LLM_BISECT_LOADS"
 """The folder the hook writes to (data/loads/sitecustomize.py reads the same name)."""
@@ -41,6 +43,8 @@ def reaches(launcher: object) -> bool:
 
 def instrument(probe_dir: Path) -> Instrument:
     """What a server that records its loads gets: the hook first on its path, the folder."""
+    from .launchers import Instrument
+
     return Instrument(env={VAR: str((probe_dir / FOLDER).absolute())}, paths=(HOOK,))
 
 

@@ -32,7 +32,6 @@ import zlib
 from dataclasses import dataclass, field
 from functools import cache
 
-from ..checks.gsm8k import load_problems
 from .shapes import WorkerEvent, WorkerResult, WorkerRow
 
 EOS_ID = 1
@@ -134,6 +133,10 @@ def alternative_text(tid: int) -> str:
 
 @cache
 def _gsm8k() -> dict[str, str]:
+    # imported here: the checks package imports model.py (pydantic), which a server's start
+    # need not pay for (a simulated server starts at every probe)
+    from ..checks.gsm8k import load_problems
+
     return {p.question: p.answer for p in load_problems()}
 
 
