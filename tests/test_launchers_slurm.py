@@ -273,7 +273,8 @@ def test_reap_cancels_a_killed_checks_job_and_spares_a_live_ones(
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         # reap goes by the owner's lease, never by its PID alone: it lapses once not renewed
-        (held,) = lease.folder().glob(f"*-{proc.pid}-*.lease")
+        # (the newest of its PID's: a dead process of an earlier run may have had that PID)
+        held = max(lease.folder().glob(f"*-{proc.pid}-*.lease"), key=lambda p: p.stat().st_mtime)
         assert wait_until(lambda: float(held.read_text().split()[0]) < time.time(), 30)
         code, output = invoke("reap")
         assert code == 0, output

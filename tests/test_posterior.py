@@ -524,14 +524,14 @@ def test_two_slots_on_one_node_are_one_place_a_burst_there_can_give_an_answer_al
         (C, "revert", Verdict.GOOD, Start(0, 6.0, a)),
         (C, "pick", Verdict.BAD, Start(1, 7.0, a)),
     ]
-    assert fragile(10, observed, Verdict.BAD, AUTO, C, trials) == (C,)
+    assert fragile(10, Placed(observed, trials), Verdict.BAD, AUTO, C) == (C,)
     by_slot = [(i, v, Start(s.slot, s.began)) for i, v, s in observed]
     slot_trials = [(i, kind, v, Start(s.slot, s.began)) for i, kind, v, s in trials]
-    assert fragile(10, by_slot, Verdict.BAD, AUTO, C, slot_trials) == ()  # what today saw
+    assert fragile(10, Placed(by_slot, slot_trials), Verdict.BAD, AUTO, C) == ()  # what today saw
     # the culprit bad and its parent good again on the other node: no one place or burst
     # gave the answer alone
     again = [*observed, (C, Verdict.BAD, Start(2, 8.0, b)), (C - 1, Verdict.GOOD, Start(2, 9.0, b))]
-    assert fragile(10, again, Verdict.BAD, AUTO, C, trials) == ()
+    assert fragile(10, Placed(again, trials), Verdict.BAD, AUTO, C) == ()
 
 
 def test_a_probe_s_place_is_its_fingerprint_s_node_and_gpus() -> None:
