@@ -540,6 +540,15 @@ class Workload:
     instrument: Instrument | None = None
     shipped: Sequence[Shipped] = ()
 
+    def values(self, port: int) -> dict[str, str]:
+        """The placeholders its server's words fill (`{image}`: the reference, not the pin)."""
+        c = self.candidate
+        return {"commit": c.commit, "short": c.short, "port": str(port), "image": self.ref}
+
+    def extra_args(self) -> list[str]:
+        """The instrument's arguments, after the server's own."""
+        return list(self.instrument.args) if self.instrument is not None else []
+
 
 def pod_spec(
     cfg: KubernetesServerConfig,
@@ -679,22 +688,10 @@ def only_avoided(reason: str) -> bool:
 def job_manifest(cfg: KubernetesServerConfig, work: Workload) -> Manifest:
     """The batch/v1 Job of one probe on one node (its instrument's `shipped` files from the
     ConfigMap of its name). Pure."""
-    name, ref, candidate, run_id, owner = (
-        work.name,
-        work.ref,
-        work.candidate,
-        work.run_id,
-        work.owner,
-    )
-    instrument = work.instrument
-    values = {
-        "commit": candidate.commit,
-        "short": candidate.short,
-        "port": str(cfg.port),
-        "image": ref,
-    }
+    name, candidate, run_id, owner = work.name, work.candidate, work.run_id, work.owner
+    values = work.values(cfg.port)
     labels = _labels(run_id, candidate)
-    extra_args = list(instrument.args) if instrument is not None else []
+    extra_args = work.extra_args()
     pod = pod_spec(
         cfg,
         work,
@@ -750,22 +747,10 @@ def group_manifests(cfg: KubernetesServerConfig, group: Group, work: Workload) -
         LWS          NAME-0 (leader: leaderTemplate)         NAME-0-1 ... (workerTemplate)
                          {head} = $(LWS_LEADER_ADDRESS), set by LWS's controller"""
     assert cfg.entrypoint and group != "job"
-    name, ref, candidate, run_id, owner = (
-        work.name,
-        work.ref,
-        work.candidate,
-        work.run_id,
-        work.owner,
-    )
-    instrument = work.instrument
-    values = {
-        "commit": candidate.commit,
-        "short": candidate.short,
-        "port": str(cfg.port),
-        "image": ref,
-    }
+    name, candidate, run_id, owner = work.name, work.candidate, work.run_id, work.owner
+    values = work.values(cfg.port)
     labels = _labels(run_id, candidate)
-    extra = list(instrument.args) if instrument is not None else []
+    extra = work.extra_args()
     head = _node_words(cfg, group, cfg.args, values, extra)
     worker_args = cfg.worker_args if cfg.worker_args is not None else cfg.args
     worker = _node_words(cfg, group, worker_args, values, extra)
