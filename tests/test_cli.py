@@ -1224,6 +1224,13 @@ def test_a_good_end_that_is_broken_itself_stops_the_run_instead_of_calling_all_g
     assert not (out / "golden.json").exists()  # not kept: a run again records anew
     assert output.count("starting it again") == 1  # started twice: a glitch is given a chance
     assert live_processes(str(h.repo)) == []
+    # under lies (flake: auto, the default), not on what one burst of starts could give:
+    # 4 starts on one slot (posterior.BURST + 1), then the same one line
+    code, output = invoke(
+        "run", str(h.config(search={"flake": "auto"})), "--out", str(tmp_path / "auto")
+    )
+    assert code == 1 and output.count("starting it again") == 3, output
+    assert output.splitlines()[-1].startswith("llm-bisect: error: the good end ")
 
 
 def test_a_good_end_whose_first_start_glitched_is_started_again(
@@ -1237,6 +1244,36 @@ def test_a_good_end_whose_first_start_glitched_is_started_again(
     assert code == 0, output
     assert "starting it again" in output and result_of(out)["culprit"]["commit"] == h.shas[6]
     assert launched(launches)[:2] == [h.shas[0], h.shas[0]]
+
+
+def test_a_good_end_is_never_called_broken_on_one_burst_or_one_gpu(
+    tmp_path: Path, history: Any
+) -> None:
+    """Its first 3 starts lie together (a node in a bad state): on one slot the run used to
+    stop after two, exit 1, "Pick an older good end"; it starts the good end until a start
+    outside any one burst serves it. On three slots, GPU 0 lies on half its starts (its
+    first two among them, as the simulator's seed 0 draws them): the good end starts again
+    on GPU 1, not on GPU 0 again."""
+    h: History = history({6: "null-content"}, n=8)
+    launches = tmp_path / "launches"
+    command = [*h.config_command(), "--launch-log", str(launches), "--lie-at", "1,2,3"]
+    out = tmp_path / "out"
+    code, output = invoke(
+        "run", str(h.config(server={"command": command}, search={"flake": "auto"})), "--out",
+        str(out),
+    )  # fmt: skip
+    assert code == 0, output
+    assert result_of(out)["culprit"]["commit"] == h.shas[6]
+    assert launched(launches)[:4] == [h.shas[0]] * 4
+    assert "3 starts in one place may lie together" in output
+    two = tmp_path / "two"
+    command = [*h.config_command(), "--launch-log", str(two / "launches"), "--lie-gpus", "0:0.5"]
+    server = {"command": command, "slot_gpus": [["0"], ["1"], ["2"]]}
+    config = h.config(server=server, parallel=3, search={"flake": "auto"})
+    code, output = invoke("run", str(config), "--out", str(two / "out"))
+    assert "error" not in output and code == 0, output
+    assert launched(two / "launches")[:2] == [h.shas[0]] * 2
+    assert result_of(two / "out")["culprit"]["commit"] == h.shas[6]
 
 
 def test_a_build_bad_with_another_symptom_than_the_bad_end_is_said(

@@ -8,6 +8,7 @@ import json
 import math
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -575,6 +576,35 @@ def test_the_search_probes_the_culprit_again_where_one_burst_named_it() -> None:
     starts[seq[C].commit].append(Start(0, 8.0))
     done = plan_batch(plan, verdicts, 1, policy=policy, starts=starts)
     assert isinstance(done, Answer) and done.culprit == seq[C]
+
+
+def test_an_end_s_answer_one_slot_gave_alone_is_probed_again_elsewhere() -> None:
+    # slot 0 (a bad GPU) reads the good end bad twice and two more candidates bad; slot 1
+    # read only the bad end: "the good end is already bad" stood on slot 0 alone (today's
+    # search stopped there, exit 1); the good end is probed again, and with nothing left to
+    # probe the answer is ambiguous, never that error
+    seq = tuple(Candidate(f"{i:040x}") for i in range(11))
+    plan = Plan(Mode.REGRESSION, seq)
+    ran = [(0, 0), (10, 1), (5, 0), (0, 0), (2, 0), (0, 0)]
+    verdicts: dict[str, list[Verdict]] = {}
+    starts: dict[str, list[Start]] = {}
+    for t, (i, slot) in enumerate(ran, 1):
+        verdicts.setdefault(seq[i].commit, []).append(Verdict.BAD)
+        starts.setdefault(seq[i].commit, []).append(Start(slot, float(t)))
+    said = plan_batch(plan, verdicts, 2, policy=AUTO)
+    assert isinstance(said, Answer) and said.status is Status.ERROR  # without places
+    step = plan_batch(plan, verdicts, 2, policy=AUTO, starts=starts)
+    assert step == [seq[0]]
+    spent = replace(AUTO, max_probes=len(ran))
+    held = plan_batch(plan, verdicts, 2, policy=spent, starts=starts)
+    assert isinstance(held, Answer) and held.status is Status.AMBIGUOUS, held
+    assert "the good end as already bad" in held.message
+    # the good end bad on slot 1 too, twice: no one place gave it
+    verdicts[seq[0].commit] += [Verdict.BAD, Verdict.BAD]
+    starts[seq[0].commit] += [Start(1, 7.0), Start(1, 8.0)]
+    done = plan_batch(plan, verdicts, 2, policy=AUTO, starts=starts)
+    assert isinstance(done, Answer) and done.status is Status.ERROR
+    assert "the good end is already bad" in done.message
 
 
 def _windows(starts: Sequence[Start]) -> list[set[int]]:

@@ -46,6 +46,7 @@ import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import product
 
 from .model import Verdict
@@ -663,6 +664,25 @@ def gain(p_new: float, rates: Rates, new: Verdict) -> float:
     return _h(shows_new) - p_new * _h(lie_new) - (1 - p_new) * _h(lie_old)
 
 
+@lru_cache(maxsize=256)
+def _joint_likelihoods(m: int, lie_new: float, lie_old: float) -> tuple[tuple[float, ...], ...]:
+    """For m verdicts at once, each outcome's likelihood (True: reads new, in product order)
+    in each class j (the culprit between picks j-1 and j: picks[:j] truly old, picks[j:]
+    truly new); what `_batch_gain` weighs by the classes' posterior. Pure, cached: it
+    depends on the batch's size and the rates only."""
+    rows = []
+    for shown in product((True, False), repeat=m):
+        row = []
+        for j in range(m + 1):
+            like = 1.0
+            for at, reads_new in enumerate(shown):
+                lie = lie_new if at >= j else lie_old
+                like *= (1 - lie) if reads_new == (at >= j) else lie
+            row.append(like)
+        rows.append(tuple(row))
+    return tuple(rows)
+
+
 def _batch_gain(belief: Belief, chosen: Sequence[int], rates: Rates, new: Verdict) -> float:
     """The expected information of verdicts on all of `chosen` together (they are independent
     given the culprit): H(Y) - sum of H(Y_i | c)."""
@@ -671,22 +691,13 @@ def _batch_gain(belief: Belief, chosen: Sequence[int], rates: Rates, new: Verdic
     # class j: c in (picks[j-1], picks[j]]: picks[:j] truly old, picks[j:] truly new
     edges = [belief.cdf(i) for i in picks]
     classes = [b - a for a, b in zip([0.0, *edges], [*edges, 1.0], strict=True)]
+    weighed = [(j, w) for j, w in enumerate(classes) if w > 0]
     joint = 0.0
-    for shown in product((True, False), repeat=len(picks)):  # True: reads new
-        p = 0.0
-        for j, w in enumerate(classes):
-            if w <= 0:
-                continue
-            like = w
-            for m, reads_new in enumerate(shown):
-                truly_new = m >= j
-                lie = lie_new if truly_new else lie_old
-                right = reads_new == truly_new
-                like *= (1 - lie) if right else lie
-            p += like
+    for row in _joint_likelihoods(len(picks), lie_new, lie_old):
+        p = sum(w * row[j] for j, w in weighed)
         if p > 0:
             joint -= p * math.log2(p)
-    alone = sum(belief.cdf(i) * _h(lie_new) + (1 - belief.cdf(i)) * _h(lie_old) for i in picks)
+    alone = sum(e * _h(lie_new) + (1 - e) * _h(lie_old) for e in edges)
     return joint - alone
 
 
@@ -994,7 +1005,8 @@ def fragile(
     known: Sequence[tuple[int, Verdict, float]] = (),
     weights: Sequence[float] | None = None,
 ) -> tuple[int, ...]:
-    """The candidates to probe again before culprit c is an answer: those (c - 1, c) whose
+    """The candidates to probe again before culprit c is an answer (c = 0: the good end is
+    already bad; c = n: no change in the range, the bad end good): those (c - 1, c) whose
     verdicts one burst of starts or one slot could have given (`_groups`: without that group's
     verdicts and trials, c holds less than ROBUST); empty where none could. The one most
     groups lean on first. `known`: verdicts known from elsewhere, weighed with what every group
@@ -1004,7 +1016,7 @@ def fragile(
                               └──── one burst (BURST) ────┘
         without the burst, c-1 good and the second c bad still name c: robust."""
     observed, trials = placed.observed, placed.trials
-    if not 0 < c < n:
+    if not 0 <= c <= n:
         return ()
     items = [*((i, v, s) for i, v, s in observed), *((i, v, s) for i, _, v, s in trials)]
     starts = [s for _, _, s in items]
@@ -1040,6 +1052,7 @@ def fragile(
         # c - 1 with no verdict outside the group is the thinnest side, probed or not: under a
         # prior that weighs c above it, c's trials can name c before c - 1 was ever probed
         inside.add(c - 1)
+        inside &= set(range(n))  # c = 0 (the good end already bad), c = n (no change): one end
         left = {i: sum(1 for at, (j, v, _) in enumerate(items) if at not in group
                        and (j if kinds[at] is None else c) == i and kinds[at] is None
                        and (v is new) == (i == c)) for i in inside}  # fmt: skip

@@ -48,6 +48,7 @@ from .search import (
     Plan,
     Seen,
     Status,
+    broken_for_sure,
     contradicted,
     left_of,
     lookahead,
@@ -462,9 +463,9 @@ class _Slots:
         self.depth = state.rounds
         """The latest round whose answer is in: a probe started now is in the next one."""
         self.running: dict[Future[ProbeOutcome], _Flight] = {}
-        self.broken_starts = 0
-        """Starts of the good end whose answers were broken (BrokenGoodEnd): one is a glitch
-        and the good end starts again; a second stops the run."""
+        self.broken: list[int] = []
+        """The slots of the good end's starts whose answers were broken (BrokenGoodEnd): the
+        good end starts again, elsewhere first, until search.broken_for_sure says it is."""
         self.symptom = searching.symptom
         """Which bad probes count as bad (`search.symptom`)."""
         self.reference = reference or _Reference()
@@ -564,6 +565,8 @@ class _Slots:
             for done, span in zip(self.probes, self.spans, strict=False)
             if done.commit == candidate.commit and span.slot is not None
         ]
+        if candidate.commit == self.plan.good.commit:
+            tried += self.broken  # its broken starts were journalled as none
         slot = pick_slot(self.k, taken, tried)
         began, round_ = self.clock.time(), self.depth + 1
         self.journal.append(
@@ -601,10 +604,13 @@ class _Slots:
         try:
             outcome = future.result()
         except BrokenGoodEnd as exc:
-            self.broken_starts += 1
-            if self.broken_starts > 1 or flight.cancel.cancelled:
+            self.broken.append(flight.slot)
+            if flight.cancel.cancelled or broken_for_sure(self.broken, self.policy.exact):
                 raise
-            self.ctx.progress.note(f"{exc}; starting it again (a start that glitched?)")
+            again = "a start that glitched?"
+            if len(set(self.broken)) == 1 and len(self.broken) > 1:
+                again = f"{len(self.broken)} starts in one place may lie together"
+            self.ctx.progress.note(f"{exc}; starting it again ({again})")
             return  # nothing journalled: the search asks for the good end again
         except Exception:
             if not flight.cancel.cancelled:

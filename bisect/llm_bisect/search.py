@@ -52,6 +52,7 @@ from dataclasses import dataclass, field, replace
 from .errors import ConfigError
 from .model import Candidate, Verdict
 from .posterior import (
+    BURST,
     EXACT,
     BatchAsk,
     Belief,
@@ -475,8 +476,8 @@ def posterior_batch(
         if unprobed:
             return first(unprobed, "before {likeliest} and its parent were probed here: it "
                          "rests on verdicts known from elsewhere")  # fmt: skip
-    if starts is not None and top is not None and not decision.provisional and 0 < top < n:
-        again = fragile_at(top)
+    if starts is not None and top is not None and not decision.provisional:
+        again = fragile_at(top)  # an end's answer too: "already bad", "no change"
         if again:
             return first(again, "while the verdicts that name {likeliest} could all come from "
                          "one burst of starts or one slot: probe it again elsewhere")  # fmt: skip
@@ -569,6 +570,17 @@ def _posterior_outcome(
     said = f"posterior {held:.3f}"
     if against:
         said += f"; {len(against)} verdict(s) disagreed"
+    if decision.answer in (0, n) and why:
+        likeliest = (
+            f"{_end_name(mode, False)} as already {new.value} ({said})"
+            if decision.answer == 0
+            else f"{_end_name(mode, True)} as {mode.old_state.value} ({said})"
+        )
+        return Outcome(
+            Status.AMBIGUOUS, None, (),
+            f"the probe budget ({policy.budget(n, belief.rates)}, search.max_probes) is spent "
+            + why.format(likeliest=likeliest), belief=sure(held)
+        )  # fmt: skip
     if decision.answer == 0:
         return Outcome(
             Status.ERROR, None, (), f"{_end_name(mode, False)} is already {new.value}: the "
@@ -1197,6 +1209,26 @@ def pick_slot(k: int, taken: set[int], tried: Sequence[int] | set[int]) -> int:
     slots in turn, since the answer may need a verdict of it from each (posterior.fragile; on
     one slot always, two slots under lies left 15 % of runs without an answer). Pure."""
     return _by_recency([i for i in range(k) if i not in taken], list(tried))[0]
+
+
+def broken_for_sure(slots: Sequence[int], exact: bool) -> bool:
+    """Whether the good end's starts whose answers were broken (`slots`: the slot of each,
+    in order) are enough to stop the run on (errors.BrokenGoodEnd). With no lie assumed
+    (`exact`), two starts: the first may have glitched. Under lies, never on what one place
+    or one burst could have given (posterior.BURST): broken on two slots, or on more than a
+    burst's starts in one; the runner starts it again on a slot that has not served it
+    first (pick_slot). Pure.
+
+    >>> broken_for_sure([0], exact=False), broken_for_sure([0, 1], exact=False)
+    (False, True)
+    >>> broken_for_sure([0, 0, 0], exact=False), broken_for_sure([0, 0, 0, 0], exact=False)
+    (False, True)
+    >>> broken_for_sure([0, 0], exact=True)
+    True
+    """
+    if exact:
+        return len(slots) >= 2
+    return len(set(slots)) >= 2 or len(slots) > BURST
 
 
 def trial_slots(k: int, busy: Sequence[int | None]) -> tuple[int, ...]:
