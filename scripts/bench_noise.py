@@ -20,6 +20,13 @@ histories:
   known    the same told the rate (`search.flake: 0.1`; `sticky`: 0.05, as plain;
            lie 0: flake 0, today's search): what not knowing the rate costs `auto`
 
+`two`: two regressions in the range (the second after the first, up to the bad end), starts
+lying at 0.05 (`two0.1`: 0.1, `two0`: never). A culprit whose revert leaves the bad end bad
+is followed as the Several stage does (confirm.goes_on: the line after it, with it
+reverted, bisected again, up to `search.culprits`); right means both named and confirmed
+together (the bad end good with both reverted); a run that says found with only one, or a
+wrong one, is wrong.
+
 A confirmation trial is a start like any probe and is counted as one (`trials`: their mean).
 It lies at the row's rate (iid); a sticky liar is a commit, and a trial builds another tree.
 `today` and `plain` run no confirmation (today's tool runs it after its search: two starts).
@@ -56,7 +63,8 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import numpy as np
 
@@ -93,6 +101,14 @@ try:  # the Confirm stage's loop and its looks, as shipped (services/confirm.py)
     )
 except ImportError:  # older code: _old_looks
     looked = None  # type: ignore[assignment]
+try:  # several culprits as the Several stage decides them (services/confirm.py)
+    from llm_bisect.config import SearchConfig
+    from llm_bisect.services.confirm import _held, goes_on
+
+    CULPRITS = SearchConfig().culprits
+except (ImportError, AttributeError):  # older code: one culprit a run
+    goes_on = _held = None  # type: ignore[assignment]
+    CULPRITS = 1
 
 
 @dataclass(frozen=True)
@@ -111,7 +127,17 @@ class World:
 
     def rate(self) -> float:
         """The lie rate a search that is told one assumes (`known`, `plain`)."""
+        if isinstance(self.lie, str) and self.lie.startswith("two") and self.lie != "two":
+            return float(self.lie[3:])
         return float(self.lie) if isinstance(self.lie, float) else 0.05
+
+    def regressions(self) -> tuple[int, ...]:
+        """The first bad commit of each regression in the range: the culprit, and for `two`
+        a second one after it (drawn from the seed, up to the bad end)."""
+        if not str(self.lie).startswith("two"):
+            return (self.culprit,)
+        rng = random.Random(self.seed * 17 + 3)
+        return (self.culprit, rng.randint(self.culprit + 1, self.n))
 
 
 BURST = 3
@@ -130,7 +156,8 @@ class Liar:
     as a process on every slot: 8 % of starts lie); `node` (one slot of k lies on half its
     starts: the history's number picks it, so every position takes its turn); `int0.5`
     (intermittent: a bad build reads good on that share of its starts, a good one never
-    lies)."""
+    lies); `two` (two regressions, World.regressions; starts lie at 0.05, `two0.1` at 0.1,
+    `two0` never)."""
 
     def __init__(self, world: World, k: int, rng: random.Random) -> None:
         self.world, self.k, self.rng = world, k, rng
@@ -171,6 +198,8 @@ class Liar:
                 self.left[slot] -= 1
         elif lie == "node":
             lies = slot == self.bad_slot and rng.random() < BAD_GPU
+        elif str(lie).startswith("two"):  # two regressions; starts lie iid at the rate
+            lies = rng.random() < self.world.rate()
         elif str(lie).startswith("int"):
             lies = truly_bad and rng.random() < float(str(lie)[3:])
         else:
@@ -225,19 +254,92 @@ def searched(world: World, search: str, k: int) -> Run:
     liar = Liar(world, k, rng)
     if search == "plain":
         return _plain(world, liar, k)
-    seq = tuple(Candidate(f"{i:040x}") for i in range(world.n + 1))
-    plan = Plan(Mode.REGRESSION, seq)
     policy = {"today": Policy(flake=0.0), "known": Policy(flake=world.rate())}.get(search, Policy())
     if search == "prior":  # `auto` weighed by the history's prior (`--priors`)
         policy = replace(policy, prior=prior_of(world)[1])
     if not policy.exact:
         policy = replace(policy, confirming=True)  # Config.search_policy: confirm is on
+    count = {"probes": 0, "rounds": 0, "trials": 0}
+    starts: dict[int, int] = {}
+    first = _bisection(world, liar, k, policy, Line(tuple(range(world.n + 1))), count, starts)
+    status, named = first.status, [first.culprit] if first.culprit is not None else []
+    left, done = CULPRITS - 1, first
+    while left > 0 and done.went_on():
+        # the Several stage (confirm.goes_on): the culprit's revert left the bad end bad on
+        # verdicts the search believes; bisect the line after it with it reverted
+        assert done.culprit is not None
+        after = done.line.after(done.culprit)
+        if len(after.commits) < 2:
+            break  # the culprit is the bad end: nothing after it to bisect
+        done = _bisection(world, liar, k, policy, after, count, starts)
+        if done.culprit is None:
+            break  # no culprit after it: cannot confirm them together
+        named.append(done.culprit)
+        left -= 1
+        together = done.revert  # the bad end with every culprit named reverted
+        if together is Verdict.GOOD and first.held:  # confirm.as_a_whole
+            status = "found"
+            break
+    ends = [starts[i] for i in (0, world.n) if i in starts]
+    want = sorted(world.regressions())
+    right = status == "found" and (sorted(named) == want if len(want) > 1 else named == want)
+    trials = count["trials"]
+    return Run(status, right, count["probes"] + trials, count["rounds"], len(ends),
+               sum(ends) - len(ends), trials)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Line:
+    """What one bisection searches: its candidates as commits of the history (`commits[j]`,
+    candidate j) and the culprits reverted on each (several culprits: the line after a
+    culprit, with it reverted). A candidate is truly bad where a regression not reverted is
+    at or before it."""
+
+    commits: tuple[int, ...]
+    reverted: frozenset[int] = frozenset()
+
+    def bad(self, world: World, commit: int, also: frozenset[int] = frozenset()) -> bool:
+        gone = self.reverted | also
+        return any(r <= commit and r not in gone for r in world.regressions())
+
+    def after(self, commit: int) -> Line:
+        """The line after culprit `commit`, each candidate with it reverted (the first: the
+        culprit with itself reverted, the good end there)."""
+        return Line(self.commits[self.commits.index(commit) :], self.reverted | {commit})
+
+
+@dataclass(frozen=True)
+class Bisected:
+    """One bisection's end: its status as the run says it, the culprit (a commit of the
+    history), whether the Several stage goes on after it, its last look's revert verdict."""
+
+    status: str
+    culprit: int | None
+    line: Line
+    going_on: bool = False
+    revert: Verdict | None = None
+    held: bool = True
+
+    def went_on(self) -> bool:
+        return self.going_on
+
+
+def _bisection(
+    world: World,
+    liar: Liar,
+    k: int,
+    policy: Policy,
+    line: Line,
+    count: dict[str, int],
+    starts: dict[int, int],
+) -> Bisected:
+    """The runner's search and the Confirm stage's looks, as shipped, over `line`."""
+    seq = tuple(Candidate(f"{j:040x}") for j in range(len(line.commits)))
+    plan = Plan(Mode.REGRESSION, seq)
     seen: dict[str, list[Verdict]] = {}
     where: dict[str, list[object]] = {}  # commit -> the Start of each of its probes
     slots: dict[int, list[int]] = {}  # candidate -> the slot of each of its probes
     order: list[tuple[int, int]] = []  # (candidate, slot) of every probe, oldest first
-    count = {"probes": 0, "rounds": 0, "trials": 0}
-    starts: dict[int, int] = {}
     placed_ = Start is not None and not policy.exact
 
     def search_on(policy: Policy) -> Answer:
@@ -254,43 +356,61 @@ def searched(world: World, search: str, k: int) -> Run:
                 i = int(probed.commit, 16)
                 slot = pick_slot(k, taken, slots.get(i, []))  # the runner's placement
                 taken.add(slot)
-                seen.setdefault(probed.commit, []).append(liar.verdict(i, slot))
+                commit = line.commits[i]
+                seen.setdefault(probed.commit, []).append(
+                    liar.start(commit, line.bad(world, commit), slot)
+                )
                 if placed_:
                     where.setdefault(probed.commit, []).append(Start(slot, float(liar.clock)))
                 slots.setdefault(i, []).append(slot)
                 order.append((i, slot))
                 count["probes"] += 1
-                starts[i] = starts.get(i, 0) + 1
+                if commit in (0, world.n) and not line.reverted:  # the run's own ends
+                    starts[commit] = starts.get(commit, 0) + 1
             if count["probes"] > 10 * world.n:
                 raise SystemExit(f"stalled on {world}")
 
     step = search_on(policy)
     status = step.status.value
+    found = None
     if not policy.exact and looked is not None:
-        step, found, policy = looked(step, policy, lambda a: a, _look(world, liar, k, order, count),
-                                     search_on, lambda _: None)  # fmt: skip
+        step, found, policy = looked(step, policy, lambda a: a, _look(world, liar, k, order, count,
+                                     line), search_on, lambda _: None)  # fmt: skip
         status = step.status.value
         if found is not None and found.status == "not-confirmed":
             status = "ambiguous"  # confirm.unconfirmed: never found unconfirmed
     elif not policy.exact:  # older code: its confirmation loop as it shipped then
         step, status = _old_looks(world, liar, k, policy, step, search_on, slots, count)
-    culprit = None if step.culprit is None else int(step.culprit.commit, 16)
-    ends = [starts[i] for i in (0, world.n) if i in starts]
-    right = culprit == world.culprit and status == "found"
-    trials = count["trials"]
-    return Run(status, right, count["probes"] + trials, count["rounds"], len(ends),
-               sum(ends) - len(ends), trials)  # fmt: skip
+    culprit = None if step.culprit is None else line.commits[int(step.culprit.commit, 16)]
+    if found is None or culprit is None:
+        return Bisected(status, culprit, line)
+    revert = next((t.verdict for t in found.probes if t.kind == "revert"), None)
+    # the run's result as the Several stage reads it (confirm.goes_on, confirm._held)
+    searched_ = SimpleNamespace(evidence=policy.evidence)
+    result = cast(Any, SimpleNamespace(confirmation=found, culprit=step.culprit, search=searched_))
+    going = goes_on is not None and goes_on(result)
+    held = _held is None or _held(result)
+    return Bisected(status, culprit, line, going, None if revert is None else Verdict(revert),
+                    held)  # fmt: skip
 
 
 def _look(
-    world: World, liar: Liar, k: int, order: Sequence[tuple[int, int]], count: dict[str, int]
+    world: World,
+    liar: Liar,
+    k: int,
+    order: Sequence[tuple[int, int]],
+    count: dict[str, int],
+    line: Line | None = None,
 ) -> Callable[[Answer, Policy, int], Any]:
     """The Confirm stage's `look` on the simulated history: the shipped placement
     (confirm.placed), the shipped order of the trials (confirm.trials_at_once: at once on two
     slots, else the pick after a good revert) and the shipped judgement (confirm.confirmation).
-    A revert of the culprit is truly good only if it is the culprit, its pick truly bad only
-    then. A look weighed already (`at` before the last) is given back as it was."""
+    A revert of the culprit (the line's bad end without it) is truly good only where no
+    other regression is left; its pick (the line's good end with it) truly bad only where it
+    is a regression (or the good end was bad already). A look weighed already (`at` before
+    the last) is given back as it was."""
     said: dict[int, Any] = {}
+    line = line or Line(tuple(range(world.n + 1)))
 
     def look(answer: Answer, policy: Policy, at: int) -> Any:
         if at in said:
@@ -298,9 +418,14 @@ def _look(
         assert answer.culprit is not None
         culprit = answer.culprit.commit
         c = int(culprit, 16)
-        right = c == world.culprit
+        commit = line.commits[c]
         where = placed(k, [s for i, s in order if i in (c - 1, c)], policy.evidence, culprit)
         at_once = trials_at_once(where)
+        lone = frozenset({commit})
+        reverted_bad = line.bad(world, world.n, also=lone)
+        picked_bad = line.bad(world, line.commits[0]) or (
+            commit in world.regressions() and commit not in line.reverted
+        )
 
         def trial(kind: str, truly_bad: bool, slot: int) -> Any:
             v = liar.start(None, truly_bad, slot)
@@ -309,10 +434,10 @@ def _look(
                                 began=float(liar.clock))  # fmt: skip
 
         before = count["rounds"]
-        revert = trial("revert", not right, where[0])
+        revert = trial("revert", reverted_bad, where[0])
         pick = None
         if at_once or revert.verdict is Verdict.GOOD:
-            pick = trial("pick", right, where[1] if at_once else where[0])
+            pick = trial("pick", picked_bad, where[1] if at_once else where[0])
         count["rounds"] = before + (1 if at_once or pick is None else 2)
         said[at] = confirmation(revert, pick, "end", at_once)
         return said[at]
