@@ -425,8 +425,9 @@ def test_a_culprit_whose_picks_alone_failed_gets_five_looks() -> None:
     assert next_look(looks, a, trials) == (3, True)  # today: (2, False), no answer
     looks, trials = looks_of(Verdict.GOOD, LOOKS_PICKED)
     assert next_look(looks, a, trials) == (LOOKS_PICKED - 1, False)
-    # a revert that stayed bad: another regression after it, three looks as before
-    bad_revert = [Trial(a, "revert", Verdict.BAD), *looks_of(Verdict.GOOD, 2)[1]]
+    # a revert that read bad more often than good: another regression after it, three looks
+    bad_revert = [Trial(a, "revert", Verdict.BAD), Trial(a, "revert", Verdict.BAD),
+                  *looks_of(Verdict.GOOD, 1)[1]]  # fmt: skip
     assert next_look(((a, False),) * 3, a, bad_revert) == (2, False)
     # another culprit's picks give this one nothing more
     assert next_look(((b, False),) * 3, b, trials) == (2, False)

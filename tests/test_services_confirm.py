@@ -263,7 +263,9 @@ def test_a_culprit_a_lie_made_is_not_confirmed_and_the_search_probes_on_to_the_r
     # it, is in the bad end: the trial is right), so the search probes on to 17, whose
     # trials bear it out and carry it to the confidence
     said = [(e["commit"], e["kind"], e["verdict"]) for e in doc["search"]["evidence"]]
+    # 17's revert must read good on two starts (posterior.reverts_hold): a second look
     assert said == [(h.shas[16], "revert", "bad"), (h.shas[16], "revert", "bad"),
+                    (h.shas[17], "revert", "good"), (h.shas[17], "pick", "bad"),
                     (h.shas[17], "revert", "good"), (h.shas[17], "pick", "bad")], said  # fmt: skip
     assert doc["search"]["posterior"] >= 0.99
     assert any(d["commit"] == h.shas[16] for d in doc["search"]["disagreed"])
@@ -406,6 +408,7 @@ def test_a_revert_trial_that_lies_is_outweighed_and_the_culprit_confirmed_on_new
     assert doc["status"] == "found" and doc["culprit"]["commit"] == h.shas[5]
     said = [(e["commit"], e["kind"], e["verdict"]) for e in doc["search"]["evidence"]]
     assert said == [(h.shas[5], "revert", "bad"), (h.shas[5], "revert", "good"),
+                    (h.shas[5], "pick", "bad"), (h.shas[5], "revert", "good"),
                     (h.shas[5], "pick", "bad")], said  # every look's trials weighed  # fmt: skip
     assert len(doc["probes"]) > searched  # the search went on after the trial
     reason = doc["confirmation"]["reason"]
@@ -436,13 +439,18 @@ def test_the_search_stops_for_its_confirmation_whose_trials_carry_the_culprit(
     assert doc["status"] == "found" and doc["culprit"]["commit"] == h.shas[9]
     search = doc["search"]
     assert search["posterior"] >= 0.99 and doc["confirmation"]["status"] == "confirmed"
-    assert search["looks"] == [{"commit": h.shas[9], "confirmed": True}]
+    # two looks: a culprit's revert must read good on two starts (posterior.reverts_hold),
+    # the first look's trials agreeing is not yet enough
+    assert search["looks"] == [
+        {"commit": h.shas[9], "confirmed": False},
+        {"commit": h.shas[9], "confirmed": True},
+    ]
     assert [(t["kind"], t["verdict"]) for t in search["evidence"]] == [
         ("revert", "good"),
         ("pick", "bad"),
-    ]
+    ] * 2
     report = (tmp_path / "on" / "out" / "report.md").read_text()
-    said = f"confirmation 1: the search stopped for `{h.shas[9][:12]}`; its trials bore it out"
+    said = f"confirmation 2: the search stopped for `{h.shas[9][:12]}`; its trials bore it out"
     assert said in report, report
     code, output, off, _ = run(h, tmp_path / "off", search={"flake": "auto"}, confirm=False,
                                localize={"enabled": False})  # fmt: skip
@@ -504,7 +512,9 @@ def test_the_trials_run_at_once_each_on_a_slot_of_its_own(tmp_path: Path) -> Non
     assert (revert["verdict"], pick["verdict"]) == ("good", "bad")
     assert {revert["slot"], pick["slot"]} == {0, 1}, doc["confirmation"]
     said = [(t["kind"], t["slot"]) for t in doc["search"]["evidence"]]
-    assert sorted(said) == sorted([("revert", revert["slot"]), ("pick", pick["slot"])])
+    # two looks (a culprit's revert reads good on two starts), each at once on both slots
+    assert sorted(said[-2:]) == sorted([("revert", revert["slot"]), ("pick", pick["slot"])])
+    assert len(said) == 4 and {slot for _, slot in said[:2]} == {0, 1}, said
     assert "confirm: probing the bad end with it reverted" in output and "on slot" in output
 
 

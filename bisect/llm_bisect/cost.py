@@ -24,7 +24,16 @@ from functools import lru_cache
 from typing import TypedDict
 
 from .model import Candidate, Verdict
-from .posterior import FALSE_BAD_MOST, RATE_GRID, Policy, Rates, Start, Trial, next_look
+from .posterior import (
+    FALSE_BAD_MOST,
+    RATE_GRID,
+    Policy,
+    Rates,
+    Start,
+    Trial,
+    next_look,
+    reverts_hold,
+)
 from .search import Answer, Mode, Plan, pick_slot, plan_batch, trial_slots
 
 EVERY = 64
@@ -250,10 +259,11 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
                     break  # one slot: the pick only after a good revert
             trials += len(said)
             rounds += 1 if slots > 1 else len(said)
+            evidence = (*policy.evidence, *said)
+            # a look counts once the culprit's reverts hold it (confirm.looked: two good)
+            held_ = right and reverts_hold(evidence, step.culprit.commit)
             policy = replace(
-                policy,
-                evidence=(*policy.evidence, *said),
-                looks=(*policy.looks, (step.culprit.commit, right)),
+                policy, evidence=evidence, looks=(*policy.looks, (step.culprit.commit, held_))
             )
             continue
         rounds += 1

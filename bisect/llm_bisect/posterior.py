@@ -373,15 +373,18 @@ def _looks(data: object) -> tuple[tuple[str, bool], ...]:
 
 MAX_LOOKS = 5
 """The most confirmations of one run under the posterior search (services/stages.py);
-LOOKS_PICKED - LOOKS_EACH more for a culprit whose picks alone failed (next_look)."""
+LOOKS_PICKED - LOOKS_EACH more for a culprit whose reverts read good as often as bad."""
 LOOKS_EACH = 3
 """The most confirmations of one culprit: a revert that stays bad on three starts is another
 regression after it, not three lies (bench_noise.py: at a lie rate of 0.1, two looks a
 culprit and three a run left 7.5 % of runs without an answer, three and five 3.2 %, for the
 same probes)."""
 LOOKS_PICKED = 5
-"""The most confirmations of a culprit whose every revert read good and only its picks good
-(the run's own trials point to an intermittent regression: a bad build reads good on up to
+"""The most confirmations of a culprit whose reverts read good at least as often as bad (its
+picks may have read good, or its reverts not yet REVERTS_GOOD times: at a lie rate of 0.1 a
+look fails on 1 in 5, and two of three looks confirmed left 8.7 % of runs without an
+answer), as of one whose picks alone read good (the run's own trials point to an
+intermittent regression: a bad build reads good on up to
 half its starts, so a pick fails a look half the time; three such looks all fail 1 run in 8,
 five 1 in 32). A culprit that breaks only with what came before it fails them all the same."""
 
@@ -393,24 +396,49 @@ def next_look(
     (Policy.looks), and whether its trials are weighed and the search goes on after it:
     a culprit whose last look bore it out keeps that look (weighed already); one that failed
     LOOKS_EACH times (LOOKS_PICKED where `trials`, the weighed ones, show each of its reverts
-    good: only its picks failed), or a run with no look left, keeps its last look (None: it
-    had none) and ends there; else a new look, on new starts. Pure."""
+    good: only its picks failed, or its reverts do not hold it yet), or a run with no look
+    left, keeps its last look (None: it had none) and ends there; else a new look, on new
+    starts. Pure."""
     if looks and looks[-1] == (culprit, True):
         return len(looks) - 1, False
     mine = [i for i, (c, _) in enumerate(looks) if c == culprit]
-    extra = LOOKS_PICKED - LOOKS_EACH if _picks_failed(trials, culprit) else 0
+    extra = LOOKS_PICKED - LOOKS_EACH if _reverts_good(trials, culprit) else 0
     if len(mine) >= LOOKS_EACH + extra or len(looks) >= MAX_LOOKS + extra:
         return (mine[-1] if mine else None), False
     return len(looks), True
 
 
-def _picks_failed(trials: Sequence[Trial], culprit: str) -> bool:
-    """Whether the culprit's weighed trials are reverts all good and picks all good (at least
-    one of each): its change explains the bad end, and only the pick read good."""
-    mine = [t for t in trials if t.commit == culprit]
-    reverts = [t.verdict for t in mine if t.kind == "revert"]
-    picks = [t.verdict for t in mine if t.kind == "pick"]
-    return bool(reverts and picks) and all(v is Verdict.GOOD for v in (*reverts, *picks))
+def _reverts_good(trials: Sequence[Trial], culprit: str) -> bool:
+    """Whether the culprit's weighed trials hold a revert and no more of its reverts read bad
+    than good: its change may explain the bad end, and a look failed on its pick (an
+    intermittent regression reads good on up to half its starts; a lie) or its reverts are
+    not yet enough (reverts_hold)."""
+    reverts = [t.verdict for t in trials if t.commit == culprit and t.kind == "revert"]
+    goods = sum(1 for v in reverts if v is Verdict.GOOD)
+    return bool(reverts) and goods >= len(reverts) - goods
+
+
+REVERTS_GOOD = 2
+"""The starts on which a culprit's revert (the bad end without it) must read good, more of
+them than read bad, before a look confirms it under the posterior search: with a second
+regression after it the revert is truly bad, and one lying start would otherwise say
+"confirmed" for a culprit whose revert alone leaves the bad end bad (bench_noise `two`, lie
+0.05: 16 % of runs found with one culprit where there were two)."""
+
+
+def reverts_hold(trials: Sequence[Trial], culprit: str) -> bool:
+    """Whether the culprit's revert trials (`trials`: every one weighed or run, each once)
+    read good on REVERTS_GOOD starts or more, and on more starts than read bad. Pure.
+
+    >>> good, bad = (Trial("c", "revert", v) for v in (Verdict.GOOD, Verdict.BAD))
+    >>> reverts_hold([good], "c"), reverts_hold([good, good], "c")
+    (False, True)
+    >>> reverts_hold([good, bad, good], "c"), reverts_hold([good, bad, bad, good], "c")
+    (True, False)
+    """
+    said = [t.verdict for t in trials if t.commit == culprit and t.kind == "revert"]
+    goods = sum(1 for v in said if v is Verdict.GOOD)
+    return goods >= REVERTS_GOOD and goods > len(said) - goods
 
 
 EXACT = Policy(flake=0.0)

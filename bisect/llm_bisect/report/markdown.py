@@ -29,6 +29,7 @@ from ..fingerprint import NOT_COMPARED, Fingerprint, WeightsFacts
 from ..kinds import showing
 from ..localize import LocalizationDoc
 from ..places import ASSUMED, ASSUMED_LINE, ONE_PLACE, doubted, one_place, started_where
+from ..posterior import REVERTS_GOOD
 from ..search import Mode, Status
 from ..startup import PHASE_LABELS
 from . import portable
@@ -581,7 +582,11 @@ def _confidence(doc: ResultDocument) -> list[str]:
     if found.prior is not None:
         lines.append(prior_line(found.prior))
     for n, look in enumerate(found.looks, 1):
-        outcome = "bore it out" if look.confirmed else "did not bear it out"
+        outcome = (
+            "bore it out"
+            if look.confirmed
+            else f"did not bear it out (yet: a revert must read good on {REVERTS_GOOD} starts)"
+        )
         lines.append(
             f"- confirmation {n}: the search stopped for `{look.commit[:12]}`; its trials {outcome}"
         )

@@ -34,7 +34,7 @@ from ..errors import ConfigError
 from ..journal import Journal, begin_side, look_digest, look_name, side_probes
 from ..model import Candidate, ProbeOutcome, Verdict
 from ..places import place_key
-from ..posterior import MAX_LOOKS, Policy, Trial as Weighed, next_look
+from ..posterior import MAX_LOOKS, REVERTS_GOOD, Policy, Trial as Weighed, next_look, reverts_hold
 from ..probe import Cancel, ProbeContext, probe
 from ..redact import Scrub
 from ..report.documents import (
@@ -498,7 +498,7 @@ def looked(
         at, go_on = next_look(policy.looks, culprit, policy.evidence)
         found = None if at is None else look(done, policy, at)
         if found is None or not go_on:
-            return done, found, policy
+            return done, _held_out(found, policy, culprit), policy
         if found.status == "cannot-confirm":  # no trial can run: none to weigh
             if policy.confirming:  # it stopped for them: it goes on to the confidence
                 policy = replace(policy, confirming=False)
@@ -506,11 +506,39 @@ def looked(
                 now = answer_of(done).culprit
                 found = found if now is not None and now.commit == culprit else None
             return done, found, policy
-        bore_out = found.status == "confirmed"
+        once = found.status == "confirmed"
+        bore_out = once and _reverts_hold(found, policy, culprit)
         weighed = weigh(policy, found, culprit, confirmed=bore_out)
-        if not bore_out:
+        if once and not bore_out:
+            note("confirm: this look's trials agree; a culprit's revert must read good on "
+                 f"{REVERTS_GOOD} starts, more than read bad, before it is confirmed (another "
+                 "regression after it would read good on one lying start): a look on new "
+                 "starts")  # fmt: skip
+        elif not bore_out:
             note(f"confirm: not confirmed; {weighing(weighed, policy)}")
         done, policy = search(weighed), weighed
+
+
+def _reverts_hold(found: Confirmation, policy: Policy, culprit: str) -> bool:
+    """Whether the culprit's reverts, this look's and those weighed before, hold it
+    (posterior.reverts_hold); verdicts taken as facts: this look alone."""
+    if policy.exact:
+        return found.status == "confirmed"
+    every = dict.fromkeys([*policy.evidence, *weighed_trials(found, culprit)])
+    return reverts_hold(list(every), culprit)
+
+
+def _held_out(found: Confirmation | None, policy: Policy, culprit: str) -> Confirmation | None:
+    """The run's last look as it ends: a look that confirmed the culprit while its reverts do
+    not hold it yet (no look left) is not said to confirm it."""
+    if found is None or found.status != "confirmed" or _reverts_hold(found, policy, culprit):
+        return found
+    said = [t.verdict for t in dict.fromkeys([*policy.evidence, *weighed_trials(found, culprit)])
+            if t.commit == culprit and t.kind == "revert"]  # fmt: skip
+    goods = sum(1 for v in said if v is Verdict.GOOD)
+    why = (f"its revert read good on {goods} of {len(said)} starts: not enough to rule out "
+           "another regression after it, which a lying start would hide")  # fmt: skip
+    return found.model_copy(update={"status": "not-confirmed", "reason": why})
 
 
 def weighed_trials(found: Confirmation, culprit: str) -> tuple[Weighed, ...]:
@@ -559,10 +587,19 @@ def weighing(weighed: Policy, policy: Policy) -> str:
 def second_look(result: ResultDocument, evidence: Sequence[TrialDoc]) -> str:
     """Why a culprit not confirmed at first is confirmed now: a verdict on the way lied (the
     search moved to another culprit), or a first trial did (the culprit held and its trials
-    on new starts agree). `evidence`: the first look's trials, weighed."""
-    first = evidence[-1].commit
-    trials = ", ".join(f"{t.kind} {t.verdict}" for t in evidence if t.commit == first)
+    on new starts agree), or its revert had read good on one start only (REVERTS_GOOD).
+    `evidence`: the earlier looks' trials, weighed."""
     culprit = result.culprit.commit if result.culprit is not None else None
+    others = [t for t in evidence if t.commit != culprit]
+    mine = [(t.kind, t.verdict) for t in evidence if t.commit == culprit]
+    if not others and mine and set(mine) <= {("revert", "good"), ("pick", "bad")}:
+        return (
+            f"its revert read good on {mine.count(('revert', 'good')) + 1} starts, on this look "
+            f"and the one before (a culprit's revert must read good on {REVERTS_GOOD} starts: "
+            "with another regression after it, one lying start would read good)"
+        )
+    first = (others or evidence)[-1].commit
+    trials = ", ".join(f"{t.kind} {t.verdict}" for t in evidence if t.commit == first)
     bore_out = {(t.kind, t.verdict) for t in evidence if t.commit == first} == {
         ("revert", "good"),
         ("pick", "bad"),
