@@ -839,3 +839,33 @@ def test_two_slots_take_the_parent_s_re_probe_beside_the_last_probe() -> None:
     policy = Policy(confirming=True)
     step = plan_batch(plan, verdicts, 2, policy=policy, starts=starts)
     assert isinstance(step, list) and sorted(int(c.commit, 16) for c in step) == [47, 48]
+
+
+@pytest.mark.parametrize(("weight", "needed"), [(1.0, 5), (0.2, 4)])
+def test_a_lie_outvoted_on_one_slot_needs_good_starts_no_burst_of_which_carries_it(
+    weight: float, needed: int
+) -> None:
+    # tests/test_vllm.py's lying run, whose starts the real-vLLM budget counts: the good end,
+    # a commit whose first start lies bad, the bad end, every start on one slot of one node,
+    # `search.flake: 0.05`. No answer rests on one burst of three starts in a row, so the lie
+    # takes five good starts to outvote, four where the prior weighs the commit low (it
+    # touches only a file the model never loads); without the burst rule three would do
+    n, policy = 3, Policy(flake=0.05)
+    seen: dict[int, list[Verdict]] = {}
+    where: dict[int, list[Start]] = {}
+    spent = 0
+    while not isinstance(
+        step := posterior_batch(
+            n, seen, 1, Mode.REGRESSION, policy, starts=where, weights=(weight, 1.0)
+        ),
+        Outcome,
+    ):
+        for i in step:
+            lies = i == 1 and i not in seen
+            seen.setdefault(i, []).append(Verdict.BAD if i == 2 or lies else Verdict.GOOD)
+            spent += 1
+            where.setdefault(i, []).append(Start(0, float(spent), "node here"))
+    assert step.status is Status.FOUND and step.culprit == 2, step
+    assert seen == {0: [Verdict.GOOD], 1: [Verdict.BAD] + [Verdict.GOOD] * needed,
+                    2: [Verdict.BAD]}  # fmt: skip
+    assert spent == 3 + needed

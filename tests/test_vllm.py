@@ -12,10 +12,10 @@ not be a false alarm.
 
 Each vLLM start is a minute of CPU, so the starts are shared: one bisection (`release`), one
 compiled run, one gate by the bisection's golden and one run whose start lies
-(module-scoped fixtures) serve several tests, and the detection table reads four of its
-rows from their full-suite probes. The suite prints the count at its end
-(tests/conftest.py): 20 (bisection 6, compiled 2, gate 1, lying 6, detection table 1,
-localize 2, configs 2).
+(module-scoped fixtures) serve several tests, and the detection table reads its five rows
+from their full-suite probes (the lying start's among them: it serves `attn-alone`'s code).
+The suite prints the count at its end (tests/conftest.py): 20 (bisection 6, compiled 2,
+gate 1, lying 7, localize 2, configs 2).
 """
 
 from __future__ import annotations
@@ -68,10 +68,10 @@ CPU_STARTUP = {
 CAUGHT = {
     # build: the default checks that must fail on it (all others pass); no false alarm on
     # `refactor` nor `tokens` (good in the bisection, against a golden recorded from another
-    # build on another start). Four rows come from probes other tests ran with every check:
-    # `config` (the parser's bug, from a JSON file) from the bisection's evidence,
+    # build on another start). Every row comes from a probe another test ran with every
+    # check: `config` (the parser's bug, from a JSON file) from the bisection's evidence,
     # `mlp-alone` from the compiled run, `rope-alone` from the gate, `eos-alone` from the
-    # lying run's bad end; `attn-alone` is a `check` run of its own
+    # lying run's bad end, `attn-alone` from the lying run's lying start (it served that code)
     "config": {"canary", "expect", "eval"},
     "rope-alone": {"logprobs"},
     "mlp-alone": {"logprobs"},
@@ -359,25 +359,16 @@ def test_detection_table_of_real_code_bugs(
     assert "the golden's output ends there, this one goes on" in checks.pop("logprobs")
     for name, check in checks.items():
         assert "did not finish where the good build did in" in check, (name, check)
-    whole = root / "whole.yaml"  # every check runs: this table is about what each catches
-    data = yaml.safe_load(bed["config"].read_text())
-    whole.write_text(yaml.safe_dump({**data, "probe": {"early_stop": False}}))
-    build = "attn-alone"
-    out = root / f"check-{build}"
-    code, output = invoke(
-        "check", str(whole), "--candidate", shas[build], "--golden", str(golden),
-        "--out", str(out),
-    )  # fmt: skip
-    table[build] = dict(re.findall(r"^  (\w+): (pass|FAIL)", output, re.M))
-    found = re.search(r"ready in .*", output)
-    timings[build] = found.group(0) if found else ""
-    assert code == 1, output
+    # the lying start served attn-alone's code (tests/vllm/lie_once.py) with every check
+    assert lying["state"].read_text() == f"{shas['eos-doc']} served {shas['attn-alone']}'s build\n"
+    lied = next(p for p in result["probes"] if p["commit"] == shas["eos-doc"])
+    table["attn-alone"] = said(lied["checks"])
+    timings["attn-alone"] = f"ready in {lied['timings']['ready']:.1f}s (the lying start)"
     # where the wait until ready went, from vLLM's own lines (eager: nothing compiled)
-    probe = json.loads((out / "probe.json").read_text())
-    phases = [p["name"] for p in probe["startup"]["phases"]]
+    phases = [p["name"] for p in lied["startup"]["phases"]]
     assert phases == ["imports", "config", "engine", "weights", "kv_cache", "warmup", "api"]
-    assert probe["startup"]["phases"][-1]["end"] == probe["timings"]["ready"]
-    assert probe["startup"]["compile_cache"] == "" and "weights" in probe["startup"]["reported"]
+    assert lied["startup"]["phases"][-1]["end"] == lied["timings"]["ready"]
+    assert lied["startup"]["compile_cache"] == "" and "weights" in lied["startup"]["reported"]
     for build, caught in CAUGHT.items():
         assert set(table[build]) == set(DEFAULT_CHECKS), (build, table[build])
         failed = {name for name, verdict in table[build].items() if verdict == "FAIL"}
@@ -461,15 +452,21 @@ def test_a_changed_forward_compiles_anew_with_a_shared_cache(
 @pytest.fixture(scope="module")
 def lying(bed: dict[str, Any]) -> dict[str, Any]:
     """`refactor` (good) .. `eos-alone` (bad) on the EOS bug's branch, every check on every
-    probe (the detection table reads eos-alone's row from its bad end): the first start of
-    `eos-doc`, between them, serves `eos-alone`'s build (tests/vllm/lie_once.py). Six vLLM
-    starts (the ends, `eos-doc` four times)."""
+    probe: the first start of `eos-doc`, between them, serves `attn-alone`'s code, a bad
+    build no probe of the run serves (tests/vllm/lie_once.py makes it from eos-doc's). The
+    detection table reads eos-alone's row from the bad end, attn-alone's from the lying
+    start. Seven vLLM starts, on one slot: the ends, `eos-doc` five times (the lie, then
+    good four times: no three starts in a row, a burst, may carry the answer alone,
+    posterior.fragile; eos-doc only touches a file a Llama never loads, so the prior weighs
+    it low, and four, not five, good verdicts leave it outvoted without any burst of them;
+    two slots on this one node are one place and cost more starts, not fewer)."""
     shas, root = bed["shas"], bed["root"]
     data = yaml.safe_load(bed["config"].read_text())
     state = root / "lied"
     head, *rest = data["server"]["command"]
-    data["server"]["command"] = [head, str(HERE / "lie_once.py"), str(state), shas["eos-doc"],
-                                 shas["eos-alone"], "{commit}", *rest]  # fmt: skip
+    data["server"]["command"] = [head, str(HERE / "lie_once.py"), str(state), str(bed["repo"]),
+                                 shas["eos-doc"], shas["attn-alone"], "{commit}",
+                                 *rest]  # fmt: skip
     data.update(
         candidates={**data["candidates"], "good": shas["refactor"], "bad": shas["eos-alone"]},
         probe={"early_stop": False},
@@ -487,12 +484,15 @@ def lying(bed: dict[str, Any]) -> dict[str, Any]:
 def test_a_start_that_lies_once_is_outvoted_and_named_on_real_vllm(
     bed: dict[str, Any], lying: dict[str, Any]
 ) -> None:
-    """The first start of `eos-doc` serves the bad build, so believed, it would move the
+    """The first start of `eos-doc` serves a bad build, so believed, it would move the
     answer to `eos-doc` (as `search.flake: 0` does). The posterior search, told a lie rate of
-    0.05 (`search.flake: 0.05`), probes `eos-doc` again until one culprit holds 0.99, names
-    `eos-alone`, and says which verdict disagreed (no confirmation: no start beyond the
-    search's). `flake: auto` learns the rate as well and costs more starts here: its lying
-    starts are the simulator's (tests/test_runner.py, tests/test_services_confirm.py)."""
+    0.05 (`search.flake: 0.05`), probes `eos-doc` again until one culprit holds 0.99 and no
+    burst of three starts in a row carries it alone, names `eos-alone`, and says which
+    verdict disagreed and where it ran (no confirmation: no start beyond the search's). The
+    prior, from the files the real server loaded, weighs `eos-doc` low (it touches Mixtral's
+    file alone); the lie still moves the answer until it is probed again. `flake: auto`
+    learns the rate as well and costs more starts here: its lying starts are the simulator's
+    (tests/test_runner.py, tests/test_services_confirm.py)."""
     shas, out, code, output = bed["shas"], lying["out"], lying["code"], lying["output"]
     assert code == 0, output
     assert lying["state"].read_text().startswith(shas["eos-doc"]), "the start lied"
@@ -500,7 +500,12 @@ def test_a_start_that_lies_once_is_outvoted_and_named_on_real_vllm(
     assert result["status"] == "found" and result["culprit"]["commit"] == shas["eos-alone"], output
     assert result["culprit"]["posterior"] >= 0.99, result["search"]
     said = [p["verdict"] for p in result["probes"] if p["commit"] == shas["eos-doc"]]
-    assert said[0] == "bad" and said.count("good") >= 1, said
+    # the prior weighs eos-doc low (it touches Mixtral's file alone), yet its lie (19 to 1
+    # for a bad eos-doc at 0.05, against the prior's 1 to 5) makes it the likelier culprit:
+    # outvoted by starts, four good ones, so that no three in a row (a burst) carry the
+    # answer alone (posterior.fragile); the suite's budget of starts counts on these
+    assert result["search"]["prior"]["low"] == {shas["eos-doc"]: 0.2}, result["search"]
+    assert said == ["bad", "good", "good", "good", "good"], said
     disagreed = result["search"]["disagreed"]
     assert [d["commit"] for d in disagreed] == [shas["eos-doc"]], disagreed
     first = (out / "report.md").read_text().splitlines()[0]

@@ -21,8 +21,9 @@ and each bug alone on a branch off `refactor`, for the detection table:
     parser  the reasoning parser looks for the start token where the end token belongs:
             every answer stays in the reasoning channel, content null
     eos     the sampling parameters keep the EOS token only when told to ignore it: every
-            answer runs on to its budget (after `eos-doc`, a comment: the lying start's
-            candidate between `refactor` and `eos-alone`)
+            answer runs on to its budget (after `eos-doc`, a docstring in Mixtral's model
+            file, which a Llama never loads: the lying start's candidate between
+            `refactor` and `eos-alone`)
     benign  a refactor of LlamaMLP.forward that changes nothing (`refactor`)
     doc     docstrings only (`doc`)
     csrc    a change to a compiled source: no overlay can build it
@@ -58,6 +59,7 @@ PARSERS = "vllm/reasoning/basic_parsers.py"
 R1 = "vllm/reasoning/deepseek_r1_reasoning_parser.py"
 ROPE = "vllm/model_executor/layers/rotary_embedding/base.py"
 SAMPLING = "vllm/sampling_params.py"
+MIXTRAL = "vllm/model_executor/models/mixtral.py"  # a Llama never imports it
 TOKENS = "vllm/reasoning/think_tokens.json"
 KERNEL = "csrc/cpu/mla_decode.cpp"
 
@@ -150,10 +152,10 @@ EDITS: dict[str, list[tuple[str, str, str]]] = {
     ],
     "eosdoc": [
         (
-            SAMPLING,
-            "        if not self.ignore_eos:\n            self._eos_token_id = eos_token_id\n",
-            "        # the EOS token stops generation unless told to ignore it\n"
-            "        if not self.ignore_eos:\n            self._eos_token_id = eos_token_id\n",
+            MIXTRAL,
+            '    """A tensor-parallel MoE implementation for Mixtral that shards each expert\n',
+            '    """A tensor-parallel MoE implementation for Mixtral that shards each expert\n'
+            "    (each rank holds a slice of every expert, not whole experts)\n",
         ),
     ],
     "eos": [
@@ -199,7 +201,7 @@ SUBJECTS = {
     "mlp1": "[Perf] Reuse the input buffer of the second layer's MLP",
     "attn": "[Kernel] Fold the attention scale into the query",
     "csrc": "[Kernel] Tune the CPU attention tile size",
-    "eosdoc": "[Doc] Say when the EOS token stops generation",
+    "eosdoc": "[Doc] Say how Mixtral's MoE shards its experts",
     "eos": "[Misc] Set the EOS token in one place in update_from_generation_config",
     "layer": "[Refactor] Read the residual branch once in LlamaDecoderLayer.forward",
     "between": "[Spec Decode] Build the aux hidden states in place",
@@ -271,7 +273,7 @@ def make_bed(repo: Path) -> dict[str, str]:
         shas[f"{bug}-alone"] = _commit(repo, bug, date + 60)
         _git(repo, "checkout", "-q", "main")
     _git(repo, "checkout", "-q", "-b", "bug-eos", shas["refactor"])
-    _edit(repo, "eosdoc")  # a commit before the bug: the lying start's (test_vllm.py)
+    _edit(repo, "eosdoc")  # before the bug, low prior: the lying start's (test_vllm.py)
     shas["eos-doc"] = _commit(repo, "eosdoc", date + 80)
     _edit(repo, "eos")
     shas["eos-alone"] = _commit(repo, "eos", date + 90)
