@@ -521,8 +521,11 @@ def looked(
 
 def _reverts_hold(found: Confirmation, policy: Policy, culprit: str) -> bool:
     """Whether the culprit's reverts, this look's and those weighed before, hold it
-    (posterior.reverts_hold); verdicts taken as facts: this look alone."""
-    if policy.exact:
+    (posterior.reverts_hold); verdicts taken as facts, or a revert whose tree the run
+    probed already (nothing after the culprit: the bad end reverted is its parent), this
+    look alone."""
+    reused = any(t.kind == "revert" and t.reused is not None for t in found.probes)
+    if policy.exact or reused:
         return found.status == "confirmed"
     every = dict.fromkeys([*policy.evidence, *weighed_trials(found, culprit)])
     return reverts_hold(list(every), culprit)
