@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from helpers import History, printed_after, run_as_printed, sim_command
 from llm_bisect.cli import cli
 
+TWO_CHECKS = [{"type": "canary"}, {"type": "expect"}]
 SPACED = {"fault_spacer": 0, "fault_when": []}  # keeps the two culprits' lines apart
 
 
@@ -538,3 +539,30 @@ def test_a_gpu_that_lies_on_every_start_never_confirms_a_wrong_culprit(tmp_path:
         named_as = f"node {lied[0]['fingerprint']['node']}, GPUs 1, disagreed"  # the place
         assert f"{named_as} with the other GPUs on " in report and "a bad GPU?" in report
         assert f"warning: {named_as}" in output  # and the terminal says so
+
+
+def test_a_lying_revert_never_confirms_the_first_of_two_regressions(tmp_path: Path) -> None:
+    # two regressions (5, then 9); the first look's revert of 5 lies (it reads good though
+    # 9 is still in it) and its pick is bad: the look agrees. One look used to say
+    # "confirmed" and exit 0 naming 5 alone; a culprit's revert must read good on two
+    # starts, so a second look sees it bad, and the run goes on to 9 with 5 reverted
+    second = {"fault_when": [{"flags": {}, "env": {}, "fault": "null-content"}]}
+    h = History(tmp_path, {5: "degenerate-content"}, 12, settings=SPACED, changes={9: second})
+    auto = {"search": {"flake": "auto"}, "localize": {"enabled": False}}
+    code, output, doc, starts = run(h, tmp_path / "honest", **auto)
+    assert code == 0 and [c["commit"] for c in doc["culprits"]] == [h.shas[5], h.shas[9]], output
+    revert = next(i for i, commit in enumerate(starts) if commit not in h.shas) + 1
+    launches = tmp_path / "launches"
+    command = [*sim_command(h.repo), "--launch-log", str(launches), "--lie-at", str(revert)]
+    config = h.config(server={"command": command}, checks=TWO_CHECKS, **auto)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, ["run", str(config), "--out", str(out)])
+    doc = json.loads((out / "result.json").read_text())
+    said = [(e["commit"], e["kind"], e["verdict"]) for e in doc["search"]["evidence"]]
+    assert said[:2] == [(h.shas[5], "revert", "good"), (h.shas[5], "pick", "bad")], said
+    assert "confirm: confirmed" not in result.output, result.output
+    assert doc["confirmation"]["status"] != "confirmed", doc["confirmation"]
+    assert result.exit_code != 0 or [c["commit"] for c in doc["culprits"]] == [
+        h.shas[5],
+        h.shas[9],
+    ], result.output

@@ -274,9 +274,20 @@ class Confirm:
         policy = _journalled(out_dir, s.config.search_policy(run.plan.mode is Mode.FIX))
         said: set[str] = set()
 
+        held: list[str] = []
+
         def once(line: str) -> None:
             """A look judged again after the search went on (its trials from its journal)
-            says its judgement once a run, not once a judging."""
+            says its judgement once a run, not once a judging. Under the posterior search a
+            look's "confirmed" waits for the end: one look is not yet a confirmation
+            (posterior.reverts_hold), and is never said of a culprit whose revert reads bad
+            on the next."""
+            if not policy.exact and ": confirmed: " in line:
+                held[:] = [line]
+                return
+            say(line)
+
+        def say(line: str) -> None:
             if line not in said:
                 said.add(line)
                 note(line)
@@ -288,6 +299,8 @@ class Confirm:
             return confirm(s.source.path, out_dir, now.result, ctx, once, s.scrub, this, s.now)
 
         done, found, policy = looked(done, policy, _answer_of, look, run.search_on, note)
+        if found is not None and found.status == "confirmed" and held:
+            say(held[0])  # the look that stood, said once
         evidence = done.result.search.evidence if done.result.search else []
         if found is not None and found.status == "confirmed" and len(policy.looks) > 1:
             own = len(weighed_trials(found, "")) if policy.looks[-1][1] else 0
