@@ -37,7 +37,9 @@ ASSUMED = (
     "on up to half its starts (an intermittent regression: then the search needs about four "
     "times the starts, and a culprit whose picks alone read good gets five confirmations, "
     f"not three); a good build is assumed to read bad on at most {FALSE_BAD_MOST:.0%} of its "
-    "starts (more is a broken check: `calibrate` shows it)."
+    "starts (more is a broken check: `calibrate` shows it). A culprit is confirmed only once "
+    "its revert has read good on two starts, more than read bad: with a second regression "
+    "after it, one lying revert would confirm it alone."
 )
 """What the search assumes about lies, in one paragraph (report.md's Confidence, docs)."""
 ASSUMED_LINE = (
