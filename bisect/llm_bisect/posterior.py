@@ -413,9 +413,8 @@ def _reverts_good(trials: Sequence[Trial], culprit: str) -> bool:
     than good: its change may explain the bad end, and a look failed on its pick (an
     intermittent regression reads good on up to half its starts; a lie) or its reverts are
     not yet enough (reverts_hold)."""
-    reverts = [t.verdict for t in trials if t.commit == culprit and t.kind == "revert"]
-    goods = sum(1 for v in reverts if v is Verdict.GOOD)
-    return bool(reverts) and goods >= len(reverts) - goods
+    goods, bads = revert_tally(trials, culprit)
+    return goods + bads > 0 and goods >= bads
 
 
 REVERTS_GOOD = 2
@@ -436,9 +435,14 @@ def reverts_hold(trials: Sequence[Trial], culprit: str) -> bool:
     >>> reverts_hold([good, bad, good], "c"), reverts_hold([good, bad, bad, good], "c")
     (True, False)
     """
+    goods, bads = revert_tally(trials, culprit)
+    return goods >= REVERTS_GOOD and goods > bads
+
+
+def revert_tally(trials: Sequence[Trial], culprit: str) -> tuple[int, int]:
+    """How many of the culprit's revert trials read good, and how many read bad. Pure."""
     said = [t.verdict for t in trials if t.commit == culprit and t.kind == "revert"]
-    goods = sum(1 for v in said if v is Verdict.GOOD)
-    return goods >= REVERTS_GOOD and goods > len(said) - goods
+    return said.count(Verdict.GOOD), said.count(Verdict.BAD)
 
 
 EXACT = Policy(flake=0.0)

@@ -34,7 +34,15 @@ from ..errors import ConfigError
 from ..journal import Journal, begin_side, look_digest, look_name, side_probes
 from ..model import Candidate, ProbeOutcome, Verdict
 from ..places import place_key
-from ..posterior import MAX_LOOKS, REVERTS_GOOD, Policy, Trial as Weighed, next_look, reverts_hold
+from ..posterior import (
+    MAX_LOOKS,
+    REVERTS_GOOD,
+    Policy,
+    Trial as Weighed,
+    next_look,
+    revert_tally,
+    reverts_hold,
+)
 from ..probe import Cancel, ProbeContext, probe
 from ..redact import Scrub
 from ..report.documents import (
@@ -527,8 +535,13 @@ def _reverts_hold(found: Confirmation, policy: Policy, culprit: str) -> bool:
     reused = any(t.kind == "revert" and t.reused is not None for t in found.probes)
     if policy.exact or reused:
         return found.status == "confirmed"
-    every = dict.fromkeys([*policy.evidence, *weighed_trials(found, culprit)])
-    return reverts_hold(list(every), culprit)
+    return reverts_hold(_every_trial(found, policy, culprit), culprit)
+
+
+def _every_trial(found: Confirmation, policy: Policy, culprit: str) -> list[Weighed]:
+    """The trials weighed before and this look's, each once (a look given back as it was
+    is among those weighed already)."""
+    return list(dict.fromkeys([*policy.evidence, *weighed_trials(found, culprit)]))
 
 
 def _held_out(found: Confirmation | None, policy: Policy, culprit: str) -> Confirmation | None:
@@ -536,10 +549,8 @@ def _held_out(found: Confirmation | None, policy: Policy, culprit: str) -> Confi
     not hold it yet (no look left) is not said to confirm it."""
     if found is None or found.status != "confirmed" or _reverts_hold(found, policy, culprit):
         return found
-    said = [t.verdict for t in dict.fromkeys([*policy.evidence, *weighed_trials(found, culprit)])
-            if t.commit == culprit and t.kind == "revert"]  # fmt: skip
-    goods = sum(1 for v in said if v is Verdict.GOOD)
-    why = (f"its revert read good on {goods} of {len(said)} starts: not enough to rule out "
+    goods, bads = revert_tally(_every_trial(found, policy, culprit), culprit)
+    why = (f"its revert read good on {goods} of {goods + bads} starts: not enough to rule out "
            "another regression after it, which a lying start would hide")  # fmt: skip
     return found.model_copy(update={"status": "not-confirmed", "reason": why})
 
