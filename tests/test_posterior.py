@@ -608,6 +608,15 @@ def test_an_end_s_answer_one_slot_gave_alone_is_probed_again_elsewhere() -> None
     assert "the good end is already bad" in done.message
 
 
+def test_the_credible_set_is_not_widened_by_a_rounded_sum() -> None:
+    # hypothesis found it: 0.4 + 0.4 + 0.1 adds up to 0.8999999999999999, so credible(0.9)
+    # took a fourth hypothesis (5, at 0.025) the set did not need
+    seen = {1: [Verdict.BAD], 4: [Verdict.BAD] * 2, 2: [Verdict.GOOD] * 2, 6: [Verdict.GOOD]}
+    belief = believe(7, seen, Verdict.BAD, Policy(flake=0.2))
+    assert [round(belief.of(c), 6) for c in (1, 3, 4)] == [0.1, 0.4, 0.4]
+    assert belief.credible(0.9) == (1, 3, 4)
+
+
 def _windows(starts: Sequence[Start]) -> list[set[int]]:
     """Brute force: every set of verdicts (by position) one burst or one place could give:
     each BURST starts in a row in one place (by time), and each place whole where several; a
