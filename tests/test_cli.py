@@ -37,7 +37,7 @@ from helpers import (
     wait_until,
     write_config,
 )
-from llm_bisect.cli import cli
+from llm_bisect.cli import EXIT_AMBIGUOUS, cli
 from llm_bisect.journal import read_events
 from test_sources_git import branched
 
@@ -1252,8 +1252,11 @@ def test_a_good_end_is_never_called_broken_on_one_burst_or_one_gpu(
     """Its first 3 starts lie together (a node in a bad state): on one slot the run used to
     stop after two, exit 1, "Pick an older good end"; it starts the good end until a start
     outside any one burst serves it. On three slots, GPU 0 lies on half its starts (its
-    first two among them, as the simulator's seed 0 draws them): the good end starts again
-    on GPU 1, not on GPU 0 again."""
+    first among them, as the simulator's seed 0 draws start 1): the good end starts again
+    on GPU 1, not on GPU 0 again. Which later start lands on GPU 0 follows the slots' timing,
+    so the run may end ambiguous (its budget spent while GPU 0's verdicts are the ones that
+    disagree): it never ends in an error about the good end, nor with exit 0 on a wrong
+    culprit."""
     h: History = history({6: "null-content"}, n=8)
     launches = tmp_path / "launches"
     command = [*h.config_command(), "--launch-log", str(launches), "--lie-at", "1,2,3"]
@@ -1271,9 +1274,12 @@ def test_a_good_end_is_never_called_broken_on_one_burst_or_one_gpu(
     server = {"command": command, "slot_gpus": [["0"], ["1"], ["2"]]}
     config = h.config(server=server, parallel=3, search={"flake": "auto"})
     code, output = invoke("run", str(config), "--out", str(two / "out"))
-    assert "error" not in output and code == 0, output
+    assert "error" not in output and code in (0, EXIT_AMBIGUOUS), output
     assert launched(two / "launches")[:2] == [h.shas[0]] * 2
-    assert result_of(two / "out")["culprit"]["commit"] == h.shas[6]
+    first = [p for p in result_of(two / "out")["probes"] if p["commit"] == h.shas[0]]
+    assert first and first[0]["slot"] != 0, first
+    if code == 0:
+        assert result_of(two / "out")["culprit"]["commit"] == h.shas[6]
 
 
 def test_a_build_bad_with_another_symptom_than_the_bad_end_is_said(

@@ -22,6 +22,8 @@ from llm_bisect.posterior import (
     END_PRIOR,
     FALSE_BAD_MOST,
     LOOKS_PICKED,
+    PLACE_BAD,
+    PLACE_BIAS,
     ROBUST,
     BatchAsk,
     Known,
@@ -36,6 +38,7 @@ from llm_bisect.posterior import (
     fragile,
     groups,
     next_look,
+    placed_belief,
 )
 from llm_bisect.report.markdown import render_markdown
 from llm_bisect.report.result import Ran, build_result
@@ -53,10 +56,24 @@ def brute(
     trials: Sequence[tuple[int, str, Verdict]] = (),
     known: Sequence[tuple[int, Verdict, float]] = (),
 ) -> list[float]:
-    """P(c) for c = 0..n by enumerating hypotheses and rate pairs; a trial's truth from the
-    commits its tree holds (the new end holds 1..n-1, the old end none; the change is in
-    the tree iff it holds commit c, or c = 0); a verdict known from elsewhere lies at its own
-    rate, whatever the pair."""
+    """P(c) for c = 0..n by enumerating hypotheses and rate pairs (`likelihoods`)."""
+    weights = likelihoods(n, seen, new, policy, trials, known)
+    total = sum(weights)
+    return [x / total for x in weights]
+
+
+def likelihoods(
+    n: int,
+    seen: Mapping[int, Sequence[Verdict]],
+    new: Verdict,
+    policy: Policy,
+    trials: Sequence[tuple[int, str, Verdict]] = (),
+    known: Sequence[tuple[int, Verdict, float]] = (),
+) -> list[float]:
+    """P(c and every verdict) for c = 0..n, enumerating hypotheses and rate pairs; a trial's
+    truth from the commits its tree holds (the new end holds 1..n-1, the old end none; the
+    change is in the tree iff it holds commit c, or c = 0); a verdict known from elsewhere
+    lies at its own rate, whatever the pair."""
     inner = (1 - 2 * END_PRIOR) / (n - 1)
     prior = [END_PRIOR, *[inner] * (n - 1), END_PRIOR]
     weights = [0.0] * (n + 1)
@@ -82,8 +99,7 @@ def brute(
             for i, v, rate in known:
                 like *= (1 - rate) if (v is new) == (i >= c) else rate
             weights[c] += prior[c] * w * like
-    total = sum(weights)
-    return [x / total for x in weights]
+    return weights
 
 
 histories = st.integers(2, 8).flatmap(
@@ -617,6 +633,53 @@ def test_the_credible_set_is_not_widened_by_a_rounded_sum() -> None:
     assert belief.credible(0.9) == (1, 3, 4)
 
 
+def brute_placed(
+    n: int,
+    observed: Sequence[tuple[int, Verdict, Start]],
+    trials: Sequence[tuple[int, str, Verdict, Start]],
+    new: Verdict,
+    policy: Policy,
+) -> list[float]:
+    """P(c) where one place may be bad, by enumeration: "no place is bad" (prior 1 - PLACE_BAD
+    for each place), or place p is (PLACE_BAD): its verdicts and trials read new-state at a
+    rate of PLACE_BIAS (each equally likely) whatever c, the others as `brute` weighs them.
+    A place may be bad only where one of its verdicts contradicts another place's (a
+    new-state verdict at or before another place's old-state one, or the reverse)."""
+
+    def where(s: Start) -> object:
+        return ("place", s.place) if s.place else None if s.slot is None else ("slot", s.slot)
+
+    every = [*((i, None, v, s) for i, v, s in observed), *trials]
+    places = {where(s) for *_, s in every} - {None}
+    suspects = {
+        where(s) for i, v, s in observed for j, w, t in observed
+        if where(s) is not None and where(t) != where(s)
+        and ((v is new and w is not new and i <= j) or (v is not new and w is new and i >= j))
+    } if len(places) > 1 else set()  # fmt: skip
+    mixed = [0.0] * (n + 1)
+    for bad in [None, *suspects]:
+        seen: dict[int, list[Verdict]] = {}
+        weighed: list[tuple[int, str, Verdict]] = []
+        theirs: list[Verdict] = []
+        for i, kind, v, s in every:
+            if bad is not None and where(s) == bad:
+                theirs.append(v)
+            elif kind is None:
+                seen.setdefault(i, []).append(v)
+            else:
+                weighed.append((i, kind, v))
+        k_new = sum(1 for v in theirs if v is new)
+        noise = sum(b**k_new * (1 - b) ** (len(theirs) - k_new) for b in PLACE_BIAS)
+        noise /= len(PLACE_BIAS)
+        prior = 1 - PLACE_BAD * len(places) if bad is None else PLACE_BAD
+        part = likelihoods(n, seen, new, policy, weighed)
+        mixed = [m + prior * noise * x for m, x in zip(mixed, part, strict=True)]
+    whole = sum(mixed)
+    if whole == 0:
+        raise ZeroDivisionError("no hypothesis explains the verdicts")
+    return [m / whole for m in mixed]
+
+
 def _windows(starts: Sequence[Start]) -> list[set[int]]:
     """Brute force: every set of verdicts (by position) one burst or one place could give:
     each BURST starts in a row in one place (by time), and each place whole where several; a
@@ -688,17 +751,59 @@ def test_what_fragile_says_is_what_the_brute_force_posterior_says_without_each_g
     for group in _windows(starts):
         if not any(decisive[at] for at in group):
             continue
-        seen: dict[int, list[Verdict]] = {}
-        for at, (i, v, _) in enumerate(observed):
-            if at not in group:
-                seen.setdefault(i, []).append(v)
-        kept = [(i, kind, v) for at, (i, kind, v, _) in enumerate(trials, len(observed))
-                if at not in group]  # fmt: skip
-        if brute(n, seen, Verdict.BAD, policy, kept)[c] < ROBUST:
+        rest = [o for at, o in enumerate(observed) if at not in group]
+        kept = [t for at, t in enumerate(trials, len(observed)) if at not in group]
+        if brute_placed(n, rest, kept, Verdict.BAD, policy)[c] < ROBUST:
             expected_fragile = True
     again = fragile(n, Placed(observed, trials), Verdict.BAD, policy, c)
     assert bool(again) == expected_fragile, (observed, trials)
     assert set(again) <= {c - 1, c}
+
+
+@given(place_worlds, st.sampled_from([None, 0.05]), st.sampled_from([Verdict.BAD, Verdict.GOOD]))
+@settings(max_examples=200, deadline=None)
+def test_the_posterior_where_a_place_may_be_bad_is_the_brute_force_one(
+    world: tuple[
+        int, int, list[tuple[int, Verdict, int, str]], list[tuple[str, Verdict, int, str]]
+    ],
+    flake: float | None,
+    new: Verdict,
+) -> None:
+    n, c, probes, said = world
+    policy = Policy(flake=flake)
+    observed = [(i, v, Start(slot, float(t), at)) for t, (i, v, slot, at) in enumerate(probes)]
+    trials = [
+        (c, kind, v, Start(slot, float(len(probes) + t), at))
+        for t, (kind, v, slot, at) in enumerate(said)
+    ]
+    belief = placed_belief(n, Placed(observed, trials), new, policy)
+    expected = brute_placed(n, observed, trials, new, policy)
+    for h in range(n + 1):
+        assert math.isclose(belief.of(h), expected[h], abs_tol=1e-9), (h, observed, trials)
+
+
+def test_a_slot_whose_verdicts_stand_apart_is_doubted_and_the_other_two_answer() -> None:
+    """Three slots, GPU 0 reading builds at random (the CLI run that ended ambiguous after 50
+    starts): GPUs 1 and 2 agree that 5 is the culprit, GPU 0 reads 4 bad and 5 good. Weighed
+    as if every start lied alike, the posterior's top is 1 and the search probes on; with a
+    place that may be bad, GPU 0 is doubted and 5 is found, each of GPUs 1 and 2 holding it
+    without the other (the answer is no one slot's)."""
+    G, B = Verdict.GOOD, Verdict.BAD
+    runs = [(0, G, 1), (7, B, 2), (4, B, 0), (4, G, 1), (5, B, 2), (4, B, 0), (5, B, 1),
+            (4, G, 2), (3, B, 0), (4, G, 1), (6, B, 2), (4, G, 0), (5, B, 1), (5, B, 2),
+            (4, B, 0), (3, G, 1), (5, B, 2), (2, B, 0), (4, G, 1), (4, G, 2), (4, B, 0),
+            (4, G, 1), (5, B, 2), (5, G, 0)]  # fmt: skip
+    history: dict[int, list[Verdict]] = {}
+    starts: dict[int, list[Start]] = {}
+    for t, (i, v, slot) in enumerate(runs):
+        history.setdefault(i, []).append(v)
+        starts.setdefault(i, []).append(Start(slot, float(t)))
+    assert believe(8, history, B, AUTO).top() == 1
+    out = posterior_batch(8, history, 3, Mode.REGRESSION, AUTO, starts=starts)
+    assert isinstance(out, Outcome) and out.status is Status.FOUND and out.culprit == 5, out
+    observed = [(i, v, s) for i in history for v, s in zip(history[i], starts[i], strict=True)]
+    doubt = dict(placed_belief(8, Placed(observed), B, AUTO).doubt)
+    assert doubt[("slot", 0)] > 0.99 and max(doubt[("slot", 1)], doubt[("slot", 2)]) < 0.01
 
 
 known_lists = st.lists(

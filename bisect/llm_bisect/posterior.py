@@ -513,6 +513,12 @@ class Belief:
     """Each rate pair's posterior weight."""
     before: tuple[float, ...] = ()
     """before[j]: the posterior mass of segments 0..j-1."""
+    evidence: float = 0.0
+    """The log likelihood of every verdict weighed, over the hypotheses and rates: how well
+    the model explains them (placed_belief weighs its place hypotheses by it)."""
+    doubt: tuple[tuple[object, float], ...] = ()
+    """Each place suspected of lying on its own (Start.where) and the posterior that it did
+    (placed_belief); empty where no place's verdicts contradict another's."""
 
     def __post_init__(self) -> None:
         if not self.before:
@@ -685,7 +691,112 @@ def believe(
         tuple(cum),
         mean,
         tuple((r, p) for (r, _), p in zip(grid, rate_post, strict=True)),
+        evidence=total,
     )
+
+
+PLACE_BAD = 0.03
+"""The prior chance that any one place (a node and its GPUs, else a slot) is bad: its verdicts
+follow the place, not the build (a bad GPU reads most builds bad, or reads them at random)."""
+
+PLACE_BIAS = (0.1, 0.5, 0.9)
+"""How often a bad place's verdict reads new-state whatever the build: equally likely."""
+
+
+def _suspects(observed: Sequence[tuple[int, Verdict, Start]], new: Verdict) -> list[object]:
+    """The places (Start.where) one of whose verdicts contradicts another place's: new-state
+    at or before a candidate another place read old-state, or old-state at or after one
+    another place read new-state. Only those may be a bad place (placed_belief)."""
+    n_max = 1 + max((i for i, _, _ in observed), default=0)
+    first_new: dict[object, int] = {}
+    last_old: dict[object, int] = {}
+    for i, v, s in observed:
+        if s.where is None or v not in (Verdict.GOOD, Verdict.BAD):
+            continue
+        if v is new:
+            first_new[s.where] = min(first_new.get(s.where, i), i)
+        else:
+            last_old[s.where] = max(last_old.get(s.where, i), i)
+    found: list[object] = []
+    for p in dict.fromkeys([*first_new, *last_old]):
+        others_old = max((at for q, at in last_old.items() if q != p), default=-1)
+        others_new = min((at for q, at in first_new.items() if q != p), default=n_max)
+        if first_new.get(p, n_max) <= others_old or last_old.get(p, -1) >= others_new:
+            found.append(p)
+    return found
+
+
+def placed_belief(
+    n: int,
+    placed: Placed,
+    new: Verdict,
+    policy: Policy,
+    weights: Sequence[float] | None = None,
+    old_end_known: bool = False,
+    known: Sequence[tuple[int, Verdict, float]] = (),
+) -> Belief:
+    """The posterior (`believe`) where a place may be bad: a mixture of "no place lies on its
+    own" and, for each place whose verdicts contradict another place's (`_suspects`), "this
+    place's verdicts and trials follow the place, not the build" (read new-state at a rate
+    of PLACE_BIAS, whatever the build), each at its prior PLACE_BAD, weighed by how well it
+    explains the verdicts. Where one place served every verdict, or none contradicts
+    another, it is `believe`'s. Pure.
+
+        GPU 0   c4 bad  c4 bad  c2 bad        GPU 1   c4 good  c6 bad
+        GPU 2   c4 good c5 good c6 bad        ⇒ GPU 0 doubted: c6, on GPUs 1 and 2"""
+    observed, trials = placed.observed, placed.trials
+
+    def seen_of(items: Sequence[tuple[int, Verdict, Start]]) -> dict[int, list[Verdict]]:
+        seen: dict[int, list[Verdict]] = {}
+        for i, v, _ in items:
+            seen.setdefault(i, []).append(v)
+        return seen
+
+    plain = believe(n, seen_of(observed), new, policy, weights, old_end_known=old_end_known,
+                    trials=[(i, k, v) for i, k, v, _ in trials], known=known)  # fmt: skip
+    wheres = {s.where for _, _, s in observed} | {s.where for _, _, _, s in trials}
+    wheres.discard(None)
+    suspects = _suspects(observed, new) if len(wheres) > 1 else []
+    if not suspects:
+        return plain
+    mixed: list[tuple[float, Belief, object]] = [
+        (_log(max(0.0, 1 - PLACE_BAD * len(wheres))) + plain.evidence, plain, None)
+    ]
+    pseudo = [(e, new, 0.5) for e in plain.cuts]  # keeps every cut; log 0.5 each, both ways
+    for where in suspects:
+        rest = [(i, v, s) for i, v, s in observed if s.where != where]
+        theirs = [v for _, v, s in observed if s.where == where]
+        theirs += [v for _, _, v, s in trials if s.where == where]
+        k_new = sum(1 for v in theirs if v is new)
+        k_old = sum(1 for v in theirs if v is not new and v in (Verdict.GOOD, Verdict.BAD))
+        noise = _lse([_log(b) * k_new + _log(1 - b) * k_old - _log(len(PLACE_BIAS))
+                      for b in PLACE_BIAS])  # fmt: skip
+        try:
+            b = believe(n, seen_of(rest), new, policy, weights, old_end_known=old_end_known,
+                        trials=[(i, k, v) for i, k, v, s in trials if s.where != where],
+                        known=[*known, *pseudo])  # fmt: skip
+        except ValueError:
+            continue
+        evidence = b.evidence - len(pseudo) * _log(0.5) + noise + _log(PLACE_BAD)
+        mixed.append((evidence, b, where))
+    total = _lse([e for e, _, _ in mixed])
+    share = [math.exp(e - total) for e, _, _ in mixed]
+    grid = plain.rate_weights
+    return Belief(
+        n,
+        plain.cuts,
+        tuple(sum(w * b.mass[j] for w, (_, b, _) in zip(share, mixed, strict=True))
+              for j in range(len(plain.mass))),
+        plain.weights,
+        plain.cum,
+        Rates(sum(w * b.rates.false_bad for w, (_, b, _) in zip(share, mixed, strict=True)),
+              sum(w * b.rates.false_good for w, (_, b, _) in zip(share, mixed, strict=True))),
+        tuple((r, sum(w * b.rate_weights[g][1] for w, (_, b, _) in zip(share, mixed, strict=True)))
+              for g, (r, _) in enumerate(grid)),
+        evidence=total,
+        doubt=tuple((where, w) for w, (_, _, where) in zip(share, mixed, strict=True)
+                    if where is not None),
+    )  # fmt: skip
 
 
 def gain(p_new: float, rates: Rates, new: Verdict) -> float:
@@ -1059,19 +1170,12 @@ def fragile(
     ]
     leaned: dict[int, int] = {}
     for group in _groups(starts, decisive):
-        seen: dict[int, list[Verdict]] = {}
-        weighed: list[tuple[int, str, Verdict]] = []
-        for at, (i, v, _) in enumerate(items):
-            if at in group:
-                continue
-            kind = kinds[at]
-            if kind is None:
-                seen.setdefault(i, []).append(v)
-            else:
-                weighed.append((i, kind, v))
-        try:
-            belief = believe(n, seen, new, policy, weights, old_end_known=old_end_known,
-                             trials=weighed, known=known)  # fmt: skip
+        rest = Placed(
+            [o for at, o in enumerate(observed) if at not in group],
+            [t for at, t in enumerate(trials, len(observed)) if at not in group],
+        )
+        try:  # what the group leaves, a place among them doubted where it stands apart
+            belief = placed_belief(n, rest, new, policy, weights, old_end_known, known)
         except ValueError:  # nothing left explains the rest: the group was needed
             held = 0.0
         else:

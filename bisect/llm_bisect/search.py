@@ -66,6 +66,7 @@ from .posterior import (
     disagreeing,
     fragile,
     next_look,
+    placed_belief,
     spare,
 )
 from .sources import Source
@@ -445,9 +446,12 @@ def posterior_batch(
         beside = decide(told, policy, new, pool - {n - 1}, 0,
                         BatchAsk(k - 1, running, prefer, costs), closed)  # fmt: skip
         return [n - 1, *beside.probes]
-    belief = believe(
-        n, tested, new, policy, weights, old_end_known=old_end_known, trials=trials, known=known
-    )
+    if starts is None:
+        belief = believe(n, tested, new, policy, weights, old_end_known=old_end_known,
+                         trials=trials, known=known)  # fmt: skip
+    else:  # a place whose verdicts stand apart from the others' may be a bad one
+        every = _placed(history, starts, trials, trial_starts, pad=True)
+        belief = placed_belief(n, every, new, policy, weights, old_end_known, known)
     spent = sum(len(seen) for seen in history.values())
     decision = decide(belief, policy, new, pool, spent, BatchAsk(k, running, prefer, costs), closed)
 
@@ -497,12 +501,16 @@ def _placed(
     starts: Mapping[int, Sequence[Start]],
     trials: Sequence[tuple[int, str, Verdict]],
     trial_starts: Sequence[Start],
+    pad: bool = False,
 ) -> Placed:
-    """Each verdict and each trial with where and when it ran (posterior.fragile's input)."""
+    """Each verdict and each trial with where and when it ran (posterior.fragile's input: a
+    verdict whose start is not known left out; `pad`: kept, a place of its own)."""
     observed = [
         (i, v, s)
         for i, seen in history.items()
-        for v, s in zip(seen, starts.get(i, ()), strict=False)
+        for v, s in zip(
+            seen, _pad(starts.get(i, ()), seen) if pad else starts.get(i, ()), strict=False
+        )
         if not _untestable(v)
     ]
     weighed = [(i, kind, v, s) for (i, kind, v), s in zip(trials, _pad(trial_starts, trials),
