@@ -101,6 +101,10 @@ try:  # the Confirm stage's loop and its looks, as shipped (services/confirm.py)
     )
 except ImportError:  # older code: _old_looks
     looked = None  # type: ignore[assignment]
+try:  # a look's revert twice at once on three slots or more
+    from llm_bisect.posterior import reverts_at_once
+except ImportError:  # older code: once a look
+    reverts_at_once = None  # type: ignore[assignment]
 try:  # several culprits as the Several stage decides them (services/confirm.py)
     from llm_bisect.config import SearchConfig
     from llm_bisect.services.confirm import _held, goes_on
@@ -435,11 +439,18 @@ def _look(
 
         before = count["rounds"]
         revert = trial("revert", reverted_bad, where[0])
+        again = None  # the revert's second start beside it (posterior.reverts_at_once)
+        if (
+            at_once
+            and reverts_at_once is not None
+            and reverts_at_once(len(where), policy.exact) > 1
+        ):
+            again = trial("revert", reverted_bad, where[1])
         pick = None
         if at_once or revert.verdict is Verdict.GOOD:
-            pick = trial("pick", picked_bad, where[1] if at_once else where[0])
+            pick = trial("pick", picked_bad, where[2 if again else 1] if at_once else where[0])
         count["rounds"] = before + (1 if at_once or pick is None else 2)
-        said[at] = confirmation(revert, pick, "end", at_once)
+        said[at] = confirmation(revert, pick, "end", at_once, *((None, again) if again else ()))
         return said[at]
 
     return look

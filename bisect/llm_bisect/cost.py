@@ -32,6 +32,7 @@ from .posterior import (
     Start,
     Trial,
     next_look,
+    reverts_at_once,
     reverts_hold,
 )
 from .search import Answer, Mode, Plan, pick_slot, plan_batch, trial_slots
@@ -251,8 +252,13 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
             busy += [t.slot for t in policy.evidence if t.commit == step.culprit.commit]
             places = trial_slots(slots, busy)
             said: list[Trial] = []
-            held = (Verdict.GOOD, Verdict.BAD) if right else (Verdict.BAD, Verdict.GOOD)
-            for kind, v in zip(("revert", "pick"), held, strict=True):
+            held: list[Verdict] = (
+                [Verdict.GOOD, Verdict.BAD] if right else [Verdict.BAD, Verdict.GOOD]
+            )
+            kinds = ["revert", "pick"]
+            if reverts_at_once(slots, policy.exact) > 1:  # the revert's second start beside
+                held, kinds = [*held, held[0]], [*kinds, "revert"]
+            for kind, v in zip(kinds, held, strict=True):
                 clock += 1  # the revert: good only if it is the culprit; the pick: bad only then
                 said.append(Trial(step.culprit.commit, kind, v, places[len(said) % slots], clock))
                 if slots == 1 and v is not Verdict.GOOD:

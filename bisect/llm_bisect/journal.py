@@ -415,8 +415,9 @@ def _said(trial: Trial) -> str:
 
 def _look_trials(folder: Path, look: int, culprit: str, ends: tuple[str, str]) -> list[_Source]:
     """The trials look `look` (of `culprit`) weighed, as its side journal holds them: the
-    last probe of each kind, revert then pick, where it tested good or bad (a skip is none);
-    ValueError where that journal is gone or confirms another culprit."""
+    last probe of each kind, revert, pick, then the revert's second start (`revert-again`,
+    a revert trial), where it tested good or bad (a skip is none); ValueError where that
+    journal is gone or confirms another culprit."""
     name = f"{look_name(look)}.jsonl"
     reading = read_journal(folder / name)
     if not reading.events:
@@ -426,15 +427,20 @@ def _look_trials(folder: Path, look: int, culprit: str, ends: tuple[str, str]) -
     last: dict[str, _Source] = {}
     for number, event in zip(reading.lines, reading.events, strict=True):
         kind = event.get("kind")
-        if event["event"] != "probe" or kind not in ("revert", "pick"):
+        if event["event"] != "probe" or kind not in KINDS:
             continue
         verdict = ProbeOutcome.from_json(event["outcome"]).verdict
         if verdict in (Verdict.GOOD, Verdict.BAD):
-            trial = Trial(culprit, kind, verdict, _int(event, "slot"), _when(event, "began"))
+            trial = Trial(culprit, kind.removesuffix("-again"), verdict, _int(event, "slot"),
+                          _when(event, "began"))  # fmt: skip
             last[kind] = _Source(trial, f"{name}:{number}")
         else:
             last.pop(kind, None)
-    return [last[kind] for kind in ("revert", "pick") if kind in last]
+    return [last[kind] for kind in KINDS if kind in last]
+
+
+KINDS = ("revert", "pick", "revert-again")
+"""A look's trials as its side journal names them, in the order its evidence weighs them."""
 
 
 def evidence_checked(path: Path, events: list[Event], numbers: list[int]) -> None:

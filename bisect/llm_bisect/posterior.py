@@ -439,6 +439,18 @@ def reverts_hold(trials: Sequence[Trial], culprit: str) -> bool:
     return goods >= REVERTS_GOOD and goods > bads
 
 
+def reverts_at_once(slots: int, exact: bool) -> int:
+    """The starts a look gives the culprit's revert at once, each on a slot of its own: two
+    under the posterior search where `slots` (those the look may use) hold them and the pick
+    (three or more: the REVERTS_GOOD reverts in one round, not in two looks; one bad GPU or
+    one burst still cannot give both), else one. Pure.
+
+    >>> reverts_at_once(4, False), reverts_at_once(2, False), reverts_at_once(4, True)
+    (2, 1, 1)
+    """
+    return REVERTS_GOOD if not exact and slots >= REVERTS_GOOD + 1 else 1
+
+
 def revert_tally(trials: Sequence[Trial], culprit: str) -> tuple[int, int]:
     """How many of the culprit's revert trials read good, and how many read bad. Pure."""
     said = [t.verdict for t in trials if t.commit == culprit and t.kind == "revert"]

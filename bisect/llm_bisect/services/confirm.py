@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ConfigError
-from ..journal import Journal, begin_side, look_digest, look_name, side_probes
+from ..journal import Journal, begin_side, look_digest, look_name, read_events, side_probes
 from ..model import Candidate, ProbeOutcome, Verdict
 from ..places import place_key
 from ..posterior import (
@@ -57,7 +57,11 @@ from ..search import Answer, Mode, Status, trial_slots
 from ..sources.picks import Made, pick, revert, reverted_line, reverted_onto, tree_of
 
 STORED = "confirmation.json"
-WHAT = {"revert": "the bad end with it reverted", "pick": "the good end with it picked"}
+WHAT = {
+    "revert": "the bad end with it reverted",
+    "pick": "the good end with it picked",
+    "revert-again": "the bad end with it reverted, on a slot of its own",
+}
 VERSION = 1
 T = TypeVar("T")
 
@@ -132,6 +136,9 @@ class Look:
     slots: Sequence[int] = (0,)
     probe_new: bool = True
     avoid: Sequence[str] = ()
+    reverts: int = 1
+    """The starts its revert gets at once (posterior.reverts_at_once): a second one,
+    `revert-again`, on a slot of its own beside the revert and the pick."""
 
 
 def confirm(
@@ -157,7 +164,9 @@ def confirm(
     `avoid`: the nodes the verdicts they check ran on, which the trials keep off where the
     cluster picks the node (Slurm `--exclude`, Kubernetes anti-affinity: launchers.Avoids).
     `probe_new`: False for a look whose trials were weighed already (a resume, another
-    `parallel`): only what its journal holds, no new start (its evidence stays as weighed)."""
+    `parallel`): only what its journal holds, no new start (its evidence stays as weighed).
+    `reverts`: 2: the revert starts twice at once, each on a slot of its own (its second
+    start journalled as `revert-again`), so one look can hold the REVERTS_GOOD reverts."""
     look, slots, probe_new, avoid = at.look, at.slots, at.probe_new, at.avoid
     if result.status is not Status.FOUND or result.culprit is None:
         return None
@@ -171,7 +180,8 @@ def confirm(
             probed[tree] = (p.commit, Verdict(p.verdict), p.reason)
     digest = look_digest(culprit, good, bad)
     path = out_dir / f"{look_name(look)}.jsonl"
-    done = side_probes(path, digest)  # another culprit's confirmation is dropped
+    side_probes(path, digest)  # another culprit's confirmation is dropped
+    done, again = _journalled(path)
     at_once = trials_at_once(slots)
     trials: dict[str, Trial] = {}
     wanted: list[tuple[str, str, Candidate]] = []  # (kind, onto, the commit made)
@@ -191,6 +201,8 @@ def confirm(
             continue
         candidate = Candidate(made.commit, subject=f"{WHAT[kind]} ({culprit[:12]})")
         wanted.append((kind, onto, candidate))
+        if kind == "revert" and at.reverts > 1 and at_once:
+            wanted.append(("revert-again", onto, candidate))
     with Journal(path, scrub) as journal:
         begin_side(journal, "confirm", digest, VERSION)
 
@@ -201,17 +213,20 @@ def confirm(
             outcome = probe(candidate, where, ctx, cancel, slot=slot, avoid=avoid)
             return replace(outcome, slot=slot, began=began)
 
+        def mine(kind: str) -> dict[str, ProbeOutcome]:
+            return again if kind == "revert-again" else done
+
         def record(kind: str, onto: str, candidate: Candidate, outcome: ProbeOutcome) -> None:
-            if candidate.commit not in done:
+            if candidate.commit not in mine(kind):
                 journal.append("probe", kind=kind, outcome=outcome.to_json(),
                                slot=outcome.slot, began=outcome.began)  # fmt: skip
-                done[candidate.commit] = outcome
-            trials[kind] = _trial(kind, onto, candidate.commit, outcome)
+                mine(kind)[candidate.commit] = outcome
+            trials[kind] = _trial(kind.removesuffix("-again"), onto, candidate.commit, outcome)
 
         for kind, onto, candidate in wanted:  # journalled already: taken as they were
-            if candidate.commit in done:
-                record(kind, onto, candidate, done[candidate.commit])
-        fresh = [w for w in wanted if w[2].commit not in done] if probe_new else []
+            if candidate.commit in mine(kind):
+                record(kind, onto, candidate, mine(kind)[candidate.commit])
+        fresh = [w for w in wanted if w[2].commit not in mine(w[0])] if probe_new else []
         if at_once and len(fresh) > 1:
             # at once, each on a slot of its own; each journalled as it ends, and on Ctrl-C
             # or an error both are stopped at once (their servers with them)
@@ -235,7 +250,8 @@ def confirm(
                 record(kind, onto, candidate, run_one(kind, candidate, slots[0], Cancel()))
     pick_trial = trials.get("pick")
     journalled = pick_trial is not None and pick_trial.commit in done
-    judged = confirmation(trials["revert"], pick_trial, good, at_once or journalled, scrub)
+    judged = confirmation(trials["revert"], pick_trial, good, at_once or journalled, scrub,
+                          trials.get("revert-again"))  # fmt: skip
     if reverted_onto(repo, bad) is None:
         note(f"confirm: {judged.status}: {judged.reason}")
     else:  # a line with the culprits before it reverted: its revert alone is not said to fix
@@ -251,10 +267,13 @@ def confirmation(
     good: str,
     tried: bool,
     scrub: Scrub | None = None,
+    again: Trial | None = None,
 ) -> Confirmation:
     """A look's Confirmation from its trials (judge). `tried`: the pick was run whatever the
     revert said (at once beside it, or journalled already); else a pick after a revert that was
-    not good is `not tried`, as is a pick that could not be made. Pure."""
+    not good is `not tried`, as is a pick that could not be made. `again`: the revert's second
+    start (Look.reverts), a trial beside them: weighed and counted (posterior.reverts_hold),
+    not judged. Pure."""
     if pick_trial is None or (not tried and revert_trial.verdict is not Verdict.GOOD):
         # a pick cannot change it, or this look was weighed without one
         was = "no verdict" if revert_trial.verdict is None else revert_trial.verdict.value
@@ -262,8 +281,27 @@ def confirmation(
         pick_trial = Trial("pick", good, None, None, f"not tried: the revert was {why}")
     status, reason = judge(revert_trial, pick_trial)
     said = {"status": status, "reason": reason,
-            "probes": [t.to_json() for t in (revert_trial, pick_trial)]}  # fmt: skip
+            "probes": [t.to_json() for t in (revert_trial, pick_trial, again) if t]}  # fmt: skip
     return Confirmation.model_validate(scrub.doc(said) if scrub is not None else said)
+
+
+def _journalled(path: Path) -> tuple[dict[str, ProbeOutcome], dict[str, ProbeOutcome]]:
+    """The trials a look's journal holds, by commit (after side_probes dropped one of another
+    culprit): the revert's and the pick's, and the revert's second starts (`revert-again`,
+    the revert's commit again)."""
+    first: dict[str, ProbeOutcome] = {}
+    again: dict[str, ProbeOutcome] = {}
+    for event in read_events(path):
+        if event["event"] != "probe":
+            continue
+        slot, began = event.get("slot"), event.get("began")
+        outcome = replace(
+            ProbeOutcome.from_json(event["outcome"]),
+            slot=slot if isinstance(slot, int) and not isinstance(slot, bool) else None,
+            began=float(began) if isinstance(began, int | float) else None,
+        )
+        (again if event.get("kind") == "revert-again" else first)[outcome.commit] = outcome
+    return first, again
 
 
 def trials_at_once(slots: Sequence[int]) -> bool:

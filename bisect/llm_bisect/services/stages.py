@@ -34,7 +34,7 @@ from ..journal import FILENAME, Journal, begin_side, read_journal, side_probes
 from ..launchers import Launcher
 from ..model import Candidate, ProbeOutcome, Regress, Verdict
 from ..pins import commit_bumps
-from ..posterior import Policy, Trial as Weighed
+from ..posterior import Policy, Trial as Weighed, reverts_at_once
 from ..probe import ProbeContext, Progress, SilentProgress, probe
 from ..redact import redact
 from ..report.documents import (
@@ -295,7 +295,8 @@ class Confirm:
         def look(now: RunResult, weighed: Policy, at: int) -> Confirmation | None:
             checked = _checked(out_dir, now.result)
             where = _trial_slots(s.config.parallel, checked, now.result, weighed.evidence)
-            this = Look(at, where, at >= len(weighed.looks), _checked_nodes(checked, now.result))
+            this = Look(at, where, at >= len(weighed.looks), _checked_nodes(checked, now.result),
+                        reverts_at_once(len(where), weighed.exact))  # fmt: skip
             return confirm(s.source.path, out_dir, now.result, ctx, once, s.scrub, this, s.now)
 
         done, found, policy = looked(done, policy, _answer_of, look, run.search_on, note)
