@@ -519,6 +519,30 @@ def test_the_trials_run_at_once_each_on_a_slot_of_its_own(tmp_path: Path) -> Non
     assert "confirm: probing the bad end with it reverted" in output and "on slot" in output
 
 
+def test_on_three_slots_one_look_holds_the_two_reverts_a_culprit_needs(tmp_path: Path) -> None:
+    """Three slots, nothing lies: the revert starts twice at once beside the pick, each on a
+    slot of its own, so the culprit is confirmed in one round of trials (before: a look of a
+    revert and a pick, then a second look on new starts, confirm-again.jsonl, for the second
+    good revert); a resume takes all three from the look's journal, none started again."""
+    h = History(tmp_path, {9: "degenerate-content"}, 16, settings=SPACED)
+    code, output, doc = _slotted(h, tmp_path, 3)
+    assert code == 0 and doc["culprit"]["commit"] == h.shas[9], output
+    found = doc["confirmation"]
+    assert found["status"] == "confirmed", found
+    trials = sorted((t["kind"], t["verdict"]) for t in found["probes"])
+    assert trials == [("pick", "bad"), ("revert", "good"), ("revert", "good")], found
+    assert sorted(t["slot"] for t in found["probes"]) == [0, 1, 2], found
+    assert not (tmp_path / "out" / "confirm-again.jsonl").exists()
+    assert output.count("confirm: confirmed") == 1, output
+    launches = (tmp_path / "launches").read_text().split()
+    config = max(tmp_path.rglob("config-*.yaml"), key=lambda c: c.stat().st_mtime)
+    again = CliRunner().invoke(cli, ["run", str(config), "--out", str(tmp_path / "out")])
+    assert again.exit_code == 0, again.output
+    assert (tmp_path / "launches").read_text().split() == launches  # nothing started again
+    resumed = json.loads((tmp_path / "out" / "result.json").read_text())["confirmation"]
+    assert resumed["probes"] == found["probes"]
+
+
 def test_a_gpu_that_lies_on_every_start_never_confirms_a_wrong_culprit(tmp_path: Path) -> None:
     # four slots, GPU 1 serves the other side's behaviour on every start (a bad GPU): the
     # trials never run where the verdicts they check ran, and no answer stands on GPU 1's
