@@ -640,8 +640,8 @@ def brute_placed(
     new: Verdict,
     policy: Policy,
 ) -> list[float]:
-    """P(c) where one place may be bad, by enumeration: "no place is bad" (prior 1 - PLACE_BAD
-    for each place), or place p is (PLACE_BAD): its verdicts and trials read new-state at a
+    """P(c) where one place may be bad, by enumeration: "no place is bad" (each place good at
+    1 - PLACE_BAD), or place p alone is (PLACE_BAD): its verdicts and trials read new-state at a
     rate of PLACE_BIAS (each equally likely) whatever c, the others as `brute` weighs them.
     A place may be bad only where one of its verdicts contradicts another place's (a
     new-state verdict at or before another place's old-state one, or the reverse)."""
@@ -671,7 +671,8 @@ def brute_placed(
         k_new = sum(1 for v in theirs if v is new)
         noise = sum(b**k_new * (1 - b) ** (len(theirs) - k_new) for b in PLACE_BIAS)
         noise /= len(PLACE_BIAS)
-        prior = 1 - PLACE_BAD * len(places) if bad is None else PLACE_BAD
+        prior = (1 - PLACE_BAD) ** (len(places) - 1)  # the other places good
+        prior *= PLACE_BAD if bad is not None else 1 - PLACE_BAD
         part = likelihoods(n, seen, new, policy, weighed)
         mixed = [m + prior * noise * x for m, x in zip(mixed, part, strict=True)]
     whole = sum(mixed)

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from helpers import History, printed_after, run_as_printed, sim_command
 from llm_bisect.cli import cli
+from llm_bisect.services.confirm import placed, trial_places
 
 TWO_CHECKS = [{"type": "canary"}, {"type": "expect"}]
 SPACED = {"fault_spacer": 0, "fault_when": []}  # keeps the two culprits' lines apart
@@ -541,6 +542,17 @@ def test_on_three_slots_one_look_holds_the_two_reverts_a_culprit_needs(tmp_path:
     assert (tmp_path / "launches").read_text().split() == launches  # nothing started again
     resumed = json.loads((tmp_path / "out" / "result.json").read_text())["confirmation"]
     assert resumed["probes"] == found["probes"]
+
+
+def test_a_resumed_look_starts_each_trial_on_the_slot_it_had_not_where_another_ran() -> None:
+    """A look killed after its revert ended: the revert's second start and the pick start
+    again on the slots they had (before, the trials left were placed from the first slot on:
+    the second revert on the first's GPU, where one bad GPU would give both reverts)."""
+    slots = placed(4, [0, 0], [], "c")  # the culprit's verdicts ran on slot 0
+    kinds = ["revert", "revert-again", "pick"]
+    first = trial_places(kinds, slots)
+    assert len(set(first.values())) == 3 and 0 not in first.values(), first
+    assert trial_places(kinds, slots) == first  # whatever of it is journalled
 
 
 def test_a_gpu_that_lies_on_every_start_never_confirms_a_wrong_culprit(tmp_path: Path) -> None:

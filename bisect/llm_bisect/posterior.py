@@ -709,7 +709,9 @@ def believe(
 
 PLACE_BAD = 0.03
 """The prior chance that any one place (a node and its GPUs, else a slot) is bad: its verdicts
-follow the place, not the build (a bad GPU reads most builds bad, or reads them at random)."""
+follow the place, not the build (a bad GPU reads most builds bad, or reads them at random).
+Places are bad independently: "no place is bad" weighs (1 - PLACE_BAD) ** places, "place p
+alone" PLACE_BAD * (1 - PLACE_BAD) ** (places - 1), whatever the number of places."""
 
 PLACE_BIAS = (0.1, 0.5, 0.9)
 """How often a bad place's verdict reads new-state whatever the build: equally likely."""
@@ -772,7 +774,7 @@ def placed_belief(
     if not suspects:
         return plain
     mixed: list[tuple[float, Belief, object]] = [
-        (_log(max(0.0, 1 - PLACE_BAD * len(wheres))) + plain.evidence, plain, None)
+        (len(wheres) * _log(1 - PLACE_BAD) + plain.evidence, plain, None)
     ]
     pseudo = [(e, new, 0.5) for e in plain.cuts]  # keeps every cut; log 0.5 each, both ways
     for where in suspects:
@@ -789,7 +791,8 @@ def placed_belief(
                         known=[*known, *pseudo])  # fmt: skip
         except ValueError:
             continue
-        evidence = b.evidence - len(pseudo) * _log(0.5) + noise + _log(PLACE_BAD)
+        alone = _log(PLACE_BAD) + (len(wheres) - 1) * _log(1 - PLACE_BAD)
+        evidence = b.evidence - len(pseudo) * _log(0.5) + noise + alone
         mixed.append((evidence, b, where))
     total = _lse([e for e, _, _ in mixed])
     share = [math.exp(e - total) for e, _, _ in mixed]

@@ -227,12 +227,13 @@ def confirm(
             if candidate.commit in mine(kind):
                 record(kind, onto, candidate, mine(kind)[candidate.commit])
         fresh = [w for w in wanted if w[2].commit not in mine(w[0])] if probe_new else []
+        slot_of = trial_places([kind for kind, _, _ in wanted], slots)
         if at_once and len(fresh) > 1:
             # at once, each on a slot of its own; each journalled as it ends, and on Ctrl-C
             # or an error both are stopped at once (their servers with them)
             cancels = [Cancel() for _ in fresh]
             with ThreadPoolExecutor(max_workers=len(fresh), thread_name_prefix="trial") as pool:
-                futures = {pool.submit(run_one, kind, c, slots[j % len(slots)], cancels[j]):
+                futures = {pool.submit(run_one, kind, c, slot_of[kind], cancels[j]):
                            (kind, onto, c) for j, (kind, onto, c) in enumerate(fresh)}  # fmt: skip
                 try:
                     for future in as_completed(futures):
@@ -247,7 +248,11 @@ def confirm(
                 if kind == "pick" and not at_once and (first is None or first.verdict
                                                        is not Verdict.GOOD):  # fmt: skip
                     continue  # not tried (below)
-                record(kind, onto, candidate, run_one(kind, candidate, slots[0], Cancel()))
+                slot = slot_of[kind] if at_once else slots[0]
+                record(kind, onto, candidate, run_one(kind, candidate, slot, Cancel()))
+    if trials["revert"].verdict is None and "revert-again" in trials:
+        # a revert start that could not be tested: its second start is the look's revert
+        trials["revert"], trials["revert-again"] = trials["revert-again"], trials["revert"]
     pick_trial = trials.get("pick")
     journalled = pick_trial is not None and pick_trial.commit in done
     judged = confirmation(trials["revert"], pick_trial, good, at_once or journalled, scrub,
@@ -302,6 +307,18 @@ def _journalled(path: Path) -> tuple[dict[str, ProbeOutcome], dict[str, ProbeOut
         )
         (again if event.get("kind") == "revert-again" else first)[outcome.commit] = outcome
     return first, again
+
+
+def trial_places(kinds: Sequence[str], slots: Sequence[int]) -> dict[str, int]:
+    """The slot of each of a look's trials (`kinds`: every trial it makes, journalled or not,
+    in order; `slots`: best first): each kind its own, the same on a resume as on the look's
+    first start, so a trial started again never lands where one of this look ran already
+    (one bad GPU would give both). Pure.
+
+    >>> trial_places(["revert", "revert-again", "pick"], [2, 3, 0, 1])
+    {'revert': 2, 'revert-again': 3, 'pick': 0}
+    """
+    return {kind: slots[j % len(slots)] for j, kind in enumerate(kinds)}
 
 
 def trials_at_once(slots: Sequence[int]) -> bool:
