@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,8 @@ from typer.testing import CliRunner
 
 from helpers import History, printed_after, run_as_printed, sim_command
 from llm_bisect.cli import cli
-from llm_bisect.services.confirm import placed, trial_places
+from llm_bisect.model import Verdict
+from llm_bisect.services.confirm import Trial, confirmation, placed, trial_places
 
 TWO_CHECKS = [{"type": "canary"}, {"type": "expect"}]
 SPACED = {"fault_spacer": 0, "fault_when": []}  # keeps the two culprits' lines apart
@@ -553,6 +555,20 @@ def test_a_resumed_look_starts_each_trial_on_the_slot_it_had_not_where_another_r
     first = trial_places(kinds, slots)
     assert len(set(first.values())) == 3 and 0 not in first.values(), first
     assert trial_places(kinds, slots) == first  # whatever of it is journalled
+
+
+def test_a_look_whose_two_reverts_disagree_does_not_say_confirmed() -> None:
+    """The revert good on one slot and bad on the other, the pick bad: the look is
+    not-confirmed (a lie, or another regression after the culprit), not "confirmed" held
+    back with a note that its trials agree; both reverts are among its trials."""
+    revert = Trial("revert", "bad", "r" * 40, Verdict.GOOD, "", slot=1)
+    pick = Trial("pick", "good", "p" * 40, Verdict.BAD, "", slot=3)
+    again = Trial("revert", "bad", "r" * 40, Verdict.BAD, "", slot=2)
+    found = confirmation(revert, pick, "good", True, None, again)
+    assert found.status == "not-confirmed" and "bad on the other" in found.reason, found
+    assert [(t.kind, t.slot) for t in found.probes] == [("revert", 1), ("pick", 3), ("revert", 2)]
+    agreeing = replace(again, verdict=Verdict.GOOD)
+    assert confirmation(revert, pick, "good", True, None, agreeing).status == "confirmed"
 
 
 def test_a_gpu_that_lies_on_every_start_never_confirms_a_wrong_culprit(tmp_path: Path) -> None:

@@ -285,6 +285,10 @@ def confirmation(
         why = "bad: not confirmed" if revert_trial.verdict is Verdict.BAD else was
         pick_trial = Trial("pick", good, None, None, f"not tried: the revert was {why}")
     status, reason = judge(revert_trial, pick_trial)
+    if status == "confirmed" and again is not None and again.verdict is Verdict.BAD:
+        status = "not-confirmed"
+        reason = ("its revert read good on one start and bad on the other, at once: a lie, or "
+                  "another regression after it")  # fmt: skip
     said = {"status": status, "reason": reason,
             "probes": [t.to_json() for t in (revert_trial, pick_trial, again) if t]}  # fmt: skip
     return Confirmation.model_validate(scrub.doc(said) if scrub is not None else said)
