@@ -639,12 +639,15 @@ def brute_placed(
     trials: Sequence[tuple[int, str, Verdict, Start]],
     new: Verdict,
     policy: Policy,
+    among: int = 0,
 ) -> list[float]:
     """P(c) where one place may be bad, by enumeration: "no place is bad" (each place good at
     1 - PLACE_BAD), or place p alone is (PLACE_BAD): its verdicts and trials read new-state at a
     rate of PLACE_BIAS (each equally likely) whatever c, the others as `brute` weighs them.
-    A place may be bad only where one of its verdicts contradicts another place's (a
-    new-state verdict at or before another place's old-state one, or the reverse)."""
+    A place may be bad only among three places or more (those of the run, `among`, where
+    these verdicts are part of them), where one of its verdicts
+    contradicts another place's (a new-state verdict at or before another place's old-state
+    one, or the reverse)."""
 
     def where(s: Start) -> object:
         return ("place", s.place) if s.place else None if s.slot is None else ("slot", s.slot)
@@ -655,7 +658,7 @@ def brute_placed(
         where(s) for i, v, s in observed for j, w, t in observed
         if where(s) is not None and where(t) != where(s)
         and ((v is new and w is not new and i <= j) or (v is not new and w is new and i >= j))
-    } if len(places) > 1 else set()  # fmt: skip
+    } if max(among, len(places)) >= 3 else set()  # fmt: skip
     mixed = [0.0] * (n + 1)
     for bad in [None, *suspects]:
         seen: dict[int, list[Verdict]] = {}
@@ -754,7 +757,8 @@ def test_what_fragile_says_is_what_the_brute_force_posterior_says_without_each_g
             continue
         rest = [o for at, o in enumerate(observed) if at not in group]
         kept = [t for at, t in enumerate(trials, len(observed)) if at not in group]
-        if brute_placed(n, rest, kept, Verdict.BAD, policy)[c] < ROBUST:
+        among = len({where for where in (s.where for s in starts)} - {None})
+        if brute_placed(n, rest, kept, Verdict.BAD, policy, among)[c] < ROBUST:
             expected_fragile = True
     again = fragile(n, Placed(observed, trials), Verdict.BAD, policy, c)
     assert bool(again) == expected_fragile, (observed, trials)
