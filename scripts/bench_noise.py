@@ -423,7 +423,8 @@ def _look(
         culprit = answer.culprit.commit
         c = int(culprit, 16)
         commit = line.commits[c]
-        where = placed(k, [s for i, s in order if i in (c - 1, c)], policy.evidence, culprit)
+        checked = [s for i, s in order if i in (c - 1, c)]
+        where = placed(k, checked, policy.evidence, culprit)
         at_once = trials_at_once(where)
         lone = frozenset({commit})
         reverted_bad = line.bad(world, world.n, also=lone)
@@ -443,7 +444,7 @@ def _look(
         if (
             at_once
             and reverts_at_once is not None
-            and reverts_at_once(len(where), policy.exact) > 1
+            and reverts_at_once(k - len(set(checked)), policy.exact) > 1
         ):
             again = trial("revert", reverted_bad, where[1])
         pick = None

@@ -256,7 +256,8 @@ def _one(n: int, culprit: int, policy: Policy, slots: int) -> tuple[int, int, in
                 [Verdict.GOOD, Verdict.BAD] if right else [Verdict.BAD, Verdict.GOOD]
             )
             kinds = ["revert", "pick"]
-            if reverts_at_once(slots, policy.exact) > 1:  # the revert's second start beside,
+            clean = slots - len({x.slot for x in checked})
+            if reverts_at_once(clean, policy.exact) > 1:  # the revert's second start beside,
                 held, kinds = [held[0], *held], ["revert", *kinds]  # as confirm places it
             for kind, v in zip(kinds, held, strict=True):
                 clock += 1  # the revert: good only if it is the culprit; the pick: bad only then

@@ -436,6 +436,9 @@ def _look_trials(folder: Path, look: int, culprit: str, ends: tuple[str, str]) -
             last[kind] = _Source(trial, f"{name}:{number}")
         else:
             last.pop(kind, None)
+    both = [last[k].trial.verdict if k in last else None for k in ("revert", "revert-again")]
+    if both == [Verdict.BAD, Verdict.BAD]:  # left out of the look (services/confirm.redundant)
+        del last["revert-again"]
     return [last[kind] for kind in KINDS if kind in last]
 
 

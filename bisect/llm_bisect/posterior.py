@@ -439,16 +439,17 @@ def reverts_hold(trials: Sequence[Trial], culprit: str) -> bool:
     return goods >= REVERTS_GOOD and goods > bads
 
 
-def reverts_at_once(slots: int, exact: bool) -> int:
+def reverts_at_once(clean: int, exact: bool) -> int:
     """The starts a look gives the culprit's revert at once, each on a slot of its own: two
-    under the posterior search where `slots` (those the look may use) hold them and the pick
-    (three or more: the REVERTS_GOOD reverts in one round, not in two looks; one bad GPU or
-    one burst still cannot give both), else one. Pure.
+    under the posterior search where `clean` (the slots none of the verdicts it checks ran
+    on: the culprit's and its parent's) hold them and the pick (three or more: the
+    REVERTS_GOOD reverts in one round, not in two looks; no trial where a verdict it checks
+    ran, so one bad GPU or one burst still cannot give both), else one. Pure.
 
-    >>> reverts_at_once(4, False), reverts_at_once(2, False), reverts_at_once(4, True)
+    >>> reverts_at_once(3, False), reverts_at_once(2, False), reverts_at_once(4, True)
     (2, 1, 1)
     """
-    return REVERTS_GOOD if not exact and slots >= REVERTS_GOOD + 1 else 1
+    return REVERTS_GOOD if not exact and clean >= REVERTS_GOOD + 1 else 1
 
 
 def revert_tally(trials: Sequence[Trial], culprit: str) -> tuple[int, int]:

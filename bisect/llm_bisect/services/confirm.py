@@ -284,6 +284,8 @@ def confirmation(
         was = "no verdict" if revert_trial.verdict is None else revert_trial.verdict.value
         why = "bad: not confirmed" if revert_trial.verdict is Verdict.BAD else was
         pick_trial = Trial("pick", good, None, None, f"not tried: the revert was {why}")
+    if redundant(revert_trial.verdict, again.verdict if again is not None else None):
+        again = None
     status, reason = judge(revert_trial, pick_trial)
     if status == "confirmed" and again is not None and again.verdict is Verdict.BAD:
         status = "not-confirmed"
@@ -311,6 +313,15 @@ def _journalled(path: Path) -> tuple[dict[str, ProbeOutcome], dict[str, ProbeOut
         )
         (again if event.get("kind") == "revert-again" else first)[outcome.commit] = outcome
     return first, again
+
+
+def redundant(revert: Verdict | None, again: Verdict | None) -> bool:
+    """Whether the revert's second start is left out of its look (not weighed, not counted):
+    where both read bad. It is there for the second good revert a culprit needs; a second
+    bad one weighs the culprit down twice where another regression after it makes every
+    revert bad (bench_noise `two`, 4 slots: 11.7 % of runs without an answer and 74.9
+    starts with it, 7.3 % and 55.6 before the second start). Pure."""
+    return revert is Verdict.BAD and again is Verdict.BAD
 
 
 def trial_places(kinds: Sequence[str], slots: Sequence[int]) -> dict[str, int]:

@@ -295,8 +295,9 @@ class Confirm:
         def look(now: RunResult, weighed: Policy, at: int) -> Confirmation | None:
             checked = _checked(out_dir, now.result)
             where = _trial_slots(s.config.parallel, checked, now.result, weighed.evidence)
+            clean = len(set(where) - {p.slot for p in checked})
             this = Look(at, where, at >= len(weighed.looks), _checked_nodes(checked, now.result),
-                        reverts_at_once(len(where), weighed.exact))  # fmt: skip
+                        reverts_at_once(clean, weighed.exact))  # fmt: skip
             return confirm(s.source.path, out_dir, now.result, ctx, once, s.scrub, this, s.now)
 
         done, found, policy = looked(done, policy, _answer_of, look, run.search_on, note)
