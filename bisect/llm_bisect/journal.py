@@ -486,16 +486,26 @@ def side_probes(path: Path, digest: str) -> dict[str, ProbeOutcome]:
     """The probes a side journal of a run (confirm.jsonl, later.jsonl) holds, by commit. One
     written for another question (its `run` event's digest differs) is removed: its answers
     are not this one's."""
+    return side_probes_apart(path, digest)[0]
+
+
+def side_probes_apart(
+    path: Path, digest: str, apart: str | None = None
+) -> tuple[dict[str, ProbeOutcome], dict[str, ProbeOutcome]]:
+    """side_probes, with those journalled as kind `apart` by commit on their own (a look's
+    `revert-again`: the revert's commit started a second time): (the others, those)."""
     done: dict[str, ProbeOutcome] = {}
+    aside: dict[str, ProbeOutcome] = {}
     for event in read_events(path):
         if event["event"] == "run" and event.get("digest") != digest:
             path.unlink()
-            return {}
+            return {}, {}
         if event["event"] == "probe":
             outcome = ProbeOutcome.from_json(event["outcome"])
             slot, began = _int(event, "slot"), _when(event, "began")
-            done[outcome.commit] = replace(outcome, slot=slot, began=began)
-    return done
+            into = aside if apart is not None and event.get("kind") == apart else done
+            into[outcome.commit] = replace(outcome, slot=slot, began=began)
+    return done, aside
 
 
 class Journal:

@@ -528,7 +528,8 @@ class Belief:
     """before[j]: the posterior mass of segments 0..j-1."""
     evidence: float = 0.0
     """The log likelihood of every verdict weighed, over the hypotheses and rates: how well
-    the model explains them (placed_belief weighs its place hypotheses by it)."""
+    the model explains them (placed_belief weighs its place hypotheses by it; its own also
+    holds their priors)."""
     doubt: tuple[tuple[object, float], ...] = ()
     """Each place suspected of lying on its own (Start.where) and the posterior that it did
     (placed_belief); empty where no place's verdicts contradict another's."""
@@ -803,21 +804,19 @@ def placed_belief(
         evidence = b.evidence - len(pseudo) * _log(0.5) + noise + alone
         mixed.append((evidence, b, where))
     total = _lse([e for e, _, _ in mixed])
-    share = [math.exp(e - total) for e, _, _ in mixed]
-    grid = plain.rate_weights
+    weighed = [(math.exp(e - total), b) for e, b, _ in mixed]
     return Belief(
         n,
         plain.cuts,
-        tuple(sum(w * b.mass[j] for w, (_, b, _) in zip(share, mixed, strict=True))
-              for j in range(len(plain.mass))),
+        tuple(sum(w * b.mass[j] for w, b in weighed) for j in range(len(plain.mass))),
         plain.weights,
         plain.cum,
-        Rates(sum(w * b.rates.false_bad for w, (_, b, _) in zip(share, mixed, strict=True)),
-              sum(w * b.rates.false_good for w, (_, b, _) in zip(share, mixed, strict=True))),
-        tuple((r, sum(w * b.rate_weights[g][1] for w, (_, b, _) in zip(share, mixed, strict=True)))
-              for g, (r, _) in enumerate(grid)),
+        Rates(sum(w * b.rates.false_bad for w, b in weighed),
+              sum(w * b.rates.false_good for w, b in weighed)),
+        tuple((r, sum(w * b.rate_weights[g][1] for w, b in weighed))
+              for g, (r, _) in enumerate(plain.rate_weights)),
         evidence=total,
-        doubt=tuple((where, w) for w, (_, _, where) in zip(share, mixed, strict=True)
+        doubt=tuple((where, w) for (w, _), (_, _, where) in zip(weighed, mixed, strict=True)
                     if where is not None),
     )  # fmt: skip
 

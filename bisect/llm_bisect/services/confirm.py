@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ConfigError
-from ..journal import Journal, begin_side, look_digest, look_name, read_events, side_probes
+from ..journal import Journal, begin_side, look_digest, look_name, side_probes_apart
 from ..model import Candidate, ProbeOutcome, Verdict
 from ..places import place_key
 from ..posterior import (
@@ -180,8 +180,8 @@ def confirm(
             probed[tree] = (p.commit, Verdict(p.verdict), p.reason)
     digest = look_digest(culprit, good, bad)
     path = out_dir / f"{look_name(look)}.jsonl"
-    side_probes(path, digest)  # another culprit's confirmation is dropped
-    done, again = _journalled(path)
+    # another culprit's confirmation is dropped; the revert's second start kept apart
+    done, again = side_probes_apart(path, digest, "revert-again")
     at_once = trials_at_once(slots)
     trials: dict[str, Trial] = {}
     wanted: list[tuple[str, str, Candidate]] = []  # (kind, onto, the commit made)
@@ -294,25 +294,6 @@ def confirmation(
     said = {"status": status, "reason": reason,
             "probes": [t.to_json() for t in (revert_trial, pick_trial, again) if t]}  # fmt: skip
     return Confirmation.model_validate(scrub.doc(said) if scrub is not None else said)
-
-
-def _journalled(path: Path) -> tuple[dict[str, ProbeOutcome], dict[str, ProbeOutcome]]:
-    """The trials a look's journal holds, by commit (after side_probes dropped one of another
-    culprit): the revert's and the pick's, and the revert's second starts (`revert-again`,
-    the revert's commit again)."""
-    first: dict[str, ProbeOutcome] = {}
-    again: dict[str, ProbeOutcome] = {}
-    for event in read_events(path):
-        if event["event"] != "probe":
-            continue
-        slot, began = event.get("slot"), event.get("began")
-        outcome = replace(
-            ProbeOutcome.from_json(event["outcome"]),
-            slot=slot if isinstance(slot, int) and not isinstance(slot, bool) else None,
-            began=float(began) if isinstance(began, int | float) else None,
-        )
-        (again if event.get("kind") == "revert-again" else first)[outcome.commit] = outcome
-    return first, again
 
 
 def redundant(revert: Verdict | None, again: Verdict | None) -> bool:
